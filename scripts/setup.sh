@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ferry needs to build, test and run its demo. Idempotent.
+set -euo pipefail
+PKGS=(build-essential cmake make pkg-config
+  libdnnl-dev ocl-icd-opencl-dev libonnx-dev libprotobuf-dev protobuf-compiler
+  libflatbuffers-dev flatbuffers-compiler nlohmann-json3-dev libcli11-dev
+  libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
+  python3 python3-numpy python3-onnx python3-torch python3-torchvision python3-sklearn)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PKGS[@]} packages present"
+  exit 0
+fi
+echo "setup: installing ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
+    echo "setup: missing packages: ${missing[*]}" >&2
+    echo "setup: run as root: apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+else SUDO=""; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq || true
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

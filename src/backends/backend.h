@@ -1,0 +1,48 @@
+// The backend interface: what a device is, which nodes it runs, and the kernels it makes.
+// A new device (an NPU) implements this and registers itself; the runtime needs no change.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "ops/registry.h"
+
+namespace ferry {
+
+/// A node's kernel on one backend. Lifecycle: created once per node (pack weights here),
+/// then compute() for each run.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual Status compute(KernelContext& ctx) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// "cpu-ref", "cpu", "cuda:0", ...
+  virtual std::string name() const = 0;
+  /// A line about the device for `ferry doctor` / `ferry info`.
+  virtual std::string description() const = 0;
+  /// Whether this backend runs `node` (resolved to `schema`); when not, `why` says why.
+  virtual bool supports(const Node& node, const OpSchema& schema, std::string* why) const = 0;
+  /// Makes the kernel for a node this backend supports.
+  virtual StatusOr<std::unique_ptr<Kernel>> create_kernel(const Node& node, const OpSchema& schema) = 0;
+};
+
+using BackendFactory = std::unique_ptr<Backend> (*)();
+
+struct BackendEntry {
+  const char* name;        // device name in --device
+  const char* summary;
+  BackendFactory factory;
+};
+
+/// Every backend compiled in.
+const std::vector<BackendEntry>& backend_entries();
+/// Makes the backend for a --device value ("cpu", "cpu-ref"); error lists the known ones.
+StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device);
+
+}  // namespace ferry

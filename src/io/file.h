@@ -1,0 +1,65 @@
+// File helpers shared by the .npy/.npz readers and writers: whole-file mapping and
+// all-or-nothing writes (temporary file + rename).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace ferry {
+
+/// The bytes of a whole file. `owner` keeps them alive (an mmap, or a heap buffer when the
+/// file cannot be mapped, e.g. a pipe). `writable` says whether the bytes may be modified in
+/// place: mappings are private copy-on-write, so writes never reach the file.
+struct FileBytes {
+  std::shared_ptr<const void> owner;
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  bool writable = false;
+};
+
+/// Maps the whole file at `path` (falls back to reading it for non-regular files).
+/// Errors: kNotFound when the file does not exist, kInvalidArgument for other failures.
+/// Note: like any mmap, truncating the file while it is mapped raises SIGBUS on access.
+StatusOr<FileBytes> map_file(const std::string& path);
+
+/// Writes a file under a temporary name in the destination's folder; commit() renames it
+/// over `path`. Destroying the writer without a successful commit() removes the temporary,
+/// so a failure never leaves a half-written file at `path`.
+class AtomicFileWriter {
+ public:
+  /// Creates the temporary file next to `path`.
+  static StatusOr<std::unique_ptr<AtomicFileWriter>> create(const std::string& path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  /// Appends `n` bytes.
+  Status write(const void* data, size_t n);
+  /// Overwrites `n` bytes at `offset` (which must lie within what was written).
+  Status write_at(uint64_t offset, const void* data, size_t n);
+  /// Bytes written so far.
+  uint64_t size() const { return size_; }
+  /// Flushes, syncs and renames the temporary file to the destination path.
+  Status commit();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  AtomicFileWriter(std::string path, std::string tmp_path, int fd);
+  Status flush_buffer();
+  Status write_fd(const void* data, size_t n);
+  Status io_error(const std::string& action, int err) const;
+
+  std::string path_;
+  std::string tmp_path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  bool committed_ = false;
+  std::string buffer_;  // small writes are gathered here
+};
+
+}  // namespace ferry

@@ -1,0 +1,954 @@
+#include "io/npy.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <string_view>
+
+#include "io/file.h"
+#include "io/zip.h"
+
+namespace ferry {
+
+namespace {
+
+constexpr bool kHostLittle = std::endian::native == std::endian::little;
+constexpr char kMagic[] = "\x93NUMPY";
+constexpr size_t kMagicLen = 6;
+// numpy refuses headers over 10000 bytes by default; allow more, but not absurd amounts.
+constexpr size_t kMaxHeaderLen = size_t(1) << 20;
+constexpr size_t kAlign = 64;
+constexpr const char* kResaveHint = "re-save it with numpy.save";
+
+inline uint16_t bswap(uint16_t v) { return __builtin_bswap16(v); }
+inline uint32_t bswap(uint32_t v) { return __builtin_bswap32(v); }
+inline uint64_t bswap(uint64_t v) { return __builtin_bswap64(v); }
+
+// Shows (part of) untrusted text in an error message.
+std::string excerpt(std::string_view s, size_t max_len = 160) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < max_len; ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      static const char* kHex = "0123456789abcdef";
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  if (s.size() > max_len) out += "...";
+  return out;
+}
+
+std::string shape_string(const std::vector<int64_t>& dims) {
+  std::string s = "(";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(dims[i]);
+  }
+  if (dims.size() == 1) s += ",";
+  return s + ")";
+}
+
+// ---------------------------------------------------------------------------------------------
+// A parser for the Python literals that appear in .npy headers: dicts, tuples, lists, strings,
+// integers, True/False/None. numpy writes e.g. {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+
+struct PyValue {
+  enum class Kind { kNone, kStr, kInt, kBool, kTuple, kList, kDict };
+  Kind kind = Kind::kNone;
+  std::string str;
+  int64_t num = 0;
+  bool flag = false;
+  std::vector<std::string> keys;  // kDict
+  std::vector<PyValue> items;     // kTuple / kList elements, kDict values
+};
+
+class LiteralParser {
+ public:
+  explicit LiteralParser(std::string_view s) : s_(s) {}
+
+  /// Returns "" on success, else what went wrong.
+  std::string parse(PyValue* out) {
+    skip_ws();
+    if (!value(out, 0)) return err_;
+    skip_ws();
+    if (pos_ != s_.size()) {
+      fail("unexpected '" + excerpt(s_.substr(pos_), 20) + "' after the dictionary");
+      return err_;
+    }
+    return "";
+  }
+
+ private:
+  static constexpr int kMaxDepth = 32;
+
+  bool fail(const std::string& msg) {
+    err_ = msg + " (at header byte " + std::to_string(pos_) + ")";
+    return false;
+  }
+  bool at_end() const { return pos_ >= s_.size(); }
+  char peek() const { return s_[pos_]; }
+  void skip_ws() {
+    while (!at_end() && (peek() == ' ' || peek() == '\t' || peek() == '\n' || peek() == '\r' || peek() == '\f' ||
+                         peek() == '\v'))
+      ++pos_;
+  }
+  static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+  static bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+
+  bool value(PyValue* out, int depth) {
+    if (depth > kMaxDepth) return fail("nesting too deep");
+    if (at_end()) return fail("unexpected end of header");
+    char c = peek();
+    if (c == '{') return dict(out, depth);
+    if (c == '(') return sequence(out, depth, ')', PyValue::Kind::kTuple);
+    if (c == '[') return sequence(out, depth, ']', PyValue::Kind::kList);
+    if (c == '\'' || c == '"') return string(out);
+    if (c == '-' || c == '+' || is_digit(c)) return integer(out);
+    if (is_ident_start(c)) {
+      size_t start = pos_;
+      while (!at_end() && (is_ident_start(peek()) || is_digit(peek()))) ++pos_;
+      std::string_view id = s_.substr(start, pos_ - start);
+      if ((id == "u" || id == "U" || id == "b" || id == "B") && !at_end() && (peek() == '\'' || peek() == '"'))
+        return string(out);  // u'...' (Python 2) or b'...'
+      if (id == "True" || id == "False") {
+        out->kind = PyValue::Kind::kBool;
+        out->flag = id == "True";
+        return true;
+      }
+      if (id == "None") {
+        out->kind = PyValue::Kind::kNone;
+        return true;
+      }
+      pos_ = start;
+      return fail("unexpected name '" + excerpt(id, 40) + "'");
+    }
+    return fail("unexpected character '" + excerpt(s_.substr(pos_, 1)) + "'");
+  }
+
+  bool sequence(PyValue* out, int depth, char close, PyValue::Kind kind) {
+    ++pos_;  // '(' or '['
+    std::vector<PyValue> items;
+    bool saw_comma = false;
+    for (;;) {
+      skip_ws();
+      if (at_end()) return fail(std::string("missing '") + close + "'");
+      if (peek() == close) break;
+      PyValue v;
+      if (!value(&v, depth + 1)) return false;
+      items.push_back(std::move(v));
+      skip_ws();
+      if (at_end()) return fail(std::string("missing '") + close + "'");
+      if (peek() == ',') {
+        ++pos_;
+        saw_comma = true;
+        continue;
+      }
+      if (peek() != close) return fail(std::string("expected ',' or '") + close + "'");
+      break;
+    }
+    ++pos_;  // close
+    if (kind == PyValue::Kind::kTuple && items.size() == 1 && !saw_comma) {
+      *out = std::move(items[0]);  // "(x)" is just x in Python
+      return true;
+    }
+    out->kind = kind;
+    out->items = std::move(items);
+    return true;
+  }
+
+  bool dict(PyValue* out, int depth) {
+    ++pos_;  // '{'
+    out->kind = PyValue::Kind::kDict;
+    for (;;) {
+      skip_ws();
+      if (at_end()) return fail("missing '}'");
+      if (peek() == '}') break;
+      PyValue key;
+      if (!value(&key, depth + 1)) return false;
+      if (key.kind != PyValue::Kind::kStr) return fail("dictionary keys must be strings");
+      skip_ws();
+      if (at_end() || peek() != ':') return fail("expected ':' after key '" + excerpt(key.str, 40) + "'");
+      ++pos_;
+      skip_ws();
+      PyValue v;
+      if (!value(&v, depth + 1)) return false;
+      for (const std::string& k : out->keys)
+        if (k == key.str) return fail("duplicate key '" + excerpt(key.str, 40) + "'");
+      out->keys.push_back(std::move(key.str));
+      out->items.push_back(std::move(v));
+      skip_ws();
+      if (at_end()) return fail("missing '}'");
+      if (peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (peek() != '}') return fail("expected ',' or '}'");
+      break;
+    }
+    ++pos_;  // '}'
+    return true;
+  }
+
+  static int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  }
+
+  bool string(PyValue* out) {
+    char quote = peek();
+    size_t start = pos_;
+    ++pos_;
+    std::string s;
+    for (;;) {
+      if (at_end() || peek() == '\n') {
+        pos_ = start;
+        return fail("unterminated string");
+      }
+      char c = s_[pos_++];
+      if (c == quote) break;
+      if (c != '\\') {
+        s.push_back(c);
+        continue;
+      }
+      if (at_end()) {
+        pos_ = start;
+        return fail("unterminated string");
+      }
+      char e = s_[pos_++];
+      switch (e) {
+        case 'n': s.push_back('\n'); break;
+        case 't': s.push_back('\t'); break;
+        case 'r': s.push_back('\r'); break;
+        case '0': s.push_back('\0'); break;
+        case '\\': case '\'': case '"': s.push_back(e); break;
+        case '\n': break;  // line continuation
+        case 'x': {
+          if (s_.size() - pos_ < 2 || hex_value(s_[pos_]) < 0 || hex_value(s_[pos_ + 1]) < 0)
+            return fail("bad \\x escape in string");
+          s.push_back(static_cast<char>(hex_value(s_[pos_]) * 16 + hex_value(s_[pos_ + 1])));
+          pos_ += 2;
+          break;
+        }
+        default:  // Python keeps unknown escapes verbatim
+          s.push_back('\\');
+          s.push_back(e);
+      }
+    }
+    out->kind = PyValue::Kind::kStr;
+    out->str = std::move(s);
+    return true;
+  }
+
+  bool integer(PyValue* out) {
+    size_t start = pos_;
+    bool negative = false;
+    if (peek() == '-' || peek() == '+') {
+      negative = peek() == '-';
+      ++pos_;
+      skip_ws();
+    }
+    if (at_end() || !is_digit(peek())) return fail("expected a number");
+    uint64_t v = 0;
+    bool overflow = false;
+    while (!at_end() && (is_digit(peek()) || peek() == '_')) {
+      char c = s_[pos_++];
+      if (c == '_') continue;
+      unsigned d = static_cast<unsigned>(c - '0');
+      if (v > (uint64_t(INT64_MAX) - d) / 10) overflow = true;
+      if (!overflow) v = v * 10 + d;
+    }
+    if (!at_end() && (peek() == 'L' || peek() == 'l')) ++pos_;  // Python 2 long
+    if (!at_end() && (peek() == '.' || peek() == 'e' || peek() == 'E' || peek() == 'j' || peek() == 'J')) {
+      pos_ = start;
+      return fail("expected an integer, found a float or complex number");
+    }
+    if (overflow) {
+      pos_ = start;
+      return fail("integer too large");
+    }
+    out->kind = PyValue::Kind::kInt;
+    out->num = negative ? -static_cast<int64_t>(v) : static_cast<int64_t>(v);
+    return true;
+  }
+
+  std::string_view s_;
+  size_t pos_ = 0;
+  std::string err_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// dtype descriptors
+
+enum class ElemKind { kNumeric, kBool, kUnicode, kBytes };
+
+struct NpyDescr {
+  ElemKind kind = ElemKind::kNumeric;
+  DType dtype = DType::kUndefined;
+  size_t itemsize = 0;  // bytes per element in the file
+  bool swap = false;    // the file's byte order differs from the host's
+};
+
+StatusOr<NpyDescr> parse_descr(const std::string& descr, const std::string& what) {
+  std::string_view s = descr;
+  char order = '=';
+  if (!s.empty() && (s[0] == '<' || s[0] == '>' || s[0] == '=' || s[0] == '|')) {
+    order = s[0];
+    s.remove_prefix(1);
+  }
+  auto bad = [&](const std::string& problem) {
+    return unsupported(what + ": dtype '" + excerpt(descr, 40) + "' " + problem);
+  };
+  if (s.empty()) return invalid_argument(what + ": empty dtype descr '" + excerpt(descr, 40) + "'; " + kResaveHint);
+  char kind = s[0];
+  std::string_view digits = s.substr(1);
+  if (kind == 'O') {
+    return bad(
+        "is an object array: numpy stores those as Python pickles, which ferry does not load. Convert it to a "
+        "numeric or string array (e.g. arr.astype(np.float32) or arr.astype(str)) before saving");
+  }
+  int64_t n = -1;
+  if (!digits.empty()) {
+    n = 0;
+    for (char c : digits) {
+      if (c < '0' || c > '9' || n > (int64_t(1) << 31))
+        return bad("is not a dtype ferry understands (expected e.g. '<f4', '|u1', '<U8')");
+      n = n * 10 + (c - '0');
+    }
+  }
+  const bool file_little = order == '<' || ((order == '=' || order == '|') && kHostLittle);
+  NpyDescr d;
+  d.swap = file_little != kHostLittle;
+  switch (kind) {
+    case '?':
+    case 'b':
+      if ((kind == '?' && n == -1) || (kind == 'b' && n == 1)) {
+        d.kind = ElemKind::kBool;
+        d.dtype = DType::kBool;
+        d.itemsize = 1;
+        d.swap = false;
+        return d;
+      }
+      break;
+    case 'f':
+      if (n == 2) d.dtype = DType::kF16;
+      if (n == 4) d.dtype = DType::kF32;
+      if (n == 8) d.dtype = DType::kF64;
+      if (n == 12 || n == 16)
+        return bad("is an extended-precision float (np.longdouble), which ferry does not support; convert it with "
+                   "arr.astype(np.float64)");
+      break;
+    case 'i':
+      if (n == 1) d.dtype = DType::kI8;
+      if (n == 2) d.dtype = DType::kI16;
+      if (n == 4) d.dtype = DType::kI32;
+      if (n == 8) d.dtype = DType::kI64;
+      break;
+    case 'u':
+      if (n == 1) d.dtype = DType::kU8;
+      if (n == 2) d.dtype = DType::kU16;
+      if (n == 4) d.dtype = DType::kU32;
+      if (n == 8) d.dtype = DType::kU64;
+      break;
+    case 'U':
+      if (n < 0) break;
+      d.kind = ElemKind::kUnicode;
+      d.dtype = DType::kString;
+      d.itemsize = static_cast<size_t>(n) * 4;
+      return d;
+    case 'S':
+    case 'a':
+      if (n < 0) break;
+      d.kind = ElemKind::kBytes;
+      d.dtype = DType::kString;
+      d.itemsize = static_cast<size_t>(n);
+      d.swap = false;
+      return d;
+    case 'c':
+      return bad("holds complex numbers, which ferry does not support; save arr.real and arr.imag separately");
+    case 'M':
+    case 'm':
+      return bad("holds dates or time deltas, which ferry does not support; convert with arr.astype(np.int64)");
+    case 'V':
+      return bad("is a raw or structured (record) dtype, which ferry does not support; save each field separately");
+    default:
+      break;
+  }
+  if (d.dtype == DType::kUndefined)
+    return bad("is not a dtype ferry understands (expected e.g. '<f4', '<i8', '|b1', '<U8')");
+  d.kind = ElemKind::kNumeric;
+  d.itemsize = static_cast<size_t>(n);
+  if (d.itemsize == 1) d.swap = false;
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Header
+
+struct NpyHeader {
+  NpyDescr descr;
+  bool fortran = false;
+  std::vector<int64_t> dims;
+  int64_t numel = 0;
+  size_t data_offset = 0;
+  uint64_t data_bytes = 0;
+};
+
+Status malformed(const std::string& what, const std::string& problem) {
+  return invalid_argument(what + ": " + problem + "; the file is damaged or not a .npy file (" + kResaveHint + ")");
+}
+
+StatusOr<NpyHeader> parse_header(const uint8_t* data, size_t size, const std::string& what) {
+  if (size < kMagicLen || std::memcmp(data, kMagic, kMagicLen) != 0) {
+    std::string found = excerpt(std::string_view(reinterpret_cast<const char*>(data), std::min<size_t>(size, 6)));
+    std::string hint = size >= 4 && std::memcmp(data, "PK\x03\x04", 4) == 0
+                           ? " (it looks like a ZIP/.npz archive: load it with read_npz)"
+                           : "";
+    return invalid_argument(what + ": not a .npy file: it starts with '" + found +
+                            "' instead of the magic '\\x93NUMPY'" + hint);
+  }
+  if (size < kMagicLen + 2) return malformed(what, "the file ends inside the .npy preamble");
+  int major = data[6], minor = data[7];
+  if ((major != 1 && major != 2 && major != 3) || minor != 0) {
+    return unsupported(what + ": .npy format version " + std::to_string(major) + "." + std::to_string(minor) +
+                       " is not supported (ferry reads 1.0, 2.0 and 3.0)");
+  }
+  size_t len_bytes = major == 1 ? 2 : 4;
+  size_t prefix = kMagicLen + 2 + len_bytes;
+  if (size < prefix) return malformed(what, "the file ends inside the .npy preamble");
+  uint64_t header_len = major == 1 ? (uint64_t(data[8]) | (uint64_t(data[9]) << 8))
+                                   : (uint64_t(data[8]) | (uint64_t(data[9]) << 8) | (uint64_t(data[10]) << 16) |
+                                      (uint64_t(data[11]) << 24));
+  if (header_len > kMaxHeaderLen) {
+    return malformed(what, "header length " + std::to_string(header_len) + " exceeds the limit of " +
+                               std::to_string(kMaxHeaderLen) + " bytes");
+  }
+  if (header_len > size - prefix) {
+    return malformed(what, "the header (" + std::to_string(header_len) + " bytes) runs past the end of the file (" +
+                               std::to_string(size) + " bytes)");
+  }
+  std::string_view text(reinterpret_cast<const char*>(data + prefix), static_cast<size_t>(header_len));
+
+  PyValue dict;
+  std::string err = LiteralParser(text).parse(&dict);
+  if (!err.empty()) return malformed(what, "malformed header: " + err + " in \"" + excerpt(text) + "\"");
+  if (dict.kind != PyValue::Kind::kDict)
+    return malformed(what, "the header is not a dictionary: \"" + excerpt(text) + "\"");
+
+  const PyValue* descr = nullptr;
+  const PyValue* fortran = nullptr;
+  const PyValue* shape = nullptr;
+  for (size_t i = 0; i < dict.keys.size(); ++i) {
+    const std::string& k = dict.keys[i];
+    if (k == "descr") {
+      descr = &dict.items[i];
+    } else if (k == "fortran_order") {
+      fortran = &dict.items[i];
+    } else if (k == "shape") {
+      shape = &dict.items[i];
+    } else {
+      return malformed(what, "the header has an unexpected key '" + excerpt(k, 40) +
+                                 "' (a .npy header holds exactly 'descr', 'fortran_order' and 'shape')");
+    }
+  }
+  const std::pair<const PyValue*, const char*> required[] = {{descr, "descr"}, {fortran, "fortran_order"}, {shape, "shape"}};
+  for (const auto& [v, name] : required)
+    if (!v) return malformed(what, std::string("the header lacks the '") + name + "' key: \"" + excerpt(text) + "\"");
+
+  NpyHeader h;
+  if (descr->kind == PyValue::Kind::kList) {
+    return unsupported(what + ": structured (record) arrays are not supported; save each field as its own array");
+  }
+  if (descr->kind != PyValue::Kind::kStr) return malformed(what, "'descr' is not a string");
+  ASSIGN_OR_RETURN(h.descr, parse_descr(descr->str, what));
+  if (fortran->kind != PyValue::Kind::kBool) return malformed(what, "'fortran_order' is not True or False");
+  h.fortran = fortran->flag;
+  if (shape->kind != PyValue::Kind::kTuple) return malformed(what, "'shape' is not a tuple");
+  if (shape->items.size() > static_cast<size_t>(kMaxRank)) {
+    return invalid_argument(what + ": the array has " + std::to_string(shape->items.size()) +
+                            " dimensions, more than the limit of " + std::to_string(kMaxRank));
+  }
+  for (const PyValue& v : shape->items) {
+    if (v.kind != PyValue::Kind::kInt) return malformed(what, "'shape' holds something other than integers");
+    h.dims.push_back(v.num);
+  }
+  for (int64_t d : h.dims) {
+    if (d < 0) {
+      return invalid_argument(what + ": shape " + shape_string(h.dims) + " has a negative dimension " +
+                              std::to_string(d) + "; the file is damaged (" + kResaveHint + ")");
+    }
+  }
+  ASSIGN_OR_RETURN(h.numel, checked_element_count(h.dims, what));
+  if (__builtin_mul_overflow(static_cast<uint64_t>(h.numel), static_cast<uint64_t>(h.descr.itemsize), &h.data_bytes)) {
+    return resource_exhausted(what + ": shape " + shape_string(h.dims) + " of dtype '" + descr->str +
+                              "' needs more bytes than can be addressed");
+  }
+  h.data_offset = prefix + static_cast<size_t>(header_len);
+  if (h.data_bytes > size - h.data_offset) {
+    return invalid_argument(what + ": truncated: shape " + shape_string(h.dims) + " of dtype '" + descr->str +
+                            "' needs " + std::to_string(h.data_bytes) + " data bytes after the " +
+                            std::to_string(h.data_offset) + "-byte header, but only " +
+                            std::to_string(size - h.data_offset) +
+                            " are present; the file is incomplete (copy or save it again)");
+  }
+  return h;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+// Calls fn(dst, src) for every element, dst walking the C-order output and src the same
+// element's index in the Fortran-order input. All dims must be > 0.
+template <typename Fn>
+void for_each_fortran_element(const std::vector<int64_t>& dims, int64_t numel, Fn&& fn) {
+  const size_t rank = dims.size();
+  std::vector<int64_t> fstride(rank), idx(rank, 0);
+  int64_t s = 1;
+  for (size_t k = 0; k < rank; ++k) {
+    fstride[k] = s;
+    s *= dims[k];
+  }
+  int64_t src = 0;
+  for (int64_t dst = 0; dst < numel; ++dst) {
+    fn(dst, src);
+    for (size_t k = rank; k-- > 0;) {
+      if (++idx[k] < dims[k]) {
+        src += fstride[k];
+        break;
+      }
+      src -= fstride[k] * (dims[k] - 1);
+      idx[k] = 0;
+    }
+  }
+}
+
+template <typename Fn>
+void for_each_element(const std::vector<int64_t>& dims, int64_t numel, bool fortran, Fn&& fn) {
+  if (fortran) {
+    for_each_fortran_element(dims, numel, fn);
+  } else {
+    for (int64_t i = 0; i < numel; ++i) fn(i, i);
+  }
+}
+
+template <typename U>
+void copy_elements(const uint8_t* src, uint8_t* dst, const std::vector<int64_t>& dims, int64_t numel, bool swap,
+                   bool fortran) {
+  for_each_element(dims, numel, fortran, [&](int64_t d, int64_t s) {
+    U v;
+    std::memcpy(&v, src + s * static_cast<int64_t>(sizeof(U)), sizeof(U));
+    if constexpr (sizeof(U) > 1) {
+      if (swap) v = bswap(v);
+    }
+    std::memcpy(dst + d * static_cast<int64_t>(sizeof(U)), &v, sizeof(U));
+  });
+}
+
+void append_utf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else {
+    out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  }
+}
+
+// Decodes strict UTF-8, calling fn(code_point) for each; returns the offset of the first bad
+// byte, or -1 when the whole string is valid.
+template <typename Fn>
+int64_t for_each_code_point(const std::string& s, Fn&& fn) {
+  size_t i = 0;
+  const size_t n = s.size();
+  while (i < n) {
+    uint8_t c = static_cast<uint8_t>(s[i]);
+    uint32_t cp;
+    size_t len;
+    if (c < 0x80) {
+      cp = c;
+      len = 1;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      cp = c & 0x1f;
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      cp = c & 0x0f;
+      len = 3;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      cp = c & 0x07;
+      len = 4;
+    } else {
+      return static_cast<int64_t>(i);
+    }
+    if (n - i < len) return static_cast<int64_t>(i);
+    for (size_t k = 1; k < len; ++k) {
+      uint8_t cc = static_cast<uint8_t>(s[i + k]);
+      if ((cc & 0xc0) != 0x80) return static_cast<int64_t>(i);
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF are invalid.
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+      return static_cast<int64_t>(i);
+    fn(cp);
+    i += len;
+  }
+  return -1;
+}
+
+Status decode_strings(const NpyHeader& h, const uint8_t* src, bool fortran, const std::string& what, Tensor* t) {
+  std::vector<std::string>& out = t->mutable_strings();
+  const size_t itemsize = h.descr.itemsize;
+  Status status;
+  for_each_element(h.dims, h.numel, fortran, [&](int64_t d, int64_t s) {
+    if (!status.is_ok()) return;
+    const uint8_t* p = src + static_cast<size_t>(s) * itemsize;
+    std::string& str = out[static_cast<size_t>(d)];
+    if (h.descr.kind == ElemKind::kBytes) {
+      size_t len = itemsize;
+      while (len > 0 && p[len - 1] == 0) --len;  // numpy strips trailing NULs
+      str.assign(reinterpret_cast<const char*>(p), len);
+      return;
+    }
+    size_t chars = itemsize / 4;
+    auto unit = [&](size_t k) {
+      uint32_t v;
+      std::memcpy(&v, p + 4 * k, 4);
+      return h.descr.swap ? bswap(v) : v;
+    };
+    while (chars > 0 && unit(chars - 1) == 0) --chars;
+    str.reserve(chars);
+    for (size_t k = 0; k < chars; ++k) {
+      uint32_t cp = unit(k);
+      if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+        char buf[16];
+        std::snprintf(buf, sizeof(buf), "U+%08X", cp);
+        status = invalid_argument(what + ": string element " + std::to_string(s) + " holds " + buf +
+                                  ", which is not a Unicode scalar value; the file is damaged");
+        return;
+      }
+      append_utf8(cp, &str);
+    }
+  });
+  return status;
+}
+
+// Decodes a whole .npy image. When `owner` is set and writable, and the data needs no
+// conversion and is 64-byte aligned, the tensor views the bytes instead of copying them.
+StatusOr<Tensor> decode_npy(const uint8_t* data, size_t size, const std::string& what,
+                            const std::shared_ptr<const void>& owner, bool writable) {
+  ASSIGN_OR_RETURN(NpyHeader h, parse_header(data, size, what));
+  const uint8_t* src = data + h.data_offset;
+  // Fortran order only changes the layout when two or more dimensions exceed 1.
+  int non_trivial = 0;
+  for (int64_t d : h.dims) non_trivial += d > 1 ? 1 : 0;
+  const bool fortran = h.fortran && non_trivial > 1 && h.numel > 0;
+
+  if (h.descr.dtype == DType::kString) {
+    Tensor t = Tensor::allocate(DType::kString, h.dims);
+    RETURN_IF_ERROR(decode_strings(h, src, fortran, what, &t));
+    return t;
+  }
+  const bool swap = h.descr.swap;
+  if (h.descr.kind == ElemKind::kNumeric && !swap && !fortran && owner && writable && h.numel > 0 &&
+      reinterpret_cast<uintptr_t>(src) % kAlign == 0) {
+    return Tensor::wrap(h.descr.dtype, h.dims, owner, src);
+  }
+  Tensor t = Tensor::allocate(h.descr.dtype, h.dims);
+  if (h.numel == 0) return t;
+  uint8_t* dst = static_cast<uint8_t*>(t.mutable_raw());
+  if (h.descr.kind == ElemKind::kBool) {
+    // numpy bools are bytes; anything non-zero is true (C++ bools must hold exactly 0 or 1).
+    for_each_element(h.dims, h.numel, fortran, [&](int64_t d, int64_t s) { dst[d] = src[s] != 0 ? 1 : 0; });
+    return t;
+  }
+  if (!swap && !fortran) {
+    std::memcpy(dst, src, static_cast<size_t>(h.data_bytes));
+    return t;
+  }
+  switch (h.descr.itemsize) {
+    case 1: copy_elements<uint8_t>(src, dst, h.dims, h.numel, swap, fortran); break;
+    case 2: copy_elements<uint16_t>(src, dst, h.dims, h.numel, swap, fortran); break;
+    case 4: copy_elements<uint32_t>(src, dst, h.dims, h.numel, swap, fortran); break;
+    case 8: copy_elements<uint64_t>(src, dst, h.dims, h.numel, swap, fortran); break;
+    default: return internal_error(what + ": unexpected item size " + std::to_string(h.descr.itemsize));
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+
+struct NpyPlan {
+  std::string prefix;  // magic, version, header length and header: everything before the data
+  uint64_t data_bytes = 0;
+  size_t itemsize = 0;   // bytes per element in the file
+  size_t max_chars = 0;  // string tensors: characters per element
+};
+
+using Sink = std::function<Status(const void*, size_t)>;
+
+StatusOr<NpyPlan> plan_npy(const Tensor& t, const std::string& what) {
+  NpyPlan plan;
+  std::string descr;
+  switch (t.dtype()) {
+    case DType::kF32: descr = "<f4"; break;
+    case DType::kF64: descr = "<f8"; break;
+    case DType::kF16: descr = "<f2"; break;
+    case DType::kBF16: descr = "<f4"; break;  // numpy has no bfloat16: widened to float32
+    case DType::kI8: descr = "|i1"; break;
+    case DType::kU8: descr = "|u1"; break;
+    case DType::kI16: descr = "<i2"; break;
+    case DType::kU16: descr = "<u2"; break;
+    case DType::kI32: descr = "<i4"; break;
+    case DType::kU32: descr = "<u4"; break;
+    case DType::kI64: descr = "<i8"; break;
+    case DType::kU64: descr = "<u8"; break;
+    case DType::kBool: descr = "|b1"; break;
+    case DType::kString: {
+      size_t max_chars = 0;
+      const std::vector<std::string>& strs = t.strings();
+      for (size_t i = 0; i < strs.size(); ++i) {
+        size_t chars = 0;
+        int64_t bad = for_each_code_point(strs[i], [&](uint32_t) { ++chars; });
+        if (bad >= 0) {
+          return invalid_argument(what + ": string element " + std::to_string(i) + " is not valid UTF-8 (byte " +
+                                  std::to_string(bad) + "); .npy stores text as Unicode");
+        }
+        max_chars = std::max(max_chars, chars);
+      }
+      plan.max_chars = std::max<size_t>(max_chars, 1);  // numpy uses '<U1' for empty strings too
+      descr = "<U" + std::to_string(plan.max_chars);
+      break;
+    }
+    case DType::kUndefined:
+      return invalid_argument(what + ": cannot save an undefined tensor");
+  }
+  if (t.dtype() == DType::kString) {
+    plan.itemsize = plan.max_chars * 4;
+    if (static_cast<int64_t>(t.strings().size()) != t.numel())
+      return internal_error(what + ": string tensor holds " + std::to_string(t.strings().size()) + " strings for " +
+                            std::to_string(t.numel()) + " elements");
+  } else {
+    plan.itemsize = t.dtype() == DType::kBF16 ? 4 : static_cast<size_t>(dtype_size(t.dtype()));
+    if (t.numel() > 0 && t.raw() == nullptr) return internal_error(what + ": tensor has no data");
+  }
+  if (__builtin_mul_overflow(static_cast<uint64_t>(t.numel()), static_cast<uint64_t>(plan.itemsize), &plan.data_bytes))
+    return resource_exhausted(what + ": too large to save");
+
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_string(t.dims()) + ", }";
+  for (int major : {1, 2}) {
+    size_t prefix_len = kMagicLen + 2 + (major == 1 ? 2 : 4);
+    size_t unpadded = prefix_len + dict.size() + 1;  // + '\n'
+    size_t pad = (kAlign - unpadded % kAlign) % kAlign;
+    size_t header_len = dict.size() + pad + 1;
+    if (major == 1 && header_len > 0xffff) continue;
+    plan.prefix.assign(kMagic, kMagicLen);
+    plan.prefix.push_back(static_cast<char>(major));
+    plan.prefix.push_back(0);
+    for (size_t b = 0; b < (major == 1 ? 2u : 4u); ++b) plan.prefix.push_back(static_cast<char>((header_len >> (8 * b)) & 0xff));
+    plan.prefix += dict;
+    plan.prefix.append(pad, ' ');
+    plan.prefix.push_back('\n');
+    break;
+  }
+  return plan;
+}
+
+// Streams the data part of the .npy image through `sink` (little-endian, C order).
+Status emit_npy_data(const Tensor& t, const NpyPlan& plan, const Sink& sink) {
+  if (t.numel() == 0) return Status::ok();
+  constexpr size_t kChunk = size_t(1) << 20;
+  if (t.dtype() == DType::kString) {
+    std::string buf;
+    buf.reserve(kChunk + plan.itemsize);
+    for (const std::string& s : t.strings()) {
+      size_t chars = 0;
+      (void)for_each_code_point(s, [&](uint32_t cp) {
+        for (int b = 0; b < 4; ++b) buf.push_back(static_cast<char>((cp >> (8 * b)) & 0xff));
+        ++chars;
+      });
+      buf.append((plan.max_chars - chars) * 4, '\0');
+      if (buf.size() >= kChunk) {
+        RETURN_IF_ERROR(sink(buf.data(), buf.size()));
+        buf.clear();
+      }
+    }
+    return buf.empty() ? Status::ok() : sink(buf.data(), buf.size());
+  }
+  const size_t elem = static_cast<size_t>(dtype_size(t.dtype()));
+  const auto* src = static_cast<const uint8_t*>(t.raw());
+  if (t.dtype() != DType::kBF16 && (kHostLittle || elem == 1)) return sink(src, static_cast<size_t>(plan.data_bytes));
+  // Conversion needed (bf16 -> f32, or a big-endian host): go chunk by chunk.
+  std::vector<uint8_t> buf;
+  const size_t per_chunk = kChunk / plan.itemsize;
+  const size_t n = static_cast<size_t>(t.numel());
+  for (size_t start = 0; start < n; start += per_chunk) {
+    size_t count = std::min(per_chunk, n - start);
+    buf.resize(count * plan.itemsize);
+    for (size_t i = 0; i < count; ++i) {
+      const uint8_t* in = src + (start + i) * elem;
+      uint8_t* out = buf.data() + i * plan.itemsize;
+      if (t.dtype() == DType::kBF16) {
+        uint16_t b;
+        std::memcpy(&b, in, 2);
+        float f = bf16_to_f32(b);
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        for (int k = 0; k < 4; ++k) out[k] = static_cast<uint8_t>((u >> (8 * k)) & 0xff);
+      } else {
+        for (size_t k = 0; k < elem; ++k) out[k] = in[elem - 1 - k];  // big-endian host
+      }
+    }
+    RETURN_IF_ERROR(sink(buf.data(), buf.size()));
+  }
+  return Status::ok();
+}
+
+std::string quoted(const std::string& path) { return "'" + path + "'"; }
+
+StatusOr<std::vector<std::pair<std::string, Tensor>>> decode_npz(const FileBytes& archive, const std::string& what) {
+  ASSIGN_OR_RETURN(std::vector<ZipEntry> entries, list_zip_entries(archive.data, archive.size, what));
+  // Names first, so duplicates are reported before any decompression.
+  std::vector<std::string> names;
+  std::vector<const ZipEntry*> members;
+  std::set<std::string> seen;
+  for (const ZipEntry& e : entries) {
+    if (!e.name.empty() && e.name.back() == '/' && e.uncompressed_size == 0) continue;  // a folder entry
+    std::string name = e.name;
+    if (name.size() >= 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
+    if (!seen.insert(name).second) {
+      return invalid_argument(what + ": the archive holds two arrays named '" + excerpt(name, 200) +
+                              "' (member '" + excerpt(e.name, 200) + "' repeats it); re-create it with numpy.savez");
+    }
+    names.push_back(std::move(name));
+    members.push_back(&e);
+  }
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.reserve(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    const ZipEntry& e = *members[i];
+    ASSIGN_OR_RETURN(ZipMemberBytes bytes, read_zip_entry(archive, e, what));
+    ASSIGN_OR_RETURN(Tensor t, decode_npy(bytes.data, bytes.size, what + " member '" + excerpt(e.name, 200) + "'",
+                                          bytes.owner, bytes.writable));
+    out.emplace_back(std::move(names[i]), std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<Tensor> read_npy(const std::string& path) {
+  ASSIGN_OR_RETURN(FileBytes file, map_file(path));
+  return decode_npy(file.data, file.size, quoted(path), file.owner, file.writable);
+}
+
+StatusOr<Tensor> parse_npy(const uint8_t* data, size_t size, const std::string& what) {
+  static const uint8_t kEmpty[1] = {0};
+  if (data == nullptr) {
+    if (size != 0) return invalid_argument(what + ": null data pointer");
+    data = kEmpty;
+  }
+  return decode_npy(data, size, what, nullptr, false);
+}
+
+StatusOr<std::vector<uint8_t>> encode_npy(const Tensor& t, const std::string& what) {
+  ASSIGN_OR_RETURN(NpyPlan plan, plan_npy(t, what));
+  std::vector<uint8_t> out;
+  out.reserve(plan.prefix.size() + static_cast<size_t>(plan.data_bytes));
+  out.insert(out.end(), plan.prefix.begin(), plan.prefix.end());
+  RETURN_IF_ERROR(emit_npy_data(t, plan, [&](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    out.insert(out.end(), b, b + n);
+    return Status::ok();
+  }));
+  return out;
+}
+
+Status write_npy(const std::string& path, const Tensor& t) {
+  ASSIGN_OR_RETURN(NpyPlan plan, plan_npy(t, "cannot save " + quoted(path)));
+  ASSIGN_OR_RETURN(std::unique_ptr<AtomicFileWriter> file, AtomicFileWriter::create(path));
+  RETURN_IF_ERROR(file->write(plan.prefix.data(), plan.prefix.size()));
+  RETURN_IF_ERROR(emit_npy_data(t, plan, [&](const void* p, size_t n) { return file->write(p, n); }));
+  return file->commit();
+}
+
+StatusOr<std::vector<std::pair<std::string, Tensor>>> read_npz(const std::string& path) {
+  ASSIGN_OR_RETURN(FileBytes file, map_file(path));
+  return decode_npz(file, quoted(path));
+}
+
+StatusOr<std::vector<std::pair<std::string, Tensor>>> parse_npz(const uint8_t* data, size_t size,
+                                                                const std::string& what) {
+  static const uint8_t kEmpty[1] = {0};
+  if (data == nullptr) {
+    if (size != 0) return invalid_argument(what + ": null data pointer");
+    data = kEmpty;
+  }
+  FileBytes bytes;
+  bytes.data = data;
+  bytes.size = size;
+  return decode_npz(bytes, what);
+}
+
+Status write_npz(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& arrays,
+                 const NpzWriteOptions& options) {
+  const std::string what = "cannot save " + quoted(path);
+  std::set<std::string> seen;
+  std::vector<NpyPlan> plans;
+  plans.reserve(arrays.size());
+  for (const auto& [name, tensor] : arrays) {
+    if (name.empty()) return invalid_argument(what + ": an array has an empty name");
+    if (name.size() > 0xffff - 4) return invalid_argument(what + ": array name '" + excerpt(name) + "' is too long");
+    if (name.find('\0') != std::string::npos)
+      return invalid_argument(what + ": array name '" + excerpt(name) + "' contains a NUL byte");
+    if (!seen.insert(name).second) return invalid_argument(what + ": two arrays are named '" + excerpt(name) + "'");
+    ASSIGN_OR_RETURN(NpyPlan plan, plan_npy(tensor, what + ": array '" + excerpt(name) + "'"));
+    plans.push_back(std::move(plan));
+  }
+  ZipWriteOptions zip_options;
+  zip_options.force_zip64 = options.force_zip64;
+  ASSIGN_OR_RETURN(std::unique_ptr<ZipWriter> zip, ZipWriter::create(path, zip_options));
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const NpyPlan& plan = plans[i];
+    RETURN_IF_ERROR(zip->begin_entry(arrays[i].first + ".npy", plan.prefix.size() + plan.data_bytes));
+    RETURN_IF_ERROR(zip->write(plan.prefix.data(), plan.prefix.size()));
+    RETURN_IF_ERROR(emit_npy_data(arrays[i].second, plan, [&](const void* p, size_t n) { return zip->write(p, n); }));
+    RETURN_IF_ERROR(zip->end_entry());
+  }
+  return zip->finish();
+}
+
+std::string safe_file_name(const std::string& tensor_name) {
+  constexpr size_t kMaxLen = 200;
+  std::string out;
+  out.reserve(std::min(tensor_name.size(), kMaxLen));
+  for (char c : tensor_name) {
+    if (out.size() == kMaxLen) break;
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+              c == '-';
+    out.push_back(ok ? c : '_');
+  }
+  if (out.empty() || out == ".") return "_";
+  if (out == "..") return "__";
+  return out;
+}
+
+}  // namespace ferry

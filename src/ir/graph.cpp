@@ -1,0 +1,43 @@
+#include "ir/graph.h"
+
+namespace ferry {
+
+const char* attr_type_name(AttrType t) {
+  switch (t) {
+    case AttrType::kFloat: return "float";
+    case AttrType::kInt: return "int";
+    case AttrType::kString: return "string";
+    case AttrType::kTensor: return "tensor";
+    case AttrType::kGraph: return "graph";
+    case AttrType::kFloats: return "floats";
+    case AttrType::kInts: return "ints";
+    case AttrType::kStrings: return "strings";
+    case AttrType::kTensors: return "tensors";
+    case AttrType::kGraphs: return "graphs";
+    case AttrType::kUndefined: return "undefined";
+  }
+  return "undefined";
+}
+
+std::string Node::describe() const {
+  std::string op = domain.empty() ? op_type : domain + "::" + op_type;
+  return "node '" + name + "' (" + op + ")";
+}
+
+const TensorType* Graph::find_type(const std::string& value) const {
+  for (const Graph* g = this; g; g = g->parent) {
+    auto it = g->value_types.find(value);
+    if (it != g->value_types.end()) return &it->second;
+  }
+  return nullptr;
+}
+
+const Tensor* Graph::find_initializer(const std::string& value) const {
+  for (const Graph* g = this; g; g = g->parent) {
+    auto it = g->initializers.find(value);
+    if (it != g->initializers.end()) return &it->second;
+  }
+  return nullptr;
+}
+
+}  // namespace ferry

@@ -1,0 +1,105 @@
+#include "ir/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace ferry {
+
+namespace {
+constexpr size_t kAlignment = 64;
+
+std::shared_ptr<void> aligned_zeroed(int64_t nbytes) {
+  size_t n = static_cast<size_t>(nbytes);
+  size_t rounded = (n + kAlignment - 1) / kAlignment * kAlignment;
+  if (rounded == 0) rounded = kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+}  // namespace
+
+StatusOr<Tensor> Tensor::create(DType dtype, std::vector<int64_t> dims, const std::string& what) {
+  if (dtype == DType::kUndefined) return invalid_argument(what + ": undefined element type");
+  ASSIGN_OR_RETURN(int64_t n, checked_element_count(dims, what));
+  (void)n;
+  return allocate(dtype, std::move(dims));
+}
+
+Tensor Tensor::allocate(DType dtype, std::vector<int64_t> dims) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.dims_ = std::move(dims);
+  t.numel_ = element_count(t.dims_);
+  if (dtype == DType::kString) {
+    t.strings_ = std::make_shared<std::vector<std::string>>(static_cast<size_t>(t.numel_));
+  } else {
+    auto buf = aligned_zeroed(t.numel_ * dtype_size(dtype));
+    t.data_ = buf.get();
+    t.owner_ = std::move(buf);
+  }
+  return t;
+}
+
+Tensor Tensor::wrap(DType dtype, std::vector<int64_t> dims, std::shared_ptr<const void> owner, const void* data) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.dims_ = std::move(dims);
+  t.numel_ = element_count(t.dims_);
+  t.owner_ = std::move(owner);
+  t.data_ = data;
+  return t;
+}
+
+Tensor Tensor::reshaped(std::vector<int64_t> dims) const {
+  Tensor t = *this;
+  t.dims_ = std::move(dims);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = allocate(dtype_, dims_);
+  if (dtype_ == DType::kString) {
+    *t.strings_ = *strings_;
+  } else if (nbytes() > 0) {
+    std::memcpy(t.mutable_raw(), data_, static_cast<size_t>(nbytes()));
+  }
+  return t;
+}
+
+double Tensor::get_double(int64_t i) const {
+  switch (dtype_) {
+    case DType::kF16: return f16_to_f32(data<uint16_t>()[i]);
+    case DType::kBF16: return bf16_to_f32(data<uint16_t>()[i]);
+    case DType::kBool: return data<bool>()[i] ? 1.0 : 0.0;
+    FERRY_DISPATCH_FLOAT_CASES(return static_cast<double>(data<scalar_t>()[i]))
+    FERRY_DISPATCH_INT_CASES(return static_cast<double>(data<scalar_t>()[i]))
+    default: return 0.0;
+  }
+  return 0.0;
+}
+
+int64_t Tensor::get_int64(int64_t i) const {
+  switch (dtype_) {
+    case DType::kF16: case DType::kBF16: return static_cast<int64_t>(get_double(i));
+    case DType::kBool: return data<bool>()[i] ? 1 : 0;
+    FERRY_DISPATCH_FLOAT_CASES(return static_cast<int64_t>(data<scalar_t>()[i]))
+    FERRY_DISPATCH_INT_CASES(return static_cast<int64_t>(data<scalar_t>()[i]))
+    default: return 0;
+  }
+  return 0;
+}
+
+std::vector<int64_t> Tensor::to_int64_vector() const {
+  std::vector<int64_t> v(static_cast<size_t>(numel_));
+  for (int64_t i = 0; i < numel_; ++i) v[static_cast<size_t>(i)] = get_int64(i);
+  return v;
+}
+
+std::vector<double> Tensor::to_double_vector() const {
+  std::vector<double> v(static_cast<size_t>(numel_));
+  for (int64_t i = 0; i < numel_; ++i) v[static_cast<size_t>(i)] = get_double(i);
+  return v;
+}
+
+}  // namespace ferry

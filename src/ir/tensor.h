@@ -1,0 +1,85 @@
+// Tensor: dtype + concrete dims + shared storage. Copies share data (like a shared_ptr).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "ir/dtype.h"
+#include "ir/shape.h"
+
+namespace ferry {
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  /// Allocates a zero-filled tensor; fails on negative dims or over-limit sizes.
+  static StatusOr<Tensor> create(DType dtype, std::vector<int64_t> dims, const std::string& what = "tensor");
+  /// Allocates without limit checks; dims must already be valid (used on the run path).
+  static Tensor allocate(DType dtype, std::vector<int64_t> dims);
+  /// Views memory owned by `owner` (an mmap, an initializer blob) without copying.
+  static Tensor wrap(DType dtype, std::vector<int64_t> dims, std::shared_ptr<const void> owner, const void* data);
+  /// A rank-0 or rank-1 tensor holding `values`.
+  template <typename T>
+  static Tensor from_vector(const std::vector<T>& values, std::vector<int64_t> dims);
+  template <typename T>
+  static Tensor scalar(T value) { return from_vector<T>({value}, {}); }
+
+  bool defined() const { return dtype_ != DType::kUndefined; }
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int64_t rank() const { return static_cast<int64_t>(dims_.size()); }
+  int64_t dim(int64_t i) const { return dims_[static_cast<size_t>(i)]; }
+  int64_t numel() const { return numel_; }
+  int64_t nbytes() const { return numel_ * dtype_size(dtype_); }
+  TensorType type() const { return TensorType{dtype_, Shape::of(dims_)}; }
+
+  const void* raw() const { return data_; }
+  /// Writable pointer. Tensors wrapping read-only memory (initializers) must not be written.
+  void* mutable_raw() { return const_cast<void*>(data_); }
+  template <typename T> const T* data() const { return static_cast<const T*>(data_); }
+  template <typename T> T* mutable_data() { return static_cast<T*>(mutable_raw()); }
+
+  /// String tensors keep their elements here (raw() is null for them).
+  const std::vector<std::string>& strings() const { return *strings_; }
+  std::vector<std::string>& mutable_strings() { return *strings_; }
+
+  /// Same storage, new dims (element count must match).
+  Tensor reshaped(std::vector<int64_t> dims) const;
+  /// A deep copy.
+  Tensor clone() const;
+
+  /// Element i converted to double / int64 (any numeric dtype or bool).
+  double get_double(int64_t i) const;
+  int64_t get_int64(int64_t i) const;
+  /// All elements as int64 (for shape-like inputs).
+  std::vector<int64_t> to_int64_vector() const;
+  /// All elements as double.
+  std::vector<double> to_double_vector() const;
+
+ private:
+  DType dtype_ = DType::kUndefined;
+  std::vector<int64_t> dims_;
+  int64_t numel_ = 0;
+  std::shared_ptr<const void> owner_;
+  const void* data_ = nullptr;
+  std::shared_ptr<std::vector<std::string>> strings_;
+};
+
+template <typename T>
+Tensor Tensor::from_vector(const std::vector<T>& values, std::vector<int64_t> dims) {
+  Tensor t = allocate(DTypeOf<T>::value, std::move(dims));
+  if constexpr (std::is_same_v<T, std::string>) {
+    t.mutable_strings() = values;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    for (size_t i = 0; i < values.size(); ++i) t.mutable_data<bool>()[i] = values[i];
+  } else {
+    for (size_t i = 0; i < values.size(); ++i) t.mutable_data<T>()[i] = values[i];
+  }
+  return t;
+}
+
+}  // namespace ferry

@@ -1,0 +1,124 @@
+#include "ops/registry.h"
+
+#include <algorithm>
+
+namespace ferry {
+
+#define X(family) void register_##family##_ops(OpRegistry& registry);
+#include "ops/op_families.inc"
+#undef X
+
+int64_t AttrReader::get_int(const char* name, int64_t dflt) const {
+  const Attribute* a = node_.attr(name);
+  return (a && a->type == AttrType::kInt) ? a->i : dflt;
+}
+float AttrReader::get_float(const char* name, float dflt) const {
+  const Attribute* a = node_.attr(name);
+  if (!a) return dflt;
+  if (a->type == AttrType::kFloat) return a->f;
+  if (a->type == AttrType::kInt) return static_cast<float>(a->i);
+  return dflt;
+}
+std::string AttrReader::get_string(const char* name, const std::string& dflt) const {
+  const Attribute* a = node_.attr(name);
+  return (a && a->type == AttrType::kString) ? a->s : dflt;
+}
+std::vector<int64_t> AttrReader::get_ints(const char* name, const std::vector<int64_t>& dflt) const {
+  const Attribute* a = node_.attr(name);
+  return (a && a->type == AttrType::kInts) ? a->ints : dflt;
+}
+std::vector<float> AttrReader::get_floats(const char* name, const std::vector<float>& dflt) const {
+  const Attribute* a = node_.attr(name);
+  return (a && a->type == AttrType::kFloats) ? a->floats : dflt;
+}
+std::vector<std::string> AttrReader::get_strings(const char* name) const {
+  const Attribute* a = node_.attr(name);
+  return (a && a->type == AttrType::kStrings) ? a->strings : std::vector<std::string>{};
+}
+const Tensor* AttrReader::get_tensor(const char* name) const {
+  const Attribute* a = node_.attr(name);
+  return (a && a->type == AttrType::kTensor) ? &a->t : nullptr;
+}
+const Graph* AttrReader::get_graph(const char* name) const {
+  const Attribute* a = node_.attr(name);
+  return (a && a->type == AttrType::kGraph) ? a->g.get() : nullptr;
+}
+
+Status InferContext::error(const std::string& msg) const {
+  return invalid_model(node().describe() + ": " + msg);
+}
+
+Status KernelContext::error(const std::string& msg) const {
+  return invalid_argument(node().describe() + ": " + msg);
+}
+
+StatusOr<Tensor*> KernelContext::allocate_output(int64_t i, DType dtype, std::vector<int64_t> dims) {
+  const std::string what = node().describe() + " output " + std::to_string(i);
+  ASSIGN_OR_RETURN(Tensor t, Tensor::create(dtype, std::move(dims), what));
+  (*outputs_)[i] = std::move(t);
+  return &(*outputs_)[i];
+}
+
+void OpRegistry::add(OpSchema schema) {
+  std::string key = std::string(schema.domain) + "::" + schema.name;
+  ops_[key].push_back(std::move(schema));
+}
+
+void OpRegistry::finalize() {
+  for (auto& [key, list] : ops_) {
+    std::sort(list.begin(), list.end(),
+              [](const OpSchema& a, const OpSchema& b) { return a.since_version < b.since_version; });
+    for (size_t i = 0; i < list.size(); ++i)
+      list[i].until_version = (i + 1 < list.size()) ? list[i + 1].since_version - 1 : kMaxOpset;
+  }
+}
+
+const std::vector<OpSchema>* OpRegistry::versions(const std::string& domain, const std::string& op) const {
+  auto it = ops_.find((domain == "ai.onnx" ? "" : domain) + "::" + op);
+  return it == ops_.end() ? nullptr : &it->second;
+}
+
+const OpSchema* OpRegistry::find(const std::string& domain, const std::string& op, int64_t opset) const {
+  const std::vector<OpSchema>* list = versions(domain, op);
+  if (!list) return nullptr;
+  const OpSchema* best = nullptr;
+  for (const OpSchema& s : *list)
+    if (s.since_version <= opset) best = &s;
+  return best;
+}
+
+std::vector<std::string> OpRegistry::op_names() const {
+  std::vector<std::string> names;
+  for (const auto& [key, list] : ops_) names.push_back(list.front().name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+const OpRegistry& op_registry() {
+  static const OpRegistry* registry = [] {
+    auto* r = new OpRegistry();
+#define X(family) register_##family##_ops(*r);
+#include "ops/op_families.inc"
+#undef X
+    r->finalize();
+    return r;
+  }();
+  return *registry;
+}
+
+StatusOr<const OpSchema*> resolve_schema(const Node& node, int64_t opset) {
+  const OpRegistry& reg = op_registry();
+  const OpSchema* s = reg.find(node.domain, node.op_type, opset);
+  if (s) return s;
+  const std::string dom = node.domain.empty() ? "ai.onnx" : node.domain;
+  const std::vector<OpSchema>* list = reg.versions(node.domain, node.op_type);
+  if (!list)
+    return unsupported(node.describe() + ": operator " + dom + "::" + node.op_type + " (opset " +
+                       std::to_string(opset) + ") is not implemented by ferry; run `ferry check` to list every "
+                       "unsupported node, or re-export the model avoiding this operator");
+  return unsupported(node.describe() + ": " + node.op_type + " is implemented from opset " +
+                     std::to_string(list->front().since_version) + ", but the model imports " + dom + " opset " +
+                     std::to_string(opset) + "; re-export with a newer opset_version");
+}
+
+}  // namespace ferry

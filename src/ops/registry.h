@@ -1,0 +1,145 @@
+// The operator registry: one schema per (op, first opset), each with a shape rule and a
+// reference kernel. Op families register themselves from op_families.inc.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "ir/graph.h"
+
+namespace ferry {
+
+constexpr int64_t kMinOpset = 7;
+constexpr int64_t kMaxOpset = 21;
+
+/// Reads a node's attributes with ONNX defaults.
+class AttrReader {
+ public:
+  explicit AttrReader(const Node& node) : node_(node) {}
+  bool has(const char* name) const { return node_.attr(name) != nullptr; }
+  int64_t get_int(const char* name, int64_t dflt) const;
+  float get_float(const char* name, float dflt) const;
+  std::string get_string(const char* name, const std::string& dflt) const;
+  std::vector<int64_t> get_ints(const char* name, const std::vector<int64_t>& dflt = {}) const;
+  std::vector<float> get_floats(const char* name, const std::vector<float>& dflt = {}) const;
+  std::vector<std::string> get_strings(const char* name) const;
+  const Tensor* get_tensor(const char* name) const;
+  const Graph* get_graph(const char* name) const;
+  const Node& node() const { return node_; }
+
+ private:
+  const Node& node_;
+};
+
+/// What a shape rule sees: input types, constant input values where known, attributes.
+class InferContext : public AttrReader {
+ public:
+  InferContext(const Node& node, int64_t opset, std::vector<const TensorType*> input_types,
+               std::vector<const Tensor*> input_values)
+      : AttrReader(node), opset_(opset), types_(std::move(input_types)), values_(std::move(input_values)),
+        outputs_(node.outputs.size()) {}
+
+  int64_t opset() const { return opset_; }
+  int64_t num_inputs() const { return static_cast<int64_t>(types_.size()); }
+  int64_t num_outputs() const { return static_cast<int64_t>(outputs_.size()); }
+  /// True when input i is given (not omitted, not past the end).
+  bool has_input(int64_t i) const { return i < num_inputs() && types_[i] != nullptr; }
+  /// Type of input i; call only when has_input(i).
+  const TensorType& input_type(int64_t i) const { return *types_[i]; }
+  /// Constant value of input i, or nullptr when unknown before running.
+  const Tensor* input_value(int64_t i) const { return i < num_inputs() ? values_[i] : nullptr; }
+  void set_output(int64_t i, TensorType t) { outputs_[i] = std::move(t); }
+  const std::vector<TensorType>& outputs() const { return outputs_; }
+  /// An InvalidModel error naming the node.
+  Status error(const std::string& msg) const;
+
+ private:
+  int64_t opset_;
+  std::vector<const TensorType*> types_;
+  std::vector<const Tensor*> values_;
+  std::vector<TensorType> outputs_;
+};
+
+/// Runs a subgraph (If/Loop/Scan body) with the given inputs; provided by the executor.
+using SubgraphRunner = std::function<Status(const Graph& body, const std::vector<Tensor>& inputs,
+                                            std::vector<Tensor>* outputs)>;
+
+/// What a kernel sees. Outputs are pre-sized to node.outputs.size(); the kernel allocates them.
+class KernelContext : public AttrReader {
+ public:
+  KernelContext(const Node& node, int64_t opset, std::vector<const Tensor*> inputs, std::vector<Tensor>* outputs)
+      : AttrReader(node), opset_(opset), inputs_(std::move(inputs)), outputs_(outputs) {}
+
+  int64_t opset() const { return opset_; }
+  int64_t num_inputs() const { return static_cast<int64_t>(inputs_.size()); }
+  int64_t num_outputs() const { return static_cast<int64_t>(outputs_->size()); }
+  bool has_input(int64_t i) const { return i < num_inputs() && inputs_[i] != nullptr; }
+  const Tensor& input(int64_t i) const { return *inputs_[i]; }
+  /// Allocates output i (checked against element limits).
+  StatusOr<Tensor*> allocate_output(int64_t i, DType dtype, std::vector<int64_t> dims);
+  /// Sets output i to an existing tensor (e.g. a view sharing an input's storage).
+  void set_output(int64_t i, Tensor t) { (*outputs_)[i] = std::move(t); }
+  Tensor& output(int64_t i) { return (*outputs_)[i]; }
+  Status error(const std::string& msg) const;
+
+  SubgraphRunner run_subgraph;
+
+ private:
+  int64_t opset_;
+  std::vector<const Tensor*> inputs_;
+  std::vector<Tensor>* outputs_;
+};
+
+using InferFn = Status (*)(InferContext&);
+using KernelFn = Status (*)(KernelContext&);
+
+struct AttrSpec {
+  const char* name;
+  AttrType type;
+  bool required = false;
+};
+
+/// One definition of an op, valid from `since_version` until the next definition of the same op.
+struct OpSchema {
+  const char* name = "";
+  const char* domain = "";  // "" = ai.onnx
+  int64_t since_version = 1;
+  int min_inputs = 1;
+  int max_inputs = 1;
+  int min_outputs = 1;
+  int max_outputs = 1;
+  std::vector<AttrSpec> attrs;
+  /// Element types the reference kernel accepts for input 0 (empty = any).
+  std::vector<DType> types;
+  InferFn infer = nullptr;
+  KernelFn kernel = nullptr;
+  /// Filled by the registry: the last opset this definition covers.
+  int64_t until_version = kMaxOpset;
+};
+
+class OpRegistry {
+ public:
+  /// Adds a definition. Definitions of one op may be added in any order.
+  void add(OpSchema schema);
+  /// The definition that applies at `opset` (newest since_version <= opset), or nullptr.
+  const OpSchema* find(const std::string& domain, const std::string& op, int64_t opset) const;
+  /// All definitions of an op (sorted by since_version), empty if unknown.
+  const std::vector<OpSchema>* versions(const std::string& domain, const std::string& op) const;
+  /// Every op name, sorted.
+  std::vector<std::string> op_names() const;
+  void finalize();
+
+ private:
+  std::map<std::string, std::vector<OpSchema>> ops_;  // key: domain + "::" + name
+};
+
+/// The process-wide registry with every op family registered.
+const OpRegistry& op_registry();
+
+/// Looks up the schema for a node, with an error naming the node, op and opset when missing.
+StatusOr<const OpSchema*> resolve_schema(const Node& node, int64_t opset);
+
+}  // namespace ferry

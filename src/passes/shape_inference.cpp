@@ -1,0 +1,158 @@
+#include "passes/shape_inference.h"
+
+#include "ops/registry.h"
+
+namespace ferry {
+namespace {
+
+// Constant inputs up to this many elements are evaluated at load time.
+constexpr int64_t kMaxFoldElements = 1 << 16;
+
+struct InferState {
+  const Model* model;
+  std::unordered_map<std::string, Tensor>* constants;
+};
+
+bool has_subgraph(const Node& n) {
+  for (const auto& [k, a] : n.attrs)
+    if (a.g || !a.graphs.empty()) return true;
+  return false;
+}
+
+Status check_declared(const Node& node, const std::string& value, const TensorType& declared, TensorType* inferred) {
+  if (declared.dtype != DType::kUndefined && inferred->dtype != DType::kUndefined && declared.dtype != inferred->dtype)
+    return invalid_model(node.describe() + ": output '" + value + "' is declared " + dtype_name(declared.dtype) +
+                         " but the op produces " + dtype_name(inferred->dtype));
+  if (inferred->dtype == DType::kUndefined) inferred->dtype = declared.dtype;
+  if (!declared.shape) return Status::ok();
+  if (!inferred->shape) {
+    inferred->shape = declared.shape;
+    return Status::ok();
+  }
+  Shape& s = *inferred->shape;
+  const Shape& d = *declared.shape;
+  if (s.rank() != d.rank())
+    return invalid_model(node.describe() + ": output '" + value + "' is declared with shape " + d.to_string() +
+                         " but the op produces rank " + std::to_string(s.rank()) + " " + s.to_string());
+  for (int64_t i = 0; i < s.rank(); ++i) {
+    if (s.dims[i].is_known() && d.dims[i].is_known() && s.dims[i].value != d.dims[i].value)
+      return invalid_model(node.describe() + ": output '" + value + "' is declared with shape " + d.to_string() +
+                           " but the op produces " + s.to_string());
+    if (!s.dims[i].is_known() && (d.dims[i].is_known() || !d.dims[i].symbol.empty())) s.dims[i] = d.dims[i];
+  }
+  return Status::ok();
+}
+
+Status infer_graph(InferState& st, Graph* g);
+
+Status infer_node(InferState& st, Graph* g, const Node& node) {
+  const int64_t opset = st.model->opset(node.domain);
+  ASSIGN_OR_RETURN(const OpSchema* schema, resolve_schema(node, opset));
+  for (auto& [k, a] : node.attrs) {
+    if (a.g) RETURN_IF_ERROR(infer_graph(st, a.g.get()));
+    for (const auto& sg : a.graphs) RETURN_IF_ERROR(infer_graph(st, sg.get()));
+  }
+  static const TensorType kUnknown{};
+  std::vector<const TensorType*> types;
+  std::vector<const Tensor*> values;
+  bool all_const = true;
+  for (const std::string& in : node.inputs) {
+    if (in.empty()) {
+      types.push_back(nullptr);
+      values.push_back(nullptr);
+      continue;
+    }
+    const TensorType* t = g->find_type(in);
+    types.push_back(t ? t : &kUnknown);
+    const Tensor* v = g->find_initializer(in);
+    // A graph input with the same name overrides its initializer: not a constant then.
+    for (const ValueInfo& gi : g->inputs)
+      if (gi.name == in) v = nullptr;
+    if (!v) {
+      auto it = st.constants->find(in);
+      if (it != st.constants->end()) v = &it->second;
+    }
+    if (!v || v->numel() > kMaxFoldElements) all_const = false;
+    values.push_back(v);
+  }
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] && types[i]->shape) {
+      for (const Dim& d : types[i]->shape->dims)
+        if (d.is_known() && d.value < 0) return invalid_model(node.describe() + ": input " + std::to_string(i) + " has a negative dimension");
+    }
+  }
+  InferContext ctx(node, opset, types, values);
+  if (schema->infer) {
+    RETURN_IF_ERROR(schema->infer(ctx));
+  }
+  std::vector<TensorType> outs = ctx.outputs();
+  // Evaluate small all-constant nodes so value-dependent shapes downstream resolve.
+  if (all_const && !has_subgraph(node) && schema->kernel && node.op_type.find("Random") == std::string::npos) {
+    std::vector<Tensor> results(node.outputs.size());
+    KernelContext kctx(node, opset, values, &results);
+    Status s = schema->kernel(kctx);
+    if (s.is_ok()) {
+      for (size_t i = 0; i < results.size(); ++i) {
+        if (!results[i].defined() || node.outputs[i].empty()) continue;
+        outs[i] = results[i].type();
+        if (results[i].numel() <= kMaxFoldElements) (*st.constants)[node.outputs[i]] = results[i];
+      }
+    }
+  }
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    const std::string& name = node.outputs[i];
+    if (name.empty()) continue;
+    TensorType t = outs[i];
+    if (t.shape) {
+      for (const Dim& d : t.shape->dims)
+        if (d.is_known() && d.value > kMaxTensorElements)
+          return invalid_model(node.describe() + ": output '" + name + "' would have dimension " +
+                               std::to_string(d.value));
+      if (t.shape->is_static()) {
+        auto n = checked_element_count(t.shape->values(), node.describe() + " output '" + name + "'");
+        if (!n.is_ok()) return n.status();
+      }
+    }
+    auto decl = g->value_types.find(name);
+    if (decl != g->value_types.end()) RETURN_IF_ERROR(check_declared(node, name, decl->second, &t));
+    g->value_types[name] = t;
+  }
+  return Status::ok();
+}
+
+Status infer_graph(InferState& st, Graph* g) {
+  for (const Node& node : g->nodes) RETURN_IF_ERROR(infer_node(st, g, node));
+  for (ValueInfo& out : g->outputs) {
+    const TensorType* t = g->find_type(out.name);
+    if (!t) continue;
+    TensorType merged = *t;
+    if (out.type.dtype != DType::kUndefined && merged.dtype != DType::kUndefined && out.type.dtype != merged.dtype)
+      return invalid_model("graph output '" + out.name + "' is declared " + dtype_name(out.type.dtype) +
+                           " but is computed as " + dtype_name(merged.dtype));
+    if (merged.dtype == DType::kUndefined) merged.dtype = out.type.dtype;
+    if (!merged.shape || (!merged.shape->is_static() && out.type.shape && out.type.shape->rank() == merged.shape->rank())) {
+      if (out.type.shape && merged.shape) {
+        for (int64_t i = 0; i < merged.shape->rank(); ++i)
+          if (!merged.shape->dims[i].is_known() && merged.shape->dims[i].symbol.empty()) merged.shape->dims[i] = out.type.shape->dims[i];
+      } else if (!merged.shape) {
+        merged.shape = out.type.shape;
+      }
+    }
+    out.type = merged;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status infer_shapes(Model* model, std::unordered_map<std::string, Tensor>* constants) {
+  InferState st{model, constants};
+  return infer_graph(st, &model->graph);
+}
+
+Status infer_shapes(Model* model) {
+  std::unordered_map<std::string, Tensor> constants;
+  return infer_shapes(model, &constants);
+}
+
+}  // namespace ferry

@@ -1,0 +1,196 @@
+#include "runtime/executor.h"
+
+#include <chrono>
+#include <unordered_set>
+
+namespace ferry {
+
+struct Executor::PreparedGraph {
+  std::vector<const OpSchema*> schemas;
+  std::vector<int64_t> opsets;
+  std::vector<std::unique_ptr<Kernel>> kernels;
+  /// For each node, the local values whose last reader it is (freed after it runs).
+  std::vector<std::vector<std::string>> frees;
+};
+
+/// Values visible while a graph runs; lookups fall back to the enclosing scope (subgraphs).
+struct Executor::Scope {
+  std::unordered_map<std::string, Tensor> values;
+  const Scope* parent = nullptr;
+  const Tensor* find(const std::string& name) const {
+    for (const Scope* s = this; s; s = s->parent) {
+      auto it = s->values.find(name);
+      if (it != s->values.end()) return &it->second;
+    }
+    return nullptr;
+  }
+};
+
+Executor::~Executor() = default;
+
+StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model> model, const ExecutorOptions& options) {
+  std::unique_ptr<Executor> ex(new Executor());
+  ex->model_ = std::move(model);
+  ASSIGN_OR_RETURN(ex->backend_, make_backend(options.device));
+  RETURN_IF_ERROR(ex->prepare_graph(ex->model_->graph));
+  return ex;
+}
+
+Status Executor::prepare_graph(const Graph& g) {
+  auto pg = std::make_unique<PreparedGraph>();
+  const size_t n = g.nodes.size();
+  std::unordered_map<std::string, size_t> last_use;
+  std::unordered_set<std::string> local;
+  for (const ValueInfo& v : g.inputs) local.insert(v.name);
+  for (const auto& [name, t] : g.initializers) local.insert(name);
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    const int64_t opset = model_->opset(node.domain);
+    ASSIGN_OR_RETURN(const OpSchema* schema, resolve_schema(node, opset));
+    std::string why;
+    if (!backend_->supports(node, *schema, &why))
+      return unsupported(node.describe() + ": not supported on " + backend_->name() + ": " + why);
+    ASSIGN_OR_RETURN(auto kernel, backend_->create_kernel(node, *schema));
+    pg->schemas.push_back(schema);
+    pg->opsets.push_back(opset);
+    pg->kernels.push_back(std::move(kernel));
+    for (const std::string& in : node.inputs)
+      if (!in.empty()) last_use[in] = i;
+    for (const std::string& in : node.implicit_inputs) last_use[in] = i;
+    for (const std::string& o : node.outputs) local.insert(o);
+    for (const auto& [k, a] : node.attrs) {
+      if (a.g) RETURN_IF_ERROR(prepare_graph(*a.g));
+      for (const auto& sg : a.graphs) RETURN_IF_ERROR(prepare_graph(*sg));
+    }
+  }
+  std::unordered_set<std::string> keep;
+  for (const ValueInfo& v : g.outputs) keep.insert(v.name);
+  pg->frees.resize(n);
+  for (const auto& [name, idx] : last_use)
+    if (!keep.count(name) && local.count(name) && !g.initializers.count(name)) pg->frees[idx].push_back(name);
+  graphs_[&g] = std::move(pg);
+  return Status::ok();
+}
+
+Status Executor::check_feeds(const NamedTensors& feeds) const {
+  const Graph& g = model_->graph;
+  std::string names;
+  for (const ValueInfo& v : g.inputs) names += (names.empty() ? "'" : ", '") + v.name + "' " + v.type.to_string();
+  std::unordered_map<std::string, const Tensor*> given;
+  for (const auto& [name, t] : feeds) {
+    bool known = false;
+    for (const ValueInfo& v : g.inputs) known |= v.name == name;
+    if (!known) return invalid_argument("'" + name + "' is not an input of the model; its inputs are: " + names);
+    if (!given.emplace(name, &t).second) return invalid_argument("input '" + name + "' is given twice");
+  }
+  std::unordered_map<std::string, int64_t> symbols;
+  for (const ValueInfo& v : g.inputs) {
+    auto it = given.find(v.name);
+    if (it == given.end())
+      return invalid_argument("input '" + v.name + "' (" + v.type.to_string() + ") was not given; the model's inputs are: " + names);
+    const Tensor& t = *it->second;
+    const std::string expected = v.type.to_string();
+    const std::string got = t.type().to_string();
+    if (v.type.dtype != DType::kUndefined && t.dtype() != v.type.dtype)
+      return invalid_argument("input '" + v.name + "': the model expects " + expected + ", given " + got +
+                              " (element type differs: convert the data to " + dtype_numpy_name(v.type.dtype) + ")");
+    if (!v.type.shape) continue;
+    const Shape& s = *v.type.shape;
+    if (s.rank() != t.rank())
+      return invalid_argument("input '" + v.name + "': the model expects " + expected + " (rank " +
+                              std::to_string(s.rank()) + "), given " + got + " (rank " + std::to_string(t.rank()) + ")");
+    for (int64_t i = 0; i < s.rank(); ++i) {
+      const Dim& d = s.dims[i];
+      if (d.is_known() && d.value != t.dim(i))
+        return invalid_argument("input '" + v.name + "': the model expects " + expected + ", given " + got +
+                                " (dimension " + std::to_string(i) + " is " + std::to_string(t.dim(i)) +
+                                ", the model fixes it at " + std::to_string(d.value) +
+                                "; resize the data, or re-export with dynamic_axes)");
+      if (!d.is_known() && !d.symbol.empty()) {
+        auto [sit, fresh] = symbols.emplace(d.symbol, t.dim(i));
+        if (!fresh && sit->second != t.dim(i))
+          return invalid_argument("input '" + v.name + "': dimension " + std::to_string(i) + " ('" + d.symbol +
+                                  "') is " + std::to_string(t.dim(i)) + ", but another input binds '" + d.symbol +
+                                  "' to " + std::to_string(sit->second));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status Executor::run(const NamedTensors& feeds, NamedTensors* outputs) {
+  RETURN_IF_ERROR(check_feeds(feeds));
+  const Graph& g = model_->graph;
+  Scope scope;
+  for (const auto& [name, t] : g.initializers) scope.values[name] = t;
+  for (const auto& [name, t] : feeds) scope.values[name] = t;
+  RETURN_IF_ERROR(run_graph(g, scope, true));
+  outputs->clear();
+  for (const ValueInfo& v : g.outputs) {
+    const Tensor* t = scope.find(v.name);
+    if (!t) return internal_error("graph output '" + v.name + "' was not computed");
+    outputs->emplace_back(v.name, *t);
+  }
+  return Status::ok();
+}
+
+Status Executor::run_graph(const Graph& g, Scope& scope, bool observe) {
+  auto pit = graphs_.find(&g);
+  if (pit == graphs_.end()) return internal_error("graph '" + g.name + "' was not prepared");
+  PreparedGraph& pg = *pit->second;
+  std::vector<Tensor> results;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& node = g.nodes[i];
+    std::vector<const Tensor*> inputs;
+    inputs.reserve(node.inputs.size());
+    for (const std::string& in : node.inputs) {
+      if (in.empty()) {
+        inputs.push_back(nullptr);
+        continue;
+      }
+      const Tensor* t = scope.find(in);
+      if (!t) return internal_error(node.describe() + ": input '" + in + "' is not available");
+      inputs.push_back(t);
+    }
+    results.assign(node.outputs.size(), Tensor());
+    KernelContext ctx(node, pg.opsets[i], std::move(inputs), &results);
+    ctx.run_subgraph = [this, &scope](const Graph& body, const std::vector<Tensor>& body_inputs,
+                                      std::vector<Tensor>* body_outputs) -> Status {
+      Scope inner;
+      inner.parent = &scope;
+      if (body_inputs.size() != body.inputs.size())
+        return invalid_model("subgraph '" + body.name + "' takes " + std::to_string(body.inputs.size()) +
+                             " inputs, given " + std::to_string(body_inputs.size()));
+      for (const auto& [name, t] : body.initializers) inner.values[name] = t;
+      for (size_t k = 0; k < body_inputs.size(); ++k) inner.values[body.inputs[k].name] = body_inputs[k];
+      RETURN_IF_ERROR(run_graph(body, inner, false));
+      body_outputs->clear();
+      for (const ValueInfo& v : body.outputs) {
+        const Tensor* t = inner.find(v.name);
+        if (!t) return internal_error("subgraph output '" + v.name + "' was not computed");
+        body_outputs->push_back(*t);
+      }
+      return Status::ok();
+    };
+    auto start = std::chrono::steady_clock::now();
+    Status st = pg.kernels[i]->compute(ctx);
+    if (!st.is_ok()) {
+      if (st.message().rfind("node '", 0) != 0) st = st.with_context(node.describe());
+      return st;
+    }
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    for (size_t k = 0; k < node.outputs.size(); ++k) {
+      if (node.outputs[k].empty()) continue;
+      if (!results[k].defined())
+        return internal_error(node.describe() + ": the kernel did not produce output " + std::to_string(k) + " ('" +
+                              node.outputs[k] + "')");
+    }
+    if (observe && observer_) observer_(node, results, ms);
+    for (size_t k = 0; k < node.outputs.size(); ++k)
+      if (!node.outputs[k].empty()) scope.values[node.outputs[k]] = std::move(results[k]);
+    for (const std::string& name : pg.frees[i]) scope.values.erase(name);
+  }
+  return Status::ok();
+}
+
+}  // namespace ferry

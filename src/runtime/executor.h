@@ -1,0 +1,56 @@
+// The executor: runs a model's graph node by node on one backend, in topological order.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "backends/backend.h"
+#include "common/status.h"
+#include "ir/graph.h"
+
+namespace ferry {
+
+struct ExecutorOptions {
+  std::string device = "cpu";
+};
+
+/// Called after each node of the main graph runs (profiler, layer-by-layer compare).
+using NodeObserver = std::function<void(const Node& node, const std::vector<Tensor>& outputs, double elapsed_ms)>;
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Executor {
+ public:
+  /// Prepares kernels for every node; fails naming the first node the device cannot run.
+  static StatusOr<std::unique_ptr<Executor>> create(std::shared_ptr<const Model> model, const ExecutorOptions& options = {});
+  ~Executor();
+
+  /// Checks `feeds` against the model's inputs (names, dtypes, shapes) and runs the graph.
+  /// Outputs come back in the model's output order.
+  Status run(const NamedTensors& feeds, NamedTensors* outputs);
+
+  /// Checks feeds without running; the error names the input, the expected and the given type.
+  Status check_feeds(const NamedTensors& feeds) const;
+
+  void set_observer(NodeObserver observer) { observer_ = std::move(observer); }
+  const Model& model() const { return *model_; }
+  const Backend& backend() const { return *backend_; }
+
+ private:
+  struct Scope;
+  struct PreparedGraph;
+  Executor() = default;
+  Status prepare_graph(const Graph& g);
+  Status run_graph(const Graph& g, Scope& scope, bool observe);
+
+  std::shared_ptr<const Model> model_;
+  std::unique_ptr<Backend> backend_;
+  std::unordered_map<const Graph*, std::unique_ptr<PreparedGraph>> graphs_;
+  NodeObserver observer_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,99 @@
+#include "tools/cli_common.h"
+
+#include <cstdio>
+#include <set>
+
+#include "io/npy.h"
+#include "onnx/onnx_import.h"
+
+namespace ferry::cli {
+
+int report(const Status& status) {
+  if (status.is_ok()) return kExitOk;
+  std::fprintf(stderr, "ferry: error: %s\n", status.message().c_str());
+  return status.code() == StatusCode::kInternal ? kExitInternal : kExitBadInput;
+}
+
+StatusOr<std::shared_ptr<Model>> load_model(const std::string& path) { return load_onnx_model(path); }
+
+std::string human_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+StatusOr<NamedTensors> load_inputs(const Model& model, const std::vector<std::string>& specs) {
+  const Graph& g = model.graph;
+  std::set<std::string> input_names;
+  for (const ValueInfo& v : g.inputs) input_names.insert(v.name);
+  NamedTensors feeds;
+  std::set<std::string> fed;
+  size_t next_positional = 0;
+  auto next_unfed = [&]() -> const ValueInfo* {
+    while (next_positional < g.inputs.size() && fed.count(g.inputs[next_positional].name)) ++next_positional;
+    return next_positional < g.inputs.size() ? &g.inputs[next_positional] : nullptr;
+  };
+  for (const std::string& spec : specs) {
+    std::string name, file = spec;
+    size_t eq = spec.find('=');
+    // NAME=FILE, unless the part before '=' looks like a path.
+    if (eq != std::string::npos && spec.substr(0, eq).find('/') == std::string::npos) {
+      name = spec.substr(0, eq);
+      file = spec.substr(eq + 1);
+    }
+    if (ends_with(file, ".npz")) {
+      ASSIGN_OR_RETURN(auto arrays, read_npz(file));
+      for (auto& [member, t] : arrays) {
+        std::string target = member;
+        if (!input_names.count(member)) {
+          const ValueInfo* v = next_unfed();
+          if (!v)
+            return invalid_argument("'" + file + "' array '" + member + "' matches no model input and every input "
+                                    "is already given");
+          target = v->name;
+        }
+        if (!fed.insert(target).second) return invalid_argument("input '" + target + "' is given twice");
+        feeds.emplace_back(target, std::move(t));
+      }
+      continue;
+    }
+    Tensor t;
+    if (ends_with(file, ".npy")) {
+      ASSIGN_OR_RETURN(t, read_npy(file));
+    } else if (ends_with(file, ".pb")) {
+      std::string pb_name;
+      ASSIGN_OR_RETURN(t, read_tensor_pb(file, &pb_name));
+      if (name.empty() && input_names.count(pb_name) && !fed.count(pb_name)) name = pb_name;
+    } else {
+      return invalid_argument("input file '" + file + "': unknown format; use .npy, .npz or an ONNX TensorProto .pb");
+    }
+    if (name.empty()) {
+      const ValueInfo* v = next_unfed();
+      if (!v) return invalid_argument("input file '" + file + "': the model has only " + std::to_string(g.inputs.size()) +
+                                      " inputs and all are given");
+      name = v->name;
+    } else if (!input_names.count(name)) {
+      std::string names;
+      for (const ValueInfo& v : g.inputs) names += (names.empty() ? "" : ", ") + v.name;
+      return invalid_argument("--input " + spec + ": the model has no input named '" + name + "'; its inputs: " + names);
+    }
+    if (!fed.insert(name).second) return invalid_argument("input '" + name + "' is given twice");
+    feeds.emplace_back(name, std::move(t));
+  }
+  return feeds;
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,30 @@
+// Shared pieces of the ferry CLI: exit codes, error printing, loading models and inputs.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "ir/graph.h"
+#include "runtime/executor.h"
+
+namespace ferry::cli {
+
+constexpr int kExitOk = 0;
+constexpr int kExitInternal = 1;
+constexpr int kExitBadInput = 2;
+
+/// Prints "ferry: error: <message>" to stderr and returns the exit code for the status.
+int report(const Status& status);
+
+/// Loads an .onnx model with a message that names the file.
+StatusOr<std::shared_ptr<Model>> load_model(const std::string& path);
+
+/// Reads `--input [NAME=]FILE` specs (.npy, .npz, .pb) and matches them to the model's inputs.
+StatusOr<NamedTensors> load_inputs(const Model& model, const std::vector<std::string>& specs);
+
+/// "1.2 MiB"
+std::string human_bytes(int64_t bytes);
+
+}  // namespace ferry::cli

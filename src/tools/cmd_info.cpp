@@ -1,0 +1,103 @@
+// `ferry info MODEL [--json]`: what the model is.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "tools/cli_common.h"
+#include "tools/commands.h"
+
+namespace ferry::cli {
+namespace {
+
+using nlohmann::json;
+
+json type_json(const TensorType& t) {
+  json dims = json::array();
+  if (t.shape)
+    for (const Dim& d : t.shape->dims) {
+      if (d.is_known()) dims.push_back(d.value);
+      else dims.push_back(d.symbol.empty() ? "?" : d.symbol);
+    }
+  return json{{"dtype", dtype_name(t.dtype)}, {"shape", t.shape ? dims : json(nullptr)}};
+}
+
+void count_ops(const Graph& g, std::map<std::string, int64_t>* hist, int64_t* nodes) {
+  for (const Node& n : g.nodes) {
+    ++(*hist)[n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type];
+    ++*nodes;
+    for (const auto& [k, a] : n.attrs) {
+      if (a.g) count_ops(*a.g, hist, nodes);
+      for (const auto& sg : a.graphs) count_ops(*sg, hist, nodes);
+    }
+  }
+}
+
+}  // namespace
+
+int cmd_info(const InfoOptions& opt) {
+  auto loaded = load_model(opt.model);
+  if (!loaded.is_ok()) return report(loaded.status());
+  const Model& m = *loaded.value();
+  const Graph& g = m.graph;
+  std::map<std::string, int64_t> hist;
+  int64_t nodes = 0;
+  count_ops(g, &hist, &nodes);
+  int64_t params = 0, param_bytes = 0;
+  for (const auto& [name, t] : g.initializers) {
+    params += t.numel();
+    param_bytes += t.nbytes();
+  }
+  std::vector<std::pair<std::string, int64_t>> ops(hist.begin(), hist.end());
+  std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+
+  if (opt.json) {
+    json j;
+    j["model"] = opt.model;
+    j["producer"] = {{"name", m.producer_name}, {"version", m.producer_version}};
+    j["ir_version"] = m.ir_version;
+    json opsets = json::object();
+    for (const auto& [d, v] : m.opset_imports) opsets[d.empty() ? "ai.onnx" : d] = v;
+    j["opset_imports"] = opsets;
+    j["inputs"] = json::array();
+    for (const ValueInfo& v : g.inputs) {
+      json e = type_json(v.type);
+      e["name"] = v.name;
+      j["inputs"].push_back(e);
+    }
+    j["outputs"] = json::array();
+    for (const ValueInfo& v : g.outputs) {
+      json e = type_json(v.type);
+      e["name"] = v.name;
+      j["outputs"].push_back(e);
+    }
+    j["node_count"] = nodes;
+    json h = json::array();
+    for (const auto& [op, n] : ops) h.push_back({{"op", op}, {"count", n}});
+    j["op_histogram"] = h;
+    j["initializer_count"] = g.initializers.size();
+    j["parameter_count"] = params;
+    j["parameter_bytes"] = param_bytes;
+    if (!m.metadata.empty()) j["metadata"] = m.metadata;
+    std::printf("%s\n", j.dump(2).c_str());
+    return kExitOk;
+  }
+  std::printf("model:      %s\n", opt.model.c_str());
+  std::printf("producer:   %s %s (ir_version %lld)\n", m.producer_name.empty() ? "(unknown)" : m.producer_name.c_str(),
+              m.producer_version.c_str(), static_cast<long long>(m.ir_version));
+  std::string opsets;
+  for (const auto& [d, v] : m.opset_imports)
+    opsets += (opsets.empty() ? "" : ", ") + (d.empty() ? std::string("ai.onnx") : d) + " " + std::to_string(v);
+  std::printf("opsets:     %s\n", opsets.c_str());
+  std::printf("inputs:\n");
+  for (const ValueInfo& v : g.inputs) std::printf("  %-24s %s\n", v.name.c_str(), v.type.to_string().c_str());
+  std::printf("outputs:\n");
+  for (const ValueInfo& v : g.outputs) std::printf("  %-24s %s\n", v.name.c_str(), v.type.to_string().c_str());
+  std::printf("parameters: %lld in %zu initializers (%s)\n", static_cast<long long>(params), g.initializers.size(),
+              human_bytes(param_bytes).c_str());
+  std::printf("nodes:      %lld\n", static_cast<long long>(nodes));
+  for (const auto& [op, n] : ops) std::printf("  %-24s %lld\n", op.c_str(), static_cast<long long>(n));
+  return kExitOk;
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,166 @@
+// `ferry run MODEL --input [NAME=]FILE ... [--output-dir DIR]`: run a model once.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "io/npy.h"
+#include "ops/op_util.h"
+#include "tools/cli_common.h"
+#include "tools/commands.h"
+
+namespace ferry::cli {
+namespace {
+
+using nlohmann::json;
+
+struct Summary {
+  double min = 0, max = 0, mean = 0;
+  int64_t nan = 0, inf = 0;
+};
+
+Summary summarize(const Tensor& t) {
+  Summary s;
+  if (t.dtype() == DType::kString || t.numel() == 0) return s;
+  double sum = 0;
+  int64_t finite = 0;
+  bool first = true;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double v = t.get_double(i);
+    if (std::isnan(v)) { ++s.nan; continue; }
+    if (std::isinf(v)) { ++s.inf; continue; }
+    if (first || v < s.min) s.min = v;
+    if (first || v > s.max) s.max = v;
+    first = false;
+    sum += v;
+    ++finite;
+  }
+  s.mean = finite ? sum / static_cast<double>(finite) : 0.0;
+  return s;
+}
+
+std::string real_path(const std::string& p) {
+  char buf[PATH_MAX];
+  return ::realpath(p.c_str(), buf) ? std::string(buf) : std::string();
+}
+
+// Top-k classes of each row of a [N, C] (or [C]) output.
+std::vector<std::vector<std::pair<int64_t, double>>> top_k(const Tensor& t, int k) {
+  std::vector<std::vector<std::pair<int64_t, double>>> rows;
+  if (t.rank() < 1 || t.dtype() == DType::kString) return rows;
+  const int64_t c = t.dims().back();
+  if (c == 0) return rows;
+  const int64_t n = t.numel() / c;
+  for (int64_t r = 0; r < n; ++r) {
+    std::vector<std::pair<int64_t, double>> row;
+    for (int64_t j = 0; j < c; ++j) row.emplace_back(j, t.get_double(r * c + j));
+    const size_t kk = std::min<size_t>(static_cast<size_t>(k), row.size());
+    std::partial_sort(row.begin(), row.begin() + kk, row.end(),
+                      [](const auto& a, const auto& b) { return a.second > b.second; });
+    row.resize(kk);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+
+int cmd_run(const RunOptions& opt) {
+  auto loaded = load_model(opt.model);
+  if (!loaded.is_ok()) return report(loaded.status());
+  std::shared_ptr<Model> model = loaded.value();
+  auto feeds = load_inputs(*model, opt.inputs);
+  if (!feeds.is_ok()) return report(feeds.status());
+  auto ex = Executor::create(model, ExecutorOptions{opt.device});
+  if (!ex.is_ok()) return report(ex.status());
+
+  // Decide output files before running, so a clash is reported before any work is done.
+  std::vector<std::string> out_paths;
+  if (!opt.output_dir.empty()) {
+    struct stat st;
+    if (::stat(opt.output_dir.c_str(), &st) != 0) {
+      if (::mkdir(opt.output_dir.c_str(), 0755) != 0)
+        return report(invalid_argument("--output-dir '" + opt.output_dir + "' cannot be created"));
+    } else if (!S_ISDIR(st.st_mode)) {
+      return report(invalid_argument("--output-dir '" + opt.output_dir + "' exists and is not a folder"));
+    }
+    std::set<std::string> input_files;
+    for (const std::string& spec : opt.inputs) {
+      size_t eq = spec.find('=');
+      input_files.insert(real_path(eq == std::string::npos ? spec : spec.substr(eq + 1)));
+      input_files.insert(real_path(spec));
+    }
+    std::set<std::string> used;
+    for (const ValueInfo& v : model->graph.outputs) {
+      std::string base = safe_file_name(v.name);
+      std::string file = base;
+      for (int k = 1; used.count(file); ++k) file = base + "_" + std::to_string(k);
+      used.insert(file);
+      std::string path = opt.output_dir + "/" + file + ".npy";
+      std::string rp = real_path(path);
+      if (!rp.empty() && input_files.count(rp))
+        return report(invalid_argument("output '" + v.name + "' would be written to '" + path +
+                                       "', which is one of the inputs; choose another --output-dir"));
+      out_paths.push_back(path);
+    }
+  }
+
+  NamedTensors outputs;
+  auto start = std::chrono::steady_clock::now();
+  Status st = ex.value()->run(feeds.value(), &outputs);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!st.is_ok()) return report(st);
+
+  json j;
+  j["model"] = opt.model;
+  j["device"] = opt.device;
+  j["latency_ms"] = ms;
+  j["outputs"] = json::array();
+  if (!opt.json) std::printf("ran %s on %s in %.2f ms\n", opt.model.c_str(), opt.device.c_str(), ms);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [name, t] = outputs[i];
+    if (!out_paths.empty()) {
+      Status ws = write_npy(out_paths[i], t);
+      if (!ws.is_ok()) return report(ws);
+    }
+    Summary s = summarize(t);
+    json e = {{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.dims()},
+              {"min", s.min}, {"max", s.max}, {"mean", s.mean}, {"nan_count", s.nan}, {"inf_count", s.inf}};
+    if (!out_paths.empty()) e["file"] = out_paths[i];
+    if (opt.top_k > 0) {
+      json rows = json::array();
+      for (const auto& row : top_k(t, opt.top_k)) {
+        json r = json::array();
+        for (const auto& [cls, score] : row) r.push_back({{"class", cls}, {"score", score}});
+        rows.push_back(r);
+      }
+      e["top_k"] = rows;
+    }
+    j["outputs"].push_back(e);
+    if (!opt.json) {
+      std::printf("  %-20s %-16s min %-12.6g max %-12.6g mean %-12.6g", name.c_str(), t.type().to_string().c_str(),
+                  s.min, s.max, s.mean);
+      if (s.nan || s.inf) std::printf(" NaN %lld Inf %lld", static_cast<long long>(s.nan), static_cast<long long>(s.inf));
+      if (!out_paths.empty()) std::printf(" -> %s", out_paths[i].c_str());
+      std::printf("\n");
+      if (opt.top_k > 0) {
+        int64_t r = 0;
+        for (const auto& row : top_k(t, opt.top_k)) {
+          std::printf("    [%lld] top-%d:", static_cast<long long>(r++), opt.top_k);
+          for (const auto& [cls, score] : row) std::printf(" %lld (%.4g)", static_cast<long long>(cls), score);
+          std::printf("\n");
+        }
+      }
+    }
+  }
+  if (opt.json) std::printf("%s\n", j.dump(2).c_str());
+  return kExitOk;
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,25 @@
+// The CLI's subcommands. Each returns the process exit code (0 ok, 1 internal, 2 bad input).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ferry::cli {
+
+struct InfoOptions {
+  std::string model;
+  bool json = false;
+};
+int cmd_info(const InfoOptions& options);
+
+struct RunOptions {
+  std::string model;
+  std::vector<std::string> inputs;
+  std::string output_dir;
+  std::string device = "cpu";
+  bool json = false;
+  int top_k = 0;
+};
+int cmd_run(const RunOptions& options);
+
+}  // namespace ferry::cli
