@@ -753,11 +753,14 @@ StatusOr<NpyPlan> plan_npy(const Tensor& t, const std::string& what) {
   if (__builtin_mul_overflow(static_cast<uint64_t>(t.numel()), static_cast<uint64_t>(plan.itemsize), &plan.data_bytes))
     return resource_exhausted(what + ": too large to save");
 
+  // Byte-identical to numpy.save: the same dict text, the same spare room for growing the first
+  // axis (21 digits), then spaces and '\n' so the data starts at a multiple of 64 bytes.
   std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_string(t.dims()) + ", }";
+  if (t.rank() > 0) dict.append(21 - std::min<size_t>(21, std::to_string(t.dim(0)).size()), ' ');
   for (int major : {1, 2}) {
     size_t prefix_len = kMagicLen + 2 + (major == 1 ? 2 : 4);
     size_t unpadded = prefix_len + dict.size() + 1;  // + '\n'
-    size_t pad = (kAlign - unpadded % kAlign) % kAlign;
+    size_t pad = kAlign - unpadded % kAlign;  // 1..64, as numpy does
     size_t header_len = dict.size() + pad + 1;
     if (major == 1 && header_len > 0xffff) continue;
     plan.prefix.assign(kMagic, kMagicLen);

@@ -444,7 +444,6 @@ Status convert_graph(ImportState& st, const onnx::GraphProto& gp, Graph* g, int 
       for (const auto& sg : a.graphs) collect_free_values(*sg, &free_vals);
     }
     node.implicit_inputs.assign(free_vals.begin(), free_vals.end());
-    RETURN_IF_ERROR(check_node(st, node));
     g->nodes.push_back(std::move(node));
   }
   // Values visible from enclosing graphs.
@@ -455,7 +454,10 @@ Status convert_graph(ImportState& st, const onnx::GraphProto& gp, Graph* g, int 
     for (const Node& n : p->nodes)
       for (const std::string& o : n.outputs) outer.insert(o);
   }
-  return check_and_sort(g, outer);
+  RETURN_IF_ERROR(check_and_sort(g, outer));
+  if (st.options.require_known_ops)
+    for (const Node& node : g->nodes) RETURN_IF_ERROR(check_node(st, node));
+  return Status::ok();
 }
 
 }  // namespace
@@ -506,7 +508,10 @@ StatusOr<std::shared_ptr<Model>> parse_onnx_model(const void* data, size_t size,
   }
   model->opset_imports = st.opsets;
   RETURN_IF_ERROR(convert_graph(st, mp.graph(), &model->graph, 0).with_context(what));
-  if (options.infer_shapes) RETURN_IF_ERROR(infer_shapes(model.get()).with_context(what));
+  if (options.infer_shapes) {
+    Status inferred = infer_shapes(model.get(), !options.require_known_ops);
+    if (!inferred.is_ok() && options.require_known_ops) return inferred.with_context(what);
+  }
   return model;
 }
 

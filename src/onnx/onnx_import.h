@@ -17,6 +17,9 @@ struct ImportOptions {
   int64_t max_weight_bytes = int64_t(1) << 40;
   /// Run type and shape inference after import.
   bool infer_shapes = true;
+  /// Refuse nodes whose op (at the model's opset) is not in the registry. `ferry info` turns
+  /// this off to describe any model; running one needs it on.
+  bool require_known_ops = true;
 };
 
 /// Loads and validates an .onnx file; external data is read from the model's folder only.

@@ -114,8 +114,8 @@ StatusOr<const OpSchema*> resolve_schema(const Node& node, int64_t opset) {
   const std::vector<OpSchema>* list = reg.versions(node.domain, node.op_type);
   if (!list)
     return unsupported(node.describe() + ": operator " + dom + "::" + node.op_type + " (opset " +
-                       std::to_string(opset) + ") is not implemented by ferry; run `ferry check` to list every "
-                       "unsupported node, or re-export the model avoiding this operator");
+                       std::to_string(opset) + ") is not implemented by ferry (the list: `ferry ops`); "
+                       "re-export the model without it, or decompose it into supported ops");
   return unsupported(node.describe() + ": " + node.op_type + " is implemented from opset " +
                      std::to_string(list->front().since_version) + ", but the model imports " + dom + " opset " +
                      std::to_string(opset) + "; re-export with a newer opset_version");

@@ -53,6 +53,14 @@ class InferContext : public AttrReader {
   const Tensor* input_value(int64_t i) const { return i < num_inputs() ? values_[i] : nullptr; }
   void set_output(int64_t i, TensorType t) { outputs_[i] = std::move(t); }
   const std::vector<TensorType>& outputs() const { return outputs_; }
+  /// Sets the value of output i when the shape rule knows it without running the kernel (Shape or
+  /// Size of a static shape); shape inference then treats that output as a constant.
+  void set_output_value(int64_t i, Tensor v) {
+    output_values_.resize(outputs_.size());
+    output_values_[i] = std::move(v);
+  }
+  /// Values set by set_output_value (undefined tensors where none was set; may be empty).
+  const std::vector<Tensor>& output_values() const { return output_values_; }
   /// An InvalidModel error naming the node.
   Status error(const std::string& msg) const;
 
@@ -61,6 +69,7 @@ class InferContext : public AttrReader {
   std::vector<const TensorType*> types_;
   std::vector<const Tensor*> values_;
   std::vector<TensorType> outputs_;
+  std::vector<Tensor> output_values_;
 };
 
 /// Runs a subgraph (If/Loop/Scan body) with the given inputs; provided by the executor.

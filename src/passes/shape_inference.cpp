@@ -11,6 +11,7 @@ constexpr int64_t kMaxFoldElements = 1 << 16;
 struct InferState {
   const Model* model;
   std::unordered_map<std::string, Tensor>* constants;
+  bool skip_unknown_ops;
 };
 
 bool has_subgraph(const Node& n) {
@@ -47,7 +48,12 @@ Status infer_graph(InferState& st, Graph* g);
 
 Status infer_node(InferState& st, Graph* g, const Node& node) {
   const int64_t opset = st.model->opset(node.domain);
-  ASSIGN_OR_RETURN(const OpSchema* schema, resolve_schema(node, opset));
+  auto resolved = resolve_schema(node, opset);
+  if (!resolved.is_ok()) {
+    if (st.skip_unknown_ops) return Status::ok();
+    return resolved.status();
+  }
+  const OpSchema* schema = resolved.value();
   for (auto& [k, a] : node.attrs) {
     if (a.g) RETURN_IF_ERROR(infer_graph(st, a.g.get()));
     for (const auto& sg : a.graphs) RETURN_IF_ERROR(infer_graph(st, sg.get()));
@@ -86,6 +92,13 @@ Status infer_node(InferState& st, Graph* g, const Node& node) {
     RETURN_IF_ERROR(schema->infer(ctx));
   }
   std::vector<TensorType> outs = ctx.outputs();
+  // Values the shape rule computed without running the kernel (Shape of a static shape) are constants too.
+  const std::vector<Tensor>& known = ctx.output_values();
+  for (size_t i = 0; i < known.size() && i < node.outputs.size(); ++i) {
+    if (!known[i].defined() || node.outputs[i].empty() || known[i].numel() > kMaxFoldElements) continue;
+    outs[i] = known[i].type();
+    (*st.constants)[node.outputs[i]] = known[i];
+  }
   // Evaluate small all-constant nodes so value-dependent shapes downstream resolve.
   if (all_const && !has_subgraph(node) && schema->kernel && node.op_type.find("Random") == std::string::npos) {
     std::vector<Tensor> results(node.outputs.size());
@@ -145,14 +158,14 @@ Status infer_graph(InferState& st, Graph* g) {
 
 }  // namespace
 
-Status infer_shapes(Model* model, std::unordered_map<std::string, Tensor>* constants) {
-  InferState st{model, constants};
+Status infer_shapes(Model* model, std::unordered_map<std::string, Tensor>* constants, bool skip_unknown_ops) {
+  InferState st{model, constants, skip_unknown_ops};
   return infer_graph(st, &model->graph);
 }
 
-Status infer_shapes(Model* model) {
+Status infer_shapes(Model* model, bool skip_unknown_ops) {
   std::unordered_map<std::string, Tensor> constants;
-  return infer_shapes(model, &constants);
+  return infer_shapes(model, &constants, skip_unknown_ops);
 }
 
 }  // namespace ferry

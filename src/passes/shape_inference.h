@@ -13,9 +13,11 @@ namespace ferry {
 
 /// Fills graph.value_types for every node output (recursing into subgraphs) and checks them
 /// against the declared types. Errors name the node.
-Status infer_shapes(Model* model);
+/// With `skip_unknown_ops`, nodes whose op is not implemented get unknown output types instead
+/// of an error (used to describe models ferry cannot run).
+Status infer_shapes(Model* model, bool skip_unknown_ops = false);
 
 /// Same, and also returns the values that were computed at load time (by value name).
-Status infer_shapes(Model* model, std::unordered_map<std::string, Tensor>* constants);
+Status infer_shapes(Model* model, std::unordered_map<std::string, Tensor>* constants, bool skip_unknown_ops = false);
 
 }  // namespace ferry

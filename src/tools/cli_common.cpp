@@ -14,7 +14,11 @@ int report(const Status& status) {
   return status.code() == StatusCode::kInternal ? kExitInternal : kExitBadInput;
 }
 
-StatusOr<std::shared_ptr<Model>> load_model(const std::string& path) { return load_onnx_model(path); }
+StatusOr<std::shared_ptr<Model>> load_model(const std::string& path, bool require_known_ops) {
+  ImportOptions options;
+  options.require_known_ops = require_known_ops;
+  return load_onnx_model(path, options);
+}
 
 std::string human_bytes(int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

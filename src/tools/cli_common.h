@@ -18,8 +18,9 @@ constexpr int kExitBadInput = 2;
 /// Prints "ferry: error: <message>" to stderr and returns the exit code for the status.
 int report(const Status& status);
 
-/// Loads an .onnx model with a message that names the file.
-StatusOr<std::shared_ptr<Model>> load_model(const std::string& path);
+/// Loads an .onnx model with a message that names the file. Without `require_known_ops`,
+/// models with ops ferry does not implement load too (for describing them).
+StatusOr<std::shared_ptr<Model>> load_model(const std::string& path, bool require_known_ops = true);
 
 /// Reads `--input [NAME=]FILE` specs (.npy, .npz, .pb) and matches them to the model's inputs.
 StatusOr<NamedTensors> load_inputs(const Model& model, const std::vector<std::string>& specs);

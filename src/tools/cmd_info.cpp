@@ -4,6 +4,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "ops/registry.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
 
@@ -22,13 +23,16 @@ json type_json(const TensorType& t) {
   return json{{"dtype", dtype_name(t.dtype)}, {"shape", t.shape ? dims : json(nullptr)}};
 }
 
-void count_ops(const Graph& g, std::map<std::string, int64_t>* hist, int64_t* nodes) {
+void count_ops(const Model& m, const Graph& g, std::map<std::string, int64_t>* hist, int64_t* nodes,
+               std::map<std::string, int64_t>* missing) {
   for (const Node& n : g.nodes) {
-    ++(*hist)[n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type];
+    const std::string op = n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type;
+    ++(*hist)[op];
     ++*nodes;
+    if (!op_registry().find(n.domain, n.op_type, m.opset(n.domain))) ++(*missing)[op];
     for (const auto& [k, a] : n.attrs) {
-      if (a.g) count_ops(*a.g, hist, nodes);
-      for (const auto& sg : a.graphs) count_ops(*sg, hist, nodes);
+      if (a.g) count_ops(m, *a.g, hist, nodes, missing);
+      for (const auto& sg : a.graphs) count_ops(m, *sg, hist, nodes, missing);
     }
   }
 }
@@ -36,13 +40,13 @@ void count_ops(const Graph& g, std::map<std::string, int64_t>* hist, int64_t* no
 }  // namespace
 
 int cmd_info(const InfoOptions& opt) {
-  auto loaded = load_model(opt.model);
+  auto loaded = load_model(opt.model, /*require_known_ops=*/false);
   if (!loaded.is_ok()) return report(loaded.status());
   const Model& m = *loaded.value();
   const Graph& g = m.graph;
-  std::map<std::string, int64_t> hist;
+  std::map<std::string, int64_t> hist, missing;
   int64_t nodes = 0;
-  count_ops(g, &hist, &nodes);
+  count_ops(m, g, &hist, &nodes, &missing);
   int64_t params = 0, param_bytes = 0;
   for (const auto& [name, t] : g.initializers) {
     params += t.numel();
@@ -79,6 +83,7 @@ int cmd_info(const InfoOptions& opt) {
     j["parameter_count"] = params;
     j["parameter_bytes"] = param_bytes;
     if (!m.metadata.empty()) j["metadata"] = m.metadata;
+    j["unsupported_ops"] = missing;
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
@@ -96,7 +101,13 @@ int cmd_info(const InfoOptions& opt) {
   std::printf("parameters: %lld in %zu initializers (%s)\n", static_cast<long long>(params), g.initializers.size(),
               human_bytes(param_bytes).c_str());
   std::printf("nodes:      %lld\n", static_cast<long long>(nodes));
-  for (const auto& [op, n] : ops) std::printf("  %-24s %lld\n", op.c_str(), static_cast<long long>(n));
+  for (const auto& [op, n] : ops)
+    std::printf("  %-24s %lld%s\n", op.c_str(), static_cast<long long>(n), missing.count(op) ? "  (not implemented)" : "");
+  if (!missing.empty()) {
+    std::printf("not runnable: %zu op type(s) are not implemented by ferry:", missing.size());
+    for (const auto& [op, n] : missing) std::printf(" %s", op.c_str());
+    std::printf("\n");
+  }
   return kExitOk;
 }
 

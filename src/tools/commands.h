@@ -22,4 +22,10 @@ struct RunOptions {
 };
 int cmd_run(const RunOptions& options);
 
+struct OpsOptions {
+  bool json = false;
+  bool markdown = false;
+};
+int cmd_ops(const OpsOptions& options);
+
 }  // namespace ferry::cli

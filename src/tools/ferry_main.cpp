@@ -34,6 +34,11 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--top-k", run.top_k, "Also print the K largest values (class, score) of each output row");
   run_cmd->add_flag("--json", run.json, "Print a JSON summary instead of text");
 
+  OpsOptions ops;
+  CLI::App* ops_cmd = app.add_subcommand("ops", "List the operators ferry implements, with their opset ranges");
+  ops_cmd->add_flag("--json", ops.json, "Print JSON");
+  ops_cmd->add_flag("--markdown", ops.markdown, "Print a Markdown table (docs/operators.md)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -49,6 +54,7 @@ int main(int argc, char** argv) {
   try {
     if (*info_cmd) return cmd_info(info);
     if (*run_cmd) return cmd_run(run);
+    if (*ops_cmd) return cmd_ops(ops);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "ferry: error: out of memory\n");
     return kExitBadInput;
