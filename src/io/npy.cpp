@@ -318,6 +318,17 @@ StatusOr<NpyDescr> parse_descr(const std::string& descr, const std::string& what
         "is an object array: numpy stores those as Python pickles, which ferry does not load. Convert it to a "
         "numeric or string array (e.g. arr.astype(np.float32) or arr.astype(str)) before saving");
   }
+  switch (kind) {
+    case 'c':
+      return bad("holds complex numbers, which ferry does not support; save arr.real and arr.imag separately");
+    case 'M':
+    case 'm':
+      return bad("holds dates or time deltas, which ferry does not support; convert with arr.astype(np.int64)");
+    case 'V':
+      return bad("is a raw or structured (record) dtype, which ferry does not support; save each field separately");
+    default:
+      break;
+  }
   int64_t n = -1;
   if (!digits.empty()) {
     n = 0;
@@ -375,13 +386,6 @@ StatusOr<NpyDescr> parse_descr(const std::string& descr, const std::string& what
       d.itemsize = static_cast<size_t>(n);
       d.swap = false;
       return d;
-    case 'c':
-      return bad("holds complex numbers, which ferry does not support; save arr.real and arr.imag separately");
-    case 'M':
-    case 'm':
-      return bad("holds dates or time deltas, which ferry does not support; convert with arr.astype(np.int64)");
-    case 'V':
-      return bad("is a raw or structured (record) dtype, which ferry does not support; save each field separately");
     default:
       break;
   }

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <set>
 
 namespace ferry {
 
@@ -153,7 +152,7 @@ StatusOr<EndRecord> find_end_record(const uint8_t* data, size_t size, const std:
 }
 
 // Applies the ZIP64 extended-information extra field (id 1) of a central-directory entry.
-Status apply_zip64_extra(const uint8_t* extra, size_t len, ZipEntry* e, uint32_t disk, const std::string& what) {
+Status apply_zip64_extra(const uint8_t* extra, size_t len, ZipEntry* e, const std::string& what) {
   size_t p = 0;
   while (p + 4 <= len) {
     uint16_t id = rd16(extra + p), n = rd16(extra + p + 2);
@@ -172,7 +171,6 @@ Status apply_zip64_extra(const uint8_t* extra, size_t len, ZipEntry* e, uint32_t
       if (e->compressed_size == kMax32) ok = ok && take(&e->compressed_size);
       if (e->local_header_offset == kMax32) ok = ok && take(&e->local_header_offset);
       if (!ok) return corrupt(what, "member '" + printable(e->name) + "' has a ZIP64 extra field that is too short");
-      (void)disk;
       return Status::ok();
     }
     p += 4 + n;
@@ -209,7 +207,7 @@ StatusOr<std::vector<ZipEntry>> list_zip_entries(const uint8_t* data, size_t siz
     if (cd_end - p < entry_size)
       return corrupt(what, "central directory entry " + std::to_string(i) + " runs past the directory's end");
     e.name.assign(reinterpret_cast<const char*>(c + kCentralHeaderSize), name_len);
-    RETURN_IF_ERROR(apply_zip64_extra(c + kCentralHeaderSize + name_len, extra_len, &e, disk, what));
+    RETURN_IF_ERROR(apply_zip64_extra(c + kCentralHeaderSize + name_len, extra_len, &e, what));
     p += entry_size;
 
     const std::string member = "member '" + printable(e.name) + "'";

@@ -1,8 +1,977 @@
-// Op family 'tensor_shape' (see op_families.inc).
-#include "ops/op_util.h"
+// Shape manipulation: Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Concat, Split, Shape, Size,
+// Expand, Tile, Identity, Constant, ConstantOfShape, SpaceToDepth, DepthToSpace.
+// Shape rules use constant inputs (shape, axes, split, repeats) to give static shapes, and Shape/Size
+// publish their values so shape subgraphs of PyTorch exports fold to constants.
+#include <algorithm>
+#include <set>
+
+#include "ops/data_movement.h"
 
 namespace ferry {
+namespace {
 
-void register_tensor_shape_ops(OpRegistry& r) { (void)r; }
+using dm::input_desc;
+using dm::input_shape_or_null;
+using dm::input_type_or_null;
+using dm::shape_str;
+using std::string;
+using std::vector;
+
+DType input_dtype(const InferContext& ctx, int64_t i) {
+  const TensorType* t = input_type_or_null(ctx, i);
+  return t ? t->dtype : DType::kUndefined;
+}
+
+// Reads an integer input (shape, axes, repeats...) as int64 values; errors on non-integer types.
+template <typename Ctx>
+Status int_values(const Ctx& ctx, const Tensor& t, int64_t i, vector<int64_t>* out) {
+  if (!dm::read_ints(t, out))
+    return ctx.error(input_desc(ctx.node(), i) + " must be an integer tensor, got " + dtype_name(t.dtype()));
+  if (t.rank() > 1) return ctx.error(input_desc(ctx.node(), i) + " must be 1-D, got shape " + shape_str(t.dims()));
+  return Status::ok();
+}
+
+// Normalizes a list of axes against `rank`; errors name `what` on out-of-range or repeated axes.
+template <typename Ctx>
+Status normalize_axes(const Ctx& ctx, vector<int64_t>* axes, int64_t rank, const string& what) {
+  std::set<int64_t> seen;
+  for (int64_t& a : *axes) {
+    const int64_t orig = a;
+    if (!normalize_axis(&a, rank))
+      return ctx.error(what + ": axis " + std::to_string(orig) + " is out of range for rank " + std::to_string(rank));
+    if (!seen.insert(a).second) return ctx.error(what + ": axis " + std::to_string(orig) + " is repeated");
+  }
+  return Status::ok();
+}
+
+// ---- Reshape ----------------------------------------------------------------------------------
+
+// Resolves a Reshape target against static input dims. Returns an error message or "".
+string resolve_reshape(const vector<int64_t>& in, const vector<int64_t>& shape, bool allowzero, vector<int64_t>* out) {
+  out->assign(shape.size(), 0);
+  int64_t infer_at = -1;
+  int64_t known = 1;
+  const string both = "input shape " + shape_str(in) + " and requested shape " + shape_str(shape);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    int64_t s = shape[i];
+    if (s == -1) {
+      if (infer_at >= 0) return "requested shape " + shape_str(shape) + " has more than one -1";
+      infer_at = static_cast<int64_t>(i);
+      continue;
+    }
+    if (s < -1) return "requested shape " + shape_str(shape) + " has the invalid dimension " + std::to_string(s);
+    if (s == 0 && !allowzero) {
+      if (i >= in.size())
+        return both + ": dimension " + std::to_string(i) + " is 0 (copy the input dimension) but the input has rank " +
+               std::to_string(in.size());
+      s = in[i];
+    }
+    (*out)[i] = s;
+    if (s != 0 && known > kMaxTensorElements / s) return both + ": the requested shape is too large";
+    known *= s;
+  }
+  const int64_t total = element_count(in);
+  if (infer_at >= 0) {
+    if (allowzero && std::find(shape.begin(), shape.end(), 0) != shape.end())
+      return "requested shape " + shape_str(shape) + " has both 0 and -1 while allowzero=1";
+    if (known == 0 || total % known != 0)
+      return "cannot reshape " + both + ": " + std::to_string(total) + " elements do not fill the -1 dimension";
+    (*out)[static_cast<size_t>(infer_at)] = total / known;
+  } else if (known != total) {
+    return "cannot reshape " + both + ": " + std::to_string(total) + " elements vs " + std::to_string(known);
+  }
+  return "";
+}
+
+Status k_reshape(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  if (!ctx.has_input(1)) return ctx.error("input 1 (shape) is required");
+  vector<int64_t> shape, dims;
+  RETURN_IF_ERROR(int_values(ctx, ctx.input(1), 1, &shape));
+  const bool allowzero = ctx.opset() >= 14 && ctx.get_int("allowzero", 0) != 0;
+  string err = resolve_reshape(x.dims(), shape, allowzero, &dims);
+  if (!err.empty()) return ctx.error(err);
+  ctx.set_output(0, x.reshaped(dims));
+  return Status::ok();
+}
+
+Status infer_reshape(InferContext& ctx) {
+  const DType dt = input_dtype(ctx, 0);
+  const Tensor* sv = ctx.input_value(1);
+  if (!sv) {
+    int64_t k = dm::static_length_1d(ctx, 1);
+    ctx.set_output(0, TensorType{dt, k >= 0 ? std::optional<Shape>(dm::unknown_shape(k)) : std::nullopt});
+    return Status::ok();
+  }
+  vector<int64_t> shape;
+  RETURN_IF_ERROR(int_values(ctx, *sv, 1, &shape));
+  const bool allowzero = ctx.opset() >= 14 && ctx.get_int("allowzero", 0) != 0;
+  const Shape* is = input_shape_or_null(ctx, 0);
+  if (is && is->is_static()) {
+    vector<int64_t> dims;
+    string err = resolve_reshape(is->values(), shape, allowzero, &dims);
+    if (!err.empty()) return ctx.error(err);
+    ctx.set_output(0, TensorType{dt, Shape::of(dims)});
+    return Status::ok();
+  }
+  // Symbolic input: copy 0s, and solve -1 when the unknown dims cancel.
+  vector<Dim> out(shape.size());
+  int64_t infer_at = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const int64_t s = shape[i];
+    if (s == -1) {
+      if (infer_at >= 0) return ctx.error("requested shape " + shape_str(shape) + " has more than one -1");
+      infer_at = static_cast<int64_t>(i);
+    } else if (s < -1) {
+      return ctx.error("requested shape " + shape_str(shape) + " has the invalid dimension " + std::to_string(s));
+    } else if (s == 0 && !allowzero) {
+      if (is && static_cast<int64_t>(i) >= is->rank())
+        return ctx.error("requested shape " + shape_str(shape) + ": dimension " + std::to_string(i) +
+                         " is 0 (copy the input dimension) but the input has rank " + std::to_string(is->rank()));
+      if (is) out[i] = is->dims[i];
+    } else {
+      out[i] = Dim(s);
+    }
+  }
+  if (infer_at >= 0 && is) {
+    vector<Dim> num = is->dims;
+    vector<Dim> den;
+    for (size_t i = 0; i < out.size(); ++i)
+      if (static_cast<int64_t>(i) != infer_at) den.push_back(out[i]);
+    // Cancel equal symbols on both sides.
+    for (auto it = den.begin(); it != den.end();) {
+      if (!it->is_known() && !it->symbol.empty()) {
+        auto m = std::find(num.begin(), num.end(), *it);
+        if (m != num.end()) {
+          num.erase(m);
+          it = den.erase(it);
+          continue;
+        }
+      }
+      ++it;
+    }
+    Dim pn = dm::dim_product(num), pd = dm::dim_product(den);
+    if (pn.is_known() && pd.is_known() && pd.value != 0) {
+      if (pn.value % pd.value != 0)
+        return ctx.error("cannot reshape input shape " + is->to_string() + " to " + shape_str(shape));
+      out[static_cast<size_t>(infer_at)] = Dim(pn.value / pd.value);
+    } else if (pd.is_known() && pd.value == 1) {
+      out[static_cast<size_t>(infer_at)] = pn;
+    }
+  }
+  ctx.set_output(0, TensorType{dt, Shape(out)});
+  return Status::ok();
+}
+
+// ---- Flatten ----------------------------------------------------------------------------------
+
+template <typename Ctx>
+Status flatten_axis(const Ctx& ctx, int64_t rank, int64_t* axis) {
+  const int64_t a = ctx.get_int("axis", 1);
+  *axis = a < 0 ? a + rank : a;
+  if (*axis < 0 || *axis > rank)
+    return ctx.error("attribute axis=" + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
+  return Status::ok();
+}
+
+Status k_flatten(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  int64_t axis;
+  RETURN_IF_ERROR(flatten_axis(ctx, x.rank(), &axis));
+  int64_t a = 1, b = 1;
+  for (int64_t i = 0; i < x.rank(); ++i) (i < axis ? a : b) *= x.dim(i);
+  ctx.set_output(0, x.reshaped({a, b}));
+  return Status::ok();
+}
+
+Status infer_flatten(InferContext& ctx) {
+  const Shape* s = input_shape_or_null(ctx, 0);
+  if (!s) {
+    ctx.set_output(0, TensorType{input_dtype(ctx, 0), dm::unknown_shape(2)});
+    return Status::ok();
+  }
+  int64_t axis;
+  RETURN_IF_ERROR(flatten_axis(ctx, s->rank(), &axis));
+  vector<Dim> a(s->dims.begin(), s->dims.begin() + axis), b(s->dims.begin() + axis, s->dims.end());
+  ctx.set_output(0, TensorType{input_dtype(ctx, 0), Shape({dm::dim_product(a), dm::dim_product(b)})});
+  return Status::ok();
+}
+
+// ---- Transpose --------------------------------------------------------------------------------
+
+template <typename Ctx>
+Status transpose_perm(const Ctx& ctx, int64_t rank, vector<int64_t>* perm) {
+  if (!ctx.has("perm")) {
+    perm->resize(static_cast<size_t>(rank));
+    for (int64_t i = 0; i < rank; ++i) (*perm)[i] = rank - 1 - i;
+    return Status::ok();
+  }
+  *perm = ctx.get_ints("perm");
+  if (static_cast<int64_t>(perm->size()) != rank)
+    return ctx.error("attribute perm " + shape_str(*perm) + " has " + std::to_string(perm->size()) +
+                     " entries but the input has rank " + std::to_string(rank));
+  vector<bool> seen(static_cast<size_t>(rank), false);
+  for (int64_t p : *perm) {
+    if (p < 0 || p >= rank || seen[p]) return ctx.error("attribute perm " + shape_str(*perm) + " is not a permutation");
+    seen[p] = true;
+  }
+  return Status::ok();
+}
+
+Status k_transpose(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  vector<int64_t> perm;
+  RETURN_IF_ERROR(transpose_perm(ctx, x.rank(), &perm));
+  // Moving only size-1 axes keeps the element order: a reshape.
+  vector<int64_t> moved;
+  for (int64_t p : perm)
+    if (x.dim(p) != 1) moved.push_back(p);
+  vector<int64_t> dims;
+  for (int64_t p : perm) dims.push_back(x.dim(p));
+  if (std::is_sorted(moved.begin(), moved.end())) {
+    ctx.set_output(0, x.reshaped(dims));
+    return Status::ok();
+  }
+  ASSIGN_OR_RETURN(Tensor y, dm::permute(x, perm));
+  ctx.set_output(0, std::move(y));
+  return Status::ok();
+}
+
+Status infer_transpose(InferContext& ctx) {
+  const Shape* s = input_shape_or_null(ctx, 0);
+  if (!s) {
+    std::optional<Shape> shape;
+    if (ctx.has("perm")) shape = dm::unknown_shape(static_cast<int64_t>(ctx.get_ints("perm").size()));
+    ctx.set_output(0, TensorType{input_dtype(ctx, 0), shape});
+    return Status::ok();
+  }
+  vector<int64_t> perm;
+  RETURN_IF_ERROR(transpose_perm(ctx, s->rank(), &perm));
+  vector<Dim> dims;
+  for (int64_t p : perm) dims.push_back(s->dims[p]);
+  ctx.set_output(0, TensorType{input_dtype(ctx, 0), Shape(dims)});
+  return Status::ok();
+}
+
+// ---- Squeeze / Unsqueeze ----------------------------------------------------------------------
+
+// Axes of Squeeze/Unsqueeze: the attribute before opset 13, input 1 from 13.
+// *given: axes were specified; *known: their values are known (always true in kernels).
+template <typename Ctx>
+Status squeeze_axes(const Ctx& ctx, const Tensor* axes_value, vector<int64_t>* axes, bool* given, bool* known) {
+  *known = true;
+  if (ctx.opset() < 13) {
+    *given = ctx.has("axes");
+    *axes = ctx.get_ints("axes");
+    return Status::ok();
+  }
+  *given = ctx.has_input(1);
+  if (!*given) return Status::ok();
+  if (!axes_value) {
+    *known = false;
+    return Status::ok();
+  }
+  return int_values(ctx, *axes_value, 1, axes);
+}
+
+// Output dims of Squeeze for static-or-symbolic dims; symbolic dims named in axes are taken to be 1.
+template <typename Ctx>
+Status squeeze_dims(const Ctx& ctx, const vector<Dim>& in, vector<int64_t> axes, bool given, vector<Dim>* out,
+                    bool* rank_known) {
+  *rank_known = true;
+  const int64_t r = static_cast<int64_t>(in.size());
+  out->clear();
+  if (!given) {
+    for (const Dim& d : in) {
+      if (!d.is_known()) *rank_known = false;
+      if (!(d.is_known() && d.value == 1)) out->push_back(d);
+    }
+    return Status::ok();
+  }
+  RETURN_IF_ERROR(normalize_axes(ctx, &axes, r, "axes"));
+  vector<bool> drop(static_cast<size_t>(r), false);
+  for (int64_t a : axes) {
+    if (in[a].is_known() && in[a].value != 1)
+      return ctx.error("cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(in[a].value) +
+                       " (input shape " + Shape(in).to_string() + ")");
+    drop[a] = true;
+  }
+  for (int64_t i = 0; i < r; ++i)
+    if (!drop[i]) out->push_back(in[i]);
+  return Status::ok();
+}
+
+Status k_squeeze(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  vector<int64_t> axes;
+  bool given, known;
+  RETURN_IF_ERROR(squeeze_axes(ctx, ctx.has_input(1) ? &ctx.input(1) : nullptr, &axes, &given, &known));
+  vector<Dim> out;
+  bool rank_known;
+  RETURN_IF_ERROR(squeeze_dims(ctx, Shape::of(x.dims()).dims, axes, given, &out, &rank_known));
+  ctx.set_output(0, x.reshaped(Shape(out).values()));
+  return Status::ok();
+}
+
+Status infer_squeeze(InferContext& ctx) {
+  const DType dt = input_dtype(ctx, 0);
+  const Shape* s = input_shape_or_null(ctx, 0);
+  vector<int64_t> axes;
+  bool given, known;
+  RETURN_IF_ERROR(squeeze_axes(ctx, ctx.input_value(1), &axes, &given, &known));
+  if (!s) {
+    ctx.set_output(0, TensorType{dt, std::nullopt});
+    return Status::ok();
+  }
+  if (!known) {
+    int64_t k = dm::static_length_1d(ctx, 1);
+    ctx.set_output(0, TensorType{dt, k >= 0 && k <= s->rank() ? std::optional<Shape>(dm::unknown_shape(s->rank() - k))
+                                                              : std::nullopt});
+    return Status::ok();
+  }
+  vector<Dim> out;
+  bool rank_known;
+  RETURN_IF_ERROR(squeeze_dims(ctx, s->dims, axes, given, &out, &rank_known));
+  ctx.set_output(0, TensorType{dt, rank_known ? std::optional<Shape>(Shape(out)) : std::nullopt});
+  return Status::ok();
+}
+
+template <typename Ctx>
+Status unsqueeze_dims(const Ctx& ctx, const vector<Dim>& in, vector<int64_t> axes, vector<Dim>* out) {
+  const int64_t r = static_cast<int64_t>(in.size()) + static_cast<int64_t>(axes.size());
+  RETURN_IF_ERROR(normalize_axes(ctx, &axes, r, "axes"));
+  vector<bool> inserted(static_cast<size_t>(r), false);
+  for (int64_t a : axes) inserted[a] = true;
+  out->clear();
+  size_t k = 0;
+  for (int64_t i = 0; i < r; ++i) out->push_back(inserted[i] ? Dim(1) : in[k++]);
+  return Status::ok();
+}
+
+Status k_unsqueeze(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  vector<int64_t> axes;
+  bool given, known;
+  RETURN_IF_ERROR(squeeze_axes(ctx, ctx.has_input(1) ? &ctx.input(1) : nullptr, &axes, &given, &known));
+  if (!given) return ctx.error(ctx.opset() < 13 ? "attribute axes is required" : "input 1 (axes) is required");
+  vector<Dim> out;
+  RETURN_IF_ERROR(unsqueeze_dims(ctx, Shape::of(x.dims()).dims, axes, &out));
+  ctx.set_output(0, x.reshaped(Shape(out).values()));
+  return Status::ok();
+}
+
+Status infer_unsqueeze(InferContext& ctx) {
+  const DType dt = input_dtype(ctx, 0);
+  const Shape* s = input_shape_or_null(ctx, 0);
+  vector<int64_t> axes;
+  bool given, known;
+  RETURN_IF_ERROR(squeeze_axes(ctx, ctx.input_value(1), &axes, &given, &known));
+  if (!given) return ctx.error(ctx.opset() < 13 ? "attribute axes is required" : "input 1 (axes) is required");
+  if (!s || !known) {
+    int64_t k = known ? static_cast<int64_t>(axes.size()) : dm::static_length_1d(ctx, 1);
+    ctx.set_output(0, TensorType{dt, s && k >= 0 ? std::optional<Shape>(dm::unknown_shape(s->rank() + k)) : std::nullopt});
+    return Status::ok();
+  }
+  vector<Dim> out;
+  RETURN_IF_ERROR(unsqueeze_dims(ctx, s->dims, axes, &out));
+  ctx.set_output(0, TensorType{dt, Shape(out)});
+  return Status::ok();
+}
+
+// ---- Concat -----------------------------------------------------------------------------------
+
+Status k_concat(KernelContext& ctx) {
+  vector<const Tensor*> ins;
+  for (int64_t i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has_input(i)) return ctx.error(input_desc(ctx.node(), i) + " is empty");
+    ins.push_back(&ctx.input(i));
+  }
+  const Tensor& first = *ins[0];
+  const int64_t rank = first.rank();
+  if (rank == 0) return ctx.error("cannot concatenate scalars (input 0 has rank 0)");
+  int64_t axis = ctx.get_int("axis", 0);
+  if (!normalize_axis(&axis, rank))
+    return ctx.error("attribute axis=" + std::to_string(ctx.get_int("axis", 0)) + " is out of range for rank " +
+                     std::to_string(rank));
+  vector<int64_t> dims = first.dims();
+  dims[axis] = 0;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    const Tensor& t = *ins[i];
+    if (t.dtype() != first.dtype())
+      return ctx.error(input_desc(ctx.node(), i) + " has element type " + dtype_name(t.dtype()) + ", input 0 has " +
+                       dtype_name(first.dtype()));
+    bool ok = t.rank() == rank;
+    for (int64_t d = 0; ok && d < rank; ++d) ok = d == axis || t.dim(d) == first.dim(d);
+    if (!ok)
+      return ctx.error(input_desc(ctx.node(), i) + " has shape " + shape_str(t.dims()) +
+                       ", which does not match input 0's shape " + shape_str(first.dims()) + " outside axis " +
+                       std::to_string(axis));
+    dims[axis] += t.dim(axis);
+  }
+  ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output(0, first.dtype(), dims));
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= dims[d];
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= dims[d];
+  return dm::visit_storage(first.dtype(), [&](auto tag) -> Status {
+    using S = typename decltype(tag)::type;
+    S* o = dm::mut_elems<S>(*out);
+    int64_t pos = 0;
+    for (int64_t b = 0; b < outer; ++b) {
+      for (const Tensor* t : ins) {
+        const int64_t chunk = t->dim(axis) * inner;
+        const S* src = dm::elems<S>(*t) + b * chunk;
+        std::copy(src, src + chunk, o + pos);
+        pos += chunk;
+      }
+    }
+    return Status::ok();
+  });
+}
+
+Status infer_concat(InferContext& ctx) {
+  DType dt = DType::kUndefined;
+  const Shape* ref = nullptr;
+  for (int64_t i = 0; i < ctx.num_inputs(); ++i) {
+    const TensorType* t = input_type_or_null(ctx, i);
+    if (!t) return ctx.error(input_desc(ctx.node(), i) + " is empty");
+    if (t->dtype != DType::kUndefined) {
+      if (dt != DType::kUndefined && dt != t->dtype)
+        return ctx.error(input_desc(ctx.node(), i) + " has element type " + dtype_name(t->dtype) + ", expected " +
+                         dtype_name(dt));
+      dt = t->dtype;
+    }
+    if (t->shape && !ref) ref = &*t->shape;
+  }
+  if (!ref) {
+    ctx.set_output(0, TensorType{dt, std::nullopt});
+    return Status::ok();
+  }
+  const int64_t rank = ref->rank();
+  int64_t axis = ctx.get_int("axis", 0);
+  if (rank == 0) return ctx.error("cannot concatenate scalars");
+  if (!normalize_axis(&axis, rank))
+    return ctx.error("attribute axis=" + std::to_string(ctx.get_int("axis", 0)) + " is out of range for rank " +
+                     std::to_string(rank));
+  vector<Dim> out = ref->dims;
+  int64_t total = 0;
+  bool total_known = true;
+  for (int64_t i = 0; i < ctx.num_inputs(); ++i) {
+    const TensorType& t = ctx.input_type(i);
+    if (!t.shape) {
+      total_known = false;
+      continue;
+    }
+    if (t.shape->rank() != rank)
+      return ctx.error(input_desc(ctx.node(), i) + " has rank " + std::to_string(t.shape->rank()) + " (shape " +
+                       t.shape->to_string() + "), other inputs have rank " + std::to_string(rank));
+    for (int64_t d = 0; d < rank; ++d) {
+      const Dim& x = t.shape->dims[d];
+      if (d == axis) {
+        if (x.is_known()) total += x.value;
+        else total_known = false;
+        continue;
+      }
+      if (x.is_known() && out[d].is_known() && x.value != out[d].value)
+        return ctx.error(input_desc(ctx.node(), i) + " has shape " + t.shape->to_string() +
+                         ", which does not match the other inputs outside axis " + std::to_string(axis));
+      if (x.is_known() && !out[d].is_known()) out[d] = x;
+    }
+  }
+  out[axis] = total_known ? Dim(total) : Dim();
+  if (!total_known && ctx.num_inputs() == 1) out[axis] = ref->dims[axis];
+  ctx.set_output(0, TensorType{dt, Shape(out)});
+  return Status::ok();
+}
+
+// ---- Split ------------------------------------------------------------------------------------
+
+// Split sizes for a dim of size `dim` (-1 = unknown) into `n` outputs. `split` empty = not given.
+// Fills `sizes` (entries -1 when unknown).
+template <typename Ctx>
+Status split_sizes(const Ctx& ctx, int64_t dim, int64_t n, bool split_given, const vector<int64_t>& split,
+                   vector<int64_t>* sizes) {
+  if (split_given) {
+    if (static_cast<int64_t>(split.size()) != n)
+      return ctx.error("split " + shape_str(split) + " has " + std::to_string(split.size()) + " entries but the node has " +
+                       std::to_string(n) + " outputs");
+    int64_t sum = 0;
+    for (int64_t s : split) {
+      if (s < 0) return ctx.error("split " + shape_str(split) + " has a negative size");
+      sum += s;
+    }
+    if (dim >= 0 && sum != dim)
+      return ctx.error("split " + shape_str(split) + " sums to " + std::to_string(sum) + " but the axis has size " +
+                       std::to_string(dim));
+    *sizes = split;
+    return Status::ok();
+  }
+  sizes->assign(static_cast<size_t>(n), -1);
+  if (ctx.opset() >= 18 && ctx.has("num_outputs")) {
+    const int64_t k = ctx.get_int("num_outputs", 0);
+    if (k != n)
+      return ctx.error("attribute num_outputs=" + std::to_string(k) + " but the node has " + std::to_string(n) + " outputs");
+    if (dim < 0) return Status::ok();
+    const int64_t chunk = (dim + n - 1) / n;
+    const int64_t last = dim - chunk * (n - 1);
+    if (last < 0)
+      return ctx.error("cannot split an axis of size " + std::to_string(dim) + " into " + std::to_string(n) + " outputs");
+    sizes->assign(static_cast<size_t>(n), chunk);
+    sizes->back() = last;
+    return Status::ok();
+  }
+  if (dim < 0) return Status::ok();
+  if (dim % n != 0)
+    return ctx.error("cannot split an axis of size " + std::to_string(dim) + " evenly into " + std::to_string(n) +
+                     " outputs (give 'split')");
+  sizes->assign(static_cast<size_t>(n), dim / n);
+  return Status::ok();
+}
+
+// The split given by attribute (opset < 13) or input 1. *known false when the input's value is unknown.
+template <typename Ctx>
+Status split_arg(const Ctx& ctx, const Tensor* value, vector<int64_t>* split, bool* given, bool* known) {
+  *known = true;
+  if (ctx.opset() < 13) {
+    *given = ctx.has("split");
+    *split = ctx.get_ints("split");
+    return Status::ok();
+  }
+  *given = ctx.has_input(1);
+  if (!*given) return Status::ok();
+  if (!value) {
+    *known = false;
+    return Status::ok();
+  }
+  if (value->numel() == 0) {  // an empty split input means "not given"
+    *given = false;
+    return Status::ok();
+  }
+  return int_values(ctx, *value, 1, split);
+}
+
+Status k_split(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  int64_t axis = ctx.get_int("axis", 0);
+  if (!normalize_axis(&axis, x.rank()))
+    return ctx.error("attribute axis=" + std::to_string(ctx.get_int("axis", 0)) + " is out of range for rank " +
+                     std::to_string(x.rank()));
+  vector<int64_t> split, sizes;
+  bool given, known;
+  RETURN_IF_ERROR(split_arg(ctx, ctx.has_input(1) ? &ctx.input(1) : nullptr, &split, &given, &known));
+  RETURN_IF_ERROR(split_sizes(ctx, x.dim(axis), ctx.num_outputs(), given, split, &sizes));
+  const vector<int64_t> in_strides = strides_of(x.dims());
+  int64_t start = 0;
+  for (int64_t k = 0; k < ctx.num_outputs(); ++k) {
+    vector<int64_t> dims = x.dims();
+    dims[axis] = sizes[k];
+    ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output(k, x.dtype(), dims));
+    RETURN_IF_ERROR(dm::strided_gather(x, start * in_strides[axis], in_strides, out));
+    start += sizes[k];
+  }
+  return Status::ok();
+}
+
+Status infer_split(InferContext& ctx) {
+  const DType dt = input_dtype(ctx, 0);
+  const Shape* s = input_shape_or_null(ctx, 0);
+  if (!s) {
+    for (int64_t k = 0; k < ctx.num_outputs(); ++k) ctx.set_output(k, TensorType{dt, std::nullopt});
+    return Status::ok();
+  }
+  int64_t axis = ctx.get_int("axis", 0);
+  if (!normalize_axis(&axis, s->rank()))
+    return ctx.error("attribute axis=" + std::to_string(ctx.get_int("axis", 0)) + " is out of range for rank " +
+                     std::to_string(s->rank()));
+  vector<int64_t> split, sizes(static_cast<size_t>(ctx.num_outputs()), -1);
+  bool given, known;
+  RETURN_IF_ERROR(split_arg(ctx, ctx.input_value(1), &split, &given, &known));
+  if (known) {
+    const Dim& d = s->dims[axis];
+    RETURN_IF_ERROR(split_sizes(ctx, d.is_known() ? d.value : -1, ctx.num_outputs(), given, split, &sizes));
+  }
+  for (int64_t k = 0; k < ctx.num_outputs(); ++k) {
+    Shape o = *s;
+    o.dims[axis] = sizes[k] >= 0 ? Dim(sizes[k]) : (ctx.num_outputs() == 1 ? s->dims[axis] : Dim());
+    ctx.set_output(k, TensorType{dt, o});
+  }
+  return Status::ok();
+}
+
+// ---- Shape / Size -----------------------------------------------------------------------------
+
+void shape_range(const InferContext* ictx, const KernelContext* kctx, int64_t rank, int64_t* start, int64_t* end) {
+  auto get = [&](const char* n, int64_t d) { return ictx ? ictx->get_int(n, d) : kctx->get_int(n, d); };
+  const int64_t opset = ictx ? ictx->opset() : kctx->opset();
+  *start = 0;
+  *end = rank;
+  if (opset < 15) return;
+  *start = get("start", 0);
+  *end = get("end", rank);
+  if (*start < 0) *start += rank;
+  if (*end < 0) *end += rank;
+  *start = std::clamp<int64_t>(*start, 0, rank);
+  *end = std::clamp<int64_t>(*end, 0, rank);
+  if (*end < *start) *end = *start;
+}
+
+Status k_shape(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  int64_t start, end;
+  shape_range(nullptr, &ctx, x.rank(), &start, &end);
+  vector<int64_t> v(x.dims().begin() + start, x.dims().begin() + end);
+  ctx.set_output(0, Tensor::from_vector<int64_t>(v, {end - start}));
+  return Status::ok();
+}
+
+Status infer_shape(InferContext& ctx) {
+  const Shape* s = input_shape_or_null(ctx, 0);
+  if (!s) {
+    ctx.set_output(0, TensorType{DType::kI64, dm::unknown_shape(1)});
+    return Status::ok();
+  }
+  int64_t start, end;
+  shape_range(&ctx, nullptr, s->rank(), &start, &end);
+  ctx.set_output(0, TensorType{DType::kI64, Shape::of({end - start})});
+  Shape part(vector<Dim>(s->dims.begin() + start, s->dims.begin() + end));
+  if (part.is_static()) ctx.set_output_value(0, Tensor::from_vector<int64_t>(part.values(), {end - start}));
+  return Status::ok();
+}
+
+Status k_size(KernelContext& ctx) {
+  ctx.set_output(0, Tensor::scalar<int64_t>(ctx.input(0).numel()));
+  return Status::ok();
+}
+
+Status infer_size(InferContext& ctx) {
+  ctx.set_output(0, TensorType{DType::kI64, Shape()});
+  const Shape* s = input_shape_or_null(ctx, 0);
+  if (s && s->is_static()) ctx.set_output_value(0, Tensor::scalar<int64_t>(element_count(s->values())));
+  return Status::ok();
+}
+
+// ---- Expand / Tile ----------------------------------------------------------------------------
+
+Status k_expand(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  vector<int64_t> shape, dims;
+  RETURN_IF_ERROR(int_values(ctx, ctx.input(1), 1, &shape));
+  for (int64_t d : shape)
+    if (d < 0) return ctx.error("input 1 (shape) " + shape_str(shape) + " has a negative dimension");
+  if (!broadcast_dims(x.dims(), shape, &dims))
+    return ctx.error("input shape " + shape_str(x.dims()) + " cannot be broadcast to " + shape_str(shape));
+  ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output(0, x.dtype(), dims));
+  return dm::strided_gather(x, 0, broadcast_strides(x.dims(), dims), out);
+}
+
+Status infer_expand(InferContext& ctx) {
+  const DType dt = input_dtype(ctx, 0);
+  const Shape* s = input_shape_or_null(ctx, 0);
+  const Tensor* sv = ctx.input_value(1);
+  if (sv) {
+    vector<int64_t> shape;
+    RETURN_IF_ERROR(int_values(ctx, *sv, 1, &shape));
+    for (int64_t d : shape)
+      if (d < 0) return ctx.error("input 1 (shape) " + shape_str(shape) + " has a negative dimension");
+    if (!s) {
+      ctx.set_output(0, TensorType{dt, std::nullopt});
+      return Status::ok();
+    }
+    Shape out;
+    if (!broadcast_shapes(*s, Shape::of(shape), &out))
+      return ctx.error("input shape " + s->to_string() + " cannot be broadcast to " + shape_str(shape));
+    ctx.set_output(0, TensorType{dt, out});
+    return Status::ok();
+  }
+  const int64_t k = dm::static_length_1d(ctx, 1);
+  if (!s || k < 0) {
+    ctx.set_output(0, TensorType{dt, std::nullopt});
+    return Status::ok();
+  }
+  // Unknown target values: dims where the input is known and > 1 stay.
+  const int64_t r = std::max(s->rank(), k);
+  Shape out = dm::unknown_shape(r);
+  for (int64_t i = 0; i < s->rank(); ++i) {
+    const Dim& d = s->dims[i];
+    if (d.is_known() && d.value != 1) out.dims[r - s->rank() + i] = d;
+  }
+  ctx.set_output(0, TensorType{dt, out});
+  return Status::ok();
+}
+
+Status k_tile(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  vector<int64_t> rep;
+  RETURN_IF_ERROR(int_values(ctx, ctx.input(1), 1, &rep));
+  if (static_cast<int64_t>(rep.size()) != x.rank())
+    return ctx.error("input 1 (repeats) has " + std::to_string(rep.size()) + " entries but the input has rank " +
+                     std::to_string(x.rank()));
+  vector<int64_t> dims(rep.size());
+  vector<vector<int64_t>> maps(rep.size());
+  for (size_t i = 0; i < rep.size(); ++i) {
+    if (rep[i] < 0) return ctx.error("input 1 (repeats) " + shape_str(rep) + " has a negative entry");
+    if (x.dim(i) != 0 && rep[i] > kMaxTensorElements / x.dim(i)) return ctx.error("repeats " + shape_str(rep) + " are too large");
+    dims[i] = x.dim(i) * rep[i];
+  }
+  ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output(0, x.dtype(), dims));
+  if (out->numel() == 0) return Status::ok();
+  for (size_t i = 0; i < rep.size(); ++i) {
+    maps[i].resize(static_cast<size_t>(dims[i]));
+    for (int64_t j = 0; j < dims[i]; ++j) maps[i][j] = j % x.dim(i);
+  }
+  return dm::axis_map_gather(x, maps, Tensor(), out);
+}
+
+Status infer_tile(InferContext& ctx) {
+  const DType dt = input_dtype(ctx, 0);
+  const Shape* s = input_shape_or_null(ctx, 0);
+  if (!s) {
+    ctx.set_output(0, TensorType{dt, std::nullopt});
+    return Status::ok();
+  }
+  Shape out = *s;
+  const Tensor* rv = ctx.input_value(1);
+  if (!rv) {
+    for (Dim& d : out.dims) d = Dim();
+  } else {
+    vector<int64_t> rep;
+    RETURN_IF_ERROR(int_values(ctx, *rv, 1, &rep));
+    if (static_cast<int64_t>(rep.size()) != s->rank())
+      return ctx.error("input 1 (repeats) has " + std::to_string(rep.size()) + " entries but the input has rank " +
+                       std::to_string(s->rank()));
+    for (size_t i = 0; i < rep.size(); ++i) {
+      if (rep[i] < 0) return ctx.error("input 1 (repeats) " + shape_str(rep) + " has a negative entry");
+      Dim& d = out.dims[i];
+      if (rep[i] == 0) d = Dim(0);
+      else if (d.is_known()) d = Dim(d.value * rep[i]);
+      else if (rep[i] != 1) d = Dim();
+    }
+  }
+  ctx.set_output(0, TensorType{dt, out});
+  return Status::ok();
+}
+
+// ---- Identity / Constant / ConstantOfShape ----------------------------------------------------
+
+Status k_identity(KernelContext& ctx) {
+  ctx.set_output(0, ctx.input(0));
+  return Status::ok();
+}
+
+// Builds Constant's value from whichever attribute is set.
+template <typename Ctx>
+StatusOr<Tensor> constant_value(const Ctx& ctx) {
+  int count = 0;
+  Tensor v;
+  if (const Tensor* t = ctx.get_tensor("value")) {
+    v = *t;
+    ++count;
+  }
+  if (ctx.has("sparse_value")) return unsupported(ctx.node().describe() + ": sparse_value is not supported");
+  if (ctx.has("value_float")) {
+    v = Tensor::scalar<float>(ctx.get_float("value_float", 0.0f));
+    ++count;
+  }
+  if (ctx.has("value_floats")) {
+    vector<float> f = ctx.get_floats("value_floats");
+    v = Tensor::from_vector<float>(f, {static_cast<int64_t>(f.size())});
+    ++count;
+  }
+  if (ctx.has("value_int")) {
+    v = Tensor::scalar<int64_t>(ctx.get_int("value_int", 0));
+    ++count;
+  }
+  if (ctx.has("value_ints")) {
+    vector<int64_t> i = ctx.get_ints("value_ints");
+    v = Tensor::from_vector<int64_t>(i, {static_cast<int64_t>(i.size())});
+    ++count;
+  }
+  if (ctx.has("value_string")) {
+    v = Tensor::scalar<string>(ctx.get_string("value_string", ""));
+    ++count;
+  }
+  if (ctx.has("value_strings")) {
+    vector<string> s = ctx.get_strings("value_strings");
+    v = Tensor::from_vector<string>(s, {static_cast<int64_t>(s.size())});
+    ++count;
+  }
+  if (count != 1 || !v.defined())
+    return ctx.error("exactly one of the attributes value, value_float(s), value_int(s), value_string(s) must be set (" +
+                     std::to_string(count) + " are)");
+  return v;
+}
+
+Status k_constant(KernelContext& ctx) {
+  ASSIGN_OR_RETURN(Tensor v, constant_value(ctx));
+  ctx.set_output(0, v);
+  return Status::ok();
+}
+
+Status infer_constant(InferContext& ctx) {
+  ASSIGN_OR_RETURN(Tensor v, constant_value(ctx));
+  ctx.set_output(0, v.type());
+  return Status::ok();
+}
+
+template <typename Ctx>
+Status constant_of_shape_fill(const Ctx& ctx, Tensor* fill) {
+  const Tensor* v = ctx.get_tensor("value");
+  if (!v) {
+    *fill = Tensor::scalar<float>(0.0f);
+    return Status::ok();
+  }
+  if (v->numel() != 1)
+    return ctx.error("attribute value must hold exactly one element, it has " + std::to_string(v->numel()));
+  *fill = *v;
+  return Status::ok();
+}
+
+Status k_constant_of_shape(KernelContext& ctx) {
+  Tensor fill;
+  RETURN_IF_ERROR(constant_of_shape_fill(ctx, &fill));
+  vector<int64_t> dims;
+  RETURN_IF_ERROR(int_values(ctx, ctx.input(0), 0, &dims));
+  for (int64_t d : dims)
+    if (d < 0) return ctx.error("input 0 (shape) " + shape_str(dims) + " has a negative dimension");
+  ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output(0, fill.dtype(), dims));
+  return dm::visit_storage(fill.dtype(), [&](auto tag) -> Status {
+    using S = typename decltype(tag)::type;
+    std::fill_n(dm::mut_elems<S>(*out), out->numel(), dm::elems<S>(fill)[0]);
+    return Status::ok();
+  });
+}
+
+Status infer_constant_of_shape(InferContext& ctx) {
+  Tensor fill;
+  RETURN_IF_ERROR(constant_of_shape_fill(ctx, &fill));
+  const Tensor* sv = ctx.input_value(0);
+  std::optional<Shape> shape;
+  if (sv) {
+    vector<int64_t> dims;
+    RETURN_IF_ERROR(int_values(ctx, *sv, 0, &dims));
+    for (int64_t d : dims)
+      if (d < 0) return ctx.error("input 0 (shape) " + shape_str(dims) + " has a negative dimension");
+    shape = Shape::of(dims);
+  } else if (int64_t k = dm::static_length_1d(ctx, 0); k >= 0) {
+    shape = dm::unknown_shape(k);
+  }
+  ctx.set_output(0, TensorType{fill.dtype(), shape});
+  return Status::ok();
+}
+
+// ---- SpaceToDepth / DepthToSpace --------------------------------------------------------------
+
+template <typename Ctx>
+Status block_size(const Ctx& ctx, int64_t* b) {
+  *b = ctx.get_int("blocksize", 0);
+  if (*b <= 0) return ctx.error("attribute blocksize must be positive, got " + std::to_string(*b));
+  return Status::ok();
+}
+
+template <bool kToDepth>
+Status k_space_depth(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  int64_t b;
+  RETURN_IF_ERROR(block_size(ctx, &b));
+  if (x.rank() != 4) return ctx.error("input must be 4-D (N,C,H,W), got shape " + shape_str(x.dims()));
+  const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3);
+  if (kToDepth) {
+    if (h % b != 0 || w % b != 0)
+      return ctx.error("input shape " + shape_str(x.dims()) + ": H and W must be divisible by blocksize " + std::to_string(b));
+    Tensor r = x.reshaped({n, c, h / b, b, w / b, b});
+    ASSIGN_OR_RETURN(Tensor y, dm::permute(r, {0, 3, 5, 1, 2, 4}));
+    ctx.set_output(0, y.reshaped({n, c * b * b, h / b, w / b}));
+    return Status::ok();
+  }
+  if (c % (b * b) != 0)
+    return ctx.error("input shape " + shape_str(x.dims()) + ": C must be divisible by blocksize^2 = " + std::to_string(b * b));
+  const bool crd = ctx.get_string("mode", "DCR") == "CRD";
+  if (!crd && ctx.get_string("mode", "DCR") != "DCR")
+    return ctx.error("attribute mode must be DCR or CRD, got '" + ctx.get_string("mode", "") + "'");
+  Tensor y;
+  if (crd) {
+    ASSIGN_OR_RETURN(y, dm::permute(x.reshaped({n, c / (b * b), b, b, h, w}), {0, 1, 4, 2, 5, 3}));
+  } else {
+    ASSIGN_OR_RETURN(y, dm::permute(x.reshaped({n, b, b, c / (b * b), h, w}), {0, 3, 4, 1, 5, 2}));
+  }
+  ctx.set_output(0, y.reshaped({n, c / (b * b), h * b, w * b}));
+  return Status::ok();
+}
+
+template <bool kToDepth>
+Status infer_space_depth(InferContext& ctx) {
+  int64_t b;
+  RETURN_IF_ERROR(block_size(ctx, &b));
+  const DType dt = input_dtype(ctx, 0);
+  const Shape* s = input_shape_or_null(ctx, 0);
+  if (!s) {
+    ctx.set_output(0, TensorType{dt, dm::unknown_shape(4)});
+    return Status::ok();
+  }
+  if (s->rank() != 4) return ctx.error("input must be 4-D (N,C,H,W), got shape " + s->to_string());
+  if (!kToDepth) {
+    const string mode = ctx.get_string("mode", "DCR");
+    if (mode != "DCR" && mode != "CRD") return ctx.error("attribute mode must be DCR or CRD, got '" + mode + "'");
+  }
+  auto scale = [&](const Dim& d, bool mul, int64_t f, const char* what) -> StatusOr<Dim> {
+    if (!d.is_known()) return Dim();
+    if (mul) return Dim(d.value * f);
+    if (d.value % f != 0)
+      return ctx.error(string("input shape ") + s->to_string() + ": " + what + " must be divisible by " + std::to_string(f));
+    return Dim(d.value / f);
+  };
+  Shape out = *s;
+  ASSIGN_OR_RETURN(out.dims[1], scale(s->dims[1], kToDepth, b * b, "C"));
+  ASSIGN_OR_RETURN(out.dims[2], scale(s->dims[2], !kToDepth, b, "H"));
+  ASSIGN_OR_RETURN(out.dims[3], scale(s->dims[3], !kToDepth, b, "W"));
+  ctx.set_output(0, TensorType{dt, out});
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_tensor_shape_ops(OpRegistry& r) {
+  for (int64_t v : {5, 14})
+    r.add(OpSchema{.name = "Reshape", .since_version = v, .min_inputs = 2, .max_inputs = 2,
+                   .attrs = {{"allowzero", AttrType::kInt}}, .infer = infer_reshape, .kernel = k_reshape});
+  r.add(OpSchema{.name = "Flatten", .since_version = 1, .attrs = {{"axis", AttrType::kInt}}, .infer = infer_flatten,
+                 .kernel = k_flatten});
+  r.add(OpSchema{.name = "Transpose", .since_version = 1, .attrs = {{"perm", AttrType::kInts}}, .infer = infer_transpose,
+                 .kernel = k_transpose});
+  for (int64_t v : {1, 13}) {
+    const int max_in = v >= 13 ? 2 : 1;
+    r.add(OpSchema{.name = "Squeeze", .since_version = v, .min_inputs = 1, .max_inputs = max_in,
+                   .attrs = {{"axes", AttrType::kInts}}, .infer = infer_squeeze, .kernel = k_squeeze});
+    r.add(OpSchema{.name = "Unsqueeze", .since_version = v, .min_inputs = max_in, .max_inputs = max_in,
+                   .attrs = {{"axes", AttrType::kInts, v < 13}}, .infer = infer_unsqueeze, .kernel = k_unsqueeze});
+  }
+  r.add(OpSchema{.name = "Concat", .since_version = 4, .min_inputs = 1, .max_inputs = 1 << 20,
+                 .attrs = {{"axis", AttrType::kInt, true}}, .infer = infer_concat, .kernel = k_concat});
+  for (int64_t v : {2, 13, 18})
+    r.add(OpSchema{.name = "Split", .since_version = v, .min_inputs = 1, .max_inputs = v >= 13 ? 2 : 1,
+                   .min_outputs = 1, .max_outputs = 1 << 20,
+                   .attrs = {{"axis", AttrType::kInt}, {"split", AttrType::kInts}, {"num_outputs", AttrType::kInt}},
+                   .infer = infer_split, .kernel = k_split});
+  r.add(OpSchema{.name = "Shape", .since_version = 1, .attrs = {{"start", AttrType::kInt}, {"end", AttrType::kInt}},
+                 .infer = infer_shape, .kernel = k_shape});
+  r.add(OpSchema{.name = "Size", .since_version = 1, .infer = infer_size, .kernel = k_size});
+  r.add(OpSchema{.name = "Expand", .since_version = 8, .min_inputs = 2, .max_inputs = 2, .infer = infer_expand,
+                 .kernel = k_expand});
+  r.add(OpSchema{.name = "Tile", .since_version = 6, .min_inputs = 2, .max_inputs = 2, .infer = infer_tile,
+                 .kernel = k_tile});
+  r.add(OpSchema{.name = "Identity", .since_version = 1, .infer = infer_same_as_input0, .kernel = k_identity});
+  r.add(OpSchema{.name = "Constant", .since_version = 1, .min_inputs = 0, .max_inputs = 0,
+                 .attrs = {{"value", AttrType::kTensor}, {"value_float", AttrType::kFloat},
+                           {"value_floats", AttrType::kFloats}, {"value_int", AttrType::kInt},
+                           {"value_ints", AttrType::kInts}, {"value_string", AttrType::kString},
+                           {"value_strings", AttrType::kStrings}},
+                 .infer = infer_constant, .kernel = k_constant});
+  r.add(OpSchema{.name = "ConstantOfShape", .since_version = 9, .attrs = {{"value", AttrType::kTensor}},
+                 .infer = infer_constant_of_shape, .kernel = k_constant_of_shape});
+  r.add(OpSchema{.name = "SpaceToDepth", .since_version = 1, .attrs = {{"blocksize", AttrType::kInt, true}},
+                 .infer = infer_space_depth<true>, .kernel = k_space_depth<true>});
+  r.add(OpSchema{.name = "DepthToSpace", .since_version = 1,
+                 .attrs = {{"blocksize", AttrType::kInt, true}, {"mode", AttrType::kString}},
+                 .infer = infer_space_depth<false>, .kernel = k_space_depth<false>});
+}
 
 }  // namespace ferry
