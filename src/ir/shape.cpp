@@ -36,7 +36,14 @@ std::string Shape::to_string() const {
 }
 
 std::string TensorType::to_string() const {
-  return std::string(dtype_name(dtype)) + (shape ? shape->to_string() : "[rank?]");
+  std::string t = std::string(dtype_name(dtype)) + (shape ? shape->to_string() : "[rank?]");
+  switch (kind) {
+    case ValueKind::kTensor: return t;
+    case ValueKind::kSequence: return "seq(" + t + ")";
+    case ValueKind::kOptionalTensor: return "optional(" + t + ")";
+    case ValueKind::kOptionalSequence: return "optional(seq(" + t + "))";
+  }
+  return t;
 }
 
 StatusOr<int64_t> checked_element_count(const std::vector<int64_t>& dims, const std::string& what) {

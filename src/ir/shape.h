@@ -44,11 +44,17 @@ struct Shape {
   bool operator==(const Shape& o) const { return dims == o.dims; }
 };
 
-/// dtype plus an optional shape (nullopt = rank unknown).
+/// What a graph value holds: a tensor (almost always), a sequence of tensors, or an optional
+/// (ONNX Optional) of either.
+enum class ValueKind : uint8_t { kTensor, kSequence, kOptionalTensor, kOptionalSequence };
+
+/// dtype plus an optional shape (nullopt = rank unknown). For sequences and optionals the
+/// dtype and shape describe the element tensors.
 struct TensorType {
   DType dtype = DType::kUndefined;
   std::optional<Shape> shape;
-  std::string to_string() const;  // "f32[1,3,224,224]"
+  ValueKind kind = ValueKind::kTensor;
+  std::string to_string() const;  // "f32[1,3,224,224]", "seq(f32[?])", "optional(f32[2])"
 };
 
 /// Largest element count and byte size one tensor may have (guards against absurd dims).

@@ -13,6 +13,8 @@
 
 #include "onnx/file_util.h"
 #include "onnx/onnx_pb.h"
+// After onnx_pb.h, which defines ONNX_API.
+#include "onnx/onnx-data.pb.h"
 #include "ops/registry.h"
 #include "passes/shape_inference.h"
 
@@ -152,10 +154,7 @@ StatusOr<Tensor> tensor_from_proto(ImportState* st, const onnx::TensorProto& tp,
   return t;
 }
 
-Status convert_type(const onnx::TypeProto& tp, const std::string& what, TensorType* out, bool* is_tensor) {
-  *is_tensor = tp.has_tensor_type();
-  if (!tp.has_tensor_type()) return Status::ok();
-  const auto& tt = tp.tensor_type();
+Status convert_tensor_type(const onnx::TypeProto_Tensor& tt, const std::string& what, TensorType* out) {
   DType dtype = DType::kUndefined;
   if (tt.elem_type() != 0 && !dtype_from_onnx(tt.elem_type(), &dtype))
     return unsupported(what + ": element type " + std::to_string(tt.elem_type()) + " is not supported");
@@ -179,6 +178,36 @@ Status convert_type(const onnx::TypeProto& tp, const std::string& what, TensorTy
     out->shape = s;
   } else {
     out->shape.reset();
+  }
+  return Status::ok();
+}
+
+// Converts tensors, sequences of tensors and optionals of either; `supported` is false for
+// other types (maps, sparse tensors, nested sequences).
+Status convert_type(const onnx::TypeProto& tp, const std::string& what, TensorType* out, bool* supported) {
+  *supported = false;
+  if (tp.has_tensor_type()) {
+    *supported = true;
+    out->kind = ValueKind::kTensor;
+    return convert_tensor_type(tp.tensor_type(), what, out);
+  }
+  if (tp.has_sequence_type() && tp.sequence_type().elem_type().has_tensor_type()) {
+    *supported = true;
+    out->kind = ValueKind::kSequence;
+    return convert_tensor_type(tp.sequence_type().elem_type().tensor_type(), what, out);
+  }
+  if (tp.has_optional_type()) {
+    const onnx::TypeProto& e = tp.optional_type().elem_type();
+    if (e.has_tensor_type()) {
+      *supported = true;
+      out->kind = ValueKind::kOptionalTensor;
+      return convert_tensor_type(e.tensor_type(), what, out);
+    }
+    if (e.has_sequence_type() && e.sequence_type().elem_type().has_tensor_type()) {
+      *supported = true;
+      out->kind = ValueKind::kOptionalSequence;
+      return convert_tensor_type(e.sequence_type().elem_type().tensor_type(), what, out);
+    }
   }
   return Status::ok();
 }
@@ -390,7 +419,8 @@ Status convert_graph(ImportState& st, const onnx::GraphProto& gp, Graph* g, int 
     bool is_tensor = false;
     RETURN_IF_ERROR(convert_type(vi.type(), "graph input '" + vi.name() + "'", &v.type, &is_tensor));
     if (!is_tensor && depth == 0)
-      return unsupported("graph input '" + vi.name() + "' is not a tensor (sequence/map/optional inputs are not supported)");
+      return unsupported("graph input '" + vi.name() + "' has a type ferry does not support (maps, sparse tensors and "
+                         "nested sequences are not supported; tensors, sequences of tensors and optionals are)");
     if (vi.name().empty()) return invalid_model("a graph input has no name");
     g->value_types[v.name] = v.type;
     g->inputs.push_back(std::move(v));
@@ -403,7 +433,8 @@ Status convert_graph(ImportState& st, const onnx::GraphProto& gp, Graph* g, int 
     bool is_tensor = false;
     RETURN_IF_ERROR(convert_type(vi.type(), "graph output '" + vi.name() + "'", &v.type, &is_tensor));
     if (!is_tensor && depth == 0)
-      return unsupported("graph output '" + vi.name() + "' is not a tensor (sequence/map outputs are not supported)");
+      return unsupported("graph output '" + vi.name() + "' has a type ferry does not support (maps, sparse tensors and "
+                         "nested sequences are not supported; tensors, sequences of tensors and optionals are)");
     g->outputs.push_back(std::move(v));
   }
   for (const auto& vi : gp.value_info()) {
@@ -455,8 +486,13 @@ Status convert_graph(ImportState& st, const onnx::GraphProto& gp, Graph* g, int 
       for (const std::string& o : n.outputs) outer.insert(o);
   }
   RETURN_IF_ERROR(check_and_sort(g, outer));
-  if (st.options.require_known_ops)
-    for (const Node& node : g->nodes) RETURN_IF_ERROR(check_node(st, node));
+  for (const Node& node : g->nodes) {
+    if (!st.options.require_known_ops) {
+      auto it = st.opsets.find(node.domain);
+      if (it == st.opsets.end() || !op_registry().find(node.domain, node.op_type, it->second)) continue;
+    }
+    RETURN_IF_ERROR(check_node(st, node));
+  }
   return Status::ok();
 }
 
@@ -509,8 +545,7 @@ StatusOr<std::shared_ptr<Model>> parse_onnx_model(const void* data, size_t size,
   model->opset_imports = st.opsets;
   RETURN_IF_ERROR(convert_graph(st, mp.graph(), &model->graph, 0).with_context(what));
   if (options.infer_shapes) {
-    Status inferred = infer_shapes(model.get(), !options.require_known_ops);
-    if (!inferred.is_ok() && options.require_known_ops) return inferred.with_context(what);
+    RETURN_IF_ERROR(infer_shapes(model.get(), !options.require_known_ops).with_context(what));
   }
   return model;
 }
@@ -537,6 +572,54 @@ StatusOr<Tensor> read_tensor_pb(const std::string& path, std::string* name) {
   ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(&st, tp, "tensor file '" + path + "'"));
   if (!st.external_files.empty()) t = t.clone();  // do not keep the mapping alive
   return t;
+}
+
+namespace {
+StatusOr<Value> value_from_sequence(ImportState* st, const onnx::SequenceProto& sp, const std::string& what) {
+  if (sp.elem_type() != onnx::SequenceProto::TENSOR && sp.elem_type() != onnx::SequenceProto::UNDEFINED)
+    return unsupported(what + ": only sequences of tensors are supported");
+  std::vector<Tensor> items;
+  for (const auto& tp : sp.tensor_values()) {
+    ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(st, tp, what));
+    items.push_back(std::move(t));
+  }
+  return Value::make_sequence(std::move(items));
+}
+}  // namespace
+
+StatusOr<Value> read_value_pb(const std::string& path, ValueKind kind, std::string* name) {
+  if (kind == ValueKind::kTensor) {
+    ASSIGN_OR_RETURN(Tensor t, read_tensor_pb(path, name));
+    return Value(std::move(t));
+  }
+  ASSIGN_OR_RETURN(MappedFile f, map_file(path, INT_MAX, "value file"));
+  google::protobuf::io::ArrayInputStream raw(f.data, static_cast<int>(f.size));
+  google::protobuf::io::CodedInputStream coded(&raw);
+  coded.SetTotalBytesLimit(INT_MAX);
+  const std::string what = "value file '" + path + "'";
+  if (kind == ValueKind::kSequence) {
+    onnx::SequenceProto sp;
+    if (!sp.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage())
+      return invalid_argument(what + " is not a valid ONNX SequenceProto");
+    if (name) *name = sp.name();
+    return value_from_sequence(nullptr, sp, what);
+  }
+  onnx::OptionalProto op;
+  if (!op.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage())
+    return invalid_argument(what + " is not a valid ONNX OptionalProto");
+  if (name) *name = op.name();
+  if (op.has_tensor_value()) {
+    ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(nullptr, op.tensor_value(), what));
+    Value v(std::move(t));
+    v.kind = ValueKind::kOptionalTensor;
+    return v;
+  }
+  if (op.has_sequence_value()) {
+    ASSIGN_OR_RETURN(Value v, value_from_sequence(nullptr, op.sequence_value(), what));
+    v.kind = ValueKind::kOptionalSequence;
+    return v;
+  }
+  return Value::none(kind);
 }
 
 Status write_tensor_pb(const std::string& path, const Tensor& t, const std::string& name) {

@@ -13,6 +13,7 @@ bool scalar_true(const Tensor& t) { return t.numel() > 0 && t.get_double(0) != 0
 TensorType merge_types(const TensorType& a, const TensorType& b) {
   TensorType t;
   t.dtype = a.dtype != DType::kUndefined ? a.dtype : b.dtype;
+  t.kind = a.kind;
   if (a.shape && b.shape && a.shape->rank() == b.shape->rank()) {
     Shape s = *a.shape;
     for (int64_t i = 0; i < s.rank(); ++i)
@@ -53,11 +54,11 @@ Status k_if(KernelContext& ctx) {
   if (cond.numel() != 1) return ctx.error("cond must hold exactly one element, has " + std::to_string(cond.numel()));
   const Graph* body = ctx.get_graph(scalar_true(cond) ? "then_branch" : "else_branch");
   if (!body) return ctx.error("branch graph missing");
-  std::vector<Tensor> outs;
+  std::vector<Value> outs;
   RETURN_IF_ERROR(ctx.run_subgraph(*body, {}, &outs));
   if (static_cast<int64_t>(outs.size()) != ctx.num_outputs())
     return ctx.error("branch produced " + std::to_string(outs.size()) + " outputs, expected " + std::to_string(ctx.num_outputs()));
-  for (size_t i = 0; i < outs.size(); ++i) ctx.set_output(static_cast<int64_t>(i), outs[i]);
+  for (size_t i = 0; i < outs.size(); ++i) ctx.set_output_value(static_cast<int64_t>(i), outs[i]);
   return Status::ok();
 }
 
@@ -99,24 +100,29 @@ Status k_loop(KernelContext& ctx) {
   const int64_t n_scan = static_cast<int64_t>(body->outputs.size()) - 1 - n_carried;
   if (n_scan < 0) return ctx.error("body has too few outputs");
   if (max_trip < 0 && !ctx.has_input(1)) return ctx.error("Loop with neither M nor cond would never end");
-  std::vector<Tensor> carried;
-  for (int64_t i = 0; i < n_carried; ++i) carried.push_back(ctx.input(2 + i));
+  std::vector<Value> carried;
+  for (int64_t i = 0; i < n_carried; ++i) carried.push_back(ctx.input_value(2 + i));
   std::vector<std::vector<Tensor>> scans(static_cast<size_t>(n_scan));
   int64_t iter = 0;
   while (cond && (max_trip < 0 || iter < max_trip)) {
     if (iter >= kMaxLoopIterations) return ctx.error("more than 2^31 iterations; refusing to continue");
-    std::vector<Tensor> in;
-    in.push_back(Tensor::scalar<int64_t>(iter));
-    in.push_back(Tensor::scalar<bool>(cond));
-    for (const Tensor& t : carried) in.push_back(t);
-    std::vector<Tensor> out;
+    std::vector<Value> in;
+    in.push_back(Value(Tensor::scalar<int64_t>(iter)));
+    in.push_back(Value(Tensor::scalar<bool>(cond)));
+    for (const Value& t : carried) in.push_back(t);
+    std::vector<Value> out;
     RETURN_IF_ERROR(ctx.run_subgraph(*body, in, &out));
-    cond = scalar_true(out[0]);
+    if (static_cast<int64_t>(out.size()) != 1 + n_carried + n_scan) return ctx.error("body returned the wrong number of outputs");
+    if (!out[0].is_tensor()) return ctx.error("body's condition output is not a tensor");
+    cond = scalar_true(out[0].tensor);
     for (int64_t i = 0; i < n_carried; ++i) carried[i] = out[1 + i];
-    for (int64_t i = 0; i < n_scan; ++i) scans[i].push_back(out[1 + n_carried + i]);
+    for (int64_t i = 0; i < n_scan; ++i) {
+      if (!out[1 + n_carried + i].is_tensor()) return ctx.error("scan output " + std::to_string(i) + " is not a tensor");
+      scans[i].push_back(out[1 + n_carried + i].tensor);
+    }
     ++iter;
   }
-  for (int64_t i = 0; i < n_carried && i < ctx.num_outputs(); ++i) ctx.set_output(i, carried[i]);
+  for (int64_t i = 0; i < n_carried && i < ctx.num_outputs(); ++i) ctx.set_output_value(i, carried[i]);
   for (int64_t i = 0; i < n_scan && n_carried + i < ctx.num_outputs(); ++i) {
     if (scans[i].empty()) {
       // No iteration ran: an empty tensor with the body's declared element type.
@@ -225,16 +231,18 @@ Status k_scan(KernelContext& ctx) {
   for (int64_t i = 0; i < n_state; ++i) state.push_back(ctx.input(i));
   std::vector<std::vector<Tensor>> outs(static_cast<size_t>(n_scan_out));
   for (int64_t it = 0; it < seq; ++it) {
-    std::vector<Tensor> in = state;
+    std::vector<Value> in(state.begin(), state.end());
     for (int64_t i = 0; i < n_scan_in; ++i) {
       int64_t k = in_dirs[i] ? seq - 1 - it : it;
-      in.push_back(take_slice(ctx.input(n_state + i), in_axes[i], k));
+      in.push_back(Value(take_slice(ctx.input(n_state + i), in_axes[i], k)));
     }
-    std::vector<Tensor> out;
+    std::vector<Value> out;
     RETURN_IF_ERROR(ctx.run_subgraph(*body, in, &out));
     if (static_cast<int64_t>(out.size()) != n_state + n_scan_out) return ctx.error("body returned the wrong number of outputs");
-    for (int64_t i = 0; i < n_state; ++i) state[i] = out[i];
-    for (int64_t i = 0; i < n_scan_out; ++i) outs[i].push_back(out[n_state + i]);
+    for (const Value& v : out)
+      if (!v.is_tensor()) return ctx.error("Scan body outputs must be tensors");
+    for (int64_t i = 0; i < n_state; ++i) state[i] = out[i].tensor;
+    for (int64_t i = 0; i < n_scan_out; ++i) outs[i].push_back(out[n_state + i].tensor);
   }
   for (int64_t i = 0; i < n_state; ++i) ctx.set_output(i, state[i]);
   for (int64_t i = 0; i < n_scan_out; ++i) {
@@ -266,9 +274,9 @@ Status infer_scan(InferContext& ctx) {
 void register_control_ops(OpRegistry& r) {
   r.add(OpSchema{.name = "If", .since_version = 1, .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1 << 16,
                  .attrs = {{"then_branch", AttrType::kGraph, true}, {"else_branch", AttrType::kGraph, true}},
-                 .types = {DType::kBool}, .infer = infer_if, .kernel = k_if});
+                 .types = {DType::kBool}, .infer = infer_if, .kernel = k_if, .accepts_sequences = true});
   r.add(OpSchema{.name = "Loop", .since_version = 1, .min_inputs = 2, .max_inputs = 1 << 16, .min_outputs = 0, .max_outputs = 1 << 16,
-                 .attrs = {{"body", AttrType::kGraph, true}}, .infer = infer_loop, .kernel = k_loop});
+                 .attrs = {{"body", AttrType::kGraph, true}}, .infer = infer_loop, .kernel = k_loop, .accepts_sequences = true});
   r.add(OpSchema{.name = "Scan", .since_version = 9, .min_inputs = 1, .max_inputs = 1 << 16, .min_outputs = 1, .max_outputs = 1 << 16,
                  .attrs = {{"body", AttrType::kGraph, true}, {"num_scan_inputs", AttrType::kInt, true}},
                  .infer = infer_scan, .kernel = k_scan});

@@ -55,8 +55,8 @@ Status KernelContext::error(const std::string& msg) const {
 StatusOr<Tensor*> KernelContext::allocate_output(int64_t i, DType dtype, std::vector<int64_t> dims) {
   const std::string what = node().describe() + " output " + std::to_string(i);
   ASSIGN_OR_RETURN(Tensor t, Tensor::create(dtype, std::move(dims), what));
-  (*outputs_)[i] = std::move(t);
-  return &(*outputs_)[i];
+  (*outputs_)[i] = Value(std::move(t));
+  return &(*outputs_)[i].tensor;
 }
 
 void OpRegistry::add(OpSchema schema) {

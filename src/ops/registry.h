@@ -9,10 +9,11 @@
 
 #include "common/status.h"
 #include "ir/graph.h"
+#include "ir/value.h"
 
 namespace ferry {
 
-constexpr int64_t kMinOpset = 7;
+constexpr int64_t kMinOpset = 1;
 constexpr int64_t kMaxOpset = 21;
 
 /// Reads a node's attributes with ONNX defaults.
@@ -73,33 +74,38 @@ class InferContext : public AttrReader {
 };
 
 /// Runs a subgraph (If/Loop/Scan body) with the given inputs; provided by the executor.
-using SubgraphRunner = std::function<Status(const Graph& body, const std::vector<Tensor>& inputs,
-                                            std::vector<Tensor>* outputs)>;
+using SubgraphRunner = std::function<Status(const Graph& body, const std::vector<Value>& inputs,
+                                            std::vector<Value>* outputs)>;
 
 /// What a kernel sees. Outputs are pre-sized to node.outputs.size(); the kernel allocates them.
 class KernelContext : public AttrReader {
  public:
-  KernelContext(const Node& node, int64_t opset, std::vector<const Tensor*> inputs, std::vector<Tensor>* outputs)
+  KernelContext(const Node& node, int64_t opset, std::vector<const Value*> inputs, std::vector<Value>* outputs)
       : AttrReader(node), opset_(opset), inputs_(std::move(inputs)), outputs_(outputs) {}
 
   int64_t opset() const { return opset_; }
   int64_t num_inputs() const { return static_cast<int64_t>(inputs_.size()); }
   int64_t num_outputs() const { return static_cast<int64_t>(outputs_->size()); }
   bool has_input(int64_t i) const { return i < num_inputs() && inputs_[i] != nullptr; }
-  const Tensor& input(int64_t i) const { return *inputs_[i]; }
+  /// Tensor input i; call only when has_input(i).
+  const Tensor& input(int64_t i) const { return inputs_[i]->tensor; }
+  /// Input i as a Value (sequence and optional ops).
+  const Value& input_value(int64_t i) const { return *inputs_[i]; }
   /// Allocates output i (checked against element limits).
   StatusOr<Tensor*> allocate_output(int64_t i, DType dtype, std::vector<int64_t> dims);
   /// Sets output i to an existing tensor (e.g. a view sharing an input's storage).
-  void set_output(int64_t i, Tensor t) { (*outputs_)[i] = std::move(t); }
-  Tensor& output(int64_t i) { return (*outputs_)[i]; }
+  void set_output(int64_t i, Tensor t) { (*outputs_)[i] = Value(std::move(t)); }
+  /// Sets output i to a sequence or optional.
+  void set_output_value(int64_t i, Value v) { (*outputs_)[i] = std::move(v); }
+  Tensor& output(int64_t i) { return (*outputs_)[i].tensor; }
   Status error(const std::string& msg) const;
 
   SubgraphRunner run_subgraph;
 
  private:
   int64_t opset_;
-  std::vector<const Tensor*> inputs_;
-  std::vector<Tensor>* outputs_;
+  std::vector<const Value*> inputs_;
+  std::vector<Value>* outputs_;
 };
 
 using InferFn = Status (*)(InferContext&);
@@ -127,6 +133,8 @@ struct OpSchema {
   KernelFn kernel = nullptr;
   /// Filled by the registry: the last opset this definition covers.
   int64_t until_version = kMaxOpset;
+  /// Whether inputs may be sequences or optionals (otherwise the executor refuses them).
+  bool accepts_sequences = false;
 };
 
 class OpRegistry {

@@ -176,7 +176,7 @@ Status flatten_axis(const Ctx& ctx, int64_t rank, int64_t* axis) {
 
 Status k_flatten(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  int64_t axis;
+  int64_t axis = 0;
   RETURN_IF_ERROR(flatten_axis(ctx, x.rank(), &axis));
   int64_t a = 1, b = 1;
   for (int64_t i = 0; i < x.rank(); ++i) (i < axis ? a : b) *= x.dim(i);
@@ -190,7 +190,7 @@ Status infer_flatten(InferContext& ctx) {
     ctx.set_output(0, TensorType{input_dtype(ctx, 0), dm::unknown_shape(2)});
     return Status::ok();
   }
-  int64_t axis;
+  int64_t axis = 0;
   RETURN_IF_ERROR(flatten_axis(ctx, s->rank(), &axis));
   vector<Dim> a(s->dims.begin(), s->dims.begin() + axis), b(s->dims.begin() + axis, s->dims.end());
   ctx.set_output(0, TensorType{input_dtype(ctx, 0), Shape({dm::dim_product(a), dm::dim_product(b)})});
@@ -616,7 +616,7 @@ void shape_range(const InferContext* ictx, const KernelContext* kctx, int64_t ra
 
 Status k_shape(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  int64_t start, end;
+  int64_t start = 0, end = 0;
   shape_range(nullptr, &ctx, x.rank(), &start, &end);
   vector<int64_t> v(x.dims().begin() + start, x.dims().begin() + end);
   ctx.set_output(0, Tensor::from_vector<int64_t>(v, {end - start}));
@@ -629,7 +629,7 @@ Status infer_shape(InferContext& ctx) {
     ctx.set_output(0, TensorType{DType::kI64, dm::unknown_shape(1)});
     return Status::ok();
   }
-  int64_t start, end;
+  int64_t start = 0, end = 0;
   shape_range(&ctx, nullptr, s->rank(), &start, &end);
   ctx.set_output(0, TensorType{DType::kI64, Shape::of({end - start})});
   Shape part(vector<Dim>(s->dims.begin() + start, s->dims.begin() + end));
@@ -870,7 +870,7 @@ Status block_size(const Ctx& ctx, int64_t* b) {
 template <bool kToDepth>
 Status k_space_depth(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  int64_t b;
+  int64_t b = 0;
   RETURN_IF_ERROR(block_size(ctx, &b));
   if (x.rank() != 4) return ctx.error("input must be 4-D (N,C,H,W), got shape " + shape_str(x.dims()));
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3);
@@ -899,7 +899,7 @@ Status k_space_depth(KernelContext& ctx) {
 
 template <bool kToDepth>
 Status infer_space_depth(InferContext& ctx) {
-  int64_t b;
+  int64_t b = 0;
   RETURN_IF_ERROR(block_size(ctx, &b));
   const DType dt = input_dtype(ctx, 0);
   const Shape* s = input_shape_or_null(ctx, 0);
@@ -929,7 +929,10 @@ Status infer_space_depth(InferContext& ctx) {
 
 }  // namespace
 
+void register_tensor_shape2_ops(OpRegistry& r);  // tensor_shape2.cpp
+
 void register_tensor_shape_ops(OpRegistry& r) {
+  register_tensor_shape2_ops(r);
   for (int64_t v : {5, 14})
     r.add(OpSchema{.name = "Reshape", .since_version = v, .min_inputs = 2, .max_inputs = 2,
                    .attrs = {{"allowzero", AttrType::kInt}}, .infer = infer_reshape, .kernel = k_reshape});

@@ -1,5 +1,5 @@
 // Tensor construction and conversion: Cast, CastLike, Range, Pad, Trilu, CumSum, EyeLike.
-// (The second half of the tensor_shape family; see tensor_shape.cpp.)
+// (The second half of the tensor_shape family, registered from tensor_shape.cpp.)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -71,11 +71,16 @@ string float_to_string(double v, bool is_double) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "INF" : "-INF";
   char buf[64];
-  for (int p = 1; p <= 17; ++p) {
+  int p = 1;
+  for (; p < 17; ++p) {
     std::snprintf(buf, sizeof buf, "%.*g", p, v);
     double back = std::strtod(buf, nullptr);
     if (is_double ? back == v : static_cast<float>(back) == static_cast<float>(v)) break;
   }
+  // Plain notation for integral parts up to 16 digits: 100 prints "100", not "1e+02".
+  const double a = std::fabs(v);
+  if (a >= 1 && a < 1e16) p = std::max(p, static_cast<int>(std::floor(std::log10(a))) + 1);
+  std::snprintf(buf, sizeof buf, "%.*g", p, v);
   return buf;
 }
 
@@ -479,7 +484,7 @@ Status cumsum_axis(const Ctx& ctx, const Tensor& a, int64_t rank, int64_t* axis)
 
 Status k_cumsum(KernelContext& ctx) {
   const Tensor& x0 = ctx.input(0);
-  int64_t axis;
+  int64_t axis = 0;
   RETURN_IF_ERROR(cumsum_axis(ctx, ctx.input(1), x0.rank(), &axis));
   const bool exclusive = ctx.get_int("exclusive", 0) != 0, reverse = ctx.get_int("reverse", 0) != 0;
   const DType dt = x0.dtype();
@@ -507,7 +512,7 @@ Status infer_cumsum(InferContext& ctx) {
   const Shape* s = input_shape_or_null(ctx, 0);
   const Tensor* a = ctx.input_value(1);
   if (s && a) {
-    int64_t axis;
+    int64_t axis = 0;
     RETURN_IF_ERROR(cumsum_axis(ctx, *a, s->rank(), &axis));
   }
   return infer_same_as_input0(ctx);

@@ -101,14 +101,20 @@ Status infer_node(InferState& st, Graph* g, const Node& node) {
   }
   // Evaluate small all-constant nodes so value-dependent shapes downstream resolve.
   if (all_const && !has_subgraph(node) && schema->kernel && node.op_type.find("Random") == std::string::npos) {
-    std::vector<Tensor> results(node.outputs.size());
-    KernelContext kctx(node, opset, values, &results);
+    std::vector<Value> in_values;
+    in_values.reserve(values.size());
+    for (const Tensor* v : values) in_values.push_back(v ? Value(*v) : Value());
+    std::vector<const Value*> in_ptrs;
+    for (size_t i = 0; i < values.size(); ++i) in_ptrs.push_back(values[i] ? &in_values[i] : nullptr);
+    std::vector<Value> results(node.outputs.size());
+    KernelContext kctx(node, opset, in_ptrs, &results);
     Status s = schema->kernel(kctx);
     if (s.is_ok()) {
       for (size_t i = 0; i < results.size(); ++i) {
-        if (!results[i].defined() || node.outputs[i].empty()) continue;
-        outs[i] = results[i].type();
-        if (results[i].numel() <= kMaxFoldElements) (*st.constants)[node.outputs[i]] = results[i];
+        if (!results[i].is_tensor() || !results[i].tensor.defined() || node.outputs[i].empty()) continue;
+        const Tensor& r = results[i].tensor;
+        outs[i] = r.type();
+        if (r.numel() <= kMaxFoldElements) (*st.constants)[node.outputs[i]] = r;
       }
     }
   }

@@ -15,9 +15,9 @@ struct Executor::PreparedGraph {
 
 /// Values visible while a graph runs; lookups fall back to the enclosing scope (subgraphs).
 struct Executor::Scope {
-  std::unordered_map<std::string, Tensor> values;
+  std::unordered_map<std::string, Value> values;
   const Scope* parent = nullptr;
-  const Tensor* find(const std::string& name) const {
+  const Value* find(const std::string& name) const {
     for (const Scope* s = this; s; s = s->parent) {
       auto it = s->values.find(name);
       if (it != s->values.end()) return &it->second;
@@ -72,11 +72,23 @@ Status Executor::prepare_graph(const Graph& g) {
   return Status::ok();
 }
 
-Status Executor::check_feeds(const NamedTensors& feeds) const {
+namespace {
+const char* kind_name(ValueKind k) {
+  switch (k) {
+    case ValueKind::kTensor: return "a tensor";
+    case ValueKind::kSequence: return "a sequence";
+    case ValueKind::kOptionalTensor: return "an optional tensor";
+    case ValueKind::kOptionalSequence: return "an optional sequence";
+  }
+  return "?";
+}
+}  // namespace
+
+Status Executor::check_feeds(const NamedValues& feeds) const {
   const Graph& g = model_->graph;
   std::string names;
   for (const ValueInfo& v : g.inputs) names += (names.empty() ? "'" : ", '") + v.name + "' " + v.type.to_string();
-  std::unordered_map<std::string, const Tensor*> given;
+  std::unordered_map<std::string, const Value*> given;
   for (const auto& [name, t] : feeds) {
     bool known = false;
     for (const ValueInfo& v : g.inputs) known |= v.name == name;
@@ -88,7 +100,16 @@ Status Executor::check_feeds(const NamedTensors& feeds) const {
     auto it = given.find(v.name);
     if (it == given.end())
       return invalid_argument("input '" + v.name + "' (" + v.type.to_string() + ") was not given; the model's inputs are: " + names);
-    const Tensor& t = *it->second;
+    const Value& value = *it->second;
+    if (value.kind != v.type.kind) {
+      const bool optional_ok = (v.type.kind == ValueKind::kOptionalTensor && value.kind == ValueKind::kTensor) ||
+                               (v.type.kind == ValueKind::kOptionalSequence && value.kind == ValueKind::kSequence);
+      if (!optional_ok)
+        return invalid_argument("input '" + v.name + "': the model expects " + kind_name(v.type.kind) + " (" +
+                                v.type.to_string() + "), given " + kind_name(value.kind));
+    }
+    if (!value.is_tensor()) continue;
+    const Tensor& t = value.tensor;
     const std::string expected = v.type.to_string();
     const std::string got = t.type().to_string();
     if (v.type.dtype != DType::kUndefined && t.dtype() != v.type.dtype)
@@ -119,6 +140,19 @@ Status Executor::check_feeds(const NamedTensors& feeds) const {
 }
 
 Status Executor::run(const NamedTensors& feeds, NamedTensors* outputs) {
+  NamedValues in, out;
+  for (const auto& [name, t] : feeds) in.emplace_back(name, Value(t));
+  RETURN_IF_ERROR(run_values(in, &out));
+  outputs->clear();
+  for (auto& [name, v] : out) {
+    if (!v.is_tensor())
+      return unsupported("output '" + name + "' is " + v.describe() + ", not a tensor; this caller handles tensors only");
+    outputs->emplace_back(name, std::move(v.tensor));
+  }
+  return Status::ok();
+}
+
+Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
   RETURN_IF_ERROR(check_feeds(feeds));
   const Graph& g = model_->graph;
   Scope scope;
@@ -127,7 +161,7 @@ Status Executor::run(const NamedTensors& feeds, NamedTensors* outputs) {
   RETURN_IF_ERROR(run_graph(g, scope, true));
   outputs->clear();
   for (const ValueInfo& v : g.outputs) {
-    const Tensor* t = scope.find(v.name);
+    const Value* t = scope.find(v.name);
     if (!t) return internal_error("graph output '" + v.name + "' was not computed");
     outputs->emplace_back(v.name, *t);
   }
@@ -138,24 +172,28 @@ Status Executor::run_graph(const Graph& g, Scope& scope, bool observe) {
   auto pit = graphs_.find(&g);
   if (pit == graphs_.end()) return internal_error("graph '" + g.name + "' was not prepared");
   PreparedGraph& pg = *pit->second;
-  std::vector<Tensor> results;
+  std::vector<Value> results;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& node = g.nodes[i];
-    std::vector<const Tensor*> inputs;
+    std::vector<const Value*> inputs;
     inputs.reserve(node.inputs.size());
-    for (const std::string& in : node.inputs) {
+    for (size_t k = 0; k < node.inputs.size(); ++k) {
+      const std::string& in = node.inputs[k];
       if (in.empty()) {
         inputs.push_back(nullptr);
         continue;
       }
-      const Tensor* t = scope.find(in);
+      const Value* t = scope.find(in);
       if (!t) return internal_error(node.describe() + ": input '" + in + "' is not available");
+      if (!t->is_tensor() && !pg.schemas[i]->accepts_sequences)
+        return invalid_argument(node.describe() + ": input " + std::to_string(k) + " ('" + in + "') is " +
+                                t->describe() + ", but " + node.op_type + " takes tensors");
       inputs.push_back(t);
     }
-    results.assign(node.outputs.size(), Tensor());
+    results.assign(node.outputs.size(), Value());
     KernelContext ctx(node, pg.opsets[i], std::move(inputs), &results);
-    ctx.run_subgraph = [this, &scope](const Graph& body, const std::vector<Tensor>& body_inputs,
-                                      std::vector<Tensor>* body_outputs) -> Status {
+    ctx.run_subgraph = [this, &scope](const Graph& body, const std::vector<Value>& body_inputs,
+                                      std::vector<Value>* body_outputs) -> Status {
       Scope inner;
       inner.parent = &scope;
       if (body_inputs.size() != body.inputs.size())
@@ -166,7 +204,7 @@ Status Executor::run_graph(const Graph& g, Scope& scope, bool observe) {
       RETURN_IF_ERROR(run_graph(body, inner, false));
       body_outputs->clear();
       for (const ValueInfo& v : body.outputs) {
-        const Tensor* t = inner.find(v.name);
+        const Value* t = inner.find(v.name);
         if (!t) return internal_error("subgraph output '" + v.name + "' was not computed");
         body_outputs->push_back(*t);
       }

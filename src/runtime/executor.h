@@ -11,6 +11,7 @@
 #include "backends/backend.h"
 #include "common/status.h"
 #include "ir/graph.h"
+#include "ir/value.h"
 
 namespace ferry {
 
@@ -19,9 +20,10 @@ struct ExecutorOptions {
 };
 
 /// Called after each node of the main graph runs (profiler, layer-by-layer compare).
-using NodeObserver = std::function<void(const Node& node, const std::vector<Tensor>& outputs, double elapsed_ms)>;
+using NodeObserver = std::function<void(const Node& node, const std::vector<Value>& outputs, double elapsed_ms)>;
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+using NamedValues = std::vector<std::pair<std::string, Value>>;
 
 class Executor {
  public:
@@ -32,9 +34,11 @@ class Executor {
   /// Checks `feeds` against the model's inputs (names, dtypes, shapes) and runs the graph.
   /// Outputs come back in the model's output order.
   Status run(const NamedTensors& feeds, NamedTensors* outputs);
+  /// The same for models whose inputs or outputs are sequences or optionals.
+  Status run_values(const NamedValues& feeds, NamedValues* outputs);
 
   /// Checks feeds without running; the error names the input, the expected and the given type.
-  Status check_feeds(const NamedTensors& feeds) const;
+  Status check_feeds(const NamedValues& feeds) const;
 
   void set_observer(NodeObserver observer) { observer_ = std::move(observer); }
   const Model& model() const { return *model_; }

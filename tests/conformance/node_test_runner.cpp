@@ -27,7 +27,8 @@
 
 namespace {
 
-using ferry::NamedTensors;
+using ferry::NamedValues;
+using ferry::Value;
 using ferry::Status;
 using ferry::Tensor;
 
@@ -89,6 +90,23 @@ Status compare(const Tensor& got, const Tensor& want, const Tolerance& tol, cons
   return Status::ok();
 }
 
+Status compare_values(const Value& got, const Value& want, const Tolerance& tol, const std::string& what) {
+  if (got.has_element != want.has_element)
+    return ferry::invalid_argument(what + ": got " + got.describe() + ", expected " + want.describe());
+  if (!want.has_element) return Status::ok();
+  if (want.is_sequence()) {
+    if (!got.is_sequence()) return ferry::invalid_argument(what + ": got " + got.describe() + ", expected a sequence");
+    if (got.sequence.size() != want.sequence.size())
+      return ferry::invalid_argument(what + ": sequence of " + std::to_string(got.sequence.size()) + " tensors, expected " +
+                                     std::to_string(want.sequence.size()));
+    for (size_t i = 0; i < got.sequence.size(); ++i)
+      RETURN_IF_ERROR(compare(got.sequence[i], want.sequence[i], tol, what + " item " + std::to_string(i)));
+    return Status::ok();
+  }
+  if (!got.is_tensor()) return ferry::invalid_argument(what + ": got " + got.describe() + ", expected a tensor");
+  return compare(got.tensor, want.tensor, tol, what);
+}
+
 Status run_test(const std::string& dir, const std::string& device, const Tolerance& tol) {
   ASSIGN_OR_RETURN(auto model, ferry::load_onnx_model(dir + "/model.onnx"));
   ASSIGN_OR_RETURN(auto ex, ferry::Executor::create(model, ferry::ExecutorOptions{device}));
@@ -96,24 +114,27 @@ Status run_test(const std::string& dir, const std::string& device, const Toleran
   if (sets.empty()) return ferry::invalid_argument("no test_data_set_* folders");
   for (const std::string& set : sets) {
     const std::string sd = dir + "/" + set;
-    NamedTensors feeds;
+    NamedValues feeds;
     std::vector<std::string> inputs = list_dir(sd, "input_");
     const auto& gin = model->graph.inputs;
+    const auto& gout = model->graph.outputs;
     for (size_t i = 0; i < inputs.size(); ++i) {
       std::string name;
-      ASSIGN_OR_RETURN(Tensor t, ferry::read_tensor_pb(sd + "/" + inputs[i], &name));
+      ferry::ValueKind kind = i < gin.size() ? gin[i].type.kind : ferry::ValueKind::kTensor;
+      ASSIGN_OR_RETURN(Value v, ferry::read_value_pb(sd + "/" + inputs[i], kind, &name));
       if (i < gin.size()) name = gin[i].name;
-      feeds.emplace_back(name, std::move(t));
+      feeds.emplace_back(name, std::move(v));
     }
-    NamedTensors outs;
-    RETURN_IF_ERROR(ex->run(feeds, &outs));
+    NamedValues outs;
+    RETURN_IF_ERROR(ex->run_values(feeds, &outs));
     std::vector<std::string> expected = list_dir(sd, "output_");
     if (expected.size() != outs.size())
       return ferry::invalid_argument(set + ": " + std::to_string(outs.size()) + " outputs, expected " +
                                      std::to_string(expected.size()));
     for (size_t i = 0; i < expected.size(); ++i) {
-      ASSIGN_OR_RETURN(Tensor want, ferry::read_tensor_pb(sd + "/" + expected[i]));
-      RETURN_IF_ERROR(compare(outs[i].second, want, tol, set + " output " + std::to_string(i) + " '" + outs[i].first + "'"));
+      ferry::ValueKind kind = i < gout.size() ? gout[i].type.kind : ferry::ValueKind::kTensor;
+      ASSIGN_OR_RETURN(Value want, ferry::read_value_pb(sd + "/" + expected[i], kind));
+      RETURN_IF_ERROR(compare_values(outs[i].second, want, tol, set + " output " + std::to_string(i) + " '" + outs[i].first + "'"));
     }
   }
   return Status::ok();
