@@ -382,7 +382,7 @@ Status check_node(const ImportState& st, const Node& node) {
                          std::to_string(schema->min_outputs) +
                          (schema->max_outputs == schema->min_outputs ? "" : " to " + std::to_string(schema->max_outputs)));
   for (int64_t i = 0; i < schema->min_inputs; ++i)
-    if (node.inputs[i].empty())
+    if (node.inputs[i].empty() && !(i < 64 && (schema->optional_input_mask >> i) & 1))
       return invalid_model(node.describe() + ": required input " + std::to_string(i) + " is empty");
   for (const AttrSpec& spec : schema->attrs) {
     const Attribute* a = node.attr(spec.name);

@@ -255,6 +255,67 @@ Status k_scan(KernelContext& ctx) {
   return Status::ok();
 }
 
+// Scan-8: inputs are [sequence_lens], states..., scans...; every input has a batch axis 0 and the
+// scan inputs' sequence axis is 1. Runs the Scan-9 logic once per batch entry.
+Status k_scan8(KernelContext& ctx) {
+  const Graph* body = ctx.get_graph("body");
+  if (!body) return ctx.error("body graph missing");
+  const int64_t n_scan_in = ctx.get_int("num_scan_inputs", -1);
+  const int64_t n_rest = ctx.num_inputs() - 1;
+  if (n_scan_in < 1 || n_scan_in > n_rest) return ctx.error("num_scan_inputs is missing or out of range");
+  const int64_t n_state = n_rest - n_scan_in;
+  const int64_t n_scan_out = ctx.num_outputs() - n_state;
+  std::vector<int64_t> dirs = ctx.get_ints("directions", std::vector<int64_t>(n_scan_in, 0));
+  if (static_cast<int64_t>(dirs.size()) != n_scan_in) return ctx.error("directions has the wrong length");
+  if (!ctx.has_input(1 + n_state)) return ctx.error("scan input missing");
+  const Tensor& first = ctx.input(1 + n_state);
+  if (first.rank() < 2) return ctx.error("scan inputs need [batch, sequence, ...] dims");
+  const int64_t batch = first.dim(0), seq = first.dim(1);
+  for (int64_t i = 1; i < ctx.num_inputs(); ++i)
+    if (!ctx.has_input(i) || ctx.input(i).rank() < 1 || ctx.input(i).dim(0) != batch)
+      return ctx.error("input " + std::to_string(i) + " must have batch dimension " + std::to_string(batch));
+  if (ctx.has_input(0)) {
+    const Tensor& lens = ctx.input(0);
+    for (int64_t b = 0; b < lens.numel(); ++b)
+      if (lens.get_int64(b) != seq)
+        return unsupported(ctx.node().describe() + ": sequence_lens shorter than the sequence axis are not supported");
+  }
+  std::vector<std::vector<Tensor>> state_out(static_cast<size_t>(n_state)), scan_out(static_cast<size_t>(n_scan_out));
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<Tensor> state;
+    for (int64_t i = 0; i < n_state; ++i) state.push_back(take_slice(ctx.input(1 + i), 0, b));
+    std::vector<Tensor> scans;
+    for (int64_t i = 0; i < n_scan_in; ++i) scans.push_back(take_slice(ctx.input(1 + n_state + i), 0, b));
+    std::vector<std::vector<Tensor>> outs(static_cast<size_t>(n_scan_out));
+    for (int64_t it = 0; it < seq; ++it) {
+      std::vector<Value> in(state.begin(), state.end());
+      for (int64_t i = 0; i < n_scan_in; ++i) in.push_back(Value(take_slice(scans[i], 0, dirs[i] ? seq - 1 - it : it)));
+      std::vector<Value> out;
+      RETURN_IF_ERROR(ctx.run_subgraph(*body, in, &out));
+      if (static_cast<int64_t>(out.size()) != n_state + n_scan_out) return ctx.error("body returned the wrong number of outputs");
+      for (const Value& v : out)
+        if (!v.is_tensor()) return ctx.error("Scan body outputs must be tensors");
+      for (int64_t i = 0; i < n_state; ++i) state[i] = out[i].tensor;
+      for (int64_t i = 0; i < n_scan_out; ++i) outs[i].push_back(out[n_state + i].tensor);
+    }
+    for (int64_t i = 0; i < n_state; ++i) state_out[i].push_back(state[i]);
+    for (int64_t i = 0; i < n_scan_out; ++i) {
+      if (outs[i].empty()) return ctx.error("Scan over a zero-length sequence is not supported");
+      scan_out[i].push_back(stack_axis(outs[i], 0));
+    }
+  }
+  for (int64_t i = 0; i < n_state; ++i) ctx.set_output(i, stack_axis(state_out[i], 0));
+  for (int64_t i = 0; i < n_scan_out; ++i) ctx.set_output(n_state + i, stack_axis(scan_out[i], 0));
+  return Status::ok();
+}
+
+Status infer_scan8(InferContext& ctx) {
+  const Graph* body = ctx.get_graph("body");
+  if (!body) return ctx.error("body graph is required");
+  for (int64_t i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, TensorType{body_output_type(*body, static_cast<size_t>(i)).dtype, std::nullopt});
+  return Status::ok();
+}
+
 Status infer_scan(InferContext& ctx) {
   const Graph* body = ctx.get_graph("body");
   if (!body) return ctx.error("body graph is required");
@@ -277,6 +338,9 @@ void register_control_ops(OpRegistry& r) {
                  .types = {DType::kBool}, .infer = infer_if, .kernel = k_if, .accepts_sequences = true});
   r.add(OpSchema{.name = "Loop", .since_version = 1, .min_inputs = 2, .max_inputs = 1 << 16, .min_outputs = 0, .max_outputs = 1 << 16,
                  .attrs = {{"body", AttrType::kGraph, true}}, .infer = infer_loop, .kernel = k_loop, .accepts_sequences = true});
+  r.add(OpSchema{.name = "Scan", .since_version = 8, .min_inputs = 2, .max_inputs = 1 << 16, .min_outputs = 1, .max_outputs = 1 << 16,
+                 .attrs = {{"body", AttrType::kGraph, true}, {"num_scan_inputs", AttrType::kInt, true}},
+                 .infer = infer_scan8, .kernel = k_scan8, .optional_input_mask = 1});
   r.add(OpSchema{.name = "Scan", .since_version = 9, .min_inputs = 1, .max_inputs = 1 << 16, .min_outputs = 1, .max_outputs = 1 << 16,
                  .attrs = {{"body", AttrType::kGraph, true}, {"num_scan_inputs", AttrType::kInt, true}},
                  .infer = infer_scan, .kernel = k_scan});

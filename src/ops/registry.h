@@ -135,6 +135,8 @@ struct OpSchema {
   int64_t until_version = kMaxOpset;
   /// Whether inputs may be sequences or optionals (otherwise the executor refuses them).
   bool accepts_sequences = false;
+  /// Bit i set: input i may be omitted ("") even though i < min_inputs (Scan-8's sequence_lens).
+  uint64_t optional_input_mask = 0;
 };
 
 class OpRegistry {

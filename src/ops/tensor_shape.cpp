@@ -150,13 +150,23 @@ Status infer_reshape(InferContext& ctx) {
       }
       ++it;
     }
-    Dim pn = dm::dim_product(num), pd = dm::dim_product(den);
-    if (pn.is_known() && pd.is_known() && pd.value != 0) {
-      if (pn.value % pd.value != 0)
-        return ctx.error("cannot reshape input shape " + is->to_string() + " to " + shape_str(shape));
-      out[static_cast<size_t>(infer_at)] = Dim(pn.value / pd.value);
-    } else if (pd.is_known() && pd.value == 1) {
-      out[static_cast<size_t>(infer_at)] = pn;
+    // -1 = product(num) / product(den): known when den is known and num has at most one unknown
+    // dim whose known cofactor equals den.
+    const Dim pd = dm::dim_product(den);
+    int64_t known = 1;
+    vector<Dim> unknown;
+    for (const Dim& d : num) {
+      if (d.is_known()) known *= d.value;
+      else unknown.push_back(d);
+    }
+    if (pd.is_known() && pd.value != 0) {
+      if (unknown.empty()) {
+        if (known % pd.value != 0)
+          return ctx.error("cannot reshape input shape " + is->to_string() + " to " + shape_str(shape));
+        out[static_cast<size_t>(infer_at)] = Dim(known / pd.value);
+      } else if (unknown.size() == 1 && known == pd.value) {
+        out[static_cast<size_t>(infer_at)] = unknown[0];
+      }
     }
   }
   ctx.set_output(0, TensorType{dt, Shape(out)});

@@ -183,8 +183,21 @@ TEST(Concat, SymbolicDims) {
   OpTester t("Concat");
   t.attr("axis", 1).input(iota_f({2, 3})).input(iota_f({2, 1}));
   t.symbolic_input_shape(0, Shape({Dim::symbolic("n"), Dim(3)}));
+  t.symbolic_input_shape(1, Shape({Dim::symbolic("n"), Dim(1)}));
   t.run();
   EXPECT_EQ(inferred(t), "[n,4]");
+  // A known dim elsewhere pins the symbol's value.
+  OpTester k("Concat");
+  k.attr("axis", 1).input(iota_f({2, 3})).input(iota_f({2, 1}));
+  k.symbolic_input_shape(0, Shape({Dim::symbolic("n"), Dim(3)}));
+  k.run();
+  EXPECT_EQ(inferred(k), "[2,4]");
+  // Unknown size along the axis.
+  OpTester u("Concat");
+  u.attr("axis", 0).input(iota_f({2, 3})).input(iota_f({1, 3}));
+  u.symbolic_input_shape(0, Shape({Dim::symbolic("n"), Dim(3)}));
+  u.run();
+  EXPECT_EQ(inferred(u), "[?,3]");
 }
 
 TEST(Split, AttributeInputAndEqual) {
