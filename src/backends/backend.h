@@ -28,6 +28,9 @@ class Backend {
   virtual std::string description() const = 0;
   /// Whether this backend runs `node` (resolved to `schema`); when not, `why` says why.
   virtual bool supports(const Node& node, const OpSchema& schema, std::string* why) const = 0;
+  /// Element types this backend's kernel for `schema` accepts on input 0 (empty: any type).
+  /// Optional to override: defaults to what the reference kernel accepts.
+  virtual std::vector<DType> supported_types(const OpSchema& schema) const { return schema.types; }
   /// Makes the kernel for a node this backend supports.
   virtual StatusOr<std::unique_ptr<Kernel>> create_kernel(const Node& node, const OpSchema& schema) = 0;
 };

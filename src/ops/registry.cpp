@@ -94,6 +94,12 @@ std::vector<std::string> OpRegistry::op_names() const {
   return names;
 }
 
+std::vector<const std::vector<OpSchema>*> OpRegistry::all() const {
+  std::vector<const std::vector<OpSchema>*> out;
+  for (const auto& [key, list] : ops_) out.push_back(&list);
+  return out;
+}
+
 const OpRegistry& op_registry() {
   static const OpRegistry* registry = [] {
     auto* r = new OpRegistry();

@@ -149,6 +149,8 @@ class OpRegistry {
   const std::vector<OpSchema>* versions(const std::string& domain, const std::string& op) const;
   /// Every op name, sorted.
   std::vector<std::string> op_names() const;
+  /// Every op's definitions (each list sorted by since_version), ordered by domain then name.
+  std::vector<const std::vector<OpSchema>*> all() const;
   void finalize();
 
  private:

@@ -462,9 +462,11 @@ Status k_resize(KernelContext& ctx) {
     if (x.dim(d) == 0 && p.out[d] > 0)
       return ctx.error("cannot resize the empty axis " + std::to_string(d) + " of input shape " + shape_str(x.dims()) +
                        " to size " + std::to_string(p.out[d]));
+  RETURN_IF_ERROR(checked_element_count(p.out, ctx.node().describe() + " output").status());
   if (a.mode == Mode::kNearest) {
     vector<vector<int64_t>> maps(static_cast<size_t>(x.rank()));
-    for (int64_t d = 0; d < x.rank(); ++d) maps[d] = nearest_map(a, p, d, x.dim(d));
+    if (element_count(p.out) > 0)
+      for (int64_t d = 0; d < x.rank(); ++d) maps[d] = nearest_map(a, p, d, x.dim(d));
     Tensor fill;
     if (x.dtype() == DType::kString) {
       fill = Tensor::scalar<string>("");

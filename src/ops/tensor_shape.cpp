@@ -750,6 +750,7 @@ Status infer_tile(InferContext& ctx) {
                        std::to_string(s->rank()));
     for (size_t i = 0; i < rep.size(); ++i) {
       if (rep[i] < 0) return ctx.error("input 1 (repeats) " + shape_str(rep) + " has a negative entry");
+      if (rep[i] > kMaxTensorElements) return ctx.error("input 1 (repeats) " + shape_str(rep) + " is too large");
       Dim& d = out.dims[i];
       if (rep[i] == 0) d = Dim(0);
       else if (d.is_known()) d = Dim(d.value * rep[i]);

@@ -303,6 +303,8 @@ Status pad_amounts(const Ctx& ctx, int64_t rank, const Tensor* pads_v, const Ten
     for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
   }
   const int64_t na = static_cast<int64_t>(axes.size());
+  for (int64_t v : raw)
+    if (v > kMaxTensorElements || v < -kMaxTensorElements) return ctx.error("pads " + shape_str(raw) + " are too large");
   if (static_cast<int64_t>(raw.size()) != 2 * na)
     return ctx.error("pads " + shape_str(raw) + " must have " + std::to_string(2 * na) + " entries (2 per axis)");
   pads->assign(static_cast<size_t>(2 * rank), 0);
@@ -341,17 +343,25 @@ Status k_pad(KernelContext& ctx) {
     ASSIGN_OR_RETURN(fill, cast_tensor(v, x.dtype()));
   }
   vector<int64_t> dims(static_cast<size_t>(rank));
+  for (int64_t a = 0; a < rank; ++a) {
+    dims[a] = x.dim(a) + pads[a] + pads[a + rank];
+    if (dims[a] < 0)
+      return ctx.error("pads " + shape_str(pads) + " crop axis " + std::to_string(a) + " of size " +
+                       std::to_string(x.dim(a)) + " below zero");
+  }
+  ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output(0, x.dtype(), dims));
+  if (rank == 0) {
+    *out = x.clone();
+    return Status::ok();
+  }
   vector<vector<int64_t>> maps(static_cast<size_t>(rank));
   for (int64_t a = 0; a < rank; ++a) {
     const int64_t d = x.dim(a), pb = pads[a], pe = pads[a + rank];
-    dims[a] = d + pb + pe;
-    if (dims[a] < 0)
-      return ctx.error("pads " + shape_str(pads) + " crop axis " + std::to_string(a) + " of size " + std::to_string(d) +
-                       " below zero");
     const int64_t cb = std::max<int64_t>(-pb, 0), ce = std::max<int64_t>(-pe, 0);
     const int64_t len = std::max<int64_t>(d - cb - ce, 0), lead = std::max<int64_t>(pb, 0);
     if (mode != PadMode::kConstant && len == 0 && dims[a] > 0)
       return ctx.error("cannot pad an empty axis " + std::to_string(a) + " in this mode");
+    if (out->numel() == 0) continue;
     maps[a].resize(static_cast<size_t>(dims[a]));
     for (int64_t j = 0; j < dims[a]; ++j) {
       int64_t k = j - lead;  // index into the cropped range [0, len)
@@ -374,11 +384,6 @@ Status k_pad(KernelContext& ctx) {
       }
       maps[a][j] = k < 0 ? -1 : cb + k;
     }
-  }
-  ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output(0, x.dtype(), dims));
-  if (rank == 0) {
-    *out = x.clone();
-    return Status::ok();
   }
   return dm::axis_map_gather(x, maps, fill, out);
 }

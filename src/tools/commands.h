@@ -23,6 +23,7 @@ struct RunOptions {
 int cmd_run(const RunOptions& options);
 
 struct OpsOptions {
+  std::string device = "cpu-ref";
   bool json = false;
   bool markdown = false;
 };

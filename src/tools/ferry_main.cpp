@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   OpsOptions ops;
   CLI::App* ops_cmd = app.add_subcommand("ops", "List the operators ferry implements, with their opset ranges");
   ops_cmd->add_flag("--json", ops.json, "Print JSON");
+  ops_cmd->add_option("-d,--device", ops.device, "Whose supported element types to list (default cpu-ref)");
   ops_cmd->add_flag("--markdown", ops.markdown, "Print a Markdown table (docs/operators.md)");
 
   try {

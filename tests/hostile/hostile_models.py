@@ -178,6 +178,14 @@ def build_cases(work):
     x16 = os.path.join(work, "x16.npy"); np.save(x16, np.ones(16, np.float32))
     p = os.path.join(ext, "ok.onnx"); save(external_model(ext, "weights.bin", offset=4, length=64), p)
     case("external_ok", ["run", p, "--input", x16], 0)
+    # Weights past the 2 GiB mark of a (sparse) external file: 64-bit offsets work.
+    big = os.path.join(ext, "big_weights.bin")
+    with open(big, "wb") as f:
+        f.truncate(3 << 30)
+        f.seek(3 << 30)
+        f.write(weights.tobytes())
+    p = os.path.join(ext, "big_offset.onnx"); save(external_model(ext, "big_weights.bin", offset=3 << 30, length=64), p)
+    case("external_offset_past_2GiB", ["run", p, "--input", x16, "--top-k", "1"], 0)
     p = os.path.join(ext, "dotdot.onnx"); save(external_model(ext, "../outside.bin"), p)
     case("external_dotdot", ["info", p], 2, "..")
     p = os.path.join(ext, "abs.onnx"); save(external_model(ext, outside), p)
