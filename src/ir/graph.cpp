@@ -14,6 +14,7 @@ const char* attr_type_name(AttrType t) {
     case AttrType::kStrings: return "strings";
     case AttrType::kTensors: return "tensors";
     case AttrType::kGraphs: return "graphs";
+    case AttrType::kTypeProto: return "type";
     case AttrType::kUndefined: return "undefined";
   }
   return "undefined";

@@ -15,7 +15,7 @@ namespace ferry {
 
 class Graph;
 
-enum class AttrType { kUndefined, kFloat, kInt, kString, kTensor, kGraph, kFloats, kInts, kStrings, kTensors, kGraphs };
+enum class AttrType { kUndefined, kFloat, kInt, kString, kTensor, kGraph, kFloats, kInts, kStrings, kTensors, kGraphs, kTypeProto };
 const char* attr_type_name(AttrType t);
 
 struct Attribute {
@@ -30,6 +30,8 @@ struct Attribute {
   std::vector<std::string> strings;
   std::vector<Tensor> tensors;
   std::vector<std::shared_ptr<Graph>> graphs;
+  /// kTypeProto (Optional's 'type'): a tensor, sequence or optional type.
+  TensorType tp;
 };
 
 /// One operator application. Values are referred to by name; "" marks an omitted optional input.

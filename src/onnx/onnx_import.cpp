@@ -255,6 +255,13 @@ Status convert_attribute(ImportState& st, const onnx::AttributeProto& ap, const 
       }
       break;
     }
+    case onnx::AttributeProto::TYPE_PROTO: {
+      a->type = AttrType::kTypeProto;
+      bool supported = false;
+      RETURN_IF_ERROR(convert_type(ap.tp(), what, &a->tp, &supported));
+      if (!supported) return unsupported(what + ": only tensor, sequence and optional types are supported");
+      break;
+    }
     default:
       // Old exporters leave type unset; infer from the populated field.
       if (ap.type() == onnx::AttributeProto::UNDEFINED) {

@@ -337,7 +337,8 @@ void register_control_ops(OpRegistry& r) {
                  .attrs = {{"then_branch", AttrType::kGraph, true}, {"else_branch", AttrType::kGraph, true}},
                  .types = {DType::kBool}, .infer = infer_if, .kernel = k_if, .accepts_sequences = true});
   r.add(OpSchema{.name = "Loop", .since_version = 1, .min_inputs = 2, .max_inputs = 1 << 16, .min_outputs = 0, .max_outputs = 1 << 16,
-                 .attrs = {{"body", AttrType::kGraph, true}}, .infer = infer_loop, .kernel = k_loop, .accepts_sequences = true});
+                 .attrs = {{"body", AttrType::kGraph, true}}, .infer = infer_loop, .kernel = k_loop, .accepts_sequences = true,
+                 .optional_input_mask = 0b11});  // M and cond may be ""
   r.add(OpSchema{.name = "Scan", .since_version = 8, .min_inputs = 2, .max_inputs = 1 << 16, .min_outputs = 1, .max_outputs = 1 << 16,
                  .attrs = {{"body", AttrType::kGraph, true}, {"num_scan_inputs", AttrType::kInt, true}},
                  .infer = infer_scan8, .kernel = k_scan8, .optional_input_mask = 1});

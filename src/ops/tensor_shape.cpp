@@ -764,7 +764,7 @@ Status infer_tile(InferContext& ctx) {
 // ---- Identity / Constant / ConstantOfShape ----------------------------------------------------
 
 Status k_identity(KernelContext& ctx) {
-  ctx.set_output(0, ctx.input(0));
+  ctx.set_output_value(0, ctx.input_value(0));  // tensors, sequences and optionals pass through
   return Status::ok();
 }
 
@@ -972,7 +972,8 @@ void register_tensor_shape_ops(OpRegistry& r) {
                  .kernel = k_expand});
   r.add(OpSchema{.name = "Tile", .since_version = 6, .min_inputs = 2, .max_inputs = 2, .infer = infer_tile,
                  .kernel = k_tile});
-  r.add(OpSchema{.name = "Identity", .since_version = 1, .infer = infer_same_as_input0, .kernel = k_identity});
+  r.add(OpSchema{.name = "Identity", .since_version = 1, .infer = infer_same_as_input0, .kernel = k_identity,
+                 .accepts_sequences = true});
   r.add(OpSchema{.name = "Constant", .since_version = 1, .min_inputs = 0, .max_inputs = 0,
                  .attrs = {{"value", AttrType::kTensor}, {"value_float", AttrType::kFloat},
                            {"value_floats", AttrType::kFloats}, {"value_int", AttrType::kInt},

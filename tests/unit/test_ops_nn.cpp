@@ -282,6 +282,26 @@ TEST(Conv, SymbolicDimsSurvive) {
   EXPECT_EQ(s.last_model()->graph.value_types["out0"].shape->to_string(), "[batch,3,?,2]");
 }
 
+TEST(Conv, ShapeRuleWithUnknownDims) {
+  // Unknown X dims and unknown kernel dims in W: the rule keeps what it knows, the kernel still runs.
+  OpTester t("Conv");
+  t.attr("pads", vector<int64_t>{1, 1, 1, 1})
+      .input(T_(vector<float>(2 * 5 * 5, 1.0f), {1, 2, 5, 5}))
+      .input(T_(vector<float>(3 * 2 * 9, 1.0f), {3, 2, 3, 3}))
+      .symbolic_input_shape(0, Shape({Dim(), Dim(), Dim(), Dim()}))
+      .symbolic_input_shape(1, Shape({Dim(3), Dim(), Dim(), Dim()}));
+  auto out = t.run();
+  EXPECT_EQ(t.last_model()->graph.value_types["out0"].shape->to_string(), "[?,3,?,?]");
+  EXPECT_EQ(out[0].dims(), (vector<int64_t>{1, 3, 5, 5}));
+  EXPECT_EQ(out[0].get_double(0), 8.0);   // corner: 2 channels x 2x2 taps inside
+  EXPECT_EQ(out[0].get_double(6), 18.0);  // interior: 2 channels x 3x3
+  OpTester g("Gemm");
+  g.input(T_({1, 2}, {1, 2})).input(T_({3, 4}, {2, 1})).input(T_({0}, {1}))
+      .symbolic_input_shape(0, Shape({Dim(), Dim()}));
+  g.run();
+  EXPECT_EQ(g.last_model()->graph.value_types["out0"].shape->to_string(), "[?,1]");
+}
+
 // ---- ConvTranspose --------------------------------------------------------------------------
 
 struct ConvTCase {
