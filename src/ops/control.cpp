@@ -148,7 +148,9 @@ Status infer_loop(InferContext& ctx) {
     if (i < n_carried) {
       TensorType t = ctx.has_input(2 + i) ? ctx.input_type(2 + i) : TensorType{};
       TensorType b = body_output_type(*body, static_cast<size_t>(1 + i));
-      ctx.set_output(i, merge_types(t, b));
+      TensorType m = merge_types(t, b);
+      if (b.dtype != DType::kUndefined) m.kind = b.kind;  // the body decides (optional in, sequence out)
+      ctx.set_output(i, m);
     } else {
       TensorType b = body_output_type(*body, static_cast<size_t>(1 + i));
       TensorType t{b.dtype, std::nullopt};
