@@ -272,9 +272,33 @@ def main(exports, description, argv=None, default_threads=2):
     ap.add_argument("--force", action="store_true", help="regenerate even if the files exist")
     ap.add_argument("--list", action="store_true", help="list the exports and their cases, and exit")
     ap.add_argument("--list-cases", action="store_true", help="print the case names, one a line, and exit")
+    ap.add_argument("--tags", default="", help="only exports with one of these comma-separated tags")
+    ap.add_argument("--exclude-tags", default="", help="skip exports with any of these comma-separated tags")
+    ap.add_argument("--check-cases", metavar="LIST",
+                    help="exit 1 unless the case names are exactly LIST (comma- or semicolon-separated, "
+                    "in order); for a build system that lists the cases")
     ap.add_argument("--threads", type=int, default=default_threads)
     args = ap.parse_args(argv)
+    all_exports = list(exports)
 
+    want_tags = {t for t in args.tags.split(",") if t}
+    skip_tags = {t for t in args.exclude_tags.split(",") if t}
+    exports = [e for e in exports
+               if (not want_tags or want_tags & set(e.get("tags", [])))
+               and not (skip_tags & set(e.get("tags", [])))]
+    if args.check_cases is not None:
+        listed = [c for c in re.split(r"[,;]", args.check_cases) if c]
+        actual = case_names(exports)
+        if listed == actual:
+            print(f"{len(actual)} cases, as listed")
+            return 0
+        print("the case list differs from the generator's (--list-cases):", file=sys.stderr)
+        print("  listed but not generated: " + (", ".join(c for c in listed if c not in actual) or "-"),
+              file=sys.stderr)
+        print("  generated but not listed: " + (", ".join(c for c in actual if c not in listed) or "-"),
+              file=sys.stderr)
+        print("  generator's list: " + ";".join(actual), file=sys.stderr)
+        return 1
     if args.list_cases:
         print("\n".join(case_names(exports)))
         return 0
@@ -298,7 +322,8 @@ def main(exports, description, argv=None, default_threads=2):
     t0 = time.time()
     cache = ModelCache()
     written = []
-    for index, spec in enumerate(exports):
+    for spec in exports:
+        index = all_exports.index(spec)
         subs = {sc for sc, _ in spec["subcases"]}
         if only and spec["name"] not in only and not (subs & set(only)):
             continue

@@ -156,7 +156,99 @@ def clip(x, lo=None, hi=None, **a):
     return np.clip(x, -np.inf if lo is None else lo, np.inf if hi is None else hi)
 
 
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _rnn_check(kind, a, sequence_lens):
+    if sequence_lens is not None:
+        raise NotImplementedError(f"{kind} sequence_lens")
+    acts = a.get("activations")
+    if acts and [v.decode() if isinstance(v, bytes) else v for v in acts] not in (
+            ["Sigmoid", "Tanh", "Tanh"] * 2, ["Sigmoid", "Tanh", "Tanh"], ["Sigmoid", "Tanh"] * 2, ["Sigmoid", "Tanh"]):
+        raise NotImplementedError(f"{kind} activations {acts}")
+    if a.get("clip") is not None or a.get("layout", 0) != 0:
+        raise NotImplementedError(f"{kind} clip/layout")
+    d = a.get("direction", b"forward")
+    d = d.decode() if isinstance(d, bytes) else d
+    return {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[d]
+
+
+def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, **a):
+    """ONNX LSTM (layout 0, default activations, gates i o f c)."""
+    reverse = _rnn_check("LSTM", a, sequence_lens)
+    if p is not None or a.get("input_forget", 0):
+        raise NotImplementedError("LSTM peepholes / input_forget")
+    seq, batch, _ = x.shape
+    hid = a["hidden_size"]
+    y = np.zeros((seq, len(reverse), batch, hid))
+    yh = np.zeros((len(reverse), batch, hid))
+    yc = np.zeros((len(reverse), batch, hid))
+    for d, rev in enumerate(reverse):
+        h = initial_h[d] if initial_h is not None else np.zeros((batch, hid))
+        c = initial_c[d] if initial_c is not None else np.zeros((batch, hid))
+        bias = b[d, :4 * hid] + b[d, 4 * hid:] if b is not None else np.zeros(4 * hid)
+        for t in (range(seq - 1, -1, -1) if rev else range(seq)):
+            g = x[t] @ w[d].T + h @ r[d].T + bias
+            i, o, f, cc = (g[:, k * hid:(k + 1) * hid] for k in range(4))
+            c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(cc)
+            h = _sigmoid(o) * np.tanh(c)
+            y[t, d] = h
+        yh[d], yc[d] = h, c
+    return y, yh, yc
+
+
+def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, **a):
+    """ONNX GRU (layout 0, default activations, gates z r h)."""
+    reverse = _rnn_check("GRU", a, sequence_lens)
+    seq, batch, _ = x.shape
+    hid = a["hidden_size"]
+    lbr = a.get("linear_before_reset", 0)
+    y = np.zeros((seq, len(reverse), batch, hid))
+    yh = np.zeros((len(reverse), batch, hid))
+    for d, rev in enumerate(reverse):
+        h = initial_h[d] if initial_h is not None else np.zeros((batch, hid))
+        wb = b[d, :3 * hid] if b is not None else np.zeros(3 * hid)
+        rb = b[d, 3 * hid:] if b is not None else np.zeros(3 * hid)
+        for t in (range(seq - 1, -1, -1) if rev else range(seq)):
+            gx = x[t] @ w[d].T + wb
+            z = _sigmoid(gx[:, :hid] + h @ r[d, :hid].T + rb[:hid])
+            rr = _sigmoid(gx[:, hid:2 * hid] + h @ r[d, hid:2 * hid].T + rb[hid:2 * hid])
+            if lbr:
+                hh = np.tanh(gx[:, 2 * hid:] + rr * (h @ r[d, 2 * hid:].T + rb[2 * hid:]))
+            else:
+                hh = np.tanh(gx[:, 2 * hid:] + (rr * h) @ r[d, 2 * hid:].T + rb[2 * hid:])
+            h = (1 - z) * hh + z * h
+            y[t, d] = h
+        yh[d] = h
+    return y, yh
+
+
+def _axes(x, axes, extra_rank=0):
+    return sorted(int(v) % (x.ndim + extra_rank) for v in np.atleast_1d(axes))
+
+
+def unsqueeze(x, axes_in=None, axes=None, **_):
+    ax = _axes(x, axes_in if axes_in is not None else axes, len(np.atleast_1d(
+        axes_in if axes_in is not None else axes)))
+    for v in ax:
+        x = np.expand_dims(x, v)
+    return x
+
+
+def squeeze(x, axes_in=None, axes=None, **_):
+    ax = axes_in if axes_in is not None else axes
+    return np.squeeze(x, axis=None if ax is None else tuple(_axes(x, ax)))
+
+
 OPS = {
+    "LSTM": lstm,
+    "GRU": gru,
+    "Unsqueeze": unsqueeze,
+    "Squeeze": squeeze,
+    "Concat": lambda *xs, axis, **_: np.concatenate(xs, axis=axis),
+    "Sigmoid": _sigmoid,
+    "Tanh": lambda x, **_: np.tanh(x),
     "Add": lambda a, b, **_: a + b,
     "Sub": lambda a, b, **_: a - b,
     "Mul": lambda a, b, **_: a * b,

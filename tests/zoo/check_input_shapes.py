@@ -15,7 +15,6 @@
 Exit 0 when all hold, 1 otherwise, 2 when the zoo cases are missing.
 """
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -51,7 +50,7 @@ def check_rejects(ferry, case_dir, bad_shape, declared, tmp, label):
     problems = []
     if rc != 2:
         problems.append(f"exit {rc}, want 2")
-    if not re.search(r"\binput\b.*'input'|'input'|\"input\"", msg):
+    if "'input'" not in msg and '"input"' not in msg:
         problems.append("message does not name input 'input'")
     for shp, what in ((declared, "declared"), (bad_shape, "given")):
         if not any(f in msg for f in shape_forms(shp)):

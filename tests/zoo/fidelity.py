@@ -348,7 +348,8 @@ def main():
             print("  ".join(rr), flush=True)
         if r["status"] != "PASS":
             print(f"    {r['case']}: {r['error']}", flush=True)
-            if r.get("stderr") and args.cases:
+            extra = [ln for ln in (r.get("stderr") or "").splitlines() if ln.strip()]
+            if args.cases and (len(extra) > 1 or (extra and extra[0].strip() not in r["error"])):
                 print("    ferry stderr:\n" + "\n".join("      " + ln for ln in r["stderr"].splitlines()[-20:]))
     total = time.time() - t0
     npass = sum(r["status"] == "PASS" for r in results)

@@ -14,7 +14,8 @@ momentum=None, no_grad, then eval) so activations have realistic scales.
 Case folders use the tests/e2e layout (model.onnx, input_<i>.npy, expected_<k>.npy,
 meta.json); the machinery is shared with tests/e2e/gen_models.py (tests/e2e/casegen.py).
 Generation is incremental: complete cases are skipped.  Dynamic-batch exports have one
-case per batch size (<name>_b1, _b3, _b8) sharing one hard-linked model.onnx.
+case per batch size (<name>_b1, _b3, _b8) sharing one hard-linked model.onnx; the
+fpn_det_dynamic export also has dynamic height and width (<name>_b<B>_<H>x<W>).
 
 Needs Debian's /usr/bin/python3 (torch 1.13, torchvision 0.14, onnx 1.12); no network.
 """
@@ -29,7 +30,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from casegen import SEED, main as casegen_main, recalibrate_bn  # noqa: E402
-from gen_models import bert_inputs, build_bert, image_input  # noqa: E402
+from gen_models import BertEncoder, bert_inputs, build_bert, image_input  # noqa: E402
 
 OPSETS = (13, 17)
 DYN_BATCHES = (1, 3, 8)
@@ -247,6 +248,38 @@ def gru_inputs():
     return [torch.randn(LSTM_BATCH, LSTM_SEQ, LSTM_IN, generator=g)]
 
 
+def build_bert_small():
+    torch.manual_seed(SEED + 5)
+    return BertEncoder(vocab=1000, max_len=128, d_model=256, nhead=4, ff=1024, layers=2).eval()
+
+
+def bert_var_inputs(batch, seq, seed):
+    """Batch of sequences with different lengths: row i has pad_i trailing padding
+    tokens (True in the mask), never a fully padded row."""
+    g = torch.Generator().manual_seed(SEED + seed)
+    ids = torch.randint(1, 1000, (batch, seq), generator=g, dtype=torch.int64)
+    mask = torch.zeros(batch, seq, dtype=torch.bool)
+    for i in range(batch):
+        pad = (i * 7) % max(1, seq // 2)
+        if pad:
+            mask[i, seq - pad:] = True
+            ids[i, seq - pad:] = 0
+    return [ids, mask]
+
+
+def bert_dynamic_export(opset, runs):
+    name = f"bert_small_dynamic_op{opset}"
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
+            "last_hidden_state": {0: "batch", 1: "seq"}}
+
+    def sub(b, s):
+        return (f"{name}_b{b}_s{s}", lambda: bert_var_inputs(b, s, 31 * b + s))
+    return dict(name=name, model="bert_small", build=build_bert_small, build_key="bert_small", opset=opset,
+                input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
+                dynamic_axes=axes, export_inputs=lambda: bert_var_inputs(2, 64, 0),
+                subcases=[sub(b, s) for b, s in runs], tags=["dynamic"])
+
+
 def rand_images(batch, hw, seed):
     g = torch.Generator().manual_seed(seed + 7)
     return torch.randn(batch, 3, *hw, generator=g)
@@ -279,6 +312,20 @@ def dynbatch_export(model, build, opset, hw=(224, 224), output_names=("output",)
                 subcases=[sub(b) for b in DYN_BATCHES], tags=["dynamic"])
 
 
+def dynamic_hw_export(model, build, opset, runs, output_names=("output",)):
+    """Dynamic batch, height and width; runs = [(batch, (h, w)), ...]."""
+    name = f"{model}_dynamic_op{opset}"
+    axes = {"input": {0: "batch", 2: "height", 3: "width"}}
+    axes.update({o: {0: "batch", 1: "anchors"} for o in output_names})
+
+    def sub(b, hw):
+        return (f"{name}_b{b}_{hw[0]}x{hw[1]}", lambda: [rand_images(b, hw, SEED + 100 * b + hw[0])])
+    return dict(name=name, model=model, build=build, build_key=model, opset=opset,
+                input_names=["input"], output_names=list(output_names), dynamic_axes=axes,
+                export_inputs=lambda: [rand_images(2, runs[0][1], SEED)],
+                subcases=[sub(b, hw) for b, hw in runs], tags=["dynamic"])
+
+
 EXPORTS = (
     image_exports("resnet50", lambda: build_tv_cnn("resnet50"))
     + image_exports("mobilenet_v2", lambda: build_tv_cnn("mobilenet_v2"))
@@ -290,6 +337,7 @@ EXPORTS = (
             dynamic_axes=None, export_inputs=bert_inputs, subcases=[(f"bert_encoder_op{op}", bert_inputs)],
             tags=["slow"])
        for op in OPSETS]
+    + [bert_dynamic_export(17, [(1, 128), (3, 64), (4, 37)])]
     + [dict(name=f"bilstm_op{op}", model="bilstm", build=build_lstm, build_key="bilstm", opset=op,
             input_names=["x", "h0", "c0"], output_names=["output", "h_n", "c_n"], dynamic_axes=None,
             export_inputs=lstm_inputs, subcases=[(f"bilstm_op{op}", lstm_inputs)], batch_dim=1)
@@ -301,6 +349,8 @@ EXPORTS = (
     + image_exports("unet", build_unet, hw=UNET_HW)
     + [dynbatch_export("unet", build_unet, 17, hw=UNET_HW)]
     + image_exports("fpn_det", build_fpn, hw=FPN_HW, output_names=("cls_logits", "bbox_regression"))
+    + [dynamic_hw_export("fpn_det", build_fpn, 17, [(1, FPN_HW), (3, (128, 160)), (2, (320, 224))],
+                         output_names=("cls_logits", "bbox_regression"))]
     + [dynbatch_export("resnet18", lambda: build_tv_cnn("resnet18"), 13)]
     + image_exports("densenet121", lambda: build_tv_cnn("densenet121"))
     + image_exports("squeezenet1_1", lambda: build_tv_cnn("squeezenet1_1"))
