@@ -197,7 +197,7 @@ def do_export(spec, out_dir, force, cache=None, index=0):
         raise RuntimeError(f"{name}: graph outputs {graph_outputs} != {spec['output_names']}")
 
     results = []
-    for sc, make_inputs in spec["subcases"]:
+    for subindex, (sc, make_inputs) in enumerate(spec["subcases"]):
         d = dirs[sc]
         os.makedirs(d, exist_ok=True)
         if d != first_dir:
@@ -226,7 +226,7 @@ def do_export(spec, out_dir, force, cache=None, index=0):
             expected_files.append(fn)
         batch_dim = spec.get("batch_dim", 0)
         meta = dict(
-            case=sc, export=name, model=spec.get("model", name), index=index,
+            case=sc, export=name, model=spec.get("model", name), index=index, subindex=subindex,
             opset=spec["opset"], opset_import=opsets,
             batch=int(inputs[0].shape[batch_dim]) if inputs[0].dim() > batch_dim else 1,
             dynamic=bool(spec["dynamic_axes"]), tags=list(spec.get("tags", [])),

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Fidelity check: run ferry on every zoo case and compare with PyTorch, in float64.
 
-    fidelity.py FERRY ZOO_DIR [--write-doc docs/fidelity.md] [--timeout S] [--json FILE] [CASE...]
+    fidelity.py FERRY ZOO_DIR [--write-doc docs/fidelity.md] [--device DEV] [--timeout S] [--json FILE] [CASE...]
 
 (tests/zoo/run_fidelity.sh wraps this.)  For each case folder ZOO_DIR/<case> made by
 gen_zoo.py (all complete cases when no CASE is given, in generation order) it runs
 
-    FERRY run ZOO_DIR/<case>/model.onnx --input NAME=input_<i>.npy ... --output-dir TMP
+    FERRY run ZOO_DIR/<case>/model.onnx --input NAME=input_<i>.npy ... --output-dir TMP [--device DEV]
 
 and checks every output k against expected_<k>.npy:
     float outputs:        same shape, no NaN/Inf where the reference is finite,
@@ -104,7 +104,7 @@ def first_error_line(text):
     return lines[-1] if lines else ""
 
 
-def run_case(ferry, zoo, case, timeout):
+def run_case(ferry, zoo, case, timeout, device=None):
     d = os.path.join(zoo, case)
     meta = load_meta(d)
     res = dict(case=case, model=meta.get("model", case), opset=meta.get("opset"),
@@ -116,6 +116,8 @@ def run_case(ferry, zoo, case, timeout):
         for name, f in zip(meta["inputs"], meta["input_files"]):
             cmd += ["--input", f"{name}={os.path.join(d, f)}"]
         cmd += ["--output-dir", tmp]
+        if device:
+            cmd += ["--device", device]
         res["command"] = " ".join(shlex.quote(c) for c in cmd)
         t0 = time.perf_counter()
         try:
@@ -215,8 +217,8 @@ def discover(zoo):
                 m = load_meta(d)
             except (OSError, ValueError):
                 continue
-            cases.append((m.get("index", 1 << 30), name))
-    return [c for _, c in sorted(cases)]
+            cases.append((m.get("index", 1 << 30), m.get("subindex", 0), name))
+    return [c for _, _, c in sorted(cases)]
 
 
 def ferry_version(ferry):
@@ -229,7 +231,7 @@ def ferry_version(ferry):
         return ""
 
 
-def write_doc(path, results, command, zoo, ferry, total_wall):
+def write_doc(path, results, command, zoo, ferry, total_wall, device):
     metas = {}
     for r in results:
         try:
@@ -269,7 +271,8 @@ def write_doc(path, results, command, zoo, ferry, total_wall):
              " outputs the row shows the worst output and the lines below it show each one.")
     L.append("")
     L.append("*cosine* is written as 1 - (1 - cosine). *ferry wall* is the wall time of one `ferry run`"
-             " process (load, run, write outputs) with the reference CPU kernels, on a shared machine.")
+             f" process (load, run, write outputs) on device `{device or 'cpu'}`"
+             f"{'' if device else ' (the default)'}, on a shared machine.")
     L.append("")
     L.append("| " + " | ".join(HEADER) + " |")
     L.append("|" + "|".join("---" for _ in HEADER) + "|")
@@ -310,6 +313,7 @@ def main():
     ap.add_argument("zoo")
     ap.add_argument("cases", nargs="*")
     ap.add_argument("--write-doc", metavar="PATH")
+    ap.add_argument("--device", help="passed to `ferry run --device` (default: ferry's default, cpu)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per ferry run (default 900)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     ap.add_argument("--command", help=argparse.SUPPRESS)  # the command line to quote in the doc
@@ -336,7 +340,7 @@ def main():
     t0 = time.time()
     widths_printed = False
     for c in cases:
-        r = run_case(args.ferry, args.zoo, c, args.timeout)
+        r = run_case(args.ferry, args.zoo, c, args.timeout, args.device)
         results.append(r)
         rows = [row(r)]
         if len(r["outputs"]) > 1:
@@ -364,7 +368,7 @@ def main():
             json.dump(results, f, indent=1, default=str)
     if args.write_doc:
         command = args.command or " ".join(shlex.quote(a) for a in sys.argv)
-        write_doc(args.write_doc, results, command, args.zoo, args.ferry, total)
+        write_doc(args.write_doc, results, command, args.zoo, args.ferry, total, args.device)
         print(f"wrote {args.write_doc}")
     return 0 if npass == len(results) else 1
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fidelity check of ferry against PyTorch on the model zoo.
 #
-#   tests/zoo/run_fidelity.sh FERRY ZOO_DIR [--write-doc docs/fidelity.md] [--timeout S] [--json F] [CASE...]
+#   tests/zoo/run_fidelity.sh FERRY ZOO_DIR [--write-doc docs/fidelity.md] [--device D] [--timeout S] [--json F] [CASE...]
 #
 # ZOO_DIR is made by `/usr/bin/python3 tests/zoo/gen_zoo.py --out ZOO_DIR`.  Runs
 # `FERRY run` on each case (all generated cases when no CASE is given), compares every
@@ -11,7 +11,7 @@
 # Env: PYTHON (default /usr/bin/python3).
 set -euo pipefail
 if [ $# -lt 2 ]; then
-  echo "usage: $0 FERRY ZOO_DIR [--write-doc docs/fidelity.md] [--timeout S] [--json FILE] [CASE...]" >&2
+  echo "usage: $0 FERRY ZOO_DIR [--write-doc docs/fidelity.md] [--device D] [--timeout S] [--json FILE] [CASE...]" >&2
   exit 2
 fi
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
