@@ -218,4 +218,18 @@ inline int64_t static_length_1d(const InferContext& ctx, int64_t i) {
 /// A shape of `rank` unknown dims.
 inline Shape unknown_shape(int64_t rank) { return Shape(std::vector<Dim>(static_cast<size_t>(rank))); }
 
+inline DType input_dtype(const InferContext& ctx, int64_t i) {
+  const TensorType* t = input_type_or_null(ctx, i);
+  return t ? t->dtype : DType::kUndefined;
+}
+
+// Reads an integer input (shape, axes, repeats...) as int64 values; errors on non-integer types.
+template <typename Ctx>
+Status int_values(const Ctx& ctx, const Tensor& t, int64_t i, std::vector<int64_t>* out) {
+  if (!read_ints(t, out))
+    return ctx.error(input_desc(ctx.node(), i) + " must be an integer tensor, got " + dtype_name(t.dtype()));
+  if (t.rank() > 1) return ctx.error(input_desc(ctx.node(), i) + " must be 1-D, got shape " + shape_str(t.dims()));
+  return Status::ok();
+}
+
 }  // namespace ferry::dm

@@ -11,16 +11,12 @@ namespace ferry {
 namespace {
 
 using dm::input_desc;
+using dm::input_dtype;
 using dm::input_shape_or_null;
 using dm::input_type_or_null;
 using dm::shape_str;
 using std::string;
 using std::vector;
-
-DType input_dtype(const InferContext& ctx, int64_t i) {
-  const TensorType* t = input_type_or_null(ctx, i);
-  return t ? t->dtype : DType::kUndefined;
-}
 
 // Copies elements of `src` at flat offsets `offs` into a new tensor of `dims` (any dtype).
 StatusOr<Tensor> gather_flat(const Tensor& src, const vector<int64_t>& offs, const vector<int64_t>& dims) {

@@ -15,16 +15,12 @@ namespace ferry {
 namespace {
 
 using dm::input_desc;
+using dm::input_dtype;
 using dm::input_shape_or_null;
 using dm::input_type_or_null;
 using dm::shape_str;
 using std::string;
 using std::vector;
-
-DType input_dtype(const InferContext& ctx, int64_t i) {
-  const TensorType* t = input_type_or_null(ctx, i);
-  return t ? t->dtype : DType::kUndefined;
-}
 
 // ---- Cast -------------------------------------------------------------------------------------
 
