@@ -259,6 +259,7 @@ Status k_roialign(KernelContext& ctx) {
                      dims_str(bt));
   const int64_t n = xt.dim(0), c = xt.dim(1), h = xt.dim(2), w = xt.dim(3), nr = rt.dim(0);
   const int64_t ph_n = a.out_h, pw_n = a.out_w;
+  RETURN_IF_ERROR(checked_element_count({nr, c, ph_n, pw_n}, ctx.node().describe() + " output").status());
   vector<double> x = xt.to_double_vector();
   vector<double> rois = rt.to_double_vector();
   vector<double> y(static_cast<size_t>(nr * c * ph_n * pw_n), 0.0);
@@ -288,6 +289,9 @@ Status k_roialign(KernelContext& ctx) {
     if (gh_d > 1e4 || gw_d > 1e4) return ctx.error("roi " + std::to_string(r) + " is too large for adaptive sampling");
     const int64_t gh = std::max<int64_t>(0, static_cast<int64_t>(gh_d));
     const int64_t gw = std::max<int64_t>(0, static_cast<int64_t>(gw_d));
+    if (static_cast<double>(ph_n) * static_cast<double>(pw_n) * static_cast<double>(gh) * static_cast<double>(gw) > 1e8)
+      return ctx.error("roi " + std::to_string(r) + " needs too many sampling points (output " + std::to_string(ph_n) + "x" +
+                       std::to_string(pw_n) + ", " + std::to_string(gh) + "x" + std::to_string(gw) + " per bin)");
     const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
     pre.assign(static_cast<size_t>(ph_n * pw_n * gh * gw), Sample{0, 0, 0, 0, 0, 0, 0, 0});
     size_t idx = 0;
@@ -463,6 +467,7 @@ Status gridsample_run(KernelContext& ctx, const GridSampleAttrs& a, const Tensor
   vector<int64_t> tap_idx(static_cast<size_t>(nd * taps));
   vector<double> tap_w(static_cast<size_t>(nd * taps));
   vector<int> odo(static_cast<size_t>(nd));
+  vector<std::pair<int64_t, double>> pts;  // (input offset, weight) of the current output point
   y->assign(static_cast<size_t>(n * ch * out_sp), 0.0);
   auto resolve = [&](int64_t i, int64_t d) -> int64_t {
     const int64_t len = in_dims[d];
@@ -527,7 +532,7 @@ Status gridsample_run(KernelContext& ctx, const GridSampleAttrs& a, const Tensor
       }
       // Tensor product over the taps of every dim.
       std::fill(odo.begin(), odo.end(), 0);
-      vector<std::pair<int64_t, double>> pts;
+      pts.clear();
       while (true) {
         int64_t off = 0;
         double wgt = 1.0;
@@ -717,7 +722,7 @@ void register_detection_ops(OpRegistry& r) {
   const vector<AttrSpec> nms_attrs = {{"center_point_box", AttrType::kInt}};
   for (int64_t v : {10, 11})
     r.add(OpSchema{.name = "NonMaxSuppression", .since_version = v, .min_inputs = 2, .max_inputs = 5,
-                   .attrs = nms_attrs, .types = {DType::kF32}, .infer = infer_nms, .kernel = k_nms});
+                   .attrs = nms_attrs, .types = kFloatTypes, .infer = infer_nms, .kernel = k_nms});
 
   const vector<AttrSpec> roi10 = {{"mode", AttrType::kString}, {"output_height", AttrType::kInt},
                                   {"output_width", AttrType::kInt}, {"sampling_ratio", AttrType::kInt},
@@ -740,7 +745,7 @@ void register_detection_ops(OpRegistry& r) {
                                          {"strides", AttrType::kInts}};
   for (int64_t v : {9, 11})
     r.add(OpSchema{.name = "MaxUnpool", .since_version = v, .min_inputs = 2, .max_inputs = 3, .attrs = unpool_attrs,
-                   .types = kFloatTypes, .infer = infer_maxunpool, .kernel = k_maxunpool});
+                   .infer = infer_maxunpool, .kernel = k_maxunpool});
 }
 
 }  // namespace ferry

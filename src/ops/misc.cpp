@@ -1,5 +1,493 @@
+// Miscellaneous ops: BitShift, Shrink, the random generators (RandomUniform, RandomNormal, their
+// *Like forms, Bernoulli, Multinomial) and the ai.onnx.preview.training optimizers (Adagrad,
+// Momentum, Adam).
+//
+// Random ops: with a 'seed' attribute every run of the node draws the same values (the generator is
+// seeded from the seed's bits on each call); without one, each call draws fresh values. The values
+// come from ferry's own generator (mt19937_64), so they do not match numpy's or onnxruntime's streams.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
 #include "ops/op_util.h"
 
 namespace ferry {
-void register_misc_ops(OpRegistry&) {}
+namespace {
+
+using std::string;
+using std::vector;
+
+const vector<DType> kFloatTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
+
+StatusOr<Tensor> doubles_to_tensor(const vector<double>& v, vector<int64_t> dims, DType dt) {
+  Tensor t = Tensor::allocate(DType::kF64, std::move(dims));
+  std::copy(v.begin(), v.end(), t.mutable_data<double>());
+  if (dt == DType::kF64) return t;
+  return cast_tensor(t, dt);
+}
+
+// ---- BitShift -------------------------------------------------------------------------------
+
+template <class Ctx>
+Status read_direction(Ctx& ctx, bool* left) {
+  if (!ctx.has("direction")) return ctx.error("required attribute 'direction' is missing");
+  const string d = ctx.get_string("direction", "");
+  if (d != "LEFT" && d != "RIGHT") return ctx.error("attribute 'direction' must be LEFT or RIGHT, got '" + d + "'");
+  *left = d == "LEFT";
+  return Status::ok();
+}
+
+bool is_unsigned(DType t) { return t == DType::kU8 || t == DType::kU16 || t == DType::kU32 || t == DType::kU64; }
+
+Status infer_bitshift(InferContext& ctx) {
+  bool left = true;
+  RETURN_IF_ERROR(read_direction(ctx, &left));
+  const DType a = ctx.input_type(0).dtype, b = ctx.input_type(1).dtype;
+  if (a != DType::kUndefined && !is_unsigned(a))
+    return ctx.error(string("BitShift expects unsigned integer inputs, got ") + dtype_name(a));
+  if (a != DType::kUndefined && b != DType::kUndefined && a != b)
+    return ctx.error(string("inputs have different element types: ") + dtype_name(a) + " and " + dtype_name(b));
+  return infer_broadcast(ctx);
+}
+
+template <typename T>
+void bitshift_loop(const Tensor& x, const Tensor& y, Tensor* out, bool left) {
+  constexpr uint64_t kBits = sizeof(T) * 8;
+  const T* px = x.data<T>();
+  const T* py = y.data<T>();
+  T* po = out->mutable_data<T>();
+  auto f = [left](T a, T s) -> T {
+    if (static_cast<uint64_t>(s) >= kBits) return 0;  // every bit shifted out
+    return left ? static_cast<T>(a << s) : static_cast<T>(a >> s);
+  };
+  vector<vector<int64_t>> strides = {broadcast_strides(x.dims(), out->dims()), broadcast_strides(y.dims(), out->dims())};
+  for (BroadcastIter it(out->dims(), std::move(strides)); !it.done(); it.next())
+    po[it.index()] = f(px[it.offset(0)], py[it.offset(1)]);
+}
+
+Status k_bitshift(KernelContext& ctx) {
+  bool left = true;
+  RETURN_IF_ERROR(read_direction(ctx, &left));
+  const Tensor& x = ctx.input(0);
+  const Tensor& y = ctx.input(1);
+  if (!is_unsigned(x.dtype())) return ctx.error(string("BitShift expects unsigned integer inputs, got ") + dtype_name(x.dtype()));
+  if (x.dtype() != y.dtype())
+    return ctx.error(string("inputs have different element types: ") + dtype_name(x.dtype()) + " and " + dtype_name(y.dtype()));
+  vector<int64_t> dims;
+  if (!broadcast_dims(x.dims(), y.dims(), &dims))
+    return ctx.error("input shapes " + dims_to_string(x.dims()) + " and " + dims_to_string(y.dims()) +
+                     " cannot be broadcast together");
+  ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output(0, x.dtype(), dims));
+  switch (x.dtype()) {
+    case DType::kU8: bitshift_loop<uint8_t>(x, y, out, left); break;
+    case DType::kU16: bitshift_loop<uint16_t>(x, y, out, left); break;
+    case DType::kU32: bitshift_loop<uint32_t>(x, y, out, left); break;
+    case DType::kU64: bitshift_loop<uint64_t>(x, y, out, left); break;
+    default: break;
+  }
+  return Status::ok();
+}
+
+// ---- Shrink ---------------------------------------------------------------------------------
+
+Status k_shrink(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const double bias = ctx.get_float("bias", 0.0f);
+  const double lambd = ctx.get_float("lambd", 0.5f);
+  auto f = [&](double v) { return v < -lambd ? v + bias : (v > lambd ? v - bias : 0.0); };
+  const DType dt = x.dtype();
+  if (dt == DType::kF16 || dt == DType::kBF16 || dt == DType::kF64) {
+    vector<double> y(static_cast<size_t>(x.numel()));
+    for (int64_t i = 0; i < x.numel(); ++i) y[i] = f(x.get_double(i));
+    ASSIGN_OR_RETURN(Tensor out, doubles_to_tensor(y, x.dims(), dt));
+    ctx.set_output(0, std::move(out));
+    return Status::ok();
+  }
+  ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output(0, dt, x.dims()));
+  switch (dt) {
+    case DType::kF32: {
+      const float* px = x.data<float>();
+      float* po = out->mutable_data<float>();
+      const float b = static_cast<float>(bias), l = static_cast<float>(lambd);
+      for (int64_t i = 0; i < x.numel(); ++i) po[i] = px[i] < -l ? px[i] + b : (px[i] > l ? px[i] - b : 0.0f);
+      break;
+    }
+    FERRY_DISPATCH_INT_CASES({
+      const scalar_t* px = x.data<scalar_t>();
+      scalar_t* po = out->mutable_data<scalar_t>();
+      for (int64_t i = 0; i < x.numel(); ++i) po[i] = static_cast<scalar_t>(f(static_cast<double>(px[i])));
+    })
+    default: return ctx.error(string("element type ") + dtype_name(dt) + " is not supported");
+  }
+  return Status::ok();
+}
+
+// ---- random ---------------------------------------------------------------------------------
+
+class Rng {
+ public:
+  explicit Rng(const AttrReader& a) {
+    if (a.has("seed")) {
+      const float s = a.get_float("seed", 0.0f);
+      uint32_t bits;
+      std::memcpy(&bits, &s, 4);
+      gen_.seed(0x9E3779B97F4A7C15ull ^ bits);
+    } else {
+      std::random_device rd;
+      gen_.seed((static_cast<uint64_t>(rd()) << 32) ^ rd());
+    }
+  }
+  /// Uniform in [0, 1) with 53 random bits.
+  double uniform() { return static_cast<double>(gen_() >> 11) * 0x1.0p-53; }
+  /// Standard normal (Box-Muller).
+  double normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    double u1;
+    do u1 = uniform();
+    while (u1 <= 0.0);
+    const double u2 = uniform();
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    spare_ = r * std::sin(2.0 * 3.14159265358979323846 * u2);
+    has_spare_ = true;
+    return r * std::cos(2.0 * 3.14159265358979323846 * u2);
+  }
+
+ private:
+  std::mt19937_64 gen_;
+  bool has_spare_ = false;
+  double spare_ = 0.0;
+};
+
+/// Output dtype from the 'dtype' attribute (or `dflt` when absent); must be a float type.
+template <class Ctx>
+Status random_float_dtype(Ctx& ctx, DType dflt, DType* out) {
+  DType t = dflt;
+  if (ctx.has("dtype")) {
+    const int64_t v = ctx.get_int("dtype", 1);
+    if (v > INT32_MAX || !dtype_from_onnx(static_cast<int32_t>(v), &t))
+      return ctx.error("attribute 'dtype' " + std::to_string(v) + " is not a known tensor type");
+  }
+  if (t == DType::kUndefined) {
+    *out = t;
+    return Status::ok();
+  }
+  if (!dtype_is_float(t)) return ctx.error(string("output type ") + dtype_name(t) + " is not a float type");
+  *out = t;
+  return Status::ok();
+}
+
+template <class Ctx>
+Status read_shape_attr(Ctx& ctx, vector<int64_t>* dims) {
+  if (!ctx.has("shape")) return ctx.error("required attribute 'shape' is missing");
+  *dims = ctx.get_ints("shape");
+  for (int64_t d : *dims)
+    if (d < 0) return ctx.error("attribute 'shape' " + dims_to_string(*dims) + " has a negative dimension");
+  return Status::ok();
+}
+
+template <bool kLike>
+Status infer_random(InferContext& ctx) {
+  DType dt = DType::kUndefined;
+  if (kLike) {
+    RETURN_IF_ERROR(random_float_dtype(ctx, ctx.input_type(0).dtype, &dt));
+    ctx.set_output(0, TensorType{dt, ctx.input_type(0).shape});
+    return Status::ok();
+  }
+  RETURN_IF_ERROR(random_float_dtype(ctx, DType::kF32, &dt));
+  vector<int64_t> dims;
+  RETURN_IF_ERROR(read_shape_attr(ctx, &dims));
+  ctx.set_output(0, TensorType{dt, Shape::of(dims)});
+  return Status::ok();
+}
+
+template <bool kNormal, bool kLike>
+Status k_random(KernelContext& ctx) {
+  DType dt = DType::kUndefined;
+  vector<int64_t> dims;
+  if (kLike) {
+    RETURN_IF_ERROR(random_float_dtype(ctx, ctx.input(0).dtype(), &dt));
+    dims = ctx.input(0).dims();
+  } else {
+    RETURN_IF_ERROR(random_float_dtype(ctx, DType::kF32, &dt));
+    RETURN_IF_ERROR(read_shape_attr(ctx, &dims));
+  }
+  ASSIGN_OR_RETURN(int64_t n, checked_element_count(dims, ctx.node().describe() + " output"));
+  Rng rng(ctx);
+  vector<double> v(static_cast<size_t>(n));
+  if (kNormal) {
+    const double mean = ctx.get_float("mean", 0.0f), scale = ctx.get_float("scale", 1.0f);
+    for (double& x : v) x = mean + scale * rng.normal();
+  } else {
+    const double lo = ctx.get_float("low", 0.0f), hi = ctx.get_float("high", 1.0f);
+    if (!(hi >= lo)) return ctx.error("attribute 'high' must be >= 'low'");
+    for (double& x : v) x = lo + (hi - lo) * rng.uniform();
+  }
+  ASSIGN_OR_RETURN(Tensor out, doubles_to_tensor(v, dims, dt));
+  ctx.set_output(0, std::move(out));
+  return Status::ok();
+}
+
+/// Bernoulli's output type: 'dtype' or the input's; any numeric type or bool.
+template <class Ctx>
+Status bernoulli_dtype(Ctx& ctx, DType in, DType* out) {
+  DType t = in;
+  if (ctx.has("dtype")) {
+    const int64_t v = ctx.get_int("dtype", 1);
+    if (v > INT32_MAX || !dtype_from_onnx(static_cast<int32_t>(v), &t) || t == DType::kString || t == DType::kUndefined)
+      return ctx.error("attribute 'dtype' " + std::to_string(v) + " is not a numeric tensor type");
+  }
+  *out = t;
+  return Status::ok();
+}
+
+Status infer_bernoulli(InferContext& ctx) {
+  const TensorType& x = ctx.input_type(0);
+  if (x.dtype != DType::kUndefined && !dtype_is_float(x.dtype))
+    return ctx.error(string("input must be a float tensor of probabilities, got ") + dtype_name(x.dtype));
+  DType dt = DType::kUndefined;
+  RETURN_IF_ERROR(bernoulli_dtype(ctx, x.dtype, &dt));
+  ctx.set_output(0, TensorType{dt, x.shape});
+  return Status::ok();
+}
+
+Status k_bernoulli(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  if (!dtype_is_float(x.dtype())) return ctx.error(string("input must be a float tensor of probabilities, got ") + dtype_name(x.dtype()));
+  DType dt = DType::kUndefined;
+  RETURN_IF_ERROR(bernoulli_dtype(ctx, x.dtype(), &dt));
+  Rng rng(ctx);
+  Tensor draws = Tensor::allocate(DType::kU8, x.dims());
+  uint8_t* pd = draws.mutable_data<uint8_t>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double p = x.get_double(i);
+    if (!(p >= 0.0 && p <= 1.0))
+      return ctx.error("probability input[" + std::to_string(i) + "] = " + std::to_string(p) + " is not in [0, 1]");
+    pd[i] = rng.uniform() < p ? 1 : 0;
+  }
+  ASSIGN_OR_RETURN(Tensor out, cast_tensor(draws, dt));
+  ctx.set_output(0, std::move(out));
+  return Status::ok();
+}
+
+template <class Ctx>
+Status multinomial_attrs(Ctx& ctx, DType* dt, int64_t* samples) {
+  const int64_t v = ctx.get_int("dtype", 6);
+  if (v != 6 && v != 7) return ctx.error("attribute 'dtype' must be 6 (int32) or 7 (int64), got " + std::to_string(v));
+  *dt = v == 6 ? DType::kI32 : DType::kI64;
+  *samples = ctx.get_int("sample_size", 1);
+  if (*samples < 1) return ctx.error("attribute 'sample_size' must be >= 1, got " + std::to_string(*samples));
+  return Status::ok();
+}
+
+Status infer_multinomial(InferContext& ctx) {
+  DType dt = DType::kUndefined;
+  int64_t s = 1;
+  RETURN_IF_ERROR(multinomial_attrs(ctx, &dt, &s));
+  const TensorType& x = ctx.input_type(0);
+  if (x.shape && x.shape->rank() != 2)
+    return ctx.error("input must have shape [batch_size, class_size], got " + x.shape->to_string());
+  ctx.set_output(0, TensorType{dt, Shape({x.shape ? x.shape->dims[0] : Dim(), Dim(s)})});
+  return Status::ok();
+}
+
+Status k_multinomial(KernelContext& ctx) {
+  DType dt = DType::kUndefined;
+  int64_t samples = 1;
+  RETURN_IF_ERROR(multinomial_attrs(ctx, &dt, &samples));
+  const Tensor& x = ctx.input(0);
+  if (!dtype_is_float(x.dtype())) return ctx.error("input must be a float tensor of log-probabilities");
+  if (x.rank() != 2) return ctx.error("input must have shape [batch_size, class_size], got " + dims_to_string(x.dims()));
+  const int64_t batch = x.dim(0), classes = x.dim(1);
+  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dt, {batch, samples}));
+  Rng rng(ctx);
+  vector<double> cdf(static_cast<size_t>(classes));
+  for (int64_t b = 0; b < batch; ++b) {
+    // Unnormalized log-probabilities: p_i proportional to exp(x_i - max).
+    double mx = -INFINITY;
+    for (int64_t c = 0; c < classes; ++c) {
+      const double v = x.get_double(b * classes + c);
+      if (std::isnan(v)) return ctx.error("row " + std::to_string(b) + " has a NaN log-probability");
+      mx = std::max(mx, v);
+    }
+    if (classes == 0 || mx == -INFINITY)
+      return ctx.error("row " + std::to_string(b) + " has no class with a nonzero probability");
+    double total = 0.0;
+    for (int64_t c = 0; c < classes; ++c) {
+      const double v = x.get_double(b * classes + c);
+      total += mx == INFINITY ? (v == INFINITY ? 1.0 : 0.0) : std::exp(v - mx);
+      cdf[c] = total;
+    }
+    for (int64_t s = 0; s < samples; ++s) {
+      const double u = rng.uniform() * total;
+      int64_t k = std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
+      if (k >= classes) k = classes - 1;
+      while (k > 0 && cdf[k] == cdf[k - 1]) --k;  // never a zero-probability class
+      if (dt == DType::kI32) y->mutable_data<int32_t>()[b * samples + s] = static_cast<int32_t>(k);
+      else y->mutable_data<int64_t>()[b * samples + s] = k;
+    }
+  }
+  return Status::ok();
+}
+
+// ---- ai.onnx.preview.training optimizers ----------------------------------------------------
+// Inputs: R (learning rate, scalar), T (update count, scalar int64), then n groups of tensors
+// (X..., G..., and the optimizer's state tensors). Outputs: the updated X... and state tensors.
+
+enum class Optim { kAdagrad, kMomentum, kAdam };
+
+int optim_groups(Optim o) { return o == Optim::kAdagrad ? 3 : (o == Optim::kMomentum ? 3 : 4); }
+
+template <Optim kO, class Ctx>
+Status optim_counts(Ctx& ctx, int64_t num_inputs, int64_t num_outputs, int64_t* n) {
+  const int g = optim_groups(kO);
+  if (num_inputs < 2 + g || (num_inputs - 2) % g != 0)
+    return ctx.error("expects R, T and " + std::to_string(g) + " tensors per optimized tensor, got " +
+                     std::to_string(num_inputs) + " inputs");
+  *n = (num_inputs - 2) / g;
+  if (num_outputs > (g - 1) * *n)
+    return ctx.error("has " + std::to_string(num_outputs) + " outputs; at most " + std::to_string((g - 1) * *n) + " expected");
+  if (kO == Optim::kMomentum) {
+    for (const char* req : {"alpha", "beta", "mode", "norm_coefficient"})
+      if (!ctx.has(req)) return ctx.error(string("required attribute '") + req + "' is missing");
+    const string mode = ctx.get_string("mode", "");
+    if (mode != "standard" && mode != "nesterov")
+      return ctx.error("attribute 'mode' must be 'standard' or 'nesterov', got '" + mode + "'");
+  }
+  return Status::ok();
+}
+
+template <Optim kO>
+Status infer_optim(InferContext& ctx) {
+  int64_t n = 0;
+  RETURN_IF_ERROR(optim_counts<kO>(ctx, ctx.num_inputs(), ctx.num_outputs(), &n));
+  // Output j*n + i has the type of input 2 + (j == 0 ? 0 : j + 1) * n + i (X, then the state tensors).
+  for (int64_t o = 0; o < ctx.num_outputs(); ++o) {
+    const int64_t j = o / n, i = o % n;
+    const int64_t in = 2 + (j == 0 ? 0 : j + 1) * n + i;
+    ctx.set_output(o, ctx.has_input(in) ? ctx.input_type(in) : TensorType{});
+  }
+  return Status::ok();
+}
+
+template <Optim kO>
+Status k_optim(KernelContext& ctx) {
+  int64_t n = 0;
+  RETURN_IF_ERROR(optim_counts<kO>(ctx, ctx.num_inputs(), ctx.num_outputs(), &n));
+  const Tensor& rt = ctx.input(0);
+  const Tensor& tt = ctx.input(1);
+  if (!dtype_is_float(rt.dtype()) || rt.numel() != 1) return ctx.error("input 'R' must be a float scalar");
+  if (!dtype_is_integer(tt.dtype()) || tt.numel() != 1) return ctx.error("input 'T' must be an int64 scalar");
+  const double r = rt.get_double(0);
+  const double t = static_cast<double>(tt.get_int64(0));
+  const int g = optim_groups(kO);
+  for (int64_t i = 0; i < n; ++i) {
+    vector<const Tensor*> in(static_cast<size_t>(g));
+    for (int k = 0; k < g; ++k) {
+      in[k] = &ctx.input(2 + k * n + i);
+      if (!dtype_is_float(in[k]->dtype())) return ctx.error("optimized tensors and their state must be float tensors");
+      if (in[k]->dims() != in[0]->dims() || in[k]->dtype() != in[0]->dtype())
+        return ctx.error("tensor group " + std::to_string(i) + ": input " + std::to_string(2 + k * n + i) + " " +
+                         dtype_name(in[k]->dtype()) + dims_to_string(in[k]->dims()) + " does not match X " +
+                         dtype_name(in[0]->dtype()) + dims_to_string(in[0]->dims()));
+    }
+    const vector<double> x = in[0]->to_double_vector(), gr = in[1]->to_double_vector(), s1 = in[2]->to_double_vector();
+    const vector<double> s2 = g == 4 ? in[3]->to_double_vector() : vector<double>();
+    const size_t m = x.size();
+    vector<double> x_new(m), s1_new(m), s2_new(g == 4 ? m : 0);
+    if (kO == Optim::kAdagrad) {
+      const double decay = ctx.get_float("decay_factor", 0.0f), eps = ctx.get_float("epsilon", 1e-6f);
+      const double norm = ctx.get_float("norm_coefficient", 0.0f);
+      const double r_ = r / (1.0 + t * decay);
+      for (size_t k = 0; k < m; ++k) {
+        const double greg = norm * x[k] + gr[k];
+        s1_new[k] = s1[k] + greg * greg;
+        x_new[k] = x[k] - r_ * greg / (std::sqrt(s1_new[k]) + eps);
+      }
+    } else if (kO == Optim::kMomentum) {
+      const double alpha = ctx.get_float("alpha", 0.0f), beta = ctx.get_float("beta", 0.0f);
+      const double norm = ctx.get_float("norm_coefficient", 0.0f);
+      const bool nesterov = ctx.get_string("mode", "") == "nesterov";
+      const double beta_adj = t > 0 ? beta : 1.0;
+      for (size_t k = 0; k < m; ++k) {
+        const double greg = norm * x[k] + gr[k];
+        s1_new[k] = alpha * s1[k] + beta_adj * greg;
+        x_new[k] = nesterov ? x[k] - r * (greg + alpha * s1_new[k]) : x[k] - r * s1_new[k];
+      }
+    } else {
+      const double alpha = ctx.get_float("alpha", 0.9f), beta = ctx.get_float("beta", 0.999f);
+      const double eps = ctx.get_float("epsilon", 1e-6f), norm = ctx.get_float("norm_coefficient", 0.0f);
+      const double norm_post = ctx.get_float("norm_coefficient_post", 0.0f);
+      const double r_adj = t > 0 ? r * std::sqrt(1.0 - std::pow(beta, t)) / (1.0 - std::pow(alpha, t)) : r;
+      for (size_t k = 0; k < m; ++k) {
+        const double greg = norm * x[k] + gr[k];
+        s1_new[k] = alpha * s1[k] + (1.0 - alpha) * greg;
+        s2_new[k] = beta * s2[k] + (1.0 - beta) * greg * greg;
+        const double xn = x[k] - r_adj * (s1_new[k] / (std::sqrt(s2_new[k]) + eps));
+        x_new[k] = (1.0 - norm_post) * xn;
+      }
+    }
+    const vector<double>* outs[3] = {&x_new, &s1_new, &s2_new};
+    for (int j = 0; j < g - 1; ++j) {
+      const int64_t o = j * n + i;
+      if (o >= ctx.num_outputs()) continue;
+      ASSIGN_OR_RETURN(Tensor out, doubles_to_tensor(*outs[j], in[0]->dims(), in[0]->dtype()));
+      ctx.set_output(o, std::move(out));
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_misc_ops(OpRegistry& r) {
+  r.add(OpSchema{.name = "BitShift", .since_version = 11, .min_inputs = 2, .max_inputs = 2,
+                 .attrs = {{"direction", AttrType::kString, true}},
+                 .types = {DType::kU8, DType::kU16, DType::kU32, DType::kU64}, .infer = infer_bitshift, .kernel = k_bitshift});
+  r.add(OpSchema{.name = "Shrink", .since_version = 9, .attrs = {{"bias", AttrType::kFloat}, {"lambd", AttrType::kFloat}},
+                 .infer = infer_same_as_input0, .kernel = k_shrink});
+
+  const vector<AttrSpec> uni = {{"dtype", AttrType::kInt}, {"high", AttrType::kFloat}, {"low", AttrType::kFloat},
+                                {"seed", AttrType::kFloat}};
+  const vector<AttrSpec> nor = {{"dtype", AttrType::kInt}, {"mean", AttrType::kFloat}, {"scale", AttrType::kFloat},
+                                {"seed", AttrType::kFloat}};
+  auto with_shape = [](vector<AttrSpec> v) {
+    v.push_back({"shape", AttrType::kInts, true});
+    return v;
+  };
+  r.add(OpSchema{.name = "RandomUniform", .since_version = 1, .min_inputs = 0, .max_inputs = 0, .attrs = with_shape(uni),
+                 .infer = infer_random<false>, .kernel = k_random<false, false>});
+  r.add(OpSchema{.name = "RandomNormal", .since_version = 1, .min_inputs = 0, .max_inputs = 0, .attrs = with_shape(nor),
+                 .infer = infer_random<false>, .kernel = k_random<true, false>});
+  r.add(OpSchema{.name = "RandomUniformLike", .since_version = 1, .attrs = uni, .infer = infer_random<true>,
+                 .kernel = k_random<false, true>});
+  r.add(OpSchema{.name = "RandomNormalLike", .since_version = 1, .attrs = nor, .infer = infer_random<true>,
+                 .kernel = k_random<true, true>});
+  r.add(OpSchema{.name = "Bernoulli", .since_version = 15, .attrs = {{"dtype", AttrType::kInt}, {"seed", AttrType::kFloat}},
+                 .types = kFloatTypes, .infer = infer_bernoulli, .kernel = k_bernoulli});
+  r.add(OpSchema{.name = "Multinomial", .since_version = 7,
+                 .attrs = {{"dtype", AttrType::kInt}, {"sample_size", AttrType::kInt}, {"seed", AttrType::kFloat}},
+                 .types = kFloatTypes, .infer = infer_multinomial, .kernel = k_multinomial});
+
+  const char* kTraining = "ai.onnx.preview.training";
+  const vector<DType> opt_types = {DType::kF32, DType::kF64};
+  r.add(OpSchema{.name = "Adagrad", .domain = kTraining, .since_version = 1, .min_inputs = 5, .max_inputs = 1 << 20,
+                 .min_outputs = 1, .max_outputs = 1 << 20,
+                 .attrs = {{"decay_factor", AttrType::kFloat}, {"epsilon", AttrType::kFloat}, {"norm_coefficient", AttrType::kFloat}},
+                 .types = opt_types, .infer = infer_optim<Optim::kAdagrad>, .kernel = k_optim<Optim::kAdagrad>});
+  r.add(OpSchema{.name = "Momentum", .domain = kTraining, .since_version = 1, .min_inputs = 5, .max_inputs = 1 << 20,
+                 .min_outputs = 1, .max_outputs = 1 << 20,
+                 .attrs = {{"alpha", AttrType::kFloat, true}, {"beta", AttrType::kFloat, true}, {"mode", AttrType::kString, true},
+                           {"norm_coefficient", AttrType::kFloat, true}},
+                 .types = opt_types, .infer = infer_optim<Optim::kMomentum>, .kernel = k_optim<Optim::kMomentum>});
+  r.add(OpSchema{.name = "Adam", .domain = kTraining, .since_version = 1, .min_inputs = 6, .max_inputs = 1 << 20,
+                 .min_outputs = 1, .max_outputs = 1 << 20,
+                 .attrs = {{"alpha", AttrType::kFloat}, {"beta", AttrType::kFloat}, {"epsilon", AttrType::kFloat},
+                           {"norm_coefficient", AttrType::kFloat}, {"norm_coefficient_post", AttrType::kFloat}},
+                 .types = opt_types, .infer = infer_optim<Optim::kAdam>, .kernel = k_optim<Optim::kAdam>});
+}
+
 }  // namespace ferry

@@ -14,6 +14,11 @@ struct InferState {
   bool skip_unknown_ops;
 };
 
+// Ops whose output is a fresh random draw each run: never evaluated at load time.
+bool is_random_op(const Node& n) {
+  return n.op_type.find("Random") != std::string::npos || n.op_type == "Bernoulli" || n.op_type == "Multinomial";
+}
+
 bool has_subgraph(const Node& n) {
   for (const auto& [k, a] : n.attrs)
     if (a.g || !a.graphs.empty()) return true;
@@ -100,7 +105,7 @@ Status infer_node(InferState& st, Graph* g, const Node& node) {
     (*st.constants)[node.outputs[i]] = known[i];
   }
   // Evaluate small all-constant nodes so value-dependent shapes downstream resolve.
-  if (all_const && !has_subgraph(node) && schema->kernel && node.op_type.find("Random") == std::string::npos) {
+  if (all_const && !has_subgraph(node) && schema->kernel && !is_random_op(node)) {
     std::vector<Value> in_values;
     in_values.reserve(values.size());
     for (const Tensor* v : values) in_values.push_back(v ? Value(*v) : Value());
