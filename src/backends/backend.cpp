@@ -3,13 +3,14 @@
 namespace ferry {
 
 std::unique_ptr<Backend> make_reference_backend();
+std::unique_ptr<Backend> make_cpu_backend();
 
 const std::vector<BackendEntry>& backend_entries() {
   static const std::vector<BackendEntry> entries = {
       {"cpu-ref", "reference CPU kernels: plain loops, the oracle every backend is tested against",
        make_reference_backend},
-      // Until the optimized CPU backend lands, "cpu" runs the reference kernels.
-      {"cpu", "CPU (currently the reference kernels)", make_reference_backend},
+      {"cpu", "optimized CPU kernels (oneDNN and vectorized loops; reference kernels for the other ops)",
+       make_cpu_backend},
   };
   return entries;
 }

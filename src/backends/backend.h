@@ -31,8 +31,13 @@ class Backend {
   /// Element types this backend's kernel for `schema` accepts on input 0 (empty: any type).
   /// Optional to override: defaults to what the reference kernel accepts.
   virtual std::vector<DType> supported_types(const OpSchema& schema) const { return schema.types; }
-  /// Makes the kernel for a node this backend supports.
-  virtual StatusOr<std::unique_ptr<Kernel>> create_kernel(const Node& node, const OpSchema& schema) = 0;
+  /// Makes the kernel for a node this backend supports. `graph` is the graph holding the node:
+  /// its value_types give the shapes known at load time, its initializers the constant inputs
+  /// (weights to pre-pack).
+  virtual StatusOr<std::unique_ptr<Kernel>> create_kernel(const Node& node, const OpSchema& schema,
+                                                          const Graph& graph) = 0;
+  /// Threads the backend's kernels may use (0: the machine's cores).
+  virtual void set_num_threads(int threads) { (void)threads; }
 };
 
 using BackendFactory = std::unique_ptr<Backend> (*)();

@@ -41,4 +41,30 @@ const Tensor* Graph::find_initializer(const std::string& value) const {
   return nullptr;
 }
 
+namespace {
+void deep_copy_subgraphs(Graph* g) {
+  for (Node& node : g->nodes) {
+    for (auto& [key, a] : node.attrs) {
+      if (a.g) {
+        a.g = std::make_shared<Graph>(*a.g);
+        a.g->parent = g;
+        deep_copy_subgraphs(a.g.get());
+      }
+      for (auto& sg : a.graphs) {
+        sg = std::make_shared<Graph>(*sg);
+        sg->parent = g;
+        deep_copy_subgraphs(sg.get());
+      }
+    }
+  }
+}
+}  // namespace
+
+std::shared_ptr<Model> Model::clone() const {
+  auto copy = std::make_shared<Model>(*this);
+  copy->graph.parent = nullptr;
+  deep_copy_subgraphs(&copy->graph);
+  return copy;
+}
+
 }  // namespace ferry

@@ -44,6 +44,9 @@ struct Node {
   std::map<std::string, Attribute> attrs;
   /// Values of enclosing graphs that the node's subgraphs read (filled at import).
   std::vector<std::string> implicit_inputs;
+  /// After graph optimization: the names of the original (ONNX) nodes this node computes, in
+  /// order (a fused Conv+BatchNorm+Relu lists three). Empty: the node is an original one.
+  std::vector<std::string> origin;
 
   const Attribute* attr(const std::string& key) const {
     auto it = attrs.find(key);
@@ -88,6 +91,11 @@ struct Model {
   std::map<std::string, std::string> metadata;
   Graph graph;
   std::string path;  // the file it was loaded from
+
+  /// A deep copy: subgraphs are copied too and their parent pointers point into the copy, so
+  /// passes may rewrite the copy freely. Tensor data stays shared with the original:
+  /// a pass replaces an initializer with a new Tensor, never writes into one.
+  std::shared_ptr<Model> clone() const;
 
   int64_t opset(const std::string& domain_name = "") const {
     auto it = opset_imports.find(domain_name == "ai.onnx" ? "" : domain_name);

@@ -30,8 +30,18 @@ Executor::~Executor() = default;
 
 StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model> model, const ExecutorOptions& options) {
   std::unique_ptr<Executor> ex(new Executor());
-  ex->model_ = std::move(model);
   ASSIGN_OR_RETURN(ex->backend_, make_backend(options.device));
+  ex->backend_->set_num_threads(options.threads);
+  const int level = options.opt_level >= 0 ? options.opt_level : (options.device == "cpu-ref" ? 0 : 2);
+  if (level > 0) {
+    std::shared_ptr<Model> optimized = model->clone();
+    OptimizeOptions oo;
+    oo.opt_level = level;
+    oo.device = options.device;
+    RETURN_IF_ERROR(optimize_model(optimized.get(), oo, &ex->optimize_report_));
+    model = std::move(optimized);
+  }
+  ex->model_ = std::move(model);
   RETURN_IF_ERROR(ex->prepare_graph(ex->model_->graph));
   return ex;
 }
@@ -50,7 +60,7 @@ Status Executor::prepare_graph(const Graph& g) {
     std::string why;
     if (!backend_->supports(node, *schema, &why))
       return unsupported(node.describe() + ": not supported on " + backend_->name() + ": " + why);
-    ASSIGN_OR_RETURN(auto kernel, backend_->create_kernel(node, *schema));
+    ASSIGN_OR_RETURN(auto kernel, backend_->create_kernel(node, *schema, g));
     pg->schemas.push_back(schema);
     pg->opsets.push_back(opset);
     pg->kernels.push_back(std::move(kernel));

@@ -12,11 +12,17 @@
 #include "common/status.h"
 #include "ir/graph.h"
 #include "ir/value.h"
+#include "passes/pipeline.h"
 
 namespace ferry {
 
 struct ExecutorOptions {
   std::string device = "cpu";
+  /// Graph optimization level (see passes/pipeline.h); -1: the device's default
+  /// (0 for cpu-ref, the oracle that runs the model as exported; 2 elsewhere).
+  int opt_level = -1;
+  /// Intra-op threads; 0: the machine's cores.
+  int threads = 0;
 };
 
 /// Called after each node of the main graph runs (profiler, layer-by-layer compare).
@@ -41,7 +47,10 @@ class Executor {
   Status check_feeds(const NamedValues& feeds) const;
 
   void set_observer(NodeObserver observer) { observer_ = std::move(observer); }
+  /// The model that runs: the optimized copy when passes ran, else the one given.
   const Model& model() const { return *model_; }
+  /// What the optimizer did (empty at opt level 0).
+  const OptimizeReport& optimize_report() const { return optimize_report_; }
   const Backend& backend() const { return *backend_; }
 
  private:
@@ -55,6 +64,7 @@ class Executor {
   std::unique_ptr<Backend> backend_;
   std::unordered_map<const Graph*, std::unique_ptr<PreparedGraph>> graphs_;
   NodeObserver observer_;
+  OptimizeReport optimize_report_;
 };
 
 }  // namespace ferry

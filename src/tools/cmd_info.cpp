@@ -6,6 +6,7 @@
 
 #include "ops/registry.h"
 #include "tools/cli_common.h"
+#include "tools/command_registry.h"
 #include "tools/commands.h"
 
 namespace ferry::cli {
@@ -110,5 +111,15 @@ int cmd_info(const InfoOptions& opt) {
   }
   return kExitOk;
 }
+
+namespace {
+const bool kRegistered = register_command({"info", 20, [](CLI::App& app) {
+  auto opt = std::make_shared<InfoOptions>();
+  CLI::App* cmd = app.add_subcommand("info", "Describe a model: inputs, outputs, opsets, producer, op histogram, parameters");
+  cmd->add_option("model", opt->model, "ONNX model file (.onnx)")->required();
+  cmd->add_flag("--json", opt->json, "Print JSON instead of text");
+  return CommandRun{cmd, [opt] { return cmd_info(*opt); }};
+}});
+}  // namespace
 
 }  // namespace ferry::cli

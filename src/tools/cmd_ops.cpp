@@ -6,6 +6,7 @@
 #include "backends/backend.h"
 #include "ops/registry.h"
 #include "tools/cli_common.h"
+#include "tools/command_registry.h"
 #include "tools/commands.h"
 
 namespace ferry::cli {
@@ -71,5 +72,16 @@ int cmd_ops(const OpsOptions& opt) {
   std::printf("%zu operators\n", ops.size());
   return kExitOk;
 }
+
+namespace {
+const bool kRegistered = register_command({"ops", 90, [](CLI::App& app) {
+  auto opt = std::make_shared<OpsOptions>();
+  CLI::App* cmd = app.add_subcommand("ops", "List the operators ferry implements, with their opset ranges");
+  cmd->add_flag("--json", opt->json, "Print JSON");
+  cmd->add_option("-d,--device", opt->device, "Whose supported element types to list (default cpu-ref)");
+  cmd->add_flag("--markdown", opt->markdown, "Print a Markdown table (docs/operators.md)");
+  return CommandRun{cmd, [opt] { return cmd_ops(*opt); }};
+}});
+}  // namespace
 
 }  // namespace ferry::cli

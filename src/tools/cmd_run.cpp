@@ -13,6 +13,7 @@
 #include "io/npy.h"
 #include "ops/op_util.h"
 #include "tools/cli_common.h"
+#include "tools/command_registry.h"
 #include "tools/commands.h"
 
 namespace ferry::cli {
@@ -77,7 +78,11 @@ int cmd_run(const RunOptions& opt) {
   std::shared_ptr<Model> model = loaded.value();
   auto feeds = load_inputs(*model, opt.inputs);
   if (!feeds.is_ok()) return report(feeds.status());
-  auto ex = Executor::create(model, ExecutorOptions{opt.device});
+  ExecutorOptions eo;
+  eo.device = opt.device;
+  eo.opt_level = opt.opt_level;
+  eo.threads = opt.threads;
+  auto ex = Executor::create(model, eo);
   if (!ex.is_ok()) return report(ex.status());
 
   // Decide output files before running, so a clash is reported before any work is done.
@@ -162,5 +167,26 @@ int cmd_run(const RunOptions& opt) {
   if (opt.json) std::printf("%s\n", j.dump(2).c_str());
   return kExitOk;
 }
+
+namespace {
+const bool kRegistered = register_command({"run", 50, [](CLI::App& app) {
+  auto opt = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Run a model once on inputs from .npy / .npz / ONNX .pb files");
+  cmd->add_option("model", opt->model, "ONNX model file (.onnx)")->required();
+  cmd->add_option("-i,--input", opt->inputs,
+                  "[NAME=]FILE: an input as .npy, .npz (arrays matched to inputs by name) or ONNX TensorProto .pb; "
+                  "without NAME= inputs are taken in the model's input order. Repeat for several inputs.");
+  cmd->add_option("-o,--output-dir", opt->output_dir,
+                  "Write each output as DIR/<output name>.npy (names made file-system safe; created if missing)");
+  cmd->add_option("-d,--device", opt->device, "Device to run on: cpu (default) or cpu-ref (reference kernels)");
+  cmd->add_option("-O,--opt-level", opt->opt_level,
+                  "Graph optimization: 0 none, 1 clean-ups, 2 fusions (default: 2, and 0 on cpu-ref)")
+      ->check(CLI::Range(0, 2));
+  cmd->add_option("-t,--threads", opt->threads, "Intra-op threads (default: the machine's cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", opt->top_k, "Also print the K largest values (class, score) of each output row");
+  cmd->add_flag("--json", opt->json, "Print a JSON summary instead of text");
+  return CommandRun{cmd, [opt] { return cmd_run(*opt); }};
+}});
+}  // namespace
 
 }  // namespace ferry::cli

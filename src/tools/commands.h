@@ -19,6 +19,8 @@ struct RunOptions {
   std::string device = "cpu";
   bool json = false;
   int top_k = 0;
+  int opt_level = -1;
+  int threads = 0;
 };
 int cmd_run(const RunOptions& options);
 

@@ -22,7 +22,7 @@ class ReferenceBackend : public Backend {
     if (why) *why = std::string(schema.name) + " has no reference kernel";
     return false;
   }
-  StatusOr<std::unique_ptr<Kernel>> create_kernel(const Node& node, const OpSchema& schema) override {
+  StatusOr<std::unique_ptr<Kernel>> create_kernel(const Node& node, const OpSchema& schema, const Graph&) override {
     if (!schema.kernel) return unsupported(node.describe() + ": no reference kernel");
     return std::unique_ptr<Kernel>(new ReferenceKernel(schema.kernel));
   }

@@ -1,0 +1,64 @@
+// The optimized CPU backend ("cpu"): optimized kernels where registered, the reference kernel
+// for everything else (so coverage always equals the registry's).
+#include <thread>
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu_kernels.h"
+
+namespace ferry {
+
+#define K(name) void register_cpu_##name##_kernels(CpuKernelTable&);
+#include "backends/cpu/cpu_kernels.inc"
+#undef K
+
+const CpuKernelTable& cpu_kernel_table() {
+  static const CpuKernelTable table = [] {
+    CpuKernelTable t;
+#define K(name) register_cpu_##name##_kernels(t);
+#include "backends/cpu/cpu_kernels.inc"
+#undef K
+    return t;
+  }();
+  return table;
+}
+
+namespace {
+
+class ReferenceFallbackKernel : public Kernel {
+ public:
+  explicit ReferenceFallbackKernel(KernelFn fn) : fn_(fn) {}
+  Status compute(KernelContext& ctx) override { return fn_(ctx); }
+
+ private:
+  KernelFn fn_;
+};
+
+class CpuBackend : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::string description() const override {
+    return "optimized CPU kernels (" + std::to_string(cpu_kernel_table().size()) +
+           " optimized ops, reference kernels for the rest)";
+  }
+  bool supports(const Node& node, const OpSchema& schema, std::string* why) const override {
+    if (schema.kernel || cpu_kernel_table().find(schema.domain, schema.name)) return true;
+    if (why) *why = std::string(schema.name) + " has no CPU kernel";
+    return false;
+  }
+  StatusOr<std::unique_ptr<Kernel>> create_kernel(const Node& node, const OpSchema& schema, const Graph& graph) override {
+    if (const auto* factories = cpu_kernel_table().find(schema.domain, schema.name)) {
+      for (const CpuKernelFactory& f : *factories) {
+        ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, f(node, schema, graph));
+        if (k) return k;
+      }
+    }
+    if (!schema.kernel) return unsupported(node.describe() + ": no CPU kernel");
+    return std::unique_ptr<Kernel>(new ReferenceFallbackKernel(schema.kernel));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace ferry
