@@ -33,7 +33,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model
   ASSIGN_OR_RETURN(ex->backend_, make_backend(options.device));
   ex->backend_->set_num_threads(options.threads);
   const int level = options.opt_level >= 0 ? options.opt_level : (options.device == "cpu-ref" ? 0 : 2);
-  if (level > 0) {
+  if (level > 0 && !model->metadata.count(kOptimizedMetadataKey)) {  // compiled models are optimized
     std::shared_ptr<Model> optimized = model->clone();
     OptimizeOptions oo;
     oo.opt_level = level;
