@@ -47,8 +47,10 @@ class CpuBackend : public Backend {
   }
   StatusOr<std::unique_ptr<Kernel>> create_kernel(const Node& node, const OpSchema& schema, const Graph& graph) override {
     if (const auto* factories = cpu_kernel_table().find(schema.domain, schema.name)) {
-      for (const CpuKernelFactory& f : *factories) {
-        ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, f(node, schema, graph));
+      const Attribute* pin = node.attr(kCpuImplAttr);  // a tuned choice
+      for (size_t i = 0; i < factories->size(); ++i) {
+        if (pin && pin->i != static_cast<int64_t>(i)) continue;
+        ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, (*factories)[i](node, schema, graph));
         if (k) return k;
       }
     }
