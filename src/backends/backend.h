@@ -38,6 +38,14 @@ class Backend {
                                                           const Graph& graph) = 0;
   /// Threads the backend's kernels may use (0: the machine's cores).
   virtual void set_num_threads(int threads) { (void)threads; }
+  /// Optional (device backends that keep values in their own memory). Called after the kernels of
+  /// `graph` are created, with the values its nodes on this backend produce that must reach host
+  /// memory: read by a node on another backend, a graph output, or seen by an observer. The
+  /// backend may skip copying the other values back. Never called: every value goes to the host.
+  virtual void set_host_values(const Graph& graph, const std::vector<std::string>& host_values) {
+    (void)graph;
+    (void)host_values;
+  }
 };
 
 using BackendFactory = std::unique_ptr<Backend> (*)();
@@ -46,6 +54,10 @@ struct BackendEntry {
   const char* name;        // device name in --device
   const char* summary;
   BackendFactory factory;
+  /// Optional, for devices that take an index or may be absent ("cuda", "cuda:1"): used by
+  /// make_backend instead of `factory` for "<name>" and "<name>:<suffix>"; fails when the device
+  /// is not there, saying why.
+  StatusOr<std::unique_ptr<Backend>> (*open)(const std::string& device) = nullptr;
 };
 
 /// Every backend compiled in.
