@@ -13,6 +13,7 @@
 // back to the ONNX nodes they cover).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct OptimizeOptions {
   /// nodes a device cannot run checks this (fused ops exist for every backend through the
   /// reference kernels, so this is a performance choice, not a correctness one).
   std::string device = "cpu";
+  /// Whether the device runs a node (set by the executor from Backend::supports; empty: every
+  /// node runs). The decompose pass rewrites the nodes it rejects into ops it accepts.
+  std::function<bool(const Model& model, const Node& node)> device_supports;
   /// Names of passes to skip (`--disable-pass`).
   std::vector<std::string> disabled;
 };

@@ -29,24 +29,38 @@ struct Executor::Scope {
 Executor::~Executor() = default;
 
 StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model> model, const ExecutorOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> device, make_backend(options.device));
+  return create(std::move(model), std::move(device), options);
+}
+
+StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model> model, std::unique_ptr<Backend> device,
+                                                     const ExecutorOptions& options) {
   std::unique_ptr<Executor> ex(new Executor());
-  ASSIGN_OR_RETURN(ex->backend_, make_backend(options.device));
+  ex->backend_ = std::move(device);
   ex->backend_->set_num_threads(options.threads);
-  const int level = options.opt_level >= 0 ? options.opt_level : (options.device == "cpu-ref" ? 0 : 2);
+  if (!is_host_backend(*ex->backend_)) {
+    ASSIGN_OR_RETURN(ex->host_, make_backend("cpu"));
+    ex->host_->set_num_threads(options.threads);
+  }
+  const int level = options.opt_level >= 0 ? options.opt_level : (ex->backend_->name() == "cpu-ref" ? 0 : 2);
   if (level > 0 && !model->metadata.count(kOptimizedMetadataKey)) {  // compiled models are optimized
     std::shared_ptr<Model> optimized = model->clone();
     OptimizeOptions oo;
     oo.opt_level = level;
-    oo.device = options.device;
+    oo.device = ex->backend_->name();
+    const Backend* dev = ex->backend_.get();
+    oo.device_supports = [dev](const Model& m, const Node& n) { return backend_takes(m, *dev, n, nullptr); };
     RETURN_IF_ERROR(optimize_model(optimized.get(), oo, &ex->optimize_report_));
     model = std::move(optimized);
   }
   ex->model_ = std::move(model);
-  RETURN_IF_ERROR(ex->prepare_graph(ex->model_->graph));
+  ASSIGN_OR_RETURN(ex->plan_, plan_partitions(*ex->model_, *ex->backend_, ex->host_.get(), options.allow_fallback));
+  for (const Crossing& c : ex->plan_.crossings) ++ex->crossing_count_[c.value];
+  RETURN_IF_ERROR(ex->prepare_graph(ex->model_->graph, nullptr));
   return ex;
 }
 
-Status Executor::prepare_graph(const Graph& g) {
+Status Executor::prepare_graph(const Graph& g, Backend* backend) {
   auto pg = std::make_unique<PreparedGraph>();
   const size_t n = g.nodes.size();
   std::unordered_map<std::string, size_t> last_use;
@@ -57,10 +71,11 @@ Status Executor::prepare_graph(const Graph& g) {
     const Node& node = g.nodes[i];
     const int64_t opset = model_->opset(node.domain);
     ASSIGN_OR_RETURN(const OpSchema* schema, resolve_schema(node, opset));
+    Backend* runs_on = backend ? backend : (plan_.node_side[i] == Side::kHost ? host_.get() : backend_.get());
     std::string why;
-    if (!backend_->supports(node, *schema, &why))
-      return unsupported(node.describe() + ": not supported on " + backend_->name() + ": " + why);
-    ASSIGN_OR_RETURN(auto kernel, backend_->create_kernel(node, *schema, g));
+    if (!runs_on->supports(node, *schema, &why))
+      return unsupported(node.describe() + ": not supported on " + runs_on->name() + ": " + why);
+    ASSIGN_OR_RETURN(auto kernel, runs_on->create_kernel(node, *schema, g));
     pg->schemas.push_back(schema);
     pg->opsets.push_back(opset);
     pg->kernels.push_back(std::move(kernel));
@@ -69,8 +84,8 @@ Status Executor::prepare_graph(const Graph& g) {
     for (const std::string& in : node.implicit_inputs) last_use[in] = i;
     for (const std::string& o : node.outputs) local.insert(o);
     for (const auto& [k, a] : node.attrs) {
-      if (a.g) RETURN_IF_ERROR(prepare_graph(*a.g));
-      for (const auto& sg : a.graphs) RETURN_IF_ERROR(prepare_graph(*sg));
+      if (a.g) RETURN_IF_ERROR(prepare_graph(*a.g, runs_on));
+      for (const auto& sg : a.graphs) RETURN_IF_ERROR(prepare_graph(*sg, runs_on));
     }
   }
   std::unordered_set<std::string> keep;
@@ -168,6 +183,14 @@ Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
   Scope scope;
   for (const auto& [name, t] : g.initializers) scope.values[name] = t;
   for (const auto& [name, t] : feeds) scope.values[name] = t;
+  last_transfers_ = TransferStats{};
+  for (const auto& [name, t] : feeds) {
+    auto c = crossing_count_.find(name);
+    if (c != crossing_count_.end() && t.is_tensor()) {
+      last_transfers_.boundaries += c->second;
+      last_transfers_.bytes += c->second * t.tensor.nbytes();
+    }
+  }
   RETURN_IF_ERROR(run_graph(g, scope, true));
   outputs->clear();
   for (const ValueInfo& v : g.outputs) {
@@ -234,11 +257,21 @@ Status Executor::run_graph(const Graph& g, Scope& scope, bool observe) {
                               node.outputs[k] + "')");
     }
     if (observe && observer_) observer_(node, results, ms);
+    if (observe && !crossing_count_.empty()) count_crossings(node, results);
     for (size_t k = 0; k < node.outputs.size(); ++k)
       if (!node.outputs[k].empty()) scope.values[node.outputs[k]] = std::move(results[k]);
     for (const std::string& name : pg.frees[i]) scope.values.erase(name);
   }
   return Status::ok();
+}
+
+void Executor::count_crossings(const Node& node, const std::vector<Value>& outputs) {
+  for (size_t k = 0; k < node.outputs.size(); ++k) {
+    auto c = crossing_count_.find(node.outputs[k]);
+    if (c == crossing_count_.end() || !outputs[k].is_tensor()) continue;
+    last_transfers_.boundaries += c->second;
+    last_transfers_.bytes += c->second * outputs[k].tensor.nbytes();
+  }
 }
 
 }  // namespace ferry

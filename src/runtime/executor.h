@@ -13,6 +13,7 @@
 #include "ir/graph.h"
 #include "ir/value.h"
 #include "passes/pipeline.h"
+#include "runtime/partition.h"
 
 namespace ferry {
 
@@ -23,6 +24,15 @@ struct ExecutorOptions {
   int opt_level = -1;
   /// Intra-op threads; 0: the machine's cores.
   int threads = 0;
+  /// Nodes the device does not support run on the CPU ("cpu"); false: such a node is an error
+  /// (`--no-fallback`). Irrelevant when the device is a CPU backend.
+  bool allow_fallback = true;
+};
+
+/// Device<->host copies of one inference (see runtime/partition.h).
+struct TransferStats {
+  int64_t boundaries = 0;  // values copied
+  int64_t bytes = 0;       // bytes copied
 };
 
 /// Called after each node of the main graph runs (profiler, layer-by-layer compare).
@@ -35,6 +45,9 @@ class Executor {
  public:
   /// Prepares kernels for every node; fails naming the first node the device cannot run.
   static StatusOr<std::unique_ptr<Executor>> create(std::shared_ptr<const Model> model, const ExecutorOptions& options = {});
+  /// The same on a given backend instance (tests, embedders); options.device is ignored.
+  static StatusOr<std::unique_ptr<Executor>> create(std::shared_ptr<const Model> model, std::unique_ptr<Backend> device,
+                                                    const ExecutorOptions& options = {});
   ~Executor();
 
   /// Checks `feeds` against the model's inputs (names, dtypes, shapes) and runs the graph.
@@ -52,16 +65,28 @@ class Executor {
   /// What the optimizer did (empty at opt level 0).
   const OptimizeReport& optimize_report() const { return optimize_report_; }
   const Backend& backend() const { return *backend_; }
+  /// Which backend runs each main-graph node, the partitions and the crossings (one partition
+  /// and no crossings when the device is a CPU backend).
+  const PartitionPlan& partitions() const { return plan_; }
+  /// The copies the last run made across the device<->host boundary (counted from its tensors).
+  TransferStats last_transfers() const { return last_transfers_; }
 
  private:
   struct Scope;
   struct PreparedGraph;
   Executor() = default;
-  Status prepare_graph(const Graph& g);
+  /// `backend`: the backend for every node of g (subgraphs); nullptr: per node from plan_ (main graph).
+  Status prepare_graph(const Graph& g, Backend* backend);
   Status run_graph(const Graph& g, Scope& scope, bool observe);
+  /// Adds the node's outputs that cross the device<->host boundary to last_transfers_.
+  void count_crossings(const Node& node, const std::vector<Value>& outputs);
 
   std::shared_ptr<const Model> model_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Backend> host_;  // the fallback for nodes the device does not take (null on CPU devices)
+  PartitionPlan plan_;
+  std::unordered_map<std::string, int64_t> crossing_count_;  // value -> copies per inference
+  TransferStats last_transfers_;
   std::unordered_map<const Graph*, std::unique_ptr<PreparedGraph>> graphs_;
   NodeObserver observer_;
   OptimizeReport optimize_report_;
