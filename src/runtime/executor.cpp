@@ -57,6 +57,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model
   ASSIGN_OR_RETURN(ex->plan_, plan_partitions(*ex->model_, *ex->backend_, ex->host_.get(), options.allow_fallback));
   for (const Crossing& c : ex->plan_.crossings) ++ex->crossing_count_[c.value];
   RETURN_IF_ERROR(ex->prepare_graph(ex->model_->graph, nullptr));
+  ex->tell_host_values();
   return ex;
 }
 
@@ -272,6 +273,22 @@ void Executor::count_crossings(const Node& node, const std::vector<Value>& outpu
     last_transfers_.boundaries += c->second;
     last_transfers_.bytes += c->second * outputs[k].tensor.nbytes();
   }
+}
+
+void Executor::tell_host_values() {
+  if (!host_) return;
+  const Graph& g = model_->graph;
+  std::vector<std::string> values;
+  if (observer_) {
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (plan_.node_side[i] == Side::kDevice)
+        for (const std::string& o : g.nodes[i].outputs)
+          if (!o.empty()) values.push_back(o);
+  } else {
+    for (const Crossing& c : plan_.crossings)
+      if (c.to == Side::kHost) values.push_back(c.value);
+  }
+  backend_->set_host_values(g, values);
 }
 
 }  // namespace ferry

@@ -59,7 +59,10 @@ class Executor {
   /// Checks feeds without running; the error names the input, the expected and the given type.
   Status check_feeds(const NamedValues& feeds) const;
 
-  void set_observer(NodeObserver observer) { observer_ = std::move(observer); }
+  void set_observer(NodeObserver observer) {
+    observer_ = std::move(observer);
+    tell_host_values();
+  }
   /// The model that runs: the optimized copy when passes ran, else the one given.
   const Model& model() const { return *model_; }
   /// What the optimizer did (empty at opt level 0).
@@ -80,6 +83,9 @@ class Executor {
   Status run_graph(const Graph& g, Scope& scope, bool observe);
   /// Adds the node's outputs that cross the device<->host boundary to last_transfers_.
   void count_crossings(const Node& node, const std::vector<Value>& outputs);
+  /// Tells a device backend which of its main-graph values the host needs (Backend::set_host_values):
+  /// the crossings to the host, or every value it produces while an observer looks.
+  void tell_host_values();
 
   std::shared_ptr<const Model> model_;
   std::unique_ptr<Backend> backend_;
