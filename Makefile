@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
-.PHONY: all setup configure build demo test test-unit test-e2e clean docs
+.PHONY: all setup configure build demo test test-main test-unit test-e2e test-asan fuzz clean docs
 
 all: build
 
@@ -21,9 +21,35 @@ build: configure
 demo: build
 	@bash demo/run_demo.sh $(BUILD)/ferry
 
-# Runs every test (unit, import hardening, end-to-end against PyTorch) through ctest.
-test: build
+# Runs every test: the main suite (unit, conformance, zoo, hostile inputs, tools) through ctest,
+# then the sanitizer suite and a short fuzz run of every fuzz target.
+test: test-main test-asan
+
+test-main: build
 	@cd $(BUILD) && ctest --output-on-failure --no-tests=error -j $(JOBS) $(CTEST_ARGS)
+
+# AddressSanitizer + UndefinedBehaviorSanitizer build (gcc): unit tests, the conformance suite on
+# the reference and cpu backends, hostile inputs and a zoo subset; then `make fuzz`.
+ASAN_BUILD ?= build-asan
+ASAN_TESTS ?= -L 'unit|conformance|hostile|asan'
+test-asan: setup
+	@cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=ON \
+	  -DFERRY_ZOO_DIR=$(CURDIR)/$(BUILD)/zoo_models > $(ASAN_BUILD).configure.log 2>&1 || (cat $(ASAN_BUILD).configure.log; exit 1)
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure --no-tests=error -j $(JOBS) $(ASAN_TESTS)
+	@$(MAKE) --no-print-directory fuzz
+
+# libFuzzer targets (clang, ASan + UBSan): each replays its regression inputs, then fuzzes for
+# FUZZ_SECONDS (default 60) from seeds built out of the repository's models and arrays.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	@cmake -S . -B $(FUZZ_BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+	  -DCMAKE_CXX_COMPILER=clang++ -DFERRY_FUZZ=ON -DFERRY_SANITIZE=ON -DFERRY_BUILD_TESTS=OFF \
+	  -DFERRY_FUZZ_SECONDS=$(FUZZ_SECONDS) > $(FUZZ_BUILD).configure.log 2>&1 || (cat $(FUZZ_BUILD).configure.log; exit 1)
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_model fuzz_npy fuzz_tensor_pb
+	@cd $(FUZZ_BUILD) && ctest --output-on-failure --no-tests=error -L fuzz
 
 test-unit: build
 	@cd $(BUILD) && ctest --output-on-failure --no-tests=error -j $(JOBS) -L unit

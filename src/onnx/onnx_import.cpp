@@ -565,20 +565,33 @@ StatusOr<std::shared_ptr<Model>> load_onnx_model(const std::string& path, const 
   return model;
 }
 
-StatusOr<Tensor> read_tensor_pb(const std::string& path, std::string* name) {
-  ASSIGN_OR_RETURN(MappedFile f, map_file(path, INT_MAX, "tensor file"));
+namespace {
+StatusOr<Tensor> parse_tensor_pb_in(const void* data, size_t size, const std::string& base_dir, const std::string& what,
+                                    std::string* name) {
+  if (size > static_cast<size_t>(INT_MAX)) return invalid_argument(what + " is larger than 2 GiB, the limit of a TensorProto");
   onnx::TensorProto tp;
-  google::protobuf::io::ArrayInputStream raw(f.data, static_cast<int>(f.size));
+  google::protobuf::io::ArrayInputStream raw(data, static_cast<int>(size));
   google::protobuf::io::CodedInputStream coded(&raw);
   coded.SetTotalBytesLimit(INT_MAX);
   if (!tp.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage())
-    return invalid_argument("tensor file '" + path + "' is not a valid ONNX TensorProto (.pb)");
+    return invalid_argument(what + " is not a valid ONNX TensorProto (.pb)");
   if (name) *name = tp.name();
   ImportState st;
-  st.base_dir = dir_name(path);
-  ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(&st, tp, "tensor file '" + path + "'"));
+  st.base_dir = base_dir;
+  ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(&st, tp, what));
   if (!st.external_files.empty()) t = t.clone();  // do not keep the mapping alive
   return t;
+}
+}  // namespace
+
+StatusOr<Tensor> read_tensor_pb(const std::string& path, std::string* name) {
+  ASSIGN_OR_RETURN(MappedFile f, map_file(path, INT_MAX, "tensor file"));
+  return parse_tensor_pb_in(f.data, f.size, dir_name(path), "tensor file '" + path + "'", name);
+}
+
+StatusOr<Tensor> parse_tensor_pb(const void* data, size_t size, const std::string& what, std::string* name) {
+  ASSIGN_OR_RETURN(Tensor t, parse_tensor_pb_in(data, size, "", what, name));
+  return t.clone();  // own the bytes: `data` may go away
 }
 
 namespace {

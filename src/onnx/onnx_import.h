@@ -34,6 +34,8 @@ StatusOr<std::shared_ptr<Model>> parse_onnx_model(const void* data, size_t size,
 /// Reads a serialized ONNX TensorProto (.pb, as in the ONNX test data sets).
 /// `name` receives the tensor's name (may be empty).
 StatusOr<Tensor> read_tensor_pb(const std::string& path, std::string* name = nullptr);
+/// Parses a serialized TensorProto held in memory (external data refused). `what` names it.
+StatusOr<Tensor> parse_tensor_pb(const void* data, size_t size, const std::string& what, std::string* name = nullptr);
 /// Reads a .pb holding a TensorProto, SequenceProto or OptionalProto, as `kind` says.
 StatusOr<Value> read_value_pb(const std::string& path, ValueKind kind, std::string* name = nullptr);
 /// Writes a TensorProto .pb file.

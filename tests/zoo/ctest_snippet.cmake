@@ -10,7 +10,9 @@
 if(NOT DEFINED FERRY_PYTHON)
   set(FERRY_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with numpy, onnx and torch (Debian's)")
 endif()
-set(FERRY_ZOO_DIR ${CMAKE_BINARY_DIR}/zoo_models)
+# Where generated models go; the sanitizer build points this at the main build's folder so
+# the zoo is exported once.
+set(FERRY_ZOO_DIR ${CMAKE_BINARY_DIR}/zoo_models CACHE PATH "Folder of generated zoo models")
 set(FERRY_ZOO_SRC ${CMAKE_CURRENT_LIST_DIR})
 
 # Must equal `gen_zoo.py --list-cases` (the test zoo_case_list_current checks it).
@@ -63,3 +65,9 @@ endforeach()
 add_test(NAME zoo_input_shapes
          COMMAND ${FERRY_PYTHON} ${FERRY_ZOO_SRC}/check_input_shapes.py $<TARGET_FILE:ferry> ${FERRY_ZOO_DIR})
 set_tests_properties(zoo_input_shapes PROPERTIES FIXTURES_REQUIRED zoo_models LABELS "zoo" TIMEOUT 600)
+
+# A small, fast subset also runs in the sanitizer build (`make test-asan` selects label "asan").
+foreach(case squeezenet1_1_op13 mobilenet_v2_op17 gru_op13 resnet18_dynbatch_op13_b3 fpn_det_op17
+             bert_small_dynamic_op17_b4_s37 unet_dynbatch_op17_b1)
+  set_property(TEST zoo_${case} APPEND PROPERTY LABELS asan)
+endforeach()

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Builds a fuzz target's seed corpus in OUT from files in the repository (and, when present,
+# the generated conformance suite): small valid models, arrays and tensors to mutate.
+#   seed_corpus.sh TARGET OUT
+set -euo pipefail
+target=$1 out=$2
+root=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out"
+n=0
+add() { local f=$1; [ -f "$f" ] || return 0; [ "$(stat -c %s "$f")" -le 1048576 ] || return 0
+        cp "$f" "$out/seed_$n$(basename "$f" | sed 's/.*\(\.[a-z]*\)$/\1/')"; n=$((n+1)); }
+suite=""
+for d in "$root"/build*/onnx_node_suite; do [ -d "$d" ] && suite=$d && break; done
+case "$target" in
+  fuzz_onnx_model)
+    add "$root/demo/digits_cnn.onnx"
+    if [ -n "$suite" ]; then
+      for f in $(ls -d "$suite"/*/model.onnx | awk 'NR % 4 == 0' | head -n 250); do add "$f"; done
+    fi ;;
+  fuzz_npy)
+    for f in "$root"/demo/samples/*.npy; do add "$f"; done
+    /usr/bin/python3 - "$out" <<'PY'
+import sys, numpy as np, os
+o = sys.argv[1]
+np.save(os.path.join(o, "f16.npy"), np.arange(6, dtype=np.float16).reshape(2, 3))
+np.save(os.path.join(o, "i64_fortran.npy"), np.asfortranarray(np.arange(12, dtype=np.int64).reshape(3, 4)))
+np.save(os.path.join(o, "bool0d.npy"), np.array(True))
+np.savez(os.path.join(o, "two.npz"), a=np.ones((2, 2), np.float32), b=np.arange(3, dtype=np.int32))
+np.savez_compressed(os.path.join(o, "zipped.npz"), x=np.linspace(0, 1, 50, dtype=np.float64))
+PY
+    ;;
+  fuzz_tensor_pb)
+    if [ -n "$suite" ]; then
+      for f in $(ls "$suite"/*/test_data_set_0/input_0.pb | awk 'NR % 4 == 0' | head -n 200); do add "$f"; done
+    fi
+    /usr/bin/python3 - "$out" <<'PY'
+import sys, os, numpy as np
+from onnx import numpy_helper
+o = sys.argv[1]
+for i, a in enumerate([np.arange(6, dtype=np.float32).reshape(2, 3), np.array(["ab", "c"], dtype=object),
+                       np.arange(4, dtype=np.int8), np.zeros((0, 3), np.float64)]):
+    with open(os.path.join(o, "py_%d.pb" % i), "wb") as f:
+        f.write(numpy_helper.from_array(a, "t%d" % i).SerializeToString())
+PY
+    ;;
+  *) echo "seed_corpus.sh: unknown target '$target'" >&2; exit 2 ;;
+esac
