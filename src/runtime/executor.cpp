@@ -184,7 +184,7 @@ Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
   Scope scope;
   for (const auto& [name, t] : g.initializers) scope.values[name] = t;
   for (const auto& [name, t] : feeds) scope.values[name] = t;
-  last_transfers_ = TransferStats{};
+  last_transfers_ = CrossingStats{};
   for (const auto& [name, t] : feeds) {
     auto c = crossing_count_.find(name);
     if (c != crossing_count_.end() && t.is_tensor()) {

@@ -30,7 +30,7 @@ struct ExecutorOptions {
 };
 
 /// Device<->host copies of one inference (see runtime/partition.h).
-struct TransferStats {
+struct CrossingStats {
   int64_t boundaries = 0;  // values copied
   int64_t bytes = 0;       // bytes copied
 };
@@ -72,7 +72,7 @@ class Executor {
   /// and no crossings when the device is a CPU backend).
   const PartitionPlan& partitions() const { return plan_; }
   /// The copies the last run made across the device<->host boundary (counted from its tensors).
-  TransferStats last_transfers() const { return last_transfers_; }
+  CrossingStats last_transfers() const { return last_transfers_; }
 
  private:
   struct Scope;
@@ -92,7 +92,7 @@ class Executor {
   std::unique_ptr<Backend> host_;  // the fallback for nodes the device does not take (null on CPU devices)
   PartitionPlan plan_;
   std::unordered_map<std::string, int64_t> crossing_count_;  // value -> copies per inference
-  TransferStats last_transfers_;
+  CrossingStats last_transfers_;
   std::unordered_map<const Graph*, std::unique_ptr<PreparedGraph>> graphs_;
   NodeObserver observer_;
   OptimizeReport optimize_report_;
