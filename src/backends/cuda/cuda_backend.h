@@ -52,6 +52,10 @@ class CudaBackend : public Backend {
   bool available() const { return state_ && state_->ctx; }
   /// nullptr when unavailable.
   CudaContext* context() { return available() ? state_->ctx.get() : nullptr; }
+  /// Copy and fallback counters (nullptr when unavailable).
+  const TransferStats* transfer_stats() const { return available() ? &state_->ctx->transfers() : nullptr; }
+  /// Why the backend is unavailable ("" when it is available).
+  const std::string& unavailable_reason() const { return unavailable_reason_; }
   /// Returns cached device memory (and the resident values of finished runs) to the driver.
   void empty_cache();
 

@@ -65,9 +65,6 @@ Status CudaContext::init() {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
-  CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&cublaslt_));
-  CUDNN_RETURN_IF_ERROR(cudnnCreate(&cudnn_));
-  CUDNN_RETURN_IF_ERROR(cudnnSetStream(cudnn_, stream_));
   provider_ = std::make_unique<CudaMemoryProvider>();
   allocator_ = std::make_unique<CachingAllocator>(provider_.get());
   return Status::ok();
@@ -82,6 +79,23 @@ CudaContext::~CudaContext() {
   if (cublaslt_) cublasLtDestroy(cublaslt_);
   if (staging_free_) cudaEventDestroy(staging_free_);
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+cublasLtHandle_t CudaContext::cublaslt() {
+  if (!cublaslt_ && cublasLtCreate(&cublaslt_) != CUBLAS_STATUS_SUCCESS) cublaslt_ = nullptr;
+  return cublaslt_;
+}
+
+cudnnHandle_t CudaContext::cudnn() {
+  if (!cudnn_) {
+    if (cudnnCreate(&cudnn_) != CUDNN_STATUS_SUCCESS) {
+      cudnn_ = nullptr;
+    } else if (cudnnSetStream(cudnn_, stream_) != CUDNN_STATUS_SUCCESS) {
+      cudnnDestroy(cudnn_);
+      cudnn_ = nullptr;
+    }
+  }
+  return cudnn_;
 }
 
 StatusOr<DeviceTensor> CudaContext::allocate(DType dtype, std::vector<int64_t> dims) {

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,8 +51,11 @@ class CudaContext {
   int device() const { return options_.device; }
   const CudaOptions& options() const { return options_; }
   cudaStream_t stream() const { return stream_; }
-  cublasLtHandle_t cublaslt() const { return cublaslt_; }
-  cudnnHandle_t cudnn() const { return cudnn_; }
+  /// Library handles, created on first use (a process that runs no GEMM or convolution never
+  /// loads cuBLASLt or cuDNN: faster start, e.g. for the conformance suite's one process per test).
+  /// nullptr when creation failed; the library call then reports the error.
+  cublasLtHandle_t cublaslt();
+  cudnnHandle_t cudnn();
   CachingAllocator& allocator() { return *allocator_; }
   TransferStats& transfers() { return transfers_; }
   const std::string& device_name() const { return device_name_; }
@@ -69,6 +73,14 @@ class CudaContext {
   Status synchronize(const std::string& what);
   /// Status of the last kernel launch (launch configuration errors), naming `what`.
   Status check_launch(const char* what);
+  /// Tuned algorithm choices (cuDNN convolution), by problem signature: (algorithm, math type,
+  /// workspace bytes). Shared by every node with the same signature, so each is timed once.
+  struct TunedAlgo {
+    int algo = 0;
+    int math_type = 0;
+    size_t workspace = 0;
+  };
+  std::map<std::string, TunedAlgo>& tuned_algos() { return tuned_algos_; }
 
  private:
   explicit CudaContext(const CudaOptions& o) : options_(o) {}
@@ -90,6 +102,7 @@ class CudaContext {
   size_t staging_bytes_ = 0;
   size_t staging_used_ = 0;
   TransferStats transfers_;
+  std::map<std::string, TunedAlgo> tuned_algos_;
 };
 
 }  // namespace ferry
