@@ -200,6 +200,56 @@ def build_cases(work):
     case("external_missing_file", ["info", p], 2, "nothere.bin")
     p = os.path.join(ext, "wrong_len.onnx"); save(external_model(ext, "weights.bin", offset=4, length=32), p)
     case("external_wrong_length", ["info", p], 2, "32 bytes")
+
+    # Dimension products that overflow int64 (each dim is legal, the product is not).
+    ovf = TensorProto(); ovf.name = "ovf"; ovf.data_type = TensorProto.FLOAT; ovf.dims.extend([1 << 32, 1 << 32, 1 << 8])
+    m = model_with([helper.make_node("Add", ["x", "ovf"], ["y"], name="add_ovf")], [vi("x", [1])], [vi("y", [1])], [ovf])
+    p = os.path.join(work, "dims_overflow.onnx"); save(m, p)
+    case("initializer_dims_overflow_int64", ["info", p], 2, "ovf")
+    m = model_with([helper.make_node("Relu", ["x"], ["y"], name="relu_huge")], [vi("x", [1 << 31, 1 << 31, 1 << 31])],
+                   [vi("y", None)])
+    p = os.path.join(work, "input_dims_overflow.onnx"); save(m, p)
+    case("input_dims_overflow_int64", ["run", p, "--input", x_ok], 2, "relu_huge", "2^36")
+
+    # A giant declared input: refused when an input of that size is given, never allocated blindly.
+    m = model_with([helper.make_node("Relu", ["x"], ["y"], name="relu_giant")], [vi("x", [1 << 20, 1 << 20])],
+                   [vi("y", [1 << 20, 1 << 20])])
+    p = os.path.join(work, "giant_input.onnx"); save(m, p)
+    case("giant_declared_input", ["run", p, "--input", x_ok], 2, "relu_giant", "2^36")
+
+    # If nested 40 deep (limit 32).
+    def nested_if(depth):
+        if depth == 0:
+            return helper.make_graph([helper.make_node("Identity", ["x"], ["o0"], name="leaf")], "leaf", [], [vi("o0", [2])])
+        inner = nested_if(depth - 1)  # then: one level deeper; else: a leaf (keeps the file linear in depth)
+        leaf = helper.make_graph([helper.make_node("Identity", ["x"], ["e%d" % depth])], "e%d" % depth, [],
+                                 [vi("e%d" % depth, [2])])
+        node = helper.make_node("If", ["c"], ["o%d" % depth], name="if_%d" % depth, then_branch=inner, else_branch=leaf)
+        return helper.make_graph([node], "g%d" % depth, [], [vi("o%d" % depth, [2])])
+    body = nested_if(40)
+    top = helper.make_graph(list(body.node), "top", [vi("x", [2]), vi("c", [], TensorProto.BOOL)], [vi("o40", [2])])
+    p = os.path.join(work, "nested_if.onnx"); save(helper.make_model(top, opset_imports=[helper.make_opsetid("", 13)]), p)
+    case("if_nested_40_deep", ["info", p], 2, "nest")
+
+    # Attributes of the wrong type.
+    n = helper.make_node("Transpose", ["x"], ["y"], name="tr_bad")
+    n.attribute.append(helper.make_attribute("perm", "0,1"))  # a string where ints are expected
+    m = model_with([n], [vi("x", [2, 3])], [vi("y", None)])
+    p = os.path.join(work, "attr_wrong_type.onnx"); save(m, p)
+    case("attribute_wrong_type", ["info", p], 2, "tr_bad", "perm")
+    n = helper.make_node("Conv", ["x", "w"], ["y"], name="conv_bad", kernel_shape=[3, 3], strides=[0, 0])
+    w = numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")
+    m = model_with([n], [vi("x", [1, 1, 8, 8])], [vi("y", None)], [w])
+    p = os.path.join(work, "conv_zero_stride.onnx"); save(m, p)
+    case("conv_zero_stride", ["info", p], 2, "conv_bad", "stride")
+
+    # The same name listed twice as a graph output; a node writing one value twice.
+    m = model_with([helper.make_node("Relu", ["x"], ["y"], name="r")], [vi("x", [2])], [vi("y", [2]), vi("y", [2])])
+    p = os.path.join(work, "dup_graph_output.onnx"); save(m, p)
+    case("duplicate_graph_output", ["info", p], 2, "'y'")
+    m = model_with([helper.make_node("Split", ["x"], ["y", "y"], name="split_dup", axis=0)], [vi("x", [4])], [vi("y", [2])])
+    p = os.path.join(work, "dup_node_output.onnx"); save(m, p)
+    case("node_writes_value_twice", ["info", p], 2, "'y'")
     return cases
 
 
