@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <set>
 
+#include "format/compiled_model.h"
 #include "io/npy.h"
 #include "onnx/onnx_import.h"
 
@@ -15,6 +16,11 @@ int report(const Status& status) {
 }
 
 StatusOr<std::shared_ptr<Model>> load_model(const std::string& path, bool require_known_ops) {
+  const bool ferry_suffix = path.size() > 6 && path.compare(path.size() - 6, 6, ".ferry") == 0;
+  if (ferry_suffix || is_compiled_model_file(path)) {  // from `ferry compile`: its first (smallest) gear
+    ASSIGN_OR_RETURN(CompiledModel compiled, load_compiled_model(path));
+    return compiled.gears.front().model;
+  }
   ImportOptions options;
   options.require_known_ops = require_known_ops;
   return load_onnx_model(path, options);

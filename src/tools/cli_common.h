@@ -18,7 +18,8 @@ constexpr int kExitBadInput = 2;
 /// Prints "ferry: error: <message>" to stderr and returns the exit code for the status.
 int report(const Status& status);
 
-/// Loads an .onnx model with a message that names the file. Without `require_known_ops`,
+/// Loads an .onnx model, or a compiled .ferry model (by the file's magic; a file with several
+/// batch gears gives its smallest), with a message that names the file. Without `require_known_ops`,
 /// models with ops ferry does not implement load too (for describing them).
 StatusOr<std::shared_ptr<Model>> load_model(const std::string& path, bool require_known_ops = true);
 

@@ -1,0 +1,192 @@
+// flatbuffer -> Graph with every reference checked; see graph_codec.h.
+#include <unordered_set>
+
+#include "format/file_header.h"
+#include "format/graph_codec.h"
+
+namespace ferry::format {
+namespace {
+
+std::string to_string(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+
+std::vector<std::string> to_strings(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
+  std::vector<std::string> out;
+  if (!v) return out;
+  out.reserve(v->size());
+  for (const auto* s : *v) out.push_back(to_string(s));
+  return out;
+}
+
+Status read_dtype(int32_t raw, const std::string& where, DType* out) {
+  if (raw == 0) {
+    *out = DType::kUndefined;
+    return Status::ok();
+  }
+  if (!dtype_from_onnx(raw, out)) return invalid_model(where + ": unknown element type " + std::to_string(raw));
+  return Status::ok();
+}
+
+Status read_type(const fb::TensorType* in, const std::string& where, TensorType* out) {
+  if (!in) return invalid_model(where + ": missing type");
+  RETURN_IF_ERROR(read_dtype(in->dtype(), where, &out->dtype));
+  if (in->kind() < 0 || in->kind() > static_cast<int8_t>(ValueKind::kOptionalSequence))
+    return invalid_model(where + ": unknown value kind " + std::to_string(in->kind()));
+  out->kind = static_cast<ValueKind>(in->kind());
+  if (!in->has_shape()) return Status::ok();
+  Shape s;
+  if (in->dims()) {
+    if (in->dims()->size() > kMaxRank) return invalid_model(where + ": rank " + std::to_string(in->dims()->size()) + " over the limit");
+    for (const fb::Dim* d : *in->dims()) {
+      if (d->value() >= 0) s.dims.push_back(Dim(d->value()));
+      else s.dims.push_back(Dim::symbolic(to_string(d->symbol())));
+    }
+  }
+  out->shape = std::move(s);
+  return Status::ok();
+}
+
+Status read_tensor(const fb::TensorRef* in, const WeightsView& w, const std::string& where, Tensor* out) {
+  if (!in) return invalid_model(where + ": missing tensor");
+  DType dt;
+  RETURN_IF_ERROR(read_dtype(in->dtype(), where, &dt));
+  if (dt == DType::kUndefined) return invalid_model(where + ": tensor without an element type");
+  std::vector<int64_t> dims;
+  if (in->dims()) dims.assign(in->dims()->begin(), in->dims()->end());
+  if (static_cast<int64_t>(dims.size()) > kMaxRank) return invalid_model(where + ": rank over the limit");
+  auto count = checked_element_count(dims, where);
+  if (!count.is_ok()) return invalid_model(count.status().message());
+  if (dt == DType::kString) {
+    const size_t n = in->strings() ? in->strings()->size() : 0;
+    if (static_cast<int64_t>(n) != count.value())
+      return invalid_model(where + ": string tensor of " + std::to_string(count.value()) + " elements holds " +
+                           std::to_string(n));
+    Tensor t = Tensor::allocate(dt, std::move(dims));
+    t.mutable_strings() = to_strings(in->strings());
+    *out = std::move(t);
+    return Status::ok();
+  }
+  const uint64_t expected = static_cast<uint64_t>(count.value() * dtype_size(dt));
+  if (in->nbytes() != expected)
+    return invalid_model(where + ": tensor of " + dims_to_string(dims) + " " + dtype_name(dt) + " has " +
+                         std::to_string(in->nbytes()) + " bytes, expected " + std::to_string(expected));
+  if (in->offset() % kWeightAlignment != 0 || in->offset() > w.size || expected > w.size - in->offset())
+    return invalid_model(where + ": tensor bytes lie outside the weights section");
+  *out = Tensor::wrap(dt, std::move(dims), w.owner, w.data + in->offset());
+  return Status::ok();
+}
+
+struct Reader {
+  const WeightsView& w;
+
+  Status attribute(const fb::Attribute* in, const std::string& where, const Graph* owner, Attribute* a) {
+    if (in->type() < 0 || in->type() > static_cast<int8_t>(AttrType::kTypeProto))
+      return invalid_model(where + ": unknown attribute type " + std::to_string(in->type()));
+    a->type = static_cast<AttrType>(in->type());
+    a->f = in->f();
+    a->i = in->i();
+    a->s = to_string(in->s());
+    if (in->t()) RETURN_IF_ERROR(read_tensor(in->t(), w, where, &a->t));
+    if (in->g()) {
+      a->g = std::make_shared<Graph>();
+      RETURN_IF_ERROR(graph(*in->g(), owner, a->g.get()));
+    }
+    if (in->floats()) a->floats.assign(in->floats()->begin(), in->floats()->end());
+    if (in->ints()) a->ints.assign(in->ints()->begin(), in->ints()->end());
+    a->strings = to_strings(in->strings());
+    if (in->tensors())
+      for (const fb::TensorRef* t : *in->tensors()) {
+        a->tensors.emplace_back();
+        RETURN_IF_ERROR(read_tensor(t, w, where, &a->tensors.back()));
+      }
+    if (in->graphs())
+      for (const fb::Graph* sg : *in->graphs()) {
+        auto g = std::make_shared<Graph>();
+        RETURN_IF_ERROR(graph(*sg, owner, g.get()));
+        a->graphs.push_back(std::move(g));
+      }
+    if (a->type == AttrType::kTypeProto) RETURN_IF_ERROR(read_type(in->tp(), where, &a->tp));
+    return Status::ok();
+  }
+
+  Status graph(const fb::Graph& in, const Graph* parent, Graph* g) {
+    g->parent = parent;
+    g->name = to_string(in.name());
+    const std::string where = "graph '" + g->name + "'";
+    std::unordered_set<std::string> defined;
+    if (in.inputs())
+      for (const fb::ValueInfo* v : *in.inputs()) {
+        ValueInfo vi{to_string(v->name()), {}};
+        RETURN_IF_ERROR(read_type(v->type(), where + " input '" + vi.name + "'", &vi.type));
+        defined.insert(vi.name);
+        g->inputs.push_back(std::move(vi));
+      }
+    if (in.outputs())
+      for (const fb::ValueInfo* v : *in.outputs()) {
+        ValueInfo vi{to_string(v->name()), {}};
+        RETURN_IF_ERROR(read_type(v->type(), where + " output '" + vi.name + "'", &vi.type));
+        g->outputs.push_back(std::move(vi));
+      }
+    if (in.initializers())
+      for (const fb::NamedTensor* t : *in.initializers()) {
+        const std::string name = to_string(t->name());
+        Tensor tensor;
+        RETURN_IF_ERROR(read_tensor(t->tensor(), w, where + " initializer '" + name + "'", &tensor));
+        defined.insert(name);
+        g->initializers[name] = std::move(tensor);
+      }
+    if (in.value_types())
+      for (const fb::ValueInfo* v : *in.value_types()) {
+        const std::string name = to_string(v->name());
+        TensorType t;
+        RETURN_IF_ERROR(read_type(v->type(), where + " value '" + name + "'", &t));
+        g->value_types[name] = std::move(t);
+      }
+    if (in.nodes()) {
+      g->nodes.reserve(in.nodes()->size());
+      for (const fb::Node* n : *in.nodes()) {
+        Node node;
+        node.name = to_string(n->name());
+        node.op_type = to_string(n->op_type());
+        node.domain = to_string(n->domain());
+        node.inputs = to_strings(n->inputs());
+        node.outputs = to_strings(n->outputs());
+        node.implicit_inputs = to_strings(n->implicit_inputs());
+        node.origin = to_strings(n->origin());
+        const std::string nwhere = where + " " + node.describe();
+        for (const std::string& v : node.inputs) {
+          if (v.empty() || defined.count(v) || (parent && visible(parent, v))) continue;
+          return invalid_model(nwhere + ": input '" + v + "' is not defined before the node (the file is corrupted)");
+        }
+        if (n->attrs())
+          for (const fb::Attribute* a : *n->attrs()) {
+            const std::string key = to_string(a->name());
+            Attribute attr;
+            RETURN_IF_ERROR(attribute(a, nwhere + " attribute '" + key + "'", g, &attr));
+            node.attrs[key] = std::move(attr);
+          }
+        for (const std::string& o : node.outputs) defined.insert(o);
+        g->nodes.push_back(std::move(node));
+      }
+    }
+    return Status::ok();
+  }
+
+  // A value an enclosing graph defines (inputs, initializers, node outputs): subgraphs may read it.
+  static bool visible(const Graph* g, const std::string& v) {
+    for (; g; g = g->parent) {
+      if (g->initializers.count(v) || g->value_types.count(v)) return true;
+      for (const ValueInfo& i : g->inputs)
+        if (i.name == v) return true;
+    }
+    return false;
+  }
+};
+
+}  // namespace
+
+Status read_graph(const fb::Graph& in, const WeightsView& weights, const Graph* parent, Graph* out) {
+  Reader r{weights};
+  return r.graph(in, parent, out);
+}
+
+}  // namespace ferry::format
