@@ -13,8 +13,12 @@ constexpr const char* kEnvFunctions[] = {"os.environ.get", "os.environ.setdefaul
 
 class Matcher {
  public:
-  Matcher(const PyFile& f, const RuleSet& rules, const std::string& target)
-      : f_(f), rules_(rules), target_(target) {}
+  Matcher(const PyFile& f, const RuleSet& rules, const std::string& target) : f_(f), rules_(rules) {
+    for (const Rule& r : rules.rules) {
+      auto it = r.targets.find(target);
+      actions_.push_back(it == r.targets.end() ? nullptr : &it->second);
+    }
+  }
 
   std::vector<Finding> run() {
     for (int32_t s = 0; s < static_cast<int32_t>(f_.sites.size()); ++s) match_site(s);
@@ -28,10 +32,8 @@ class Matcher {
   }
 
  private:
-  const TargetAction* active(const Rule& r) const {
-    auto it = r.targets.find(target_);
-    return it == r.targets.end() ? nullptr : &it->second;
-  }
+  // The rule's action on the target, or nullptr when the rule does not apply there.
+  const TargetAction* active(const Rule& r) const { return actions_[&r - rules_.rules.data()]; }
   bool ignored(int32_t tok) const { return f_.ignored_lines.count(f_.toks[tok].line) > 0; }
 
   bool file_has(const RuleMatch& m) const {
@@ -237,7 +239,7 @@ class Matcher {
 
   const PyFile& f_;
   const RuleSet& rules_;
-  const std::string& target_;
+  std::vector<const TargetAction*> actions_;  // by rule index
   std::set<int32_t> claimed_;
   std::vector<Finding> out_;
 };

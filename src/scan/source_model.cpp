@@ -24,7 +24,7 @@ class Analyzer {
         default:
           code_.push_back(i);
           depth_.push_back(depth);
-          if (t.kind == TokKind::kName) f_.names.insert(std::string(f_.text_of(i)));
+          if (t.kind == TokKind::kName) f_.names.insert(f_.text_of(i));
       }
     }
     match_.assign(code_.size(), -1);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <unordered_set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,7 +72,7 @@ struct PyFile {
   std::vector<ImportStmt> top_imports;       // module-level imports before the first other statement
   std::set<int32_t> docstrings;              // STRING tokens that are whole expression statements
   std::set<int32_t> ignored_lines;           // lines carrying "# ferry: ignore"
-  std::set<std::string, std::less<>> names;  // every NAME spelled in the file
+  std::unordered_set<std::string_view> names;  // every NAME spelled in the file (views into text)
   int32_t first_code_tok = -1;               // first token of the first statement after the docstring
   int32_t first_top_stmt_after_imports = -1; // first module-level statement that is not an import
 

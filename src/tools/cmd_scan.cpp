@@ -119,7 +119,9 @@ int cmd_scan(const ScanCliOptions& opt) {
     for (const FileResult& r : results) {
       if (!r.skipped.empty() || !r.fixed) continue;
       if (opt.diff) {
-        diff += unified_diff(r.file.path, r.original, r.fixed->edits);
+        std::string shown = fs::path(r.file.path).lexically_normal().generic_string();
+        while (!shown.empty() && shown[0] == '/') shown.erase(0, 1);  // a/<path> even for absolute paths
+        diff += unified_diff(shown, r.original, r.fixed->edits);
       } else if (opt.in_place) {
         if (!r.fixed->changed()) continue;
         const fs::path backup = r.file.path + ".orig";

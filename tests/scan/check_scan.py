@@ -98,6 +98,18 @@ def check_fix_round_trip():
                 ast.parse(open(fixed, encoding="utf-8").read(), fixed)
             except SyntaxError as e:
                 check(False, f"{target}: {fixed} does not parse: {e}")
+        # The unified diff applies (git apply) and gives the same files as --out.
+        copy = os.path.join(WORK, "patched-" + target)
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(FIXTURES, copy)
+        diff = subprocess.run([FERRY, "scan", "--target", target, "--fix", "--diff", "."], cwd=FIXTURES,
+                              capture_output=True, text=True, timeout=60).stdout
+        p = subprocess.run(["git", "apply", "-p1", "-"], cwd=copy, input=diff, capture_output=True, text=True)
+        check(p.returncode == 0, f"{target}: the --diff output does not apply: {p.stdout}{p.stderr}")
+        for path in fixtures():
+            name = os.path.basename(path)
+            check(open(os.path.join(copy, name)).read() == open(os.path.join(out, name)).read(),
+                  f"{target}: {name}: --diff and --out disagree")
         again = ferry("--target", target, "--fix", "--diff", out)
         check(again.stdout == "", f"{target}: fixing twice changes the files:\n{again.stdout[:3000]}")
         print(f"{target}: {report['summary']['fixed']} findings fixed, {report['summary']['hand_work']} left by hand; "
