@@ -52,11 +52,25 @@ Status KernelContext::error(const std::string& msg) const {
   return invalid_argument(node().describe() + ": " + msg);
 }
 
-StatusOr<Tensor*> KernelContext::allocate_output(int64_t i, DType dtype, std::vector<int64_t> dims) {
-  const std::string what = node().describe() + " output " + std::to_string(i);
-  ASSIGN_OR_RETURN(Tensor t, Tensor::create(dtype, std::move(dims), what));
-  (*outputs_)[i] = Value(std::move(t));
-  return &(*outputs_)[i].tensor;
+StatusOr<Tensor*> KernelContext::allocate_output(int64_t i, DType dtype, std::vector<int64_t> dims, bool zero_fill) {
+  bool valid = dtype != DType::kUndefined && static_cast<int64_t>(dims.size()) <= kMaxRank;
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    valid = valid && d >= 0 && (d == 0 || n <= kMaxTensorElements / d);
+    if (valid) n *= d;
+  }
+  if (!valid) {
+    // The slow, checked path only when something looks wrong: it builds the error message.
+    const std::string what = node().describe() + " output " + std::to_string(i);
+    ASSIGN_OR_RETURN(Tensor t, Tensor::create(dtype, std::move(dims), what));
+    (*outputs_)[i] = Value(std::move(t));
+    return &(*outputs_)[i].tensor;
+  }
+  Value& out = (*outputs_)[i];
+  out = Value();
+  if (!allocator || dtype == DType::kString || !allocator->allocate(i, dtype, &dims, zero_fill, &out.tensor))
+    out.tensor = Tensor::allocate(dtype, std::move(dims));
+  return &out.tensor;
 }
 
 void OpRegistry::add(OpSchema schema) {

@@ -77,6 +77,15 @@ class InferContext : public AttrReader {
 using SubgraphRunner = std::function<Status(const Graph& body, const std::vector<Value>& inputs,
                                             std::vector<Value>* outputs)>;
 
+/// Where KernelContext::allocate_output takes memory from; the executor installs one that hands
+/// out slices of its planned arena. Returns false to let the heap allocate the tensor.
+class OutputAllocator {
+ public:
+  virtual ~OutputAllocator() = default;
+  /// Makes output `index` (dims already validated) in `out`; zero-filled when `zero_fill`.
+  virtual bool allocate(int64_t index, DType dtype, std::vector<int64_t>* dims, bool zero_fill, Tensor* out) = 0;
+};
+
 /// What a kernel sees. Outputs are pre-sized to node.outputs.size(); the kernel allocates them.
 class KernelContext : public AttrReader {
  public:
@@ -91,8 +100,10 @@ class KernelContext : public AttrReader {
   const Tensor& input(int64_t i) const { return inputs_[i]->tensor; }
   /// Input i as a Value (sequence and optional ops).
   const Value& input_value(int64_t i) const { return *inputs_[i]; }
-  /// Allocates output i (checked against element limits).
-  StatusOr<Tensor*> allocate_output(int64_t i, DType dtype, std::vector<int64_t> dims);
+  /// Allocates output i (checked against element limits), zero-filled unless `zero_fill` is
+  /// false (pass false when the kernel writes every element: it saves a memset). Memory may come
+  /// from the executor's arena, so never keep the tensor beyond the run.
+  StatusOr<Tensor*> allocate_output(int64_t i, DType dtype, std::vector<int64_t> dims, bool zero_fill = true);
   /// Sets output i to an existing tensor (e.g. a view sharing an input's storage).
   void set_output(int64_t i, Tensor t) { (*outputs_)[i] = Value(std::move(t)); }
   /// Sets output i to a sequence or optional.
@@ -101,6 +112,8 @@ class KernelContext : public AttrReader {
   Status error(const std::string& msg) const;
 
   SubgraphRunner run_subgraph;
+  /// Set by the executor (nullptr: every output comes from the heap).
+  OutputAllocator* allocator = nullptr;
 
  private:
   int64_t opset_;

@@ -1,29 +1,86 @@
 #include "runtime/executor.h"
 
 #include <chrono>
-#include <unordered_set>
 
 namespace ferry {
 
-struct Executor::PreparedGraph {
-  std::vector<const OpSchema*> schemas;
-  std::vector<int64_t> opsets;
-  std::vector<std::unique_ptr<Kernel>> kernels;
-  /// For each node, the local values whose last reader it is (freed after it runs).
-  std::vector<std::vector<std::string>> frees;
+/// Where a node reads a value: a slot of the graph `depth` levels up (0: its own graph, 1: the
+/// graph holding the If/Loop/Scan that runs it, ...), or one of that graph's constants.
+struct ValueRef {
+  int32_t depth = 0;
+  int32_t index = -1;  // -1: an omitted optional input
+  bool constant = false;
 };
 
-/// Values visible while a graph runs; lookups fall back to the enclosing scope (subgraphs).
-struct Executor::Scope {
-  std::unordered_map<std::string, Value> values;
-  const Scope* parent = nullptr;
-  const Value* find(const std::string& name) const {
-    for (const Scope* s = this; s; s = s->parent) {
-      auto it = s->values.find(name);
-      if (it != s->values.end()) return &it->second;
-    }
-    return nullptr;
+struct Executor::PreparedNode {
+  const OpSchema* schema = nullptr;
+  int64_t opset = 0;
+  std::unique_ptr<Kernel> kernel;
+  std::vector<ValueRef> inputs;
+  std::vector<int32_t> outputs;  // local slots; -1: an omitted output
+  std::vector<int32_t> frees;    // local slots whose last reader this node is (released after it)
+  bool has_subgraphs = false;
+};
+
+/// A graph ready to run: every value name resolved to a slot index once, at prepare time.
+struct Executor::PreparedGraph {
+  const PreparedGraph* parent = nullptr;
+  std::unordered_map<std::string, int32_t> slot_of;
+  std::unordered_map<std::string, int32_t> constant_of;
+  std::vector<Value> constants;  // the initializers
+  int32_t num_slots = 0;
+  std::vector<int32_t> input_slots;  // per graph input
+  std::vector<ValueRef> outputs;     // per graph output
+  std::vector<PreparedNode> nodes;
+
+  int32_t add_slot(const std::string& name) {
+    auto [it, fresh] = slot_of.emplace(name, num_slots);
+    if (fresh) ++num_slots;
+    return it->second;
   }
+  /// Looks a name up here, then in the enclosing graphs.
+  bool resolve(const std::string& name, ValueRef* ref) const {
+    int32_t depth = 0;
+    for (const PreparedGraph* p = this; p; p = p->parent, ++depth) {
+      auto s = p->slot_of.find(name);
+      if (s != p->slot_of.end()) {
+        *ref = ValueRef{depth, s->second, false};
+        return true;
+      }
+      auto c = p->constant_of.find(name);
+      if (c != p->constant_of.end()) {
+        *ref = ValueRef{depth, c->second, true};
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+/// The values of one running graph; subgraph frames point at the frame that runs them.
+struct Executor::Frame {
+  const PreparedGraph* graph = nullptr;
+  std::vector<Value>* slots = nullptr;
+  const Frame* parent = nullptr;
+  const Value* get(const ValueRef& r) const {
+    const Frame* f = this;
+    for (int32_t d = 0; d < r.depth && f; ++d) f = f->parent;
+    if (!f) return nullptr;
+    return r.constant ? &f->graph->constants[static_cast<size_t>(r.index)] : &(*f->slots)[static_cast<size_t>(r.index)];
+  }
+};
+
+/// Per-run memory: the slots of the main graph and its arena. Pooled, one per concurrent run.
+struct Executor::RunState {
+  std::vector<Value> slots;
+  ArenaAllocator arena;
+};
+
+/// How the main graph's outputs are allocated in this run.
+struct Executor::RunMemory {
+  AllocationRecorder* recorder = nullptr;  // first run with these input shapes: record
+  ArenaAllocator* arena = nullptr;         // a plan exists: serve from the arena
+  bool violated = false;                   // a planned tensor outlived its step: heap from then on
 };
 
 Executor::~Executor() = default;
@@ -54,6 +111,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model
     model = std::move(optimized);
   }
   ex->model_ = std::move(model);
+  ex->plan_memory_ = options.plan_memory && is_host_backend(*ex->backend_);
   ASSIGN_OR_RETURN(ex->plan_, plan_partitions(*ex->model_, *ex->backend_, ex->host_.get(), options.allow_fallback));
   for (const Crossing& c : ex->plan_.crossings) ++ex->crossing_count_[c.value];
   RETURN_IF_ERROR(ex->prepare_graph(ex->model_->graph, nullptr));
@@ -62,39 +120,69 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model
 }
 
 Status Executor::prepare_graph(const Graph& g, Backend* backend) {
-  auto pg = std::make_unique<PreparedGraph>();
+  auto owned = std::make_unique<PreparedGraph>();
+  PreparedGraph* pg = owned.get();
+  if (g.parent) {
+    auto p = graphs_.find(g.parent);
+    if (p != graphs_.end()) pg->parent = p->second.get();
+  }
+  graphs_[&g] = std::move(owned);  // registered first: the bodies prepared below resolve names through it
+  for (const ValueInfo& v : g.inputs) pg->input_slots.push_back(pg->add_slot(v.name));
+  for (const auto& [name, t] : g.initializers) {
+    if (pg->slot_of.count(name)) continue;  // an input with a default: the feed overrides it
+    pg->constant_of[name] = static_cast<int32_t>(pg->constants.size());
+    pg->constants.emplace_back(t);
+  }
+  for (const Node& node : g.nodes)
+    for (const std::string& o : node.outputs)
+      if (!o.empty()) pg->add_slot(o);
   const size_t n = g.nodes.size();
-  std::unordered_map<std::string, size_t> last_use;
-  std::unordered_set<std::string> local;
-  for (const ValueInfo& v : g.inputs) local.insert(v.name);
-  for (const auto& [name, t] : g.initializers) local.insert(name);
+  std::vector<int32_t> last_use(static_cast<size_t>(pg->num_slots), -1);
+  pg->nodes.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const Node& node = g.nodes[i];
+    PreparedNode& pn = pg->nodes[i];
     const int64_t opset = model_->opset(node.domain);
     ASSIGN_OR_RETURN(const OpSchema* schema, resolve_schema(node, opset));
     Backend* runs_on = backend ? backend : (plan_.node_side[i] == Side::kHost ? host_.get() : backend_.get());
     std::string why;
     if (!runs_on->supports(node, *schema, &why))
       return unsupported(node.describe() + ": not supported on " + runs_on->name() + ": " + why);
-    ASSIGN_OR_RETURN(auto kernel, runs_on->create_kernel(node, *schema, g));
-    pg->schemas.push_back(schema);
-    pg->opsets.push_back(opset);
-    pg->kernels.push_back(std::move(kernel));
-    for (const std::string& in : node.inputs)
-      if (!in.empty()) last_use[in] = i;
-    for (const std::string& in : node.implicit_inputs) last_use[in] = i;
-    for (const std::string& o : node.outputs) local.insert(o);
+    ASSIGN_OR_RETURN(pn.kernel, runs_on->create_kernel(node, *schema, g));
+    pn.schema = schema;
+    pn.opset = opset;
+    for (const std::string& in : node.inputs) {
+      ValueRef ref;
+      if (!in.empty() && !pg->resolve(in, &ref))
+        return invalid_model(node.describe() + ": input '" + in + "' is not produced by any node, graph input or initializer");
+      if (!ref.constant && ref.depth == 0 && ref.index >= 0) last_use[static_cast<size_t>(ref.index)] = static_cast<int32_t>(i);
+      pn.inputs.push_back(ref);
+    }
+    for (const std::string& in : node.implicit_inputs) {
+      ValueRef ref;
+      if (pg->resolve(in, &ref) && !ref.constant && ref.depth == 0) last_use[static_cast<size_t>(ref.index)] = static_cast<int32_t>(i);
+    }
+    for (const std::string& o : node.outputs) pn.outputs.push_back(o.empty() ? -1 : pg->slot_of.at(o));
     for (const auto& [k, a] : node.attrs) {
+      pn.has_subgraphs |= a.g != nullptr || !a.graphs.empty();
       if (a.g) RETURN_IF_ERROR(prepare_graph(*a.g, runs_on));
       for (const auto& sg : a.graphs) RETURN_IF_ERROR(prepare_graph(*sg, runs_on));
     }
   }
-  std::unordered_set<std::string> keep;
-  for (const ValueInfo& v : g.outputs) keep.insert(v.name);
-  pg->frees.resize(n);
-  for (const auto& [name, idx] : last_use)
-    if (!keep.count(name) && local.count(name) && !g.initializers.count(name)) pg->frees[idx].push_back(name);
-  graphs_[&g] = std::move(pg);
+  std::vector<bool> keep(static_cast<size_t>(pg->num_slots), false);
+  for (const ValueInfo& v : g.outputs) {
+    ValueRef ref;
+    if (!pg->resolve(v.name, &ref))
+      return invalid_model("graph output '" + v.name + "' is not produced by any node, graph input or initializer");
+    if (!ref.constant && ref.depth == 0) keep[static_cast<size_t>(ref.index)] = true;
+    pg->outputs.push_back(ref);
+  }
+  for (size_t i = 0; i < n; ++i)  // outputs nobody reads are released by the node that makes them
+    for (int32_t o : pg->nodes[i].outputs)
+      if (o >= 0 && last_use[static_cast<size_t>(o)] < 0) last_use[static_cast<size_t>(o)] = static_cast<int32_t>(i);
+  for (int32_t s = 0; s < pg->num_slots; ++s)
+    if (!keep[static_cast<size_t>(s)] && last_use[static_cast<size_t>(s)] >= 0)
+      pg->nodes[static_cast<size_t>(last_use[static_cast<size_t>(s)])].frees.push_back(s);
   return Status::ok();
 }
 
@@ -181,9 +269,20 @@ Status Executor::run(const NamedTensors& feeds, NamedTensors* outputs) {
 Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
   RETURN_IF_ERROR(check_feeds(feeds));
   const Graph& g = model_->graph;
-  Scope scope;
-  for (const auto& [name, t] : g.initializers) scope.values[name] = t;
-  for (const auto& [name, t] : feeds) scope.values[name] = t;
+  const PreparedGraph& pg = *graphs_.at(&g);
+  std::unique_ptr<RunState> state = acquire_state();
+  state->slots.resize(static_cast<size_t>(pg.num_slots));
+  std::vector<int64_t> shapes_key;
+  bool plannable = plan_memory_ && (!observer_ || !observer_keeps_outputs_);
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    for (const auto& [name, v] : feeds) {
+      if (name != g.inputs[i].name) continue;
+      state->slots[static_cast<size_t>(pg.input_slots[i])] = v;
+      plannable = plannable && v.kind == ValueKind::kTensor;
+      shapes_key.push_back(v.tensor.rank());
+      shapes_key.insert(shapes_key.end(), v.tensor.dims().begin(), v.tensor.dims().end());
+    }
+  }
   last_transfers_ = CrossingStats{};
   for (const auto& [name, t] : feeds) {
     auto c = crossing_count_.find(name);
@@ -192,78 +291,183 @@ Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
       last_transfers_.bytes += c->second * t.tensor.nbytes();
     }
   }
-  RETURN_IF_ERROR(run_graph(g, scope, true));
-  outputs->clear();
-  for (const ValueInfo& v : g.outputs) {
-    const Value* t = scope.find(v.name);
-    if (!t) return internal_error("graph output '" + v.name + "' was not computed");
-    outputs->emplace_back(v.name, *t);
+  RunMemory memory;
+  std::unique_ptr<AllocationRecorder> recorder;
+  if (plannable) {
+    std::shared_ptr<const ArenaPlan> plan = find_plan(shapes_key);
+    if (plan) {
+      state->arena.bind(std::move(plan));
+      memory.arena = &state->arena;
+    } else {
+      recorder = std::make_unique<AllocationRecorder>(static_cast<int32_t>(g.nodes.size()));
+      memory.recorder = recorder.get();
+    }
   }
-  return Status::ok();
+  Frame frame;
+  frame.graph = &pg;
+  frame.slots = &state->slots;
+  Status st = run_graph(g, pg, frame, &memory);
+  if (st.is_ok()) {
+    outputs->clear();
+    for (size_t i = 0; i < g.outputs.size(); ++i) {
+      const Value* v = frame.get(pg.outputs[i]);
+      if (!v || !v->defined()) {
+        st = internal_error("graph output '" + g.outputs[i].name + "' was not computed");
+        break;
+      }
+      outputs->emplace_back(g.outputs[i].name, *v);
+      copy_out_of_arena(state->arena, &outputs->back().second);
+    }
+  }
+  if (recorder) {
+    std::shared_ptr<const ArenaPlan> plan = recorder->finish();  // before the slots go: what is left escapes
+    if (st.is_ok()) store_plan(shapes_key, std::move(plan));
+  }
+  if (memory.violated) store_plan(shapes_key, nullptr);  // the plan did not hold: record again next run
+  for (Value& v : state->slots) v = Value();
+  release_state(std::move(state));
+  return st;
 }
 
-Status Executor::run_graph(const Graph& g, Scope& scope, bool observe) {
-  auto pit = graphs_.find(&g);
-  if (pit == graphs_.end()) return internal_error("graph '" + g.name + "' was not prepared");
-  PreparedGraph& pg = *pit->second;
+Status Executor::run_graph(const Graph& g, const PreparedGraph& pg, Frame& frame, RunMemory* memory) {
+  std::vector<Value>& slots = *frame.slots;
   std::vector<Value> results;
+  std::vector<const Value*> recorded_inputs;
+  const bool observe = memory != nullptr;  // the main graph
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& node = g.nodes[i];
-    std::vector<const Value*> inputs;
-    inputs.reserve(node.inputs.size());
-    for (size_t k = 0; k < node.inputs.size(); ++k) {
-      const std::string& in = node.inputs[k];
-      if (in.empty()) {
-        inputs.push_back(nullptr);
-        continue;
-      }
-      const Value* t = scope.find(in);
-      if (!t) return internal_error(node.describe() + ": input '" + in + "' is not available");
-      if (!t->is_tensor() && !pg.schemas[i]->accepts_sequences)
-        return invalid_argument(node.describe() + ": input " + std::to_string(k) + " ('" + in + "') is " +
+    const PreparedNode& pn = pg.nodes[i];
+    std::vector<const Value*> inputs(pn.inputs.size(), nullptr);
+    for (size_t k = 0; k < pn.inputs.size(); ++k) {
+      if (pn.inputs[k].index < 0) continue;
+      const Value* t = frame.get(pn.inputs[k]);
+      if (!t || !t->defined()) return internal_error(node.describe() + ": input '" + node.inputs[k] + "' is not available");
+      if (!t->is_tensor() && !pn.schema->accepts_sequences)
+        return invalid_argument(node.describe() + ": input " + std::to_string(k) + " ('" + node.inputs[k] + "') is " +
                                 t->describe() + ", but " + node.op_type + " takes tensors");
-      inputs.push_back(t);
+      inputs[k] = t;
     }
     results.assign(node.outputs.size(), Value());
-    KernelContext ctx(node, pg.opsets[i], std::move(inputs), &results);
-    ctx.run_subgraph = [this, &scope](const Graph& body, const std::vector<Value>& body_inputs,
-                                      std::vector<Value>* body_outputs) -> Status {
-      Scope inner;
-      inner.parent = &scope;
-      if (body_inputs.size() != body.inputs.size())
-        return invalid_model("subgraph '" + body.name + "' takes " + std::to_string(body.inputs.size()) +
-                             " inputs, given " + std::to_string(body_inputs.size()));
-      for (const auto& [name, t] : body.initializers) inner.values[name] = t;
-      for (size_t k = 0; k < body_inputs.size(); ++k) inner.values[body.inputs[k].name] = body_inputs[k];
-      RETURN_IF_ERROR(run_graph(body, inner, false));
-      body_outputs->clear();
-      for (const ValueInfo& v : body.outputs) {
-        const Value* t = inner.find(v.name);
-        if (!t) return internal_error("subgraph output '" + v.name + "' was not computed");
-        body_outputs->push_back(*t);
-      }
-      return Status::ok();
-    };
-    auto start = std::chrono::steady_clock::now();
-    Status st = pg.kernels[i]->compute(ctx);
+    if (memory && memory->recorder) {
+      recorded_inputs = inputs;
+      memory->recorder->begin_step(static_cast<int32_t>(i), node, &recorded_inputs);
+    }
+    KernelContext ctx(node, pn.opset, std::move(inputs), &results);
+    if (memory && memory->recorder) ctx.allocator = memory->recorder;
+    if (memory && memory->arena && memory->arena->active()) {
+      memory->arena->begin_step(static_cast<int32_t>(i));
+      ctx.allocator = memory->arena;
+    }
+    if (pn.has_subgraphs) {
+      ctx.run_subgraph = [this, &frame](const Graph& body, const std::vector<Value>& body_inputs,
+                                        std::vector<Value>* body_outputs) {
+        return run_body(body, frame, body_inputs, body_outputs);
+      };
+    }
+    const bool timed = observe && observer_;
+    std::chrono::steady_clock::time_point start;
+    if (timed) start = std::chrono::steady_clock::now();
+    Status st = pn.kernel->compute(ctx);
     if (!st.is_ok()) {
       if (st.message().rfind("node '", 0) != 0) st = st.with_context(node.describe());
       return st;
     }
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       if (node.outputs[k].empty()) continue;
       if (!results[k].defined())
         return internal_error(node.describe() + ": the kernel did not produce output " + std::to_string(k) + " ('" +
                               node.outputs[k] + "')");
     }
-    if (observe && observer_) observer_(node, results, ms);
+    if (timed) {
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      observer_(node, results, ms);
+    }
     if (observe && !crossing_count_.empty()) count_crossings(node, results);
-    for (size_t k = 0; k < node.outputs.size(); ++k)
-      if (!node.outputs[k].empty()) scope.values[node.outputs[k]] = std::move(results[k]);
-    for (const std::string& name : pg.frees[i]) scope.values.erase(name);
+    for (size_t k = 0; k < pn.outputs.size(); ++k)
+      if (pn.outputs[k] >= 0) slots[static_cast<size_t>(pn.outputs[k])] = std::move(results[k]);
+    for (int32_t s : pn.frees) slots[static_cast<size_t>(s)] = Value();
+    if (memory && memory->arena && memory->arena->active() && !memory->arena->end_step(static_cast<int32_t>(i))) {
+      memory->arena->abandon();  // a tensor outlived its planned step: keep it intact, use the heap from here
+      memory->violated = true;
+    }
   }
   return Status::ok();
+}
+
+Status Executor::run_body(const Graph& body, const Frame& outer, const std::vector<Value>& body_inputs,
+                          std::vector<Value>* body_outputs) {
+  auto it = graphs_.find(&body);
+  if (it == graphs_.end()) return internal_error("subgraph '" + body.name + "' was not prepared");
+  const PreparedGraph& pg = *it->second;
+  if (body_inputs.size() != body.inputs.size())
+    return invalid_model("subgraph '" + body.name + "' takes " + std::to_string(body.inputs.size()) +
+                         " inputs, given " + std::to_string(body_inputs.size()));
+  std::vector<Value> slots(static_cast<size_t>(pg.num_slots));
+  for (size_t k = 0; k < body_inputs.size(); ++k) slots[static_cast<size_t>(pg.input_slots[k])] = body_inputs[k];
+  Frame frame;
+  frame.graph = &pg;
+  frame.slots = &slots;
+  frame.parent = &outer;
+  RETURN_IF_ERROR(run_graph(body, pg, frame, nullptr));
+  body_outputs->clear();
+  for (size_t k = 0; k < body.outputs.size(); ++k) {
+    const Value* v = frame.get(pg.outputs[k]);
+    if (!v || !v->defined()) return internal_error("subgraph output '" + body.outputs[k].name + "' was not computed");
+    body_outputs->push_back(*v);
+  }
+  return Status::ok();
+}
+
+void Executor::copy_out_of_arena(const ArenaAllocator& arena, Value* v) {
+  if (v->is_tensor() && arena.contains(v->tensor.raw())) v->tensor = v->tensor.clone();
+  for (Tensor& t : v->sequence)
+    if (arena.contains(t.raw())) t = t.clone();
+}
+
+std::shared_ptr<const ArenaPlan> Executor::find_plan(const std::vector<int64_t>& shapes_key) {
+  std::lock_guard<std::mutex> lock(plans_mu_);
+  auto it = plans_.find(shapes_key);
+  if (it == plans_.end()) return nullptr;
+  last_plan_ = it->second;
+  return it->second;
+}
+
+void Executor::store_plan(const std::vector<int64_t>& shapes_key, std::shared_ptr<const ArenaPlan> plan) {
+  std::lock_guard<std::mutex> lock(plans_mu_);
+  if (!plan) {
+    plans_.erase(shapes_key);
+    return;
+  }
+  if (plans_.size() >= kMaxPlans) plans_.clear();  // many shapes in turn: start over rather than grow
+  last_plan_ = plan;
+  plans_[shapes_key] = std::move(plan);
+}
+
+std::unique_ptr<Executor::RunState> Executor::acquire_state() {
+  std::lock_guard<std::mutex> lock(states_mu_);
+  if (idle_states_.empty()) return std::make_unique<RunState>();
+  std::unique_ptr<RunState> s = std::move(idle_states_.back());
+  idle_states_.pop_back();
+  return s;
+}
+
+void Executor::release_state(std::unique_ptr<RunState> state) {
+  std::lock_guard<std::mutex> lock(states_mu_);
+  idle_states_.push_back(std::move(state));
+}
+
+MemoryStats Executor::memory_stats() const {
+  std::lock_guard<std::mutex> lock(plans_mu_);
+  MemoryStats s;
+  if (!last_plan_) return s;
+  s.planned = true;
+  s.arena_bytes = last_plan_->arena_bytes;
+  s.tensor_bytes = last_plan_->planned_bytes;
+  s.tensors = static_cast<int64_t>(last_plan_->allocs.size());
+  s.in_place = last_plan_->in_place;
+  s.unplanned_bytes = last_plan_->unplanned_bytes;
+  s.unplanned = last_plan_->unplanned;
+  return s;
 }
 
 void Executor::count_crossings(const Node& node, const std::vector<Value>& outputs) {

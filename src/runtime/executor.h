@@ -2,7 +2,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -13,6 +15,7 @@
 #include "ir/graph.h"
 #include "ir/value.h"
 #include "passes/pipeline.h"
+#include "runtime/arena.h"
 #include "runtime/partition.h"
 
 namespace ferry {
@@ -27,6 +30,20 @@ struct ExecutorOptions {
   /// Nodes the device does not support run on the CPU ("cpu"); false: such a node is an error
   /// (`--no-fallback`). Irrelevant when the device is a CPU backend.
   bool allow_fallback = true;
+  /// Main-graph tensors come from one arena laid out once per set of input shapes (see
+  /// runtime/arena.h); false: every tensor is its own heap allocation (for debugging).
+  bool plan_memory = true;
+};
+
+/// The memory plan of the last input shapes run (see Executor::memory_stats).
+struct MemoryStats {
+  bool planned = false;         // false until a run has recorded a plan
+  int64_t arena_bytes = 0;      // what the arena takes
+  int64_t tensor_bytes = 0;     // the planned tensors' sizes summed: what separate allocations take
+  int64_t tensors = 0;          // planned tensors
+  int64_t in_place = 0;         // of which written over a dead input
+  int64_t unplanned_bytes = 0;  // graph outputs (and tensors kept past the run): heap
+  int64_t unplanned = 0;
 };
 
 /// Device<->host copies of one inference (see runtime/partition.h).
@@ -59,10 +76,16 @@ class Executor {
   /// Checks feeds without running; the error names the input, the expected and the given type.
   Status check_feeds(const NamedValues& feeds) const;
 
-  void set_observer(NodeObserver observer) {
+  /// `keeps_outputs`: whether the observer keeps the output tensors it is shown beyond the call.
+  /// Then the arena is not used while it is set (its memory is reused by later nodes); an
+  /// observer that only looks (the profiler) passes false and the run stays on the fast path.
+  void set_observer(NodeObserver observer, bool keeps_outputs = true) {
     observer_ = std::move(observer);
     tell_host_values();
+    observer_keeps_outputs_ = keeps_outputs;
   }
+  /// Arena size against the sum of the planned tensors' sizes, for the last input shapes run.
+  MemoryStats memory_stats() const;
   /// The model that runs: the optimized copy when passes ran, else the one given.
   const Model& model() const { return *model_; }
   /// What the optimizer did (empty at opt level 0).
@@ -75,12 +98,24 @@ class Executor {
   CrossingStats last_transfers() const { return last_transfers_; }
 
  private:
-  struct Scope;
+  struct PreparedNode;
   struct PreparedGraph;
+  struct Frame;
+  struct RunState;
+  struct RunMemory;
+  static constexpr size_t kMaxPlans = 8;
   Executor() = default;
   /// `backend`: the backend for every node of g (subgraphs); nullptr: per node from plan_ (main graph).
   Status prepare_graph(const Graph& g, Backend* backend);
-  Status run_graph(const Graph& g, Scope& scope, bool observe);
+  /// Runs g's nodes; `memory` is non-null for the main graph only (arena, observer).
+  Status run_graph(const Graph& g, const PreparedGraph& pg, Frame& frame, RunMemory* memory);
+  Status run_body(const Graph& body, const Frame& outer, const std::vector<Value>& inputs, std::vector<Value>* outputs);
+  static void copy_out_of_arena(const ArenaAllocator& arena, Value* v);
+  std::shared_ptr<const ArenaPlan> find_plan(const std::vector<int64_t>& shapes_key);
+  /// nullptr: forget the plan for these shapes.
+  void store_plan(const std::vector<int64_t>& shapes_key, std::shared_ptr<const ArenaPlan> plan);
+  std::unique_ptr<RunState> acquire_state();
+  void release_state(std::unique_ptr<RunState> state);
   /// Adds the node's outputs that cross the device<->host boundary to last_transfers_.
   void count_crossings(const Node& node, const std::vector<Value>& outputs);
   /// Tells a device backend which of its main-graph values the host needs (Backend::set_host_values):
@@ -95,7 +130,14 @@ class Executor {
   CrossingStats last_transfers_;
   std::unordered_map<const Graph*, std::unique_ptr<PreparedGraph>> graphs_;
   NodeObserver observer_;
+  bool observer_keeps_outputs_ = true;
   OptimizeReport optimize_report_;
+  bool plan_memory_ = true;
+  mutable std::mutex plans_mu_;
+  std::map<std::vector<int64_t>, std::shared_ptr<const ArenaPlan>> plans_;  // input shapes -> plan
+  std::shared_ptr<const ArenaPlan> last_plan_;
+  std::mutex states_mu_;
+  std::vector<std::unique_ptr<RunState>> idle_states_;
 };
 
 }  // namespace ferry
