@@ -1,5 +1,8 @@
 // The optimized CPU backend ("cpu"): optimized kernels where registered, the reference kernel
 // for everything else (so coverage always equals the registry's).
+#include <omp.h>
+
+#include <algorithm>
 #include <thread>
 
 #include "backends/backend.h"
@@ -56,6 +59,10 @@ class CpuBackend : public Backend {
     }
     if (!schema.kernel) return unsupported(node.describe() + ": no CPU kernel");
     return std::unique_ptr<Kernel>(new ReferenceFallbackKernel(schema.kernel));
+  }
+  // oneDNN and the own kernels run on the OpenMP runtime.
+  void set_num_threads(int threads) override {
+    omp_set_num_threads(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   }
 };
 

@@ -1,0 +1,225 @@
+// oneDNN matrix products for MatMul, Gemm and com.ferry.FusedMatMul / FusedGemm (f32, bf16).
+//
+// Constant 2-D weights (the usual Linear / Gemm layer) are reordered once into oneDNN's packed format
+// and the input's leading dims are folded into M, so [batch, seq, K] x [K, N] is one [batch*seq, K]
+// product. Other products (both operands computed, batched, broadcast batch dims) run oneDNN's plain
+// batched matmul. Bias (FusedMatMul input 2, Gemm's C of N elements) is oneDNN's bias, a residual Z
+// is a sum post-op, the activation eltwise post-ops. Plans are cached per input shape.
+#include <cstring>
+#include <list>
+#include <map>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/dnnl_util.h"
+
+namespace ferry {
+namespace {
+
+using cpu::dnnl_engine;
+using cpu::dnnl_stream;
+using cpu::wrap;
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+
+class DnnlMatMulKernel : public Kernel {
+ public:
+  DnnlMatMulKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+
+  bool init(const Graph& graph) {
+    const bool gemm = node_.op_type == "Gemm" || node_.op_type == "FusedGemm";
+    if (!cpu::node_activation(node_, &act_)) return false;
+    const TensorType* at = graph.find_type(node_.inputs[0]);
+    if (!at || (at->dtype != DType::kF32 && at->dtype != DType::kBF16)) return false;
+    dtype_ = at->dtype;
+    const Tensor* b = cpu::constant_input(graph, node_, 1);
+    AttrReader r(node_);
+    if (gemm) {
+      if (r.get_int("transA", 0) != 0 || r.get_float("alpha", 1.f) != 1.f || !b || b->rank() != 2) return false;
+      trans_b_ = r.get_int("transB", 0) != 0;
+      if (node_.inputs.size() > 2 && !node_.inputs[2].empty()) {
+        const Tensor* c = cpu::constant_input(graph, node_, 2);
+        const int64_t n = trans_b_ ? b->dim(0) : b->dim(1);
+        if (!c || c->numel() != n || c->dtype() != b->dtype() || c->rank() > 2) return false;
+        const float beta = r.get_float("beta", 1.f);
+        bias_t_ = Tensor::allocate(DType::kF32, {1, n});
+        for (int64_t j = 0; j < n; ++j) bias_t_.mutable_data<float>()[j] = static_cast<float>(beta * c->get_double(j));
+      }
+    } else {
+      if (node_.inputs.size() > 2 && !node_.inputs[2].empty()) {
+        const Tensor* bias = cpu::constant_input(graph, node_, 2);
+        if (!bias || (bias->dtype() != DType::kF32 && bias->dtype() != DType::kBF16)) return false;
+        bias_t_ = *bias;
+      }
+      has_z_ = node_.inputs.size() > 3 && !node_.inputs[3].empty();
+    }
+    if (b && b->rank() == 2 && b->dtype() == dtype_) {
+      w_ = *b;
+      if (bias_t_.defined() && bias_t_.numel() != (trans_b_ ? w_.dim(0) : w_.dim(1))) return false;
+    } else if (gemm) {
+      return false;
+    }
+    std::vector<int64_t> a_dims;
+    if (w_.defined() && cpu::static_dims(graph, node_.inputs[0], &a_dims)) {
+      Plan* p = nullptr;
+      if (!plan_for(a_dims, {}, &p).is_ok()) return false;
+    }
+    return true;
+  }
+
+  Status compute(KernelContext& ctx) override {
+    const Tensor& a = ctx.input(0);
+    if (a.dtype() != dtype_) return fallback_(ctx);
+    const std::vector<int64_t> no_b;
+    const Tensor* b = w_.defined() ? nullptr : &ctx.input(1);
+    if (b && b->dtype() != dtype_) return fallback_(ctx);
+    Plan* p = nullptr;
+    if (!plan_for(a.dims(), b ? b->dims() : no_b, &p).is_ok()) return fallback_(ctx);
+    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, p->out_dims, false));
+    if (has_z_) {
+      const Tensor& z = ctx.input(3);
+      if (z.dims() != y->dims() || z.dtype() != dtype_) return fallback_(ctx);
+      std::memcpy(y->mutable_raw(), z.raw(), static_cast<size_t>(z.nbytes()));
+    }
+    try {
+      std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(p->src, a)}, {DNNL_ARG_DST, wrap(p->dst, *y)}};
+      args[DNNL_ARG_WEIGHTS] = p->weights ? *p->weights : wrap(p->wei, *b);
+      if (bias_t_.defined()) args[DNNL_ARG_BIAS] = wrap(p->bias, bias_t_);
+      p->prim.execute(dnnl_stream(), args);
+      dnnl_stream().wait();
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    return Status::ok();
+  }
+
+ private:
+  struct Plan {
+    dnnl::matmul prim;
+    memory::desc src, wei, dst, bias;
+    const memory* weights = nullptr;  // packed constant weights
+    std::vector<int64_t> out_dims;
+  };
+
+  // Builds the problem's dims: src [.., M, K], weights [.., K, N], dst; out_dims is the ONNX output shape.
+  Status plan_for(const std::vector<int64_t>& a_dims, const std::vector<int64_t>& b_dims, Plan** out) {
+    const auto key = std::make_pair(a_dims, b_dims);
+    auto it = plans_.find(key);
+    if (it != plans_.end()) {
+      *out = &it->second;
+      return Status::ok();
+    }
+    if (a_dims.empty()) return unsupported("scalar");
+    for (int64_t d : a_dims)
+      if (d == 0) return unsupported("empty");
+    memory::data_type dt;
+    cpu::to_dnnl_type(dtype_, &dt);
+    Plan plan;
+    memory::dims sd, wd, dd;
+    memory::dims w_strides;
+    if (w_.defined()) {
+      const int64_t k = trans_b_ ? w_.dim(1) : w_.dim(0), n = trans_b_ ? w_.dim(0) : w_.dim(1);
+      if (a_dims.back() != k || k == 0 || n == 0) return unsupported("shape");
+      int64_t m = 1;
+      for (size_t i = 0; i + 1 < a_dims.size(); ++i) m *= a_dims[i];
+      sd = {m, k};
+      wd = {k, n};
+      dd = {m, n};
+      plan.out_dims.assign(a_dims.begin(), a_dims.end() - 1);
+      plan.out_dims.push_back(n);
+    } else {
+      std::vector<int64_t> ad = a_dims, bd = b_dims;
+      if (bd.empty()) return unsupported("scalar");
+      if (ad.size() == 1) ad.insert(ad.begin(), 1);
+      if (bd.size() == 1) bd.push_back(1);
+      const size_t rank = std::max(ad.size(), bd.size());
+      if (rank > DNNL_MAX_NDIMS) return unsupported("rank");
+      ad.insert(ad.begin(), rank - ad.size(), 1);
+      bd.insert(bd.begin(), rank - bd.size(), 1);
+      if (ad[rank - 1] != bd[rank - 2]) return unsupported("shape");
+      for (size_t i = 0; i + 2 < rank; ++i)
+        if (ad[i] != bd[i] && ad[i] != 1 && bd[i] != 1) return unsupported("broadcast");
+      for (int64_t d : bd)
+        if (d == 0) return unsupported("empty");
+      sd = cpu::to_dnnl_dims(ad);
+      wd = cpu::to_dnnl_dims(bd);
+      dd = sd;
+      for (size_t i = 0; i + 2 < rank; ++i) dd[i] = std::max(ad[i], bd[i]);
+      dd[rank - 1] = bd[rank - 1];
+      const size_t orig_rank = std::max(a_dims.size(), b_dims.size());
+      const size_t batch_rank = orig_rank >= 2 ? orig_rank - 2 : 0;
+      std::vector<int64_t> o(dd.end() - 2 - static_cast<long>(batch_rank), dd.end() - 2);
+      if (a_dims.size() > 1) o.push_back(dd[rank - 2]);
+      if (b_dims.size() > 1) o.push_back(dd[rank - 1]);
+      plan.out_dims = o;
+    }
+    if (bias_t_.defined() && bias_t_.numel() != dd.back()) return unsupported("bias");
+    try {
+      const tag plain = cpu::plain_tag(sd.size());
+      plan.src = memory::desc(sd, dt, plain);
+      plan.dst = memory::desc(dd, dt, plain);
+      plan.wei = memory::desc(wd, dt, trans_b_ ? tag::ba : plain);
+      const memory::desc wei_md = w_.defined() ? memory::desc(wd, dt, tag::any) : plan.wei;
+      dnnl::post_ops ops;
+      if (has_z_) ops.append_sum(1.f);
+      if (!cpu::append_activation(act_, &ops)) return unsupported("activation");
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(ops);
+      std::unique_ptr<dnnl::matmul::desc> d;
+      if (bias_t_.defined()) {
+        memory::data_type bt;
+        cpu::to_dnnl_type(bias_t_.dtype(), &bt);
+        memory::dims bdims(dd.size(), 1);
+        bdims.back() = dd.back();
+        plan.bias = memory::desc(bdims, bt, cpu::plain_tag(bdims.size()));
+        d = std::make_unique<dnnl::matmul::desc>(plan.src, wei_md, plan.bias, plan.dst);
+      } else {
+        d = std::make_unique<dnnl::matmul::desc>(plan.src, wei_md, plan.dst);
+      }
+      dnnl::matmul::primitive_desc pd(*d, attr, dnnl_engine());
+      plan.prim = dnnl::matmul(pd);
+      if (w_.defined()) plan.weights = packed_weights(pd.weights_desc(), plan.wei);
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    *out = &plans_.emplace(key, std::move(plan)).first->second;
+    return Status::ok();
+  }
+
+  const memory* packed_weights(const memory::desc& want, const memory::desc& user_desc) {
+    for (auto& [desc, mem] : packed_)
+      if (desc == want) return &mem;
+    memory user(user_desc, dnnl_engine(), const_cast<void*>(w_.raw()));
+    memory packed(want, dnnl_engine());
+    dnnl::reorder(user, packed).execute(dnnl_stream(), user, packed);
+    dnnl_stream().wait();
+    packed_.emplace_back(want, packed);
+    return &packed_.back().second;
+  }
+
+  Node node_;
+  KernelFn fallback_;
+  DType dtype_ = DType::kUndefined;
+  Tensor w_;       // constant 2-D weights (packed path) or undefined
+  Tensor bias_t_;  // bias as [N] / [1, N] (Gemm: beta * C in f32)
+  bool trans_b_ = false, has_z_ = false;
+  FusedActivation act_;
+  std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, Plan> plans_;
+  std::list<std::pair<memory::desc, memory>> packed_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_matmul(const Node& node, const OpSchema& schema, const Graph& graph) {
+  auto k = std::make_unique<DnnlMatMulKernel>(node, schema.kernel);
+  if (!k->init(graph)) return std::unique_ptr<Kernel>();
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+}  // namespace
+
+void register_cpu_dnnl_matmul_kernels(CpuKernelTable& t) {
+  t.add("", "MatMul", make_matmul);
+  t.add("", "Gemm", make_matmul);
+  t.add("com.ferry", "FusedMatMul", make_matmul);
+  t.add("com.ferry", "FusedGemm", make_matmul);
+}
+
+}  // namespace ferry

@@ -1,0 +1,152 @@
+// oneDNN pooling for MaxPool (one output, no dilation), AveragePool, GlobalAveragePool and their
+// channels-last forms com.ferry.NhwcMaxPool / NhwcAveragePool / NhwcGlobalAveragePool (f32, bf16).
+// Output sizes and pads come from the same arithmetic as the reference (ops/conv_pool_util.h);
+// ceil_mode becomes extra right padding. A plan is made per input shape and cached.
+#include <map>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/dnnl_util.h"
+#include "ops/conv_pool_util.h"
+
+namespace ferry {
+namespace {
+
+using cpu::dnnl_engine;
+using cpu::dnnl_stream;
+using cpu::wrap;
+using dnnl::memory;
+
+struct NodeAttrs : AttrReader {
+  using AttrReader::AttrReader;
+  Status error(const std::string& msg) const { return invalid_model(node().describe() + ": " + msg); }
+};
+
+class DnnlPoolKernel : public Kernel {
+ public:
+  DnnlPoolKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+
+  bool init(const Graph& graph) {
+    const std::string& op = node_.op_type;
+    channels_last_ = op.rfind("Nhwc", 0) == 0;
+    const std::string base = channels_last_ ? op.substr(4) : op;
+    global_ = base == "GlobalAveragePool";
+    max_ = base == "MaxPool";
+    if (node_.outputs.size() != 1) return false;
+    const TensorType* t = graph.find_type(node_.inputs[0]);
+    if (!t || (t->dtype != DType::kF32 && t->dtype != DType::kBF16) || !t->shape) return false;
+    dtype_ = t->dtype;
+    rank_ = t->shape->rank();
+    if (rank_ < 3 || rank_ > 5 || (channels_last_ && rank_ != 4)) return false;
+    NodeAttrs a(node_);
+    if (!global_) {
+      if (!read_spatial_attrs(a, rank_ - 2, nullptr, true, &attrs_).is_ok()) return false;
+      for (int64_t d : attrs_.dilations)
+        if (d != 1) return false;
+      include_pad_ = !max_ && a.get_int("count_include_pad", 0) != 0;
+    }
+    return true;
+  }
+
+  Status compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    if (x.dtype() != dtype_ || x.rank() != rank_) return fallback_(ctx);
+    Plan* p = nullptr;
+    if (!plan_for(x.dims(), &p).is_ok()) return fallback_(ctx);
+    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, p->out_dims, false));
+    try {
+      p->prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, wrap(p->src, x)}, {DNNL_ARG_DST, wrap(p->dst, *y)}});
+      dnnl_stream().wait();
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    return Status::ok();
+  }
+
+ private:
+  struct Plan {
+    dnnl::pooling_forward prim;
+    memory::desc src, dst;
+    std::vector<int64_t> out_dims;
+  };
+
+  Status plan_for(const std::vector<int64_t>& x_dims, Plan** out) {
+    auto it = plans_.find(x_dims);
+    if (it != plans_.end()) {
+      *out = &it->second;
+      return Status::ok();
+    }
+    std::vector<int64_t> xd = x_dims;
+    if (channels_last_) xd = {x_dims[0], x_dims[3], x_dims[1], x_dims[2]};
+    for (int64_t d : xd)
+      if (d == 0) return unsupported("empty");
+    const int64_t nd = rank_ - 2;
+    memory::dims kernel, strides, pad_l, pad_r;
+    std::vector<int64_t> yd = {xd[0], xd[1]};
+    NodeAttrs a(node_);
+    for (int64_t i = 0; i < nd; ++i) {
+      if (global_) {
+        kernel.push_back(xd[2 + i]);
+        strides.push_back(1);
+        pad_l.push_back(0);
+        pad_r.push_back(0);
+        yd.push_back(1);
+        continue;
+      }
+      AxisGeom g;
+      RETURN_IF_ERROR(conv_pool_axis(a, attrs_, i, xd[2 + i], &g));
+      const int64_t k = attrs_.kernel[i], s = attrs_.strides[i];
+      const int64_t right = std::max(g.pad_end, (g.out - 1) * s + k - xd[2 + i] - g.pad_begin);
+      if (include_pad_ && right != g.pad_end) return unsupported("ceil_mode with count_include_pad");
+      if (g.pad_begin >= k || right >= k) return unsupported("padding as large as the window");
+      kernel.push_back(k);
+      strides.push_back(s);
+      pad_l.push_back(g.pad_begin);
+      pad_r.push_back(right);
+      yd.push_back(g.out);
+    }
+    Plan plan;
+    try {
+      memory::data_type dt;
+      cpu::to_dnnl_type(dtype_, &dt);
+      const auto t = cpu::plain_tag(xd.size(), channels_last_);
+      plan.src = memory::desc(cpu::to_dnnl_dims(xd), dt, t);
+      plan.dst = memory::desc(cpu::to_dnnl_dims(yd), dt, t);
+      const auto alg = max_ ? dnnl::algorithm::pooling_max
+                            : include_pad_ ? dnnl::algorithm::pooling_avg_include_padding
+                                           : dnnl::algorithm::pooling_avg_exclude_padding;
+      dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_inference, alg, plan.src, plan.dst, strides, kernel,
+                                    pad_l, pad_r);
+      plan.prim = dnnl::pooling_forward(dnnl::pooling_forward::primitive_desc(d, dnnl_engine()));
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    plan.out_dims = channels_last_ ? std::vector<int64_t>{yd[0], yd[2], yd[3], yd[1]} : yd;
+    *out = &plans_.emplace(x_dims, std::move(plan)).first->second;
+    return Status::ok();
+  }
+
+  Node node_;
+  KernelFn fallback_;
+  DType dtype_ = DType::kUndefined;
+  int64_t rank_ = 0;
+  bool channels_last_ = false, global_ = false, max_ = false, include_pad_ = false;
+  SpatialAttrs attrs_;
+  std::map<std::vector<int64_t>, Plan> plans_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_pool(const Node& node, const OpSchema& schema, const Graph& graph) {
+  auto k = std::make_unique<DnnlPoolKernel>(node, schema.kernel);
+  if (!k->init(graph)) return std::unique_ptr<Kernel>();
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+}  // namespace
+
+void register_cpu_dnnl_pool_kernels(CpuKernelTable& t) {
+  for (const char* op : {"MaxPool", "AveragePool", "GlobalAveragePool"}) {
+    t.add("", op, make_pool);
+    t.add("com.ferry", std::string("Nhwc") + op, make_pool);
+  }
+}
+
+}  // namespace ferry

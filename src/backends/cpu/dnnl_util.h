@@ -1,0 +1,48 @@
+// oneDNN plumbing shared by the cpu backend's oneDNN kernels (dnnl_conv, dnnl_matmul, dnnl_pool):
+// the engine and stream, dtype mapping, fused activations as post-ops, wrapping ferry tensors as
+// oneDNN memory without copies, and error conversion (oneDNN throws; kernels return Status).
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "ops/fused_activation.h"
+
+namespace ferry::cpu {
+
+/// The process-wide CPU engine.
+dnnl::engine& dnnl_engine();
+/// A stream for the calling thread (oneDNN CPU streams are cheap but not thread-safe).
+dnnl::stream& dnnl_stream();
+
+/// f32 / bf16 / f16 map to oneDNN types; false for the others.
+bool to_dnnl_type(DType t, dnnl::memory::data_type* out);
+
+/// dims as oneDNN dims.
+dnnl::memory::dims to_dnnl_dims(const std::vector<int64_t>& d);
+
+/// The plain (row-major) format tag of a rank-r tensor, or channels-last (nwc / nhwc / ndhwc) for 3..5-D.
+dnnl::memory::format_tag plain_tag(size_t rank, bool channels_last = false);
+
+/// Appends the post-ops computing `act` (one or two eltwise ops); false when oneDNN has none for it.
+bool append_activation(const FusedActivation& act, dnnl::post_ops* ops);
+
+/// Reads the fused activation of a node (none for plain ONNX ops); false when the attributes are invalid.
+bool node_activation(const Node& node, FusedActivation* act);
+
+/// A oneDNN memory over a tensor's data (no copy). The tensor must outlive the memory's use.
+dnnl::memory wrap(const dnnl::memory::desc& desc, const Tensor& t);
+
+/// A user-facing Status for a oneDNN error in `node`.
+Status dnnl_error(const Node& node, const dnnl::error& e);
+
+/// Looks up the constant tensor feeding input `i` of `node` in `graph` (nullptr: not constant / absent).
+const Tensor* constant_input(const Graph& graph, const Node& node, size_t i);
+
+/// Static dims of value `v` (false when unknown or symbolic).
+bool static_dims(const Graph& graph, const std::string& v, std::vector<int64_t>* dims);
+
+}  // namespace ferry::cpu
