@@ -12,6 +12,8 @@
 
 #include "io/npy.h"
 #include "ops/op_util.h"
+#include "runtime/precision_run.h"
+#include "tools/precision_cli.h"
 #include "tools/cli_common.h"
 #include "tools/command_registry.h"
 #include "tools/commands.h"
@@ -82,8 +84,12 @@ int cmd_run(const RunOptions& opt) {
   eo.device = opt.device;
   eo.opt_level = opt.opt_level;
   eo.threads = opt.threads;
-  auto ex = Executor::create(model, eo);
+  auto precision = precision_options(opt.precision, opt.keep_fp32, opt.precision_config);
+  if (!precision.is_ok()) return report(precision.status());
+  auto ex = create_precision_executor(model, eo, precision.value());
   if (!ex.is_ok()) return report(ex.status());
+  NonFiniteWatch overflow;
+  if (!opt.precision.empty()) ex.value()->set_observer(overflow.observer());
 
   // Decide output files before running, so a clash is reported before any work is done.
   std::vector<std::string> out_paths;
@@ -121,6 +127,8 @@ int cmd_run(const RunOptions& opt) {
   Status st = ex.value()->run(feeds.value(), &outputs);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!st.is_ok()) return report(st);
+  if (overflow.first()) std::fprintf(stderr, "ferry: warning: overflow in %s: %s\n", opt.precision.c_str(),
+                                     overflow.first()->describe().c_str());
 
   json j;
   j["model"] = opt.model;
@@ -185,6 +193,7 @@ const bool kRegistered = register_command({"run", 50, [](CLI::App& app) {
   cmd->add_option("-t,--threads", opt->threads, "Intra-op threads (default: the machine's cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-k", opt->top_k, "Also print the K largest values (class, score) of each output row");
   cmd->add_flag("--json", opt->json, "Print a JSON summary instead of text");
+  add_precision_options(cmd, &opt->precision, &opt->keep_fp32, &opt->precision_config);
   return CommandRun{cmd, [opt] { return cmd_run(*opt); }};
 }});
 }  // namespace

@@ -21,6 +21,10 @@ struct RunOptions {
   int top_k = 0;
   int opt_level = -1;
   int threads = 0;
+  /// Precision mode (passes/precision.h), nodes kept in fp32, and a precision config file.
+  std::string precision;
+  std::vector<std::string> keep_fp32;
+  std::string precision_config;
 };
 int cmd_run(const RunOptions& options);
 
