@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
-.PHONY: all setup configure build demo test test-main test-unit test-e2e test-asan fuzz clean docs
+.PHONY: all setup configure build demo test test-main test-unit test-e2e test-asan test-tsan fuzz clean docs
 
 all: build
 
@@ -38,7 +38,16 @@ test-asan: setup
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure --no-tests=error -j $(JOBS) $(ASAN_TESTS)
+	@$(MAKE) --no-print-directory test-tsan
 	@$(MAKE) --no-print-directory fuzz
+
+# ThreadSanitizer: the concurrency tests (one model, 8 threads) in their own build.
+TSAN_BUILD ?= build-tsan
+test-tsan: setup
+	@cmake -S . -B $(TSAN_BUILD) $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_TSAN=ON \
+	  > $(TSAN_BUILD).configure.log 2>&1 || (cat $(TSAN_BUILD).configure.log; exit 1)
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target ferry_concurrency_tests
+	@TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OMP_NUM_THREADS=1 $(TSAN_BUILD)/ferry_concurrency_tests
 
 # libFuzzer targets (clang, ASan + UBSan): each replays its regression inputs, then fuzzes for
 # FUZZ_SECONDS (default 60) from seeds built out of the repository's models and arrays.

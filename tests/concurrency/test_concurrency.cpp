@@ -1,0 +1,114 @@
+// One loaded model run from 8 threads at once, many times, with different inputs: every result
+// must be bit-identical to the single-threaded run of the same input (issue "Hardening", item 5).
+// The same binary runs under ThreadSanitizer in `make test-asan` (a FERRY_TSAN build of this target only).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../unit/graph_builder.h"
+#include "onnx/onnx_import.h"
+#include "runtime/executor.h"
+
+namespace ferry {
+namespace {
+
+using testing::GraphBuilder;
+
+Tensor random_tensor(const std::vector<int64_t>& dims, uint32_t seed) {
+  Tensor t = Tensor::allocate(DType::kF32, dims);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  float* p = t.mutable_data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+  return t;
+}
+
+Attribute ints_attr(std::vector<int64_t> v) {
+  Attribute a;
+  a.type = AttrType::kInts;
+  a.ints = std::move(v);
+  return a;
+}
+
+// A small transformer-ish block: MatMul + bias, Softmax, LayerNorm-like arithmetic, Transpose.
+std::shared_ptr<Model> mlp_block() {
+  GraphBuilder b(17);
+  std::string x = b.input("x", DType::kF32, {4, 16, 32});
+  std::string w = b.initializer("w", random_tensor({32, 32}, 7));
+  std::string bias = b.initializer("b", random_tensor({32}, 8));
+  std::string h = b.node("Add", {b.node("MatMul", {x, w}), bias});
+  std::string s = b.node("Softmax", {h});
+  std::string t = b.node("Transpose", {s}, {{"perm", ints_attr({0, 2, 1})}});
+  std::string m = b.node("MatMul", {s, t});
+  b.output(b.node("Tanh", {m}));
+  return b.build();
+}
+
+std::shared_ptr<Model> demo_cnn() {
+  auto m = load_onnx_model(std::string(FERRY_SOURCE_DIR) + "/demo/digits_cnn.onnx");
+  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+  return m.is_ok() ? m.value() : nullptr;
+}
+
+bool bit_identical(const NamedTensors& a, const NamedTensors& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const Tensor& x = a[i].second;
+    const Tensor& y = b[i].second;
+    if (x.dtype() != y.dtype() || x.dims() != y.dims() || x.nbytes() != y.nbytes()) return false;
+    if (std::memcmp(x.raw(), y.raw(), static_cast<size_t>(x.nbytes())) != 0) return false;
+  }
+  return true;
+}
+
+void run_concurrently(std::shared_ptr<const Model> model, const std::string& device) {
+  ASSERT_NE(model, nullptr);
+  ExecutorOptions options;
+  options.device = device;
+  options.threads = 1;
+  auto created = Executor::create(model, options);
+  ASSERT_TRUE(created.is_ok()) << created.status().to_string();
+  Executor* ex = created.value().get();
+  const ValueInfo& in = model->graph.inputs[0];
+  std::vector<int64_t> dims;
+  for (const Dim& d : in.type.shape->dims) dims.push_back(d.is_known() ? d.value : 1);
+
+  constexpr int kThreads = 8;
+  constexpr int kIterations = 25;
+  std::vector<NamedTensors> feeds(kThreads), expected(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    feeds[t] = {{in.name, random_tensor(dims, 100 + t)}};
+    Status st = ex->run(feeds[t], &expected[t]);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+  }
+  std::atomic<int> mismatches{0}, errors{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) {
+    workers.emplace_back([&, t] {
+      for (int i = 0; i < kIterations; ++i) {
+        NamedTensors out;
+        if (!ex->run(feeds[t], &out).is_ok()) {
+          ++errors;
+          continue;
+        }
+        if (!bit_identical(out, expected[t])) ++mismatches;
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(errors.load(), 0) << device;
+  EXPECT_EQ(mismatches.load(), 0) << device << ": results differ from the single-threaded run";
+}
+
+TEST(Concurrency, DemoCnnOnReferenceBackend) { run_concurrently(demo_cnn(), "cpu-ref"); }
+TEST(Concurrency, DemoCnnOnCpuBackend) { run_concurrently(demo_cnn(), "cpu"); }
+TEST(Concurrency, MatMulSoftmaxOnReferenceBackend) { run_concurrently(mlp_block(), "cpu-ref"); }
+TEST(Concurrency, MatMulSoftmaxOnCpuBackend) { run_concurrently(mlp_block(), "cpu"); }
+
+}  // namespace
+}  // namespace ferry
