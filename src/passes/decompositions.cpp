@@ -28,8 +28,8 @@ class Expander {
   int64_t opset() const { return model_.opset(""); }
   DType dtype() const { return x_type_.dtype; }
 
-  /// A node `op(inputs)`; returns its output. `out` = "" gives a fresh intermediate name with
-  /// x's type (the elementwise case); pass `type` for others.
+  /// A node `op(inputs)`; returns its output. `out` = "" gives a fresh intermediate name typed
+  /// with x's element type (shape inference, which the pipeline re-runs, fills the shape).
   std::string emit(const char* op, std::vector<std::string> inputs, const std::string& out = "",
                    std::map<std::string, Attribute> attrs = {}, const TensorType* type = nullptr) {
     Node n;
@@ -39,7 +39,7 @@ class Expander {
     n.outputs = {out.empty() ? fresh(node_.name + "/" + op + ":0") : out};
     n.attrs = std::move(attrs);
     n.origin = {node_.name};
-    if (out.empty()) g_->value_types[n.outputs[0]] = type ? *type : x_type_;
+    if (out.empty()) g_->value_types[n.outputs[0]] = type ? *type : TensorType{x_type_.dtype, std::nullopt};
     nodes_.push_back(std::move(n));
     return nodes_.back().outputs[0];
   }
@@ -187,6 +187,45 @@ void expand_layer_norm(Expander& e, const Node& n, const std::vector<int64_t>& a
   if (bias) e.emit("Add", {scaled, n.inputs[2]}, output(n));
 }
 
+void expand_cast_like(Expander& e, const Node& n, DType to) {
+  e.emit("Cast", {e.x()}, output(n), {{"to", Expander::int_attr(static_cast<int64_t>(to))}});
+}
+
+/// Trilu's k (input 1): 0 when omitted; false when given but not a constant.
+bool trilu_k(const Graph& g, const Node& n, int64_t* k) {
+  *k = 0;
+  if (n.inputs.size() < 2 || n.inputs[1].empty()) return true;
+  const Tensor* t = g.find_initializer(n.inputs[1]);
+  if (!t || t->numel() != 1) return false;
+  *k = t->get_int64(0);
+  return true;
+}
+
+/// Trilu's last two dims when known.
+bool trilu_dims(const Graph& g, const Node& n, int64_t* rows, int64_t* cols) {
+  const TensorType* t = g.find_type(n.inputs[0]);
+  if (!t || !t->shape || t->shape->rank() < 2) return false;
+  const Dim& r = t->shape->dims[t->shape->rank() - 2];
+  const Dim& c = t->shape->dims[t->shape->rank() - 1];
+  if (!r.is_known() || !c.is_known() || r.value * c.value > (int64_t{1} << 24)) return false;
+  *rows = r.value;
+  *cols = c.value;
+  return true;
+}
+
+void expand_trilu(Expander& e, const Graph& g, const Node& n) {
+  int64_t k = 0, rows = 0, cols = 0;
+  trilu_k(g, n, &k);
+  trilu_dims(g, n, &rows, &cols);
+  const Attribute* upper_attr = n.attr("upper");
+  const bool upper = !upper_attr || upper_attr->i != 0;
+  Tensor mask = Tensor::allocate(DType::kBool, {rows, cols});
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) mask.mutable_data<bool>()[i * cols + j] = upper ? j - i >= k : j - i <= k;
+  auto zero = Tensor::create(e.dtype(), {});
+  e.emit("Where", {e.add_initializer(std::move(mask)), e.x(), e.add_initializer(std::move(zero).value())}, output(n));
+}
+
 }  // namespace
 
 const std::vector<Decomposition>& decompositions() {
@@ -199,6 +238,8 @@ const std::vector<Decomposition>& decompositions() {
       {"Gelu", 20, "0.5 x (1 + Erf(x / sqrt 2)) (tanh form when approximate='tanh')", {"Mul", "Add", "Erf", "Tanh"}},
       {"LayerNormalization", 17, "(x - ReduceMean(x)) / Sqrt(ReduceMean((x - mean)^2) + epsilon) * scale + bias",
        {"ReduceMean", "Sub", "Mul", "Add", "Sqrt", "Div"}},
+      {"CastLike", 15, "Cast(x; to = the element type of the second input)", {"Cast"}},
+      {"Trilu", 14, "Where(constant triangle mask, x, 0) (needs the last two dims and k known)", {"Where"}},
   };
   return table;
 }
@@ -220,6 +261,23 @@ bool can_decompose(const Model& model, const Graph& g, const Node& node, std::st
     return false;
   }
   const TensorType* t = g.find_type(node.inputs[0]);
+  if (node.op_type == "CastLike" || node.op_type == "Trilu") {
+    const TensorType* like = node.op_type == "CastLike" && node.inputs.size() > 1 ? g.find_type(node.inputs[1]) : t;
+    if (!t || t->dtype == DType::kUndefined || t->dtype == DType::kString || !like || like->dtype == DType::kUndefined) {
+      if (why) *why = "the element types are not known";
+      return false;
+    }
+    int64_t k = 0, rows = 0, cols = 0;
+    if (node.op_type == "Trilu" && !trilu_k(g, node, &k)) {
+      if (why) *why = "k is not a constant";
+      return false;
+    }
+    if (node.op_type == "Trilu" && !trilu_dims(g, node, &rows, &cols)) {
+      if (why) *why = "the last two dimensions are not known";
+      return false;
+    }
+    return true;
+  }
   if (!t || !dtype_is_float(t->dtype)) {
     if (why) *why = "the input's element type is not a known float type";
     return false;
@@ -251,6 +309,8 @@ StatusOr<std::vector<Node>> decompose_node(const Model& model, Graph* g, const N
   else if (op == "Softsign") expand_softsign(e, node);
   else if (op == "Mish") expand_mish(e, node);
   else if (op == "Gelu") expand_gelu(e, node);
+  else if (op == "CastLike") expand_cast_like(e, node, g->find_type(node.inputs[1])->dtype);
+  else if (op == "Trilu") expand_trilu(e, *g, node);
   else if (op == "LayerNormalization") {
     std::vector<int64_t> axes;
     layer_norm_axes(*g, node, &axes, nullptr);
