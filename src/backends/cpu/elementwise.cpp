@@ -1,0 +1,177 @@
+// CPU kernels for f32 elementwise ops: Add/Sub/Mul/Div with numpy broadcasting (dims collapsed
+// so the inner loop is a contiguous span against a span or a scalar), and unary Relu, Sigmoid,
+// Tanh, Erf, Exp, Neg, Sqrt, Abs. Vectorized loops, threads over chunks of the output.
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/cpu_kernel_util.h"
+#include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/vec_math.h"
+#include "ops/op_util.h"
+
+namespace ferry::cpu {
+namespace {
+
+enum class BinOp { kAdd, kSub, kMul, kDiv };
+
+// y[i] = a[i*sa] op b[i*sb], sa/sb in {0, 1}.
+#define FERRY_BINARY_SPAN(NAME, EXPR)                                                     \
+  FERRY_VEC void NAME(const float* a, int64_t sa, const float* b, int64_t sb, float* y, int64_t n) { \
+    if (sa && sb) {                                                                       \
+      for (int64_t i = 0; i < n; ++i) { const float x = a[i], z = b[i]; y[i] = EXPR; }    \
+    } else if (sa) {                                                                      \
+      const float z = b[0];                                                               \
+      for (int64_t i = 0; i < n; ++i) { const float x = a[i]; y[i] = EXPR; }              \
+    } else if (sb) {                                                                      \
+      const float x = a[0];                                                               \
+      for (int64_t i = 0; i < n; ++i) { const float z = b[i]; y[i] = EXPR; }              \
+    } else {                                                                              \
+      const float x = a[0], z = b[0];                                                     \
+      for (int64_t i = 0; i < n; ++i) y[i] = EXPR;                                        \
+    }                                                                                     \
+  }
+FERRY_BINARY_SPAN(add_span, x + z)
+FERRY_BINARY_SPAN(sub_span, x - z)
+FERRY_BINARY_SPAN(mul_span, x * z)
+FERRY_BINARY_SPAN(div_span, x / z)
+#undef FERRY_BINARY_SPAN
+
+using BinarySpan = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t);
+
+BinarySpan binary_span(BinOp op) {
+  switch (op) {
+    case BinOp::kAdd: return add_span;
+    case BinOp::kSub: return sub_span;
+    case BinOp::kMul: return mul_span;
+    case BinOp::kDiv: return div_span;
+  }
+  return add_span;
+}
+
+// Output dims with the operands' strides, adjacent dims merged where both operands allow it.
+struct CollapsedBroadcast {
+  std::vector<int64_t> dims, sa, sb;
+};
+
+CollapsedBroadcast collapse(const std::vector<int64_t>& out, std::vector<int64_t> sa, std::vector<int64_t> sb) {
+  CollapsedBroadcast c;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == 1) continue;
+    if (!c.dims.empty()) {
+      const int64_t d = out[i];
+      const bool a_ok = c.sa.back() == sa[i] * d;
+      const bool b_ok = c.sb.back() == sb[i] * d;
+      if (a_ok && b_ok) {
+        c.dims.back() *= d;
+        c.sa.back() = sa[i];
+        c.sb.back() = sb[i];
+        continue;
+      }
+    }
+    c.dims.push_back(out[i]);
+    c.sa.push_back(sa[i]);
+    c.sb.push_back(sb[i]);
+  }
+  if (c.dims.empty()) {
+    c.dims = {1};
+    c.sa = {0};
+    c.sb = {0};
+  }
+  return c;
+}
+
+template <BinOp kOp>
+StatusOr<bool> run_binary(KernelContext& ctx) {
+  if (!all_f32(ctx) || ctx.num_inputs() != 2) return false;
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  std::vector<int64_t> out;
+  if (!broadcast_dims(a.dims(), b.dims(), &out)) return false;
+  CollapsedBroadcast c = collapse(out, broadcast_strides(a.dims(), out), broadcast_strides(b.dims(), out));
+  const size_t r = c.dims.size();
+  // The innermost run must be contiguous or broadcast for both operands.
+  if ((c.sa[r - 1] != 0 && c.sa[r - 1] != 1) || (c.sb[r - 1] != 0 && c.sb[r - 1] != 1)) return false;
+  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DType::kF32, out));
+  if (y->numel() == 0) return true;
+  const float *pa = a.data<float>(), *pb = b.data<float>();
+  float* py = y->mutable_data<float>();
+  const BinarySpan span = binary_span(kOp);
+  const int64_t inner = c.dims[r - 1];
+  const int64_t rows = y->numel() / inner;
+  if (rows == 1) {
+    parallel_ranges(inner, 1, [&](int64_t s, int64_t e) {
+      span(pa + s * c.sa[0], c.sa[0], pb + s * c.sb[0], c.sb[0], py + s, e - s);
+    });
+    return true;
+  }
+  parallel_ranges(rows, inner, [&](int64_t s, int64_t e) {
+    for (int64_t row = s; row < e; ++row) {
+      int64_t oa = 0, ob = 0, rem = row;
+      for (size_t i = r - 1; i-- > 0;) {
+        const int64_t idx = rem % c.dims[i];
+        rem /= c.dims[i];
+        oa += idx * c.sa[i];
+        ob += idx * c.sb[i];
+      }
+      span(pa + oa, c.sa[r - 1], pb + ob, c.sb[r - 1], py + row * inner, inner);
+    }
+  });
+  return true;
+}
+
+// ---- unary -------------------------------------------------------------------------------------
+
+#define FERRY_UNARY_SPAN(NAME, EXPR) \
+  FERRY_VEC void NAME(const float* a, float* y, int64_t n) { \
+    for (int64_t i = 0; i < n; ++i) { const float x = a[i]; y[i] = EXPR; } \
+  }
+FERRY_UNARY_SPAN(relu_span, x > 0.f ? x : 0.f)
+FERRY_UNARY_SPAN(sigmoid_span, vec::sigmoid(x))
+FERRY_UNARY_SPAN(tanh_span, vec::tanh(x))
+FERRY_UNARY_SPAN(erf_span, vec::erf(x))
+FERRY_UNARY_SPAN(exp_span, vec::exp(x))
+FERRY_UNARY_SPAN(neg_span, -x)
+FERRY_UNARY_SPAN(sqrt_span, std::sqrt(x))
+FERRY_UNARY_SPAN(abs_span, std::fabs(x))
+#undef FERRY_UNARY_SPAN
+
+using UnarySpan = void (*)(const float*, float*, int64_t);
+
+template <UnarySpan kSpan, int kCost>
+StatusOr<bool> run_unary(KernelContext& ctx) {
+  if (!all_f32(ctx)) return false;
+  const Tensor& x = ctx.input(0);
+  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DType::kF32, x.dims()));
+  const float* px = x.data<float>();
+  float* py = y->mutable_data<float>();
+  parallel_ranges(x.numel(), kCost, [&](int64_t s, int64_t e) { kSpan(px + s, py + s, e - s); });
+  return true;
+}
+
+CpuKernelFactory factory(StatusOr<bool> (*fn)(KernelContext&)) {
+  return [fn](const Node& node, const OpSchema& schema, const Graph& g) -> StatusOr<std::unique_ptr<Kernel>> {
+    for (const std::string& in : node.inputs)
+      if (!in.empty() && !maybe_f32(g, in)) return std::unique_ptr<Kernel>();
+    return make_fn_kernel(fn, schema);
+  };
+}
+
+}  // namespace
+}  // namespace ferry::cpu
+
+namespace ferry {
+void register_cpu_elementwise_kernels(CpuKernelTable& t) {
+  using namespace cpu;
+  t.add("", "Add", factory(run_binary<BinOp::kAdd>));
+  t.add("", "Sub", factory(run_binary<BinOp::kSub>));
+  t.add("", "Mul", factory(run_binary<BinOp::kMul>));
+  t.add("", "Div", factory(run_binary<BinOp::kDiv>));
+  t.add("", "Relu", factory(run_unary<relu_span, 1>));
+  t.add("", "Sigmoid", factory(run_unary<sigmoid_span, 20>));
+  t.add("", "Tanh", factory(run_unary<tanh_span, 20>));
+  t.add("", "Erf", factory(run_unary<erf_span, 20>));
+  t.add("", "Exp", factory(run_unary<exp_span, 15>));
+  t.add("", "Neg", factory(run_unary<neg_span, 1>));
+  t.add("", "Sqrt", factory(run_unary<sqrt_span, 4>));
+  t.add("", "Abs", factory(run_unary<abs_span, 1>));
+}
+}  // namespace ferry

@@ -1,0 +1,41 @@
+// Strided views for com.ferry.Attention: each operand is a tensor read through an optional
+// permutation (a Transpose the fusion absorbed), so the reference kernel and the CPU kernel
+// address Q, K^T, V and the output without materializing the transposes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ir/shape.h"
+
+namespace ferry {
+
+/// A permuted view of a row-major tensor: logical dim i is the tensor's dim perm[i].
+struct PermutedView {
+  std::vector<int64_t> dims;     // logical dims
+  std::vector<int64_t> strides;  // element strides of the logical dims in the tensor
+};
+
+/// View of a tensor with `dims` through `perm` (empty perm: identity). False when perm is not a
+/// permutation of the tensor's axes.
+bool make_permuted_view(const std::vector<int64_t>& dims, const std::vector<int64_t>& perm, PermutedView* view);
+
+/// Symbolic version for shape rules: the logical shape; false when perm is invalid.
+bool permute_shape(const Shape& s, const std::vector<int64_t>& perm, Shape* out);
+
+/// The view through which a kernel writes its logical output O when the stored tensor is
+/// Transpose(O, out_perm): returns the stored tensor's dims and, per logical dim, its stride.
+bool make_output_view(const std::vector<int64_t>& logical_dims, const std::vector<int64_t>& out_perm,
+                      std::vector<int64_t>* stored_dims, std::vector<int64_t>* logical_strides);
+
+/// Offset of batch index `b` (row-major over the first dims.size()-2 logical dims) in a view.
+inline int64_t batch_offset(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides, int64_t b) {
+  int64_t off = 0;
+  for (int64_t i = static_cast<int64_t>(dims.size()) - 3; i >= 0; --i) {
+    off += (b % dims[i]) * strides[i];
+    b /= dims[i];
+  }
+  return off;
+}
+
+}  // namespace ferry
