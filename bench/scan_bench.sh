@@ -21,14 +21,14 @@ bytes=$(du -sb "$WORK/tree" | cut -f1)
 for mode in text json; do
   flag=""; [ "$mode" = json ] && flag="--json"
   "$FERRY" scan $flag "$WORK/tree" > /dev/null  # warm the page cache
-  best=""
+  best=""; cpu=""
   for run in 1 2 3; do
-    t0=$(date +%s.%N); "$FERRY" scan $flag "$WORK/tree" > "$WORK/out.$mode"; t1=$(date +%s.%N)
-    s=$(echo "$t1 - $t0" | bc -l)
-    if [ -z "$best" ] || [ "$(echo "$s < $best" | bc -l)" = 1 ]; then best=$s; fi
+    /usr/bin/time -f "%e %U %S" -o "$WORK/time" "$FERRY" scan $flag "$WORK/tree" > "$WORK/out.$mode"
+    read -r wall user sys < "$WORK/time"
+    if [ -z "$best" ] || [ "$(echo "$wall < $best" | bc -l)" = 1 ]; then best=$wall; cpu=$(echo "$user + $sys" | bc -l); fi
   done
-  printf "scan %-4s: %d files (%.1f MB) in %.3f s (best of 3): %.0f files/s, %.1f MB/s\n" "$mode" "$N" \
-    "$(echo "$bytes / 1000000" | bc -l)" "$best" "$(echo "$N / $best" | bc -l)" "$(echo "$bytes / 1000000 / $best" | bc -l)"
+  printf "scan %-4s: %d files (%.1f MB) in %.2f s wall (best of 3; %.2f s CPU, %d cores): %.0f files/s, %.1f MB/s\n" "$mode" "$N" \
+    "$(echo "$bytes / 1000000" | bc -l)" "$best" "$cpu" "$(nproc)" "$(echo "$N / $best" | bc -l)" "$(echo "$bytes / 1000000 / $best" | bc -l)"
 done
 grep -m1 "^ferry scan" "$WORK/out.text" || true
 echo "tree: $WORK/tree"

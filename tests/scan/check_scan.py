@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tokenize
 
-FERRY, FIXTURES, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+FERRY, FIXTURES, WORK = (os.path.abspath(a) for a in sys.argv[1:4])
 failures = []
 
 
