@@ -58,10 +58,19 @@ class Matcher {
     return -1;
   }
 
+  // std::regex backtracks recursively: long literals (embedded data) could exhaust the stack,
+  // and no device, backend or variable name is that long.
+  static constexpr size_t kMaxLiteral = 256;
+
+  bool literal_matches(int32_t tok, const std::regex& re) const {
+    const std::string_view t = f_.text_of(tok);
+    return t.size() <= kMaxLiteral && std::regex_match(string_value(t), re);
+  }
+
   std::vector<int32_t> literals_matching(const std::vector<int32_t>& toks, const std::regex& re) const {
     std::vector<int32_t> out;
     for (int32_t t : toks)
-      if (claimed_.count(t) == 0 && std::regex_match(string_value(f_.text_of(t)), re)) out.push_back(t);
+      if (claimed_.count(t) == 0 && literal_matches(t, re)) out.push_back(t);
     return out;
   }
 
@@ -120,7 +129,7 @@ class Matcher {
         break;
       case MatchKind::kEnv: {
         const int32_t key = env_key(s);
-        if (key < 0 || claimed_.count(key) > 0 || !std::regex_match(string_value(f_.text_of(key)), *m.literal))
+        if (key < 0 || claimed_.count(key) > 0 || !literal_matches(key, *m.literal))
           return false;
         fd->literals.push_back(key);
         break;
@@ -187,6 +196,7 @@ class Matcher {
     for (int32_t t = 0; t < static_cast<int32_t>(f_.toks.size()); ++t) {
       if (f_.toks[t].kind != TokKind::kString || claimed_.count(t) > 0 || f_.docstrings.count(t) > 0 || ignored(t))
         continue;
+      if (f_.toks[t].end - f_.toks[t].begin > static_cast<int32_t>(kMaxLiteral)) continue;
       std::string value;
       bool decoded = false;
       for (const Rule& r : rules_.rules) {

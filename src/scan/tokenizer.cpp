@@ -319,6 +319,11 @@ class Tokenizer {
       emit(TokKind::kOp, b, pos_);
       return Status::ok();
     }
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      const char hex[] = "0123456789abcdef";
+      return error(std::string("invalid character \\x") + hex[u >> 4] + hex[u & 15] + " in source");
+    }
     return error(std::string("invalid character '") + c + "' in source");
   }
 

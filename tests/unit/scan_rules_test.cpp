@@ -243,6 +243,12 @@ TEST(ScanFiles, BadInputIsSkippedWithAReason) {
   auto r3 = scan_text({"ok.py", "ok.py"}, "\xEF\xBB\xBFimport torch\nx.cuda()\n", rules(), opt);
   EXPECT_TRUE(r3.skipped.empty()) << r3.skipped;
   EXPECT_EQ(r3.findings.size(), 2u);
+  // A 200 kB literal is not fed to the regular expressions (their backtracking would overflow).
+  auto r4 = scan_text({"big.py", "big.py"}, "s = '" + std::string(200000, 'a') + ".cu'\n", rules(), opt);
+  EXPECT_TRUE(r4.skipped.empty()) << r4.skipped;
+  EXPECT_TRUE(r4.findings.empty());
+  auto r5 = scan_text({"nul.py", "nul.py"}, std::string("x = 1\0\n", 7), rules(), opt);
+  EXPECT_NE(r5.skipped.find("invalid character \\x00"), std::string::npos) << r5.skipped;
 }
 
 }  // namespace
