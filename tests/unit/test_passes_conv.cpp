@@ -1,0 +1,179 @@
+// CNN passes, each alone: conv_bn_fold, conv_fusion, nhwc_layout. Each test builds the subgraph
+// PyTorch exports, checks the rewrite (node kinds, origin, Transposes only at region edges) and
+// that the rewritten model computes what the original did (reference kernels, both sides).
+#include <random>
+
+#include "ops/op_util.h"
+#include "pass_test_util.h"
+
+namespace ferry::testing {
+namespace {
+
+using std::vector;
+
+Tensor rnd(vector<int64_t> dims, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  Tensor t = Tensor::allocate(DType::kF32, std::move(dims));
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
+  return t;
+}
+
+Attribute float_attr(float v) {
+  Attribute a;
+  a.type = AttrType::kFloat;
+  a.f = v;
+  return a;
+}
+
+// conv(x) -> BatchNormalization with random statistics.
+std::string conv_bn(ModelBuilder& b, const std::string& x, int64_t c, int64_t m, uint32_t seed, int64_t group = 1) {
+  auto y = b.node("Conv", {x, b.constant(rnd({m, c / group, 3, 3}, seed)), b.constant(rnd({m}, seed + 1))},
+                  {{"pads", ints_attr({1, 1, 1, 1})}, {"group", int_attr(group)}});
+  return b.node("BatchNormalization", {y, b.constant(rnd({m}, seed + 2, 0.5f, 2.f)), b.constant(rnd({m}, seed + 3)),
+                                       b.constant(rnd({m}, seed + 4)), b.constant(rnd({m}, seed + 5, 0.1f, 2.f))},
+                {{"epsilon", float_attr(1e-3f)}});
+}
+
+TEST(ConvBnFold, FoldsIntoWeightsAndBias) {
+  ModelBuilder b(13);
+  auto x = b.input("x", {2, 4, 6, 6});
+  b.output(conv_bn(b, conv_bn(b, x, 4, 6, 10), 6, 6, 20, 3));
+  auto model = b.build();
+  int changes = 0;
+  auto opt = run_pass(*model, "conv_bn_fold", &changes);
+  EXPECT_EQ(changes, 2);
+  EXPECT_EQ(count_ops(*opt, "BatchNormalization"), 0);
+  ASSERT_EQ(opt->graph.nodes.size(), 2u);
+  EXPECT_EQ(opt->graph.nodes[0].origin.size(), 2u);
+  expect_same_outputs(model, opt, 1e-4);
+}
+
+TEST(ConvBnFold, FoldsAfterGroupedConvTranspose) {
+  ModelBuilder b(13);
+  auto x = b.input("x", {1, 4, 5, 5});
+  auto y = b.node("ConvTranspose", {x, b.constant(rnd({4, 3, 2, 2}, 1))},
+                  {{"strides", ints_attr({2, 2})}, {"group", int_attr(2)}});
+  b.output(b.node("BatchNormalization", {y, b.constant(rnd({6}, 2, 0.5f, 2.f)), b.constant(rnd({6}, 3)),
+                                         b.constant(rnd({6}, 4)), b.constant(rnd({6}, 5, 0.1f, 2.f))}));
+  auto model = b.build();
+  auto opt = run_pass(*model, "conv_bn_fold");
+  EXPECT_EQ(count_ops(*opt, "BatchNormalization"), 0);
+  expect_same_outputs(model, opt, 1e-4);
+}
+
+TEST(ConvBnFold, KeepsBatchNormWhoseInputIsAlsoAnOutput) {
+  ModelBuilder b(13);
+  auto x = b.input("x", {1, 2, 4, 4});
+  auto y = b.node("Conv", {x, b.constant(rnd({2, 2, 1, 1}, 1))});
+  b.output(b.node("BatchNormalization", {y, b.constant(rnd({2}, 2)), b.constant(rnd({2}, 3)), b.constant(rnd({2}, 4)),
+                                         b.constant(rnd({2}, 5, 0.1f, 1.f))}));
+  b.output(y);
+  EXPECT_EQ(count_ops(*run_pass(*b.build(), "conv_bn_fold"), "BatchNormalization"), 1);
+}
+
+TEST(ConvFusion, ResidualAddAndReluBecomeOneFusedConv) {
+  ModelBuilder b(13);
+  auto x = b.input("x", {1, 4, 5, 5});
+  auto c1 = b.node("Conv", {x, b.constant(rnd({4, 4, 3, 3}, 1))}, {{"pads", ints_attr({1, 1, 1, 1})}});
+  auto r = b.node("Relu", {b.node("Add", {c1, x})});
+  b.output(r);
+  auto model = b.build();
+  auto opt = run_pass(*model, "conv_fusion");
+  ASSERT_EQ(opt->graph.nodes.size(), 1u);
+  const Node& f = opt->graph.nodes[0];
+  EXPECT_EQ(f.op_type, "FusedConv");
+  EXPECT_EQ(f.domain, "com.ferry");
+  ASSERT_EQ(f.inputs.size(), 4u);
+  EXPECT_EQ(f.inputs[2], "");
+  EXPECT_EQ(f.inputs[3], x);
+  EXPECT_EQ(f.attr("activation")->s, "Relu");
+  EXPECT_EQ(f.origin.size(), 3u);
+  EXPECT_EQ(opt->opset("com.ferry"), 1);
+  expect_same_outputs(model, opt, 1e-5);
+}
+
+TEST(ConvFusion, SiluHardSwishAndClipForms) {
+  for (const char* form : {"silu", "hardswish", "clip"}) {
+    SCOPED_TRACE(form);
+    ModelBuilder b(13);
+    auto x = b.input("x", {1, 3, 6, 6});
+    auto c = b.node("Conv", {x, b.constant(rnd({5, 3, 3, 3}, 1)), b.constant(rnd({5}, 2))});
+    std::string y;
+    if (std::string(form) == "silu") y = b.node("Mul", {c, b.node("Sigmoid", {c})});
+    else if (std::string(form) == "hardswish")
+      y = b.node("Mul", {c, b.node("HardSigmoid", {c}, {{"alpha", float_attr(1.f / 6)}, {"beta", float_attr(0.5f)}})});
+    else y = b.node("Clip", {c, b.scalar(0.f), b.scalar(6.f)});
+    b.output(y);
+    auto model = b.build();
+    auto opt = run_pass(*model, "conv_fusion");
+    ASSERT_EQ(opt->graph.nodes.size(), 1u);
+    expect_same_outputs(model, opt, 1e-5);
+  }
+}
+
+TEST(ConvFusion, MatMulBiasResidualGelu) {
+  ModelBuilder b(17);
+  auto x = b.input("x", {2, 3, 8});
+  auto mm = b.node("MatMul", {x, b.constant(rnd({8, 8}, 1))});
+  auto a = b.node("Add", {b.constant(rnd({8}, 2)), mm});
+  auto r = b.node("Add", {a, x});
+  b.output(b.node("Relu", {r}));
+  auto model = b.build();
+  auto opt = run_pass(*model, "conv_fusion");
+  ASSERT_EQ(opt->graph.nodes.size(), 1u);
+  EXPECT_EQ(opt->graph.nodes[0].op_type, "FusedMatMul");
+  EXPECT_EQ(opt->graph.nodes[0].inputs.size(), 4u);
+  expect_same_outputs(model, opt, 1e-5);
+}
+
+TEST(ConvFusion, LeavesConvWhoseOutputIsReadTwice) {
+  ModelBuilder b(13);
+  auto x = b.input("x", {1, 2, 4, 4});
+  auto c = b.node("Conv", {x, b.constant(rnd({2, 2, 1, 1}, 1))});
+  b.output(b.node("Relu", {c}));
+  b.output(c);
+  EXPECT_EQ(count_ops(*run_pass(*b.build(), "conv_fusion"), "FusedConv"), 0);
+}
+
+// conv -> relu -> maxpool -> (conv, conv) -> concat -> * per-channel scale -> GAP -> flatten
+TEST(NhwcLayout, TransposesOnlyAtRegionEdges) {
+  ModelBuilder b(13);
+  auto x = b.input("x", {2, 3, 8, 8});
+  auto c = b.node("Relu", {b.node("Conv", {x, b.constant(rnd({4, 3, 3, 3}, 1))}, {{"pads", ints_attr({1, 1, 1, 1})}})});
+  auto p = b.node("MaxPool", {c}, {{"kernel_shape", ints_attr({2, 2})}, {"strides", ints_attr({2, 2})}});
+  auto a1 = b.node("Conv", {p, b.constant(rnd({3, 4, 1, 1}, 2))});
+  auto a2 = b.node("Conv", {p, b.constant(rnd({5, 4, 3, 3}, 3))}, {{"pads", ints_attr({1, 1, 1, 1})}});
+  auto cat = b.node("Concat", {a1, a2}, {{"axis", int_attr(1)}});
+  auto s = b.node("Mul", {cat, b.constant(rnd({8, 1, 1}, 4))});
+  auto g = b.node("GlobalAveragePool", {s});
+  b.output(b.node("Flatten", {g}));
+  b.output(p);  // also a graph output: leaves the region in NCHW under its own name
+  auto model = b.build();
+  auto opt = run_pass(*model, "nhwc_layout");
+  EXPECT_EQ(count_ops(*opt, "FusedConv"), 3);
+  EXPECT_EQ(count_ops(*opt, "NhwcMaxPool"), 1);
+  EXPECT_EQ(count_ops(*opt, "NhwcGlobalAveragePool"), 1);
+  EXPECT_EQ(count_ops(*opt, "Transpose"), 3);  // in: x; out: p, the pooled vector
+  for (const Node& n : opt->graph.nodes)
+    if (n.op_type == "FusedConv") EXPECT_EQ(n.attr("channels_last")->i, 1);
+  expect_same_outputs(model, opt, 1e-5);
+}
+
+TEST(NhwcLayout, OnlyForTheCpuDevice) {
+  ModelBuilder b(13);
+  auto x = b.input("x", {1, 3, 4, 4});
+  b.output(b.node("Conv", {x, b.constant(rnd({2, 3, 1, 1}, 1))}));
+  auto model = b.build();
+  std::shared_ptr<Model> copy = model->clone();
+  OptimizeOptions oo;
+  oo.device = "cpu-ref";
+  PassContext ctx{oo};
+  for (const GraphPass& p : graph_passes())
+    if (std::string(p.name) == "nhwc_layout") ASSERT_TRUE(p.run(copy.get(), ctx).is_ok());
+  EXPECT_EQ(ctx.changes, 0);
+  EXPECT_EQ(count_ops(*copy, "Conv"), 1);
+}
+
+}  // namespace
+}  // namespace ferry::testing
