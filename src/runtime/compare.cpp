@@ -45,6 +45,32 @@ void agree_top_k(const Tensor& ref, const Tensor& target, OutputRecord* rec) {
   }
 }
 
+// The cpu backend's nhwc_layout pass computes `v` channels-last as `v_nhwc`: the per-layer
+// compare matches it to the reference's `v` and permutes it back to NCHW first.
+const char kNhwcSuffix[] = "_nhwc";
+
+// The reference value a target value corresponds to, and whether it is channels-last.
+std::string compare_key(const std::string& target_value, bool* nhwc) {
+  std::string base = precision_base_name(target_value);
+  const size_t n = sizeof(kNhwcSuffix) - 1;
+  *nhwc = base.size() > n && base.compare(base.size() - n, n, kNhwcSuffix) == 0;
+  return *nhwc ? base.substr(0, base.size() - n) : base;
+}
+
+// NHWC -> NCHW copy of a rank-4 tensor (as f32).
+Tensor nhwc_to_nchw(const Tensor& t) {
+  Tensor f = cast_tensor(t, DType::kF32).value();
+  const int64_t n = t.dim(0), h = t.dim(1), w = t.dim(2), c = t.dim(3);
+  Tensor out = Tensor::allocate(DType::kF32, {n, c, h, w});
+  const float* src = f.data<float>();
+  float* dst = out.mutable_data<float>();
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t y = 0; y < h; ++y)
+      for (int64_t x = 0; x < w; ++x)
+        for (int64_t k = 0; k < c; ++k) dst[((b * c + k) * h + y) * w + x] = src[((b * h + y) * w + x) * c + k];
+  return out;
+}
+
 struct SpillEntry {
   std::string path;
   std::vector<int64_t> dims;
@@ -73,7 +99,10 @@ struct Comparator::Impl {
       if (is_precision_cast(n)) continue;
       for (const std::string& o : n.outputs) {
         const TensorType* t = o.empty() ? nullptr : g.find_type(o);
-        if (t && t->kind == ValueKind::kTensor && dtype_is_float(t->dtype)) target_values.insert(precision_base_name(o));
+        bool nhwc = false;
+        const std::string key = o.empty() ? o : compare_key(o, &nhwc);
+        if (nhwc && (!t || !t->shape || t->shape->rank() != 4)) continue;
+        if (t && t->kind == ValueKind::kTensor && dtype_is_float(t->dtype)) target_values.insert(key);
       }
     }
   }
@@ -275,16 +304,18 @@ Status Comparator::run_samples_(const SampleSource& samples, const std::vector<s
       watch_observer(node, outs, ms);
       if (!per_layer || !observer_error.is_ok() || is_precision_cast(node)) return;
       for (size_t k = 0; k < outs.size() && k < node.outputs.size(); ++k) {
-        const std::string base = precision_base_name(node.outputs[k]);
+        bool nhwc = false;
+        const std::string base = compare_key(node.outputs[k], &nhwc);
         auto sp = spilled.find(base);
         if (sp == spilled.end() || !outs[k].is_tensor() || !seen.insert(base).second) continue;
+        if (nhwc && outs[k].tensor.rank() != 4) continue;
         auto ref_t = im.unspill(sp->second);
         spilled.erase(sp);
         if (!ref_t.is_ok()) {
           observer_error = ref_t.status();
           return;
         }
-        TensorMetrics m = compare_tensors(ref_t.value(), outs[k].tensor);
+        TensorMetrics m = compare_tensors(ref_t.value(), nhwc ? nhwc_to_nchw(outs[k].tensor) : outs[k].tensor);
         auto [it, fresh] = layer_index.emplace(base, r.layers.size());
         if (fresh) {
           LayerRecord l;
@@ -292,8 +323,10 @@ Status Comparator::run_samples_(const SampleSource& samples, const std::vector<s
           l.op = node.op_type;
           l.origin = node.origin;
           l.value = base;
-          for (const std::string& in : node.inputs)
-            if (!in.empty()) l.inputs.push_back(precision_base_name(in));
+          for (const std::string& in : node.inputs) {
+            bool in_nhwc = false;
+            if (!in.empty()) l.inputs.push_back(compare_key(in, &in_nhwc));
+          }
           l.worst = m;
           r.layers.push_back(std::move(l));
         } else {

@@ -1,7 +1,8 @@
 // Comparing two runs of one model (`ferry compare`): a reference (device + precision, or saved
 // outputs) and a target, over one or many input samples. Metrics per output and, per layer,
 // per node output shared by both graphs (values are matched by precision_base_name, so fused
-// graphs compare at their fused boundaries). The per-layer path never holds every intermediate
+// graphs compare at their fused boundaries; a channels-last twin `v_nhwc` made by the cpu
+// backend's layout pass is compared with `v` after permuting it back). The per-layer path never holds every intermediate
 // of both runs: the reference run spills the values the target also computes to a temporary
 // folder, and the target run reads each back, compares it and deletes it.
 #pragma once
