@@ -73,6 +73,23 @@ TEST(ScanRules, EveryRulesOwnTests) {
   }
 }
 
+// Every rule's positive snippets, turned into comments or into a string's text, match nothing.
+TEST(ScanRules, CommentsAndStringsNeverMatch) {
+  for (const Rule& r : rules().rules)
+    for (const std::string& s : r.tests_match) {
+      std::string commented = "# ", quoted = "text = '";
+      for (char c : s) {
+        commented += c == '\n' ? std::string("\n# ") : std::string(1, c);
+        quoted += c == '\n' ? std::string("\\n") : c == '\'' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+      }
+      quoted += "'\n";
+      for (const auto& [target, action] : r.targets) {
+        EXPECT_TRUE(scan(commented, target).empty()) << r.id << " on " << target << ":\n" << commented;
+        EXPECT_TRUE(scan(quoted, target).empty()) << r.id << " on " << target << ":\n" << quoted;
+      }
+    }
+}
+
 // Rules naming an ONNX op take their verdict from the shipped profiles.
 TEST(ScanRules, ProfilesDecideOpRules) {
   auto find = [](const std::string& id) {
