@@ -1,0 +1,91 @@
+// `ferry bench MODEL [--device D] [--threads N] [--batch B] [--warmup W] [--iterations I |
+// --duration S] [--json]`: latency percentiles, throughput, load time and peak memory.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "tools/bench_common.h"
+#include "tools/cli_common.h"
+#include "tools/command_registry.h"
+
+namespace ferry::cli {
+namespace {
+
+using nlohmann::json;
+
+int cmd_bench(const BenchOptions& opt) {
+  auto setup = prepare_bench(opt);
+  if (!setup.is_ok()) return report(setup.status());
+  BenchSetup& b = setup.value();
+  const int warmup = opt.warmup >= 0 ? opt.warmup : 5;
+  const double duration = opt.duration > 0 ? opt.duration : 3.0;
+  std::vector<double> times;
+  double first_ms = 0;
+  NamedTensors outputs;
+  Status st = run_timed(*b.executor, b.feeds, warmup, opt.iterations, duration, 3, &times, &first_ms, &outputs);
+  if (!st.is_ok()) return report(st);
+  if (!opt.output_dir.empty()) {
+    Status ws = write_outputs(opt.output_dir, outputs);
+    if (!ws.is_ok()) return report(ws);
+  }
+  const LatencyStats lat = latency_stats(times);
+  double total_ms = 0;
+  for (double t : times) total_ms += t;
+  const double per_s = total_ms > 0 ? 1000.0 * static_cast<double>(times.size()) / total_ms : 0.0;
+  const MemoryStats mem = b.executor->memory_stats();
+  const int64_t rss = peak_rss_bytes();
+
+  if (opt.json) {
+    json j;
+    j["model"] = opt.model;
+    j["device"] = opt.device;
+    j["threads"] = b.threads;
+    j["batch"] = b.batch;
+    j["opt_level"] = opt.opt_level;
+    j["precision"] = opt.precision.empty() ? "fp32" : opt.precision;
+    j["latency_ms"] = {{"min", lat.min}, {"mean", lat.mean}, {"p50", lat.p50},
+                       {"p90", lat.p90}, {"p99", lat.p99}, {"max", lat.max}};
+    j["throughput_per_s"] = per_s;
+    j["samples_per_s"] = per_s * static_cast<double>(b.batch);
+    j["load_ms"] = b.load_ms;
+    j["first_run_ms"] = first_ms;
+    j["peak_rss_bytes"] = rss;
+    j["iterations"] = times.size();
+    j["warmup"] = warmup;
+    j["random_inputs"] = b.random_inputs;
+    j["memory_plan"] = {{"planned", mem.planned}, {"arena_bytes", mem.arena_bytes},
+                        {"tensor_bytes", mem.tensor_bytes}, {"tensors", mem.tensors},
+                        {"in_place", mem.in_place}, {"unplanned_bytes", mem.unplanned_bytes}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return kExitOk;
+  }
+  std::printf("ferry bench %s\n", opt.model.c_str());
+  std::printf("  device      %s, %d thread%s, batch %lld%s%s\n", opt.device.c_str(), b.threads, b.threads == 1 ? "" : "s",
+              static_cast<long long>(b.batch), opt.precision.empty() ? "" : ", precision ",
+              opt.precision.c_str());
+  if (!b.random_inputs.empty()) {
+    std::printf("  inputs      random:");
+    for (const std::string& n : b.random_inputs) std::printf(" %s", n.c_str());
+    std::printf("\n");
+  }
+  std::printf("  load        %.1f ms (model load + executor create); first run %.2f ms\n", b.load_ms, first_ms);
+  std::printf("  latency ms  min %.3f  mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  (%zu runs after %d warm-up)\n",
+              lat.min, lat.mean, lat.p50, lat.p90, lat.p99, lat.max, times.size(), warmup);
+  std::printf("  throughput  %.2f inferences/s, %.2f samples/s\n", per_s, per_s * static_cast<double>(b.batch));
+  std::printf("  memory      peak RSS %s", human_bytes(rss).c_str());
+  if (mem.planned)
+    std::printf("; arena %s for %s of tensors (%lld planned, %lld in place)", human_bytes(mem.arena_bytes).c_str(),
+                human_bytes(mem.tensor_bytes).c_str(), static_cast<long long>(mem.tensors),
+                static_cast<long long>(mem.in_place));
+  std::printf("\n");
+  return kExitOk;
+}
+
+const bool kRegistered = register_command({"bench", 70, [](CLI::App& app) {
+  auto opt = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure latency (min/mean/p50/p90/p99/max), throughput, load time and peak memory");
+  add_bench_options(cmd, opt.get());
+  return CommandRun{cmd, [opt] { return cmd_bench(*opt); }};
+}});
+
+}  // namespace
+}  // namespace ferry::cli

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""ctest for `ferry bench` and `ferry profile` on the demo model: the JSON keys, the Chrome trace
+format, --batch / --threads, and that the arena-backed timed runs compute what `ferry run` does.
+No timing assertions (timing is for benchmarks only).
+
+    check_bench_cli.py FERRY MODEL SAMPLE.npy WORKDIR
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+FAILURES = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what)
+
+
+def run(ferry, *args, expect=0):
+    p = subprocess.run([ferry, *args], capture_output=True, text=True, timeout=300)
+    check(p.returncode == expect, f"`ferry {' '.join(args)}` exited {p.returncode}, expected {expect}: {p.stderr.strip()}")
+    return p
+
+
+def check_bench_json(j, batch=None, threads=None, iterations=None):
+    for key in ("latency_ms", "throughput_per_s", "load_ms", "peak_rss_bytes", "threads", "batch", "device"):
+        check(key in j, f"bench JSON has '{key}'")
+    lat = j.get("latency_ms", {})
+    for key in ("min", "mean", "p50", "p90", "p99", "max"):
+        check(isinstance(lat.get(key), (int, float)), f"latency_ms.{key} is a number")
+    if all(isinstance(lat.get(k), (int, float)) for k in ("min", "p50", "p90", "p99", "max")):
+        check(lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"], "percentiles are ordered")
+        check(lat["min"] <= lat["mean"] <= lat["max"], "mean within [min, max]")
+    check(j.get("throughput_per_s", 0) > 0, "throughput is positive")
+    check(j.get("peak_rss_bytes", 0) > 1 << 20, "peak RSS is over 1 MiB")
+    check(j.get("load_ms", -1) >= 0, "load time is not negative")
+    if batch is not None:
+        check(j.get("batch") == batch, f"batch is {batch}")
+    if threads is not None:
+        check(j.get("threads") == threads, f"threads is {threads}")
+    if iterations is not None:
+        check(j.get("iterations") == iterations, f"{iterations} timed runs")
+    plan = j.get("memory_plan", {})
+    check(plan.get("planned") is True, "a memory plan was made")
+    check(0 < plan.get("arena_bytes", 0) <= plan.get("tensor_bytes", 0), "arena no larger than the tensors it holds")
+
+
+def check_trace(path, nodes, runs):
+    with open(path) as f:
+        doc = json.load(f)
+    events = doc.get("traceEvents")
+    check(isinstance(events, list) and events, "trace has a traceEvents list")
+    xs = [e for e in events if e.get("ph") == "X"]
+    for e in xs:
+        ok = all(k in e for k in ("name", "ts", "dur", "pid", "tid")) and \
+            isinstance(e["ts"], (int, float)) and isinstance(e["dur"], (int, float)) and e["dur"] >= 0
+        check(ok, f"X event has name/ts/dur/pid/tid: {e}")
+        if not ok:
+            break
+    node_events = [e for e in xs if e.get("tid") == 1]
+    check(len(node_events) == nodes * runs, f"one X event per node per run ({len(node_events)} != {nodes}x{runs})")
+    check(all("inputs" in e.get("args", {}) and "outputs" in e.get("args", {}) for e in node_events),
+          "node events carry input/output shapes")
+    runs_events = [e for e in xs if e.get("tid") == 0]
+    check(len(runs_events) == runs, "one X event per inference")
+    check(any(e.get("ph") == "M" for e in events), "trace names its process and threads")
+
+
+def main():
+    ferry, model, sample, work = sys.argv[1:5]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+
+    p = run(ferry, "bench", model, "--json", "-n", "4", "-w", "1")
+    check_bench_json(json.loads(p.stdout), batch=1, iterations=4)
+    p = run(ferry, "bench", model, "--json", "--batch", "3", "--threads", "1", "--iterations", "2", "--device", "cpu-ref")
+    j = json.loads(p.stdout)
+    check_bench_json(j, batch=3, threads=1, iterations=2)
+    check(j.get("device") == "cpu-ref", "device is reported")
+    p = run(ferry, "bench", model, "--duration", "0.2", "-w", "0")
+    check("latency" in p.stdout and "throughput" in p.stdout and "peak RSS" in p.stdout, "human table has its rows")
+    run(ferry, "bench", os.path.join(work, "missing.onnx"), expect=2)
+    run(ferry, "bench", model, "--dim", "nonsense", expect=2)
+
+    # The timed runs (arena memory) give what one `ferry run` gives, on both CPU devices.
+    for device in ("cpu-ref", "cpu"):
+        a, b = os.path.join(work, device + "_run"), os.path.join(work, device + "_bench")
+        run(ferry, "run", model, "--input", sample, "--device", device, "--output-dir", a)
+        run(ferry, "bench", model, "--input", sample, "--device", device, "-n", "3", "--output-dir", b)
+        for f in sorted(os.listdir(a)):
+            x, y = np.load(os.path.join(a, f)), np.load(os.path.join(b, f))
+            check(x.shape == y.shape and np.array_equal(x, y), f"{device}: bench output {f} equals ferry run's")
+
+    trace = os.path.join(work, "trace.json")
+    p = run(ferry, "profile", model, "--json", "-n", "3", "-w", "1", "--trace", trace)
+    prof = json.loads(p.stdout)
+    rows = prof.get("nodes", [])
+    check(rows and prof.get("runs") == 3, "profile JSON has node rows and 3 runs")
+    totals = [r["total_ms"] for r in rows]
+    check(totals == sorted(totals, reverse=True), "profile rows sorted by total time")
+    check(all(r["calls"] == 3 for r in rows), "every node ran once per run")
+    check(all(r.get("output_shapes") for r in rows), "rows have output shapes")
+    check_trace(trace, len(rows), 3)
+    p = run(ferry, "profile", model, "-n", "2")
+    check("Op type" in p.stdout and "Total ms" in p.stdout, "profile prints the node and op-type tables")
+
+    print(f"{'FAILED' if FAILURES else 'OK'}: {len(FAILURES)} failure(s)")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
