@@ -11,6 +11,7 @@
 #include <set>
 
 #include "io/npy.h"
+#include "runtime/memory_estimate.h"
 #include "ops/op_util.h"
 #include "runtime/precision_run.h"
 #include "tools/precision_cli.h"
@@ -80,6 +81,18 @@ int cmd_run(const RunOptions& opt) {
   std::shared_ptr<Model> model = loaded.value();
   auto feeds = load_inputs(*model, opt.inputs);
   if (!feeds.is_ok()) return report(feeds.status());
+  if (opt.memory_limit != "none") {
+    int64_t limit = available_memory_bytes();
+    if (!opt.memory_limit.empty()) {
+      auto parsed = parse_byte_size(opt.memory_limit);
+      if (!parsed.is_ok()) return report(parsed.status().with_context("--memory-limit"));
+      limit = parsed.value();
+    }
+    InputShapes shapes;
+    for (const auto& [name, t] : feeds.value()) shapes.emplace_back(name, t.dims());
+    Status fits = check_memory_limit(*model, shapes, limit);
+    if (!fits.is_ok()) return report(fits);
+  }
   ExecutorOptions eo;
   eo.device = opt.device;
   eo.opt_level = opt.opt_level;
@@ -191,6 +204,9 @@ const bool kRegistered = register_command({"run", 50, [](CLI::App& app) {
                   "Graph optimization: 0 none, 1 clean-ups, 2 fusions (default: 2, and 0 on cpu-ref)")
       ->check(CLI::Range(0, 2));
   cmd->add_option("-t,--threads", opt->threads, "Intra-op threads (default: the machine's cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--memory-limit", opt->memory_limit,
+                  "Refuse to run when weights + inputs + the peak of intermediate tensors exceed this "
+                  "(512M, 2G, ...; default: the memory available now; 'none': no check)");
   cmd->add_option("--top-k", opt->top_k, "Also print the K largest values (class, score) of each output row");
   cmd->add_flag("--json", opt->json, "Print a JSON summary instead of text");
   add_precision_options(cmd, &opt->precision, &opt->keep_fp32, &opt->precision_config);

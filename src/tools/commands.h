@@ -25,6 +25,8 @@ struct RunOptions {
   std::string precision;
   std::vector<std::string> keep_fp32;
   std::string precision_config;
+  /// "2G", "512M"; empty: the memory available now (MemAvailable); "none": no check.
+  std::string memory_limit;
 };
 int cmd_run(const RunOptions& options);
 

@@ -250,6 +250,19 @@ def build_cases(work):
     m = model_with([helper.make_node("Split", ["x"], ["y", "y"], name="split_dup", axis=0)], [vi("x", [4])], [vi("y", [2])])
     p = os.path.join(work, "dup_node_output.onnx"); save(m, p)
     case("node_writes_value_twice", ["info", p], 2, "'y'")
+
+    # --memory-limit: the need, the limit, the dominating tensor and the largest batch that fits.
+    n1 = helper.make_node("MatMul", ["x", "w"], ["h"], name="widen")
+    n2 = helper.make_node("ReduceSum", ["h"], ["y"], name="sum", keepdims=0)
+    w = numpy_helper.from_array(np.ones((64, 4096), np.float32), "w")
+    m = model_with([n1, n2], [vi("x", ["batch", 64])], [vi("y", None)], [w])
+    p = os.path.join(work, "memory_hungry.onnx"); save(m, p)
+    x32 = os.path.join(work, "x_batch32.npy"); np.save(x32, np.ones((32, 64), np.float32))
+    # weights 1 MiB + input 8 KiB + h (32 x 4096 x 4 = 512 KiB): 1.6 MiB needed; 1.3 MiB leaves 307 KiB for 16.3 KiB per sample: batch 18.
+    case("memory_limit_exceeded", ["run", p, "--input", x32, "--memory-limit", "1.3M"], 2,
+         "memory limit is 1.3 MiB", "'h'", "largest batch that fits is 18")
+    case("memory_limit_fits", ["run", p, "--input", x32, "--memory-limit", "2M"], 0)
+    case("memory_limit_bad_unit", ["run", p, "--input", x32, "--memory-limit", "2X"], 2, "--memory-limit", "unit")
     return cases
 
 
