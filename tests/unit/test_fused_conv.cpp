@@ -243,6 +243,18 @@ TEST(CpuMatMul, BatchedBroadcastAndConstantWeights) {
   }
 }
 
+TEST(CpuMatMul, Bf16WithConstantWeightsMatchesReferenceWithinBf16Precision) {
+  auto make = [&]() {
+    OpTester t("FusedMatMul", 1, "com.ferry");
+    t.attr("activation", "Relu").input(rnd({2, 5, 32}, 1, DType::kBF16)).const_input(rnd({32, 16}, 2, DType::kBF16))
+        .const_input(rnd({16}, 3, DType::kBF16));
+    return t;
+  };
+  OpTester fast = make();
+  expect_near(fast.run("cpu")[0], make().run("cpu-ref")[0], 0.05, 0.02);
+  EXPECT_TRUE(fast_kernel_taken(fast));
+}
+
 TEST(CpuGemm, TransBAndCBroadcasts) {
   for (bool tb : {false, true}) {
     auto make = [&]() {

@@ -7,6 +7,7 @@
 // only for a new shape. Channels-last nodes (FusedConv channels_last = 1, made by the nhwc_layout
 // pass) run directly on NHWC tensors; plain NCHW nodes reorder in and out of the blocked layout
 // inside the kernel (measured: oneDNN's NCHW convolutions fall back to a slow gemm path).
+#include <cstring>
 #include <list>
 #include <map>
 
@@ -72,22 +73,25 @@ class DnnlConvKernel : public Kernel {
       dnnl::stream& s = dnnl_stream();
       memory src = wrap(p->user_src, x);
       if (p->reorder_src) {
-        dnnl::reorder(src, p->src_buf).execute(s, src, p->src_buf);
+        p->to_internal.execute(s, src, p->src_buf);
         src = p->src_buf;
       }
       memory dst = p->reorder_dst ? p->dst_buf : wrap(p->user_dst, *y);
-      if (has_z_) {
+      if (has_z_) {  // the sum post-op adds what dst holds
         const Tensor& z = ctx.input(3);
         if (z.dims() != y->dims() || z.dtype() != dtype_) return fallback_(ctx);
-        memory zm = wrap(p->user_dst, z);
-        dnnl::reorder(zm, dst).execute(s, zm, dst);
+        if (p->reorder_dst) {
+          memory zm = wrap(p->user_dst, z);
+          p->z_to_internal.execute(s, zm, dst);
+        }
+        else std::memcpy(y->mutable_raw(), z.raw(), static_cast<size_t>(z.nbytes()));
       }
       std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, *p->weights}, {DNNL_ARG_DST, dst}};
       if (b_.defined()) args[DNNL_ARG_BIAS] = bias_;
       p->conv.execute(s, args);
       if (p->reorder_dst) {
         memory ym = wrap(p->user_dst, *y);
-        dnnl::reorder(dst, ym).execute(s, dst, ym);
+        p->to_user.execute(s, dst, ym);
       }
       s.wait();
     } catch (const dnnl::error& e) {
@@ -102,6 +106,7 @@ class DnnlConvKernel : public Kernel {
     memory::desc user_src, user_dst;
     bool reorder_src = false, reorder_dst = false;
     memory src_buf, dst_buf;
+    dnnl::reorder to_internal, to_user, z_to_internal;  // made once per plan
     const memory* weights = nullptr;
     std::vector<int64_t> out_dims;
   };
@@ -165,8 +170,17 @@ class DnnlConvKernel : public Kernel {
       plan.conv = dnnl::convolution_forward(pd);
       plan.reorder_src = pd.src_desc() != plan.user_src;
       plan.reorder_dst = pd.dst_desc() != plan.user_dst;
-      if (plan.reorder_src) plan.src_buf = memory(pd.src_desc(), dnnl_engine());
-      if (plan.reorder_dst) plan.dst_buf = memory(pd.dst_desc(), dnnl_engine());
+      if (plan.reorder_src) {
+        plan.src_buf = memory(pd.src_desc(), dnnl_engine());
+        plan.to_internal = dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), plan.user_src, dnnl_engine(), pd.src_desc()));
+      }
+      if (plan.reorder_dst) {
+        plan.dst_buf = memory(pd.dst_desc(), dnnl_engine());
+        plan.to_user = dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), pd.dst_desc(), dnnl_engine(), plan.user_dst));
+        if (has_z_)
+          plan.z_to_internal =
+              dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), plan.user_dst, dnnl_engine(), pd.dst_desc()));
+      }
       plan.weights = packed_weights(pd.weights_desc(), dt);
     } catch (const dnnl::error& e) {
       return cpu::dnnl_error(node_, e);
