@@ -10,23 +10,15 @@ namespace {
 
 using Supports = std::function<bool(const Model&, const Node&)>;
 
-/// Whether the device runs `op` applied to x (a probe node), directly or through its own
-/// decomposition (depth-limited: decompositions nest at most a few levels).
-bool op_runs(const Model& model, const Supports& supports, const std::string& op, const std::string& x, int depth) {
+/// Whether the device runs `op` applied to x: asks about a probe node reading x (so the element
+/// type is known to the capability query).
+bool op_runs(const Model& model, const Supports& supports, const std::string& op, const std::string& x) {
   Node probe;
   probe.name = "decompose_probe";
   probe.op_type = op;
-  probe.inputs = {x, x};
+  probe.inputs = {x};
   probe.outputs = {"decompose_probe:0"};
-  if (op == "HardSigmoid" || op == "Softplus" || op == "Softsign" || op == "Mish" || op == "Tanh" || op == "Erf" ||
-      op == "Relu" || op == "Abs" || op == "Neg" || op == "Exp" || op == "Log" || op == "Sqrt")
-    probe.inputs = {x};
-  if (supports(model, probe)) return true;
-  const Decomposition* d = find_decomposition("", op);
-  if (!d || depth >= 3) return false;
-  for (const char* p : d->produces)
-    if (!op_runs(model, supports, p, x, depth + 1)) return false;
-  return true;
+  return supports(model, probe);
 }
 
 Status run_decompose(Model* model, PassContext& ctx) {
@@ -41,8 +33,8 @@ Status run_decompose(Model* model, PassContext& ctx) {
       const Node& node = g.nodes[i];
       const Decomposition* d = find_decomposition(node.domain, node.op_type);
       bool replace = d && !supports(*model, node) && can_decompose(*model, g, node, nullptr);
-      for (size_t k = 0; replace && k < d->produces.size(); ++k)
-        replace = op_runs(*model, supports, d->produces[k], node.inputs[0], 0);
+      if (replace)
+        replace = decomposition_accepted(*d, [&](const std::string& op) { return op_runs(*model, supports, op, node.inputs[0]); });
       if (!replace) {
         rewritten.push_back(node);
         continue;

@@ -251,6 +251,21 @@ const Decomposition* find_decomposition(const std::string& domain, const std::st
   return nullptr;
 }
 
+namespace {
+bool accepted_at(const Decomposition& d, const std::function<bool(const std::string&)>& accepts, int depth) {
+  for (const char* op : d.produces) {
+    if (accepts(op)) continue;
+    const Decomposition* inner = find_decomposition("", op);
+    if (!inner || depth >= 3 || !accepted_at(*inner, accepts, depth + 1)) return false;
+  }
+  return true;
+}
+}  // namespace
+
+bool decomposition_accepted(const Decomposition& d, const std::function<bool(const std::string& op)>& accepts) {
+  return accepted_at(d, accepts, 0);
+}
+
 bool can_decompose(const Model& model, const Graph& g, const Node& node, std::string* why) {
   if (!find_decomposition(node.domain, node.op_type)) {
     if (why) *why = "ferry has no decomposition of " + node.op_type;

@@ -7,6 +7,7 @@
 // fused op by rounding only (the unit tests bound it on the reference backend).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,10 @@ const std::vector<Decomposition>& decompositions();
 
 /// The decomposition of an ai.onnx op, or nullptr.
 const Decomposition* find_decomposition(const std::string& domain, const std::string& op_type);
+
+/// Whether every op `d` produces is accepted by `accepts`, directly or through its own
+/// decomposition (nested at most three levels: HardSwish -> HardSigmoid -> Mul/Add/Min/Max).
+bool decomposition_accepted(const Decomposition& d, const std::function<bool(const std::string& op)>& accepts);
 
 /// Whether `node` (in graph g of `model`) can be decomposed here (its attributes and known
 /// types allow it: e.g. LayerNormalization whose Mean output is read cannot); `why` says why not.
