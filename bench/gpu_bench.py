@@ -33,8 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# numpy has no bfloat16: bf16 inputs travel as their raw 16-bit patterns with an npy descr
-# ferry reads as bf16 is not standard, so the ONNX model takes fp32 inputs and casts them.
+# numpy has no bfloat16, so every exported model takes fp32 images (or int64/bool tokens), casts
+# them to the precision inside, and returns fp32: the inputs and outputs files stay plain .npz.
 
 
 # --------------------------------------------------------------------------- models
@@ -120,7 +120,7 @@ def make_case(name, precision, dry):
         def inputs(b):
             g = torch.Generator().manual_seed(1)
             return [torch.randn(b, 3, size, size, generator=g)]
-        return CastIn(m, dt), inputs, ["image"]
+        return CastIn(m, dt).eval(), inputs, ["image"]
     m = bert(layers=2 if dry else 6).eval().to(dt)
     seq = 32 if dry else 128
 
@@ -131,7 +131,7 @@ def make_case(name, precision, dry):
         mask[:, seq - seq // 8:] = True
         ids[:, seq - seq // 8:] = 0
         return [ids, mask]
-    return CastOut(m), inputs, ["input_ids", "attention_mask"]
+    return CastOut(m).eval(), inputs, ["input_ids", "attention_mask"]
 
 
 # --------------------------------------------------------------------------- export
@@ -244,7 +244,9 @@ def main():
                 module, make_inputs, names = make_case(model, prec, args.dry_run)
                 path = os.path.join(work, f"{model}_{prec}.onnx")
                 t0 = time.time()
-                how = export(module, make_inputs(2), names, path)
+                # Traced on the benchmark device: CPU kernels lack some fp16/bf16 ops.
+                module = module.to(dev)
+                how = export(module, [t.to(dev) for t in make_inputs(2)], names, path)
                 exported[key] = (module, make_inputs, names, path, how, round(time.time() - t0, 1))
             module, make_inputs, names, path, how, export_s = exported[key]
             row["export"] = f"{how} ({export_s} s)"
@@ -252,7 +254,7 @@ def main():
             npz = os.path.join(work, f"{model}_{prec}_b{batch}_in.npz")
             np.savez(npz, **{n: t.numpy() for n, t in zip(names, inputs)})
             # PyTorch eager, same precision.
-            m = module.to(dev)
+            m = module.to(dev).eval()  # export() restores the mode it found: keep it eval
             dev_in = [t.to(dev) for t in inputs]
             with torch.inference_mode():
                 ref = m(*dev_in).float().cpu().numpy()
