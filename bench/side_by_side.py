@@ -1,0 +1,378 @@
+#!/usr/bin/python3
+"""ferry vs ONNX Runtime, side by side, in one run: same models, same inputs, interleaved.
+
+    /usr/bin/python3 bench/side_by_side.py --ferry build/ferry --models DIR [--out docs/performance.md]
+        [--threads 1,2] [--batches 1,8] [--rounds 2] [--duration 3] [--only resnet50,...] [--quick]
+
+Run through bench/run_bench.sh, which installs onnxruntime-node and exports the models first
+(bench/bench_models.py). For each model, batch and thread count the rounds alternate
+`ferry bench --json` and bench/ort_bench.js (ORT: intra_op_num_threads = N, inter 1, all graph
+optimizations) on the same .npy inputs; each engine's latency is its best p50 over the rounds
+(the machine is shared: the best round is the least disturbed one). Correctness is checked in the
+same run on the outputs of the timed runs: ferry (default opt level, "cpu") against ferry's
+reference backend (cpu-ref, batch 1) and against ORT (every batch): cosine similarity and max abs
+error. ferry's bf16 mode (--precision bf16) gets its own rows against ORT fp32. Load + first
+inference (ORT session create + run; ferry load + executor create + run, from .onnx and from a
+compiled .ferry) is measured per model at batch 1.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MODEL_ORDER = ["resnet50", "mobilenet_v2", "efficientnet_b0", "vit_b_16", "bert_encoder", "bilstm", "unet"]
+MODEL_TITLES = {"resnet50": "ResNet-50", "mobilenet_v2": "MobileNetV2", "efficientnet_b0": "EfficientNet-B0",
+                "vit_b_16": "ViT-B/16", "bert_encoder": "BERT-style encoder (6 layers, seq 128)",
+                "bilstm": "BiLSTM (2 layers, seq 50)", "unet": "UNet (96x128)"}
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run_json(cmd, timeout):
+    """Runs cmd; returns (parsed JSON of stdout, None) or (None, error text)."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout}s"
+    if p.returncode != 0:
+        text = (p.stderr.strip() or p.stdout.strip()).splitlines()
+        return None, text[-1][:300] if text else f"exit {p.returncode}"
+    try:
+        return json.loads(p.stdout), None
+    except json.JSONDecodeError as e:
+        return None, f"bad JSON: {e}"
+
+
+def compare_dirs(ref_dir, got_dir, names):
+    """Worst cosine / max abs error over the float outputs (None when a file is missing)."""
+    worst_cos, worst_abs = 1.0, 0.0
+    for n in names:
+        a_path, b_path = os.path.join(ref_dir, n + ".npy"), os.path.join(got_dir, n + ".npy")
+        if not (os.path.exists(a_path) and os.path.exists(b_path)):
+            return None
+        a, b = np.load(a_path).astype(np.float64).ravel(), np.load(b_path).astype(np.float64).ravel()
+        if a.shape != b.shape:
+            return {"cos": float("nan"), "max_abs": float("inf"), "note": "shape differs"}
+        denom = np.linalg.norm(a) * np.linalg.norm(b)
+        cos = float(np.dot(a, b) / denom) if denom > 0 else (1.0 if np.array_equal(a, b) else 0.0)
+        worst_cos = min(worst_cos, cos)
+        worst_abs = max(worst_abs, float(np.max(np.abs(a - b))) if a.size else 0.0)
+    return {"cos": worst_cos, "max_abs": worst_abs}
+
+
+def machine_info():
+    info = {"platform": platform.platform(), "cores": os.cpu_count()}
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            k, _, v = line.partition(":")
+            if k.strip() in ("Model name", "Thread(s) per core", "L2 cache", "L3 cache"):
+                info[k.strip()] = v.strip()
+            if k.strip() == "Flags":
+                flags = v.split()
+                info["isa"] = " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_vnni") if f in flags)
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            info["memory"] = f.readline().split(":")[1].strip()
+    except OSError:
+        pass
+    info["load_average_at_start"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    return info
+
+
+def git_version():
+    try:
+        rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        return rev + (" + uncommitted changes" if dirty else "")
+    except OSError:
+        return "?"
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.work = args.work
+        self.results = {"models": {}, "machine": machine_info(), "ferry": git_version(), "command": args.command,
+                        "started": datetime.datetime.now().isoformat(timespec="seconds")}
+
+    @staticmethod
+    def input_args(meta, bdir):
+        out = []
+        for i, name in enumerate(meta["inputs"]):
+            out += ["--input", f"{name}={os.path.join(bdir, f'input_{i}.npy')}"]
+        return out
+
+    def ferry_bench(self, model, meta, bdir, threads, batch, out_dir=None, extra=()):
+        a = self.args
+        timing = [] if "-n" in extra else ["--duration", str(a.duration)]
+        cmd = [a.ferry, "bench", model, "--json", "-t", str(threads), "--batch", str(batch), "-w", str(a.warmup)] + \
+            timing + self.input_args(meta, bdir) + list(extra)
+        if out_dir:
+            cmd += ["--output-dir", out_dir]
+        return run_json(cmd, a.timeout)
+
+    def ort_bench(self, model, meta, bdir, threads, out_dir=None):
+        a = self.args
+        cmd = ["node", os.path.join(HERE, "ort_bench.js"), "--model", model, "--threads", str(threads),
+               "--warmup", str(a.warmup), "--duration", str(a.duration)] + self.input_args(meta, bdir)
+        if out_dir:
+            cmd += ["--output-dir", out_dir]
+        return run_json(cmd, a.timeout)
+
+    def reference(self, name, model, meta):
+        """cpu-ref outputs at batch 1 (the oracle)."""
+        out = os.path.join(self.work, name, "cpu_ref_b1")
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [self.args.ferry, "run", model, "--device", "cpu-ref", "--output-dir", out, "--json"] + \
+            self.input_args(meta, os.path.join(self.args.models, name, "b1"))
+        j, err = run_json(cmd, self.args.ref_timeout)
+        return (out, None) if j else (None, err)
+
+    def compiled(self, name, model):
+        """A compiled .ferry of the model, or (None, why)."""
+        out = os.path.join(self.work, name, "model.ferry")
+        if not shutil.which(self.args.ferry) and not os.path.exists(self.args.ferry):
+            return None, "no ferry"
+        helpp = subprocess.run([self.args.ferry, "compile", "--help"], capture_output=True, text=True)
+        if helpp.returncode != 0:
+            return None, "`ferry compile` is not available in this build"
+        batches = ",".join(str(b) for b in sorted(set(self.args.batch_list)))
+        for opts in (["--dynamic-batch", batches], []):
+            p = subprocess.run([self.args.ferry, "compile", model, "-o", out] + opts, capture_output=True, text=True,
+                               timeout=self.args.timeout)
+            if p.returncode == 0:
+                return out, None
+        return None, (p.stderr.strip().splitlines() or ["compile failed"])[-1][:200]
+
+    def run_model(self, name):
+        a = self.args
+        mdir = os.path.join(a.models, name)
+        model = os.path.join(mdir, "model.onnx")
+        with open(os.path.join(mdir, "meta.json")) as f:
+            meta = json.load(f)
+        os.makedirs(os.path.join(a.work, name), exist_ok=True)
+        res = {"title": MODEL_TITLES.get(name, name), "rows": [], "bf16": [], "load": {}}
+        self.results["models"][name] = res
+        log(f"{name}: reference outputs (cpu-ref, batch 1)")
+        ref_dir, ref_err = self.reference(name, model, meta)
+        res["reference_error"] = ref_err
+        for batch in a.batch_list:
+            bdir = os.path.join(mdir, f"b{batch}")
+            for threads in a.thread_list:
+                row = {"batch": batch, "threads": threads, "ferry": [], "ort": [], "errors": []}
+                fout = os.path.join(a.work, name, f"ferry_b{batch}_t{threads}")
+                oout = os.path.join(a.work, name, f"ort_b{batch}_t{threads}")
+                for r in range(a.rounds):
+                    first = r == 0
+                    j, err = self.ferry_bench(model, meta, bdir, threads, batch, fout if first else None)
+                    (row["ferry"].append(j) if j else row["errors"].append("ferry: " + err))
+                    j, err = self.ort_bench(model, meta, bdir, threads, oout if first else None)
+                    (row["ort"].append(j) if j else row["errors"].append("onnxruntime: " + err))
+                    log(f"{name} b{batch} t{threads} round {r + 1}: ferry {best(row['ferry'])} ms, ORT {best(row['ort'])} ms")
+                row["vs_ort"] = compare_dirs(oout, fout, meta["outputs"])
+                row["vs_ref"] = compare_dirs(ref_dir, fout, meta["outputs"]) if (ref_dir and batch == 1) else None
+                res["rows"].append(row)
+                if a.bf16:
+                    bout = os.path.join(a.work, name, f"bf16_b{batch}_t{threads}")
+                    j, err = self.ferry_bench(model, meta, bdir, threads, batch, bout, extra=["--precision", "bf16"])
+                    res["bf16"].append({"batch": batch, "threads": threads, "ferry": j, "error": err,
+                                        "ort_ms": best(row["ort"]), "vs_ort": compare_dirs(oout, bout, meta["outputs"]) if j else None})
+                    log(f"{name} b{batch} t{threads} bf16: {j['latency_ms']['p50'] if j else err}")
+        # Load + first inference at batch 1 with the most threads: ORT from the rows; ferry .onnx from
+        # the rows; ferry .ferry measured here.
+        threads = max(a.thread_list)
+        row = next((r for r in res["rows"] if r["batch"] == a.batch_list[0] and r["threads"] == threads), None)
+        if row and row["ort"] and row["ferry"]:
+            res["load"]["ort_ms"] = min(o["create_ms"] + o["first_run_ms"] for o in row["ort"])
+            res["load"]["ferry_onnx_ms"] = min(f["load_ms"] + f["first_run_ms"] for f in row["ferry"])
+        if a.compiled:
+            path, err = self.compiled(name, model)
+            if path:
+                bdir = os.path.join(mdir, f"b{a.batch_list[0]}")
+                runs = []
+                for _ in range(a.rounds):
+                    j, err = self.ferry_bench(path, meta, bdir, threads, a.batch_list[0], extra=["-n", "1"])
+                    if j:
+                        runs.append(j)
+                if runs:
+                    res["load"]["ferry_compiled_ms"] = min(j["load_ms"] + j["first_run_ms"] for j in runs)
+                    res["load"]["ferry_compiled_p50"] = min(j["latency_ms"]["p50"] for j in runs)
+                else:
+                    res["load"]["compiled_error"] = err
+            else:
+                res["load"]["compiled_error"] = err
+
+    def run(self):
+        names = [n for n in MODEL_ORDER if n in self.args.model_list]
+        for n in names:
+            self.run_model(n)
+        self.results["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
+        self.results["load_average_at_end"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        return self.results
+
+
+def best(runs):
+    """Best p50 over rounds (ms), or None."""
+    vals = [r["latency_ms"]["p50"] for r in runs if r]
+    return round(min(vals), 3) if vals else None
+
+
+def fmt_ms(v):
+    if v is None:
+        return "—"
+    return f"{v:.1f}" if v >= 10 else f"{v:.2f}" if v >= 1 else f"{v:.3f}"
+
+
+def fmt_cmp(c):
+    if not c:
+        return "—"
+    return f"{c['cos']:.6f} / {c['max_abs']:.1e}"
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def render(results, args):
+    m = results["machine"]
+    lines = ["# Performance: ferry vs ONNX Runtime (CPU)", "",
+             "Generated by `bench/run_bench.sh` (bench/side_by_side.py); do not edit by hand. Latency is each "
+             "engine's best p50 over the interleaved rounds (lower is better); ratio = ferry / ORT "
+             "(below 1: ferry is faster). Correctness is measured on the outputs of the timed runs "
+             "(cosine similarity / max abs error).", "",
+             "```sh", results["command"], "```", "",
+             "## Machine", "",
+             f"- CPU: {m.get('Model name', '?')}, {m.get('cores')} cores visible ({m.get('isa', '')})",
+             f"- memory {m.get('memory', '?')}; {m.get('platform')}",
+             f"- load average at start: {m.get('load_average_at_start')}, at end: {results.get('load_average_at_end')} "
+             "(the machine is shared with other jobs: figures are noisy; both engines see the same noise, interleaved)",
+             f"- ferry {results['ferry']}; ONNX Runtime {results.get('ort_version', '?')} (onnxruntime-node, CPU EP)",
+             f"- run {results['started']} to {results.get('finished', '?')}; rounds {args.rounds}, "
+             f"{args.duration} s of timed runs per engine per round after {args.warmup} warm-up runs", ""]
+    ratios = {t: [] for t in args.thread_list}
+    worst = {t: (0, "") for t in args.thread_list}
+    for threads in args.thread_list:
+        lines += [f"## {threads} thread{'s' if threads > 1 else ''}", "",
+                  "| model | batch | ferry ms | ORT ms | ferry/ORT | ferry vs cpu-ref (cos / max abs) | ferry vs ORT (cos / max abs) | arena / tensors |",
+                  "|---|---:|---:|---:|---:|---|---|---|"]
+        for name, res in results["models"].items():
+            for row in res["rows"]:
+                if row["threads"] != threads:
+                    continue
+                f, o = best(row["ferry"]), best(row["ort"])
+                ratio = f / o if f and o else None
+                if ratio:
+                    ratios[threads].append(ratio)
+                    if ratio > worst[threads][0]:
+                        worst[threads] = (ratio, f"{res['title']} b{row['batch']}")
+                plan = row["ferry"][0].get("memory_plan", {}) if row["ferry"] else {}
+                mem = (f"{plan['arena_bytes'] / 2**20:.1f} / {plan['tensor_bytes'] / 2**20:.1f} MiB"
+                       if plan.get("planned") else "—")
+                note = f" ({'; '.join(row['errors'])})" if row["errors"] else ""
+                vs_ref = fmt_cmp(row["vs_ref"]) if row["batch"] == 1 else "(batch 1 only)"
+                ratio_s = f"{ratio:.2f}" if ratio else "—"
+                lines.append(f"| {res['title']}{note} | {row['batch']} | {fmt_ms(f)} | {fmt_ms(o)} | {ratio_s} | "
+                             f"{vs_ref} | {fmt_cmp(row['vs_ort'])} | {mem} |")
+        g = geomean(ratios[threads])
+        lines += ["", f"Geometric mean of ferry/ORT at {threads} thread{'s' if threads > 1 else ''}: "
+                  f"**{g:.2f}** over {len(ratios[threads])} rows; highest: {worst[threads][0]:.2f} ({worst[threads][1]})."
+                  if g else "", ""]
+    bf16_rows = [(res, r) for res in results["models"].values() for r in res["bf16"]]
+    lines += ["## bf16 mode (ferry --precision bf16) against ORT fp32", ""]
+    if not args.bf16:
+        lines += ["Not measured in this run (--no-bf16).", ""]
+    elif bf16_rows and all(r["ferry"] is None for _, r in bf16_rows):
+        lines += [f"Skipped: ferry's bf16 mode did not run ({bf16_rows[0][1]['error']}).", ""]
+    else:
+        lines += ["| model | batch | threads | ferry bf16 ms | ORT fp32 ms | ratio | bf16 vs ORT fp32 (cos / max abs) |",
+                  "|---|---:|---:|---:|---:|---:|---|"]
+        for res, r in bf16_rows:
+            f = r["ferry"]["latency_ms"]["p50"] if r["ferry"] else None
+            ratio = f"{f / r['ort_ms']:.2f}" if f and r["ort_ms"] else "—"
+            err = f" ({r['error']})" if r["error"] else ""
+            lines.append(f"| {res['title']}{err} | {r['batch']} | {r['threads']} | {fmt_ms(f)} | {fmt_ms(r['ort_ms'])} | "
+                         f"{ratio} | {fmt_cmp(r['vs_ort'])} |")
+        lines.append("")
+    lines += ["## Load + first inference (batch 1, "
+              f"{max(args.thread_list)} threads)", "",
+              "ORT: `InferenceSession.create` + first `run`. ferry: model load + executor create (passes, kernel "
+              "creation, weight packing) + first run, from the .onnx and from a compiled .ferry (`ferry compile`).", "",
+              "| model | ORT ms | ferry .onnx ms | ferry .ferry ms | ORT / ferry .ferry |", "|---|---:|---:|---:|---:|"]
+    for res in results["models"].values():
+        ld = res["load"]
+        c = ld.get("ferry_compiled_ms")
+        speed = f"{ld['ort_ms'] / c:.1f}x" if c and ld.get("ort_ms") else "—"
+        note = f" ({ld['compiled_error']})" if ld.get("compiled_error") else ""
+        lines.append(f"| {res['title']}{note} | {fmt_ms(ld.get('ort_ms'))} | {fmt_ms(ld.get('ferry_onnx_ms'))} | "
+                     f"{fmt_ms(c)} | {speed} |")
+    refs = [f"{res['title']}: {res['reference_error']}" for res in results["models"].values() if res.get("reference_error")]
+    if refs:
+        lines += ["", "cpu-ref reference runs that failed: " + "; ".join(refs)]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ferry", default=os.path.join(ROOT, "build", "ferry"))
+    ap.add_argument("--models", required=True, help="bench/bench_models.py --out DIR")
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "performance.md"))
+    ap.add_argument("--json-out", default="", help="also write the raw figures here")
+    ap.add_argument("--work", default="/tmp/ferry_bench_work", help="outputs compared for correctness")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--only", default=",".join(MODEL_ORDER))
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--timeout", type=int, default=1200, help="seconds per engine invocation")
+    ap.add_argument("--ref-timeout", type=int, default=1800)
+    ap.add_argument("--no-bf16", dest="bf16", action="store_false")
+    ap.add_argument("--no-compiled", dest="compiled", action="store_false")
+    ap.add_argument("--quick", action="store_true", help="batch 1, one round, 1 s per engine: for iterating")
+    ap.add_argument("--command", default="", help="the command line to record in the report")
+    args = ap.parse_args()
+    if args.quick:
+        args.batches, args.rounds, args.duration, args.warmup = "1", 1, 1.0, 1
+    args.thread_list = [int(t) for t in args.threads.split(",")]
+    args.batch_list = [int(b) for b in args.batches.split(",")]
+    args.model_list = [m for m in args.only.split(",") if m]
+    args.command = args.command or " ".join(sys.argv)
+    if not os.path.exists(args.ferry):
+        print(f"side_by_side: ferry not found at {args.ferry} (build it, or pass --ferry)", file=sys.stderr)
+        return 2
+    os.makedirs(args.work, exist_ok=True)
+    bench = Bench(args)
+    ort_v = subprocess.run(["node", "-e", f"console.log(require('{HERE}/node_modules/onnxruntime-node').env.versions.common)"],
+                           capture_output=True, text=True)
+    bench.results["ort_version"] = ort_v.stdout.strip() or "?"
+    results = bench.run()
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(results, f, indent=1)
+    text = render(results, args)
+    with open(args.out, "w") as f:
+        f.write(text)
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
