@@ -6,12 +6,13 @@ machine without a GPU), else 0. Holds on GPU and GPU-less machines alike.
     doctor_test.py FERRY
 """
 import json
+import os
 import subprocess
 import sys
 
 
 def main():
-    r = subprocess.run([sys.argv[1], "doctor", "--json"], capture_output=True, text=True, cwd="/")
+    r = subprocess.run([os.path.abspath(sys.argv[1]), "doctor", "--json"], capture_output=True, text=True, cwd="/")
     rep = json.loads(r.stdout)
     problems = []
     names = {b["name"]: b for b in rep["backends"]}
