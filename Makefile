@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
-.PHONY: all setup configure build demo test test-main test-unit test-e2e test-asan test-tsan fuzz clean docs
+.PHONY: all setup configure build install demo test test-main test-unit test-e2e test-asan test-tsan fuzz clean docs
 
 all: build
 
@@ -16,6 +16,11 @@ configure: setup
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# Installs the ferry CLI, libferry.so, include/ferry/ and the CMake package (find_package(ferry)).
+PREFIX ?= /usr/local
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Sets up, builds, and runs `ferry info` and `ferry run` on the bundled digits classifier.
 demo: build
