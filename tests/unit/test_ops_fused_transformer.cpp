@@ -1,0 +1,127 @@
+// com.ferry LayerNorm, Gelu and Attention (op family fused_transformer): reference kernels
+// against hand-computed values, shape rules, and the optimized cpu kernels against the reference.
+#include <cmath>
+#include <random>
+
+#include "op_tester.h"
+
+namespace ferry::testing {
+namespace {
+
+Tensor random_tensor(std::vector<int64_t> dims, uint32_t seed) {
+  Tensor t = Tensor::allocate(DType::kF32, std::move(dims));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = nd(rng);
+  return t;
+}
+
+TEST(FusedLayerNorm, MatchesHandComputed) {
+  auto out = OpTester("LayerNorm", 1, "com.ferry")
+                 .input(T_({1, 2, 3, 4, 0, 0, 4, 4}, {2, 4}))
+                 .const_input(T_({1, 1, 2, 2}, {4}))
+                 .const_input(T_({0, 0, 0, 1}, {4}))
+                 .attr("epsilon", 0.0f)
+                 .run();
+  const float s = 1.0f / std::sqrt(1.25f);
+  // Row 2: mean 2, variance 4: (-1, -1, 1, 1) * (1, 1, 2, 2) + (0, 0, 0, 1).
+  expect_near(out[0], T_({-1.5f * s, -0.5f * s, 1.0f * s, 3.0f * s + 1, -1, -1, 2, 3}, {2, 4}), 1e-5);
+}
+
+TEST(FusedLayerNorm, CpuMatchesReference) {
+  for (int64_t c : {7, 64, 768}) {
+    Tensor x = random_tensor({3, 5, c}, 1), g = random_tensor({c}, 2), b = random_tensor({c}, 3);
+    auto ref = OpTester("LayerNorm", 1, "com.ferry").input(x).const_input(g).const_input(b).run("cpu-ref");
+    auto cpu = OpTester("LayerNorm", 1, "com.ferry").input(x).const_input(g).const_input(b).run("cpu");
+    expect_near(cpu[0], ref[0], 1e-4, 1e-4);
+  }
+}
+
+TEST(FusedGelu, MatchesErfAndTanhForms) {
+  auto exact = OpTester("Gelu", 1, "com.ferry").input(T_({-2, 0, 1, 3}, {4})).run();
+  auto tanh_form = OpTester("Gelu", 1, "com.ferry").input(T_({-2, 0, 1, 3}, {4})).attr("approximate", "tanh").run();
+  std::vector<float> e, t;
+  for (double v : {-2.0, 0.0, 1.0, 3.0}) {
+    e.push_back(static_cast<float>(0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))));
+    t.push_back(static_cast<float>(0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)))));
+  }
+  expect_near(exact[0], T_(e, {4}), 1e-6);
+  expect_near(tanh_form[0], T_(t, {4}), 1e-6);
+}
+
+TEST(FusedGelu, CpuMatchesReference) {
+  Tensor x = random_tensor({1000}, 4);
+  for (const char* mode : {"none", "tanh"}) {
+    auto ref = OpTester("Gelu", 1, "com.ferry").input(x).attr("approximate", mode).run("cpu-ref");
+    auto cpu = OpTester("Gelu", 1, "com.ferry").input(x).attr("approximate", mode).run("cpu");
+    expect_near(cpu[0], ref[0], 1e-6, 1e-5);
+  }
+}
+
+TEST(FusedAttention, UniformScoresAverageValues) {
+  // Q = 0: every score is 0, the softmax is uniform, each output row is the mean of V's rows.
+  auto out = OpTester("Attention", 1, "com.ferry")
+                 .input(T_({0, 0, 0, 0}, {1, 2, 2}))
+                 .input(T_({1, 2, 3, 4}, {1, 2, 2}))
+                 .input(T_({1, 10, 3, 30}, {1, 2, 2}))
+                 .attr("scale", 0.5f)
+                 .run();
+  expect_near(out[0], T_({2, 20, 2, 20}, {1, 2, 2}), 1e-6);
+}
+
+TEST(FusedAttention, MaskSelectsKeys) {
+  // A -inf mask on key 0 leaves all weight on key 1.
+  auto out = OpTester("Attention", 1, "com.ferry")
+                 .input(T_({1, 1}, {1, 1, 2}))
+                 .input(T_({5, 0, 0, 5}, {1, 2, 2}))
+                 .input(T_({1, 2, 3, 4}, {1, 2, 2}))
+                 .input(T_({-INFINITY, 0}, {1, 1, 2}))
+                 .run();
+  expect_near(out[0], T_({3, 4}, {1, 1, 2}), 1e-6);
+}
+
+TEST(FusedAttention, PermutedOperandsShapeRule) {
+  // q, k, v stored [S, BH, D]; k read as [BH, D, S]; output stored [S, BH, D].
+  auto t = OpTester("Attention", 1, "com.ferry")
+               .input(random_tensor({5, 3, 4}, 1))
+               .input(random_tensor({5, 3, 4}, 2))
+               .input(random_tensor({5, 3, 4}, 3))
+               .attr("q_perm", std::vector<int64_t>{1, 0, 2})
+               .attr("k_perm", std::vector<int64_t>{1, 2, 0})
+               .attr("v_perm", std::vector<int64_t>{1, 0, 2})
+               .attr("out_perm", std::vector<int64_t>{1, 0, 2});
+  auto out = t.run();
+  EXPECT_EQ(out[0].dims(), (std::vector<int64_t>{5, 3, 4}));
+}
+
+TEST(FusedAttention, RejectsMismatchedInnerDims) {
+  auto r = OpTester("Attention", 1, "com.ferry")
+               .input(random_tensor({2, 3, 4}, 1))
+               .input(random_tensor({2, 5, 3}, 2))
+               .input(random_tensor({2, 3, 4}, 3))
+               .run_status();
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().to_string().find("inner dims"), std::string::npos) << r.status().to_string();
+}
+
+TEST(FusedAttention, CpuMatchesReference) {
+  for (bool permuted : {false, true}) {
+    std::vector<int64_t> dims = permuted ? std::vector<int64_t>{17, 6, 8} : std::vector<int64_t>{6, 17, 8};
+    auto make = [&] {
+      OpTester t("Attention", 1, "com.ferry");
+      t.input(random_tensor(dims, 1)).input(random_tensor(permuted ? dims : std::vector<int64_t>{6, 8, 17}, 2));
+      t.input(random_tensor(dims, 3)).input(random_tensor({6, 1, 17}, 4)).attr("scale", 0.35f);
+      if (permuted) {
+        t.attr("q_perm", std::vector<int64_t>{1, 0, 2}).attr("k_perm", std::vector<int64_t>{1, 2, 0});
+        t.attr("v_perm", std::vector<int64_t>{1, 0, 2}).attr("out_perm", std::vector<int64_t>{1, 0, 2});
+      }
+      return t;
+    };
+    auto ref = make().run("cpu-ref");
+    auto cpu = make().run("cpu");
+    expect_near(cpu[0], ref[0], 1e-5, 1e-4);
+  }
+}
+
+}  // namespace
+}  // namespace ferry::testing
