@@ -2,10 +2,11 @@
 // ONNX Runtime's side of the side-by-side benchmark (onnxruntime-node, CPU execution provider).
 //
 //   node bench/ort_bench.js --model M.onnx --input name=FILE.npy ... [--threads N] [--warmup W]
-//        [--iterations I | --duration S] [--output-dir DIR]
+//        [--iterations I | --duration S] [--output-dir DIR] [--no-spin]
 //
 // Session: intra_op_num_threads = N, inter_op_num_threads = 1, sequential execution, all graph
-// optimizations. Prints one JSON object: create_ms (session create), first_run_ms, latency_ms
+// optimizations; --no-spin: idle intra-op threads block instead of spinning
+// (session.intra_op.allow_spinning = 0). Prints one JSON object: create_ms (session create), first_run_ms, latency_ms
 // {min, mean, p50, p90, p99, max}, iterations. --output-dir writes the last run's outputs as
 // DIR/<output name>.npy so the driver can compare them with ferry's.
 'use strict';
@@ -69,7 +70,7 @@ function stats(samples) {
 }
 
 function parseArgs(argv) {
-  const a = { inputs: [], threads: 1, warmup: 2, iterations: 0, duration: 3, outputDir: '' };
+  const a = { inputs: [], threads: 1, warmup: 2, iterations: 0, duration: 3, outputDir: '', spin: true };
   for (let i = 0; i < argv.length; ++i) {
     const k = argv[i];
     const next = () => argv[++i];
@@ -80,6 +81,7 @@ function parseArgs(argv) {
     else if (k === '--iterations') a.iterations = Number(next());
     else if (k === '--duration') a.duration = Number(next());
     else if (k === '--output-dir') a.outputDir = next();
+    else if (k === '--no-spin') a.spin = false;
     else throw new Error(`unknown option ${k}`);
   }
   if (!a.model) throw new Error('--model is required');
@@ -99,6 +101,7 @@ async function main() {
   const session = await ort.InferenceSession.create(a.model, {
     intraOpNumThreads: a.threads, interOpNumThreads: 1, executionMode: 'sequential',
     graphOptimizationLevel: 'all', executionProviders: ['cpu'],
+    extra: { session: { intra_op: { allow_spinning: a.spin ? '1' : '0' } } },
   });
   const createMs = msSince(t0);
   let t1 = process.hrtime.bigint();

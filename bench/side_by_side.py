@@ -40,10 +40,10 @@ def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_json(cmd, timeout):
+def run_json(cmd, timeout, env=None):
     """Runs cmd; returns (parsed JSON of stdout, None) or (None, error text)."""
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout}s"
     if p.returncode != 0:
@@ -108,6 +108,8 @@ class Bench:
     def __init__(self, args):
         self.args = args
         self.work = args.work
+        # Without spinning, idle OpenMP threads (ferry) block like ORT's with allow_spinning = 0.
+        self.ferry_env = None if args.spin else dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
         self.results = {"models": {}, "machine": machine_info(), "ferry": git_version(), "command": args.command,
                         "started": datetime.datetime.now().isoformat(timespec="seconds")}
 
@@ -125,12 +127,14 @@ class Bench:
             timing + self.input_args(meta, bdir) + list(extra)
         if out_dir:
             cmd += ["--output-dir", out_dir]
-        return run_json(cmd, a.timeout)
+        return run_json(cmd, a.timeout, self.ferry_env)
 
     def ort_bench(self, model, meta, bdir, threads, out_dir=None):
         a = self.args
         cmd = ["node", os.path.join(HERE, "ort_bench.js"), "--model", model, "--threads", str(threads),
                "--warmup", str(a.warmup), "--duration", str(a.duration)] + self.input_args(meta, bdir)
+        if not a.spin:
+            cmd.append("--no-spin")
         if out_dir:
             cmd += ["--output-dir", out_dir]
         return run_json(cmd, a.timeout)
@@ -265,7 +269,11 @@ def render(results, args):
              "(the machine is shared with other jobs: figures are noisy; both engines see the same noise, interleaved)",
              f"- ferry {results['ferry']}; ONNX Runtime {results.get('ort_version', '?')} (onnxruntime-node, CPU EP)",
              f"- run {results['started']} to {results.get('finished', '?')}; rounds {args.rounds}, "
-             f"{args.duration} s of timed runs per engine per round after {args.warmup} warm-up runs", ""]
+             f"{args.duration} s of timed runs per engine per round after {args.warmup} warm-up runs",
+             "- intra-op threads " + ("spin while idle (both engines' default)" if args.spin else
+                                      "block while idle in both engines (ORT session.intra_op.allow_spinning=0, ferry "
+                                      "OMP_WAIT_POLICY=PASSIVE): on this shared machine spinning threads starve the "
+                                      "busy ones; rerun with --spin for the defaults"), ""]
     ratios = {t: [] for t in args.thread_list}
     worst = {t: (0, "") for t in args.thread_list}
     for threads in args.thread_list:
@@ -344,6 +352,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=1200, help="seconds per engine invocation")
     ap.add_argument("--ref-timeout", type=int, default=1800)
+    ap.add_argument("--spin", action="store_true",
+                    help="let idle intra-op threads spin (both engines' default); without it, ORT runs with "
+                         "session.intra_op.allow_spinning=0 and ferry with OMP_WAIT_POLICY=PASSIVE: on a shared "
+                         "machine spinning threads starve the busy ones")
     ap.add_argument("--no-bf16", dest="bf16", action="store_false")
     ap.add_argument("--no-compiled", dest="compiled", action="store_false")
     ap.add_argument("--quick", action="store_true", help="batch 1, one round, 1 s per engine: for iterating")
