@@ -8,6 +8,7 @@
 //   - Add / Sub / Mul / Div of 4-D values (constants are permuted to match, e.g. a [C,1,1] scale);
 //   - Concat of 4-D values (the axis is remapped);
 //   - MaxPool (one output) / AveragePool / GlobalAveragePool -> com.ferry.NhwcMaxPool / ...
+//   - Resize with constant scales / sizes that keep N and C (they are permuted);
 // such a node joins when one of its inputs comes from the region. Values leaving the region (read
 // by another node, a graph output, a subgraph) get a Transpose back to NCHW under their original name,
 // so nothing outside the region changes. A value entering the region from outside gets one Transpose
@@ -40,7 +41,44 @@ TensorType permuted(const TensorType& t, const std::vector<int64_t>& perm) {
   return TensorType{t.dtype, s};
 }
 
-enum class Kind { kNone, kConv, kPool, kUnary, kBinary, kConcat };
+// Resize whose scales / sizes are constants of 4 values, scaling neither N nor C (per-axis
+// interpolation then does not care about the axis order); not tf_crop_and_resize, no 'axes'.
+bool resize_convertible(const Graph& g, const Node& n) {
+  if (n.attr("axes") || rank_of(g, n.inputs[0]) != 4) return false;
+  if (const Attribute* m = n.attr("coordinate_transformation_mode"); m && m->s == "tf_crop_and_resize") return false;
+  bool given = false;
+  for (size_t i = 2; i < n.inputs.size() && i < 4; ++i) {
+    if (n.inputs[i].empty()) continue;
+    const Tensor* c = constant_value(g, n.inputs[i]);
+    if (!c || c->rank() != 1) return false;
+    if (c->numel() == 0) continue;
+    if (c->numel() != 4) return false;
+    const TensorType* xt = g.find_type(n.inputs[0]);
+    const double keep0 = i == 2 ? 1.0 : (xt->shape->dims[0].is_known() ? xt->shape->dims[0].value : -1);
+    const double keep1 = i == 2 ? 1.0 : (xt->shape->dims[1].is_known() ? xt->shape->dims[1].value : -1);
+    if (c->get_double(0) != keep0 || c->get_double(1) != keep1) return false;
+    given = true;
+  }
+  return given;
+}
+
+// A 1-D constant of 4 per-axis values (Resize scales / sizes) in NHWC order.
+std::string permuted_axis_constant(Graph& g, const std::string& v) {
+  const Tensor* c = constant_value(g, v);
+  if (!c || c->numel() != 4) return v;
+  Tensor out = Tensor::allocate(c->dtype(), {4});
+  const int64_t es = dtype_size(c->dtype());
+  const int64_t order[4] = {0, 2, 3, 1};
+  for (int64_t i = 0; i < 4; ++i)
+    std::memcpy(static_cast<char*>(out.mutable_raw()) + i * es, static_cast<const char*>(c->raw()) + order[i] * es,
+                static_cast<size_t>(es));
+  const std::string name = fresh_name(g, v + "_nhwc");
+  g.initializers[name] = out;
+  g.value_types[name] = out.type();
+  return name;
+}
+
+enum class Kind { kNone, kConv, kPool, kUnary, kBinary, kConcat, kResize };
 
 Kind kind_of(const Graph& g, const Node& n) {
   static const std::unordered_set<std::string> unary = {"Relu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "HardSigmoid",
@@ -59,6 +97,7 @@ Kind kind_of(const Graph& g, const Node& n) {
   if (unary.count(n.op_type)) return Kind::kUnary;
   if (binary.count(n.op_type)) return Kind::kBinary;
   if (n.op_type == "Concat") return Kind::kConcat;
+  if (n.op_type == "Resize" && resize_convertible(g, n)) return Kind::kResize;
   if ((n.op_type == "MaxPool" && n.outputs.size() == 1) || n.op_type == "AveragePool" ||
       n.op_type == "GlobalAveragePool")
     return rank_of(g, n.inputs[0]) == 4 ? Kind::kPool : Kind::kNone;
@@ -70,6 +109,7 @@ bool layout_input(Kind k, size_t i) {
   switch (k) {
     case Kind::kConv: return i == 0 || i == 3;
     case Kind::kPool:
+    case Kind::kResize:
     case Kind::kUnary: return i == 0;
     case Kind::kBinary:
     case Kind::kConcat: return true;
@@ -189,6 +229,9 @@ Status run_nhwc_layout(Model* model, PassContext& ctx) {
         in = t;
       }
     }
+    if (k == Kind::kResize)
+      for (size_t j = 2; j < n.inputs.size() && j < 4; ++j)
+        if (!n.inputs[j].empty()) n.inputs[j] = permuted_axis_constant(g, n.inputs[j]);
     to_nhwc_op(&n, k);
     std::vector<std::string> leaving;
     for (std::string& o : n.outputs) {

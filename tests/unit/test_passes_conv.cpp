@@ -160,6 +160,27 @@ TEST(NhwcLayout, TransposesOnlyAtRegionEdges) {
   expect_same_outputs(model, opt, 1e-5);
 }
 
+// UNet decoder step: conv -> Resize(x2, constant scales or sizes) -> Concat with the skip -> conv.
+TEST(NhwcLayout, ResizeWithConstantScalesStaysInTheRegion) {
+  for (bool sizes : {false, true}) {
+    ModelBuilder b(13);
+    auto x = b.input("x", {1, 3, 4, 6});
+    auto c = b.node("Conv", {x, b.constant(rnd({4, 3, 3, 3}, 1))}, {{"pads", ints_attr({1, 1, 1, 1})}});
+    auto p = b.node("MaxPool", {c}, {{"kernel_shape", ints_attr({2, 2})}, {"strides", ints_attr({2, 2})}});
+    Attribute mode;
+    mode.type = AttrType::kString;
+    mode.s = "linear";
+    auto r = sizes ? b.node("Resize", {p, "", "", b.constant(Tensor::from_vector<int64_t>({1, 4, 4, 6}, {4}))}, {{"mode", mode}})
+                   : b.node("Resize", {p, "", b.constant(T_({1, 1, 2, 2}, {4}))}, {{"mode", mode}});
+    auto cat = b.node("Concat", {r, c}, {{"axis", int_attr(1)}});
+    b.output(b.node("Conv", {cat, b.constant(rnd({2, 8, 1, 1}, 2))}));
+    auto model = b.build();
+    auto opt = run_pass(*model, "nhwc_layout");
+    EXPECT_EQ(count_ops(*opt, "Transpose"), 2);
+    expect_same_outputs(model, opt, 1e-5);
+  }
+}
+
 TEST(NhwcLayout, OnlyForTheCpuDevice) {
   ModelBuilder b(13);
   auto x = b.input("x", {1, 3, 4, 4});
