@@ -7,6 +7,7 @@
 // only for a new shape. Channels-last nodes (FusedConv channels_last = 1, made by the nhwc_layout
 // pass) run directly on NHWC tensors; plain NCHW nodes reorder in and out of the blocked layout
 // inside the kernel (measured: oneDNN's NCHW convolutions fall back to a slow gemm path).
+#include <mutex>
 #include <cstring>
 #include <list>
 #include <map>
@@ -64,6 +65,8 @@ class DnnlConvKernel : public Kernel {
   }
 
   Status compute(KernelContext& ctx) override {
+    // Plans and their buffers are shared by every run of this node: one run at a time.
+    std::lock_guard<std::mutex> lock(mu_);
     const Tensor& x = ctx.input(0);
     if (x.dtype() != dtype_ || x.rank() != w_.rank()) return fallback_(ctx);
     Plan* p = nullptr;
@@ -228,6 +231,7 @@ class DnnlConvKernel : public Kernel {
   FusedActivation act_;
   SpatialAttrs attrs_;
   std::map<std::vector<int64_t>, Plan> plans_;
+  std::mutex mu_;  // guards plans_ and the plans' buffers (concurrent runs of one model)
   std::list<std::pair<memory::desc, memory>> packed_;  // a list: plans point at its elements
 };
 

@@ -5,6 +5,7 @@
 // product. Other products (both operands computed, batched, broadcast batch dims) run oneDNN's plain
 // batched matmul. Bias (FusedMatMul input 2, Gemm's C of N elements) is oneDNN's bias, a residual Z
 // is a sum post-op, the activation eltwise post-ops. Plans are cached per input shape.
+#include <mutex>
 #include <cstring>
 #include <list>
 #include <map>
@@ -67,6 +68,8 @@ class DnnlMatMulKernel : public Kernel {
   }
 
   Status compute(KernelContext& ctx) override {
+    // Plans and their buffers are shared by every run of this node: one run at a time.
+    std::lock_guard<std::mutex> lock(mu_);
     const Tensor& a = ctx.input(0);
     if (a.dtype() != dtype_) return fallback_(ctx);
     const std::vector<int64_t> no_b;
@@ -204,6 +207,7 @@ class DnnlMatMulKernel : public Kernel {
   bool trans_b_ = false, has_z_ = false;
   FusedActivation act_;
   std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, Plan> plans_;
+  std::mutex mu_;  // guards plans_ and the plans' buffers (concurrent runs of one model)
   std::list<std::pair<memory::desc, memory>> packed_;
 };
 

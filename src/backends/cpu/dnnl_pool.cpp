@@ -2,6 +2,7 @@
 // channels-last forms com.ferry.NhwcMaxPool / NhwcAveragePool / NhwcGlobalAveragePool (f32, bf16).
 // Output sizes and pads come from the same arithmetic as the reference (ops/conv_pool_util.h);
 // ceil_mode becomes extra right padding. A plan is made per input shape and cached.
+#include <mutex>
 #include <map>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -48,6 +49,8 @@ class DnnlPoolKernel : public Kernel {
   }
 
   Status compute(KernelContext& ctx) override {
+    // Plans and their buffers are shared by every run of this node: one run at a time.
+    std::lock_guard<std::mutex> lock(mu_);
     const Tensor& x = ctx.input(0);
     if (x.dtype() != dtype_ || x.rank() != rank_) return fallback_(ctx);
     Plan* p = nullptr;
@@ -132,6 +135,7 @@ class DnnlPoolKernel : public Kernel {
   bool channels_last_ = false, global_ = false, max_ = false, include_pad_ = false;
   SpatialAttrs attrs_;
   std::map<std::vector<int64_t>, Plan> plans_;
+  std::mutex mu_;  // guards plans_ and the plans' buffers (concurrent runs of one model)
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_pool(const Node& node, const OpSchema& schema, const Graph& graph) {
