@@ -43,5 +43,18 @@ for i, a in enumerate([np.arange(6, dtype=np.float32).reshape(2, 3), np.array(["
         f.write(numpy_helper.from_array(a, "t%d" % i).SerializeToString())
 PY
     ;;
+  fuzz_compiled_model)
+    # Compiled files made from small models by the ferry next to the fuzz build, when there is one.
+    ferry_bin=""
+    for b in "$root"/build/ferry "$root"/build-*/ferry; do [ -x "$b" ] && ferry_bin=$b && break; done
+    if [ -n "$ferry_bin" ]; then
+      "$ferry_bin" compile "$root/demo/digits_cnn.onnx" -o "$out/digits.ferry" >/dev/null 2>&1 || true
+      if [ -n "$suite" ]; then
+        i=0
+        for m in $(ls -d "$suite"/*/model.onnx | awk 'NR % 40 == 0' | head -n 20); do
+          "$ferry_bin" compile "$m" -o "$out/suite_$i.ferry" >/dev/null 2>&1 || true; i=$((i+1))
+        done
+      fi
+    fi ;;
   *) echo "seed_corpus.sh: unknown target '$target'" >&2; exit 2 ;;
 esac
