@@ -1,5 +1,7 @@
 #include "tools/cli_common.h"
 
+#include "runtime/memory_estimate.h"
+
 #include <cstdio>
 #include <set>
 
@@ -26,18 +28,7 @@ StatusOr<std::shared_ptr<Model>> load_model(const std::string& path, bool requir
   return load_onnx_model(path, options);
 }
 
-std::string human_bytes(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
-}
+std::string human_bytes(int64_t bytes) { return format_bytes(bytes); }
 
 namespace {
 bool ends_with(const std::string& s, const std::string& suffix) {
