@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "compiler/prepack.h"
 #include "compiler/tuner.h"
 #include "passes/pipeline.h"
 #include "passes/precision.h"
@@ -163,6 +164,12 @@ StatusOr<CompiledModelSpec> compile_model(const Model& source, const CompileOpti
         if (batch > 0) c.node += " @batch " + std::to_string(batch);
         spec.tuning.push_back(std::move(c));
       }
+    }
+    if (options.prepack) {
+      if (options.progress) options.progress("optimize", static_cast<int64_t>(i), static_cast<int64_t>(gears.size()), gear_name + ": packing weights");
+      ASSIGN_OR_RETURN(PrepackReport pr, prepack_weights(m, options.device, spec.threads > 0 ? spec.threads : options.threads));
+      rep.packed_nodes += pr.nodes;
+      rep.packed_bytes += pr.bytes;
     }
     if (i == 0) rep.nodes_after = static_cast<int64_t>(m->graph.nodes.size());
     spec.gears.push_back({batch, std::move(m)});

@@ -37,6 +37,8 @@ struct CompileOptions {
   std::string tuning_cache;
   /// Intra-op threads while tuning (0: try the candidates in tuner.h).
   int threads = 0;
+  /// Store the weights in the layout the chosen kernels want (compiler/prepack.h; cpu only).
+  bool prepack = true;
   ProgressFn progress;
 };
 
@@ -46,6 +48,8 @@ struct CompileReport {
   int64_t tuned_nodes = 0;   // nodes timed
   int64_t cache_hits = 0;    // nodes whose choice came from the tuning cache
   int64_t changed_nodes = 0; // nodes whose kernel differs from the backend's default choice
+  int64_t packed_nodes = 0;  // nodes carrying pre-packed weights (all gears)
+  int64_t packed_bytes = 0;  // their bytes before de-duplication across gears
 };
 
 /// Parses "name:1,3,224,224;mask:1,128" (also accepts several specs) into `out`.

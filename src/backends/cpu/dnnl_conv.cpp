@@ -3,17 +3,17 @@
 // activation (eltwise post-ops) are applied inside the convolution.
 //
 // Weights are reordered once into oneDNN's preferred blocked format (format_tag::any) and kept; a
-// plan (primitive + buffers) is made once per input shape and cached, so a dynamic batch re-plans
-// only for a new shape. Channels-last nodes (FusedConv channels_last = 1, made by the nhwc_layout
+// plan (primitives) is made once per input shape and cached (dnnl_plan_cache.h), so a dynamic batch
+// re-plans only for a new shape, and concurrent runs share plans without waiting for each other. Channels-last nodes (FusedConv channels_last = 1, made by the nhwc_layout
 // pass) run directly on NHWC tensors; plain NCHW nodes reorder in and out of the blocked layout
 // inside the kernel (measured: oneDNN's NCHW convolutions fall back to a slow gemm path).
-#include <mutex>
 #include <cstring>
 #include <list>
-#include <map>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/prepacked.h"
 #include "ops/conv_pool_util.h"
 
 namespace ferry {
@@ -58,44 +58,40 @@ class DnnlConvKernel : public Kernel {
     // Plan now for the shape known at load (packs the weights once); later shapes plan on first use.
     std::vector<int64_t> x_dims;
     if (cpu::static_dims(graph, node_.inputs[0], &x_dims)) {
-      Plan* p = nullptr;
-      if (!plan_for(x_dims, &p).is_ok()) return false;
+      auto p = plans_.get(x_dims, [this](const std::vector<int64_t>& d, Plan* plan) { return make_plan(d, plan); });
+      if (!p.is_ok()) return false;
     }
     return true;
   }
 
   Status compute(KernelContext& ctx) override {
-    // Plans and their buffers are shared by every run of this node: one run at a time.
-    std::lock_guard<std::mutex> lock(mu_);
     const Tensor& x = ctx.input(0);
     if (x.dtype() != dtype_ || x.rank() != w_.rank()) return fallback_(ctx);
-    Plan* p = nullptr;
-    if (!plan_for(x.dims(), &p).is_ok()) return fallback_(ctx);
+    auto plan = plans_.get(x.dims(), [this](const std::vector<int64_t>& d, Plan* p) { return make_plan(d, p); });
+    if (!plan.is_ok()) return fallback_(ctx);
+    const Plan* p = plan.value();
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, p->out_dims, false));
     try {
       dnnl::stream& s = dnnl_stream();
       memory src = wrap(p->user_src, x);
       if (p->reorder_src) {
-        p->to_internal.execute(s, src, p->src_buf);
-        src = p->src_buf;
+        memory buf = cpu::scratch_memory(p->conv_pd.src_desc(), cpu::ScratchSlot::kSrc);
+        p->to_internal.execute(s, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, buf}});
+        src = buf;
       }
-      memory dst = p->reorder_dst ? p->dst_buf : wrap(p->user_dst, *y);
+      memory dst = p->reorder_dst ? cpu::scratch_memory(p->conv_pd.dst_desc(), cpu::ScratchSlot::kDst) : wrap(p->user_dst, *y);
       if (has_z_) {  // the sum post-op adds what dst holds
         const Tensor& z = ctx.input(3);
         if (z.dims() != y->dims() || z.dtype() != dtype_) return fallback_(ctx);
-        if (p->reorder_dst) {
-          memory zm = wrap(p->user_dst, z);
-          p->z_to_internal.execute(s, zm, dst);
-        }
-        else std::memcpy(y->mutable_raw(), z.raw(), static_cast<size_t>(z.nbytes()));
+        if (p->reorder_dst) p->z_to_internal.execute(s, {{DNNL_ARG_FROM, wrap(p->user_dst, z)}, {DNNL_ARG_TO, dst}});
+        else if (z.raw() != y->raw()) std::memcpy(y->mutable_raw(), z.raw(), static_cast<size_t>(z.nbytes()));
       }
-      std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, *p->weights}, {DNNL_ARG_DST, dst}};
-      if (b_.defined()) args[DNNL_ARG_BIAS] = bias_;
+      std::unordered_map<int, memory> args = {
+          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, *p->weights}, {DNNL_ARG_DST, dst},
+          {DNNL_ARG_SCRATCHPAD, cpu::scratch_memory(p->conv_pd.scratchpad_desc(), cpu::ScratchSlot::kScratchpad)}};
+      if (b_.defined()) args[DNNL_ARG_BIAS] = wrap(p->bias_md, b_);
       p->conv.execute(s, args);
-      if (p->reorder_dst) {
-        memory ym = wrap(p->user_dst, *y);
-        p->to_user.execute(s, dst, ym);
-      }
+      if (p->reorder_dst) p->to_user.execute(s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(p->user_dst, *y)}});
       s.wait();
     } catch (const dnnl::error& e) {
       return cpu::dnnl_error(node_, e);
@@ -104,22 +100,18 @@ class DnnlConvKernel : public Kernel {
   }
 
  private:
+  // Immutable once made (shared by concurrent runs); the buffers a run writes are its thread's scratch.
   struct Plan {
+    dnnl::convolution_forward::primitive_desc conv_pd;
     dnnl::convolution_forward conv;
-    memory::desc user_src, user_dst;
+    memory::desc user_src, user_dst, bias_md;
     bool reorder_src = false, reorder_dst = false;
-    memory src_buf, dst_buf;
-    dnnl::reorder to_internal, to_user, z_to_internal;  // made once per plan
+    dnnl::reorder to_internal, to_user, z_to_internal;
     const memory* weights = nullptr;
     std::vector<int64_t> out_dims;
   };
 
-  Status plan_for(const std::vector<int64_t>& x_dims, Plan** out) {
-    auto it = plans_.find(x_dims);
-    if (it != plans_.end()) {
-      *out = &it->second;
-      return Status::ok();
-    }
+  Status make_plan(const std::vector<int64_t>& x_dims, Plan* plan) {
     const int64_t nd = w_.rank() - 2;
     std::vector<int64_t> xd = x_dims;  // logical N, C, spatial...
     if (channels_last_) {
@@ -140,61 +132,56 @@ class DnnlConvKernel : public Kernel {
       pad_l.push_back(g.pad_begin);
       pad_r.push_back(g.pad_end);
     }
-    Plan plan;
     try {
       memory::data_type dt;
       cpu::to_dnnl_type(dtype_, &dt);
       const tag io_tag = cpu::plain_tag(xd.size(), channels_last_);
-      plan.user_src = memory::desc(cpu::to_dnnl_dims(xd), dt, io_tag);
-      plan.user_dst = memory::desc(cpu::to_dnnl_dims(yd), dt, io_tag);
+      plan->user_src = memory::desc(cpu::to_dnnl_dims(xd), dt, io_tag);
+      plan->user_dst = memory::desc(cpu::to_dnnl_dims(yd), dt, io_tag);
       const memory::desc src_any(cpu::to_dnnl_dims(xd), dt, channels_last_ ? io_tag : tag::any);
       const memory::desc dst_any(cpu::to_dnnl_dims(yd), dt, channels_last_ ? io_tag : tag::any);
       const memory::desc w_any(weight_dims(), dt, tag::any);
       dnnl::post_ops ops;
       if (has_z_) ops.append_sum(1.f);
       if (!cpu::append_activation(act_, &ops)) return unsupported("activation");
-      dnnl::primitive_attr attr;
+      dnnl::primitive_attr attr = cpu::concurrent_attr();
       attr.set_post_ops(ops);
       std::unique_ptr<dnnl::convolution_forward::desc> d;
       if (b_.defined()) {
         memory::data_type bt;
         cpu::to_dnnl_type(b_.dtype(), &bt);
-        const memory::desc b_md({w_.dim(0)}, bt, tag::x);
+        plan->bias_md = memory::desc({w_.dim(0)}, bt, tag::x);
         d = std::make_unique<dnnl::convolution_forward::desc>(dnnl::prop_kind::forward_inference,
-                                                              dnnl::algorithm::convolution_direct, src_any, w_any, b_md,
-                                                              dst_any, strides, dilations, pad_l, pad_r);
-        if (!bias_) bias_ = memory(b_md, dnnl_engine(), const_cast<void*>(b_.raw()));
+                                                              dnnl::algorithm::convolution_direct, src_any, w_any,
+                                                              plan->bias_md, dst_any, strides, dilations, pad_l, pad_r);
       } else {
         d = std::make_unique<dnnl::convolution_forward::desc>(dnnl::prop_kind::forward_inference,
                                                               dnnl::algorithm::convolution_direct, src_any, w_any,
                                                               dst_any, strides, dilations, pad_l, pad_r);
       }
-      dnnl::convolution_forward::primitive_desc pd(*d, attr, dnnl_engine());
-      plan.conv = dnnl::convolution_forward(pd);
-      plan.reorder_src = pd.src_desc() != plan.user_src;
-      plan.reorder_dst = pd.dst_desc() != plan.user_dst;
-      if (plan.reorder_src) {
-        plan.src_buf = memory(pd.src_desc(), dnnl_engine());
-        plan.to_internal = dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), plan.user_src, dnnl_engine(), pd.src_desc()));
+      plan->conv_pd = dnnl::convolution_forward::primitive_desc(*d, attr, dnnl_engine());
+      const auto& pd = plan->conv_pd;
+      plan->conv = dnnl::convolution_forward(pd);
+      plan->reorder_src = pd.src_desc() != plan->user_src;
+      plan->reorder_dst = pd.dst_desc() != plan->user_dst;
+      const auto reorder = [](const memory::desc& from, const memory::desc& to) {
+        return dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), from, dnnl_engine(), to));
+      };
+      if (plan->reorder_src) plan->to_internal = reorder(plan->user_src, pd.src_desc());
+      if (plan->reorder_dst) {
+        plan->to_user = reorder(pd.dst_desc(), plan->user_dst);
+        if (has_z_) plan->z_to_internal = reorder(plan->user_dst, pd.dst_desc());
       }
-      if (plan.reorder_dst) {
-        plan.dst_buf = memory(pd.dst_desc(), dnnl_engine());
-        plan.to_user = dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), pd.dst_desc(), dnnl_engine(), plan.user_dst));
-        if (has_z_)
-          plan.z_to_internal =
-              dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), plan.user_dst, dnnl_engine(), pd.dst_desc()));
-      }
-      plan.weights = packed_weights(pd.weights_desc(), dt);
+      plan->weights = packed_weights(pd.weights_desc(), dt);
     } catch (const dnnl::error& e) {
       return cpu::dnnl_error(node_, e);
     }
-    plan.out_dims = yd;
+    plan->out_dims = yd;
     if (channels_last_) {
-      plan.out_dims = {yd[0]};
-      plan.out_dims.insert(plan.out_dims.end(), yd.begin() + 2, yd.end());
-      plan.out_dims.push_back(yd[1]);
+      plan->out_dims = {yd[0]};
+      plan->out_dims.insert(plan->out_dims.end(), yd.begin() + 2, yd.end());
+      plan->out_dims.push_back(yd[1]);
     }
-    *out = &plans_.emplace(x_dims, std::move(plan)).first->second;
     return Status::ok();
   }
 
@@ -206,7 +193,8 @@ class DnnlConvKernel : public Kernel {
     return d;
   }
 
-  // The weights in `want`'s layout, reordered once per distinct layout.
+  // The weights in `want`'s layout, reordered once per distinct layout (called while the plan cache
+  // holds its lock). The one place the weights are packed: a pre-packed copy would plug in here.
   const memory* packed_weights(const memory::desc& want, memory::data_type dt) {
     for (auto& [desc, mem] : packed_)
       if (desc == want) return &mem;
@@ -214,9 +202,7 @@ class DnnlConvKernel : public Kernel {
     const tag t = group_ > 1 ? (wd.size() == 4 ? tag::goiw : wd.size() == 5 ? tag::goihw : tag::goidhw)
                              : (wd.size() == 3 ? tag::oiw : wd.size() == 4 ? tag::oihw : tag::oidhw);
     memory user(memory::desc(wd, dt, t), dnnl_engine(), const_cast<void*>(w_.raw()));
-    memory packed(want, dnnl_engine());
-    dnnl::reorder(user, packed).execute(dnnl_stream(), user, packed);
-    dnnl_stream().wait();
+    memory packed = cpu::packed_weights(node_, "dnnl_conv", want, user);  // stored by `ferry compile`, or reordered
     packed_.emplace_back(want, packed);
     return &packed_.back().second;
   }
@@ -225,13 +211,11 @@ class DnnlConvKernel : public Kernel {
   KernelFn fallback_;
   DType dtype_ = DType::kUndefined;
   Tensor w_, b_;
-  memory bias_;
   bool has_z_ = false, channels_last_ = false;
   int64_t group_ = 1;
   FusedActivation act_;
   SpatialAttrs attrs_;
-  std::map<std::vector<int64_t>, Plan> plans_;
-  std::mutex mu_;  // guards plans_ and the plans' buffers (concurrent runs of one model)
+  cpu::PlanCache<Plan> plans_;
   std::list<std::pair<memory::desc, memory>> packed_;  // a list: plans point at its elements
 };
 

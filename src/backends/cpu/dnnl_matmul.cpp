@@ -12,6 +12,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/prepacked.h"
 
 namespace ferry {
 namespace {
@@ -192,9 +193,7 @@ class DnnlMatMulKernel : public Kernel {
     for (auto& [desc, mem] : packed_)
       if (desc == want) return &mem;
     memory user(user_desc, dnnl_engine(), const_cast<void*>(w_.raw()));
-    memory packed(want, dnnl_engine());
-    dnnl::reorder(user, packed).execute(dnnl_stream(), user, packed);
-    dnnl_stream().wait();
+    memory packed = cpu::packed_weights(node_, "dnnl_matmul", want, user);  // stored by `ferry compile`, or reordered
     packed_.emplace_back(want, packed);
     return &packed_.back().second;
   }

@@ -1,0 +1,78 @@
+// Pre-packed weights: stored bytes used in place, or a reorder at load; see prepacked.h.
+#include "backends/cpu/prepacked.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "backends/cpu/dnnl_util.h"
+
+namespace ferry::cpu {
+namespace {
+
+thread_local PackRecorder* t_recorder = nullptr;
+std::atomic<int64_t> g_stored{0}, g_reordered{0};
+
+std::string hex(const void* data, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string s(2 * n, '0');
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    s[2 * i] = digits[p[i] >> 4];
+    s[2 * i + 1] = digits[p[i] & 15];
+  }
+  return s;
+}
+
+// The stored bytes on `node` when they are exactly the weights in layout `want`, else nullptr.
+const uint8_t* stored_bytes(const Node& node, const char* kind, const dnnl::memory::desc& want) {
+  const Attribute* bytes = node.attr(kPackedAttr);
+  const Attribute* key = node.attr(kPackedKeyAttr);
+  if (!bytes || !key || bytes->type != AttrType::kTensor || key->type != AttrType::kString) return nullptr;
+  const Tensor& t = bytes->t;
+  if (t.dtype() != DType::kU8 || t.rank() != 1 || static_cast<size_t>(t.nbytes()) != want.get_size()) return nullptr;
+  if (reinterpret_cast<uintptr_t>(t.raw()) % 64 != 0) return nullptr;
+  if (key->s != packed_key(kind, want)) return nullptr;
+  return static_cast<const uint8_t*>(t.raw());
+}
+
+}  // namespace
+
+std::string packed_key(const char* kind, const dnnl::memory::desc& want) {
+  const dnnl_version_t* v = dnnl_version();
+  return std::string(kind) + "|oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + "|isa " + std::to_string(static_cast<int>(dnnl_get_effective_cpu_isa())) + "|" +
+         hex(&want.data, sizeof want.data);
+}
+
+dnnl::memory packed_weights(const Node& node, const char* kind, const dnnl::memory::desc& want,
+                            const dnnl::memory& user) {
+  if (const uint8_t* stored = stored_bytes(node, kind, want)) {
+    ++g_stored;
+    // oneDNN only reads weights; the mapping is read-only and stays alive with the node's attribute.
+    return dnnl::memory(want, dnnl_engine(), const_cast<uint8_t*>(stored));
+  }
+  ++g_reordered;
+  dnnl::memory src = user;  // a handle copy: reorder takes non-const memories
+  dnnl::memory packed(want, dnnl_engine());
+  dnnl::reorder(src, packed).execute(dnnl_stream(), src, packed);
+  dnnl_stream().wait();
+  if (t_recorder && !node.outputs.empty() && !t_recorder->by_output.count(node.outputs[0])) {
+    const size_t n = want.get_size();
+    PackedWeights pw;
+    pw.key = packed_key(kind, want);
+    pw.bytes = Tensor::allocate(DType::kU8, {static_cast<int64_t>(n)});
+    std::memcpy(pw.bytes.mutable_raw(), packed.get_data_handle(), n);
+    pw.source = user.get_data_handle();
+    t_recorder->by_output.emplace(node.outputs[0], std::move(pw));
+  }
+  return packed;
+}
+
+PackRecorder::PackRecorder() { t_recorder = this; }
+PackRecorder::~PackRecorder() {
+  if (t_recorder == this) t_recorder = nullptr;
+}
+
+PackCounts pack_counts() { return {g_stored.load(), g_reordered.load()}; }
+
+}  // namespace ferry::cpu
