@@ -8,7 +8,8 @@
 #include <cstdint>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define FERRY_VEC __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+// Clones are chosen by ISA feature: "arch=" clones dispatch on the CPU model and never match AMD CPUs.
+#define FERRY_VEC __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define FERRY_VEC
 #endif

@@ -1,0 +1,412 @@
+// Optimized RNN, GRU and LSTM (f32) for the cpu backend.
+//
+// At creation the constant weights are packed once: W^T of every direction side by side
+// ([I, D*G*H]) and R^T per direction ([H, G*H]), biases split into the input part (Wb) and the
+// recurrent part (Rb). A run computes X * W^T for all time steps and directions in one oneDNN GEMM,
+// then per step H(t-1) * R^T + Rb for the batch rows (small_gemm, R^T resident in cache) followed by
+// the gate equations (vectorized sigmoid / tanh from vec_math.h), writing Y, Y_h and Y_c directly.
+// Directions and batch-row blocks are independent, so with several threads each one runs its whole
+// sequence on its own thread (no barrier per step).
+//
+// Covered: forward / reverse / bidirectional, layouts 0 and 1, B, initial_h / initial_c,
+// sequence_lens (rows past their length keep their state; Y is zero there), clip, LSTM input_forget
+// and peepholes, GRU linear_before_reset 0 and 1, the default activations only. The factory returns
+// nullptr for anything else (other activations, non-constant weights, non-f32), and a run whose
+// inputs the kernel does not handle (bad shapes or lengths, other dtypes) goes to the reference
+// kernel, which also gives the error messages.
+#include <dnnl.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/cpu_kernel_util.h"
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/small_gemm.h"
+#include "backends/cpu/vec_math.h"
+
+namespace ferry {
+namespace {
+
+using std::vector;
+
+enum class Cell { kRnn, kGru, kLstm };
+
+// ---- gate equations, one batch row (x: the row's X * W^T, wb: Wb, g: H(t-1) * R^T + Rb) -------
+
+FERRY_VEC void rnn_row(int64_t H, const float* __restrict x, const float* __restrict wb, const float* __restrict g, float clip, float* __restrict h) {
+  for (int64_t j = 0; j < H; ++j) h[j] = vec::tanh(vec::clampf(x[j] + wb[j] + g[j], -clip, clip));
+}
+
+// Gate blocks i, o, f, c; peepholes pi / po / pf (zeros when the node has none).
+FERRY_VEC void lstm_row(int64_t H, const float* __restrict x, const float* __restrict wb, const float* __restrict g, const float* __restrict pi, const float* __restrict po,
+                        const float* __restrict pf, float clip, bool input_forget, float* __restrict c, float* __restrict h) {
+  for (int64_t j = 0; j < H; ++j) {
+    const float ig = vec::sigmoid(vec::clampf(x[j] + wb[j] + g[j] + pi[j] * c[j], -clip, clip));
+    const float fv = vec::sigmoid(vec::clampf(x[2 * H + j] + wb[2 * H + j] + g[2 * H + j] + pf[j] * c[j], -clip, clip));
+    const float fg = input_forget ? 1.f - ig : fv;
+    const float cc = vec::tanh(vec::clampf(x[3 * H + j] + wb[3 * H + j] + g[3 * H + j], -clip, clip));
+    const float cn = fg * c[j] + ig * cc;
+    const float og = vec::sigmoid(vec::clampf(x[H + j] + wb[H + j] + g[H + j] + po[j] * cn, -clip, clip));
+    c[j] = cn;
+    h[j] = og * vec::tanh(cn);
+  }
+}
+
+// GRU z and r gates in place: g = sigmoid(clip(x + wb + g)) over the first 2H columns.
+FERRY_VEC void gru_zr(int64_t n, const float* __restrict x, const float* __restrict wb, float* __restrict g, float clip) {
+  for (int64_t j = 0; j < n; ++j) g[j] = vec::sigmoid(vec::clampf(x[j] + wb[j] + g[j], -clip, clip));
+}
+
+FERRY_VEC void mul_span(int64_t n, const float* __restrict a, const float* __restrict b, float* __restrict out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = a[j] * b[j];
+}
+
+// GRU output: hh = tanh(clip(x + wb + s * gh)), h = (1 - z) hh + z h. s is r (linear_before_reset)
+// or ones (gh then already is (r .* H(t-1)) * Rh^T + Rbh).
+FERRY_VEC void gru_h(int64_t H, const float* __restrict x, const float* __restrict wb, const float* __restrict z, const float* __restrict s, const float* __restrict gh,
+                     float clip, float* __restrict h) {
+  for (int64_t j = 0; j < H; ++j) {
+    const float hh = vec::tanh(vec::clampf(x[j] + wb[j] + s[j] * gh[j], -clip, clip));
+    h[j] = (1.f - z[j]) * hh + z[j] * h[j];
+  }
+}
+
+// ---- the kernel ---------------------------------------------------------------------------------
+
+struct Direction {
+  vector<float> rt;          // R^T [H, G*H]
+  vector<float> wb, rb;      // [G*H] (zeros without B)
+  vector<float> pi, po, pf;  // [H] (zeros without P)
+  bool reverse = false;
+};
+
+// Geometry and buffers of one run.
+struct Run {
+  int64_t S, B, layout;
+  const float* xw;  // [S*B, D*G*H], rows in X's order
+  const int64_t* lens;
+  const float *h0, *c0;  // initial states (layout's order) or null
+  float *y, *yh, *yc;    // outputs or null
+};
+
+class RnnKernel : public Kernel {
+ public:
+  RnnKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+
+  // Reads the attributes and packs the constant weights; false when the node is not covered.
+  bool init(const Graph& graph);
+  Status compute(KernelContext& ctx) override;
+
+ private:
+  int64_t state_offset(const Run& r, int64_t d, int64_t b) const {
+    return (r.layout == 0 ? d * r.B + b : b * D_ + d) * H_;
+  }
+  void run_rows(const Run& r, int64_t d, int64_t b0, int64_t nb) const;
+  // The checks of the reference kernel that this one relies on; false: let the reference run it.
+  bool inputs_handled(const KernelContext& ctx, int64_t layout) const;
+
+  Node node_;
+  KernelFn fallback_;
+  Cell cell_ = Cell::kRnn;
+  int64_t D_ = 1, G_ = 1, H_ = 0, I_ = 0;
+  int64_t layout_attr_ = 0;
+  float clip_ = std::numeric_limits<float>::infinity();
+  bool input_forget_ = false, linear_before_reset_ = false;
+  vector<float> wt_;  // W^T [I, D*G*H]
+  vector<Direction> dirs_;
+  vector<float> ones_;  // [H]
+};
+
+bool default_activations(const AttrReader& a, Cell cell, int64_t dirs) {
+  const vector<std::string> names = a.get_strings("activations");
+  if (names.empty()) return true;
+  const vector<std::string> want = cell == Cell::kRnn   ? vector<std::string>{"tanh"}
+                                   : cell == Cell::kGru ? vector<std::string>{"sigmoid", "tanh"}
+                                                        : vector<std::string>{"sigmoid", "tanh", "tanh"};
+  if (names.size() != want.size() && names.size() != want.size() * static_cast<size_t>(dirs)) return false;
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::string lower = names[i];
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (lower != want[i % want.size()]) return false;
+  }
+  return true;
+}
+
+bool given(const Node& n, size_t i) { return i < n.inputs.size() && !n.inputs[i].empty(); }
+
+bool RnnKernel::init(const Graph& graph) {
+  cell_ = node_.op_type == "LSTM" ? Cell::kLstm : node_.op_type == "GRU" ? Cell::kGru : Cell::kRnn;
+  G_ = cell_ == Cell::kRnn ? 1 : cell_ == Cell::kGru ? 3 : 4;
+  AttrReader a(node_);
+  const std::string dir = a.get_string("direction", "forward");
+  if (dir != "forward" && dir != "reverse" && dir != "bidirectional") return false;
+  D_ = dir == "bidirectional" ? 2 : 1;
+  if (!default_activations(a, cell_, D_)) return false;
+  layout_attr_ = a.get_int("layout", 0);
+  if (layout_attr_ != 0 && layout_attr_ != 1) return false;
+  if (a.has("clip")) {
+    clip_ = a.get_float("clip", 0.f);
+    if (!(clip_ > 0.f)) return false;
+  }
+  const int64_t inf = cell_ == Cell::kLstm ? a.get_int("input_forget", 0) : 0;
+  if (inf != 0 && inf != 1) return false;
+  input_forget_ = inf == 1;
+  linear_before_reset_ = cell_ == Cell::kGru && a.get_int("linear_before_reset", 0) != 0;
+  if (!cpu::maybe_f32(graph, node_.inputs[0])) return false;
+
+  const Tensor* w = cpu::constant_input(graph, node_, 1);
+  const Tensor* r = cpu::constant_input(graph, node_, 2);
+  if (!w || !r || w->dtype() != DType::kF32 || r->dtype() != DType::kF32 || w->rank() != 3 || r->rank() != 3)
+    return false;
+  H_ = r->dim(2);
+  I_ = w->dim(2);
+  const int64_t GH = G_ * H_;
+  if (H_ < 1 || I_ < 1 || w->dim(0) != D_ || r->dim(0) != D_ || w->dim(1) != GH || r->dim(1) != GH) return false;
+  if (a.has("hidden_size") && a.get_int("hidden_size", 0) != H_) return false;
+  const Tensor* bias = nullptr;
+  if (given(node_, 3)) {
+    bias = cpu::constant_input(graph, node_, 3);
+    if (!bias || bias->dtype() != DType::kF32 || bias->dims() != vector<int64_t>{D_, 2 * GH}) return false;
+  }
+  const Tensor* peep = nullptr;
+  if (cell_ == Cell::kLstm && given(node_, 7)) {
+    peep = cpu::constant_input(graph, node_, 7);
+    if (!peep || peep->dtype() != DType::kF32 || peep->dims() != vector<int64_t>{D_, 3 * H_}) return false;
+  }
+
+  // W^T of both directions side by side: one GEMM gives every direction's input projection.
+  const int64_t N = D_ * GH;
+  wt_.resize(static_cast<size_t>(I_ * N));
+  const float* wd = w->data<float>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < I_; ++i) wt_[i * N + n] = wd[n * I_ + i];
+  dirs_.resize(static_cast<size_t>(D_));
+  for (int64_t d = 0; d < D_; ++d) {
+    Direction& dr = dirs_[d];
+    dr.reverse = dir == "reverse" || d == 1;
+    dr.rt.resize(static_cast<size_t>(H_ * GH));
+    const float* rd = r->data<float>() + d * GH * H_;
+    for (int64_t n = 0; n < GH; ++n)
+      for (int64_t k = 0; k < H_; ++k) dr.rt[k * GH + n] = rd[n * H_ + k];
+    dr.wb.assign(static_cast<size_t>(GH), 0.f);
+    dr.rb.assign(static_cast<size_t>(GH), 0.f);
+    if (bias) {
+      const float* bd = bias->data<float>() + d * 2 * GH;
+      std::copy(bd, bd + GH, dr.wb.begin());
+      std::copy(bd + GH, bd + 2 * GH, dr.rb.begin());
+    }
+    dr.pi.assign(static_cast<size_t>(H_), 0.f);
+    dr.po = dr.pi;
+    dr.pf = dr.pi;
+    if (peep) {
+      const float* pd = peep->data<float>() + d * 3 * H_;
+      std::copy(pd, pd + H_, dr.pi.begin());
+      std::copy(pd + H_, pd + 2 * H_, dr.po.begin());
+      std::copy(pd + 2 * H_, pd + 3 * H_, dr.pf.begin());
+    }
+  }
+  ones_.assign(static_cast<size_t>(H_), 1.f);
+  return true;
+}
+
+bool RnnKernel::inputs_handled(const KernelContext& ctx, int64_t layout) const {
+  if (!ctx.has_input(0) || !ctx.input_value(0).is_tensor()) return false;
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != DType::kF32 || x.rank() != 3 || x.dim(2) != I_) return false;
+  const int64_t S = x.dim(layout == 0 ? 0 : 1), B = x.dim(layout == 0 ? 1 : 0);
+  if (S < 1 || B < 1) return false;
+  const vector<int64_t> state = layout == 0 ? vector<int64_t>{D_, B, H_} : vector<int64_t>{B, D_, H_};
+  for (int64_t i : {int64_t(5), int64_t(6)}) {
+    if (i == 6 && cell_ != Cell::kLstm) break;
+    if (!ctx.has_input(i)) continue;
+    if (!ctx.input_value(i).is_tensor()) return false;
+    const Tensor& t = ctx.input(i);
+    if (t.dtype() != DType::kF32 || t.dims() != state) return false;
+  }
+  if (ctx.has_input(4)) {
+    if (!ctx.input_value(4).is_tensor()) return false;
+    const Tensor& sl = ctx.input(4);
+    if ((sl.dtype() != DType::kI32 && sl.dtype() != DType::kI64) || sl.dims() != vector<int64_t>{B}) return false;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t v = sl.get_int64(b);
+      if (v < 0 || v > S) return false;
+    }
+  }
+  return true;
+}
+
+// Runs direction d for batch rows [b0, b0 + nb) over the whole sequence.
+void RnnKernel::run_rows(const Run& r, int64_t d, int64_t b0, int64_t nb) const {
+  const int64_t H = H_, GH = G_ * H_, ldx = D_ * GH;
+  const Direction& dr = dirs_[d];
+  vector<float> h(static_cast<size_t>(nb * H), 0.f), c(static_cast<size_t>(nb * H), 0.f);
+  vector<float> g(static_cast<size_t>(nb * GH)), rh(static_cast<size_t>(nb * H), 0.f);
+  int64_t max_len = 0;
+  for (int64_t i = 0; i < nb; ++i) {
+    const int64_t b = b0 + i, off = state_offset(r, d, b);
+    if (r.h0) std::memcpy(h.data() + i * H, r.h0 + off, sizeof(float) * H);
+    if (r.c0) std::memcpy(c.data() + i * H, r.c0 + off, sizeof(float) * H);
+    max_len = std::max(max_len, r.lens[b]);
+  }
+  bool h_zero = !r.h0;  // H(t-1) = 0: the recurrent product is Rb
+  const bool gru2 = cell_ == Cell::kGru && !linear_before_reset_;  // second product on r .* H(t-1)
+  const int64_t n_first = gru2 ? 2 * H : GH;
+  auto x_row = [&](int64_t t, int64_t b) {
+    return r.xw + (r.layout == 0 ? t * r.B + b : b * r.S + t) * ldx + d * GH;
+  };
+  auto time_of = [&](int64_t k, int64_t b) { return dr.reverse ? r.lens[b] - 1 - k : k; };
+
+  for (int64_t k = 0; k < max_len; ++k) {
+    if (h_zero) {
+      for (int64_t i = 0; i < nb; ++i) std::memcpy(g.data() + i * GH, dr.rb.data(), sizeof(float) * n_first);
+    } else {
+      cpu::small_gemm(nb, n_first, H, h.data(), H, dr.rt.data(), GH, dr.rb.data(), g.data(), GH);
+    }
+    for (int64_t i = 0; i < nb; ++i) {
+      const int64_t b = b0 + i;
+      if (k >= r.lens[b]) continue;
+      const float* x = x_row(time_of(k, b), b);
+      float* gi = g.data() + i * GH;
+      float* hi = h.data() + i * H;
+      switch (cell_) {
+        case Cell::kRnn: rnn_row(H, x, dr.wb.data(), gi, clip_, hi); break;
+        case Cell::kLstm:
+          lstm_row(H, x, dr.wb.data(), gi, dr.pi.data(), dr.po.data(), dr.pf.data(), clip_, input_forget_,
+                   c.data() + i * H, hi);
+          break;
+        case Cell::kGru:
+          gru_zr(2 * H, x, dr.wb.data(), gi, clip_);
+          if (gru2) mul_span(H, gi + H, hi, rh.data() + i * H);
+          break;
+      }
+    }
+    if (cell_ == Cell::kGru) {
+      if (gru2) {
+        if (h_zero) {
+          for (int64_t i = 0; i < nb; ++i)
+            std::memcpy(g.data() + i * GH + 2 * H, dr.rb.data() + 2 * H, sizeof(float) * H);
+        } else {
+          cpu::small_gemm(nb, H, H, rh.data(), H, dr.rt.data() + 2 * H, GH, dr.rb.data() + 2 * H, g.data() + 2 * H, GH);
+        }
+      }
+      for (int64_t i = 0; i < nb; ++i) {
+        const int64_t b = b0 + i;
+        if (k >= r.lens[b]) continue;
+        const float* gi = g.data() + i * GH;
+        gru_h(H, x_row(time_of(k, b), b) + 2 * H, dr.wb.data() + 2 * H, gi, gru2 ? ones_.data() : gi + H, gi + 2 * H,
+              clip_, h.data() + i * H);
+      }
+    }
+    if (r.y) {
+      for (int64_t i = 0; i < nb; ++i) {
+        const int64_t b = b0 + i;
+        if (k >= r.lens[b]) continue;
+        const int64_t t = time_of(k, b);
+        float* dst = r.y + (r.layout == 0 ? (t * D_ + d) * r.B + b : (b * r.S + t) * D_ + d) * H;
+        std::memcpy(dst, h.data() + i * H, sizeof(float) * H);
+      }
+    }
+    h_zero = false;
+  }
+  for (int64_t i = 0; i < nb; ++i) {
+    const int64_t b = b0 + i, off = state_offset(r, d, b);
+    const bool ran = r.lens[b] > 0;
+    if (r.yh) {
+      if (ran) std::memcpy(r.yh + off, h.data() + i * H, sizeof(float) * H);
+      else std::fill(r.yh + off, r.yh + off + H, 0.f);
+    }
+    if (r.yc) {
+      if (ran) std::memcpy(r.yc + off, c.data() + i * H, sizeof(float) * H);
+      else std::fill(r.yc + off, r.yc + off + H, 0.f);
+    }
+  }
+}
+
+Status RnnKernel::compute(KernelContext& ctx) {
+  const int64_t layout = ctx.opset() >= 14 ? layout_attr_ : 0;
+  if (!inputs_handled(ctx, layout)) return fallback_(ctx);
+  const Tensor& x = ctx.input(0);
+  Run r{};
+  r.layout = layout;
+  r.S = x.dim(layout == 0 ? 0 : 1);
+  r.B = x.dim(layout == 0 ? 1 : 0);
+  const int64_t S = r.S, B = r.B, GH = G_ * H_, N = D_ * GH;
+  vector<int64_t> lens(static_cast<size_t>(B), S);
+  bool padded = false;
+  if (ctx.has_input(4)) {
+    for (int64_t b = 0; b < B; ++b) {
+      lens[b] = ctx.input(4).get_int64(b);
+      padded = padded || lens[b] < S;
+    }
+  }
+  r.lens = lens.data();
+  r.h0 = ctx.has_input(5) ? ctx.input(5).data<float>() : nullptr;
+  r.c0 = cell_ == Cell::kLstm && ctx.has_input(6) ? ctx.input(6).data<float>() : nullptr;
+
+  const auto& outs = node_.outputs;
+  auto wanted = [&](int64_t i) { return i < ctx.num_outputs() && i < static_cast<int64_t>(outs.size()) && !outs[i].empty(); };
+  const vector<int64_t> state = layout == 0 ? vector<int64_t>{D_, B, H_} : vector<int64_t>{B, D_, H_};
+  if (wanted(0)) {
+    const vector<int64_t> ydims = layout == 0 ? vector<int64_t>{S, D_, B, H_} : vector<int64_t>{B, S, D_, H_};
+    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DType::kF32, ydims, padded));
+    r.y = y->mutable_data<float>();
+  }
+  if (wanted(1)) {
+    ASSIGN_OR_RETURN(Tensor * yh, ctx.allocate_output(1, DType::kF32, state, false));
+    r.yh = yh->mutable_data<float>();
+  }
+  if (cell_ == Cell::kLstm && wanted(2)) {
+    ASSIGN_OR_RETURN(Tensor * yc, ctx.allocate_output(2, DType::kF32, state, false));
+    r.yc = yc->mutable_data<float>();
+  }
+
+  // Input projection of every step and direction: [S*B, I] x [I, D*G*H].
+  std::unique_ptr<float[]> xw(new float[static_cast<size_t>(S * B * N)]);
+  const dnnl_status_t st =
+      dnnl_sgemm('N', 'N', S * B, N, I_, 1.f, x.data<float>(), I_, wt_.data(), N, 0.f, xw.get(), N);
+  if (st != dnnl_success)
+    return internal_error(node_.describe() + ": oneDNN sgemm failed (status " + std::to_string(st) +
+                          "); run with --device cpu-ref to use the reference kernel");
+  r.xw = xw.get();
+
+  // Independent work items: each direction's rows, split in blocks when there are threads to spare.
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t blocks = std::clamp<int64_t>((threads + D_ - 1) / D_, 1, B);
+  const int64_t items = D_ * blocks;
+  const bool worth = S * B * GH * H_ >= (int64_t(1) << 15);
+  auto item = [&](int64_t it) {
+    const int64_t d = it / blocks, blk = it % blocks;
+    const int64_t b0 = B * blk / blocks, b1 = B * (blk + 1) / blocks;
+    if (b1 > b0) run_rows(r, d, b0, b1 - b0);
+  };
+  if (threads > 1 && items > 1 && worth) {
+#pragma omp parallel for num_threads(static_cast<int>(std::min<int64_t>(items, threads))) schedule(static)
+    for (int64_t it = 0; it < items; ++it) item(it);
+  } else {
+    for (int64_t it = 0; it < items; ++it) item(it);
+  }
+  return Status::ok();
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_rnn(const Node& node, const OpSchema& schema, const Graph& graph) {
+  auto k = std::make_unique<RnnKernel>(node, schema.kernel);
+  if (!k->init(graph)) return std::unique_ptr<Kernel>();
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+}  // namespace
+
+void register_cpu_rnn_kernels(CpuKernelTable& t) {
+  t.add("", "RNN", make_rnn);
+  t.add("", "GRU", make_rnn);
+  t.add("", "LSTM", make_rnn);
+}
+
+}  // namespace ferry

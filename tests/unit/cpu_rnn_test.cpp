@@ -1,0 +1,190 @@
+// The cpu backend's RNN / GRU / LSTM kernels (src/backends/cpu/rnn.cpp) against the reference
+// kernels: every direction, layout, optional input, sequence_lens, clip, GRU linear_before_reset and
+// LSTM input_forget / peepholes, on random shapes (hidden sizes off the vector width, batch sizes
+// that use every row-block of the small GEMM). Each case also checks that the optimized kernel
+// accepted the node (so a silent fallback to the reference cannot pass), and that nodes it does not
+// cover fall back with the same answers.
+#include <random>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/small_gemm.h"
+#include "op_tester.h"
+#include "ops/registry.h"
+
+namespace ferry::testing {
+namespace {
+
+using std::vector;
+
+Tensor randn(vector<int64_t> dims, std::mt19937& rng, float scale = 1.f) {
+  Tensor t = Tensor::allocate(DType::kF32, std::move(dims));
+  std::normal_distribution<float> nd(0.f, scale);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = nd(rng);
+  return t;
+}
+
+struct RnnCase {
+  std::string op = "LSTM";
+  std::string direction = "forward";
+  int64_t layout = 0, S = 4, B = 3, I = 5, H = 7;
+  bool bias = true, h0 = true, c0 = true, peepholes = false, seq_lens = false;
+  bool clip = false, linear_before_reset = false, input_forget = false;
+  vector<std::string> activations;  // empty: the defaults
+  uint32_t seed = 1;
+
+  int64_t gates() const { return op == "LSTM" ? 4 : op == "GRU" ? 3 : 1; }
+  std::string describe() const {
+    return op + " " + direction + " layout " + std::to_string(layout) + " S" + std::to_string(S) + " B" +
+           std::to_string(B) + " I" + std::to_string(I) + " H" + std::to_string(H) + (bias ? " B" : "") +
+           (h0 ? " h0" : "") + (c0 ? " c0" : "") + (peepholes ? " P" : "") + (seq_lens ? " lens" : "") +
+           (clip ? " clip" : "") + (linear_before_reset ? " lbr" : "") + (input_forget ? " input_forget" : "");
+  }
+
+  OpTester tester() const {
+    std::mt19937 rng(seed);
+    const int64_t D = direction == "bidirectional" ? 2 : 1, G = gates();
+    const bool lstm = op == "LSTM";
+    OpTester t(op, 14);
+    t.attr("hidden_size", H).attr("direction", direction).attr("layout", layout);
+    if (clip) t.attr("clip", 0.7f);
+    if (op == "GRU") t.attr("linear_before_reset", linear_before_reset ? 1 : 0);
+    if (lstm) t.attr("input_forget", input_forget ? 1 : 0);
+    if (!activations.empty()) t.attr("activations", activations);
+    t.input(randn(layout == 0 ? vector<int64_t>{S, B, I} : vector<int64_t>{B, S, I}, rng));
+    t.const_input(randn({D, G * H, I}, rng, 0.4f));
+    t.const_input(randn({D, G * H, H}, rng, 0.4f));
+    const int last = lstm && peepholes ? 7 : lstm && c0 ? 6 : h0 ? 5 : seq_lens ? 4 : bias ? 3 : 2;
+    if (last >= 3) bias ? (void)t.const_input(randn({D, 2 * G * H}, rng, 0.3f)) : (void)t.no_input();
+    if (last >= 4) {
+      if (seq_lens) {
+        vector<int32_t> lens(static_cast<size_t>(B));
+        std::uniform_int_distribution<int32_t> ud(0, static_cast<int32_t>(S));
+        for (int64_t b = 0; b < B; ++b) lens[b] = b == 0 ? static_cast<int32_t>(S) : b == 1 ? 0 : ud(rng);
+        t.input(Tensor::from_vector<int32_t>(lens, {B}));
+      } else {
+        t.no_input();
+      }
+    }
+    const vector<int64_t> state = layout == 0 ? vector<int64_t>{D, B, H} : vector<int64_t>{B, D, H};
+    if (last >= 5) h0 ? (void)t.input(randn(state, rng, 0.5f)) : (void)t.no_input();
+    if (last >= 6) c0 ? (void)t.input(randn(state, rng, 0.5f)) : (void)t.no_input();
+    if (last >= 7) t.const_input(randn({D, 3 * H}, rng, 0.3f));
+    t.outputs(lstm ? 3 : 2);
+    return t;
+  }
+
+  // Runs on cpu-ref and cpu; compares every output; returns whether the optimized kernel took the node.
+  bool check() const {
+    SCOPED_TRACE(describe());
+    auto ref = tester().run("cpu-ref");
+    OpTester t = tester();
+    auto cpu = t.run("cpu");
+    EXPECT_EQ(ref.size(), cpu.size());
+    for (size_t i = 0; i < ref.size() && i < cpu.size(); ++i) expect_near(cpu[i], ref[i], 2e-5, 1e-4);
+    const Graph& g = t.last_model()->graph;
+    const OpSchema* schema = op_registry().find("", op, 14);
+    const auto* factories = cpu_kernel_table().find("", op);
+    if (!schema || !factories || g.nodes.empty()) return false;
+    auto k = factories->front()(g.nodes[0], *schema, g);
+    return k.is_ok() && k.value() != nullptr;
+  }
+};
+
+TEST(CpuRnn, SmallGemmMatchesPlainLoops) {
+  std::mt19937 rng(7);
+  for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 9, 17})
+    for (int64_t N : {1, 15, 16, 33, 64, 130}) {
+      const int64_t K = 11, ldb = N + 3, ldc = N + 5;
+      Tensor a = randn({M, K}, rng), b = randn({K, ldb}, rng), bias = randn({N}, rng);
+      vector<float> c(static_cast<size_t>(M * ldc), -1.f);
+      cpu::small_gemm(M, N, K, a.data<float>(), K, b.data<float>(), ldb, bias.data<float>(), c.data(), ldc);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < ldc; ++n) {
+          if (n >= N) {
+            ASSERT_EQ(c[m * ldc + n], -1.f) << "wrote past N at " << m << "," << n;
+            continue;
+          }
+          double want = bias.data<float>()[n];
+          for (int64_t k = 0; k < K; ++k) want += double(a.data<float>()[m * K + k]) * b.data<float>()[k * ldb + n];
+          ASSERT_NEAR(c[m * ldc + n], want, 1e-4) << "M " << M << " N " << N << " at " << m << "," << n;
+        }
+    }
+}
+
+TEST(CpuRnn, EveryDirectionAndLayoutMatchesReference) {
+  uint32_t seed = 10;
+  for (const char* op : {"RNN", "GRU", "LSTM"})
+    for (const char* dir : {"forward", "reverse", "bidirectional"})
+      for (int64_t layout : {0, 1}) {
+        RnnCase c;
+        c.op = op, c.direction = dir, c.layout = layout, c.seed = ++seed;
+        EXPECT_TRUE(c.check()) << c.describe() << ": the optimized kernel declined the node";
+      }
+}
+
+TEST(CpuRnn, OptionalInputsAndAttributesMatchReference) {
+  uint32_t seed = 100;
+  for (const char* op : {"RNN", "GRU", "LSTM"})
+    for (const char* dir : {"forward", "reverse", "bidirectional"})
+      for (int variant = 0; variant < 4; ++variant) {
+        RnnCase c;
+        c.op = op, c.direction = dir, c.seed = ++seed;
+        c.layout = variant % 2;
+        c.bias = variant != 1;
+        c.h0 = variant >= 2;
+        c.c0 = variant == 3;
+        c.seq_lens = variant == 0 || variant == 3;
+        c.clip = variant == 1 || variant == 3;
+        c.linear_before_reset = variant >= 2;
+        c.input_forget = variant == 2;
+        c.peepholes = variant == 3;
+        c.S = 1 + variant * 2, c.B = variant == 3 ? 9 : 1 + variant, c.H = variant == 2 ? 16 : 5 + variant * 4;
+        EXPECT_TRUE(c.check()) << c.describe() << ": the optimized kernel declined the node";
+      }
+}
+
+TEST(CpuRnn, GruBothResetModesWithPaddedBatch) {
+  for (bool lbr : {false, true})
+    for (const char* dir : {"forward", "reverse", "bidirectional"}) {
+      RnnCase c;
+      c.op = "GRU", c.direction = dir, c.linear_before_reset = lbr, c.seq_lens = true, c.clip = true;
+      c.S = 6, c.B = 10, c.I = 9, c.H = 20, c.seed = lbr ? 300 : 301;
+      EXPECT_TRUE(c.check()) << c.describe();
+    }
+}
+
+TEST(CpuRnn, ZooSizedBidirectionalLstm) {
+  // The zoo's BiLSTM layer geometry (hidden 128), batch 1 and 8, with the threads of the machine.
+  for (int64_t batch : {1, 8}) {
+    RnnCase c;
+    c.direction = "bidirectional", c.S = 12, c.B = batch, c.I = 64, c.H = 128, c.seed = 400 + batch;
+    EXPECT_TRUE(c.check()) << c.describe();
+  }
+}
+
+TEST(CpuRnn, UncoveredNodesFallBackWithSameAnswers) {
+  RnnCase relu;
+  relu.op = "RNN", relu.activations = {"Relu"};
+  EXPECT_FALSE(relu.check()) << "non-default activations must use the reference kernel";
+  RnnCase lstm;
+  lstm.activations = {"Sigmoid", "Tanh", "Relu"};
+  EXPECT_FALSE(lstm.check());
+  RnnCase defaults_spelled_out;  // the defaults named explicitly are covered
+  defaults_spelled_out.op = "GRU", defaults_spelled_out.direction = "bidirectional";
+  defaults_spelled_out.activations = {"Sigmoid", "Tanh", "sigmoid", "tanh"};
+  EXPECT_TRUE(defaults_spelled_out.check());
+}
+
+TEST(CpuRnn, BadSequenceLensStillReportsTheReferenceError) {
+  OpTester bad("LSTM", 14);
+  std::mt19937 rng(5);
+  bad.attr("hidden_size", int64_t{4});
+  bad.input(randn({3, 2, 2}, rng)).const_input(randn({1, 16, 2}, rng)).const_input(randn({1, 16, 4}, rng));
+  bad.no_input().input(Tensor::from_vector<int32_t>({3, 4}, {2}));
+  auto r = bad.run_status("cpu");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().to_string().find("sequence_lens"), std::string::npos) << r.status().to_string();
+}
+
+}  // namespace
+}  // namespace ferry::testing
