@@ -6,7 +6,7 @@
 // act: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, HardSigmoid, HardSwish, Tanh, com.ferry.Gelu,
 // and the two-node forms x * Sigmoid(x) (SiLU/Swish, EfficientNet) and x * HardSigmoid(x; 1/6, 1/2)
 // (HardSwish as exported before opset 14, MobileNetV3). A residual Z must have exactly the product's
-// static shape (the fused op does not broadcast it into a bigger output).
+// shape, static or with the same named dims (the fused op does not broadcast it into a bigger output).
 // Runs after conv_bn_fold, so Conv+BatchNormalization+Add+Relu becomes one FusedConv.
 #include <cfloat>
 #include <cmath>
@@ -107,11 +107,15 @@ bool match_activation(const PatternContext& pc, const std::string& v, ActMatch* 
   return true;
 }
 
-bool same_static_shape(const Graph& g, const std::string& a, const std::string& b) {
+// Same dtype and the same shape for every input: each dim a known number or a named symbol (a dynamic
+// batch "N" on both sides is the same size at run time; an anonymous "?" dim proves nothing).
+bool same_shape(const Graph& g, const std::string& a, const std::string& b) {
   const TensorType* ta = g.find_type(a);
   const TensorType* tb = g.find_type(b);
-  return ta && tb && ta->shape && tb->shape && ta->shape->is_static() && tb->shape->is_static() &&
-         ta->shape->values() == tb->shape->values() && ta->dtype == tb->dtype;
+  if (!ta || !tb || !ta->shape || !tb->shape || ta->dtype != tb->dtype || !(*ta->shape == *tb->shape)) return false;
+  for (const Dim& d : ta->shape->dims)
+    if (!d.is_known() && d.symbol.empty()) return false;
+  return true;
 }
 
 // The Add reading `v` whose other input is a non-constant value of v's exact shape (a residual).
@@ -119,7 +123,7 @@ long match_residual(const PatternContext& pc, const std::string& v, std::string*
   const long a = pc.sole_reader(v);
   if (a < 0 || pc.dead[a] || !is_onnx(pc.g.nodes[a], "Add")) return -1;
   const std::string other = other_input(pc.g.nodes[a], v);
-  if (other.empty() || constant_value(pc.g, other) || !same_static_shape(pc.g, v, other)) return -1;
+  if (other.empty() || constant_value(pc.g, other) || !same_shape(pc.g, v, other)) return -1;
   *z = other;
   return a;
 }

@@ -1,11 +1,10 @@
 // oneDNN pooling for MaxPool (one output, no dilation), AveragePool, GlobalAveragePool and their
 // channels-last forms com.ferry.NhwcMaxPool / NhwcAveragePool / NhwcGlobalAveragePool (f32, bf16).
 // Output sizes and pads come from the same arithmetic as the reference (ops/conv_pool_util.h);
-// ceil_mode becomes extra right padding. A plan is made per input shape and cached.
-#include <mutex>
-#include <map>
+// ceil_mode becomes extra right padding. A plan is made per input shape and cached (dnnl_plan_cache.h).
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
 #include "ops/conv_pool_util.h"
 
@@ -49,15 +48,17 @@ class DnnlPoolKernel : public Kernel {
   }
 
   Status compute(KernelContext& ctx) override {
-    // Plans and their buffers are shared by every run of this node: one run at a time.
-    std::lock_guard<std::mutex> lock(mu_);
     const Tensor& x = ctx.input(0);
     if (x.dtype() != dtype_ || x.rank() != rank_) return fallback_(ctx);
-    Plan* p = nullptr;
-    if (!plan_for(x.dims(), &p).is_ok()) return fallback_(ctx);
+    auto plan = plans_.get(x.dims(), [this](const std::vector<int64_t>& d, Plan* p) { return make_plan(d, p); });
+    if (!plan.is_ok()) return fallback_(ctx);
+    const Plan* p = plan.value();
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, p->out_dims, false));
     try {
-      p->prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, wrap(p->src, x)}, {DNNL_ARG_DST, wrap(p->dst, *y)}});
+      p->prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, wrap(p->src, x)},
+                                      {DNNL_ARG_DST, wrap(p->dst, *y)},
+                                      {DNNL_ARG_SCRATCHPAD, cpu::scratch_memory(p->pd.scratchpad_desc(),
+                                                                                cpu::ScratchSlot::kScratchpad)}});
       dnnl_stream().wait();
     } catch (const dnnl::error& e) {
       return cpu::dnnl_error(node_, e);
@@ -66,18 +67,14 @@ class DnnlPoolKernel : public Kernel {
   }
 
  private:
-  struct Plan {
+  struct Plan {  // immutable once made: shared by concurrent runs
+    dnnl::pooling_forward::primitive_desc pd;
     dnnl::pooling_forward prim;
     memory::desc src, dst;
     std::vector<int64_t> out_dims;
   };
 
-  Status plan_for(const std::vector<int64_t>& x_dims, Plan** out) {
-    auto it = plans_.find(x_dims);
-    if (it != plans_.end()) {
-      *out = &it->second;
-      return Status::ok();
-    }
+  Status make_plan(const std::vector<int64_t>& x_dims, Plan* plan) {
     std::vector<int64_t> xd = x_dims;
     if (channels_last_) xd = {x_dims[0], x_dims[3], x_dims[1], x_dims[2]};
     for (int64_t d : xd)
@@ -107,24 +104,23 @@ class DnnlPoolKernel : public Kernel {
       pad_r.push_back(right);
       yd.push_back(g.out);
     }
-    Plan plan;
     try {
       memory::data_type dt;
       cpu::to_dnnl_type(dtype_, &dt);
       const auto t = cpu::plain_tag(xd.size(), channels_last_);
-      plan.src = memory::desc(cpu::to_dnnl_dims(xd), dt, t);
-      plan.dst = memory::desc(cpu::to_dnnl_dims(yd), dt, t);
+      plan->src = memory::desc(cpu::to_dnnl_dims(xd), dt, t);
+      plan->dst = memory::desc(cpu::to_dnnl_dims(yd), dt, t);
       const auto alg = max_ ? dnnl::algorithm::pooling_max
                             : include_pad_ ? dnnl::algorithm::pooling_avg_include_padding
                                            : dnnl::algorithm::pooling_avg_exclude_padding;
-      dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_inference, alg, plan.src, plan.dst, strides, kernel,
+      dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_inference, alg, plan->src, plan->dst, strides, kernel,
                                     pad_l, pad_r);
-      plan.prim = dnnl::pooling_forward(dnnl::pooling_forward::primitive_desc(d, dnnl_engine()));
+      plan->pd = dnnl::pooling_forward::primitive_desc(d, cpu::concurrent_attr(), dnnl_engine());
+      plan->prim = dnnl::pooling_forward(plan->pd);
     } catch (const dnnl::error& e) {
       return cpu::dnnl_error(node_, e);
     }
-    plan.out_dims = channels_last_ ? std::vector<int64_t>{yd[0], yd[2], yd[3], yd[1]} : yd;
-    *out = &plans_.emplace(x_dims, std::move(plan)).first->second;
+    plan->out_dims = channels_last_ ? std::vector<int64_t>{yd[0], yd[2], yd[3], yd[1]} : yd;
     return Status::ok();
   }
 
@@ -134,8 +130,7 @@ class DnnlPoolKernel : public Kernel {
   int64_t rank_ = 0;
   bool channels_last_ = false, global_ = false, max_ = false, include_pad_ = false;
   SpatialAttrs attrs_;
-  std::map<std::vector<int64_t>, Plan> plans_;
-  std::mutex mu_;  // guards plans_ and the plans' buffers (concurrent runs of one model)
+  cpu::PlanCache<Plan> plans_;
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_pool(const Node& node, const OpSchema& schema, const Graph& graph) {
