@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "compiler/gears.h"
 #include "onnx/onnx_import.h"
 #include "passes/pipeline.h"
 
@@ -36,16 +37,7 @@ StatusOr<std::shared_ptr<Session>> Session::open(CompiledModel model, const Sess
     auto g = std::make_unique<Gear>();
     g->batch = cg.batch;
     g->model = cg.model;
-    for (const ValueInfo& out : cg.model->graph.outputs) {
-      bool batched = cg.batch > 0;
-      for (const CompiledGear& other : model.gears) {
-        const Graph& og = other.model->graph;
-        auto it = std::find_if(og.outputs.begin(), og.outputs.end(), [&](const ValueInfo& v) { return v.name == out.name; });
-        const auto& shape = it == og.outputs.end() ? std::nullopt : it->type.shape;
-        if (!shape || shape->rank() == 0 || !shape->dims[0].is_known() || shape->dims[0].value != other.batch) batched = false;
-      }
-      g->batched_output.push_back(batched);
-    }
+    g->batched_output = batched_outputs(model, cg);
     // One executor per gear up front, so load time includes kernel creation (like a runtime session).
     ASSIGN_OR_RETURN(auto ex, Executor::create(g->model, s->executor_options_));
     g->idle.push_back(std::move(ex));
@@ -112,22 +104,9 @@ void Session::release(Gear& gear, std::unique_ptr<Executor> ex) {
 
 Status Session::run(const NamedTensors& feeds, NamedTensors* outputs) {
   Gear* gear = gears_.front().get();
-  int64_t batch = 0;
-  if (gears_.size() > 1 || gear->batch > 0) {
-    for (const auto& [name, t] : feeds) {
-      if (t.rank() == 0) return invalid_argument("input '" + name + "' is a scalar; this model is compiled per batch size");
-      if (batch == 0) batch = t.dim(0);
-      else if (t.dim(0) != batch)
-        return invalid_argument("input '" + name + "' has batch " + std::to_string(t.dim(0)) +
-                                ", another input has " + std::to_string(batch) + "; all inputs share the batch");
-    }
-    const CompiledGear* cg = model_.gear_for_batch(batch);
-    if (!cg || batch < 1) {
-      std::string sizes;
-      for (int64_t b : batch_sizes()) sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
-      return invalid_argument("batch " + std::to_string(batch) + " is not covered by the compiled batch sizes " + sizes +
-                              "; recompile with a larger --dynamic-batch gear");
-    }
+  if (has_batch_gears(model_)) {
+    ASSIGN_OR_RETURN(int64_t batch, feeds_batch(feeds));
+    ASSIGN_OR_RETURN(const CompiledGear* cg, select_gear(model_, batch));
     for (const auto& g : gears_)
       if (g->batch == cg->batch) gear = g.get();
     if (gear->batch != batch) return run_padded(*gear, batch, feeds, outputs);
@@ -139,33 +118,12 @@ Status Session::run(const NamedTensors& feeds, NamedTensors* outputs) {
 }
 
 Status Session::run_padded(Gear& gear, int64_t batch, const NamedTensors& feeds, NamedTensors* outputs) {
-  NamedTensors padded;
-  for (const auto& [name, t] : feeds) {
-    if (t.dtype() == DType::kString) return unsupported("input '" + name + "': string inputs cannot be padded to a gear");
-    std::vector<int64_t> dims = t.dims();
-    dims[0] = gear.batch;
-    ASSIGN_OR_RETURN(Tensor p, Tensor::create(t.dtype(), dims, "input '" + name + "'"));
-    if (t.nbytes()) std::memcpy(p.mutable_raw(), t.raw(), static_cast<size_t>(t.nbytes()));
-    padded.emplace_back(name, std::move(p));
-  }
-  NamedTensors full;
+  ASSIGN_OR_RETURN(NamedTensors padded, pad_to_gear(feeds, gear.batch));
   ASSIGN_OR_RETURN(auto ex, acquire(gear));
-  Status st = ex->run(padded, &full);
+  Status st = ex->run(padded, outputs);
   release(gear, std::move(ex));
   RETURN_IF_ERROR(st);
-  outputs->clear();
-  for (size_t k = 0; k < full.size(); ++k) {
-    auto& [name, t] = full[k];
-    if (k >= gear.batched_output.size() || !gear.batched_output[k] || t.dtype() == DType::kString) {
-      outputs->emplace_back(name, std::move(t));
-      continue;
-    }
-    std::vector<int64_t> dims = t.dims();
-    dims[0] = batch;
-    Tensor cut = Tensor::allocate(t.dtype(), dims);
-    std::memcpy(cut.mutable_raw(), t.raw(), static_cast<size_t>(cut.nbytes()));
-    outputs->emplace_back(name, std::move(cut));
-  }
+  cut_to_batch(gear.batched_output, batch, outputs);
   return Status::ok();
 }
 

@@ -11,9 +11,11 @@
 #include <set>
 #include <thread>
 
+#include "compiler/gears.h"
 #include "io/npy.h"
 #include "runtime/precision_run.h"
 #include "tools/cli_common.h"
+#include "tools/gear_cli.h"
 #include "tools/precision_cli.h"
 
 namespace ferry::cli {
@@ -179,7 +181,20 @@ StatusOr<NamedTensors> make_random_inputs(const Model& model, const NamedTensors
 StatusOr<BenchSetup> prepare_bench(const BenchOptions& opt) {
   BenchSetup b;
   const auto start = Clock::now();
-  ASSIGN_OR_RETURN(b.model, load_model(opt.model));
+  ASSIGN_OR_RETURN(GearedModel geared, load_geared_model(opt.model));
+  b.model = geared.model;
+  GearChoice gear;
+  if (geared.geared()) {  // compiled with batch gears: the gear for --batch, else for the given inputs' batch
+    ASSIGN_OR_RETURN(NamedTensors given, load_inputs(*b.model, opt.inputs));
+    int64_t batch = opt.batch > 0 ? opt.batch : 1;
+    if (opt.batch <= 0 && !given.empty()) {
+      ASSIGN_OR_RETURN(batch, feeds_batch(given));
+    }
+    ASSIGN_OR_RETURN(gear, choose_gear(geared, batch));
+    b.model = gear.model;
+    b.gear = gear.gear;
+    b.batched_outputs = gear.batched_outputs;
+  }
   ExecutorOptions eo;
   eo.device = opt.device;
   eo.opt_level = opt.opt_level;
@@ -190,7 +205,10 @@ StatusOr<BenchSetup> prepare_bench(const BenchOptions& opt) {
   b.load_ms = ms_since(start);
 
   ASSIGN_OR_RETURN(NamedTensors given, load_inputs(*b.model, opt.inputs));
-  ASSIGN_OR_RETURN(NamedTensors random, make_random_inputs(*b.model, given, opt.batch, opt.dims));
+  if (gear.padded() && !given.empty()) {
+    ASSIGN_OR_RETURN(given, pad_to_gear(given, gear.gear));
+  }
+  ASSIGN_OR_RETURN(NamedTensors random, make_random_inputs(*b.model, given, gear.gear > 0 ? 0 : opt.batch, opt.dims));
   for (const auto& [name, t] : random) b.random_inputs.push_back(name);
   // Feeds in the model's input order.
   for (const ValueInfo& v : b.model->graph.inputs) {
@@ -208,6 +226,7 @@ StatusOr<BenchSetup> prepare_bench(const BenchOptions& opt) {
         if (lower(first.type.shape->dims[i].symbol).find("batch") != std::string::npos) dim = i;
     if (dim < b.feeds[0].second.rank()) b.batch = b.feeds[0].second.dim(dim);
   }
+  if (gear.gear > 0) b.batch = gear.batch;  // samples asked for, run on the (padded) gear
   b.threads = opt.threads > 0 ? opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return b;
 }

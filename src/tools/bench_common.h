@@ -43,6 +43,8 @@ struct BenchSetup {
   NamedTensors feeds;
   double load_ms = 0;     // model load + executor create (optimization passes, kernel creation)
   int64_t batch = 1;      // samples per inference
+  int64_t gear = 0;       // a compiled model's batch gear that runs them (0: no gears)
+  std::vector<bool> batched_outputs;  // with a gear: outputs cut back to `batch` rows before writing
   int threads = 1;        // intra-op threads in effect
   std::vector<std::string> random_inputs;  // inputs made up (not given with --input)
 };

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "compiler/gears.h"
 #include "tools/bench_common.h"
 #include "tools/cli_common.h"
 #include "tools/command_registry.h"
@@ -24,6 +25,7 @@ int cmd_bench(const BenchOptions& opt) {
   Status st = run_timed(*b.executor, b.feeds, warmup, opt.iterations, duration, 3, &times, &first_ms, &outputs);
   if (!st.is_ok()) return report(st);
   if (!opt.output_dir.empty()) {
+    cut_to_batch(b.batched_outputs, b.batch, &outputs);
     Status ws = write_outputs(opt.output_dir, outputs);
     if (!ws.is_ok()) return report(ws);
   }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/cli_common.h"
+#include "tools/gear_cli.h"
 #include "tools/command_registry.h"
 #include "tools/compare_report.h"
 #include "tools/compare_samples.h"
@@ -92,9 +93,9 @@ void print_text(const CompareResult& r, const CompareOptions& o, const std::stri
 }
 
 int cmd_compare(const CompareCliOptions& opt) {
-  auto loaded = load_model(opt.model);
+  auto loaded = load_geared_model(opt.model);
   if (!loaded.is_ok()) return report(loaded.status());
-  std::shared_ptr<const Model> model = loaded.value();
+  std::shared_ptr<const Model> model = loaded.value().model;
   CompareOptions co;
   auto ref = parse_run_spec(opt.ref);
   if (!ref.is_ok()) return report(ref.status().with_context("--ref"));
@@ -113,6 +114,10 @@ int cmd_compare(const CompareCliOptions& opt) {
   co.target_precision = precision.value();  // the --target precision sets the mode
   auto samples = make_sample_source(model, opt.inputs, opt.inputs_dir, co.ref);
   if (!samples.is_ok()) return report(samples.status());
+  if (loaded.value().geared() && samples.value().count > 0) {  // the gear for the first sample's batch
+    Status st = use_gear_for_samples(loaded.value(), co.ref.is_outputs, &model, &samples.value());
+    if (!st.is_ok()) return report(st.with_context(opt.model));
+  }
   if (opt.inputs.empty() && opt.inputs_dir.empty() && !model->graph.inputs.empty())
     return report(invalid_argument("give the inputs: --input [NAME=]FILE ... or --inputs-dir DIR"));
   ProgressBar bar;

@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "ops/registry.h"
+#include "format/compiled_model.h"
 #include "tools/cli_common.h"
+#include "tools/gear_cli.h"
 #include "tools/command_registry.h"
 #include "tools/commands.h"
 
@@ -41,9 +43,21 @@ void count_ops(const Model& m, const Graph& g, std::map<std::string, int64_t>* h
 }  // namespace
 
 int cmd_info(const InfoOptions& opt) {
-  auto loaded = load_model(opt.model, /*require_known_ops=*/false);
-  if (!loaded.is_ok()) return report(loaded.status());
-  const Model& m = *loaded.value();
+  std::shared_ptr<Model> model;
+  std::string gears;  // a compiled model's batch gears, "1,2,4,8"
+  if (is_compiled_model_file(opt.model)) {
+    auto loaded = load_geared_model(opt.model);
+    if (!loaded.is_ok()) return report(loaded.status());
+    auto gear = choose_gear(loaded.value(), opt.batch > 0 ? opt.batch : 1);
+    if (!gear.is_ok()) return report(gear.status().with_context(opt.model));
+    model = gear.value().model;
+    gears = loaded.value().gear_list();
+  } else {
+    auto loaded = load_model(opt.model, /*require_known_ops=*/false);
+    if (!loaded.is_ok()) return report(loaded.status());
+    model = loaded.value();
+  }
+  const Model& m = *model;
   const Graph& g = m.graph;
   std::map<std::string, int64_t> hist, missing;
   int64_t nodes = 0;
@@ -85,6 +99,7 @@ int cmd_info(const InfoOptions& opt) {
     j["parameter_bytes"] = param_bytes;
     if (!m.metadata.empty()) j["metadata"] = m.metadata;
     j["unsupported_ops"] = missing;
+    if (!gears.empty()) j["batch_gears"] = gears;
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
@@ -95,6 +110,9 @@ int cmd_info(const InfoOptions& opt) {
   for (const auto& [d, v] : m.opset_imports)
     opsets += (opsets.empty() ? "" : ", ") + (d.empty() ? std::string("ai.onnx") : d) + " " + std::to_string(v);
   std::printf("opsets:     %s\n", opsets.c_str());
+  if (!gears.empty())
+    std::printf("gears:      batch %s (shapes below: the gear for batch %lld; --batch B picks another)\n", gears.c_str(),
+                static_cast<long long>(opt.batch > 0 ? opt.batch : 1));
   std::printf("inputs:\n");
   for (const ValueInfo& v : g.inputs) std::printf("  %-24s %s\n", v.name.c_str(), v.type.to_string().c_str());
   std::printf("outputs:\n");
@@ -116,8 +134,10 @@ namespace {
 const bool kRegistered = register_command({"info", 20, [](CLI::App& app) {
   auto opt = std::make_shared<InfoOptions>();
   CLI::App* cmd = app.add_subcommand("info", "Describe a model: inputs, outputs, opsets, producer, op histogram, parameters");
-  cmd->add_option("model", opt->model, "ONNX model file (.onnx)")->required();
+  cmd->add_option("model", opt->model, "ONNX model file (.onnx) or compiled model (.ferry)")->required();
   cmd->add_flag("--json", opt->json, "Print JSON instead of text");
+  cmd->add_option("-b,--batch", opt->batch, "A compiled model with batch gears: describe the gear that runs this batch")
+      ->check(CLI::PositiveNumber);
   return CommandRun{cmd, [opt] { return cmd_info(*opt); }};
 }});
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "compiler/gears.h"
 #include "tools/bench_common.h"
 #include "tools/cli_common.h"
 #include "tools/command_registry.h"
@@ -93,6 +94,7 @@ int cmd_profile(const ProfileOptions& opt) {
   }
   ex.set_observer(nullptr);
   if (!opt.bench.output_dir.empty()) {
+    cut_to_batch(b.batched_outputs, b.batch, &outputs);
     Status ws = write_outputs(opt.bench.output_dir, outputs);
     if (!ws.is_ok()) return report(ws);
   }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "compiler/gears.h"
 #include "io/npy.h"
 #include "runtime/memory_estimate.h"
 #include "ops/op_util.h"
@@ -18,6 +19,7 @@
 #include "tools/cli_common.h"
 #include "tools/command_registry.h"
 #include "tools/commands.h"
+#include "tools/gear_cli.h"
 
 namespace ferry::cli {
 namespace {
@@ -76,11 +78,14 @@ std::vector<std::vector<std::pair<int64_t, double>>> top_k(const Tensor& t, int 
 }  // namespace
 
 int cmd_run(const RunOptions& opt) {
-  auto loaded = load_model(opt.model);
+  auto loaded = load_geared_model(opt.model);
   if (!loaded.is_ok()) return report(loaded.status());
-  std::shared_ptr<Model> model = loaded.value();
-  auto feeds = load_inputs(*model, opt.inputs);
+  auto feeds = load_inputs(*loaded.value().model, opt.inputs);
   if (!feeds.is_ok()) return report(feeds.status());
+  // A compiled model with batch gears runs the smallest gear >= the inputs' batch.
+  auto gear = choose_gear_for_feeds(loaded.value(), &feeds.value());
+  if (!gear.is_ok()) return report(gear.status().with_context(opt.model));
+  std::shared_ptr<Model> model = gear.value().model;
   if (opt.memory_limit != "none") {
     int64_t limit = available_memory_bytes();
     if (!opt.memory_limit.empty()) {
@@ -140,6 +145,7 @@ int cmd_run(const RunOptions& opt) {
   Status st = ex.value()->run(feeds.value(), &outputs);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!st.is_ok()) return report(st);
+  cut_to_batch(gear.value().batched_outputs, gear.value().batch, &outputs);
   if (overflow.first()) std::fprintf(stderr, "ferry: warning: overflow in %s: %s\n", opt.precision.c_str(),
                                      overflow.first()->describe().c_str());
 
@@ -148,7 +154,13 @@ int cmd_run(const RunOptions& opt) {
   j["device"] = opt.device;
   j["latency_ms"] = ms;
   j["outputs"] = json::array();
-  if (!opt.json) std::printf("ran %s on %s in %.2f ms\n", opt.model.c_str(), opt.device.c_str(), ms);
+  std::string gear_note;
+  if (gear.value().gear > 0) {
+    j["batch"] = gear.value().batch;
+    j["gear"] = gear.value().gear;
+    gear_note = " (batch " + std::to_string(gear.value().batch) + " on the batch-" + std::to_string(gear.value().gear) + " gear)";
+  }
+  if (!opt.json) std::printf("ran %s on %s%s in %.2f ms\n", opt.model.c_str(), opt.device.c_str(), gear_note.c_str(), ms);
   for (size_t i = 0; i < outputs.size(); ++i) {
     const auto& [name, t] = outputs[i];
     if (!out_paths.empty()) {
@@ -193,7 +205,7 @@ namespace {
 const bool kRegistered = register_command({"run", 50, [](CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run a model once on inputs from .npy / .npz / ONNX .pb files");
-  cmd->add_option("model", opt->model, "ONNX model file (.onnx)")->required();
+  cmd->add_option("model", opt->model, "ONNX model file (.onnx) or compiled model (.ferry)")->required();
   cmd->add_option("-i,--input", opt->inputs,
                   "[NAME=]FILE: an input as .npy, .npz (arrays matched to inputs by name) or ONNX TensorProto .pb; "
                   "without NAME= inputs are taken in the model's input order. Repeat for several inputs.");

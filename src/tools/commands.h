@@ -9,6 +9,7 @@ namespace ferry::cli {
 struct InfoOptions {
   std::string model;
   bool json = false;
+  int64_t batch = 0;  // a compiled model with batch gears: describe the gear for this batch (0: the smallest)
 };
 int cmd_info(const InfoOptions& options);
 
