@@ -62,4 +62,46 @@ bool make_output_view(const std::vector<int64_t>& logical_dims, const std::vecto
   return true;
 }
 
+bool broadcast_batch_dims(const std::vector<PermutedView*>& views, std::vector<int64_t>* batch_dims) {
+  if (views.empty()) return false;
+  const size_t r = views[0]->dims.size();
+  if (r < 2) return false;
+  batch_dims->assign(views[0]->dims.begin(), views[0]->dims.end() - 2);
+  for (const PermutedView* v : views) {
+    if (v->dims.size() != r) return false;
+    for (size_t i = 0; i + 2 < r; ++i) {
+      int64_t& b = (*batch_dims)[i];
+      const int64_t d = v->dims[i];
+      if (d == b || d == 1) continue;
+      if (b != 1) return false;
+      b = d;
+    }
+  }
+  for (PermutedView* v : views)
+    for (size_t i = 0; i + 2 < r; ++i)
+      if (v->dims[i] != (*batch_dims)[i]) {
+        v->dims[i] = (*batch_dims)[i];
+        v->strides[i] = 0;
+      }
+  return true;
+}
+
+bool broadcast_batch_shape(const std::vector<const Shape*>& shapes, std::vector<Dim>* batch_dims) {
+  if (shapes.empty() || shapes[0]->rank() < 2) return false;
+  const int64_t r = shapes[0]->rank();
+  batch_dims->assign(shapes[0]->dims.begin(), shapes[0]->dims.end() - 2);
+  for (const Shape* s : shapes) {
+    if (s->rank() != r) return false;
+    for (int64_t i = 0; i + 2 < r; ++i) {
+      Dim& b = (*batch_dims)[i];
+      const Dim& d = s->dims[i];
+      if (d == b || (d.is_known() && d.value == 1)) continue;
+      if (b.is_known() && d.is_known() && b.value != 1) return false;
+      if (!b.is_known() && !d.is_known()) b = Dim();  // two different unknowns
+      else if (!b.is_known() || b.value == 1) b = d;  // (b unknown, d known != 1) or b == 1
+    }
+  }
+  return true;
+}
+
 }  // namespace ferry

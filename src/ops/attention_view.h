@@ -28,6 +28,15 @@ bool permute_shape(const Shape& s, const std::vector<int64_t>& perm, Shape* out)
 bool make_output_view(const std::vector<int64_t>& logical_dims, const std::vector<int64_t>& out_perm,
                       std::vector<int64_t>* stored_dims, std::vector<int64_t>* logical_strides);
 
+/// MatMul-style broadcast of the batch dims (all but the last two logical dims) of views of one
+/// rank: each view's batch dims become the broadcast dims, with stride 0 where it is broadcast.
+/// `batch_dims` gets the broadcast batch dims. False when the ranks differ or the dims do not broadcast.
+bool broadcast_batch_dims(const std::vector<PermutedView*>& views, std::vector<int64_t>* batch_dims);
+
+/// Symbolic version for shape rules: broadcast of the batch dims of shapes of one rank (a dim
+/// unknown in one shape takes the other's when that is known and not 1). False when known dims conflict.
+bool broadcast_batch_shape(const std::vector<const Shape*>& shapes, std::vector<Dim>* batch_dims);
+
 /// Offset of batch index `b` (row-major over the first dims.size()-2 logical dims) in a view.
 inline int64_t batch_offset(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides, int64_t b) {
   int64_t off = 0;

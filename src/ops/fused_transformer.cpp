@@ -7,8 +7,8 @@
 //   Attention(Q, K, V, [Mask]; scale, q_perm, k_perm, v_perm, out_perm):
 //       Y = To(softmax(scale * Tq(Q) @ Tk(K) + Mask) @ Tv(V)), T*(X) = Transpose(X, *_perm)
 //       when the attribute is set. Tk(K) is K already transposed ([..., D, Sk]); Tq(Q) is
-//       [..., Sq, D], Tv(V) [..., Sk, Dv] with the same batch dims; Mask (additive, float)
-//       broadcasts to [..., Sq, Sk].
+//       [..., Sq, D], Tv(V) [..., Sk, Dv]; their batch dims broadcast as MatMul's do; Mask
+//       (additive, float) broadcasts to [..., Sq, Sk].
 // Reference kernels compute in double (f16/bf16 through f32); they are the oracle for the fast ones.
 #include <cmath>
 
@@ -157,12 +157,13 @@ Status infer_attention(InferContext& ctx) {
   if (r < 2 || sk.rank() != r || sv.rank() != r)
     return ctx.error("Q, K and V must have the same rank >= 2; got " + sq.to_string() + ", " + sk.to_string() + ", " +
                      sv.to_string());
-  for (int64_t i = 0; i < r - 2; ++i)
-    if (!dims_match(sq.dims[i], sk.dims[i]) || !dims_match(sq.dims[i], sv.dims[i]))
-      return ctx.error("batch dims of Q " + sq.to_string() + ", K " + sk.to_string() + " and V " + sv.to_string() + " differ");
+  vector<Dim> od;
+  if (!broadcast_batch_shape({&sq, &sk, &sv}, &od))
+    return ctx.error("batch dims of Q " + sq.to_string() + ", K " + sk.to_string() + " and V " + sv.to_string() +
+                     " do not broadcast");
   if (!dims_match(sq.dims[r - 1], sk.dims[r - 2]) || !dims_match(sk.dims[r - 1], sv.dims[r - 2]))
     return ctx.error("inner dims do not match: Q " + sq.to_string() + ", K^T " + sk.to_string() + ", V " + sv.to_string());
-  vector<Dim> od(sq.dims.begin(), sq.dims.end() - 1);
+  od.push_back(sq.dims[r - 2]);
   od.push_back(sv.dims[r - 1]);
   Shape out;
   if (!permute_shape(Shape(od), perms.out, &out)) return ctx.error("attribute out_perm is not a permutation of the output's axes");
@@ -182,8 +183,10 @@ Status k_attention(KernelContext& ctx) {
   const size_t r = vq.dims.size();
   if (r < 2 || vk.dims.size() != r || vv.dims.size() != r)
     return ctx.error("Q, K and V must have the same rank >= 2");
-  for (size_t i = 0; i + 2 < r; ++i)
-    if (vq.dims[i] != vk.dims[i] || vq.dims[i] != vv.dims[i]) return ctx.error("batch dims of Q, K and V differ");
+  vector<int64_t> batch_dims;
+  if (!broadcast_batch_dims({&vq, &vk, &vv}, &batch_dims))
+    return ctx.error("batch dims of Q " + dims_to_string(vq.dims) + ", K^T " + dims_to_string(vk.dims) + " and V " +
+                     dims_to_string(vv.dims) + " do not broadcast");
   const int64_t sq = vq.dims[r - 2], d = vq.dims[r - 1], sk = vk.dims[r - 1], dv = vv.dims[r - 1];
   if (vk.dims[r - 2] != d || vv.dims[r - 2] != sk)
     return ctx.error("inner dims do not match: Q " + dims_to_string(vq.dims) + ", K^T " + dims_to_string(vk.dims) +

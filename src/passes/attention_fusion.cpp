@@ -34,9 +34,17 @@ std::string strip_scales(const PatternContext& pc, std::string v, double* scale,
   }
 }
 
-const Shape* static_shape(const Graph& g, const std::string& v) {
+// The shape of an f32 value of known rank (dims may be symbolic: dynamic batch exports).
+const Shape* ranked_shape(const Graph& g, const std::string& v) {
   const TensorType* t = g.find_type(v);
-  return t && t->dtype == DType::kF32 && t->shape && t->shape->is_static() ? &*t->shape : nullptr;
+  return t && t->dtype == DType::kF32 && t->shape ? &*t->shape : nullptr;
+}
+
+// Whether mask dim `d` broadcasts to scores dim `want` (unknown dims: the kernels check at run time).
+bool mask_dim_fits(const Dim& d, const Dim& want) {
+  if (d.is_known() && d.value == 1) return true;
+  if (d.is_known() && want.is_known()) return d.value == want.value;
+  return !(want.is_known() && want.value == 1);
 }
 
 // Absorbs a Transpose producing v (read only here): returns its input and sets perm.
@@ -52,7 +60,7 @@ std::string absorb_transpose(const PatternContext& pc, const std::string& v, std
 bool fuse_attention(PatternContext& pc, long sm) {
   const Graph& g = pc.g;
   const Node& smn = g.nodes[sm];
-  const Shape* ss = static_shape(g, smn.inputs[0]);
+  const Shape* ss = ranked_shape(g, smn.inputs[0]);
   if (!ss || ss->rank() < 2) return false;
   // (Before opset 13 the default axis is 1 with flattening; the caller skips those.)
   const int64_t axis = smn.attr("axis") ? smn.attr("axis")->i : -1;
@@ -88,12 +96,10 @@ bool fuse_attention(PatternContext& pc, long sm) {
       covered.push_back(mb);
     }
     // The mask must broadcast to the scores (not the other way round).
-    const Shape* ms = static_shape(g, mask);
+    const Shape* ms = ranked_shape(g, mask);
     if (!ms || ms->rank() > ss->rank()) return false;
-    for (int64_t i = 0; i < ms->rank(); ++i) {
-      const int64_t d = ms->dims[i].value, want = ss->dims[ss->rank() - ms->rank() + i].value;
-      if (d != 1 && d != want) return false;
-    }
+    for (int64_t i = 0; i < ms->rank(); ++i)
+      if (!mask_dim_fits(ms->dims[i], ss->dims[ss->rank() - ms->rank() + i])) return false;
   } else {
     const std::string s = strip_scales(pc, scores, &scale, &covered);
     mm1 = pc.single_use_producer(s, "MatMul");
@@ -103,11 +109,9 @@ bool fuse_attention(PatternContext& pc, long sm) {
   std::string q = strip_scales(pc, g.nodes[mm1].inputs[0], &scale, &covered);
   std::string k = g.nodes[mm1].inputs[1];
   std::string v = g.nodes[mm2].inputs[1];
-  // MatMul broadcasting: require equal ranks and equal batch dims.
-  const Shape *sq = static_shape(g, q), *sk = static_shape(g, k), *sv = static_shape(g, v);
+  // Equal ranks; the batch dims broadcast in Attention as in MatMul (checked at run time when symbolic).
+  const Shape *sq = ranked_shape(g, q), *sk = ranked_shape(g, k), *sv = ranked_shape(g, v);
   if (!sq || !sk || !sv || sq->rank() != ss->rank() || sk->rank() != ss->rank() || sv->rank() != ss->rank()) return false;
-  for (int64_t i = 0; i + 2 < ss->rank(); ++i)
-    if (sq->dims[i].value != sk->dims[i].value || sq->dims[i].value != sv->dims[i].value) return false;
   std::vector<int64_t> qp, kp, vp, op;
   q = absorb_transpose(pc, q, &qp, &covered);
   k = absorb_transpose(pc, k, &kp, &covered);

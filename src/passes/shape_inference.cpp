@@ -1,5 +1,8 @@
 #include "passes/shape_inference.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "ops/registry.h"
 
 namespace ferry {
@@ -12,7 +15,45 @@ struct InferState {
   const Model* model;
   std::unordered_map<std::string, Tensor>* constants;
   bool skip_unknown_ops;
+  /// Outputs of Shape nodes over partly known shapes (dynamic batch): their dims, so that
+  /// Gather picking known dims out of them folds to a constant.
+  std::unordered_map<std::string, std::vector<Dim>> shape_dims = {};
 };
+
+// Records the dims a Shape node outputs (opset 15 start/end applied).
+void record_shape_dims(InferState& st, const Node& node, int64_t opset, const TensorType* in) {
+  if (!in || !in->shape || node.outputs.empty()) return;
+  const int64_t rank = in->shape->rank();
+  int64_t start = 0, end = rank;
+  if (opset >= 15) {
+    start = node.attr("start") ? node.attr("start")->i : 0;
+    end = node.attr("end") ? node.attr("end")->i : rank;
+    if (start < 0) start += rank;
+    if (end < 0) end += rank;
+    start = std::clamp<int64_t>(start, 0, rank);
+    end = std::clamp<int64_t>(end, start, rank);
+  }
+  st.shape_dims[node.outputs[0]] = std::vector<Dim>(in->shape->dims.begin() + start, in->shape->dims.begin() + end);
+}
+
+// Gather(Shape(x), constant indices) where every picked dim of x is known: the constant it yields.
+std::optional<Tensor> fold_shape_gather(const InferState& st, const Node& node, const std::vector<const Tensor*>& values) {
+  if (node.inputs.size() != 2 || values.size() != 2 || !values[1]) return std::nullopt;
+  if (node.attr("axis") && node.attr("axis")->i != 0) return std::nullopt;
+  auto it = st.shape_dims.find(node.inputs[0]);
+  const Tensor& idx = *values[1];
+  if (it == st.shape_dims.end() || (idx.dtype() != DType::kI64 && idx.dtype() != DType::kI32) || idx.numel() > 64)
+    return std::nullopt;
+  const std::vector<Dim>& dims = it->second;
+  std::vector<int64_t> picked;
+  for (int64_t i = 0; i < idx.numel(); ++i) {
+    int64_t k = static_cast<int64_t>(idx.get_double(i));
+    if (k < 0) k += static_cast<int64_t>(dims.size());
+    if (k < 0 || k >= static_cast<int64_t>(dims.size()) || !dims[k].is_known()) return std::nullopt;
+    picked.push_back(dims[k].value);
+  }
+  return Tensor::from_vector<int64_t>(picked, idx.dims());
+}
 
 // Ops whose output is a fresh random draw each run: never evaluated at load time.
 bool is_random_op(const Node& n) {
@@ -97,6 +138,13 @@ Status infer_node(InferState& st, Graph* g, const Node& node) {
     RETURN_IF_ERROR(schema->infer(ctx));
   }
   std::vector<TensorType> outs = ctx.outputs();
+  if (node.domain.empty() && node.op_type == "Shape") record_shape_dims(st, node, opset, types.empty() ? nullptr : types[0]);
+  if (node.domain.empty() && node.op_type == "Gather" && !values.empty() && !values[0] && !node.outputs[0].empty()) {
+    if (std::optional<Tensor> folded = fold_shape_gather(st, node, values)) {
+      outs[0] = folded->type();
+      (*st.constants)[node.outputs[0]] = *folded;
+    }
+  }
   // Values the shape rule computed without running the kernel (Shape of a static shape) are constants too.
   const std::vector<Tensor>& known = ctx.output_values();
   for (size_t i = 0; i < known.size() && i < node.outputs.size(); ++i) {

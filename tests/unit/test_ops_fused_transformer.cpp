@@ -4,6 +4,7 @@
 #include <random>
 
 #include "op_tester.h"
+#include "ops/op_util.h"
 
 namespace ferry::testing {
 namespace {
@@ -121,6 +122,62 @@ TEST(FusedAttention, CpuMatchesReference) {
     auto cpu = make().run("cpu");
     expect_near(cpu[0], ref[0], 1e-5, 1e-4);
   }
+}
+
+TEST(FusedAttention, BroadcastsBatchDimsOnCpu) {
+  auto make = [] {
+    OpTester t("Attention", 1, "com.ferry");
+    t.input(random_tensor({2, 3, 5, 8}, 1)).input(random_tensor({1, 3, 8, 5}, 2)).input(random_tensor({2, 1, 5, 8}, 3));
+    return t;
+  };
+  auto ref = make().run("cpu-ref");
+  auto cpu = make().run("cpu");
+  EXPECT_EQ(ref[0].dims(), (std::vector<int64_t>{2, 3, 5, 8}));
+  expect_near(cpu[0], ref[0], 1e-5, 1e-4);
+}
+
+// bf16 tensors: the cpu kernels compute in f32 rows and round once, as the reference does; the
+// results may differ by an ulp of bf16 (their exp/erf are approximations), hence the tolerance.
+Tensor bf16(const Tensor& t) { return cast_tensor(t, DType::kBF16).value(); }
+void expect_bf16_near(const Tensor& cpu, const Tensor& ref, double tol) {
+  ASSERT_EQ(cpu.dtype(), DType::kBF16);
+  ASSERT_EQ(ref.dtype(), DType::kBF16);
+  expect_near(cast_tensor(cpu, DType::kF32).value(), cast_tensor(ref, DType::kF32).value(), tol, tol);
+}
+
+TEST(FusedBf16, CpuLayerNormGeluSoftmaxMatchReference) {
+  Tensor x = bf16(random_tensor({4, 7, 96}, 5)), g = bf16(random_tensor({96}, 6)), b = bf16(random_tensor({96}, 7));
+  auto ln = [&](const char* dev) { return OpTester("LayerNorm", 1, "com.ferry").input(x).const_input(g).const_input(b).run(dev); };
+  expect_bf16_near(ln("cpu")[0], ln("cpu-ref")[0], 2e-2);
+  auto gelu = [&](const char* dev) { return OpTester("Gelu", 1, "com.ferry").input(x).run(dev); };
+  expect_bf16_near(gelu("cpu")[0], gelu("cpu-ref")[0], 1e-2);
+  auto softmax = [&](const char* dev) { return OpTester("Softmax", 13).input(x).attr("axis", int64_t{-1}).run(dev); };
+  expect_bf16_near(softmax("cpu")[0], softmax("cpu-ref")[0], 1e-2);
+}
+
+TEST(FusedBf16, CpuAttentionMatchesReference) {
+  auto make = [] {
+    OpTester t("Attention", 1, "com.ferry");
+    t.input(bf16(random_tensor({17, 6, 8}, 1))).input(bf16(random_tensor({17, 6, 8}, 2)));
+    t.input(bf16(random_tensor({17, 6, 8}, 3))).input(bf16(random_tensor({6, 1, 17}, 4))).attr("scale", 0.35f);
+    t.attr("q_perm", std::vector<int64_t>{1, 0, 2}).attr("k_perm", std::vector<int64_t>{1, 2, 0});
+    t.attr("v_perm", std::vector<int64_t>{1, 0, 2}).attr("out_perm", std::vector<int64_t>{1, 0, 2});
+    return t;
+  };
+  expect_bf16_near(make().run("cpu")[0], make().run("cpu-ref")[0], 2e-2);
+}
+
+TEST(FusedBf16, CpuAddMulCastMatchReference) {
+  Tensor a = bf16(random_tensor({3, 5, 40}, 8)), b = bf16(random_tensor({40}, 9));
+  for (const char* op : {"Add", "Mul"}) {
+    auto run = [&](const char* dev) { return OpTester(op, 14).input(a).input(b).run(dev); };
+    expect_bf16_near(run("cpu")[0], run("cpu-ref")[0], 0);  // one rounding of an exact f32 result: identical
+  }
+  Tensor x = random_tensor({1000}, 10);
+  auto narrow = [&](const char* dev) { return OpTester("Cast", 13).input(x).attr("to", int64_t{16}).run(dev); };
+  expect_bf16_near(narrow("cpu")[0], narrow("cpu-ref")[0], 0);
+  auto widen = [&](const char* dev) { return OpTester("Cast", 13).input(bf16(x)).attr("to", int64_t{1}).run(dev); };
+  expect_near(widen("cpu")[0], widen("cpu-ref")[0], 0, 0);
 }
 
 }  // namespace

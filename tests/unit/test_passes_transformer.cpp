@@ -138,6 +138,67 @@ TEST(AttentionFusion, FusesWithoutMask) {
   expect_same_outputs(model, opt, 1e-5);
 }
 
+// The same model with dim `axis` of every input made symbolic (a dynamic-batch export), re-inferred.
+std::shared_ptr<Model> with_symbolic_dim(const Model& m, const std::vector<int64_t>& axes) {
+  std::shared_ptr<Model> d = m.clone();
+  for (size_t i = 0; i < d->graph.inputs.size(); ++i) {
+    ValueInfo& in = d->graph.inputs[i];
+    in.type.shape->dims[axes[i]] = Dim::symbolic("bh");
+    d->graph.value_types[in.name] = in.type;
+  }
+  for (const Node& n : d->graph.nodes)
+    for (const std::string& o : n.outputs) d->graph.value_types.erase(o);
+  Status s = infer_shapes(d.get());
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  return d;
+}
+
+TEST(AttentionFusion, FusesWithSymbolicBatchDims) {
+  auto model = torch_attention(true);
+  auto dynamic = with_symbolic_dim(*model, {1, 1, 1, 0});
+  auto opt = run_pass(*dynamic, "attention_fusion");
+  ASSERT_EQ(count_ops(*opt, "Attention"), 1);
+  EXPECT_EQ(opt->graph.nodes.size(), 1u);
+  NamedTensors feeds = random_feeds(*model);
+  NamedTensors want = run_model(model, feeds), got = run_model(opt, feeds), got_cpu = run_model(opt, feeds, "cpu");
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got_cpu.size(), 1u);
+  expect_near(got[0].second, want[0].second, 1e-5, 1e-5);
+  expect_near(got_cpu[0].second, want[0].second, 1e-5, 1e-4);
+}
+
+TEST(AttentionFusion, BroadcastBatchDimsMatchMatMul) {
+  // K shared by both heads: MatMul broadcasts [2,3,4] x [1,4,3]; the fused node must too.
+  ModelBuilder b(13);
+  auto q = b.input("q", {2, 3, 4});
+  auto k = b.input("k", {1, 4, 3});
+  auto v = b.input("v", {2, 3, 4});
+  auto p = b.node("Softmax", {b.node("MatMul", {q, k})}, {{"axis", int_attr(-1)}});
+  b.output(b.node("MatMul", {p, v}));
+  auto model = b.build();
+  auto opt = run_pass(*model, "attention_fusion");
+  ASSERT_EQ(count_ops(*opt, "Attention"), 1);
+  expect_same_outputs(model, opt, 1e-5);
+  NamedTensors feeds = random_feeds(*model);
+  NamedTensors ref = run_model(opt, feeds), cpu = run_model(opt, feeds, "cpu");
+  ASSERT_EQ(cpu.size(), 1u);
+  expect_near(cpu[0].second, ref[0].second, 1e-5, 1e-4);
+}
+
+TEST(ShapeFolding, GathersKnownDimsOfPartlySymbolicShapes) {
+  // Shape(x)[2] of x [batch, 3, 8] is 8 at load time even though the batch is symbolic.
+  ModelBuilder b(13);
+  auto x = b.input("x", {2, 3, 8});
+  auto known = b.node("Gather", {b.node("Shape", {x}), b.constant(Tensor::scalar<int64_t>(2))}, {{"axis", int_attr(0)}});
+  auto batch = b.node("Gather", {b.node("Shape", {x}), b.constant(Tensor::scalar<int64_t>(0))}, {{"axis", int_attr(0)}});
+  b.output(b.node("Add", {known, batch}));
+  auto dynamic = with_symbolic_dim(*b.build(), {0});
+  auto opt = run_pass(*dynamic, "shape_folding");
+  EXPECT_EQ(count_ops(*opt, "Gather"), 1);  // the batch dim stays computed
+  ASSERT_TRUE(opt->graph.initializers.count(known));
+  EXPECT_EQ(opt->graph.initializers.at(known).data<int64_t>()[0], 8);
+}
+
 TEST(AttentionFusion, KeepsSoftmaxWhoseProbabilitiesAreAnOutput) {
   ModelBuilder b(13);
   auto q = b.input("q", {2, 3, 4});
