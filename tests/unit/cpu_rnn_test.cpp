@@ -96,8 +96,9 @@ TEST(CpuRnn, SmallGemmMatchesPlainLoops) {
     for (int64_t N : {1, 15, 16, 33, 64, 130}) {
       const int64_t K = 11, ldb = N + 3, ldc = N + 5;
       Tensor a = randn({M, K}, rng), b = randn({K, ldb}, rng), bias = randn({N}, rng);
+      const cpu::PanelMatrix packed = cpu::pack_panels(K, N, b.data<float>(), ldb, 1);
       vector<float> c(static_cast<size_t>(M * ldc), -1.f);
-      cpu::small_gemm(M, N, K, a.data<float>(), K, b.data<float>(), ldb, bias.data<float>(), c.data(), ldc);
+      cpu::small_gemm(M, a.data<float>(), K, packed, bias.data<float>(), c.data(), ldc);
       for (int64_t m = 0; m < M; ++m)
         for (int64_t n = 0; n < ldc; ++n) {
           if (n >= N) {

@@ -14,7 +14,6 @@
 // nullptr for anything else (other activations, non-constant weights, non-f32), and a run whose
 // inputs the kernel does not handle (bad shapes or lengths, other dtypes) goes to the reference
 // kernel, which also gives the error messages.
-#include <dnnl.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_kernel_util.h"
+#include "backends/cpu/const_weight_gemm.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/small_gemm.h"
@@ -81,7 +81,8 @@ FERRY_VEC void gru_h(int64_t H, const float* __restrict x, const float* __restri
 // ---- the kernel ---------------------------------------------------------------------------------
 
 struct Direction {
-  vector<float> rt;          // R^T [H, G*H]
+  cpu::PanelMatrix r_first;   // R^T [H, G*H] (GRU with linear_before_reset 0: the z and r columns only)
+  cpu::PanelMatrix r_second;  // GRU with linear_before_reset 0: Rh^T [H, H]
   vector<float> wb, rb;      // [G*H] (zeros without B)
   vector<float> pi, po, pf;  // [H] (zeros without P)
   bool reverse = false;
@@ -119,7 +120,7 @@ class RnnKernel : public Kernel {
   int64_t layout_attr_ = 0;
   float clip_ = std::numeric_limits<float>::infinity();
   bool input_forget_ = false, linear_before_reset_ = false;
-  vector<float> wt_;  // W^T [I, D*G*H]
+  std::unique_ptr<cpu::ConstWeightGemm> input_gemm_;  // X * W^T, W^T [I, D*G*H]
   vector<Direction> dirs_;
   vector<float> ones_;  // [H]
 };
@@ -183,18 +184,19 @@ bool RnnKernel::init(const Graph& graph) {
 
   // W^T of both directions side by side: one GEMM gives every direction's input projection.
   const int64_t N = D_ * GH;
-  wt_.resize(static_cast<size_t>(I_ * N));
+  vector<float> wt(static_cast<size_t>(I_ * N));
   const float* wd = w->data<float>();
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t i = 0; i < I_; ++i) wt_[i * N + n] = wd[n * I_ + i];
+    for (int64_t i = 0; i < I_; ++i) wt[i * N + n] = wd[n * I_ + i];
+  input_gemm_ = std::make_unique<cpu::ConstWeightGemm>(std::move(wt), I_, N);
   dirs_.resize(static_cast<size_t>(D_));
   for (int64_t d = 0; d < D_; ++d) {
     Direction& dr = dirs_[d];
     dr.reverse = dir == "reverse" || d == 1;
-    dr.rt.resize(static_cast<size_t>(H_ * GH));
-    const float* rd = r->data<float>() + d * GH * H_;
-    for (int64_t n = 0; n < GH; ++n)
-      for (int64_t k = 0; k < H_; ++k) dr.rt[k * GH + n] = rd[n * H_ + k];
+    const float* rd = r->data<float>() + d * GH * H_;  // R[n, k]: R^T's (k, n) is rd[k + n * H]
+    const bool gru2 = cell_ == Cell::kGru && !linear_before_reset_;
+    dr.r_first = cpu::pack_panels(H_, gru2 ? 2 * H_ : GH, rd, 1, H_);
+    if (gru2) dr.r_second = cpu::pack_panels(H_, H_, rd + 2 * H_ * H_, 1, H_);
     dr.wb.assign(static_cast<size_t>(GH), 0.f);
     dr.rb.assign(static_cast<size_t>(GH), 0.f);
     if (bias) {
@@ -267,7 +269,7 @@ void RnnKernel::run_rows(const Run& r, int64_t d, int64_t b0, int64_t nb) const 
     if (h_zero) {
       for (int64_t i = 0; i < nb; ++i) std::memcpy(g.data() + i * GH, dr.rb.data(), sizeof(float) * n_first);
     } else {
-      cpu::small_gemm(nb, n_first, H, h.data(), H, dr.rt.data(), GH, dr.rb.data(), g.data(), GH);
+      cpu::small_gemm(nb, h.data(), H, dr.r_first, dr.rb.data(), g.data(), GH);
     }
     for (int64_t i = 0; i < nb; ++i) {
       const int64_t b = b0 + i;
@@ -293,7 +295,7 @@ void RnnKernel::run_rows(const Run& r, int64_t d, int64_t b0, int64_t nb) const 
           for (int64_t i = 0; i < nb; ++i)
             std::memcpy(g.data() + i * GH + 2 * H, dr.rb.data() + 2 * H, sizeof(float) * H);
         } else {
-          cpu::small_gemm(nb, H, H, rh.data(), H, dr.rt.data() + 2 * H, GH, dr.rb.data() + 2 * H, g.data() + 2 * H, GH);
+          cpu::small_gemm(nb, rh.data(), H, dr.r_second, dr.rb.data() + 2 * H, g.data() + 2 * H, GH);
         }
       }
       for (int64_t i = 0; i < nb; ++i) {
@@ -368,13 +370,13 @@ Status RnnKernel::compute(KernelContext& ctx) {
   }
 
   // Input projection of every step and direction: [S*B, I] x [I, D*G*H].
-  std::unique_ptr<float[]> xw(new float[static_cast<size_t>(S * B * N)]);
-  const dnnl_status_t st =
-      dnnl_sgemm('N', 'N', S * B, N, I_, 1.f, x.data<float>(), I_, wt_.data(), N, 0.f, xw.get(), N);
-  if (st != dnnl_success)
-    return internal_error(node_.describe() + ": oneDNN sgemm failed (status " + std::to_string(st) +
-                          "); run with --device cpu-ref to use the reference kernel");
-  r.xw = xw.get();
+  // A per-thread buffer kept between runs: a fresh one would be page-faulted in on every run.
+  thread_local vector<float> xw;
+  if (xw.size() < static_cast<size_t>(S * B * N)) xw.resize(static_cast<size_t>(S * B * N));
+  const Status st = input_gemm_->run(x.data<float>(), S * B, xw.data());
+  if (!st.is_ok())
+    return internal_error(node_.describe() + ": " + st.message() + "; run with --device cpu-ref to use the reference kernel");
+  r.xw = xw.data();
 
   // Independent work items: each direction's rows, split in blocks when there are threads to spare.
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();

@@ -1,8 +1,12 @@
 // Skinny matrix products for the recurrent kernels; see small_gemm.h.
 //
 // AVX-512 path: an MR x (16 * NV) block of C stays in registers (MR * NV <= 16 accumulators) while
-// k runs over the rows of B; each B vector loaded is used MR times. N tails use masked loads/stores.
+// k runs down a panel of B; each B vector loaded is used MR times. Up to 4 rows take a whole panel
+// (NV = 4), 5 to 8 rows take it in two halves (NV = 2). Column tails use masked stores (the panel is
+// zero-padded, so loads need no mask).
 #include "backends/cpu/small_gemm.h"
+
+#include <algorithm>
 
 #include "backends/cpu/vec_math.h"
 
@@ -13,86 +17,92 @@
 namespace ferry::cpu {
 namespace {
 
-FERRY_VEC void small_gemm_generic(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                                  int64_t ldb, const float* bias, float* C, int64_t ldc) {
-  for (int64_t m = 0; m < M; ++m) {
-    float* c = C + m * ldc;
-    for (int64_t n = 0; n < N; ++n) c[n] = bias ? bias[n] : 0.f;
-    for (int64_t k = 0; k < K; ++k) {
-      const float a = A[m * lda + k];
-      const float* b = B + k * ldb;
-      for (int64_t n = 0; n < N; ++n) c[n] += a * b[n];
+constexpr int64_t kP = PanelMatrix::kPanel;
+
+FERRY_VEC void small_gemm_generic(int64_t M, const float* A, int64_t lda, const PanelMatrix& B, const float* bias,
+                                  float* C, int64_t ldc) {
+  const int64_t K = B.rows, N = B.cols;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n0 = 0; n0 < N; n0 += kP) {
+      const float* panel = B.data.data() + (n0 / kP) * K * kP;
+      float acc[kP] = {};
+      for (int64_t k = 0; k < K; ++k) {
+        const float a = A[m * lda + k];
+        for (int64_t j = 0; j < kP; ++j) acc[j] += a * panel[k * kP + j];
+      }
+      for (int64_t j = 0; j < kP && n0 + j < N; ++j) C[m * ldc + n0 + j] = acc[j] + (bias ? bias[n0 + j] : 0.f);
     }
-  }
 }
 
 #if defined(__x86_64__)
 
+// Rows [0, MR) of A times columns [n0, n0 + 16 * NV) of B (`bp`: that column block's top, row stride kP).
 template <int MR, int NV>
-__attribute__((target("avx512f"))) void block_avx512(int64_t N, int64_t K, const float* A, int64_t lda,
-                                                     const float* B, int64_t ldb, const float* bias, float* C,
-                                                     int64_t ldc) {
-  constexpr int64_t kWidth = 16 * NV;
-  int64_t n = 0;
-  for (; n + kWidth <= N; n += kWidth) {
-    __m512 acc[MR][NV];
+__attribute__((target("avx512f"))) void block_avx512(int64_t K, int64_t width, const float* A, int64_t lda,
+                                                     const float* bp, const float* bias, float* C, int64_t ldc) {
+  __m512 acc[MR][NV];
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) {
-      const __m512 b0 = bias ? _mm512_loadu_ps(bias + n + 16 * v) : _mm512_setzero_ps();
+  for (int v = 0; v < NV; ++v) {
+    const int64_t left = width - 16 * v;
+    const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : left > 0 ? __mmask16((1u << left) - 1) : __mmask16(0);
+    const __m512 b0 = bias ? _mm512_maskz_loadu_ps(mask, bias + 16 * v) : _mm512_setzero_ps();
 #pragma GCC unroll 8
-      for (int m = 0; m < MR; ++m) acc[m][v] = b0;
-    }
-    const float* bk = B + n;
-    for (int64_t k = 0; k < K; ++k, bk += ldb) {
-      __m512 bv[NV];
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(bk + 16 * v);
-#pragma GCC unroll 8
-      for (int m = 0; m < MR; ++m) {
-        const __m512 a = _mm512_set1_ps(A[m * lda + k]);
-#pragma GCC unroll 8
-        for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_fmadd_ps(a, bv[v], acc[m][v]);
-      }
-    }
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) _mm512_storeu_ps(C + m * ldc + n + 16 * v, acc[m][v]);
+    for (int m = 0; m < MR; ++m) acc[m][v] = b0;
   }
-  for (; n < N; n += 16) {
-    const __mmask16 mask = N - n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (N - n)) - 1);
-    __m512 acc[MR];
-    const __m512 b0 = bias ? _mm512_maskz_loadu_ps(mask, bias + n) : _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k, bp += kP) {
+    __m512 bv[NV];
 #pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) acc[m] = b0;
-    const float* bk = B + n;
-    for (int64_t k = 0; k < K; ++k, bk += ldb) {
-      const __m512 bv = _mm512_maskz_loadu_ps(mask, bk);
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(bp + 16 * v);
 #pragma GCC unroll 8
-      for (int m = 0; m < MR; ++m) acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(A[m * lda + k]), bv, acc[m]);
+    for (int m = 0; m < MR; ++m) {
+      const __m512 a = _mm512_set1_ps(A[m * lda + k]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_fmadd_ps(a, bv[v], acc[m][v]);
     }
+  }
 #pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) _mm512_mask_storeu_ps(C + m * ldc + n, mask, acc[m]);
+  for (int v = 0; v < NV; ++v) {
+    const int64_t left = width - 16 * v;
+    if (left <= 0) break;
+    const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) _mm512_mask_storeu_ps(C + m * ldc + 16 * v, mask, acc[m][v]);
   }
 }
 
-void small_gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-                       const float* bias, float* C, int64_t ldc) {
+template <int MR>
+void rows_avx512(const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C, int64_t ldc) {
+  const int64_t K = B.rows, N = B.cols;
+  for (int64_t n0 = 0; n0 < N; n0 += kP) {
+    const float* panel = B.data.data() + (n0 / kP) * K * kP;
+    const float* bn = bias ? bias + n0 : nullptr;
+    if constexpr (MR <= 4) {
+      block_avx512<MR, 4>(K, std::min(kP, N - n0), A, lda, panel, bn, C + n0, ldc);
+    } else {
+      for (int64_t h = 0; h < kP && n0 + h < N; h += 32)
+        block_avx512<MR, 2>(K, std::min<int64_t>(32, N - n0 - h), A, lda, panel + h, bn ? bn + h : nullptr,
+                            C + n0 + h, ldc);
+    }
+  }
+}
+
+void small_gemm_avx512(int64_t M, const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C,
+                       int64_t ldc) {
   for (int64_t m0 = 0; m0 < M;) {
-    const int64_t rows = M - m0;
+    const int64_t rows = std::min<int64_t>(8, M - m0);
     const float* a = A + m0 * lda;
     float* c = C + m0 * ldc;
-    switch (rows >= 8 ? 8 : rows) {
-      case 1: block_avx512<1, 8>(N, K, a, lda, B, ldb, bias, c, ldc); break;
-      case 2: block_avx512<2, 8>(N, K, a, lda, B, ldb, bias, c, ldc); break;
-      case 3: block_avx512<3, 4>(N, K, a, lda, B, ldb, bias, c, ldc); break;
-      case 4: block_avx512<4, 4>(N, K, a, lda, B, ldb, bias, c, ldc); break;
-      case 5: block_avx512<5, 2>(N, K, a, lda, B, ldb, bias, c, ldc); break;
-      case 6: block_avx512<6, 2>(N, K, a, lda, B, ldb, bias, c, ldc); break;
-      case 7: block_avx512<7, 2>(N, K, a, lda, B, ldb, bias, c, ldc); break;
-      default: block_avx512<8, 2>(N, K, a, lda, B, ldb, bias, c, ldc); break;
+    switch (rows) {
+      case 1: rows_avx512<1>(a, lda, B, bias, c, ldc); break;
+      case 2: rows_avx512<2>(a, lda, B, bias, c, ldc); break;
+      case 3: rows_avx512<3>(a, lda, B, bias, c, ldc); break;
+      case 4: rows_avx512<4>(a, lda, B, bias, c, ldc); break;
+      case 5: rows_avx512<5>(a, lda, B, bias, c, ldc); break;
+      case 6: rows_avx512<6>(a, lda, B, bias, c, ldc); break;
+      case 7: rows_avx512<7>(a, lda, B, bias, c, ldc); break;
+      default: rows_avx512<8>(a, lda, B, bias, c, ldc); break;
     }
-    m0 += rows >= 8 ? 8 : rows;
+    m0 += rows;
   }
 }
 
@@ -100,16 +110,26 @@ void small_gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t 
 
 }  // namespace
 
-void small_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-                const float* bias, float* C, int64_t ldc) {
+PanelMatrix pack_panels(int64_t K, int64_t N, const float* src, int64_t stride_k, int64_t stride_n) {
+  PanelMatrix p;
+  p.rows = K;
+  p.cols = N;
+  const int64_t panels = (N + kP - 1) / kP;
+  p.data.assign(static_cast<size_t>(panels * K * kP), 0.f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) p.data[(n / kP) * K * kP + k * kP + n % kP] = src[k * stride_k + n * stride_n];
+  return p;
+}
+
+void small_gemm(int64_t M, const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C, int64_t ldc) {
 #if defined(__x86_64__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   if (avx512) {
-    small_gemm_avx512(M, N, K, A, lda, B, ldb, bias, C, ldc);
+    small_gemm_avx512(M, A, lda, B, bias, C, ldc);
     return;
   }
 #endif
-  small_gemm_generic(M, N, K, A, lda, B, ldb, bias, C, ldc);
+  small_gemm_generic(M, A, lda, B, bias, C, ldc);
 }
 
 }  // namespace ferry::cpu
