@@ -129,10 +129,11 @@ class Bench:
             cmd += ["--output-dir", out_dir]
         return run_json(cmd, a.timeout, self.ferry_env)
 
-    def ort_bench(self, model, meta, bdir, threads, out_dir=None):
+    def ort_bench(self, model, meta, bdir, threads, out_dir=None, timing=None):
         a = self.args
-        cmd = ["node", os.path.join(HERE, "ort_bench.js"), "--model", model, "--threads", str(threads),
-               "--warmup", str(a.warmup), "--duration", str(a.duration)] + self.input_args(meta, bdir)
+        timing = timing or ["--warmup", str(a.warmup), "--duration", str(a.duration)]
+        cmd = ["node", os.path.join(HERE, "ort_bench.js"), "--model", model, "--threads", str(threads)] + timing + \
+            self.input_args(meta, bdir)
         if not a.spin:
             cmd.append("--no-spin")
         if out_dir:
@@ -222,8 +223,44 @@ class Bench:
             else:
                 res["load"]["compiled_error"] = err
 
+    def load_only(self, name):
+        """--load-only: load + first inference at the first batch and the most threads, the three
+        engines interleaved per round (ORT session create + run; ferry from .onnx; ferry from the
+        compiled .ferry), best of the rounds."""
+        a = self.args
+        mdir = os.path.join(a.models, name)
+        model = os.path.join(mdir, "model.onnx")
+        with open(os.path.join(mdir, "meta.json")) as f:
+            meta = json.load(f)
+        os.makedirs(os.path.join(a.work, name), exist_ok=True)
+        bdir, batch, threads = os.path.join(mdir, f"b{a.batch_list[0]}"), a.batch_list[0], max(a.thread_list)
+        res = {"title": MODEL_TITLES.get(name, name), "rows": [], "bf16": [], "load": {}}
+        self.results["models"][name] = res
+        path, err = self.compiled(name, model)
+        if not path:
+            res["load"]["compiled_error"] = err
+        runs = {"ort_ms": [], "ferry_onnx_ms": [], "ferry_compiled_ms": []}
+        for r in range(a.rounds):
+            j, e = self.ort_bench(model, meta, bdir, threads, timing=["--warmup", "1", "--iterations", "1"])
+            if j:
+                runs["ort_ms"].append(j["create_ms"] + j["first_run_ms"])
+            for key, m in (("ferry_onnx_ms", model), ("ferry_compiled_ms", path)):
+                if m:
+                    j, e = self.ferry_bench(m, meta, bdir, threads, batch, extra=["-n", "1", "-w", "1"])
+                    if j:
+                        runs[key].append(j["load_ms"] + j["first_run_ms"])
+            log(f"{name} load round {r + 1}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in runs.items() if v))
+        for k, v in runs.items():
+            if v:
+                res["load"][k] = min(v)
+                res["load"][k + "_all"] = v
+
     def run(self):
         names = [n for n in MODEL_ORDER if n in self.args.model_list]
+        if self.args.load_only:
+            for n in names:
+                self.load_only(n)
+            return self.results
         for n in names:
             self.run_model(n)
         self.results["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
@@ -360,6 +397,9 @@ def main():
     ap.add_argument("--no-compiled", dest="compiled", action="store_false")
     ap.add_argument("--quick", action="store_true", help="batch 1, one round, 1 s per engine: for iterating")
     ap.add_argument("--command", default="", help="the command line to record in the report")
+    ap.add_argument("--load-only", action="store_true",
+                    help="only load + first inference (ORT, ferry .onnx, ferry .ferry; --rounds rounds, best of), "
+                         "printed as a table; docs/performance.md is not written")
     args = ap.parse_args()
     if args.quick:
         args.batches, args.rounds, args.duration, args.warmup = "1", 1, 1.0, 1
@@ -379,6 +419,15 @@ def main():
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(results, f, indent=1)
+    if args.load_only:
+        print(f"| model | ORT ms | ferry .onnx ms | ferry .ferry ms | ORT / ferry .ferry |  (best of {args.rounds}, "
+              f"batch {args.batch_list[0]}, {max(args.thread_list)} threads)")
+        for res in results["models"].values():
+            ld = res["load"]
+            c, o = ld.get("ferry_compiled_ms"), ld.get("ort_ms")
+            print(f"| {res['title']} | {fmt_ms(o)} | {fmt_ms(ld.get('ferry_onnx_ms'))} | {fmt_ms(c)} | "
+                  f"{f'{o / c:.1f}x' if c and o else '—'} |" + (f" {ld['compiled_error']}" if ld.get("compiled_error") else ""))
+        return 0
     text = render(results, args)
     with open(args.out, "w") as f:
         f.write(text)

@@ -27,6 +27,7 @@ struct CompileCliOptions {
   int opt_level = -1;
   std::string device = "cpu";
   bool tune = false;
+  bool no_prepack = false;
   std::string tuning_cache;
   int threads = 0;
   bool json = false;
@@ -40,6 +41,7 @@ int cmd_compile(const CompileCliOptions& opt) {
   co.precision_mode = opt.precision_mode;
   co.precision_config = opt.precision_config;
   co.tune = opt.tune;
+  co.prepack = !opt.no_prepack;
   co.tuning_cache = opt.tuning_cache.empty() ? default_tuning_cache_path() : opt.tuning_cache;
   co.threads = opt.threads;
   if (Status s = parse_input_shapes(opt.input_shapes, &co.input_shapes); !s.is_ok()) return report(s);
@@ -84,7 +86,7 @@ int cmd_compile(const CompileCliOptions& opt) {
                         {"opt_level", sp.opt_level}, {"precision_mode", sp.precision_mode},
                         {"nodes_before", rep.nodes_before}, {"nodes_after", rep.nodes_after},
                         {"batch_gears", nlohmann::json::array()}, {"file_bytes", bytes.value().size()},
-                        {"seconds", secs}};
+                        {"seconds", secs}, {"packed_nodes", rep.packed_nodes}, {"packed_bytes", rep.packed_bytes}};
     for (const CompiledGear& g : sp.gears)
       if (g.batch > 0) j["batch_gears"].push_back(g.batch);
     if (opt.tune)
@@ -100,6 +102,9 @@ int cmd_compile(const CompileCliOptions& opt) {
               static_cast<long long>(rep.nodes_after), gears.empty() ? "fixed shapes" : ("batch gears " + gears).c_str());
   std::printf("  file:      %s (weights of one plan %s)\n", human_bytes(static_cast<int64_t>(bytes.value().size())).c_str(),
               human_bytes(weight_bytes).c_str());
+  if (rep.packed_nodes > 0)
+    std::printf("  packed:    weights of %lld nodes stored in their kernels' layout (%s; used in place at load)\n",
+                static_cast<long long>(rep.packed_nodes), human_bytes(rep.packed_bytes).c_str());
   if (opt.tune)
     std::printf("  tuning:    %d threads; %lld nodes timed, %lld from the cache, %lld changed from the default (cache %s)\n",
                 sp.threads, static_cast<long long>(rep.tuned_nodes), static_cast<long long>(rep.cache_hits),
@@ -125,6 +130,8 @@ const bool kRegistered = register_command({"compile", 40, [](CLI::App& app) {
       ->check(CLI::Range(0, 2));
   cmd->add_option("-d,--device", opt->device, "Device to compile for: cpu (default), cpu-ref, ...");
   cmd->add_flag("--tune", opt->tune, "Time candidate kernels per node on this machine and keep the fastest");
+  cmd->add_flag("--no-prepack", opt->no_prepack,
+                "Do not store the weights pre-packed for the cpu kernels (smaller file; the load packs them)");
   cmd->add_option("--tuning-cache", opt->tuning_cache,
                   "Tuning cache file, reused across compiles (default: ~/.cache/ferry/tuning.json)");
   cmd->add_option("-t,--threads", opt->threads, "Intra-op threads when tuning (default: try 1, 2, 4, ... cores)")
