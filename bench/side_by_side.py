@@ -123,7 +123,8 @@ class Bench:
     def ferry_bench(self, model, meta, bdir, threads, batch, out_dir=None, extra=()):
         a = self.args
         timing = [] if "-n" in extra else ["--duration", str(a.duration)]
-        cmd = [a.ferry, "bench", model, "--json", "-t", str(threads), "--batch", str(batch), "-w", str(a.warmup)] + \
+        warmup = [] if "-w" in extra else ["-w", str(a.warmup)]
+        cmd = [a.ferry, "bench", model, "--json", "-t", str(threads), "--batch", str(batch)] + warmup + \
             timing + self.input_args(meta, bdir) + list(extra)
         if out_dir:
             cmd += ["--output-dir", out_dir]
