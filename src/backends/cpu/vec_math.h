@@ -7,8 +7,10 @@
 #include <bit>
 #include <cstdint>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 // Clones are chosen by ISA feature: "arch=" clones dispatch on the CPU model and never match AMD CPUs.
+// Not under sanitizers: the ifunc resolvers run before the sanitizer runtime is initialized.
 #define FERRY_VEC __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define FERRY_VEC
