@@ -81,6 +81,7 @@ struct Executor::RunMemory {
   AllocationRecorder* recorder = nullptr;  // first run with these input shapes: record
   ArenaAllocator* arena = nullptr;         // a plan exists: serve from the arena
   bool violated = false;                   // a planned tensor outlived its step: heap from then on
+  CrossingStats transfers;                 // this run's device<->host copies (published at the end)
 };
 
 Executor::~Executor() = default;
@@ -283,15 +284,14 @@ Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
       shapes_key.insert(shapes_key.end(), v.tensor.dims().begin(), v.tensor.dims().end());
     }
   }
-  last_transfers_ = CrossingStats{};
+  RunMemory memory;
   for (const auto& [name, t] : feeds) {
     auto c = crossing_count_.find(name);
     if (c != crossing_count_.end() && t.is_tensor()) {
-      last_transfers_.boundaries += c->second;
-      last_transfers_.bytes += c->second * t.tensor.nbytes();
+      memory.transfers.boundaries += c->second;
+      memory.transfers.bytes += c->second * t.tensor.nbytes();
     }
   }
-  RunMemory memory;
   std::unique_ptr<AllocationRecorder> recorder;
   if (plannable) {
     std::shared_ptr<const ArenaPlan> plan = find_plan(shapes_key);
@@ -326,6 +326,10 @@ Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
   if (memory.violated) store_plan(shapes_key, nullptr);  // the plan did not hold: record again next run
   for (Value& v : state->slots) v = Value();
   release_state(std::move(state));
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);  // concurrent runs: the last one to finish wins
+    last_transfers_ = memory.transfers;
+  }
   return st;
 }
 
@@ -382,7 +386,7 @@ Status Executor::run_graph(const Graph& g, const PreparedGraph& pg, Frame& frame
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       observer_(node, results, ms);
     }
-    if (observe && !crossing_count_.empty()) count_crossings(node, results);
+    if (observe && !crossing_count_.empty()) count_crossings(node, results, &memory->transfers);
     for (size_t k = 0; k < pn.outputs.size(); ++k)
       if (pn.outputs[k] >= 0) slots[static_cast<size_t>(pn.outputs[k])] = std::move(results[k]);
     for (int32_t s : pn.frees) slots[static_cast<size_t>(s)] = Value();
@@ -470,12 +474,12 @@ MemoryStats Executor::memory_stats() const {
   return s;
 }
 
-void Executor::count_crossings(const Node& node, const std::vector<Value>& outputs) {
+void Executor::count_crossings(const Node& node, const std::vector<Value>& outputs, CrossingStats* stats) const {
   for (size_t k = 0; k < node.outputs.size(); ++k) {
     auto c = crossing_count_.find(node.outputs[k]);
     if (c == crossing_count_.end() || !outputs[k].is_tensor()) continue;
-    last_transfers_.boundaries += c->second;
-    last_transfers_.bytes += c->second * outputs[k].tensor.nbytes();
+    stats->boundaries += c->second;
+    stats->bytes += c->second * outputs[k].tensor.nbytes();
   }
 }
 

@@ -95,7 +95,10 @@ class Executor {
   /// and no crossings when the device is a CPU backend).
   const PartitionPlan& partitions() const { return plan_; }
   /// The copies the last run made across the device<->host boundary (counted from its tensors).
-  CrossingStats last_transfers() const { return last_transfers_; }
+  CrossingStats last_transfers() const {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    return last_transfers_;
+  }
 
  private:
   struct PreparedNode;
@@ -116,8 +119,8 @@ class Executor {
   void store_plan(const std::vector<int64_t>& shapes_key, std::shared_ptr<const ArenaPlan> plan);
   std::unique_ptr<RunState> acquire_state();
   void release_state(std::unique_ptr<RunState> state);
-  /// Adds the node's outputs that cross the device<->host boundary to last_transfers_.
-  void count_crossings(const Node& node, const std::vector<Value>& outputs);
+  /// Adds the node's outputs that cross the device<->host boundary to *stats (the run's own).
+  void count_crossings(const Node& node, const std::vector<Value>& outputs, CrossingStats* stats) const;
   /// Tells a device backend which of its main-graph values the host needs (Backend::set_host_values):
   /// the crossings to the host, or every value it produces while an observer looks.
   void tell_host_values();
@@ -127,7 +130,8 @@ class Executor {
   std::unique_ptr<Backend> host_;  // the fallback for nodes the device does not take (null on CPU devices)
   PartitionPlan plan_;
   std::unordered_map<std::string, int64_t> crossing_count_;  // value -> copies per inference
-  CrossingStats last_transfers_;
+  mutable std::mutex stats_mu_;
+  CrossingStats last_transfers_;  // guarded by stats_mu_
   std::unordered_map<const Graph*, std::unique_ptr<PreparedGraph>> graphs_;
   NodeObserver observer_;
   bool observer_keeps_outputs_ = true;
