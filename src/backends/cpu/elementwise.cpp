@@ -1,11 +1,10 @@
 // CPU kernels for f32 elementwise ops: Add/Sub/Mul/Div with numpy broadcasting (dims collapsed
-// so the inner loop is a contiguous span against a span or a scalar; bf16 operands too, computed
-// in f32 chunks and rounded back), unary Relu, Sigmoid, Tanh, Erf, Exp, Neg, Sqrt, Abs, and Cast
-// between f32 and bf16 (the casts precision modes insert). Vectorized loops, threads over chunks.
+// so the inner loop is a contiguous span against a span or a scalar), and unary Relu, Sigmoid,
+// Tanh, Erf, Exp, Neg, Sqrt, Abs. Vectorized loops, threads over chunks of the output.
+// (bf16 operands and f32<->bf16 Casts: bf16.cpp.)
 #include <cmath>
 #include <vector>
 
-#include "backends/cpu/bf16_span.h"
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/vec_math.h"
@@ -48,19 +47,6 @@ BinarySpan binary_span(BinOp op) {
     case BinOp::kDiv: return div_span;
   }
   return add_span;
-}
-
-// The f32 span over bf16 operands: chunks widened, computed, rounded back.
-void bf16_span(BinarySpan span, const uint16_t* a, int64_t sa, const uint16_t* b, int64_t sb, uint16_t* y, int64_t n) {
-  constexpr int64_t kChunk = 1024;
-  float fa[kChunk], fb[kChunk], fy[kChunk];
-  for (int64_t c = 0; c < n; c += kChunk) {
-    const int64_t m = std::min(kChunk, n - c);
-    widen_bf16(a + c * sa, fa, sa ? m : 1);
-    widen_bf16(b + c * sb, fb, sb ? m : 1);
-    span(fa, sa, fb, sb, fy, m);
-    narrow_bf16(fy, y + c, m);
-  }
 }
 
 // Output dims with the operands' strides, adjacent dims merged where both operands allow it.
@@ -126,24 +112,15 @@ StatusOr<bool> run_binary(KernelContext& ctx) {
       !ctx.input_value(1).is_tensor())
     return false;
   const Tensor &a = ctx.input(0), &b = ctx.input(1);
-  const DType dt = a.dtype();
-  if (!f32_or_bf16(dt) || b.dtype() != dt) return false;
+  if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32) return false;
   std::vector<int64_t> out;
   if (!broadcast_dims(a.dims(), b.dims(), &out)) return false;
   CollapsedBroadcast c = collapse(out, broadcast_strides(a.dims(), out), broadcast_strides(b.dims(), out));
   const size_t r = c.dims.size();
   // The innermost run must be contiguous or broadcast for both operands.
   if ((c.sa[r - 1] != 0 && c.sa[r - 1] != 1) || (c.sb[r - 1] != 0 && c.sb[r - 1] != 1)) return false;
-  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dt, out, false));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DType::kF32, out, false));
   if (y->numel() == 0) return true;
-  if (dt == DType::kBF16) {
-    const uint16_t *pa = a.data<uint16_t>(), *pb = b.data<uint16_t>();
-    uint16_t* py = y->mutable_data<uint16_t>();
-    run_collapsed(c, y->numel(), [&](int64_t oa, int64_t sa, int64_t ob, int64_t sb, int64_t oy, int64_t n) {
-      bf16_span(binary_span(kOp), pa + oa, sa, pb + ob, sb, py + oy, n);
-    });
-    return true;
-  }
   const float *pa = a.data<float>(), *pb = b.data<float>();
   float* py = y->mutable_data<float>();
   run_collapsed(c, y->numel(), [&](int64_t oa, int64_t sa, int64_t ob, int64_t sb, int64_t oy, int64_t n) {
@@ -181,44 +158,12 @@ StatusOr<bool> run_unary(KernelContext& ctx) {
   return true;
 }
 
-// ---- Cast f32 <-> bf16 -----------------------------------------------------------------------------
-
-StatusOr<bool> run_cast(KernelContext& ctx) {
-  if (!ctx.has_input(0) || !ctx.input_value(0).is_tensor()) return false;
-  const Tensor& x = ctx.input(0);
-  const DType to = static_cast<DType>(ctx.get_int("to", 0));
-  const bool narrow = x.dtype() == DType::kF32 && to == DType::kBF16;
-  if (!narrow && !(x.dtype() == DType::kBF16 && to == DType::kF32)) return false;
-  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, to, x.dims(), false));
-  parallel_ranges(x.numel(), 2, [&](int64_t s, int64_t e) {
-    if (narrow) narrow_bf16(x.data<float>() + s, y->mutable_data<uint16_t>() + s, e - s);
-    else widen_bf16(x.data<uint16_t>() + s, y->mutable_data<float>() + s, e - s);
-  });
-  return true;
-}
-
-// Kernels for nodes whose float inputs are f32 (or, with `bf16_ok`, all bf16) or of unknown type.
-CpuKernelFactory factory(StatusOr<bool> (*fn)(KernelContext&), bool bf16_ok = false) {
-  return [fn, bf16_ok](const Node& node, const OpSchema& schema, const Graph& g) -> StatusOr<std::unique_ptr<Kernel>> {
-    for (const std::string& in : node.inputs) {
-      if (in.empty() || maybe_f32(g, in)) continue;
-      if (!bf16_ok || g.find_type(in)->dtype != DType::kBF16) return std::unique_ptr<Kernel>();
-    }
+CpuKernelFactory factory(StatusOr<bool> (*fn)(KernelContext&)) {
+  return [fn](const Node& node, const OpSchema& schema, const Graph& g) -> StatusOr<std::unique_ptr<Kernel>> {
+    for (const std::string& in : node.inputs)
+      if (!in.empty() && !maybe_f32(g, in)) return std::unique_ptr<Kernel>();
     return make_fn_kernel(fn, schema);
   };
-}
-
-std::unique_ptr<Kernel> no_kernel() { return nullptr; }
-
-// Cast between f32 and bf16 only (every other pair runs the reference kernel).
-StatusOr<std::unique_ptr<Kernel>> make_cast(const Node& node, const OpSchema& schema, const Graph& g) {
-  const TensorType* t = node.inputs.empty() ? nullptr : g.find_type(node.inputs[0]);
-  const Attribute* to = node.attr("to");
-  if (!t || !to) return no_kernel();
-  const bool ok = (t->dtype == DType::kF32 && to->i == static_cast<int64_t>(DType::kBF16)) ||
-                  (t->dtype == DType::kBF16 && to->i == static_cast<int64_t>(DType::kF32));
-  if (!ok) return no_kernel();
-  return make_fn_kernel(run_cast, schema);
 }
 
 }  // namespace
@@ -227,10 +172,10 @@ StatusOr<std::unique_ptr<Kernel>> make_cast(const Node& node, const OpSchema& sc
 namespace ferry {
 void register_cpu_elementwise_kernels(CpuKernelTable& t) {
   using namespace cpu;
-  t.add("", "Add", factory(run_binary<BinOp::kAdd>, true));
-  t.add("", "Sub", factory(run_binary<BinOp::kSub>, true));
-  t.add("", "Mul", factory(run_binary<BinOp::kMul>, true));
-  t.add("", "Div", factory(run_binary<BinOp::kDiv>, true));
+  t.add("", "Add", factory(run_binary<BinOp::kAdd>));
+  t.add("", "Sub", factory(run_binary<BinOp::kSub>));
+  t.add("", "Mul", factory(run_binary<BinOp::kMul>));
+  t.add("", "Div", factory(run_binary<BinOp::kDiv>));
   t.add("", "Relu", factory(run_unary<relu_span, 1>));
   t.add("", "Sigmoid", factory(run_unary<sigmoid_span, 20>));
   t.add("", "Tanh", factory(run_unary<tanh_span, 20>));
@@ -239,6 +184,5 @@ void register_cpu_elementwise_kernels(CpuKernelTable& t) {
   t.add("", "Neg", factory(run_unary<neg_span, 1>));
   t.add("", "Sqrt", factory(run_unary<sqrt_span, 4>));
   t.add("", "Abs", factory(run_unary<abs_span, 1>));
-  t.add("", "Cast", make_cast);
 }
 }  // namespace ferry

@@ -1,10 +1,7 @@
 // CPU kernels for transformer blocks: LayerNorm (com.ferry.LayerNorm, LayerNormalization),
-// GELU (com.ferry.Gelu, Gelu-20), Softmax over the last axis, and com.ferry.Attention (scores and
-// weighted sums through oneDNN's sgemm on strided head views, softmax in between, parallel over
-// batch x heads). f32, and bf16 tensors computed in f32 rows (widened on the fly, rounded back on
-// store: the values the reference kernels give); other types run the reference kernels.
-#include <dnnl.h>
-
+// GELU (com.ferry.Gelu, Gelu-20) and Softmax over the last axis (com.ferry.Attention: attention.cpp).
+// f32, and bf16 tensors computed in f32 rows (widened on the fly, rounded back on store: the values
+// the reference kernels give); other types run the reference kernels.
 #include <cmath>
 #include <vector>
 
@@ -12,7 +9,6 @@
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/vec_math.h"
-#include "ops/attention_view.h"
 #include "ops/op_util.h"
 
 namespace ferry::cpu {
@@ -56,16 +52,6 @@ FERRY_VEC void softmax_row(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) sum += x[i];
   const float inv = 1.f / sum;
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
-}
-
-FERRY_VEC void add_row(float* x, const float* m, int64_t n, int64_t stride) {
-  if (stride == 1) {
-    for (int64_t i = 0; i < n; ++i) x[i] += m[i];
-  } else if (stride == 0) {
-    for (int64_t i = 0; i < n; ++i) x[i] += m[0];
-  } else {
-    for (int64_t i = 0; i < n; ++i) x[i] += m[i * stride];
-  }
 }
 
 // The element type shared by every given input (f32 or bf16), or kUndefined.
@@ -167,144 +153,6 @@ StatusOr<bool> run_softmax(KernelContext& ctx) {
   return true;
 }
 
-// ---- Attention ---------------------------------------------------------------------------------
-
-// A matrix operand for sgemm: row-major with leading dimension ld, or its transpose.
-struct GemmOperand {
-  char trans = 'N';
-  int64_t ld = 0;
-};
-
-// The sgemm description of the last two logical dims (rows, cols) of a view; false when neither
-// dim is contiguous.
-bool gemm_operand(int64_t row_stride, int64_t col_stride, int64_t cols, int64_t rows, GemmOperand* op) {
-  if (col_stride == 1 || cols == 1) {
-    op->trans = 'N';
-    op->ld = std::max<int64_t>(row_stride, std::max<int64_t>(cols, 1));
-    return true;
-  }
-  if (row_stride == 1 || rows == 1) {
-    op->trans = 'T';
-    op->ld = std::max<int64_t>(col_stride, std::max<int64_t>(rows, 1));
-    return true;
-  }
-  return false;
-}
-
-// Widens a bf16 matrix view (rows x cols, element strides rs / cs; one of them 1, as gemm_operand
-// accepted) into `buf`, keeping its orientation; `op` describes the f32 copy.
-const float* widen_operand(const uint16_t* p, int64_t rows, int64_t cols, int64_t rs, int64_t cs, float* buf,
-                           GemmOperand* op) {
-  if (cs == 1 || cols == 1) {
-    for (int64_t i = 0; i < rows; ++i) widen_bf16(p + i * rs, buf + i * cols, cols);
-    *op = {'N', std::max<int64_t>(cols, 1)};
-  } else {
-    for (int64_t j = 0; j < cols; ++j) widen_bf16(p + j * cs, buf + j * rows, rows);
-    *op = {'T', std::max<int64_t>(rows, 1)};
-  }
-  return buf;
-}
-
-StatusOr<bool> run_attention(KernelContext& ctx) {
-  const DType dt = uniform_float_type(ctx);
-  if (dt == DType::kUndefined) return false;
-  const bool bf16 = dt == DType::kBF16;
-  const Tensor &q = ctx.input(0), &k = ctx.input(1), &v = ctx.input(2);
-  PermutedView vq, vk, vv;
-  if (!make_permuted_view(q.dims(), ctx.get_ints("q_perm"), &vq) || !make_permuted_view(k.dims(), ctx.get_ints("k_perm"), &vk) ||
-      !make_permuted_view(v.dims(), ctx.get_ints("v_perm"), &vv))
-    return false;
-  const size_t r = vq.dims.size();
-  std::vector<int64_t> batch_dims;
-  if (r < 2 || !broadcast_batch_dims({&vq, &vk, &vv}, &batch_dims)) return false;
-  const int64_t sq = vq.dims[r - 2], d = vq.dims[r - 1], sk = vk.dims[r - 1], dv = vv.dims[r - 1];
-  if (vk.dims[r - 2] != d || vv.dims[r - 2] != sk || sq == 0 || sk == 0) return false;
-  std::vector<int64_t> logical_out(vq.dims.begin(), vq.dims.end() - 1);
-  logical_out.push_back(dv);
-  std::vector<int64_t> stored, ost;
-  if (!make_output_view(logical_out, ctx.get_ints("out_perm"), &stored, &ost)) return false;
-  GemmOperand oq, ok, ov;
-  if (!gemm_operand(vq.strides[r - 2], vq.strides[r - 1], d, sq, &oq) ||
-      !gemm_operand(vk.strides[r - 2], vk.strides[r - 1], sk, d, &ok) ||
-      !gemm_operand(vv.strides[r - 2], vv.strides[r - 1], dv, sk, &ov) || (ost[r - 1] != 1 && dv != 1))
-    return false;
-  std::vector<int64_t> score_dims(vq.dims.begin(), vq.dims.end() - 1);
-  score_dims.push_back(sk);
-  const float* mask = nullptr;
-  std::vector<float> mask_f32;  // a bf16 mask, widened once
-  std::vector<int64_t> mst;
-  if (ctx.has_input(3)) {
-    const Tensor& m = ctx.input(3);
-    std::vector<int64_t> bd;
-    if (!broadcast_dims(m.dims(), score_dims, &bd) || bd != score_dims) return false;
-    if (bf16) {
-      mask_f32.resize(static_cast<size_t>(m.numel()));
-      widen_bf16(m.data<uint16_t>(), mask_f32.data(), m.numel());
-      mask = mask_f32.data();
-    } else {
-      mask = m.data<float>();
-    }
-    mst = broadcast_strides(m.dims(), score_dims);
-  }
-  int64_t batch = 1;
-  for (size_t i = 0; i + 2 < r; ++i) batch *= vq.dims[i];
-  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dt, stored, false));
-  const float scale = ctx.get_float("scale", 1.0f);
-  const size_t es = bf16 ? 2 : 4;  // element size: views address q, k, v and y in elements
-  const char *pq = static_cast<const char*>(q.raw()), *pk = static_cast<const char*>(k.raw()),
-             *pv = static_cast<const char*>(v.raw());
-  char* py = static_cast<char*>(y->mutable_raw());
-  const int64_t ldo = std::max<int64_t>(ost[r - 2], dv);
-  Status failure = Status::ok();
-  parallel_ranges(batch, sq * sk * (d + dv), [&](int64_t b0, int64_t b1) {
-    thread_local std::vector<float> scores, qbuf, kbuf, vbuf, obuf;
-    scores.resize(static_cast<size_t>(sq * sk));
-    if (bf16) {
-      qbuf.resize(static_cast<size_t>(sq * d));
-      kbuf.resize(static_cast<size_t>(d * sk));
-      vbuf.resize(static_cast<size_t>(sk * dv));
-      obuf.resize(static_cast<size_t>(sq * dv));
-    }
-    for (int64_t b = b0; b < b1; ++b) {
-      const void* qb = pq + es * batch_offset(vq.dims, vq.strides, b);
-      const void* kb = pk + es * batch_offset(vk.dims, vk.strides, b);
-      const void* vb = pv + es * batch_offset(vv.dims, vv.strides, b);
-      char* ob = py + es * batch_offset(logical_out, ost, b);
-      GemmOperand gq = oq, gk = ok, gv = ov;
-      const float *fq = static_cast<const float*>(qb), *fk = static_cast<const float*>(kb), *fv = static_cast<const float*>(vb);
-      if (bf16) {
-        fq = widen_operand(static_cast<const uint16_t*>(qb), sq, d, vq.strides[r - 2], vq.strides[r - 1], qbuf.data(), &gq);
-        fk = widen_operand(static_cast<const uint16_t*>(kb), d, sk, vk.strides[r - 2], vk.strides[r - 1], kbuf.data(), &gk);
-        fv = widen_operand(static_cast<const uint16_t*>(vb), sk, dv, vv.strides[r - 2], vv.strides[r - 1], vbuf.data(), &gv);
-      }
-      dnnl_status_t st = dnnl_sgemm(gq.trans, gk.trans, sq, sk, d, scale, fq, gq.ld, fk, gk.ld, 0.f, scores.data(), sk);
-      if (st != dnnl_success) {
-#pragma omp critical
-        failure = ctx.error("oneDNN sgemm failed for the attention scores");
-        return;
-      }
-      const float* mb = mask ? mask + batch_offset(score_dims, mst, b) : nullptr;
-      for (int64_t i = 0; i < sq; ++i) {
-        float* row = scores.data() + i * sk;
-        if (mb) add_row(row, mb + i * mst[r - 2], sk, mst[r - 1]);
-        softmax_row(row, sk);
-      }
-      float* fo = bf16 ? obuf.data() : reinterpret_cast<float*>(ob);
-      const int64_t ldf = bf16 ? dv : ldo;
-      st = dnnl_sgemm('N', gv.trans, sq, dv, sk, 1.f, scores.data(), sk, fv, gv.ld, 0.f, fo, ldf);
-      if (st != dnnl_success) {
-#pragma omp critical
-        failure = ctx.error("oneDNN sgemm failed for the attention output");
-        return;
-      }
-      if (bf16)
-        for (int64_t i = 0; i < sq; ++i) narrow_bf16(fo + i * dv, reinterpret_cast<uint16_t*>(ob) + i * ldo, dv);
-    }
-  });
-  RETURN_IF_ERROR(failure);
-  return true;
-}
-
 CpuKernelFactory factory(StatusOr<bool> (*fn)(KernelContext&)) {
   return [fn](const Node& node, const OpSchema& schema, const Graph& g) -> StatusOr<std::unique_ptr<Kernel>> {
     if (node.inputs.empty()) return std::unique_ptr<Kernel>();
@@ -324,6 +172,5 @@ void register_cpu_transformer_kernels(CpuKernelTable& t) {
   t.add("com.ferry", "Gelu", cpu::factory(cpu::run_gelu));
   t.add("", "Gelu", cpu::factory(cpu::run_gelu));
   t.add("", "Softmax", cpu::factory(cpu::run_softmax));
-  t.add("com.ferry", "Attention", cpu::factory(cpu::run_attention));
 }
 }  // namespace ferry
