@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -57,6 +59,20 @@ bool is_compiled_model_file(const std::string& path) {
 }
 
 namespace {
+
+// FERRY_LOAD_TRACE=1: the load's phases on stderr (map, header + checksum, verify + decode).
+struct LoadTrace {
+  bool on = std::getenv("FERRY_LOAD_TRACE") != nullptr;
+  std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+  void mark(const char* phase, uint64_t bytes = 0) {
+    if (!on) return;
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "ferry: load trace: %-18s %8.2f ms", phase, std::chrono::duration<double, std::milli>(now - last).count());
+    if (bytes) std::fprintf(stderr, " (%.1f MB)", static_cast<double>(bytes) / 1e6);
+    std::fprintf(stderr, "\n");
+    last = now;
+  }
+};
 
 uint64_t align_up(uint64_t v) { return (v + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment; }
 
@@ -120,8 +136,10 @@ Status write_compiled_model(const std::string& path, const CompiledModelSpec& sp
 
 StatusOr<CompiledModel> parse_compiled_model(std::shared_ptr<const void> owner, const uint8_t* data, size_t size,
                                              const std::string& what) {
+  LoadTrace trace;
   FileHeader h;
   RETURN_IF_ERROR(format::check_header(data, size, what, &h));
+  trace.mark("header + checksum", size);
   if (reinterpret_cast<uintptr_t>(data) % kWeightAlignment != 0)
     return internal_error(what + ": the bytes are not 64-byte aligned");
   const uint8_t* graph_bytes = data + h.graph_offset;
@@ -182,6 +200,7 @@ StatusOr<CompiledModel> parse_compiled_model(std::shared_ptr<const void> owner, 
   for (size_t i = 1; i < cm.gears.size(); ++i)
     if (cm.gears[i].batch == cm.gears[i - 1].batch)
       return invalid_model(what + ": two gears for batch " + std::to_string(cm.gears[i].batch));
+  trace.mark("verify + decode");
   return cm;
 }
 
@@ -195,7 +214,9 @@ StatusOr<CompiledModel> parse_compiled_model_copy(const void* data, size_t size,
 }
 
 StatusOr<CompiledModel> load_compiled_model(const std::string& path) {
+  LoadTrace trace;
   ASSIGN_OR_RETURN(FileBytes bytes, map_file(path));
+  trace.mark("map", bytes.size);
   if (reinterpret_cast<uintptr_t>(bytes.data) % kWeightAlignment != 0)  // read into a heap buffer (a pipe)
     return parse_compiled_model_copy(bytes.data, bytes.size, path);
   return parse_compiled_model(bytes.owner, bytes.data, bytes.size, path);
