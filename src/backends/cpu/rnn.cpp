@@ -39,14 +39,18 @@ using std::vector;
 enum class Cell { kRnn, kGru, kLstm };
 
 // ---- gate equations, one batch row (x: the row's X * W^T, wb: Wb, g: H(t-1) * R^T + Rb) -------
+// Spans never overlap (restrict): without it GCC gives up vectorizing for the number of alias checks.
 
-FERRY_VEC void rnn_row(int64_t H, const float* __restrict x, const float* __restrict wb, const float* __restrict g, float clip, float* __restrict h) {
+using In = const float* __restrict;
+using Out = float* __restrict;
+
+FERRY_VEC void rnn_row(int64_t H, In x, In wb, In g, float clip, Out h) {
   for (int64_t j = 0; j < H; ++j) h[j] = vec::tanh(vec::clampf(x[j] + wb[j] + g[j], -clip, clip));
 }
 
 // Gate blocks i, o, f, c; peepholes pi / po / pf (zeros when the node has none).
-FERRY_VEC void lstm_row(int64_t H, const float* __restrict x, const float* __restrict wb, const float* __restrict g, const float* __restrict pi, const float* __restrict po,
-                        const float* __restrict pf, float clip, bool input_forget, float* __restrict c, float* __restrict h) {
+FERRY_VEC void lstm_row(int64_t H, In x, In wb, In g, In pi, In po, In pf, float clip, bool input_forget, Out c,
+                        Out h) {
   for (int64_t j = 0; j < H; ++j) {
     const float ig = vec::sigmoid(vec::clampf(x[j] + wb[j] + g[j] + pi[j] * c[j], -clip, clip));
     const float fv = vec::sigmoid(vec::clampf(x[2 * H + j] + wb[2 * H + j] + g[2 * H + j] + pf[j] * c[j], -clip, clip));
@@ -60,18 +64,17 @@ FERRY_VEC void lstm_row(int64_t H, const float* __restrict x, const float* __res
 }
 
 // GRU z and r gates in place: g = sigmoid(clip(x + wb + g)) over the first 2H columns.
-FERRY_VEC void gru_zr(int64_t n, const float* __restrict x, const float* __restrict wb, float* __restrict g, float clip) {
+FERRY_VEC void gru_zr(int64_t n, In x, In wb, Out g, float clip) {
   for (int64_t j = 0; j < n; ++j) g[j] = vec::sigmoid(vec::clampf(x[j] + wb[j] + g[j], -clip, clip));
 }
 
-FERRY_VEC void mul_span(int64_t n, const float* __restrict a, const float* __restrict b, float* __restrict out) {
+FERRY_VEC void mul_span(int64_t n, In a, In b, Out out) {
   for (int64_t j = 0; j < n; ++j) out[j] = a[j] * b[j];
 }
 
 // GRU output: hh = tanh(clip(x + wb + s * gh)), h = (1 - z) hh + z h. s is r (linear_before_reset)
 // or ones (gh then already is (r .* H(t-1)) * Rh^T + Rbh).
-FERRY_VEC void gru_h(int64_t H, const float* __restrict x, const float* __restrict wb, const float* __restrict z, const float* __restrict s, const float* __restrict gh,
-                     float clip, float* __restrict h) {
+FERRY_VEC void gru_h(int64_t H, In x, In wb, In z, In s, In gh, float clip, Out h) {
   for (int64_t j = 0; j < H; ++j) {
     const float hh = vec::tanh(vec::clampf(x[j] + wb[j] + s[j] * gh[j], -clip, clip));
     h[j] = (1.f - z[j]) * hh + z[j] * h[j];
@@ -353,7 +356,9 @@ Status RnnKernel::compute(KernelContext& ctx) {
   r.c0 = cell_ == Cell::kLstm && ctx.has_input(6) ? ctx.input(6).data<float>() : nullptr;
 
   const auto& outs = node_.outputs;
-  auto wanted = [&](int64_t i) { return i < ctx.num_outputs() && i < static_cast<int64_t>(outs.size()) && !outs[i].empty(); };
+  auto wanted = [&](int64_t i) {
+    return i < ctx.num_outputs() && i < static_cast<int64_t>(outs.size()) && !outs[i].empty();
+  };
   const vector<int64_t> state = layout == 0 ? vector<int64_t>{D_, B, H_} : vector<int64_t>{B, D_, H_};
   if (wanted(0)) {
     const vector<int64_t> ydims = layout == 0 ? vector<int64_t>{S, D_, B, H_} : vector<int64_t>{B, S, D_, H_};
@@ -370,12 +375,18 @@ Status RnnKernel::compute(KernelContext& ctx) {
   }
 
   // Input projection of every step and direction: [S*B, I] x [I, D*G*H].
-  // A per-thread buffer kept between runs: a fresh one would be page-faulted in on every run.
-  thread_local vector<float> xw;
-  if (xw.size() < static_cast<size_t>(S * B * N)) xw.resize(static_cast<size_t>(S * B * N));
+  // A per-thread buffer kept between runs up to 16 MiB (a fresh one would be page-faulted in on every
+  // run); larger ones are freed after the run.
+  constexpr size_t kKeptFloats = size_t(1) << 22;
+  const size_t need = static_cast<size_t>(S * B * N);
+  thread_local vector<float> kept;
+  vector<float> once;
+  vector<float>& xw = need <= kKeptFloats ? kept : once;
+  if (xw.size() < need) xw.resize(need);
   const Status st = input_gemm_->run(x.data<float>(), S * B, xw.data());
   if (!st.is_ok())
-    return internal_error(node_.describe() + ": " + st.message() + "; run with --device cpu-ref to use the reference kernel");
+    return internal_error(node_.describe() + ": " + st.message() +
+                          "; run with --device cpu-ref to use the reference kernel");
   r.xw = xw.data();
 
   // Independent work items: each direction's rows, split in blocks when there are threads to spare.

@@ -121,7 +121,8 @@ PanelMatrix pack_panels(int64_t K, int64_t N, const float* src, int64_t stride_k
   return p;
 }
 
-void small_gemm(int64_t M, const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C, int64_t ldc) {
+void small_gemm(int64_t M, const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C,
+                int64_t ldc) {
 #if defined(__x86_64__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   if (avx512) {
