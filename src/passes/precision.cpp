@@ -262,10 +262,14 @@ class PrecisionRewriter {
       }
     }
     Node n = node;
+    // Shape and Size read only the dims: they take the value in whatever type it is stored (no Cast).
+    const bool reads_dims_only = node.domain.empty() && (node.op_type == "Shape" || node.op_type == "Size");
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const std::string& in = node.inputs[i];
       if (in.empty() || !is_f32(in)) continue;
-      n.inputs[i] = require(in, is_neutral_input(node, i) ? DType::kF32 : compute);
+      auto st = stored_.find(in);
+      if (reads_dims_only && st != stored_.end()) n.inputs[i] = require(in, st->second);
+      else n.inputs[i] = require(in, is_neutral_input(node, i) ? DType::kF32 : compute);
     }
     // Subgraphs read outer values by name: their fp32 form must exist.
     for (const std::string& in : node.implicit_inputs)
