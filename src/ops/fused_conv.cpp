@@ -5,7 +5,9 @@
 //
 //   FusedConv(X, W, [B], [Z])   Conv attributes + activation, activation_params, channels_last:
 //                               Y = act(conv(X, W) + B + Z). channels_last = 1: X, Z and Y are NHWC
-//                               (W stays M x C/group x kH x kW).
+//                               (W stays M x C/group x kH x kW); with nchw_input = 1 too, X stays NCHW
+//                               and only Z and Y are NHWC (a channels-last region's entry: the layout
+//                               change happens inside the convolution instead of in a Transpose).
 //   FusedGemm(A, B, [C])        Gemm attributes + activation: Y = act(alpha * A' B' + beta * C).
 //   FusedMatMul(A, B, [Bias], [Z])  activation: Y = act(A @ B + Bias + Z) (Bias, Z broadcast to A @ B).
 //   NhwcMaxPool / NhwcAveragePool / NhwcGlobalAveragePool(X): the ONNX pools on NHWC tensors
@@ -134,10 +136,8 @@ Status infer_fused_conv(InferContext& ctx) {
   RETURN_IF_ERROR(check_activation(ctx, &act));
   const bool cl = ctx.get_int("channels_last", 0) != 0;
   TensorType x = ctx.input_type(0);
-  if (cl) {
-    RETURN_IF_ERROR(check_4d(ctx, x, "X"));
-    x = permuted_type(x, kToNchw);
-  }
+  if (cl) RETURN_IF_ERROR(check_4d(ctx, x, "X"));
+  if (cl && ctx.get_int("nchw_input", 0) == 0) x = permuted_type(x, kToNchw);
   vector<const TensorType*> types = {&x, &ctx.input_type(1)};
   if (ctx.has_input(2)) types.push_back(&ctx.input_type(2));
   TensorType out;
@@ -151,8 +151,8 @@ Status infer_fused_conv(InferContext& ctx) {
 Status k_fused_conv(KernelContext& ctx) {
   const bool cl = ctx.get_int("channels_last", 0) != 0;
   Tensor x = ctx.input(0);
-  if (cl) {
-    if (x.rank() != 4) return ctx.error("input 'X' must be 4-D when channels_last = 1");
+  if (cl && x.rank() != 4) return ctx.error("input 'X' must be 4-D when channels_last = 1");
+  if (cl && ctx.get_int("nchw_input", 0) == 0) {
     ASSIGN_OR_RETURN(x, dm::permute(x, kToNchw));
   }
   ASSIGN_OR_RETURN(Tensor y, run_base(ctx, "Conv", {&x, &ctx.input(1), opt_input(ctx, 2)}));
@@ -240,6 +240,7 @@ void register_fused_conv_ops(OpRegistry& r) {
   vector<AttrSpec> conv = spatial;
   conv.push_back({"group", AttrType::kInt});
   conv.push_back({"channels_last", AttrType::kInt});
+  conv.push_back({"nchw_input", AttrType::kInt});
   r.add(OpSchema{.name = "FusedConv", .domain = "com.ferry", .since_version = 1, .min_inputs = 2, .max_inputs = 4,
                  .attrs = with_act(conv), .types = kFloatTypes, .infer = infer_fused_conv, .kernel = k_fused_conv});
   r.add(OpSchema{.name = "FusedGemm", .domain = "com.ferry", .since_version = 1, .min_inputs = 2, .max_inputs = 3,

@@ -110,6 +110,23 @@ TEST(FusedConv, CpuKernelMatchesReferenceForEveryActivation) {
   }
 }
 
+// A channels-last region's entry: X stays NCHW (nchw_input = 1), Z and Y are NHWC.
+TEST(FusedConv, NchwInputWithChannelsLastOutput) {
+  Tensor x = rnd({2, 3, 9, 7}, 1), w = rnd({16, 3, 3, 3}, 2), b = rnd({16}, 3), z = rnd({2, 16, 9, 7}, 4);
+  Tensor y0 = conv_attrs(OpTester("Conv")).input(x).const_input(w).const_input(b).run()[0];
+  Tensor expect = Tensor::allocate(DType::kF32, y0.dims());
+  for (int64_t i = 0; i < y0.numel(); ++i)
+    expect.mutable_data<float>()[i] = std::max(y0.data<float>()[i] + z.data<float>()[i], 0.f);
+  for (const char* dev : {"cpu-ref", "cpu"}) {
+    SCOPED_TRACE(dev);
+    OpTester t = conv_attrs(OpTester("FusedConv", 1, "com.ferry"));
+    t.attr("activation", std::string("Relu")).attr("channels_last", int64_t(1)).attr("nchw_input", int64_t(1));
+    Tensor y = t.input(x).const_input(w).const_input(b).input(nchw_to_nhwc(z)).run(dev)[0];
+    EXPECT_TRUE(fast_kernel_taken(t));
+    expect_near(y, nchw_to_nhwc(expect), 2e-4, 2e-4);
+  }
+}
+
 TEST(FusedConv, RejectsUnknownActivationAndBadResidual) {
   auto r = OpTester("FusedConv", 1, "com.ferry").attr("activation", "Softsign").input(rnd({1, 2, 4, 4}, 1))
                .const_input(rnd({2, 2, 1, 1}, 2)).run_status();
@@ -209,6 +226,13 @@ TEST(CpuConv, MatchesReferenceAcrossAttributes) {
   check_conv({{1, 3, 10, 11}, {5, 3, 3, 3}, 1, {}, {}, {}, "VALID"});
   check_conv({{2, 4, 15}, {3, 4, 5}, 1, {2}, {2}, {1, 3}});                           // 1-D
   check_conv({{1, 2, 5, 6, 7}, {4, 2, 3, 2, 3}, 1, {1, 2, 1}, {}, {1, 0, 1, 1, 1, 0}}); // 3-D
+}
+
+// Shapes where the kernel picks Winograd (f32 3x3 stride 1, 24x24+ outputs, 32+ channels): same
+// results as the reference within f32 rounding.
+TEST(CpuConv, WinogradSizesMatchReference) {
+  check_conv({{1, 32, 24, 24}, {32, 32, 3, 3}, 1, {}, {}, {1, 1, 1, 1}});
+  check_conv({{2, 48, 26, 30}, {16, 48, 3, 3}, 1, {}, {}, {1, 1, 1, 1}, "", false});
 }
 
 TEST(CpuConv, Bf16MatchesReferenceWithinBf16Precision) {

@@ -154,10 +154,33 @@ TEST(NhwcLayout, TransposesOnlyAtRegionEdges) {
   EXPECT_EQ(count_ops(*opt, "FusedConv"), 3);
   EXPECT_EQ(count_ops(*opt, "NhwcMaxPool"), 1);
   EXPECT_EQ(count_ops(*opt, "NhwcGlobalAveragePool"), 1);
-  EXPECT_EQ(count_ops(*opt, "Transpose"), 3);  // in: x; out: p, the pooled vector
+  EXPECT_EQ(count_ops(*opt, "Transpose"), 2);  // out: p, the pooled vector (x enters through a conv)
+  int nchw_inputs = 0;
   for (const Node& n : opt->graph.nodes)
-    if (n.op_type == "FusedConv") EXPECT_EQ(n.attr("channels_last")->i, 1);
+    if (n.op_type == "FusedConv") {
+      EXPECT_EQ(n.attr("channels_last")->i, 1);
+      if (n.attr("nchw_input") && n.attr("nchw_input")->i == 1) ++nchw_inputs;
+    }
+  EXPECT_EQ(nchw_inputs, 1);
   expect_same_outputs(model, opt, 1e-5);
+}
+
+// A value entering the region is read by a conv (takes it as NCHW) and by an Add in the region
+// (gets one Transpose).
+TEST(NhwcLayout, EntryReadByConvAndByAnotherRegionNode) {
+  ModelBuilder b(13);
+  auto x = b.input("x", {1, 4, 6, 6});
+  auto c = b.node("Conv", {x, b.constant(rnd({4, 4, 3, 3}, 1))}, {{"pads", ints_attr({1, 1, 1, 1})}});
+  b.output(b.node("Add", {c, x}));
+  auto model = b.build();
+  auto opt = run_pass(*model, "nhwc_layout");
+  EXPECT_EQ(count_ops(*opt, "Transpose"), 2);  // x into the Add; the sum out
+  expect_same_outputs(model, opt, 1e-5);
+  NamedTensors feeds = random_feeds(*model);
+  const NamedTensors ref = run_model(model, feeds);
+  const NamedTensors got = run_model(opt, feeds, "cpu");
+  ASSERT_EQ(ref.size(), got.size());
+  for (size_t i = 0; i < ref.size(); ++i) expect_near(got[i].second, ref[i].second, 1e-4, 1e-4);
 }
 
 // UNet decoder step: conv -> Resize(x2, constant scales or sizes) -> Concat with the skip -> conv.
@@ -176,7 +199,7 @@ TEST(NhwcLayout, ResizeWithConstantScalesStaysInTheRegion) {
     b.output(b.node("Conv", {cat, b.constant(rnd({2, 8, 1, 1}, 2))}));
     auto model = b.build();
     auto opt = run_pass(*model, "nhwc_layout");
-    EXPECT_EQ(count_ops(*opt, "Transpose"), 2);
+    EXPECT_EQ(count_ops(*opt, "Transpose"), 1);  // out only: x enters through a conv
     expect_same_outputs(model, opt, 1e-5);
   }
 }

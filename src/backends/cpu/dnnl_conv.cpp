@@ -5,7 +5,8 @@
 // Weights are reordered once into oneDNN's preferred blocked format (format_tag::any) and kept; a
 // plan (primitives) is made once per input shape and cached (dnnl_plan_cache.h), so a dynamic batch
 // re-plans only for a new shape, and concurrent runs share plans without waiting for each other.
-// Channels-last nodes (FusedConv channels_last = 1, made by the nhwc_layout pass) run directly on NHWC tensors, which is also the layout oneDNN 2.6 itself picks for them when
+// Channels-last nodes (FusedConv channels_last = 1, made by the nhwc_layout pass; nchw_input = 1: the
+// source is still NCHW, reordered in the kernel) run directly on NHWC tensors, which is also the layout oneDNN 2.6 itself picks for them when
 // free to choose (format_tag::any gives NHWC brgconv kernels, f32 and bf16); plain NCHW nodes reorder
 // in and out of the blocked layout inside the kernel (measured: oneDNN's NCHW convolutions fall back
 // to a slow gemm path). f32 3x3 convolutions on large images run Winograd (see use_winograd).
@@ -55,6 +56,7 @@ class DnnlConvKernel : public Kernel {
     if (!cpu::node_activation(node_, &act_)) return false;
     NodeAttrs attrs(node_);
     channels_last_ = attrs.get_int("channels_last", 0) != 0;
+    nchw_input_ = channels_last_ && attrs.get_int("nchw_input", 0) != 0;
     group_ = attrs.get_int("group", 1);
     const std::vector<int64_t> kernel(w->dims().begin() + 2, w->dims().end());
     if (!read_spatial_attrs(attrs, w->rank() - 2, &kernel, true, &attrs_).is_ok()) return false;
@@ -118,7 +120,7 @@ class DnnlConvKernel : public Kernel {
   Status make_plan(const std::vector<int64_t>& x_dims, Plan* plan) {
     const int64_t nd = w_.rank() - 2;
     std::vector<int64_t> xd = x_dims;  // logical N, C, spatial...
-    if (channels_last_) {
+    if (channels_last_ && !nchw_input_) {
       xd = {x_dims[0], x_dims.back()};
       xd.insert(xd.end(), x_dims.begin() + 1, x_dims.end() - 1);
     }
@@ -140,7 +142,8 @@ class DnnlConvKernel : public Kernel {
       memory::data_type dt;
       cpu::to_dnnl_type(dtype_, &dt);
       const tag io_tag = cpu::plain_tag(xd.size(), channels_last_);
-      plan->user_src = memory::desc(cpu::to_dnnl_dims(xd), dt, io_tag);
+      // nchw_input: the layout change into the region is the src reorder (oneDNN's jit reorder).
+      plan->user_src = memory::desc(cpu::to_dnnl_dims(xd), dt, nchw_input_ ? cpu::plain_tag(xd.size()) : io_tag);
       plan->user_dst = memory::desc(cpu::to_dnnl_dims(yd), dt, io_tag);
       const memory::desc src_any(cpu::to_dnnl_dims(xd), dt, channels_last_ ? io_tag : tag::any);
       const memory::desc dst_any(cpu::to_dnnl_dims(yd), dt, channels_last_ ? io_tag : tag::any);
@@ -241,7 +244,7 @@ class DnnlConvKernel : public Kernel {
   KernelFn fallback_;
   DType dtype_ = DType::kUndefined;
   Tensor w_, b_;
-  bool has_z_ = false, channels_last_ = false;
+  bool has_z_ = false, channels_last_ = false, nchw_input_ = false;
   int64_t group_ = 1;
   FusedActivation act_;
   SpatialAttrs attrs_;
