@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_weight_bytes = int64_t(1) << 26;  // keep one input's memory bounded under ASan
   auto model = ferry::parse_onnx_model(data, size, "", "fuzz input", options);
   if (!model.is_ok()) return 0;
-  std::shared_ptr<ferry::Model> copy = (*model)->clone();
+  std::shared_ptr<ferry::Model> copy = model.value()->clone();
   ferry::OptimizeOptions oo;
   oo.opt_level = 2;
   (void)ferry::optimize_model(copy.get(), oo);

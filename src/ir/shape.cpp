@@ -1,5 +1,7 @@
 #include "ir/shape.h"
 
+#include <limits>
+
 namespace ferry {
 
 std::string Dim::to_string() const {
@@ -67,8 +69,11 @@ StatusOr<int64_t> checked_element_count(const std::vector<int64_t>& dims, const 
 }
 
 int64_t element_count(const std::vector<int64_t>& dims) {
+  for (int64_t d : dims)
+    if (d == 0) return 0;  // first: huge dimensions beside a 0 are a legal empty shape
   int64_t n = 1;
-  for (int64_t d : dims) n *= d;
+  for (int64_t d : dims)
+    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<int64_t>::max();  // unchecked shape: saturate
   return n;
 }
 

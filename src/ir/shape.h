@@ -63,7 +63,8 @@ constexpr int64_t kMaxRank = 64;
 
 /// Product of dims with overflow and limit checks; `what` names the tensor in the error.
 StatusOr<int64_t> checked_element_count(const std::vector<int64_t>& dims, const std::string& what);
-/// Element count, no checks (dims already validated).
+/// Element count without limit checks (dims already validated); 0 when any dim is 0, saturates
+/// at INT64_MAX instead of overflowing.
 int64_t element_count(const std::vector<int64_t>& dims);
 std::string dims_to_string(const std::vector<int64_t>& dims);
 

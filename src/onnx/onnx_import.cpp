@@ -10,6 +10,7 @@
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "onnx/file_util.h"
 #include "onnx/onnx_pb.h"
@@ -89,6 +90,19 @@ Status copy_field(const Field& field, int64_t n, const std::string& what, const 
   return Status::ok();
 }
 
+// The values a TensorProto holds in the field its element type uses (raw_data counts in bytes
+// and is checked by the caller), and that field's name.
+std::pair<int64_t, const char*> stored_values(const onnx::TensorProto& tp, DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return {tp.float_data_size(), "float_data"};
+    case DType::kF64: return {tp.double_data_size(), "double_data"};
+    case DType::kI64: return {tp.int64_data_size(), "int64_data"};
+    case DType::kU64: case DType::kU32: return {tp.uint64_data_size(), "uint64_data"};
+    case DType::kString: return {tp.string_data_size(), "string_data"};
+    default: return {tp.int32_data_size(), "int32_data"};
+  }
+}
+
 StatusOr<Tensor> tensor_from_proto(ImportState* st, const onnx::TensorProto& tp, const std::string& what_in) {
   const std::string what = what_in.empty() ? "tensor '" + tp.name() + "'" : what_in;
   DType dtype;
@@ -112,6 +126,15 @@ StatusOr<Tensor> tensor_from_proto(ImportState* st, const onnx::TensorProto& tp,
     Tensor t;
     RETURN_IF_ERROR(read_external(*st, tp, what, dtype, dims, nbytes, &t));
     return t;
+  }
+  // Check the data against the shape before allocating: a few bytes must not declare gigabytes.
+  if (tp.has_raw_data() && dtype != DType::kString) {
+    if (static_cast<int64_t>(tp.raw_data().size()) != nbytes)
+      return invalid_model(what + ": raw_data holds " + std::to_string(tp.raw_data().size()) + " bytes but shape " +
+                           dims_to_string(dims) + " of " + dtype_name(dtype) + " needs " + std::to_string(nbytes));
+  } else if (auto [count, field] = stored_values(tp, dtype); count != n) {
+    return invalid_model(what + ": " + field + " holds " + std::to_string(count) + " values but shape " +
+                         dims_to_string(dims) + " needs " + std::to_string(n));
   }
   Tensor t = Tensor::allocate(dtype, dims);
   if (dtype == DType::kString) {
