@@ -26,16 +26,21 @@ install: build
 demo: build
 	@bash demo/run_demo.sh $(BUILD)/ferry
 
-# Runs every test of the main suite (unit, conformance on each backend, zoo, hostile inputs,
-# tools) through ctest. The sanitizer suite and the fuzz runs are `make test-asan` (which ends
-# with test-tsan and fuzz); they join `make test` once a CI run has shown them clean.
-test: test-main
+# Runs every test: the main suite (unit, conformance on each backend, zoo, hostile inputs, tools)
+# through ctest, then the AddressSanitizer + UndefinedBehaviorSanitizer suite, the ThreadSanitizer
+# concurrency tests and a short run of every fuzz target (FUZZ_SECONDS each). `make test-main` is
+# the quick loop (main suite only).
+test:
+	@$(MAKE) --no-print-directory test-main
+	@$(MAKE) --no-print-directory test-asan
+	@$(MAKE) --no-print-directory test-tsan
+	@$(MAKE) --no-print-directory fuzz
 
 test-main: build
 	@cd $(BUILD) && ctest --output-on-failure --no-tests=error -j $(JOBS) $(CTEST_ARGS)
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build (gcc): unit tests, the conformance suite on
-# the reference and cpu backends, hostile inputs and a zoo subset; then `make fuzz`.
+# the reference and cpu backends, hostile inputs and a zoo subset.
 ASAN_BUILD ?= build-asan
 ASAN_TESTS ?= -L 'unit|asan'
 ASAN_TARGETS ?= ferry ferry_unit_tests ferry_node_tests ferry_concurrency_tests
@@ -45,8 +50,6 @@ test-asan: setup
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(ASAN_TARGETS)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure --no-tests=error -j $(JOBS) $(ASAN_TESTS)
-	@$(MAKE) --no-print-directory test-tsan
-	@$(MAKE) --no-print-directory fuzz
 
 # ThreadSanitizer: the concurrency tests (one model, 8 threads) in their own build.
 TSAN_BUILD ?= build-tsan
