@@ -1,4 +1,4 @@
-// Optimized RNN, GRU and LSTM (f32) for the cpu backend.
+// Optimized RNN, GRU and LSTM (f32, bf16) for the cpu backend.
 //
 // At creation the constant weights are packed once: W^T of every direction side by side
 // ([I, D*G*H]) and R^T per direction ([H, G*H]), biases split into the input part (Wb) and the
@@ -8,10 +8,11 @@
 // Directions and batch-row blocks are independent, so with several threads each one runs its whole
 // sequence on its own thread (no barrier per step).
 //
-// Covered: forward / reverse / bidirectional, layouts 0 and 1, B, initial_h / initial_c,
+// Covered: f32, and bf16 computed in f32 (rounded at the end, as the reference kernel does);
+// forward / reverse / bidirectional, layouts 0 and 1, B, initial_h / initial_c,
 // sequence_lens (rows past their length keep their state; Y is zero there), clip, LSTM input_forget
 // and peepholes, GRU linear_before_reset 0 and 1, the default activations only. The factory returns
-// nullptr for anything else (other activations, non-constant weights, non-f32), and a run whose
+// nullptr for anything else (other activations, non-constant weights, f16 / f64), and a run whose
 // inputs the kernel does not handle (bad shapes or lengths, other dtypes) goes to the reference
 // kernel, which also gives the error messages.
 #include <omp.h>
@@ -22,14 +23,17 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backends/cpu/cpu_kernel_util.h"
+#include "backends/cpu/bf16_span.h"
 #include "backends/cpu/const_weight_gemm.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/small_gemm.h"
 #include "backends/cpu/vec_math.h"
+#include "ops/op_util.h"
 
 namespace ferry {
 namespace {
@@ -163,27 +167,35 @@ bool RnnKernel::init(const Graph& graph) {
   if (inf != 0 && inf != 1) return false;
   input_forget_ = inf == 1;
   linear_before_reset_ = cell_ == Cell::kGru && a.get_int("linear_before_reset", 0) != 0;
-  if (!cpu::maybe_f32(graph, node_.inputs[0])) return false;
+  const TensorType* xt = graph.find_type(node_.inputs[0]);
+  if (xt && xt->dtype != DType::kUndefined && !cpu::f32_or_bf16(xt->dtype)) return false;
 
-  const Tensor* w = cpu::constant_input(graph, node_, 1);
-  const Tensor* r = cpu::constant_input(graph, node_, 2);
-  if (!w || !r || w->dtype() != DType::kF32 || r->dtype() != DType::kF32 || w->rank() != 3 || r->rank() != 3)
-    return false;
+  // f32 or bf16 (a bf16 precision mode) constants, computed in f32 as the reference kernel does.
+  auto f32_constant = [&](size_t i) -> std::optional<Tensor> {
+    const Tensor* t = cpu::constant_input(graph, node_, i);
+    if (!t || !cpu::f32_or_bf16(t->dtype())) return std::nullopt;
+    return widen_to_f32(*t);
+  };
+  const std::optional<Tensor> w_t = f32_constant(1), r_t = f32_constant(2);
+  if (!w_t || !r_t || w_t->rank() != 3 || r_t->rank() != 3) return false;
+  const Tensor* w = &*w_t;
+  const Tensor* r = &*r_t;
   H_ = r->dim(2);
   I_ = w->dim(2);
   const int64_t GH = G_ * H_;
   if (H_ < 1 || I_ < 1 || w->dim(0) != D_ || r->dim(0) != D_ || w->dim(1) != GH || r->dim(1) != GH) return false;
   if (a.has("hidden_size") && a.get_int("hidden_size", 0) != H_) return false;
-  const Tensor* bias = nullptr;
+  std::optional<Tensor> bias_t, peep_t;
   if (given(node_, 3)) {
-    bias = cpu::constant_input(graph, node_, 3);
-    if (!bias || bias->dtype() != DType::kF32 || bias->dims() != vector<int64_t>{D_, 2 * GH}) return false;
+    bias_t = f32_constant(3);
+    if (!bias_t || bias_t->dims() != vector<int64_t>{D_, 2 * GH}) return false;
   }
-  const Tensor* peep = nullptr;
   if (cell_ == Cell::kLstm && given(node_, 7)) {
-    peep = cpu::constant_input(graph, node_, 7);
-    if (!peep || peep->dtype() != DType::kF32 || peep->dims() != vector<int64_t>{D_, 3 * H_}) return false;
+    peep_t = f32_constant(7);
+    if (!peep_t || peep_t->dims() != vector<int64_t>{D_, 3 * H_}) return false;
   }
+  const Tensor* bias = bias_t ? &*bias_t : nullptr;
+  const Tensor* peep = peep_t ? &*peep_t : nullptr;
 
   // W^T of both directions side by side: one GEMM gives every direction's input projection.
   const int64_t N = D_ * GH;
@@ -224,7 +236,7 @@ bool RnnKernel::init(const Graph& graph) {
 bool RnnKernel::inputs_handled(const KernelContext& ctx, int64_t layout) const {
   if (!ctx.has_input(0) || !ctx.input_value(0).is_tensor()) return false;
   const Tensor& x = ctx.input(0);
-  if (x.dtype() != DType::kF32 || x.rank() != 3 || x.dim(2) != I_) return false;
+  if (!cpu::f32_or_bf16(x.dtype()) || x.rank() != 3 || x.dim(2) != I_) return false;
   const int64_t S = x.dim(layout == 0 ? 0 : 1), B = x.dim(layout == 0 ? 1 : 0);
   if (S < 1 || B < 1) return false;
   const vector<int64_t> state = layout == 0 ? vector<int64_t>{D_, B, H_} : vector<int64_t>{B, D_, H_};
@@ -233,7 +245,7 @@ bool RnnKernel::inputs_handled(const KernelContext& ctx, int64_t layout) const {
     if (!ctx.has_input(i)) continue;
     if (!ctx.input_value(i).is_tensor()) return false;
     const Tensor& t = ctx.input(i);
-    if (t.dtype() != DType::kF32 || t.dims() != state) return false;
+    if (t.dtype() != x.dtype() || t.dims() != state) return false;
   }
   if (ctx.has_input(4)) {
     if (!ctx.input_value(4).is_tensor()) return false;
@@ -352,8 +364,25 @@ Status RnnKernel::compute(KernelContext& ctx) {
     }
   }
   r.lens = lens.data();
-  r.h0 = ctx.has_input(5) ? ctx.input(5).data<float>() : nullptr;
-  r.c0 = cell_ == Cell::kLstm && ctx.has_input(6) ? ctx.input(6).data<float>() : nullptr;
+  // bf16 tensors are widened into f32 copies; the outputs are computed in f32 buffers and rounded.
+  const DType dt = x.dtype();
+  const bool bf16 = dt == DType::kBF16;
+  vector<float> x32, h032, c032, y32, yh32, yc32;
+  auto f32_input = [&](int64_t i, vector<float>* copy) -> const float* {
+    const Tensor& t = ctx.input(i);
+    if (!bf16) return t.data<float>();
+    copy->resize(static_cast<size_t>(t.numel()));
+    return cpu::f32_view(t, 0, t.numel(), copy->data());
+  };
+  const float* xd = f32_input(0, &x32);
+  r.h0 = ctx.has_input(5) ? f32_input(5, &h032) : nullptr;
+  r.c0 = cell_ == Cell::kLstm && ctx.has_input(6) ? f32_input(6, &c032) : nullptr;
+  auto f32_output = [&](Tensor* t, vector<float>* computed) -> float* {
+    if (!bf16) return t->mutable_data<float>();
+    computed->assign(static_cast<size_t>(t->numel()), 0.f);
+    return computed->data();
+  };
+  Tensor *y_t = nullptr, *yh_t = nullptr, *yc_t = nullptr;
 
   const auto& outs = node_.outputs;
   auto wanted = [&](int64_t i) {
@@ -362,16 +391,16 @@ Status RnnKernel::compute(KernelContext& ctx) {
   const vector<int64_t> state = layout == 0 ? vector<int64_t>{D_, B, H_} : vector<int64_t>{B, D_, H_};
   if (wanted(0)) {
     const vector<int64_t> ydims = layout == 0 ? vector<int64_t>{S, D_, B, H_} : vector<int64_t>{B, S, D_, H_};
-    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DType::kF32, ydims, padded));
-    r.y = y->mutable_data<float>();
+    ASSIGN_OR_RETURN(y_t, ctx.allocate_output(0, dt, ydims, padded));
+    r.y = f32_output(y_t, &y32);
   }
   if (wanted(1)) {
-    ASSIGN_OR_RETURN(Tensor * yh, ctx.allocate_output(1, DType::kF32, state, false));
-    r.yh = yh->mutable_data<float>();
+    ASSIGN_OR_RETURN(yh_t, ctx.allocate_output(1, dt, state, false));
+    r.yh = f32_output(yh_t, &yh32);
   }
   if (cell_ == Cell::kLstm && wanted(2)) {
-    ASSIGN_OR_RETURN(Tensor * yc, ctx.allocate_output(2, DType::kF32, state, false));
-    r.yc = yc->mutable_data<float>();
+    ASSIGN_OR_RETURN(yc_t, ctx.allocate_output(2, dt, state, false));
+    r.yc = f32_output(yc_t, &yc32);
   }
 
   // Input projection of every step and direction: [S*B, I] x [I, D*G*H].
@@ -383,7 +412,7 @@ Status RnnKernel::compute(KernelContext& ctx) {
   vector<float> once;
   vector<float>& xw = need <= kKeptFloats ? kept : once;
   if (xw.size() < need) xw.resize(need);
-  const Status st = input_gemm_->run(x.data<float>(), S * B, xw.data());
+  const Status st = input_gemm_->run(xd, S * B, xw.data());
   if (!st.is_ok())
     return internal_error(node_.describe() + ": " + st.message() +
                           "; run with --device cpu-ref to use the reference kernel");
@@ -404,6 +433,11 @@ Status RnnKernel::compute(KernelContext& ctx) {
     for (int64_t it = 0; it < items; ++it) item(it);
   } else {
     for (int64_t it = 0; it < items; ++it) item(it);
+  }
+  if (bf16) {
+    if (y_t) cpu::store_f32(y_t, 0, y_t->numel(), y32.data());
+    if (yh_t) cpu::store_f32(yh_t, 0, yh_t->numel(), yh32.data());
+    if (yc_t) cpu::store_f32(yc_t, 0, yc_t->numel(), yc32.data());
   }
   return Status::ok();
 }
