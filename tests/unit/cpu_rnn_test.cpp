@@ -12,6 +12,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/small_gemm.h"
 #include "op_tester.h"
+#include "ops/op_util.h"
 #include "ops/registry.h"
 
 namespace ferry::testing {
@@ -32,6 +33,7 @@ struct RnnCase {
   int64_t layout = 0, S = 4, B = 3, I = 5, H = 7;
   bool bias = true, h0 = true, c0 = true, peepholes = false, seq_lens = false;
   bool clip = false, linear_before_reset = false, input_forget = false;
+  bool bf16 = false;  // every float input in bf16 (a bf16 precision mode)
   vector<std::string> activations;  // empty: the defaults
   uint32_t seed = 1;
 
@@ -40,11 +42,16 @@ struct RnnCase {
     return op + " " + direction + " layout " + std::to_string(layout) + " S" + std::to_string(S) + " B" +
            std::to_string(B) + " I" + std::to_string(I) + " H" + std::to_string(H) + (bias ? " B" : "") +
            (h0 ? " h0" : "") + (c0 ? " c0" : "") + (peepholes ? " P" : "") + (seq_lens ? " lens" : "") +
-           (clip ? " clip" : "") + (linear_before_reset ? " lbr" : "") + (input_forget ? " input_forget" : "");
+           (clip ? " clip" : "") + (linear_before_reset ? " lbr" : "") + (input_forget ? " input_forget" : "") +
+           (bf16 ? " bf16" : "");
   }
 
   OpTester tester() const {
     std::mt19937 rng(seed);
+    auto rnd = [&](vector<int64_t> dims, float scale) {
+      Tensor t = randn(std::move(dims), rng, scale);
+      return bf16 ? cast_tensor(t, DType::kBF16).value() : t;
+    };
     const int64_t D = direction == "bidirectional" ? 2 : 1, G = gates();
     const bool lstm = op == "LSTM";
     OpTester t(op, 14);
@@ -53,11 +60,11 @@ struct RnnCase {
     if (op == "GRU") t.attr("linear_before_reset", linear_before_reset ? 1 : 0);
     if (lstm) t.attr("input_forget", input_forget ? 1 : 0);
     if (!activations.empty()) t.attr("activations", activations);
-    t.input(randn(layout == 0 ? vector<int64_t>{S, B, I} : vector<int64_t>{B, S, I}, rng));
-    t.const_input(randn({D, G * H, I}, rng, 0.4f));
-    t.const_input(randn({D, G * H, H}, rng, 0.4f));
+    t.input(rnd(layout == 0 ? vector<int64_t>{S, B, I} : vector<int64_t>{B, S, I}, 1.f));
+    t.const_input(rnd({D, G * H, I}, 0.4f));
+    t.const_input(rnd({D, G * H, H}, 0.4f));
     const int last = lstm && peepholes ? 7 : lstm && c0 ? 6 : h0 ? 5 : seq_lens ? 4 : bias ? 3 : 2;
-    if (last >= 3) bias ? (void)t.const_input(randn({D, 2 * G * H}, rng, 0.3f)) : (void)t.no_input();
+    if (last >= 3) bias ? (void)t.const_input(rnd({D, 2 * G * H}, 0.3f)) : (void)t.no_input();
     if (last >= 4) {
       if (seq_lens) {
         vector<int32_t> lens(static_cast<size_t>(B));
@@ -69,9 +76,9 @@ struct RnnCase {
       }
     }
     const vector<int64_t> state = layout == 0 ? vector<int64_t>{D, B, H} : vector<int64_t>{B, D, H};
-    if (last >= 5) h0 ? (void)t.input(randn(state, rng, 0.5f)) : (void)t.no_input();
-    if (last >= 6) c0 ? (void)t.input(randn(state, rng, 0.5f)) : (void)t.no_input();
-    if (last >= 7) t.const_input(randn({D, 3 * H}, rng, 0.3f));
+    if (last >= 5) h0 ? (void)t.input(rnd(state, 0.5f)) : (void)t.no_input();
+    if (last >= 6) c0 ? (void)t.input(rnd(state, 0.5f)) : (void)t.no_input();
+    if (last >= 7) t.const_input(rnd({D, 3 * H}, 0.3f));
     t.outputs(lstm ? 3 : 2);
     return t;
   }
@@ -83,7 +90,15 @@ struct RnnCase {
     OpTester t = tester();
     auto cpu = t.run("cpu");
     EXPECT_EQ(ref.size(), cpu.size());
-    for (size_t i = 0; i < ref.size() && i < cpu.size(); ++i) expect_near(cpu[i], ref[i], 2e-5, 1e-4);
+    for (size_t i = 0; i < ref.size() && i < cpu.size(); ++i) {
+      if (!bf16) {
+        expect_near(cpu[i], ref[i], 2e-5, 1e-4);
+        continue;
+      }
+      // Both compute in f32 from the same bf16 values: at most a rounding step of bf16 apart.
+      EXPECT_EQ(cpu[i].dtype(), DType::kBF16);
+      expect_near(cast_tensor(cpu[i], DType::kF32).value(), cast_tensor(ref[i], DType::kF32).value(), 1e-2, 8e-3);
+    }
     const Graph& g = t.last_model()->graph;
     const OpSchema* schema = op_registry().find("", op, 14);
     const auto* factories = cpu_kernel_table().find("", op);
@@ -164,6 +179,17 @@ TEST(CpuRnn, ZooSizedBidirectionalLstm) {
     c.direction = "bidirectional", c.S = 12, c.B = batch, c.I = 64, c.H = 128, c.seed = 400 + batch;
     EXPECT_TRUE(c.check()) << c.describe();
   }
+}
+
+TEST(CpuRnn, Bf16InputsComputeInF32) {
+  uint32_t seed = 500;
+  for (const char* op : {"RNN", "GRU", "LSTM"})
+    for (const char* dir : {"forward", "bidirectional"}) {
+      RnnCase c;
+      c.op = op, c.direction = dir, c.bf16 = true, c.seq_lens = true, c.peepholes = true, c.seed = ++seed;
+      c.layout = seed % 2;
+      EXPECT_TRUE(c.check()) << c.describe() << ": the optimized kernel declined the node";
+    }
 }
 
 TEST(CpuRnn, UncoveredNodesFallBackWithSameAnswers) {
