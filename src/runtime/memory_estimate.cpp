@@ -85,6 +85,20 @@ StatusOr<MemoryEstimate> estimate_memory(const Model& model, const InputShapes& 
   for (ValueInfo& in : g.inputs) {
     for (const auto& [name, dims] : shapes) {
       if (name != in.name) continue;
+      if (in.type.shape) {  // the declared dims first: a mismatch is the user's input, not a memory problem
+        const Shape& declared = *in.type.shape;
+        bool fits = declared.rank() == static_cast<int64_t>(dims.size());
+        for (int64_t i = 0; fits && i < declared.rank(); ++i)
+          fits = !declared.dims[i].is_known() || declared.dims[i].value == dims[i];
+        if (declared.rank() != static_cast<int64_t>(dims.size()))
+          return invalid_argument("input '" + in.name + "': the model expects " + in.type.to_string() + " (rank " +
+                                  std::to_string(declared.rank()) + "), given shape " + dims_to_string(dims) +
+                                  " (rank " + std::to_string(dims.size()) + ")");
+        if (!fits)
+          return invalid_argument("input '" + in.name + "': the model expects " + in.type.to_string() +
+                                  ", given shape " + dims_to_string(dims) +
+                                  " (a fixed dimension differs; resize the data, or re-export with dynamic_axes)");
+      }
       Shape s;
       for (int64_t d : dims) s.dims.push_back(Dim(d));
       in.type.shape = s;

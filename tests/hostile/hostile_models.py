@@ -1,12 +1,15 @@
 #!/usr/bin/python3
 """Generates hostile and malformed inputs for ferry and checks that each one is refused cleanly:
-exit code 2, a message naming the problem, no crash, no hang, nothing read outside the model folder.
+exit code 2, a message naming the problem, no crash, no hang (60 s), peak memory under 2 GiB,
+nothing read outside the model folder.
 
 Usage: hostile_models.py FERRY WORKDIR
 """
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 
 import numpy as np
 import onnx
@@ -263,7 +266,36 @@ def build_cases(work):
          "memory limit is 1.3 MiB", "'h'", "largest batch that fits is 18")
     case("memory_limit_fits", ["run", p, "--input", x32, "--memory-limit", "2M"], 0)
     case("memory_limit_bad_unit", ["run", p, "--input", x32, "--memory-limit", "2X"], 2, "--memory-limit", "unit")
+
+    # Input tensors (.pb) found by fuzzing: a few bytes declaring 2^31 floats without data must not
+    # allocate them; a 0 beside huge dims is an empty tensor whose element count must not overflow.
+    t = TensorProto(name="x", data_type=TensorProto.FLOAT, dims=[1 << 15, 1 << 16])
+    p = os.path.join(work, "huge_shape_no_data.pb"); open(p, "wb").write(t.SerializeToString())
+    case("pb_huge_shape_without_data", ["run", good, "--input", p], 2, "float_data holds 0 values")
+    t = TensorProto(name="x", data_type=TensorProto.FLOAT, dims=[0, 1 << 62, 1 << 62])
+    p = os.path.join(work, "zero_beside_huge.pb"); open(p, "wb").write(t.SerializeToString())
+    case("pb_zero_dim_beside_huge_dims", ["run", good, "--input", p], 2, "input 'x'", "[0,")
     return cases
+
+
+# Every case must finish within these bounds (a hostile file must not be a way to exhaust the machine).
+TIMEOUT_S = 60
+MAX_RSS_MIB = 2048
+
+
+def run_bounded(argv):
+    """Runs argv; returns (exit code or None when killed for time, stderr text, peak RSS in MiB)."""
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+        timer = threading.Timer(TIMEOUT_S, proc.kill)
+        timer.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        timed_out = not timer.is_alive()
+        timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        text = err.read().decode("utf-8", "replace")
+    return (None if timed_out else proc.returncode), text, usage.ru_maxrss / 1024.0
 
 
 def main():
@@ -272,28 +304,29 @@ def main():
     cases = build_cases(work)
     failed = 0
     for name, args, want, needles in cases:
-        try:
-            r = subprocess.run([ferry] + args, capture_output=True, text=True, timeout=60)
-        except subprocess.TimeoutExpired:
-            print(f"FAIL {name}: hung (over 60 s)")
+        code, stderr, rss_mib = run_bounded([ferry] + args)
+        if code is None:
+            print(f"FAIL {name}: hung (over {TIMEOUT_S} s)")
             failed += 1
             continue
         problems = []
-        if r.returncode != want:
-            problems.append(f"exit {r.returncode}, expected {want}")
-        if r.returncode < 0:
-            problems.append(f"killed by signal {-r.returncode}")
+        if code != want:
+            problems.append(f"exit {code}, expected {want}")
+        if code < 0:
+            problems.append(f"killed by signal {-code}")
+        if rss_mib > MAX_RSS_MIB:
+            problems.append(f"peak memory {rss_mib:.0f} MiB, over the bound of {MAX_RSS_MIB} MiB")
         for n in needles:
-            if n not in r.stderr:
+            if n not in stderr:
                 problems.append(f"stderr lacks {n!r}")
-        if want != 0 and not r.stderr.strip():
+        if want != 0 and not stderr.strip():
             problems.append("no message on stderr")
         if problems:
             failed += 1
-            print(f"FAIL {name}: {'; '.join(problems)}\n     stderr: {r.stderr.strip()[:400]}")
+            print(f"FAIL {name}: {'; '.join(problems)}\n     stderr: {stderr.strip()[:400]}")
         else:
-            first = r.stderr.strip().splitlines()[0] if r.stderr.strip() else "(ok)"
-            print(f"ok   {name}: {first[:160]}")
+            first = stderr.strip().splitlines()[0] if stderr.strip() else "(ok)"
+            print(f"ok   {name} ({rss_mib:.0f} MiB): {first[:150]}")
     print(f"{len(cases) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
