@@ -142,6 +142,9 @@ StatusOr<CompiledModel> parse_compiled_model(std::shared_ptr<const void> owner, 
   trace.mark("header + checksum", size);
   if (reinterpret_cast<uintptr_t>(data) % kWeightAlignment != 0)
     return internal_error(what + ": the bytes are not 64-byte aligned");
+  if (h.graph_offset % 8 != 0)  // flatbuffers reads 8-byte scalars in place: the section must be aligned
+    return invalid_model(what + ": the graph section starts at offset " + std::to_string(h.graph_offset) +
+                         ", not a multiple of 8 (the file is corrupted)");
   const uint8_t* graph_bytes = data + h.graph_offset;
   if (h.graph_size >= FLATBUFFERS_MAX_BUFFER_SIZE)
     return invalid_model(what + ": the graph section is over 2 GiB (the file is corrupted)");
