@@ -166,13 +166,17 @@ class Bench:
                 return out, None
         return None, (p.stderr.strip().splitlines() or ["compile failed"])[-1][:200]
 
-    def run_model(self, name):
-        a = self.args
-        mdir = os.path.join(a.models, name)
-        model = os.path.join(mdir, "model.onnx")
+    def open_model(self, name):
+        """The model's folder, its .onnx path and meta.json; makes its work folder."""
+        mdir = os.path.join(self.args.models, name)
         with open(os.path.join(mdir, "meta.json")) as f:
             meta = json.load(f)
-        os.makedirs(os.path.join(a.work, name), exist_ok=True)
+        os.makedirs(os.path.join(self.args.work, name), exist_ok=True)
+        return mdir, os.path.join(mdir, "model.onnx"), meta
+
+    def run_model(self, name):
+        a = self.args
+        mdir, model, meta = self.open_model(name)
         res = {"title": MODEL_TITLES.get(name, name), "rows": [], "bf16": [], "load": {}}
         self.results["models"][name] = res
         log(f"{name}: reference outputs (cpu-ref, batch 1)")
@@ -229,11 +233,7 @@ class Bench:
         engines interleaved per round (ORT session create + run; ferry from .onnx; ferry from the
         compiled .ferry), best of the rounds."""
         a = self.args
-        mdir = os.path.join(a.models, name)
-        model = os.path.join(mdir, "model.onnx")
-        with open(os.path.join(mdir, "meta.json")) as f:
-            meta = json.load(f)
-        os.makedirs(os.path.join(a.work, name), exist_ok=True)
+        mdir, model, meta = self.open_model(name)
         bdir, batch, threads = os.path.join(mdir, f"b{a.batch_list[0]}"), a.batch_list[0], max(a.thread_list)
         res = {"title": MODEL_TITLES.get(name, name), "rows": [], "bf16": [], "load": {}}
         self.results["models"][name] = res
