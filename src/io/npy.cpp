@@ -373,18 +373,22 @@ StatusOr<NpyDescr> parse_descr(const std::string& descr, const std::string& what
       if (n == 8) d.dtype = DType::kU64;
       break;
     case 'U':
-      if (n < 0) break;
-      d.kind = ElemKind::kUnicode;
-      d.dtype = DType::kString;
-      d.itemsize = static_cast<size_t>(n) * 4;
-      return d;
     case 'S':
     case 'a':
       if (n < 0) break;
-      d.kind = ElemKind::kBytes;
+      // numpy writes at least one character per string ('S0' is saved as '|S1'); a zero width
+      // would let a tiny file declare billions of strings that take memory but no file bytes.
+      if (n == 0) return bad("has zero-width strings, which numpy never writes; re-save the array with np.save");
+      if (kind != 'U') {
+        d.kind = ElemKind::kBytes;
+        d.dtype = DType::kString;
+        d.itemsize = static_cast<size_t>(n);
+        d.swap = false;
+        return d;
+      }
+      d.kind = ElemKind::kUnicode;
       d.dtype = DType::kString;
-      d.itemsize = static_cast<size_t>(n);
-      d.swap = false;
+      d.itemsize = static_cast<size_t>(n) * 4;
       return d;
     default:
       break;
