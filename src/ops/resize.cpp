@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "ops/data_movement.h"
+#include "ops/resize.h"
 
 namespace ferry {
 namespace {
@@ -450,19 +451,25 @@ Status interpolate(KernelContext& ctx, const ResizeAttrs& a, const ResizePlan& p
   return Status::ok();
 }
 
+// Attributes, inputs and output plan of a run, with the checks every kernel needs.
+Status run_plan(KernelContext& ctx, ResizeAttrs* a, ResizePlan* p) {
+  const Tensor& x = ctx.input(0);
+  RETURN_IF_ERROR(read_attrs(ctx, a));
+  ResizeInputs in;
+  RETURN_IF_ERROR(resize_inputs(ctx, [&](int64_t i) { return ctx.has_input(i) ? &ctx.input(i) : nullptr; }, &in));
+  RETURN_IF_ERROR(make_plan(ctx, *a, in, x.dims(), p));
+  for (int64_t d = 0; d < x.rank(); ++d)
+    if (x.dim(d) == 0 && p->out[d] > 0)
+      return ctx.error("cannot resize the empty axis " + std::to_string(d) + " of input shape " + shape_str(x.dims()) +
+                       " to size " + std::to_string(p->out[d]));
+  return checked_element_count(p->out, ctx.node().describe() + " output").status();
+}
+
 Status k_resize(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   ResizeAttrs a;
-  RETURN_IF_ERROR(read_attrs(ctx, &a));
-  ResizeInputs in;
-  RETURN_IF_ERROR(resize_inputs(ctx, [&](int64_t i) { return ctx.has_input(i) ? &ctx.input(i) : nullptr; }, &in));
   ResizePlan p;
-  RETURN_IF_ERROR(make_plan(ctx, a, in, x.dims(), &p));
-  for (int64_t d = 0; d < x.rank(); ++d)
-    if (x.dim(d) == 0 && p.out[d] > 0)
-      return ctx.error("cannot resize the empty axis " + std::to_string(d) + " of input shape " + shape_str(x.dims()) +
-                       " to size " + std::to_string(p.out[d]));
-  RETURN_IF_ERROR(checked_element_count(p.out, ctx.node().describe() + " output").status());
+  RETURN_IF_ERROR(run_plan(ctx, &a, &p));
   if (a.mode == Mode::kNearest) {
     vector<vector<int64_t>> maps(static_cast<size_t>(x.rank()));
     if (element_count(p.out) > 0)
@@ -509,6 +516,37 @@ Status infer_resize(InferContext& ctx) {
 }
 
 }  // namespace
+
+StatusOr<bool> resize_taps(KernelContext& ctx, vector<int64_t>* out_dims, vector<ResizeAxisTaps>* taps) {
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() == DType::kString || x.dtype() == DType::kBool) return false;
+  ResizeAttrs a;
+  ResizePlan p;
+  RETURN_IF_ERROR(run_plan(ctx, &a, &p));
+  if (a.coord == Coord::kTfCropAndResize) return false;
+  const int64_t r = x.rank();
+  vector<ResizeAxisTaps> t(static_cast<size_t>(r));
+  for (int64_t d = 0; d < r; ++d) {
+    if (p.out[d] == x.dim(d) && p.scale[d] == 1.0f) continue;  // the reference skips these axes too
+    ResizeAxisTaps& at = t[d];
+    if (a.mode == Mode::kNearest) {
+      at.idx = nearest_map(a, p, d, x.dim(d));
+      at.w.assign(at.idx.size(), 1.0f);
+      at.n = 1;
+      at.identity = p.out[d] == x.dim(d);
+      for (int64_t j = 0; j < p.out[d] && at.identity; ++j) at.identity = at.idx[j] == j;
+    } else {
+      Taps tp = interp_taps(a, p, d, x.dim(d));
+      at.n = tp.n;
+      at.idx = std::move(tp.idx);
+      at.w = std::move(tp.w);
+      at.identity = tp.identity;
+    }
+  }
+  *out_dims = p.out;
+  *taps = std::move(t);
+  return true;
+}
 
 void register_resize_ops(OpRegistry& r) {
   const vector<AttrSpec> resize_attrs = {
