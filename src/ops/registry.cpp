@@ -52,6 +52,22 @@ Status KernelContext::error(const std::string& msg) const {
   return invalid_argument(node().describe() + ": " + msg);
 }
 
+StatusOr<Tensor*> KernelContext::allocate_output_over(int64_t i, int64_t input, DType dtype, std::vector<int64_t> dims) {
+  if (!allocator || dtype == DType::kString || !has_input(input)) return allocate_output(i, dtype, std::move(dims), false);
+  bool valid = dtype != DType::kUndefined && static_cast<int64_t>(dims.size()) <= kMaxRank;
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    valid = valid && d >= 0 && (d == 0 || n <= kMaxTensorElements / d);
+    if (valid) n *= d;
+  }
+  if (!valid) return allocate_output(i, dtype, std::move(dims), false);  // it names the problem
+  Value& out = (*outputs_)[i];
+  out = Value();
+  std::vector<int64_t> d = dims;
+  if (!allocator->allocate_over(i, input, dtype, &d, &out.tensor)) out.tensor = Tensor::allocate(dtype, std::move(dims));
+  return &out.tensor;
+}
+
 StatusOr<Tensor*> KernelContext::allocate_output(int64_t i, DType dtype, std::vector<int64_t> dims, bool zero_fill) {
   bool valid = dtype != DType::kUndefined && static_cast<int64_t>(dims.size()) <= kMaxRank;
   int64_t n = 1;

@@ -84,6 +84,11 @@ class OutputAllocator {
   virtual ~OutputAllocator() = default;
   /// Makes output `index` (dims already validated) in `out`; zero-filled when `zero_fill`.
   virtual bool allocate(int64_t index, DType dtype, std::vector<int64_t>* dims, bool zero_fill, Tensor* out) = 0;
+  /// As allocate (not zero-filled), and output `index` may share input `input`'s buffer: the kernel
+  /// reads that input only element for element before writing it (or not at all when they alias).
+  virtual bool allocate_over(int64_t index, int64_t /*input*/, DType dtype, std::vector<int64_t>* dims, Tensor* out) {
+    return allocate(index, dtype, dims, false, out);
+  }
 };
 
 /// What a kernel sees. Outputs are pre-sized to node.outputs.size(); the kernel allocates them.
@@ -104,6 +109,11 @@ class KernelContext : public AttrReader {
   /// false (pass false when the kernel writes every element: it saves a memset). Memory may come
   /// from the executor's arena, so never keep the tensor beyond the run.
   StatusOr<Tensor*> allocate_output(int64_t i, DType dtype, std::vector<int64_t> dims, bool zero_fill = true);
+  /// As allocate_output (not zero-filled), for a kernel that accepts output i written over input
+  /// `input` (same dtype and size, e.g. a residual added by the convolution's sum post-op): the
+  /// memory plan may then give both one buffer when the input is not read after this node. The
+  /// kernel must check `output(i).raw() == input(input).raw()` rather than assume either way.
+  StatusOr<Tensor*> allocate_output_over(int64_t i, int64_t input, DType dtype, std::vector<int64_t> dims);
   /// Sets output i to an existing tensor (e.g. a view sharing an input's storage).
   void set_output(int64_t i, Tensor t) { (*outputs_)[i] = Value(std::move(t)); }
   /// Sets output i to a sequence or optional.

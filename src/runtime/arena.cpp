@@ -65,6 +65,16 @@ void AllocationRecorder::begin_step(int32_t step, const Node& node, const std::v
 }
 
 bool AllocationRecorder::allocate(int64_t index, DType dtype, std::vector<int64_t>* dims, bool zero_fill, Tensor* out) {
+  return record(index, index == 0 && in_place_op_ ? 0 : -1, true, dtype, dims, zero_fill, out);
+}
+
+bool AllocationRecorder::allocate_over(int64_t index, int64_t input, DType dtype, std::vector<int64_t>* dims,
+                                       Tensor* out) {
+  return record(index, input, false, dtype, dims, false, out);
+}
+
+bool AllocationRecorder::record(int64_t index, int64_t over, bool elementwise, DType dtype, std::vector<int64_t>* dims, bool zero_fill,
+                                Tensor* out) {
   const int64_t nbytes = byte_size(dtype, *dims);
   if (nbytes == 0) return false;
   State& st = *state_;
@@ -75,19 +85,25 @@ bool AllocationRecorder::allocate(int64_t index, DType dtype, std::vector<int64_
   rec.step = st.step;
   rec.output = static_cast<int32_t>(index);
   rec.nbytes = nbytes;
-  // In place: output 0 of an elementwise op over input 0's whole buffer, when no other input
-  // reads that buffer at another offset or size. The planner checks that the buffer dies here.
-  if (index == 0 && in_place_op_ && inputs_ && !inputs_->empty() && (*inputs_)[0] && (*inputs_)[0]->is_tensor()) {
-    const Tensor& x = (*inputs_)[0]->tensor;
+  // In place: output 0 of an elementwise op over input 0's whole buffer, or an output a kernel
+  // asked to have over an input (allocate_over), when no other input reads that buffer at another
+  // offset or size. The planner checks that the buffer dies here.
+  if (over >= 0 && inputs_ && static_cast<size_t>(over) < inputs_->size() && (*inputs_)[over] &&
+      (*inputs_)[over]->is_tensor()) {
+    const Tensor& x = (*inputs_)[over]->tensor;
     auto it = st.live.find(x.raw());
     if (it != st.live.end() && x.nbytes() == nbytes && st.records[static_cast<size_t>(it->second)].nbytes == nbytes) {
       const auto* begin = static_cast<const uint8_t*>(x.raw());
       bool clean = true;
-      for (size_t j = 1; j < inputs_->size(); ++j) {
+      for (size_t j = 0; j < inputs_->size(); ++j) {
+        if (j == static_cast<size_t>(over)) continue;
         const Value* v = (*inputs_)[j];
         if (!v || !v->is_tensor() || !v->tensor.raw()) continue;
         const auto* p = static_cast<const uint8_t*>(v->tensor.raw());
-        if (p >= begin && p < begin + nbytes && (p != begin || v->tensor.nbytes() != nbytes)) clean = false;
+        // An elementwise op may read the same whole buffer twice (Add(x, x)); other kernels may not
+        // share it at all (a convolution reading x while its sum post-op writes over x).
+        const bool same_whole = p == begin && v->tensor.nbytes() == nbytes && elementwise;
+        if (p >= begin && p < begin + nbytes && !same_whole) clean = false;
       }
       if (clean) rec.reuse = it->second;
     }

@@ -48,6 +48,7 @@ class AllocationRecorder : public OutputAllocator {
   /// Call before node `step` runs; `inputs` (the node's input values) must outlive the step.
   void begin_step(int32_t step, const Node& node, const std::vector<const Value*>* inputs);
   bool allocate(int64_t index, DType dtype, std::vector<int64_t>* dims, bool zero_fill, Tensor* out) override;
+  bool allocate_over(int64_t index, int64_t input, DType dtype, std::vector<int64_t>* dims, Tensor* out) override;
   /// Ends recording (buffers still referenced now escape the plan) and builds the plan.
   std::shared_ptr<const ArenaPlan> finish();
 
@@ -58,6 +59,7 @@ class AllocationRecorder : public OutputAllocator {
   int32_t num_steps_;
   bool in_place_op_ = false;
   const std::vector<const Value*>* inputs_ = nullptr;
+  bool record(int64_t index, int64_t over_input, bool elementwise, DType dtype, std::vector<int64_t>* dims, bool zero_fill, Tensor* out);
 };
 
 /// Serves a plan's allocations from an arena. One per concurrent run (not thread-safe).

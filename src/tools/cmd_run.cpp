@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -140,11 +141,31 @@ int cmd_run(const RunOptions& opt) {
     }
   }
 
-  NamedTensors outputs;
-  auto start = std::chrono::steady_clock::now();
-  Status st = ex.value()->run(feeds.value(), &outputs);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (!st.is_ok()) return report(st);
+  NamedTensors outputs, first;
+  double ms = 0;
+  for (int r = 0; r < std::max(opt.runs, 1); ++r) {
+    outputs.clear();
+    auto start = std::chrono::steady_clock::now();
+    Status st = ex.value()->run(feeds.value(), &outputs);
+    ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!st.is_ok()) return report(r == 0 ? st : st.with_context("run " + std::to_string(r + 1)));
+    if (r == 0) {
+      if (opt.runs > 1)
+        for (const auto& [name, t] : outputs) first.emplace_back(name, t.clone());
+      continue;
+    }
+    for (size_t i = 0; i < outputs.size() && i < first.size(); ++i) {
+      const Tensor& a = first[i].second;
+      const Tensor& b = outputs[i].second;
+      const bool same = a.dtype() == b.dtype() && a.dims() == b.dims() &&
+                        (a.dtype() == DType::kString ? a.strings() == b.strings()
+                                                     : std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.nbytes())) == 0);
+      if (!same)
+        return report(internal_error("run " + std::to_string(r + 1) + " gave output '" + outputs[i].first +
+                                     "' different from run 1 on the same inputs (a memory-plan or kernel state bug; "
+                                     "please report it with the model)"));
+    }
+  }
   cut_to_batch(gear.value().batched_outputs, gear.value().batch, &outputs);
   if (overflow.first()) std::fprintf(stderr, "ferry: warning: overflow in %s: %s\n", opt.precision.c_str(),
                                      overflow.first()->describe().c_str());
@@ -204,7 +225,7 @@ int cmd_run(const RunOptions& opt) {
 namespace {
 const bool kRegistered = register_command({"run", 50, [](CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
-  CLI::App* cmd = app.add_subcommand("run", "Run a model once on inputs from .npy / .npz / ONNX .pb files");
+  CLI::App* cmd = app.add_subcommand("run", "Run a model on inputs from .npy / .npz / ONNX .pb files");
   cmd->add_option("model", opt->model, "ONNX model file (.onnx) or compiled model (.ferry)")->required();
   cmd->add_option("-i,--input", opt->inputs,
                   "[NAME=]FILE: an input as .npy, .npz (arrays matched to inputs by name) or ONNX TensorProto .pb; "
@@ -221,6 +242,10 @@ const bool kRegistered = register_command({"run", 50, [](CLI::App& app) {
                   "(512M, 2G, ...; default: the memory available now; 'none': no check)");
   cmd->add_option("--top-k", opt->top_k, "Also print the K largest values (class, score) of each output row");
   cmd->add_flag("--json", opt->json, "Print a JSON summary instead of text");
+  cmd->add_option("--runs", opt->runs,
+                  "Run N times on the same inputs (the first run plans memory, later runs reuse the plan); "
+                  "fails when any run's outputs differ from the first's; reports the last")
+      ->check(CLI::Range(1, 1000));
   add_precision_options(cmd, &opt->precision, &opt->keep_fp32, &opt->precision_config);
   return CommandRun{cmd, [opt] { return cmd_run(*opt); }};
 }});

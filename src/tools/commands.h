@@ -28,6 +28,9 @@ struct RunOptions {
   std::string precision_config;
   /// "2G", "512M"; empty: the memory available now (MemAvailable); "none": no check.
   std::string memory_limit;
+  /// Runs of the same inputs: the first plans memory, later ones run from the arena; every run's
+  /// outputs must equal the first's bit for bit (exit 1 otherwise). The last run's are reported.
+  int runs = 1;
 };
 int cmd_run(const RunOptions& options);
 

@@ -112,7 +112,9 @@ def run_case(ferry, zoo, case, timeout, device=None):
                exit_code=None, tags=meta.get("tags", []))
     tmp = tempfile.mkdtemp(prefix=f"ferry_zoo_{case}.")
     try:
-        cmd = [ferry, "run", os.path.join(d, "model.onnx")]
+        # Two runs: the second uses the memory plan (arena, in-place buffers) the first recorded,
+        # and ferry checks it reproduces the first bit for bit.
+        cmd = [ferry, "run", os.path.join(d, "model.onnx"), "--runs", "2"]
         for name, f in zip(meta["inputs"], meta["input_files"]):
             cmd += ["--input", f"{name}={os.path.join(d, f)}"]
         cmd += ["--output-dir", tmp]

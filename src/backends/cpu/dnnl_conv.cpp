@@ -76,7 +76,11 @@ class DnnlConvKernel : public Kernel {
     auto plan = plans_.get(x.dims(), [this](const std::vector<int64_t>& d, Plan* p) { return make_plan(d, p); });
     if (!plan.is_ok()) return fallback_(ctx);
     const Plan* p = plan.value();
-    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, p->out_dims, false));
+    if (has_z_ && (ctx.input(3).dims() != p->out_dims || ctx.input(3).dtype() != dtype_)) return fallback_(ctx);
+    // The sum post-op adds what dst holds: dst may be the residual's own buffer when nothing reads
+    // it later (the memory plan decides), which saves copying it.
+    ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 3, dtype_, p->out_dims)
+                                        : ctx.allocate_output(0, dtype_, p->out_dims, false));
     try {
       dnnl::stream& s = dnnl_stream();
       memory src = wrap(p->user_src, x);
@@ -88,7 +92,6 @@ class DnnlConvKernel : public Kernel {
       memory dst = p->reorder_dst ? cpu::scratch_memory(p->conv_pd.dst_desc(), cpu::ScratchSlot::kDst) : wrap(p->user_dst, *y);
       if (has_z_) {  // the sum post-op adds what dst holds
         const Tensor& z = ctx.input(3);
-        if (z.dims() != y->dims() || z.dtype() != dtype_) return fallback_(ctx);
         if (p->reorder_dst) p->z_to_internal.execute(s, {{DNNL_ARG_FROM, wrap(p->user_dst, z)}, {DNNL_ARG_TO, dst}});
         else if (z.raw() != y->raw()) std::memcpy(y->mutable_raw(), z.raw(), static_cast<size_t>(z.nbytes()));
       }

@@ -80,12 +80,12 @@ class DnnlMatMulKernel : public Kernel {
     if (b && b->dtype() != dtype_) return fallback_(ctx);
     Plan* p = nullptr;
     if (!plan_for(a.dims(), b ? b->dims() : no_b, &p).is_ok()) return fallback_(ctx);
-    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, p->out_dims, false));
-    if (has_z_) {
-      const Tensor& z = ctx.input(3);
-      if (z.dims() != y->dims() || z.dtype() != dtype_) return fallback_(ctx);
-      std::memcpy(y->mutable_raw(), z.raw(), static_cast<size_t>(z.nbytes()));
-    }
+    if (has_z_ && (ctx.input(3).dims() != p->out_dims || ctx.input(3).dtype() != dtype_)) return fallback_(ctx);
+    // The sum post-op adds what dst holds; dst may be the residual's own buffer (memory plan).
+    ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 3, dtype_, p->out_dims)
+                                        : ctx.allocate_output(0, dtype_, p->out_dims, false));
+    if (has_z_ && ctx.input(3).raw() != y->raw())
+      std::memcpy(y->mutable_raw(), ctx.input(3).raw(), static_cast<size_t>(y->nbytes()));
     try {
       std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(p->src, a)}, {DNNL_ARG_DST, wrap(p->dst, *y)}};
       args[DNNL_ARG_WEIGHTS] = p->weights ? *p->weights : wrap(p->wei, *b);
