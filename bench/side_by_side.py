@@ -108,8 +108,10 @@ class Bench:
     def __init__(self, args):
         self.args = args
         self.work = args.work
-        # Without spinning, idle OpenMP threads (ferry) block like ORT's with allow_spinning = 0.
-        self.ferry_env = None if args.spin else dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+        # --no-spin: idle OpenMP threads (ferry) block at once, like ORT's with allow_spinning = 0.
+        # Otherwise each engine runs with its defaults: ORT spins; ferry spins briefly when the
+        # cores are free at start-up (src/tools/omp_defaults.cpp; reported per row in the log).
+        self.ferry_env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE") if args.no_spin else None
         self.results = {"models": {}, "machine": machine_info(), "ferry": git_version(), "command": args.command,
                         "started": datetime.datetime.now().isoformat(timespec="seconds")}
 
@@ -135,7 +137,7 @@ class Bench:
         timing = timing or ["--warmup", str(a.warmup), "--duration", str(a.duration)]
         cmd = ["node", os.path.join(HERE, "ort_bench.js"), "--model", model, "--threads", str(threads)] + timing + \
             self.input_args(meta, bdir)
-        if not a.spin:
+        if a.no_spin:
             cmd.append("--no-spin")
         if out_dir:
             cmd += ["--output-dir", out_dir]
@@ -192,9 +194,11 @@ class Bench:
                     first = r == 0
                     j, err = self.ferry_bench(model, meta, bdir, threads, batch, fout if first else None)
                     (row["ferry"].append(j) if j else row["errors"].append("ferry: " + err))
+                    idle = f" (idle threads: {j.get('idle_threads')})" if j and threads > 1 else ""
                     j, err = self.ort_bench(model, meta, bdir, threads, oout if first else None)
                     (row["ort"].append(j) if j else row["errors"].append("onnxruntime: " + err))
-                    log(f"{name} b{batch} t{threads} round {r + 1}: ferry {best(row['ferry'])} ms, ORT {best(row['ort'])} ms")
+                    log(f"{name} b{batch} t{threads} round {r + 1}: ferry {best(row['ferry'])} ms{idle}, "
+                        f"ORT {best(row['ort'])} ms")
                 row["vs_ort"] = compare_dirs(oout, fout, meta["outputs"])
                 row["vs_ref"] = compare_dirs(ref_dir, fout, meta["outputs"]) if (ref_dir and batch == 1) else None
                 res["rows"].append(row)
@@ -308,10 +312,12 @@ def render(results, args):
              f"- ferry {results['ferry']}; ONNX Runtime {results.get('ort_version', '?')} (onnxruntime-node, CPU EP)",
              f"- run {results['started']} to {results.get('finished', '?')}; rounds {args.rounds}, "
              f"{args.duration} s of timed runs per engine per round after {args.warmup} warm-up runs",
-             "- intra-op threads " + ("spin while idle (both engines' default)" if args.spin else
-                                      "block while idle in both engines (ORT session.intra_op.allow_spinning=0, ferry "
-                                      "OMP_WAIT_POLICY=PASSIVE): on this shared machine spinning threads starve the "
-                                      "busy ones; rerun with --spin for the defaults"), ""]
+             "- intra-op threads: " + (
+                 "block while idle in both engines (--no-spin: ORT session.intra_op.allow_spinning=0, ferry "
+                 "OMP_WAIT_POLICY=PASSIVE)" if args.no_spin else
+                 "each engine's default idle policy: ORT's threads spin (allow_spinning=1); ferry's spin briefly "
+                 "(GOMP_SPINCOUNT=10000) when the cores are free at start-up and block at once otherwise "
+                 "(src/tools/omp_defaults.cpp; the log shows the choice per row). `--no-spin` makes both block"), ""]
     ratios = {t: [] for t in args.thread_list}
     worst = {t: (0, "") for t in args.thread_list}
     for threads in args.thread_list:
@@ -390,10 +396,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=1200, help="seconds per engine invocation")
     ap.add_argument("--ref-timeout", type=int, default=1800)
-    ap.add_argument("--spin", action="store_true",
-                    help="let idle intra-op threads spin (both engines' default); without it, ORT runs with "
-                         "session.intra_op.allow_spinning=0 and ferry with OMP_WAIT_POLICY=PASSIVE: on a shared "
-                         "machine spinning threads starve the busy ones")
+    ap.add_argument("--no-spin", action="store_true",
+                    help="make idle intra-op threads block at once in both engines (ORT "
+                         "session.intra_op.allow_spinning=0, ferry OMP_WAIT_POLICY=PASSIVE); default: each "
+                         "engine's own policy")
     ap.add_argument("--no-bf16", dest="bf16", action="store_false")
     ap.add_argument("--no-compiled", dest="compiled", action="store_false")
     ap.add_argument("--quick", action="store_true", help="batch 1, one round, 1 s per engine: for iterating")

@@ -1,5 +1,6 @@
 // `ferry bench MODEL [--device D] [--threads N] [--batch B] [--warmup W] [--iterations I |
 // --duration S] [--json]`: latency percentiles, throughput, load time and peak memory.
+#include <cstdlib>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,16 @@
 
 namespace ferry::cli {
 namespace {
+
+// How idle OpenMP threads wait (src/tools/omp_defaults.cpp chooses at start-up).
+std::string idle_thread_policy() {
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  std::string s;
+  if (policy) s = std::string("OMP_WAIT_POLICY=") + policy;
+  if (spin) s += (s.empty() ? "" : ", ") + std::string("GOMP_SPINCOUNT=") + spin;
+  return s.empty() ? "libgomp defaults" : s;
+}
 
 using nlohmann::json;
 
@@ -41,6 +52,7 @@ int cmd_bench(const BenchOptions& opt) {
     j["model"] = opt.model;
     j["device"] = opt.device;
     j["threads"] = b.threads;
+    j["idle_threads"] = idle_thread_policy();
     j["batch"] = b.batch;
     j["opt_level"] = opt.opt_level;
     j["precision"] = opt.precision.empty() ? "fp32" : opt.precision;
@@ -64,6 +76,7 @@ int cmd_bench(const BenchOptions& opt) {
   std::printf("  device      %s, %d thread%s, batch %lld%s%s\n", opt.device.c_str(), b.threads, b.threads == 1 ? "" : "s",
               static_cast<long long>(b.batch), opt.precision.empty() ? "" : ", precision ",
               opt.precision.c_str());
+  if (b.threads > 1) std::printf("  idle threads %s\n", idle_thread_policy().c_str());
   if (!b.random_inputs.empty()) {
     std::printf("  inputs      random:");
     for (const std::string& n : b.random_inputs) std::printf(" %s", n.c_str());

@@ -85,6 +85,21 @@ def main():
     check(j.get("device") == "cpu-ref", "device is reported")
     p = run(ferry, "bench", model, "--duration", "0.2", "-w", "0")
     check("latency" in p.stdout and "throughput" in p.stdout and "peak RSS" in p.stdout, "human table has its rows")
+    # Idle-thread policy (src/tools/omp_defaults.cpp): the user's own settings win and are reported;
+    # without them ferry picks a short spin or passive waiting, and says which.
+    def idle(env_extra):
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+        env.update(env_extra)
+        q = subprocess.run([ferry, "bench", model, "--json", "-t", "2", "-n", "1", "-w", "0"], capture_output=True,
+                           text=True, timeout=300, env=env)
+        check(q.returncode == 0, f"bench with {env_extra} exited {q.returncode}: {q.stderr.strip()}")
+        return json.loads(q.stdout).get("idle_threads", "") if q.returncode == 0 else ""
+    check(idle({"OMP_WAIT_POLICY": "ACTIVE"}) == "OMP_WAIT_POLICY=ACTIVE", "a user's OMP_WAIT_POLICY is kept")
+    check(idle({"GOMP_SPINCOUNT": "77"}) == "GOMP_SPINCOUNT=77", "a user's GOMP_SPINCOUNT is kept")
+    check(idle({"FERRY_OMP_DEFAULTS": "0"}) == "libgomp defaults", "FERRY_OMP_DEFAULTS=0 leaves libgomp's defaults")
+    chosen = idle({})
+    check(chosen in ("OMP_WAIT_POLICY=PASSIVE", "GOMP_SPINCOUNT=10000"), f"ferry chose an idle policy: {chosen!r}")
+
     run(ferry, "bench", os.path.join(work, "missing.onnx"), expect=2)
     run(ferry, "bench", model, "--dim", "nonsense", expect=2)
 

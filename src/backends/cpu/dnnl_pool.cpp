@@ -4,6 +4,7 @@
 // ceil_mode becomes extra right padding. A plan is made per input shape and cached (dnnl_plan_cache.h).
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
 #include "ops/conv_pool_util.h"
@@ -55,11 +56,14 @@ class DnnlPoolKernel : public Kernel {
     const Plan* p = plan.value();
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, p->out_dims, false));
     try {
-      p->prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, wrap(p->src, x)},
-                                      {DNNL_ARG_DST, wrap(p->dst, *y)},
-                                      {DNNL_ARG_SCRATCHPAD, cpu::scratch_memory(p->pd.scratchpad_desc(),
-                                                                                cpu::ScratchSlot::kScratchpad)}});
-      dnnl_stream().wait();
+      // Small pools run on one thread (memory-bound: splitting them costs more than it saves).
+      with_threads_for_bytes(x.nbytes() + y->nbytes(), [&] {
+        p->prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, wrap(p->src, x)},
+                                        {DNNL_ARG_DST, wrap(p->dst, *y)},
+                                        {DNNL_ARG_SCRATCHPAD, cpu::scratch_memory(p->pd.scratchpad_desc(),
+                                                                                  cpu::ScratchSlot::kScratchpad)}});
+        dnnl_stream().wait();
+      });
     } catch (const dnnl::error& e) {
       return cpu::dnnl_error(node_, e);
     }
