@@ -6,6 +6,10 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#if defined(FERRY_CHECKSUM_AVX512)
+extern "C" uint64_t ferry_file_checksum_avx512(const uint8_t* data, size_t size, size_t field_at);
+#endif
+
 #include "format/compiled_model.h"
 
 namespace ferry::format {
@@ -27,7 +31,7 @@ std::string get_field(const char* field, size_t size) {
   return s;
 }
 
-uint64_t file_checksum(const uint8_t* data, size_t size) {
+uint64_t file_checksum_portable(const uint8_t* data, size_t size) {
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
   constexpr size_t kAt = offsetof(FileHeader, checksum);
@@ -36,6 +40,23 @@ uint64_t file_checksum(const uint8_t* data, size_t size) {
   XXH3_64bits_update(&state, &zero, sizeof zero);
   XXH3_64bits_update(&state, data + kAt + sizeof zero, size - kAt - sizeof zero);
   return XXH3_64bits_digest(&state);
+}
+
+bool file_checksum_has_avx512() {
+#if defined(FERRY_CHECKSUM_AVX512)
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+#else
+  return false;
+#endif
+}
+
+uint64_t file_checksum(const uint8_t* data, size_t size) {
+#if defined(FERRY_CHECKSUM_AVX512)
+  if (file_checksum_has_avx512())
+    return ferry_file_checksum_avx512(data, size, offsetof(FileHeader, checksum));
+#endif
+  return file_checksum_portable(data, size);
 }
 
 namespace {

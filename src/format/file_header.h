@@ -40,6 +40,10 @@ std::string get_field(const char* field, size_t size);
 /// XXH3-64 of `size` bytes of a file starting with a header, computed as if the header's
 /// checksum field were zero.
 uint64_t file_checksum(const uint8_t* data, size_t size);
+/// The same value through the portable (SSE2) xxHash build, and whether file_checksum() takes the
+/// AVX-512 loop on this CPU (for the test that both agree).
+uint64_t file_checksum_portable(const uint8_t* data, size_t size);
+bool file_checksum_has_avx512();
 
 /// Validates the header of `size` bytes at `data` in the order that gives the clearest message:
 /// magic, format version, ferry version, ISA, size (truncation), checksum, section bounds.

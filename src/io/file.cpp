@@ -76,6 +76,12 @@ StatusOr<FileBytes> map_file(const std::string& path) {
     addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   }
   if (addr == MAP_FAILED) return read_all(fd, path);
+  // Every byte is read next (checksums, parsing): map the cached pages in one call rather than
+  // one fault per 64 KiB (Linux 5.14+; older kernels refuse it and fault as before).
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+  (void)::madvise(addr, size, MADV_POPULATE_READ);
   fb.owner = std::shared_ptr<const void>(addr, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
   fb.data = static_cast<const uint8_t*>(addr);
   fb.size = size;

@@ -21,6 +21,9 @@ constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicLen = 6;
 // numpy refuses headers over 10000 bytes by default; allow more, but not absurd amounts.
 constexpr size_t kMaxHeaderLen = size_t(1) << 20;
+// Zero-width strings take no file bytes, so the file size does not bound their count; each costs
+// an empty std::string here (32 bytes): at most 32 MiB of them.
+constexpr int64_t kMaxZeroWidthStrings = int64_t(1) << 20;
 constexpr size_t kAlign = 64;
 constexpr const char* kResaveHint = "re-save it with numpy.save";
 
@@ -376,9 +379,9 @@ StatusOr<NpyDescr> parse_descr(const std::string& descr, const std::string& what
     case 'S':
     case 'a':
       if (n < 0) break;
-      // numpy writes at least one character per string ('S0' is saved as '|S1'); a zero width
-      // would let a tiny file declare billions of strings that take memory but no file bytes.
-      if (n == 0) return bad("has zero-width strings, which numpy never writes; re-save the array with np.save");
+      // A zero width ('<U0', which np.save never writes but np.load reads) is allowed; the
+      // header check bounds how many such strings a file may declare (they take memory here but
+      // no file bytes).
       if (kind != 'U') {
         d.kind = ElemKind::kBytes;
         d.dtype = DType::kString;
@@ -501,6 +504,12 @@ StatusOr<NpyHeader> parse_header(const uint8_t* data, size_t size, const std::st
   if (__builtin_mul_overflow(static_cast<uint64_t>(h.numel), static_cast<uint64_t>(h.descr.itemsize), &h.data_bytes)) {
     return resource_exhausted(what + ": shape " + shape_string(h.dims) + " of dtype '" + descr->str +
                               "' needs more bytes than can be addressed");
+  }
+  if (h.descr.dtype == DType::kString && h.descr.itemsize == 0 && h.numel > kMaxZeroWidthStrings) {
+    return resource_exhausted(what + ": shape " + shape_string(h.dims) + " of zero-width strings ('" + descr->str +
+                              "') declares " + std::to_string(h.numel) + " strings, more than the limit of " +
+                              std::to_string(kMaxZeroWidthStrings) +
+                              " (they take memory but no file bytes; the file is damaged or hostile)");
   }
   h.data_offset = prefix + static_cast<size_t>(header_len);
   if (h.data_bytes > size - h.data_offset) {

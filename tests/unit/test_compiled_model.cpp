@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "compiler/compile.h"
 #include "compiler/session.h"
@@ -213,6 +214,23 @@ class BadFiles : public ::testing::Test {
     EXPECT_NE(st.message().find(text), std::string::npos) << st.message();
   }
 };
+
+// The AVX-512 checksum loop (used on CPUs that have it) and the portable one agree, on sizes
+// around xxHash's internal boundaries (240-byte short path, 1 KiB stripes, 64 KiB blocks).
+TEST(CompiledModel, ChecksumSameOnEveryPath) {
+  std::vector<uint8_t> bytes(300000);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 56);
+  for (size_t n : {64, 65, 239, 240, 241, 1023, 1024, 1025, 4096, 65535, 65536, 65600, 299999, 300000}) {
+    SCOPED_TRACE(n);
+    EXPECT_EQ(format::file_checksum(bytes.data(), n), format::file_checksum_portable(bytes.data(), n));
+  }
+  // The value itself is fixed by the format: a flipped byte changes it.
+  const uint64_t before = format::file_checksum(bytes.data(), bytes.size());
+  bytes[123456] ^= 1;
+  EXPECT_NE(format::file_checksum(bytes.data(), bytes.size()), before);
+  if (!format::file_checksum_has_avx512()) GTEST_SKIP() << "no AVX-512F here: only the portable path ran";
+}
 
 TEST_F(BadFiles, GoodFileLoads) { EXPECT_TRUE(parse_status(good_).is_ok()); }
 
