@@ -111,6 +111,38 @@ TEST(FusedConv, CpuKernelMatchesReferenceForEveryActivation) {
 }
 
 // A channels-last region's entry: X stays NCHW (nchw_input = 1), Z and Y are NHWC.
+// A 1x1 kernel on a 1x1 image (squeeze-excitation after a global pool) takes the cpu kernel's
+// small-GEMM path: every activation, 1 to 9 rows (the register blocks hold up to 8), 70 output
+// channels (a 64-wide panel and a tail), NCHW and channels-last, with and without a bias.
+TEST(FusedConv, PointwiseOnOnePixelMatchesReference) {
+  for (const std::string& a : kActs) {
+    for (int64_t rows : {1, 3, 9}) {
+      for (bool channels_last : {false, true}) {
+        for (bool bias : {true, false}) {
+          SCOPED_TRACE(a + " rows " + std::to_string(rows) + (channels_last ? " nhwc" : " nchw") + (bias ? " bias" : ""));
+          Tensor x = rnd({rows, 37, 1, 1}, 11), w = rnd({70, 37, 1, 1}, 12), b = rnd({70}, 13);
+          OpTester c("Conv");
+          c.input(x).const_input(w);
+          if (bias) c.const_input(b);
+          Tensor y0 = c.run("cpu-ref")[0];
+          Tensor expect = Tensor::allocate(DType::kF32, y0.dims());
+          for (int64_t i = 0; i < y0.numel(); ++i)
+            expect.mutable_data<float>()[i] = static_cast<float>(act(a, y0.data<float>()[i]));
+          OpTester t("FusedConv", 1, "com.ferry");
+          t.attr("activation", a);
+          if (!act_params(a).empty()) t.attr("activation_params", act_params(a));
+          if (channels_last) t.attr("channels_last", int64_t(1));
+          t.input(channels_last ? nchw_to_nhwc(x) : x).const_input(w);
+          if (bias) t.const_input(b);
+          Tensor y = t.run("cpu")[0];
+          EXPECT_TRUE(fast_kernel_taken(t));
+          expect_near(y, channels_last ? nchw_to_nhwc(expect) : expect, 2e-5, 2e-5);
+        }
+      }
+    }
+  }
+}
+
 TEST(FusedConv, NchwInputWithChannelsLastOutput) {
   Tensor x = rnd({2, 3, 9, 7}, 1), w = rnd({16, 3, 3, 3}, 2), b = rnd({16}, 3), z = rnd({2, 16, 9, 7}, 4);
   Tensor y0 = conv_attrs(OpTester("Conv")).input(x).const_input(w).const_input(b).run()[0];

@@ -19,6 +19,8 @@
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/prepacked.h"
+#include "backends/cpu/small_gemm.h"
+#include "backends/cpu/vec_math.h"
 #include "ops/conv_pool_util.h"
 
 namespace ferry {
@@ -35,6 +37,25 @@ struct NodeAttrs : AttrReader {
   using AttrReader::AttrReader;
   Status error(const std::string& msg) const { return invalid_model(node().describe() + ": " + msg); }
 };
+
+// act(y) in place, one vectorized loop per activation kind.
+FERRY_VEC void activate_in_place(float* y, int64_t n, ActKind kind, float alpha, float beta) {
+  switch (kind) {
+    case ActKind::kNone: return;
+    case ActKind::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0.f ? y[i] : 0.f; return;
+    case ActKind::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] >= 0.f ? y[i] : alpha * y[i]; return;
+    case ActKind::kClip: for (int64_t i = 0; i < n; ++i) y[i] = vec::clampf(y[i], alpha, beta); return;
+    case ActKind::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = vec::sigmoid(y[i]); return;
+    case ActKind::kHardSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = vec::clampf(alpha * y[i] + beta, 0.f, 1.f); return;
+    case ActKind::kHardSwish:
+      for (int64_t i = 0; i < n; ++i) y[i] = y[i] * vec::clampf(y[i] * (1.f / 6.f) + 0.5f, 0.f, 1.f);
+      return;
+    case ActKind::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = vec::tanh(y[i]); return;
+    case ActKind::kSilu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] * vec::sigmoid(y[i]); return;
+    case ActKind::kGelu: for (int64_t i = 0; i < n; ++i) y[i] = vec::gelu_erf(y[i]); return;
+    case ActKind::kGeluTanh: for (int64_t i = 0; i < n; ++i) y[i] = vec::gelu_tanh(y[i]); return;
+  }
+}
 
 class DnnlConvKernel : public Kernel {
  public:
@@ -61,6 +82,13 @@ class DnnlConvKernel : public Kernel {
     const std::vector<int64_t> kernel(w->dims().begin() + 2, w->dims().end());
     if (!read_spatial_attrs(attrs, w->rank() - 2, &kernel, true, &attrs_).is_ok()) return false;
     if (group_ < 1 || w->dim(0) % group_ != 0) return false;
+    // A 1x1 convolution on a 1x1 image (squeeze-excitation's two FCs after a global pool) is a
+    // [N, Cin] x [Cin, Cout] product of a few rows: oneDNN's per-call cost (descriptors, scratch,
+    // stream) is several times the product itself, so it runs as cpu::small_gemm on the weights
+    // packed here (plans choose it per shape: Plan::gemv).
+    if (dtype_ == DType::kF32 && group_ == 1 &&
+        std::all_of(kernel.begin(), kernel.end(), [](int64_t k) { return k == 1; }))
+      gemv_w_ = cpu::pack_panels(w->dim(1), w->dim(0), w->data<float>(), 1, w->dim(1));
     // Plan now for the shape known at load (packs the weights once); later shapes plan on first use.
     std::vector<int64_t> x_dims;
     if (cpu::static_dims(graph, node_.inputs[0], &x_dims)) {
@@ -77,6 +105,14 @@ class DnnlConvKernel : public Kernel {
     if (!plan.is_ok()) return fallback_(ctx);
     const Plan* p = plan.value();
     if (has_z_ && (ctx.input(3).dims() != p->out_dims || ctx.input(3).dtype() != dtype_)) return fallback_(ctx);
+    if (p->gemv) {  // [N, Cin] x [Cin, Cout] + bias, then the activation (no residual: see make_plan)
+      ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, p->out_dims, false));
+      const int64_t rows = x.dim(0), cout = w_.dim(0);
+      float* yp = y->mutable_data<float>();
+      cpu::small_gemm(rows, x.data<float>(), w_.dim(1), gemv_w_, b_.defined() ? b_.data<float>() : nullptr, yp, cout);
+      activate_in_place(yp, rows * cout, act_.kind, act_.alpha, act_.beta);
+      return Status::ok();
+    }
     // The sum post-op adds what dst holds: dst may be the residual's own buffer when nothing reads
     // it later (the memory plan decides), which saves copying it.
     ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 3, dtype_, p->out_dims)
@@ -115,10 +151,12 @@ class DnnlConvKernel : public Kernel {
     dnnl::convolution_forward conv;
     memory::desc user_src, user_dst, bias_md;
     bool reorder_src = false, reorder_dst = false;
+    bool gemv = false;  // computed by cpu::small_gemm on gemv_w_ instead of the primitives
     dnnl::reorder to_internal, to_user, z_to_internal;
     const memory* weights = nullptr;
     std::vector<int64_t> out_dims;
   };
+  cpu::PanelMatrix gemv_w_;  // [Cin, Cout] panels of a f32 1x1 ungrouped kernel's weights, else empty
 
   Status make_plan(const std::vector<int64_t>& x_dims, Plan* plan) {
     const int64_t nd = w_.rank() - 2;
@@ -194,6 +232,11 @@ class DnnlConvKernel : public Kernel {
     } catch (const dnnl::error& e) {
       return cpu::dnnl_error(node_, e);
     }
+    const auto all_zero = [](const memory::dims& v) { return std::all_of(v.begin(), v.end(), [](int64_t d) { return d == 0; }); };
+    const auto all_one = [](auto b, auto e) { return std::all_of(b, e, [](int64_t d) { return d == 1; }); };
+    plan->gemv = !gemv_w_.data.empty() && !has_z_ && (!b_.defined() || b_.dtype() == DType::kF32) &&
+                 all_one(xd.begin() + 2, xd.end()) && all_one(yd.begin() + 2, yd.end()) && all_zero(pad_l) &&
+                 all_zero(pad_r);
     plan->out_dims = yd;
     if (channels_last_) {
       plan->out_dims = {yd[0]};
