@@ -109,8 +109,8 @@ class Bench:
         self.args = args
         self.work = args.work
         # --no-spin: idle OpenMP threads (ferry) block at once, like ORT's with allow_spinning = 0.
-        # Otherwise each engine runs with its defaults: ORT spins; ferry spins briefly when the
-        # cores are free at start-up (src/tools/omp_defaults.cpp; reported per row in the log).
+        # Otherwise each engine runs with its defaults: ORT spins; ferry spins briefly unless other
+        # running work fills every core at start-up (src/tools/omp_defaults.cpp; logged per row).
         self.ferry_env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE") if args.no_spin else None
         self.results = {"models": {}, "machine": machine_info(), "ferry": git_version(), "command": args.command,
                         "started": datetime.datetime.now().isoformat(timespec="seconds")}
@@ -316,7 +316,7 @@ def render(results, args):
                  "block while idle in both engines (--no-spin: ORT session.intra_op.allow_spinning=0, ferry "
                  "OMP_WAIT_POLICY=PASSIVE)" if args.no_spin else
                  "each engine's default idle policy: ORT's threads spin (allow_spinning=1); ferry's spin briefly "
-                 "(GOMP_SPINCOUNT=10000) when the cores are free at start-up and block at once otherwise "
+                 "(GOMP_SPINCOUNT=10000), and block at once when other running work fills every core at start-up "
                  "(src/tools/omp_defaults.cpp; the log shows the choice per row). `--no-spin` makes both block"), ""]
     ratios = {t: [] for t in args.thread_list}
     worst = {t: (0, "") for t in args.thread_list}

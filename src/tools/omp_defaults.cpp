@@ -8,9 +8,12 @@
 //   - spinning while another process needs the core starves it: `ferry bench mobilenet_v2 -t 2`
 //     with the cores shared measured p50 127-143 ms with libgomp's long default spin vs 4.2 ms
 //     passive.
-// So ferry picks at start-up: when the cores it may use are idle apart from itself (the running
-// count in /proc/loadavg), idle threads spin briefly (GOMP_SPINCOUNT, about 100 us) before they
-// block; when other work is running, they block at once (OMP_WAIT_POLICY=PASSIVE). A user's own
+// So ferry picks at start-up: idle threads spin briefly (GOMP_SPINCOUNT, about 100 us) before they
+// block, unless other runnable tasks already fill every core it may use (the running count in
+// /proc/loadavg against the affinity mask): then they block at once (OMP_WAIT_POLICY=PASSIVE).
+// (The first version spun only when no other task was running at all; one snapshot of that count
+// often showed a transient task, and a side-by-side run then measured MobileNetV2 b1 on 2 threads
+// at 3.63 ms passive against ORT's 2.37 ms spinning.) A user's own
 // OMP_WAIT_POLICY or GOMP_SPINCOUNT always wins; FERRY_OMP_DEFAULTS=0 leaves libgomp's defaults.
 //
 // The environment must hold the setting when libgomp's constructor runs, and a setenv() this early
@@ -66,8 +69,11 @@ void set_openmp_defaults(int, char** argv, char** envp) {
     env[n] = envp[n];
   }
   const int running = running_tasks(), cpus = usable_cpus();
-  const bool idle = running >= 1 && cpus >= 2 && running - 1 <= cpus - 2;  // others leave >= 2 cores free
-  env[n] = idle ? short_spin : passive;
+  // Other runnable tasks that would take every core: block at once. One snapshot of the running
+  // count is noisy (a harness or a shell between two commands shows up in it), so anything less
+  // keeps the short spin, whose cost to a neighbour is bounded (one spin per region boundary).
+  const bool crowded = running < 1 || cpus < 2 || running - 1 >= cpus;
+  env[n] = crowded ? passive : short_spin;
   env[n + 1] = nullptr;
   execve("/proc/self/exe", argv, env);  // returns only on failure: run on with libgomp's defaults
 }

@@ -87,11 +87,11 @@ def main():
     check("latency" in p.stdout and "throughput" in p.stdout and "peak RSS" in p.stdout, "human table has its rows")
     # Idle-thread policy (src/tools/omp_defaults.cpp): the user's own settings win and are reported;
     # without them ferry picks a short spin or passive waiting, and says which.
-    def idle(env_extra):
+    def idle(env_extra, prefix=()):
         env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
         env.update(env_extra)
-        q = subprocess.run([ferry, "bench", model, "--json", "-t", "2", "-n", "1", "-w", "0"], capture_output=True,
-                           text=True, timeout=300, env=env)
+        q = subprocess.run(list(prefix) + [ferry, "bench", model, "--json", "-t", "2", "-n", "1", "-w", "0"],
+                           capture_output=True, text=True, timeout=300, env=env)
         check(q.returncode == 0, f"bench with {env_extra} exited {q.returncode}: {q.stderr.strip()}")
         return json.loads(q.stdout).get("idle_threads", "") if q.returncode == 0 else ""
     check(idle({"OMP_WAIT_POLICY": "ACTIVE"}) == "OMP_WAIT_POLICY=ACTIVE", "a user's OMP_WAIT_POLICY is kept")
@@ -99,6 +99,10 @@ def main():
     check(idle({"FERRY_OMP_DEFAULTS": "0"}) == "libgomp defaults", "FERRY_OMP_DEFAULTS=0 leaves libgomp's defaults")
     chosen = idle({})
     check(chosen in ("OMP_WAIT_POLICY=PASSIVE", "GOMP_SPINCOUNT=10000"), f"ferry chose an idle policy: {chosen!r}")
+    # On one usable core ferry itself fills every core: its threads must not spin.
+    if shutil.which("taskset"):
+        one = idle({}, prefix=("taskset", "-c", "0"))
+        check(one == "OMP_WAIT_POLICY=PASSIVE", f"one usable core gives passive waiting, got {one!r}")
 
     run(ferry, "bench", os.path.join(work, "missing.onnx"), expect=2)
     run(ferry, "bench", model, "--dim", "nonsense", expect=2)
