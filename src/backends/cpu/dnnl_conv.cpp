@@ -85,10 +85,9 @@ class DnnlConvKernel : public Kernel {
     // A 1x1 convolution on a 1x1 image (squeeze-excitation's two FCs after a global pool) is a
     // [N, Cin] x [Cin, Cout] product of a few rows: oneDNN's per-call cost (descriptors, scratch,
     // stream) is several times the product itself, so it runs as cpu::small_gemm on the weights
-    // packed here (plans choose it per shape: Plan::gemv).
-    if (dtype_ == DType::kF32 && group_ == 1 &&
-        std::all_of(kernel.begin(), kernel.end(), [](int64_t k) { return k == 1; }))
-      gemv_w_ = cpu::pack_panels(w->dim(1), w->dim(0), w->data<float>(), 1, w->dim(1));
+    // packed by the first plan that takes this path (Plan::gemv; most 1x1 convolutions never do).
+    gemv_ok_ = dtype_ == DType::kF32 && group_ == 1 &&
+               std::all_of(kernel.begin(), kernel.end(), [](int64_t k) { return k == 1; });
     // Plan now for the shape known at load (packs the weights once); later shapes plan on first use.
     std::vector<int64_t> x_dims;
     if (cpu::static_dims(graph, node_.inputs[0], &x_dims)) {
@@ -156,7 +155,8 @@ class DnnlConvKernel : public Kernel {
     const memory* weights = nullptr;
     std::vector<int64_t> out_dims;
   };
-  cpu::PanelMatrix gemv_w_;  // [Cin, Cout] panels of a f32 1x1 ungrouped kernel's weights, else empty
+  bool gemv_ok_ = false;      // f32, ungrouped, 1x1 kernel: a plan may take the small-GEMM path
+  cpu::PanelMatrix gemv_w_;  // its weights as [Cin, Cout] panels, packed by the first such plan
 
   Status make_plan(const std::vector<int64_t>& x_dims, Plan* plan) {
     const int64_t nd = w_.rank() - 2;
@@ -234,9 +234,12 @@ class DnnlConvKernel : public Kernel {
     }
     const auto all_zero = [](const memory::dims& v) { return std::all_of(v.begin(), v.end(), [](int64_t d) { return d == 0; }); };
     const auto all_one = [](auto b, auto e) { return std::all_of(b, e, [](int64_t d) { return d == 1; }); };
-    plan->gemv = !gemv_w_.data.empty() && !has_z_ && (!b_.defined() || b_.dtype() == DType::kF32) &&
+    plan->gemv = gemv_ok_ && !has_z_ && (!b_.defined() || b_.dtype() == DType::kF32) &&
                  all_one(xd.begin() + 2, xd.end()) && all_one(yd.begin() + 2, yd.end()) && all_zero(pad_l) &&
                  all_zero(pad_r);
+    // Packed once, under the plan cache's lock; runs read it only through a plan made after this.
+    if (plan->gemv && gemv_w_.data.empty())
+      gemv_w_ = cpu::pack_panels(w_.dim(1), w_.dim(0), w_.data<float>(), 1, w_.dim(1));
     plan->out_dims = yd;
     if (channels_last_) {
       plan->out_dims = {yd[0]};
