@@ -6,15 +6,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include <stddef.h>
-#include <stdint.h>
+#include "format/checksum_impl.h"
 
 uint64_t ferry_file_checksum_avx512(const uint8_t* data, size_t size, size_t field_at) {
-  XXH3_state_t state;
-  const uint64_t zero = 0;
-  XXH3_64bits_reset(&state);
-  XXH3_64bits_update(&state, data, field_at);
-  XXH3_64bits_update(&state, &zero, sizeof zero);
-  XXH3_64bits_update(&state, data + field_at + sizeof zero, size - field_at - sizeof zero);
-  return XXH3_64bits_digest(&state);
+  return ferry_checksum_zeroed_field(data, size, field_at);
 }

@@ -6,6 +6,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "format/checksum_impl.h"
+
 #if defined(FERRY_CHECKSUM_AVX512)
 extern "C" uint64_t ferry_file_checksum_avx512(const uint8_t* data, size_t size, size_t field_at);
 #endif
@@ -32,14 +34,7 @@ std::string get_field(const char* field, size_t size) {
 }
 
 uint64_t file_checksum_portable(const uint8_t* data, size_t size) {
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
-  constexpr size_t kAt = offsetof(FileHeader, checksum);
-  const uint64_t zero = 0;
-  XXH3_64bits_update(&state, data, kAt);
-  XXH3_64bits_update(&state, &zero, sizeof zero);
-  XXH3_64bits_update(&state, data + kAt + sizeof zero, size - kAt - sizeof zero);
-  return XXH3_64bits_digest(&state);
+  return ferry_checksum_zeroed_field(data, size, offsetof(FileHeader, checksum));
 }
 
 bool file_checksum_has_avx512() {
