@@ -57,6 +57,16 @@ Tensor Tensor::reshaped(std::vector<int64_t> dims) const {
   return t;
 }
 
+Tensor Tensor::outer_slice(int64_t begin, int64_t count) const {
+  Tensor t = *this;
+  const int64_t rows = dims_.empty() ? 1 : dims_[0];
+  const int64_t row_bytes = rows > 0 ? nbytes() / rows : 0;
+  t.dims_[0] = count;
+  t.numel_ = rows > 0 ? numel_ / rows * count : 0;
+  t.data_ = static_cast<const uint8_t*>(data_) + begin * row_bytes;
+  return t;
+}
+
 Tensor Tensor::clone() const {
   Tensor t = allocate(dtype_, dims_);
   if (dtype_ == DType::kString) {

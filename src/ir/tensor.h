@@ -49,6 +49,9 @@ class Tensor {
 
   /// Same storage, new dims (element count must match).
   Tensor reshaped(std::vector<int64_t> dims) const;
+  /// Rows [begin, begin + count) of the outermost axis, sharing this tensor's storage (not for
+  /// string tensors).
+  Tensor outer_slice(int64_t begin, int64_t count) const;
   /// A deep copy.
   Tensor clone() const;
 

@@ -1,6 +1,9 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 
 namespace ferry {
 
@@ -113,6 +116,10 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model
   }
   ex->model_ = std::move(model);
   ex->plan_memory_ = options.plan_memory && is_host_backend(*ex->backend_);
+  ex->split_rows_option_ = options.batch_split_rows;
+  if (const char* e = std::getenv("FERRY_BATCH_SPLIT"); e && *e) ex->split_rows_option_ = std::atoll(e);
+  ex->split_enabled_ = ex->split_rows_option_ != 0 && is_host_backend(*ex->backend_) && ex->backend_->name() != "cpu-ref";
+  if (ex->split_enabled_) ex->split_info_ = analyze_batch_split(ex->model_->graph);
   ASSIGN_OR_RETURN(ex->plan_, plan_partitions(*ex->model_, *ex->backend_, ex->host_.get(), options.allow_fallback));
   for (const Crossing& c : ex->plan_.crossings) ++ex->crossing_count_[c.value];
   RETURN_IF_ERROR(ex->prepare_graph(ex->model_->graph, nullptr));
@@ -267,7 +274,52 @@ Status Executor::run(const NamedTensors& feeds, NamedTensors* outputs) {
   return Status::ok();
 }
 
+int64_t Executor::sub_batch(const NamedValues& feeds) const {
+  const int64_t forced = split_rows_option_;
+  // An observer that keeps outputs (layer-by-layer compare) wants whole-batch tensors.
+  if (!split_enabled_ || !split_info_.separable || feeds.empty() || (observer_ && observer_keeps_outputs_)) return 0;
+  int64_t rows = -1;
+  for (const auto& [name, v] : feeds) {
+    if (!v.is_tensor() || v.tensor.rank() == 0 || v.tensor.dtype() == DType::kString) return 0;
+    if (rows >= 0 && v.tensor.dim(0) != rows) return 0;
+    rows = v.tensor.dim(0);
+  }
+  if (forced > 0) return rows > forced ? forced : 0;
+  return batch_split_rows(split_info_, rows, last_level_cache_bytes());
+}
+
 Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
+  const int64_t sub = sub_batch(feeds);
+  last_split_rows_.store(sub);
+  if (sub <= 0) return run_whole(feeds, outputs);
+  RETURN_IF_ERROR(check_feeds(feeds));
+  const int64_t rows = feeds[0].second.tensor.dim(0);
+  outputs->clear();
+  for (int64_t begin = 0; begin < rows; begin += sub) {
+    const int64_t count = std::min(sub, rows - begin);
+    NamedValues part_feeds, part_out;
+    for (const auto& [name, v] : feeds) part_feeds.emplace_back(name, Value(v.tensor.outer_slice(begin, count)));
+    RETURN_IF_ERROR(run_whole(part_feeds, &part_out));
+    for (size_t i = 0; i < part_out.size(); ++i) {
+      const Tensor& t = part_out[i].second.tensor;
+      if (!part_out[i].second.is_tensor() || t.rank() == 0 || t.dim(0) != count || t.dtype() == DType::kString)
+        return internal_error("output '" + part_out[i].first + "' of a split batch does not keep the batch axis");
+      if (begin == 0) {
+        std::vector<int64_t> dims = t.dims();
+        dims[0] = rows;
+        outputs->emplace_back(part_out[i].first, Value(Tensor::allocate(t.dtype(), dims)));
+      }
+      Tensor& whole = (*outputs)[i].second.tensor;
+      if (whole.nbytes() / rows * count != t.nbytes())
+        return internal_error("output '" + part_out[i].first + "' of a split batch changes shape between parts");
+      std::memcpy(static_cast<uint8_t*>(whole.mutable_raw()) + whole.nbytes() / rows * begin, t.raw(),
+                  static_cast<size_t>(t.nbytes()));
+    }
+  }
+  return Status::ok();
+}
+
+Status Executor::run_whole(const NamedValues& feeds, NamedValues* outputs) {
   RETURN_IF_ERROR(check_feeds(feeds));
   const Graph& g = model_->graph;
   const PreparedGraph& pg = *graphs_.at(&g);

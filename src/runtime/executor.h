@@ -1,6 +1,7 @@
 // The executor: runs a model's graph node by node on one backend, in topological order.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "ir/value.h"
 #include "passes/pipeline.h"
 #include "runtime/arena.h"
+#include "runtime/batch_split.h"
 #include "runtime/partition.h"
 
 namespace ferry {
@@ -33,6 +35,11 @@ struct ExecutorOptions {
   /// Main-graph tensors come from one arena laid out once per set of input shapes (see
   /// runtime/arena.h); false: every tensor is its own heap allocation (for debugging).
   bool plan_memory = true;
+  /// A batch whose activations would overflow the last-level cache runs as several smaller
+  /// parts when the graph keeps batch rows apart (runtime/batch_split.h), on CPU backends except
+  /// the reference one. Rows per part: -1 sized by the cache, 0 never split, N > 0 at most N.
+  /// $FERRY_BATCH_SPLIT (same values) overrides it.
+  int64_t batch_split_rows = -1;
 };
 
 /// The memory plan of the last input shapes run (see Executor::memory_stats).
@@ -73,6 +80,11 @@ class Executor {
   /// The same for models whose inputs or outputs are sequences or optionals.
   Status run_values(const NamedValues& feeds, NamedValues* outputs);
 
+  /// Whether the graph keeps batch rows apart (see ExecutorOptions::batch_split_rows).
+  const BatchSplitInfo& batch_split() const { return split_info_; }
+  /// Rows per part of the last run that split its batch (0: the last run was whole).
+  int64_t last_split_rows() const { return last_split_rows_.load(); }
+
   /// Checks feeds without running; the error names the input, the expected and the given type.
   Status check_feeds(const NamedValues& feeds) const;
 
@@ -110,6 +122,10 @@ class Executor {
   Executor() = default;
   /// `backend`: the backend for every node of g (subgraphs); nullptr: per node from plan_ (main graph).
   Status prepare_graph(const Graph& g, Backend* backend);
+  /// One run of the main graph on `feeds` as given (run_values may split a batch into several).
+  Status run_whole(const NamedValues& feeds, NamedValues* outputs);
+  /// Rows of the batch per run when run_values splits `feeds` (0: it runs them whole).
+  int64_t sub_batch(const NamedValues& feeds) const;
   /// Runs g's nodes; `memory` is non-null for the main graph only (arena, observer).
   Status run_graph(const Graph& g, const PreparedGraph& pg, Frame& frame, RunMemory* memory);
   Status run_body(const Graph& body, const Frame& outer, const std::vector<Value>& inputs, std::vector<Value>* outputs);
@@ -137,6 +153,10 @@ class Executor {
   bool observer_keeps_outputs_ = true;
   OptimizeReport optimize_report_;
   bool plan_memory_ = true;
+  bool split_enabled_ = false;
+  int64_t split_rows_option_ = -1;
+  BatchSplitInfo split_info_;
+  std::atomic<int64_t> last_split_rows_{0};
   mutable std::mutex plans_mu_;
   std::map<std::vector<int64_t>, std::shared_ptr<const ArenaPlan>> plans_;  // input shapes -> plan
   std::shared_ptr<const ArenaPlan> last_plan_;

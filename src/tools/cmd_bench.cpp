@@ -69,6 +69,10 @@ int cmd_bench(const BenchOptions& opt) {
     j["memory_plan"] = {{"planned", mem.planned}, {"arena_bytes", mem.arena_bytes},
                         {"tensor_bytes", mem.tensor_bytes}, {"tensors", mem.tensors},
                         {"in_place", mem.in_place}, {"unplanned_bytes", mem.unplanned_bytes}};
+    const BatchSplitInfo& split = b.executor->batch_split();
+    j["batch_split"] = {{"rows_per_part", b.executor->last_split_rows()}, {"separable", split.separable},
+                        {"largest_row_bytes", split.largest_row_bytes}};
+    if (!split.separable) j["batch_split"]["why_not"] = split.why_not;
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
@@ -83,6 +87,9 @@ int cmd_bench(const BenchOptions& opt) {
     std::printf("\n");
   }
   std::printf("  load        %.1f ms (model load + executor create); first run %.2f ms\n", b.load_ms, first_ms);
+  if (const int64_t part = b.executor->last_split_rows(); part > 0)
+    std::printf("  batch split %lld parts of %lld rows (activations over the last-level cache; FERRY_BATCH_SPLIT=0 runs it whole)\n",
+                static_cast<long long>((b.batch + part - 1) / part), static_cast<long long>(part));
   std::printf("  latency ms  min %.3f  mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  (%zu runs after %d warm-up)\n",
               lat.min, lat.mean, lat.p50, lat.p90, lat.p99, lat.max, times.size(), warmup);
   std::printf("  throughput  %.2f inferences/s, %.2f samples/s\n", per_s, per_s * static_cast<double>(b.batch));

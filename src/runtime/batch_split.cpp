@@ -1,0 +1,350 @@
+#include "runtime/batch_split.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace ferry {
+namespace {
+
+// Ops that compute each element from the elements at the same (broadcast) index of their inputs.
+const std::set<std::string> kElementwise = {
+    "Abs",   "Acos",    "Acosh",     "Add",      "And",      "Asin",        "Asinh",   "Atan",  "Atanh",
+    "BitShift", "Cast", "CastLike",  "Ceil",     "Celu",     "Clip",        "Cos",     "Cosh",  "Div",
+    "Dropout", "Elu",   "Equal",     "Erf",      "Exp",      "Floor",       "Gelu",    "Greater",
+    "GreaterOrEqual",   "HardSigmoid", "HardSwish", "Identity", "IsInf",   "IsNaN",   "LeakyRelu", "Less",
+    "LessOrEqual", "Log", "Max",     "Mean",     "Min",      "Mish",        "Mod",     "Mul",   "Neg",
+    "Not",   "Or",      "Pow",       "PRelu",    "Reciprocal", "Relu",      "Round",   "Selu",  "Sigmoid",
+    "Sign",  "Sin",     "Sinh",      "Softplus", "Softsign", "Sqrt",        "Sub",     "Sum",   "Tan",
+    "Tanh",  "ThresholdedRelu", "Where", "Xor"};
+
+// Ops whose first input is an N-first batch (NCHW or ferry's NHWC) that they read one sample at a
+// time; their other inputs are weights, biases or parameters.
+const std::set<std::string> kPerSample = {
+    "Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool",
+    "GlobalLpPool", "BatchNormalization", "InstanceNormalization", "LRN", "SpaceToDepth", "DepthToSpace",
+    "Resize", "Upsample", "FusedConv", "NhwcMaxPool", "NhwcAveragePool", "NhwcGlobalAveragePool"};
+
+// Reductions over `axes` (attribute, or input 1 in newer opsets).
+const std::set<std::string> kReduce = {"ReduceMean", "ReduceSum",  "ReduceMax",       "ReduceMin",
+                                       "ReduceProd", "ReduceL1",   "ReduceL2",        "ReduceLogSum",
+                                       "ReduceLogSumExp", "ReduceSumSquare"};
+
+int64_t normalized(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
+
+class Analysis {
+ public:
+  explicit Analysis(const Graph& g) : g_(g) {}
+
+  BatchSplitInfo run() {
+    if (g_.inputs.empty()) return fail("the graph has no inputs");
+    for (const ValueInfo& in : g_.inputs) {
+      const TensorType& t = in.type;
+      if (t.kind != ValueKind::kTensor || !t.shape || t.shape->rank() == 0)
+        return fail("input '" + in.name + "' is not a tensor of known rank >= 1");
+      const Dim& d0 = t.shape->dims[0];
+      if (d0.is_known() || d0.symbol.empty()) return fail("input '" + in.name + "' has no symbolic batch axis 0");
+      if (info_.symbol.empty()) info_.symbol = d0.symbol;
+      if (d0.symbol != info_.symbol) return fail("inputs '" + g_.inputs[0].name + "' and '" + in.name + "' have different batch axes");
+      if (!batched_shape_ok(*t.shape)) return fail("input '" + in.name + "' has the batch dimension beyond axis 0");
+      batched_.insert(in.name);
+    }
+    for (const Node& n : g_.nodes) {
+      std::string why;
+      if (!visit(n, &why)) return fail(n.describe() + ": " + why);
+    }
+    for (const ValueInfo& out : g_.outputs)
+      if (!batched_.count(out.name)) return fail("output '" + out.name + "' does not carry the batch");
+    info_.separable = true;
+    info_.largest_row_bytes = sizes_known_ ? largest_ : 0;
+    return info_;
+  }
+
+ private:
+  BatchSplitInfo fail(const std::string& why) {
+    info_.separable = false;
+    info_.why_not = why;
+    return info_;
+  }
+
+  bool is_batched(const std::string& v) const { return !v.empty() && batched_.count(v); }
+  const Shape* shape_of(const std::string& v) const {
+    const TensorType* t = g_.find_type(v);
+    return t && t->kind == ValueKind::kTensor && t->shape ? &*t->shape : nullptr;
+  }
+  int64_t rank_of(const std::string& v) const {
+    const Shape* s = shape_of(v);
+    return s ? s->rank() : -1;
+  }
+  // Axis 0 is the batch symbol and it appears nowhere else.
+  bool batched_shape_ok(const Shape& s) const {
+    if (s.rank() == 0 || s.dims[0].is_known() || s.dims[0].symbol != info_.symbol) return false;
+    for (int64_t i = 1; i < s.rank(); ++i)
+      if (!s.dims[static_cast<size_t>(i)].is_known() && s.dims[static_cast<size_t>(i)].symbol == info_.symbol) return false;
+    return true;
+  }
+  std::optional<std::vector<int64_t>> constant_ints(const std::string& v) const {
+    if (v.empty()) return std::nullopt;
+    const Tensor* t = g_.find_initializer(v);
+    if (!t || !is_integer(t->dtype())) return std::nullopt;
+    return t->to_int64_vector();
+  }
+  static bool is_integer(DType d) { return d == DType::kI64 || d == DType::kI32; }
+  int64_t int_attr(const Node& n, const std::string& key, int64_t dflt) const {
+    const Attribute* a = n.attr(key);
+    return a ? a->i : dflt;
+  }
+  // The reduction/normalization axes of `n` (over its input 0 of rank r) leave axis 0 alone.
+  bool axes_spare_batch(const std::vector<int64_t>& axes, int64_t r) const {
+    return std::none_of(axes.begin(), axes.end(), [&](int64_t a) { return normalized(a, r) == 0; });
+  }
+
+  bool visit(const Node& n, std::string* why) {
+    bool any_batched = false;
+    for (const std::string& in : n.inputs) any_batched = any_batched || is_batched(in);
+    for (const std::string& in : n.implicit_inputs) {
+      if (is_batched(in)) {
+        *why = "a subgraph reads the batch";
+        return false;
+      }
+    }
+    if (!any_batched) return free_outputs(n, why);
+    const std::string& op = n.op_type;
+    if (op == "Shape" || op == "Size") return free_outputs(n, why);  // sizes follow the part's batch
+    if (!n.attrs.empty()) {
+      for (const auto& [key, a] : n.attrs)
+        if (a.g || !a.graphs.empty()) {
+          *why = "a subgraph reads the batch";
+          return false;
+        }
+    }
+    if (!rule_allows(n, why)) return false;
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      const std::string& out = n.outputs[k];
+      if (out.empty()) continue;
+      const Shape* s = shape_of(out);
+      if (!s || !batched_shape_ok(*s)) {
+        *why = "output '" + out + "' does not keep the batch on axis 0 (" + (s ? s->to_string() : "rank unknown") + ")";
+        return false;
+      }
+      note_size(out, *s);
+      batched_.insert(out);
+    }
+    return true;
+  }
+
+  // Values computed from weights and shapes only: the same for every row. A free value as long as
+  // the batch is a row-dependent quantity (ConstantOfShape(Shape(x)), Range over the batch size).
+  bool free_outputs(const Node& n, std::string* why) {
+    for (const std::string& out : n.outputs) {
+      if (out.empty()) continue;
+      const Shape* s = shape_of(out);
+      bool batch_sized = !s;  // an unknown dimension may be the batch's
+      for (size_t i = 0; s && i < s->dims.size(); ++i) {
+        const Dim& d = s->dims[i];
+        batch_sized = batch_sized || (!d.is_known() && (d.symbol.empty() || d.symbol == info_.symbol));
+      }
+      if (batch_sized) {
+        *why = "'" + out + "' may be batch-sized (" + (s ? s->to_string() : "rank unknown") +
+               ") but is computed without the inputs' rows";
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void note_size(const std::string& v, const Shape& s) {
+    const TensorType* t = g_.find_type(v);
+    int64_t row = t ? dtype_size(t->dtype) : 0;
+    for (int64_t i = 1; i < s.rank() && row > 0; ++i) {
+      const Dim& d = s.dims[static_cast<size_t>(i)];
+      if (!d.is_known()) row = 0;
+      else row *= d.value;
+    }
+    if (row <= 0) sizes_known_ = false;
+    largest_ = std::max(largest_, row);
+  }
+
+  // Per-op conditions under which row i of every output depends on row i of the batched inputs only.
+  bool rule_allows(const Node& n, std::string* why) {
+    const std::string& op = n.op_type;
+    const int64_t out_rank = rank_of(n.outputs.empty() ? std::string() : n.outputs[0]);
+    const auto batched_inputs_full_rank = [&]() {
+      for (const std::string& in : n.inputs)
+        if (is_batched(in) && rank_of(in) != out_rank) return false;
+      return true;
+    };
+    const auto only_first_batched = [&](std::set<size_t> also = {}) {
+      for (size_t k = 1; k < n.inputs.size(); ++k)
+        if (is_batched(n.inputs[k]) && !also.count(k)) return false;
+      return is_batched(n.inputs[0]);
+    };
+    if (kElementwise.count(op)) {
+      if (batched_inputs_full_rank()) return true;
+      *why = "a batched input is broadcast against a higher-rank one";
+      return false;
+    }
+    if (kPerSample.count(op)) {
+      // FusedConv's fourth input is the residual added to its output: the same batch.
+      if (only_first_batched(op == "FusedConv" ? std::set<size_t>{3} : std::set<size_t>{}) && batched_inputs_full_rank())
+        return true;
+      *why = "its parameters depend on the batch";
+      return false;
+    }
+    const int64_t r0 = n.inputs.empty() ? -1 : rank_of(n.inputs[0]);
+    if (op == "MatMul" || op == "FusedMatMul" || op == "Gemm" || op == "FusedGemm") {
+      const bool a = is_batched(n.inputs[0]), b = n.inputs.size() > 1 && is_batched(n.inputs[1]);
+      if ((op == "Gemm" || op == "FusedGemm") && int_attr(n, "transA", 0) != 0) {
+        *why = "transA reads the batch as the reduction axis";
+        return false;
+      }
+      for (size_t k = 2; k < n.inputs.size(); ++k)
+        if (is_batched(n.inputs[k])) {
+          *why = "its bias depends on the batch";
+          return false;
+        }
+      if (a && !b && r0 >= 2) return true;
+      if (a && b && r0 >= 3 && rank_of(n.inputs[1]) == r0) return true;
+      *why = "the batch is not the outer axis of the product";
+      return false;
+    }
+    if (op == "Reshape" || op == "Flatten" || op == "Expand" || op == "Squeeze" || op == "Unsqueeze") {
+      // Row-major: when axis 0 stays the batch (checked on the output), row i stays row i.
+      if (only_first_batched()) return true;
+      *why = "its shape input depends on the batch";
+      return false;
+    }
+    if (op == "Transpose") {
+      const Attribute* perm = n.attr("perm");
+      if (perm && !perm->ints.empty() && perm->ints[0] == 0) return true;
+      *why = "the permutation moves axis 0";
+      return false;
+    }
+    if (op == "Concat" || op == "Split" || op == "Softmax" || op == "LogSoftmax" || op == "Hardmax" ||
+        op == "LayerNormalization" || op == "LayerNorm" || op == "ArgMax" || op == "ArgMin" || op == "CumSum") {
+      int64_t axis = int_attr(n, "axis", op == "Softmax" || op == "LogSoftmax" || op == "Hardmax" || op == "LayerNormalization" ||
+                                                 op == "LayerNorm"
+                                             ? -1
+                                             : 0);
+      if (op == "CumSum") {
+        auto ax = n.inputs.size() > 1 ? constant_ints(n.inputs[1]) : std::nullopt;
+        if (!ax || ax->size() != 1) {
+          *why = "its axis is not a constant";
+          return false;
+        }
+        axis = (*ax)[0];
+      }
+      if (op == "Concat") {
+        for (const std::string& in : n.inputs)
+          if (!is_batched(in) || rank_of(in) != out_rank) {
+            *why = "it joins the batch with a value that is not batched the same way";
+            return false;
+          }
+      }
+      if ((op == "Split" || op == "Softmax" || op == "LogSoftmax" || op == "LayerNormalization" || op == "LayerNorm" ||
+           op == "ArgMax" || op == "ArgMin" || op == "CumSum") &&
+          !only_first_batched()) {
+        *why = "its parameters depend on the batch";
+        return false;
+      }
+      if (r0 > 0 && normalized(axis, r0) != 0) return true;
+      *why = "it works along axis 0";
+      return false;
+    }
+    if (kReduce.count(op)) {
+      std::optional<std::vector<int64_t>> axes;
+      if (const Attribute* a = n.attr("axes")) axes = a->ints;
+      else if (n.inputs.size() > 1 && !n.inputs[1].empty()) axes = constant_ints(n.inputs[1]);
+      if (axes && !axes->empty() && only_first_batched() && axes_spare_batch(*axes, r0)) return true;
+      *why = "it may reduce over axis 0";
+      return false;
+    }
+    if (op == "Slice") {
+      auto axes = n.inputs.size() > 3 ? constant_ints(n.inputs[3]) : std::nullopt;
+      if (axes && only_first_batched() && axes_spare_batch(*axes, r0)) return true;
+      *why = "it may slice axis 0";
+      return false;
+    }
+    if (op == "Gather") {
+      const int64_t axis = int_attr(n, "axis", 0);
+      const bool data = is_batched(n.inputs[0]), idx = n.inputs.size() > 1 && is_batched(n.inputs[1]);
+      if (data && !idx && r0 > 0 && normalized(axis, r0) != 0) return true;
+      if (!data && idx && normalized(axis, r0) == 0) return true;  // an embedding lookup per row
+      *why = "it gathers along the batch";
+      return false;
+    }
+    if (op == "Pad") {
+      auto pads = n.inputs.size() > 1 ? constant_ints(n.inputs[1]) : std::nullopt;
+      if (!pads) {
+        if (const Attribute* a = n.attr("pads")) pads = a->ints;
+      }
+      const bool axes_given = n.inputs.size() > 3 && !n.inputs[3].empty();
+      if (pads && !axes_given && r0 > 0 && static_cast<int64_t>(pads->size()) == 2 * r0 && (*pads)[0] == 0 &&
+          (*pads)[static_cast<size_t>(r0)] == 0 && only_first_batched())
+        return true;
+      *why = "it may pad axis 0";
+      return false;
+    }
+    *why = "op not known to keep batch rows apart";
+    return false;
+  }
+
+  const Graph& g_;
+  BatchSplitInfo info_;
+  std::set<std::string> batched_;
+  int64_t largest_ = 0;
+  bool sizes_known_ = true;
+};
+
+}  // namespace
+
+BatchSplitInfo analyze_batch_split(const Graph& g) { return Analysis(g).run(); }
+
+int64_t batch_split_rows(const BatchSplitInfo& info, int64_t rows, int64_t cache_bytes) {
+  if (!info.separable || info.largest_row_bytes <= 0 || rows < 2 || cache_bytes <= 0) return 0;
+  if (rows * info.largest_row_bytes <= cache_bytes / 2) return 0;  // the whole batch stays in cache
+  const int64_t limit = std::max<int64_t>(1, cache_bytes / (3 * info.largest_row_bytes));
+  for (int64_t part = std::min(limit, rows - 1); part >= 1; --part)
+    if (rows % part == 0) return part;
+  return 1;
+}
+
+int64_t last_level_cache_bytes() {
+  // sysfs first: the size one core's cache domain has (what lscpu prints). sysconf's L3 figure
+  // can be the whole host's (384 MiB inside a VM on a 32 MiB-per-CCX EPYC).
+  static const int64_t bytes = [] {
+    int best_level = 0;
+    int64_t best = 0;
+    for (int i = 0; i < 8; ++i) {
+      const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+      std::ifstream level(dir + "level"), type(dir + "type"), size(dir + "size");
+      int lv = 0;
+      std::string ty, sz;
+      if (!(level >> lv) || !(type >> ty) || !(size >> sz) || ty == "Instruction" || sz.empty()) continue;
+      int64_t v = 0;
+      size_t k = 0;
+      while (k < sz.size() && sz[k] >= '0' && sz[k] <= '9') v = v * 10 + (sz[k++] - '0');
+      const char unit = k < sz.size() ? sz[k] : 'B';
+      v *= unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : unit == 'G' ? int64_t{1} << 30 : 1;
+      if (lv > best_level && v > 0) {
+        best_level = lv;
+        best = v;
+      }
+    }
+    if (best > 0) return best;
+    for (int level : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+      const long v = sysconf(level);
+      if (v > 0) return static_cast<int64_t>(v);
+    }
+    return int64_t{32} << 20;
+  }();
+  return bytes;
+}
+
+}  // namespace ferry

@@ -1,0 +1,175 @@
+// Batch splitting (runtime/batch_split.h): which graphs keep batch rows apart, and that a batch
+// run in parts gives what the whole batch gives.
+#include <cmath>
+#include <random>
+
+#include "graph_builder.h"
+#include "runtime/batch_split.h"
+#include "runtime/executor.h"
+
+namespace ferry {
+namespace {
+
+using testing::GraphBuilder;
+
+Tensor random_tensor(std::vector<int64_t> dims, uint32_t seed) {
+  Tensor t = Tensor::allocate(DType::kF32, std::move(dims));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = u(rng);
+  return t;
+}
+
+Attribute ints(std::vector<int64_t> v) {
+  Attribute a;
+  a.type = AttrType::kInts;
+  a.ints = std::move(v);
+  return a;
+}
+
+// x[N,3,8,8] -> Conv(4x3x3x3, pad 1) -> Relu -> (+ x through a 1x1 conv) -> GlobalAveragePool
+// -> Flatten -> Gemm(4 -> 5) -> Softmax(axis 1).
+std::shared_ptr<Model> small_cnn() {
+  GraphBuilder b(17);
+  std::string x = b.input("x", DType::kF32, {-1, 3, 8, 8});
+  std::string w = b.initializer("w", random_tensor({4, 3, 3, 3}, 1));
+  std::string w1 = b.initializer("w1", random_tensor({4, 3, 1, 1}, 2));
+  std::string fc = b.initializer("fc", random_tensor({5, 4}, 3));
+  std::string fcb = b.initializer("fcb", random_tensor({5}, 4));
+  std::string c = b.node("Conv", {x, w}, {{"pads", ints({1, 1, 1, 1})}});
+  std::string r = b.node("Relu", {c});
+  std::string s = b.node("Conv", {x, w1});
+  std::string a = b.node("Add", {r, s});
+  std::string p = b.node("GlobalAveragePool", {a});
+  std::string f = b.node("Flatten", {p}, {{"axis", GraphBuilder::i(1)}});
+  std::string g = b.node("Gemm", {f, fc, fcb}, {{"transB", GraphBuilder::i(1)}});
+  b.output(b.node("Softmax", {g}, {{"axis", GraphBuilder::i(1)}}));
+  return b.build();
+}
+
+TEST(BatchSplit, ConvNetKeepsRowsApart) {
+  const BatchSplitInfo info = analyze_batch_split(small_cnn()->graph);
+  EXPECT_TRUE(info.separable) << info.why_not;
+  EXPECT_EQ(info.symbol, "d0");
+  EXPECT_EQ(info.largest_row_bytes, 4 * 8 * 8 * 4);  // the conv outputs: 4 channels of 8x8 floats
+}
+
+// Graphs that mix rows, each named by the node that does it.
+TEST(BatchSplit, GraphsThatMixRowsAreNotSplit) {
+  struct Case {
+    const char* what;
+    std::function<std::string(GraphBuilder&, const std::string&)> body;
+    const char* names;  // the why_not must mention this
+  };
+  const std::vector<Case> cases = {
+      {"reduce over the batch",
+       [](GraphBuilder& b, const std::string& x) { return b.node("ReduceMean", {x}, {{"axes", ints({0})}}); }, "axis 0"},
+      {"reduce over everything", [](GraphBuilder& b, const std::string& x) { return b.node("ReduceSum", {x}); }, "axis 0"},
+      {"transpose moving the batch",
+       [](GraphBuilder& b, const std::string& x) { return b.node("Transpose", {x}, {{"perm", ints({1, 0})}}); },
+       "permutation"},
+      {"softmax across the batch",
+       [](GraphBuilder& b, const std::string& x) { return b.node("Softmax", {x}, {{"axis", GraphBuilder::i(0)}}); },
+       "axis 0"},
+      {"Gemm reading the batch as K",
+       [](GraphBuilder& b, const std::string& x) { return b.node("Gemm", {x, x}, {{"transA", GraphBuilder::i(1)}}); },
+       "transA"},
+      {"reshape merging rows",
+       [](GraphBuilder& b, const std::string& x) {
+         std::string shape = b.initializer("shape", Tensor::from_vector<int64_t>({-1}, {1}));
+         return b.node("Reshape", {x, shape});
+       },
+       "Reshape"},
+      {"a batch-sized constant",
+       [](GraphBuilder& b, const std::string& x) {
+         std::string s = b.node("Shape", {x});
+         std::string z = b.node("ConstantOfShape", {s});
+         return b.node("Add", {x, z});
+       },
+       "ConstantOfShape"},
+      {"an unknown op", [](GraphBuilder& b, const std::string& x) { return b.node("NonZero", {x}); }, "NonZero"},
+  };
+  for (const Case& c : cases) {
+    GraphBuilder b(17);
+    std::string x = b.input("x", DType::kF32, {-1, 6});
+    b.output(c.body(b, x));
+    const BatchSplitInfo info = analyze_batch_split(b.build()->graph);
+    EXPECT_FALSE(info.separable) << c.what;
+    EXPECT_NE(info.why_not.find(c.names), std::string::npos) << c.what << ": " << info.why_not;
+  }
+  GraphBuilder fixed(17);
+  fixed.output(fixed.node("Relu", {fixed.input("x", DType::kF32, {8, 6})}));
+  EXPECT_FALSE(analyze_batch_split(fixed.build()->graph).separable) << "a fixed batch has no batch axis to split";
+}
+
+TEST(BatchSplit, PartsAreSizedByTheCache) {
+  BatchSplitInfo info;
+  info.separable = true;
+  info.largest_row_bytes = 3 << 20;  // ResNet-50's stem output: 3 MiB per image
+  const int64_t l3 = int64_t{32} << 20;
+  EXPECT_EQ(batch_split_rows(info, 1, l3), 0);
+  EXPECT_EQ(batch_split_rows(info, 4, l3), 0);   // 12 MiB: within half the cache
+  EXPECT_EQ(batch_split_rows(info, 8, l3), 2);   // 3 rows fit three times over; 2 divides 8
+  EXPECT_EQ(batch_split_rows(info, 9, l3), 3);
+  EXPECT_EQ(batch_split_rows(info, 7, l3), 1);   // prime: one row at a time
+  info.largest_row_bytes = 64 << 20;
+  EXPECT_EQ(batch_split_rows(info, 2, l3), 1);
+  info.separable = false;
+  EXPECT_EQ(batch_split_rows(info, 8, l3), 0);
+}
+
+std::unique_ptr<Executor> executor(std::shared_ptr<Model> m, int64_t split_rows) {
+  ExecutorOptions eo;
+  eo.device = "cpu";
+  eo.batch_split_rows = split_rows;
+  auto ex = Executor::create(std::move(m), eo);
+  EXPECT_TRUE(ex.is_ok()) << ex.status().to_string();
+  return std::move(ex.value());
+}
+
+TEST(BatchSplit, PartsGiveTheWholeBatchsResult) {
+  if (std::getenv("FERRY_BATCH_SPLIT")) GTEST_SKIP() << "FERRY_BATCH_SPLIT overrides the options under test";
+  auto model = small_cnn();
+  const Tensor x = random_tensor({5, 3, 8, 8}, 7);
+  NamedTensors whole, parts;
+  auto ex_whole = executor(model, 0);
+  ASSERT_TRUE(ex_whole->run({{"x", x}}, &whole).is_ok());
+  EXPECT_EQ(ex_whole->last_split_rows(), 0);
+  auto ex_parts = executor(model, 2);  // parts of 2, 2 and 1 rows
+  for (int rep = 0; rep < 2; ++rep) {   // the second run reuses the parts' memory plans
+    Status st = ex_parts->run({{"x", x}}, &parts);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(ex_parts->last_split_rows(), 2);
+    ASSERT_EQ(parts.size(), 1u);
+    ASSERT_EQ(parts[0].second.dims(), (std::vector<int64_t>{5, 5}));
+    for (int64_t i = 0; i < whole[0].second.numel(); ++i)
+      ASSERT_NEAR(parts[0].second.data<float>()[i], whole[0].second.data<float>()[i], 1e-6) << "element " << i;
+  }
+  // Each row on its own, too: the parts are the rows' own results, not a mix.
+  for (int64_t row = 0; row < 5; ++row) {
+    NamedTensors one;
+    ASSERT_TRUE(ex_whole->run({{"x", x.outer_slice(row, 1).clone()}}, &one).is_ok());
+    for (int64_t k = 0; k < 5; ++k) ASSERT_NEAR(one[0].second.data<float>()[k], parts[0].second.data<float>()[row * 5 + k], 1e-6);
+  }
+}
+
+TEST(BatchSplit, GraphThatMixesRowsRunsWhole) {
+  if (std::getenv("FERRY_BATCH_SPLIT")) GTEST_SKIP() << "FERRY_BATCH_SPLIT overrides the options under test";
+  GraphBuilder b(17);
+  std::string x = b.input("x", DType::kF32, {-1, 4});
+  std::string m = b.node("ReduceMean", {x}, {{"axes", ints({0})}, {"keepdims", GraphBuilder::i(1)}});
+  b.output(b.node("Sub", {x, m}));
+  auto ex = executor(b.build(), 1);
+  const Tensor in = random_tensor({6, 4}, 9);
+  NamedTensors out;
+  ASSERT_TRUE(ex->run({{"x", in}}, &out).is_ok());
+  EXPECT_EQ(ex->last_split_rows(), 0);
+  for (int64_t c = 0; c < 4; ++c) {  // columns of x minus their mean over the batch sum to zero
+    double sum = 0;
+    for (int64_t r = 0; r < 6; ++r) sum += out[0].second.data<float>()[r * 4 + c];
+    EXPECT_NEAR(sum, 0.0, 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace ferry
