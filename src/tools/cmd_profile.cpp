@@ -118,7 +118,8 @@ int cmd_profile(const ProfileOptions& opt) {
     for (const OpTypeProfile& o : prof.by_op_type())
       ops.push_back({{"op_type", o.op_type}, {"nodes", o.nodes}, {"calls", o.calls}, {"total_ms", o.total_ms}});
     json j = {{"model", opt.bench.model}, {"device", opt.bench.device}, {"threads", b.threads}, {"batch", b.batch},
-              {"runs", prof.runs()}, {"run_mean_ms", per_run}, {"nodes", rows}, {"op_types", ops}};
+              {"runs", prof.runs()}, {"run_mean_ms", per_run}, {"batch_split_rows", ex.last_split_rows()},
+              {"nodes", rows}, {"op_types", ops}};
     if (!opt.trace.empty()) j["trace"] = opt.trace;
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
@@ -126,6 +127,10 @@ int cmd_profile(const ProfileOptions& opt) {
   std::printf("ferry profile %s: %s, %d thread%s, batch %lld; %lld runs, %.3f ms per run (profiled)\n",
               opt.bench.model.c_str(), opt.bench.device.c_str(), b.threads, b.threads == 1 ? "" : "s",
               static_cast<long long>(b.batch), static_cast<long long>(prof.runs()), per_run);
+  if (const int64_t part = ex.last_split_rows(); part > 0)
+    std::printf("batch split: each run is %lld parts of %lld rows (activations over the last-level cache); calls count parts; "
+                "FERRY_BATCH_SPLIT=0 profiles the batch whole\n",
+                static_cast<long long>((b.batch + part - 1) / part), static_cast<long long>(part));
   print_tables(prof, nodes, opt.top);
   if (!opt.trace.empty()) std::printf("\ntrace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", opt.trace.c_str());
   return kExitOk;
