@@ -36,6 +36,18 @@ MODEL_TITLES = {"resnet50": "ResNet-50", "mobilenet_v2": "MobileNetV2", "efficie
                 "bilstm": "BiLSTM (2 layers, seq 50)", "unet": "UNet (96x128)"}
 
 
+
+def split_summary(results):
+    """'ResNet-50 b8: 2, ...' from the ferry runs' batch_split JSON (none: every batch ran whole)."""
+    parts = []
+    for name, m in results.get("models", {}).items():
+        for row in m.get("rows", []):
+            rows = {j.get("batch_split", {}).get("rows_per_part", 0) for j in row.get("ferry", []) if j}
+            rows.discard(0)
+            if rows and row["threads"] == 1:
+                parts.append(f"{m.get('title', name)} b{row['batch']}: {', '.join(str(r) for r in sorted(rows))}")
+    return "; ".join(parts) if parts else "none (every batch ran whole)"
+
 def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -317,7 +329,10 @@ def render(results, args):
                  "OMP_WAIT_POLICY=PASSIVE)" if args.no_spin else
                  "each engine's default idle policy: ORT's threads spin (allow_spinning=1); ferry's spin briefly "
                  "(GOMP_SPINCOUNT=10000), and block at once when other running work fills every core at start-up "
-                 "(src/tools/omp_defaults.cpp; the log shows the choice per row). `--no-spin` makes both block"), ""]
+                 "(src/tools/omp_defaults.cpp; the log shows the choice per row). `--no-spin` makes both block"),
+             "- batch splitting (ferry): a batch whose largest activation would overflow half the last-level cache "
+             "runs as cache-sized parts when no node mixes batch rows (README, runtime/batch_split.h); the arena "
+             "column then shows one part's plan. Rows per part here: " + split_summary(results), ""]
     ratios = {t: [] for t in args.thread_list}
     worst = {t: (0, "") for t in args.thread_list}
     for threads in args.thread_list:
