@@ -185,10 +185,25 @@ class Analysis {
         if (is_batched(n.inputs[k]) && !also.count(k)) return false;
       return is_batched(n.inputs[0]);
     };
+    // A free value of the output's rank must not stretch along axis 0 ([5, C] + x[batch, C] runs
+    // only for a batch of 5 or 1, and a part of 1 row would come back with 5).
+    const auto free_input_spares_axis0 = [&](size_t k, int64_t rank) {
+      const std::string& in = n.inputs[k];
+      if (in.empty() || is_batched(in)) return true;
+      const Shape* s = shape_of(in);
+      return s && (s->rank() < rank || (s->rank() > 0 && s->dims[0].is_known() && s->dims[0].value == 1));
+    };
     if (kElementwise.count(op)) {
-      if (batched_inputs_full_rank()) return true;
-      *why = "a batched input is broadcast against a higher-rank one";
-      return false;
+      if (!batched_inputs_full_rank()) {
+        *why = "a batched input is broadcast against a higher-rank one";
+        return false;
+      }
+      for (size_t k = 0; k < n.inputs.size(); ++k)
+        if (!free_input_spares_axis0(k, out_rank)) {
+          *why = "input '" + n.inputs[k] + "' would broadcast along the batch axis";
+          return false;
+        }
+      return true;
     }
     if (kPerSample.count(op)) {
       // FusedConv's fourth input is the residual added to its output: the same batch.
@@ -209,6 +224,14 @@ class Analysis {
           *why = "its bias depends on the batch";
           return false;
         }
+      for (size_t k = 1; k < n.inputs.size(); ++k) {
+        const int64_t rk = rank_of(n.inputs[k]);
+        const bool bias = k >= 2;  // Gemm's C: [M, N] would need M == batch
+        if ((bias && rk >= 2 && !free_input_spares_axis0(k, rk)) || (!bias && rk == r0 && rk >= 3 && !free_input_spares_axis0(k, rk))) {
+          *why = "input '" + n.inputs[k] + "' would broadcast along the batch axis";
+          return false;
+        }
+      }
       if (a && !b && r0 >= 2) return true;
       if (a && b && r0 >= 3 && rank_of(n.inputs[1]) == r0) return true;
       *why = "the batch is not the outer axis of the product";

@@ -299,19 +299,25 @@ Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
     const int64_t count = std::min(sub, rows - begin);
     NamedValues part_feeds, part_out;
     for (const auto& [name, v] : feeds) part_feeds.emplace_back(name, Value(v.tensor.outer_slice(begin, count)));
-    RETURN_IF_ERROR(run_whole(part_feeds, &part_out));
+    if (!run_whole(part_feeds, &part_out).is_ok()) {  // a part fails where the batch may not: run it whole
+      last_split_rows_.store(0);
+      return run_whole(feeds, outputs);
+    }
     for (size_t i = 0; i < part_out.size(); ++i) {
       const Tensor& t = part_out[i].second.tensor;
-      if (!part_out[i].second.is_tensor() || t.rank() == 0 || t.dim(0) != count || t.dtype() == DType::kString)
-        return internal_error("output '" + part_out[i].first + "' of a split batch does not keep the batch axis");
+      // The analysis is conservative; should a part still come back with other rows than it was
+      // given, the batch runs whole instead (its result is the model's own, only slower).
+      if (!part_out[i].second.is_tensor() || t.rank() == 0 || t.dim(0) != count || t.dtype() == DType::kString ||
+          (begin > 0 && (*outputs)[i].second.tensor.nbytes() / rows * count != t.nbytes())) {
+        last_split_rows_.store(0);
+        return run_whole(feeds, outputs);
+      }
       if (begin == 0) {
         std::vector<int64_t> dims = t.dims();
         dims[0] = rows;
         outputs->emplace_back(part_out[i].first, Value(Tensor::allocate(t.dtype(), dims)));
       }
       Tensor& whole = (*outputs)[i].second.tensor;
-      if (whole.nbytes() / rows * count != t.nbytes())
-        return internal_error("output '" + part_out[i].first + "' of a split batch changes shape between parts");
       std::memcpy(static_cast<uint8_t*>(whole.mutable_raw()) + whole.nbytes() / rows * begin, t.raw(),
                   static_cast<size_t>(t.nbytes()));
     }

@@ -87,6 +87,12 @@ TEST(BatchSplit, GraphsThatMixRowsAreNotSplit) {
          return b.node("Add", {x, z});
        },
        "ConstantOfShape"},
+      {"a constant stretched along the batch",
+       [](GraphBuilder& b, const std::string& x) {
+         std::string c = b.initializer("c", random_tensor({5, 6}, 6));  // runs for a batch of 5 (or 1) only
+         return b.node("Add", {x, c});
+       },
+       "broadcast along the batch"},
       {"an unknown op", [](GraphBuilder& b, const std::string& x) { return b.node("NonZero", {x}); }, "NonZero"},
   };
   for (const Case& c : cases) {
