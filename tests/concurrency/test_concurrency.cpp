@@ -19,21 +19,9 @@ namespace {
 
 using testing::GraphBuilder;
 
-Tensor random_tensor(const std::vector<int64_t>& dims, uint32_t seed) {
-  Tensor t = Tensor::allocate(DType::kF32, dims);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  float* p = t.mutable_data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
-  return t;
-}
+using testing::random_tensor;
 
-Attribute ints_attr(std::vector<int64_t> v) {
-  Attribute a;
-  a.type = AttrType::kInts;
-  a.ints = std::move(v);
-  return a;
-}
+Attribute ints_attr(std::vector<int64_t> v) { return GraphBuilder::ints(std::move(v)); }
 
 // A small transformer-ish block: MatMul + bias, Softmax, LayerNorm-like arithmetic, Transpose.
 std::shared_ptr<Model> mlp_block() {

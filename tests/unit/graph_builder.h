@@ -10,6 +10,7 @@
 
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,12 @@ class GraphBuilder {
     a.i = v;
     return a;
   }
+  static Attribute ints(std::vector<int64_t> v) {
+    Attribute a;
+    a.type = AttrType::kInts;
+    a.ints = std::move(v);
+    return a;
+  }
   static Attribute s(const std::string& v) {
     Attribute a;
     a.type = AttrType::kString;
@@ -81,5 +88,15 @@ class GraphBuilder {
  private:
   std::shared_ptr<Model> model_;
 };
+
+/// An f32 tensor of standard-normal values from `seed` (weights and inputs for tests).
+inline Tensor random_tensor(const std::vector<int64_t>& dims, uint32_t seed) {
+  Tensor t = Tensor::allocate(DType::kF32, dims);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  float* p = t.mutable_data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+  return t;
+}
 
 }  // namespace ferry::testing

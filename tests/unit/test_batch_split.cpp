@@ -1,7 +1,7 @@
 // Batch splitting (runtime/batch_split.h): which graphs keep batch rows apart, and that a batch
 // run in parts gives what the whole batch gives.
 #include <cmath>
-#include <random>
+#include <functional>
 
 #include "graph_builder.h"
 #include "runtime/batch_split.h"
@@ -12,20 +12,9 @@ namespace {
 
 using testing::GraphBuilder;
 
-Tensor random_tensor(std::vector<int64_t> dims, uint32_t seed) {
-  Tensor t = Tensor::allocate(DType::kF32, std::move(dims));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = u(rng);
-  return t;
-}
+using testing::random_tensor;
 
-Attribute ints(std::vector<int64_t> v) {
-  Attribute a;
-  a.type = AttrType::kInts;
-  a.ints = std::move(v);
-  return a;
-}
+Attribute ints(std::vector<int64_t> v) { return GraphBuilder::ints(std::move(v)); }
 
 // x[N,3,8,8] -> Conv(4x3x3x3, pad 1) -> Relu -> (+ x through a 1x1 conv) -> GlobalAveragePool
 // -> Flatten -> Gemm(4 -> 5) -> Softmax(axis 1).
