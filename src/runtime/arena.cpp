@@ -3,8 +3,8 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include <sys/mman.h>
@@ -178,8 +178,6 @@ std::shared_ptr<const ArenaPlan> AllocationRecorder::finish() {
 
 // ---- serving from the arena ---------------------------------------------------------------
 
-/// Shared by every tensor made from one planned allocation: its use count says whether the
-/// allocation is still referenced. Keeps the arena alive for tensors that outlive a run.
 // The run arena: 2 MiB aligned and marked for transparent huge pages when it spans several of
 // them, so the memory-bound layers of a large batch walk it without a TLB miss every 4 KiB.
 static void* allocate_arena(int64_t bytes) {
@@ -195,6 +193,8 @@ static void* allocate_arena(int64_t bytes) {
   return mem;
 }
 
+/// Shared by every tensor made from one planned allocation: its use count says whether the
+/// allocation is still referenced. Keeps the arena alive for tensors that outlive a run.
 struct ArenaAllocator::Token {
   std::shared_ptr<uint8_t> arena;
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -30,6 +31,12 @@ const std::set<std::string> kPerSample = {
     "Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool",
     "GlobalLpPool", "BatchNormalization", "InstanceNormalization", "LRN", "SpaceToDepth", "DepthToSpace",
     "Resize", "Upsample", "FusedConv", "NhwcMaxPool", "NhwcAveragePool", "NhwcGlobalAveragePool"};
+
+// Ops that work along one axis (attribute `axis`, its default here; CumSum's is input 1): rows
+// stay apart when that axis is not 0.
+const std::map<std::string, int64_t> kAlongAxis = {
+    {"Concat", 0}, {"Split", 0},  {"Softmax", -1}, {"LogSoftmax", -1}, {"Hardmax", -1}, {"LayerNormalization", -1},
+    {"LayerNorm", -1}, {"ArgMax", 0}, {"ArgMin", 0}, {"CumSum", 0}};
 
 // Reductions over `axes` (attribute, or input 1 in newer opsets).
 const std::set<std::string> kReduce = {"ReduceMean", "ReduceSum",  "ReduceMax",       "ReduceMin",
@@ -249,12 +256,8 @@ class Analysis {
       *why = "the permutation moves axis 0";
       return false;
     }
-    if (op == "Concat" || op == "Split" || op == "Softmax" || op == "LogSoftmax" || op == "Hardmax" ||
-        op == "LayerNormalization" || op == "LayerNorm" || op == "ArgMax" || op == "ArgMin" || op == "CumSum") {
-      int64_t axis = int_attr(n, "axis", op == "Softmax" || op == "LogSoftmax" || op == "Hardmax" || op == "LayerNormalization" ||
-                                                 op == "LayerNorm"
-                                             ? -1
-                                             : 0);
+    if (const auto along = kAlongAxis.find(op); along != kAlongAxis.end()) {
+      int64_t axis = int_attr(n, "axis", along->second);
       if (op == "CumSum") {
         auto ax = n.inputs.size() > 1 ? constant_ints(n.inputs[1]) : std::nullopt;
         if (!ax || ax->size() != 1) {
@@ -269,10 +272,7 @@ class Analysis {
             *why = "it joins the batch with a value that is not batched the same way";
             return false;
           }
-      }
-      if ((op == "Split" || op == "Softmax" || op == "LogSoftmax" || op == "LayerNormalization" || op == "LayerNorm" ||
-           op == "ArgMax" || op == "ArgMin" || op == "CumSum") &&
-          !only_first_batched()) {
+      } else if (!only_first_batched()) {
         *why = "its parameters depend on the batch";
         return false;
       }
