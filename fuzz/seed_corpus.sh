@@ -56,5 +56,39 @@ PY
         done
       fi
     fi ;;
+  fuzz_jpeg)
+    /usr/bin/python3 - "$out" <<'PY'
+import sys, os, numpy as np
+from PIL import Image
+o = sys.argv[1]
+rng = np.random.RandomState(0)
+img = Image.fromarray(rng.randint(0, 256, (11, 17, 3)).astype(np.uint8), "RGB")
+img.save(os.path.join(o, "rgb420.jpg"), quality=75)
+img.save(os.path.join(o, "rgb444.jpg"), quality=90, subsampling=0)
+img.save(os.path.join(o, "progressive.jpg"), quality=60, progressive=True)
+img.save(os.path.join(o, "optimized.jpg"), quality=50, optimize=True)
+img.convert("L").save(os.path.join(o, "gray.jpg"), quality=80)
+img.convert("CMYK").save(os.path.join(o, "cmyk.jpg"), quality=80)
+Image.new("RGB", (1, 1), (200, 10, 30)).save(os.path.join(o, "one.jpg"))
+PY
+    ;;
+  fuzz_png)
+    /usr/bin/python3 - "$out" <<'PY'
+import sys, os, numpy as np
+from PIL import Image
+o = sys.argv[1]
+rng = np.random.RandomState(0)
+rgb = Image.fromarray(rng.randint(0, 256, (7, 9, 3)).astype(np.uint8), "RGB")
+rgb.save(os.path.join(o, "rgb.png"))
+rgb.convert("RGBA").save(os.path.join(o, "rgba.png"))
+rgb.convert("L").save(os.path.join(o, "gray.png"))
+rgb.convert("LA").save(os.path.join(o, "gray_alpha.png"))
+rgb.convert("1").save(os.path.join(o, "bilevel.png"))
+p = rgb.convert("P", palette=Image.ADAPTIVE, colors=16)
+p.save(os.path.join(o, "palette4.png"), bits=4)
+p.save(os.path.join(o, "palette_trns.png"), transparency=3)
+Image.fromarray((rng.randint(0, 65536, (5, 6))).astype(np.uint16)).save(os.path.join(o, "gray16.png"))
+PY
+    ;;
   *) echo "seed_corpus.sh: unknown target '$target'" >&2; exit 2 ;;
 esac

@@ -1,0 +1,16 @@
+// libFuzzer target: PNG decoding (libpng with setjmp error handling, every color type, bit
+// depth and interlacing) with a small pixel limit.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "io/image.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  ferry::ImageDecodeOptions options;
+  options.max_pixels = 1 << 20;
+  std::span<const uint8_t> bytes(data, size);
+  (void)ferry::probe_image(bytes, "fuzz input", options);
+  (void)ferry::decode_image(bytes, "fuzz input", options);
+  return 0;
+}
