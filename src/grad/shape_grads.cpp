@@ -59,6 +59,7 @@ Status grad_concat(GradContext& g) {
   vector<int64_t> sizes;
   for (int64_t i = 0; i < n; ++i) {
     ASSIGN_OR_RETURN(vector<int64_t> d, g.dims_of(g.input(i)));
+    if (d.size() != out_dims.size()) return g.error("input " + std::to_string(i) + " does not have the output's rank");
     sizes.push_back(d[static_cast<size_t>(axis)]);
   }
   vector<string> parts;

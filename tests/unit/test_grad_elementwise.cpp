@@ -3,6 +3,7 @@
 // backward ops' shape rules and values (src/ops/grad_elementwise.cpp) through OpTester.
 #include <cmath>
 
+#include "grad/registry.h"
 #include "grad_check.h"
 #include "op_tester.h"
 
@@ -209,6 +210,27 @@ TEST(GradElementwise, ChainOfActivationsReusesValues) {
   std::string t = b.node("Mul", {b.node("Tanh", {x}), b.node("Sigmoid", {x})});
   b.output(b.node("Add", {t, b.node("Exp", {x})}));
   expect_gradients_match(b.build(), {{"x", random_f64({2, 5}, 131)}}, {"x"});
+}
+
+TEST(GradElementwise, DefinitionsNameRegisteredOps) {
+  // Every op a definition of this family says it emits exists (com.ferry ops at version 1).
+  const char* ops[] = {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Neg", "Exp", "Log", "Sum", "Identity", "Cast", "Where",
+                       "Reciprocal", "Abs", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "Erf", "HardSwish",
+                       "HardSigmoid", "Softmax", "LogSoftmax", "Gelu", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                       "Transpose", "Concat", "Split", "Slice", "Gather", "Expand", "Tile", "ReduceSum", "ReduceMean"};
+  for (const char* op : ops) {
+    const GradDef* def = grad_registry().find("", op, kMaxOpset);
+    ASSERT_NE(def, nullptr) << op;
+    EXPECT_NE(std::string(def->formula), "") << op;
+    for (const char* e : def->emits) {
+      const std::string name = e;
+      const bool ferry = name.rfind("com.ferry.", 0) == 0;
+      const std::string domain = ferry ? "com.ferry" : "";
+      const std::string op_name = ferry ? name.substr(10) : name;
+      EXPECT_NE(op_registry().find(domain, op_name, ferry ? 1 : kMaxOpset), nullptr) << op << " emits " << name;
+    }
+  }
+  EXPECT_NE(grad_registry().find("com.ferry", "Gelu", 1), nullptr);
 }
 
 // ---- backward ops ----------------------------------------------------------------------------
