@@ -1,0 +1,64 @@
+// The training loop of `ferry train`: data -> training graph (forward + loss + backward) on the
+// executor -> gradient clipping -> optimizer step, with a JSONL log, evaluation, checkpoints,
+// resume and the trained model written as ONNX.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/status.h"
+#include "train/lr_schedule.h"
+#include "train/optimizer.h"
+
+namespace ferry {
+
+struct TrainConfig {
+  std::string model;            // the exported .onnx
+  std::string data;             // .npz or ImageFolder directory
+  std::string eval_data;        // optional, same forms
+  int64_t image_size = 224;
+  int64_t batch_size = 1;
+  int64_t steps = 0;            // optimizer steps (or epochs)
+  int64_t epochs = 0;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  int threads = 0;              // 0: the machine's cores
+  int data_workers = -1;        // image decoding threads; -1: chosen from the cores
+  std::string device = "cpu";
+  int opt_level = -1;           // graph optimization of the training graph (-1: default)
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;      // total_steps filled by the trainer
+  double clip_grad_norm = 0.0;  // > 0: clip the global gradient norm
+  std::string loss = "cross_entropy";
+  double label_smoothing = 0.0;
+  std::string freeze;           // regex of frozen parameter names
+  int64_t num_classes = 0;      // > 0: fresh classifier
+  std::string log_path;         // JSONL
+  std::string out_path;         // trained inference model (.onnx)
+  std::string checkpoint_dir;
+  int64_t save_every = 0;
+  int keep_checkpoints = 3;
+  std::string resume;           // checkpoint file or directory (its latest)
+  bool skip_bad_images = false;
+};
+
+/// What the CLI shows after each step (progress bar).
+struct StepReport {
+  int64_t step = 0, total_steps = 0, epoch = 0;
+  double loss = 0, lr = 0, time_ms = 0, samples_per_s = 0, data_wait_ms = 0;
+  bool eval = false;
+  double eval_loss = 0, eval_accuracy = 0;
+};
+
+struct TrainSummary {
+  int64_t steps_done = 0;
+  double last_loss = 0;
+  double mean_step_ms = 0;
+  std::vector<std::string> notes;  // things the user should know (skipped images, resumed from ...)
+};
+
+/// Runs the whole training. `on_step` (may be empty) is called after each step and evaluation.
+StatusOr<TrainSummary> run_training(const TrainConfig& config, const std::function<void(const StepReport&)>& on_step = {});
+
+}  // namespace ferry

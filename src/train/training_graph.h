@@ -1,0 +1,77 @@
+// From an exported model to a training graph: BatchNormalization and Dropout take their
+// training forms (com.ferry BatchNormTraining / TrainDropout), an optional fresh classifier
+// replaces the last Gemm/MatMul, the loss is appended, trained parameters become graph inputs
+// (so no pass ever takes them for constants) and the backward graph is built (grad/autodiff.h).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "ir/graph.h"
+
+namespace ferry {
+
+struct TrainGraphOptions {
+  int64_t batch_size = 1;
+  /// "cross_entropy" (labels are class indices) or "mse" (targets shaped as the output).
+  std::string loss = "cross_entropy";
+  double label_smoothing = 0.0;
+  /// Parameters whose name matches this ECMAScript regex (std::regex_search) are frozen.
+  std::string freeze;
+  /// > 0: replace the last Gemm/MatMul classifier with a fresh one of this many outputs.
+  int64_t num_classes = 0;
+  /// Seeds the fresh classifier's initialization.
+  uint64_t seed = 0;
+};
+
+/// A BatchNormalization's running statistic: fed as `input`, its update comes out as `output`.
+struct StateUpdate {
+  std::string input;
+  std::string output;
+};
+
+struct TrainGraph {
+  /// The training graph: forward + loss + backward. Inputs: the data inputs, `labels`, every
+  /// trained parameter, every BN running statistic, every dropout seed. Outputs: `loss`, then one
+  /// gradient per entry of `params` that has one, then the state updates.
+  std::shared_ptr<Model> model;
+  std::vector<std::string> data_inputs;
+  std::string labels = "train/labels";
+  std::string loss = "train/loss";
+  std::string logits;  // the model output the loss reads
+  std::vector<std::string> params;                  // trained parameters, in initializer order
+  std::map<std::string, std::string> grads;         // param -> gradient output (absent: no gradient)
+  std::vector<StateUpdate> state;                   // BN running statistics
+  std::vector<std::string> dropout_seeds;           // int64 scalar inputs, one per Dropout
+  std::vector<std::string> frozen;                  // float initializers not trained
+  /// Initial values of params and state (f32 copies the trainer owns), by name.
+  std::map<std::string, Tensor> initial;
+  /// The classifier replaced by --num-classes ("" when none) and its parameter names.
+  std::string replaced_classifier;
+  std::vector<std::string> fresh_params;
+  int64_t num_classes = 0;  // the output's classes (dim 1 of the logits), 0 when unknown
+};
+
+/// The forward model as PyTorch's train() runs it, with the parameters still initializers: BN and
+/// Dropout in their training forms, a fresh classifier when asked. `seed_inputs` receives the
+/// dropout seed input names, `state` the BN statistics.
+Status prepare_training_forward(Model* model, const TrainGraphOptions& options, TrainGraph* out);
+
+/// Builds the whole training graph (see TrainGraph) of `model` (left unchanged).
+StatusOr<TrainGraph> build_train_graph(const Model& model, const TrainGraphOptions& options);
+
+/// Nodes of `model` that would stop training for lack of a gradient (as `ferry check --train`
+/// reports them): node descriptions, empty when the model trains.
+StatusOr<std::vector<std::string>> untrainable_nodes(const Model& model, const TrainGraphOptions& options);
+
+/// The inference model for `weights` (params and BN statistics by name, others kept): BN in
+/// inference mode, Dropout as identity; the classifier replaced when the training graph did.
+StatusOr<std::shared_ptr<Model>> inference_model(const Model& model, const TrainGraph& tg,
+                                                 const std::map<std::string, Tensor>& weights);
+
+}  // namespace ferry
