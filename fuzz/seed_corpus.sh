@@ -90,5 +90,8 @@ p.save(os.path.join(o, "palette_trns.png"), transparency=3)
 Image.fromarray((rng.randint(0, 65536, (5, 6))).astype(np.uint16)).save(os.path.join(o, "gray16.png"))
 PY
     ;;
+  fuzz_checkpoint)
+    # Checkpoints written by ferry's own writer, kept in the regression folder (all dtypes, meta).
+    for f in "$root"/fuzz/regressions/fuzz_checkpoint/*.fckpt; do add "$f"; done ;;
   *) echo "seed_corpus.sh: unknown target '$target'" >&2; exit 2 ;;
 esac
