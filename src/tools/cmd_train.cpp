@@ -1,0 +1,109 @@
+// `ferry train MODEL.onnx --data PATH ...`: fine-tune an exported PyTorch model (train/trainer.h).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "tools/command_registry.h"
+#include "tools/cli_common.h"
+#include "tools/progress_bar.h"
+#include "train/trainer.h"
+
+namespace ferry::cli {
+namespace {
+
+struct TrainOptions {
+  TrainConfig c;
+  double lr = -1;
+  double weight_decay = -1;
+  std::string lr_schedule = "constant";
+  bool no_shuffle = false;
+  bool quiet = false;
+};
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+int cmd_train(TrainOptions& o) {
+  TrainConfig& c = o.c;
+  c.shuffle = !o.no_shuffle;
+  if (o.lr >= 0) c.optimizer.lr = o.lr;
+  if (o.weight_decay >= 0) c.optimizer.weight_decay = o.weight_decay;
+  c.schedule.kind = o.lr_schedule;
+  if ((c.steps > 0) == (c.epochs > 0)) return report(invalid_argument("give exactly one of --steps N and --epochs N"));
+  ProgressBar bar;
+  auto on_step = [&](const StepReport& r) {
+    if (o.quiet) return;
+    if (r.eval) {
+      bar.finish();
+      std::fprintf(stderr, "epoch %lld step %lld: eval_loss %.4f eval_accuracy %.4f\n", static_cast<long long>(r.epoch),
+                   static_cast<long long>(r.step), r.eval_loss, r.eval_accuracy);
+      return;
+    }
+    const double remaining_s = r.time_ms * static_cast<double>(r.total_steps - r.step) / 1000.0;
+    bar.update("train", r.step, r.total_steps,
+               "loss " + fmt("%.4f", r.loss) + "  " + fmt("%.2f it/s", r.time_ms > 0 ? 1000.0 / r.time_ms : 0) + "  ETA " +
+                   fmt("%.0f s", remaining_s));
+  };
+  StatusOr<TrainSummary> s = run_training(c, on_step);
+  bar.finish();
+  if (!s.is_ok()) return report(s.status());
+  for (const auto& note : s.value().notes) std::fprintf(stderr, "ferry train: %s\n", note.c_str());
+  std::printf("trained %lld steps: last loss %.6f, %.1f ms/step%s%s\n", static_cast<long long>(s.value().steps_done),
+              s.value().last_loss, s.value().mean_step_ms, c.out_path.empty() ? "" : "; wrote ", c.out_path.c_str());
+  return kExitOk;
+}
+
+const bool kRegistered = register_command({"train", 35, [](CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  TrainConfig& c = o->c;
+  CLI::App* cmd = app.add_subcommand("train", "Fine-tune an exported PyTorch model (ONNX) on an .npz or an ImageFolder, as PyTorch would");
+  cmd->add_option("model", c.model, "ONNX model exported from PyTorch (training or eval mode)")->required();
+  cmd->add_option("--data", c.data, ".npz (one array per model input + 'labels') or ImageFolder directory")->required();
+  cmd->add_option("--eval", c.eval_data, "Evaluation data (same forms), run after each epoch and at the end");
+  cmd->add_option("--image-size", c.image_size, "ImageFolder: crop size S (train RandomResizedCrop(S), eval Resize+CenterCrop)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--batch-size", c.batch_size, "Samples per step")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", c.steps, "Optimizer steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--epochs", c.epochs, "Passes over the data")->check(CLI::PositiveNumber);
+  cmd->add_flag("--no-shuffle", o->no_shuffle, "Step k takes rows (k-1)*B .. k*B-1, wrapping around");
+  cmd->add_option("--seed", c.seed, "Seed of every random choice (shuffle, crops, dropout, fresh classifier)");
+  cmd->add_option("--threads", c.threads, "Intra-op threads (default: the machine's cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--data-workers", c.data_workers, "Image decoding threads (default: half the cores; 0: in the step)");
+  cmd->add_option("--device", c.device, "cpu (default), cpu-ref");
+  cmd->add_option("--optimizer", c.optimizer.kind, "sgd | adam | adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  cmd->add_option("--lr", o->lr, "Learning rate (default: 0.001 for adam/adamw; sgd requires it)");
+  cmd->add_option("--momentum", c.optimizer.momentum, "SGD momentum (default 0)");
+  cmd->add_flag("--nesterov", c.optimizer.nesterov, "SGD Nesterov momentum");
+  cmd->add_option("--dampening", c.optimizer.dampening, "SGD dampening (default 0)");
+  cmd->add_option("--weight-decay", o->weight_decay, "Weight decay (sgd/adam: coupled L2; adamw: decoupled, default 0.01)");
+  cmd->add_option("--beta1", c.optimizer.beta1, "Adam beta1 (0.9)");
+  cmd->add_option("--beta2", c.optimizer.beta2, "Adam beta2 (0.999)");
+  cmd->add_option("--eps", c.optimizer.eps, "Adam eps (1e-8)");
+  cmd->add_option("--lr-schedule", o->lr_schedule, "constant | step | cosine | onecycle")
+      ->check(CLI::IsMember({"constant", "step", "cosine", "onecycle"}));
+  cmd->add_option("--warmup-steps", c.schedule.warmup_steps, "Linear warm-up steps before the schedule");
+  cmd->add_option("--step-size", c.schedule.step_size, "step schedule: steps between decays");
+  cmd->add_option("--gamma", c.schedule.gamma, "step schedule: decay factor (0.1)");
+  cmd->add_option("--clip-grad-norm", c.clip_grad_norm, "Clip the global gradient norm to X (torch.nn.utils.clip_grad_norm_)");
+  cmd->add_option("--loss", c.loss, "cross_entropy (labels are class indices) | mse")->check(CLI::IsMember({"cross_entropy", "mse"}));
+  cmd->add_option("--label-smoothing", c.label_smoothing, "cross_entropy label smoothing");
+  cmd->add_option("--freeze", c.freeze, "Freeze parameters whose name matches this regex");
+  cmd->add_option("--num-classes", c.num_classes, "Replace the last Gemm/MatMul classifier with a fresh one of N classes")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--log", c.log_path, "JSONL log: one object per step and per evaluation");
+  cmd->add_option("--out", c.out_path, "Write the trained inference model (.onnx)");
+  cmd->add_option("--checkpoint-dir", c.checkpoint_dir, "Directory for checkpoints");
+  cmd->add_option("--save-every", c.save_every, "Checkpoint every N steps (and at the end)")->check(CLI::PositiveNumber);
+  cmd->add_option("--keep-checkpoints", c.keep_checkpoints, "Checkpoints kept (3)")->check(CLI::PositiveNumber);
+  cmd->add_option("--resume", c.resume, "Continue from a checkpoint file, or a directory's latest");
+  cmd->add_flag("--skip-bad-images", c.skip_bad_images, "Skip unreadable images (counted) instead of stopping");
+  cmd->add_option("-O,--opt-level", c.opt_level, "Graph optimization level of the training graph");
+  cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
+  return CommandRun{cmd, [o] { return cmd_train(*o); }};
+}});
+
+}  // namespace
+}  // namespace ferry::cli

@@ -1,0 +1,380 @@
+// The training loop of `ferry train` (see trainer.h).
+#include "train/trainer.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "format/checkpoint.h"
+#include "onnx/onnx_export.h"
+#include "onnx/onnx_import.h"
+#include "runtime/executor.h"
+#include "train/data_source.h"
+#include "train/prefetch.h"
+#include "train/training_graph.h"
+
+namespace ferry {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+uint64_t mix(uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Which samples step k (1-based) takes: a stream of rows through the epochs' orders (the data in
+// order with --no-shuffle, a permutation drawn from (seed, epoch) otherwise), B rows per step.
+class Sampler {
+ public:
+  Sampler(int64_t n, int64_t batch, bool shuffle, uint64_t seed) : n_(n), b_(batch), shuffle_(shuffle), seed_(seed) {}
+  int64_t epoch_of(int64_t step) const { return ((step - 1) * b_) / n_ + 1; }
+  std::vector<int64_t> indices(int64_t step) {
+    std::vector<int64_t> out;
+    for (int64_t r = (step - 1) * b_; r < step * b_; ++r) {
+      const int64_t epoch = r / n_;
+      out.push_back(order(epoch)[static_cast<size_t>(r % n_)]);
+    }
+    return out;
+  }
+
+ private:
+  const std::vector<int64_t>& order(int64_t epoch) {
+    if (epoch != cached_epoch_) {
+      perm_.resize(static_cast<size_t>(n_));
+      std::iota(perm_.begin(), perm_.end(), 0);
+      if (shuffle_) {
+        std::mt19937_64 rng(mix(seed_ ^ mix(static_cast<uint64_t>(epoch) + 1)));
+        for (int64_t i = n_ - 1; i > 0; --i) {  // Fisher-Yates, independent of the library's shuffle
+          const int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1));
+          std::swap(perm_[static_cast<size_t>(i)], perm_[static_cast<size_t>(j)]);
+        }
+      }
+      cached_epoch_ = epoch;
+    }
+    return perm_;
+  }
+  int64_t n_, b_;
+  bool shuffle_;
+  uint64_t seed_;
+  int64_t cached_epoch_ = -1;
+  std::vector<int64_t> perm_;
+};
+
+bool exists(const std::string& p) {
+  struct stat st{};
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+std::string config_fingerprint(const TrainConfig& c) {
+  json j = {{"model", c.model}, {"data", c.data}, {"batch_size", c.batch_size}, {"shuffle", c.shuffle},
+            {"seed", c.seed},    {"optimizer", c.optimizer.kind}, {"loss", c.loss}, {"freeze", c.freeze},
+            {"num_classes", c.num_classes}, {"image_size", c.image_size}};
+  return j.dump();
+}
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& c, const std::function<void(const StepReport&)>& on_step) : c_(c), on_step_(on_step) {}
+
+  StatusOr<TrainSummary> run();
+
+ private:
+  Status setup();
+  Status resume();
+  Status step(int64_t k);
+  Status save_checkpoint(int64_t k);
+  Status evaluate(int64_t k, int64_t epoch);
+  Status export_model();
+  std::map<std::string, Tensor> weights() const;
+  void log(const json& j) {
+    if (log_) {
+      log_ << j.dump() << "\n";
+      log_.flush();
+    }
+  }
+
+  const TrainConfig& c_;
+  std::function<void(const StepReport&)> on_step_;
+  std::shared_ptr<Model> source_;
+  TrainGraph tg_;
+  std::unique_ptr<Executor> exec_;
+  std::unique_ptr<Dataset> data_;
+  std::unique_ptr<Dataset> eval_data_;
+  bool decodes_ = false;
+  std::unique_ptr<Prefetcher> prefetch_;
+  std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<Optimizer> optimizer_;
+  ScheduleConfig schedule_;
+  std::map<std::string, Tensor> values_;  // params and BN statistics (f32, owned)
+  int64_t total_steps_ = 0;
+  int64_t start_step_ = 0;
+  std::ofstream log_;
+  TrainSummary summary_;
+  double step_ms_sum_ = 0;
+};
+
+Status Trainer::setup() {
+  ASSIGN_OR_RETURN(source_, load_onnx_model(c_.model));
+  TrainGraphOptions o;
+  o.batch_size = c_.batch_size;
+  o.loss = c_.loss;
+  o.label_smoothing = c_.label_smoothing;
+  o.freeze = c_.freeze;
+  o.num_classes = c_.num_classes;
+  o.seed = c_.seed;
+  ASSIGN_OR_RETURN(tg_, build_train_graph(*source_, o));
+  values_ = tg_.initial;
+
+  DataOptions d;
+  d.image_size = c_.image_size;
+  d.train = true;
+  d.skip_bad_images = c_.skip_bad_images;
+  d.inputs = tg_.data_inputs;
+  d.model_inputs = tg_.model;
+  ASSIGN_OR_RETURN(DataSource train_src, open_data_source(c_.data, d));
+  data_ = std::move(train_src.dataset);
+  decodes_ = train_src.decodes;
+  for (auto& note : train_src.notes) summary_.notes.push_back(note);
+  if (!c_.eval_data.empty()) {
+    d.train = false;
+    ASSIGN_OR_RETURN(DataSource eval_src, open_data_source(c_.eval_data, d));
+    eval_data_ = std::move(eval_src.dataset);
+    for (auto& note : eval_src.notes) summary_.notes.push_back(note);
+  }
+  RETURN_IF_ERROR(check_labels(*data_, c_.data, c_.loss, tg_.num_classes));
+  if (eval_data_) RETURN_IF_ERROR(check_labels(*eval_data_, c_.eval_data, c_.loss, tg_.num_classes));
+
+  const int64_t n = data_->size();
+  if (n < 1) return invalid_argument("'" + c_.data + "' holds no samples");
+  if (c_.steps > 0) total_steps_ = c_.steps;
+  else if (c_.epochs > 0) total_steps_ = (c_.epochs * n + c_.batch_size - 1) / c_.batch_size;
+  else return invalid_argument("give --steps N or --epochs N");
+  sampler_ = std::make_unique<Sampler>(n, c_.batch_size, c_.shuffle, c_.seed);
+
+  ExecutorOptions eo;
+  eo.device = c_.device;
+  eo.threads = c_.threads;
+  eo.opt_level = c_.opt_level;
+  eo.batch_split_rows = 0;  // the loss mixes the batch's rows
+  ASSIGN_OR_RETURN(exec_, Executor::create(tg_.model, eo));
+  ASSIGN_OR_RETURN(optimizer_, make_optimizer(c_.optimizer));
+  schedule_ = c_.schedule;
+  schedule_.total_steps = total_steps_;
+  RETURN_IF_ERROR(validate_schedule(schedule_));
+
+  int workers = c_.data_workers;
+  if (workers < 0) workers = decodes_ ? std::max(1u, std::thread::hardware_concurrency() / 2) : 0;
+  prefetch_ = std::make_unique<Prefetcher>(data_.get(), workers);
+  if (!c_.log_path.empty()) {
+    log_.open(c_.log_path, std::ios::out | (c_.resume.empty() ? std::ios::trunc : std::ios::app));
+    if (!log_) return invalid_argument("cannot write the log '" + c_.log_path + "'");
+  }
+  return Status::ok();
+}
+
+Status Trainer::resume() {
+  if (c_.resume.empty()) return Status::ok();
+  ASSIGN_OR_RETURN(Checkpoint ck, read_checkpoint(c_.resume));
+  json meta = json::parse(ck.meta_json, nullptr, false);
+  if (meta.is_discarded() || !meta.contains("fingerprint"))
+    return invalid_argument("checkpoint '" + c_.resume + "' has no readable metadata");
+  if (meta["fingerprint"].get<std::string>() != config_fingerprint(c_))
+    return invalid_argument("checkpoint '" + c_.resume + "' was written by a different run (model, data, batch size, seed, "
+                            "optimizer, loss, freeze or classes differ): " + meta["fingerprint"].get<std::string>());
+  for (auto& [name, t] : values_) {
+    auto it = ck.tensors.find("param/" + name);
+    if (it == ck.tensors.end()) return invalid_argument("checkpoint '" + c_.resume + "' has no tensor for '" + name + "'");
+    if (it->second.dims() != t.dims() || it->second.dtype() != t.dtype())
+      return invalid_argument("checkpoint '" + c_.resume + "': '" + name + "' is " + it->second.type().to_string() +
+                              ", the model wants " + t.type().to_string());
+    t = it->second.clone();
+  }
+  std::map<std::string, Tensor> opt;
+  for (const auto& [name, t] : ck.tensors)
+    if (name.rfind("optim/", 0) == 0) opt[name.substr(6)] = t.clone();
+  RETURN_IF_ERROR(optimizer_->load_state(opt));
+  start_step_ = ck.step;
+  summary_.notes.push_back("resumed at step " + std::to_string(ck.step) + " from '" + c_.resume + "'");
+  return Status::ok();
+}
+
+Status Trainer::step(int64_t k) {
+  const auto t0 = Clock::now();
+  double wait_ms = 0;
+  ASSIGN_OR_RETURN(Batch batch, prefetch_->take(k, &wait_ms));
+  if (k + 1 <= total_steps_) RETURN_IF_ERROR(prefetch_->request(k + 1, sampler_->indices(k + 1), mix(c_.seed ^ mix(k + 1))));
+  NamedTensors feeds = batch.inputs;
+  feeds.emplace_back(tg_.labels, batch.labels);
+  for (const auto& [name, t] : values_) feeds.emplace_back(name, t);
+  for (size_t i = 0; i < tg_.dropout_seeds.size(); ++i)
+    feeds.emplace_back(tg_.dropout_seeds[i], Tensor::scalar<int64_t>(static_cast<int64_t>(mix(c_.seed ^ mix(k) ^ (i + 1)) >> 1)));
+  NamedTensors outs;
+  RETURN_IF_ERROR(exec_->run(feeds, &outs).with_context("step " + std::to_string(k)));
+  const double loss = outs[0].second.get_double(0);
+  if (!std::isfinite(loss))
+    return invalid_argument("step " + std::to_string(k) + ": the loss is " + (std::isnan(loss) ? "NaN" : "infinite") +
+                            "; training stopped (the last checkpoint, if any, is kept). Lower --lr, check the data for "
+                            "NaN/inf values, or clip gradients (--clip-grad-norm)");
+  std::map<std::string, Tensor> grads;
+  size_t o = 1;
+  for (const auto& p : tg_.params)
+    if (tg_.grads.count(p)) grads[p] = outs[o++].second;
+  for (const auto& s : tg_.state) values_[s.input] = outs[o++].second;
+  std::vector<Tensor*> gptr;
+  for (auto& [name, g] : grads) gptr.push_back(&g);
+  if (c_.clip_grad_norm > 0) {
+    ASSIGN_OR_RETURN(double norm, clip_grad_norm(gptr, c_.clip_grad_norm));
+    (void)norm;
+  }
+  const double lr = lr_at(schedule_, effective_lr(c_.optimizer), k - 1);
+  std::vector<ParamRef> refs;
+  for (const auto& p : tg_.params) {
+    auto it = grads.find(p);
+    refs.push_back(ParamRef{p, &values_.at(p), it == grads.end() ? nullptr : &it->second});
+  }
+  RETURN_IF_ERROR(optimizer_->step(refs, lr));
+  const double ms = ms_since(t0);
+  step_ms_sum_ += ms;
+  StepReport r;
+  r.step = k;
+  r.total_steps = total_steps_;
+  r.epoch = sampler_->epoch_of(k);
+  r.loss = loss;
+  r.lr = lr;
+  r.time_ms = ms;
+  r.samples_per_s = ms > 0 ? c_.batch_size * 1000.0 / ms : 0;
+  r.data_wait_ms = wait_ms;
+  log({{"step", k}, {"epoch", r.epoch}, {"loss", loss}, {"lr", lr}, {"time_ms", ms}, {"samples_per_s", r.samples_per_s},
+       {"data_wait_ms", wait_ms}});
+  if (on_step_) on_step_(r);
+  summary_.last_loss = loss;
+  summary_.steps_done = k;
+  return Status::ok();
+}
+
+std::map<std::string, Tensor> Trainer::weights() const { return values_; }
+
+Status Trainer::save_checkpoint(int64_t k) {
+  Checkpoint ck;
+  ck.step = k;
+  for (const auto& [name, t] : values_) ck.tensors["param/" + name] = t;
+  for (const auto& [name, t] : optimizer_->state()) ck.tensors["optim/" + name] = t;
+  json meta = {{"fingerprint", config_fingerprint(c_)}, {"step", k}, {"epoch", sampler_->epoch_of(k)},
+               {"rows_consumed", k * c_.batch_size},
+               {"rng", "every random draw derives from (seed, step, sample): nothing else to store"}};
+  ck.meta_json = meta.dump();
+  return write_checkpoint(c_.checkpoint_dir, ck, c_.keep_checkpoints);
+}
+
+Status Trainer::evaluate(int64_t k, int64_t epoch) {
+  if (!eval_data_) return Status::ok();
+  ASSIGN_OR_RETURN(std::shared_ptr<Model> m, inference_model(*source_, tg_, values_));
+  ExecutorOptions eo;
+  eo.device = c_.device;
+  eo.threads = c_.threads;
+  ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(m, eo));
+  const int64_t n = eval_data_->size();
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < n; begin += c_.batch_size) {
+    std::vector<int64_t> idx;
+    for (int64_t i = begin; i < std::min(n, begin + c_.batch_size); ++i) idx.push_back(i);
+    const int64_t rows = static_cast<int64_t>(idx.size());
+    while (static_cast<int64_t>(idx.size()) < c_.batch_size) idx.push_back(idx.back());  // fixed-batch models
+    Batch b;
+    RETURN_IF_ERROR(eval_data_->load(idx, 0, &b));
+    NamedTensors outs;
+    RETURN_IF_ERROR(ex->run(b.inputs, &outs).with_context("evaluation"));
+    const Tensor& y = outs[0].second;
+    if (c_.loss == "cross_entropy") {
+      const int64_t cls = y.dim(1);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t label = b.labels.get_int64(r);
+        double mx = -INFINITY;
+        int64_t arg = 0;
+        for (int64_t j = 0; j < cls; ++j)
+          if (y.get_double(r * cls + j) > mx) mx = y.get_double(r * cls + j), arg = j;
+        double se = 0, smooth = 0;
+        for (int64_t j = 0; j < cls; ++j) se += std::exp(y.get_double(r * cls + j) - mx);
+        const double lse = mx + std::log(se);
+        for (int64_t j = 0; j < cls; ++j) smooth += lse - y.get_double(r * cls + j);
+        const double e = c_.label_smoothing;
+        loss_sum += (1 - e) * (lse - y.get_double(r * cls + label)) + e / static_cast<double>(cls) * smooth;
+        correct += arg == label;
+      }
+    } else {
+      const int64_t per = y.numel() / c_.batch_size;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < per; ++j) {
+          const double d = y.get_double(r * per + j) - b.labels.get_double(r * per + j);
+          loss_sum += d * d / static_cast<double>(per);
+        }
+    }
+  }
+  StepReport r;
+  r.step = k;
+  r.total_steps = total_steps_;
+  r.epoch = epoch;
+  r.eval = true;
+  r.eval_loss = n ? loss_sum / static_cast<double>(n) : 0;
+  r.eval_accuracy = n ? static_cast<double>(correct) / static_cast<double>(n) : 0;
+  json j = {{"step", k}, {"epoch", epoch}, {"eval_loss", r.eval_loss}, {"eval_samples", n}};
+  if (c_.loss == "cross_entropy") j["eval_accuracy"] = r.eval_accuracy;
+  log(j);
+  if (on_step_) on_step_(r);
+  return Status::ok();
+}
+
+Status Trainer::export_model() {
+  TrainedExport e;
+  for (const auto& [name, t] : values_) e.weights[name] = t;
+  return export_trained_onnx(c_.model, e, c_.out_path);
+}
+
+StatusOr<TrainSummary> Trainer::run() {
+  if (!c_.out_path.empty() && exists(c_.out_path) && c_.out_path == c_.model)
+    return invalid_argument("--out '" + c_.out_path + "' is the input model; choose another file");
+  RETURN_IF_ERROR(setup());
+  RETURN_IF_ERROR(resume());
+  if (start_step_ >= total_steps_)
+    summary_.notes.push_back("the checkpoint is at step " + std::to_string(start_step_) + " of " + std::to_string(total_steps_) + ": nothing to train");
+  if (start_step_ < total_steps_)
+    RETURN_IF_ERROR(prefetch_->request(start_step_ + 1, sampler_->indices(start_step_ + 1), mix(c_.seed ^ mix(start_step_ + 1))));
+  for (int64_t k = start_step_ + 1; k <= total_steps_; ++k) {
+    RETURN_IF_ERROR(step(k));
+    if (!c_.checkpoint_dir.empty() && c_.save_every > 0 && (k % c_.save_every == 0 || k == total_steps_))
+      RETURN_IF_ERROR(save_checkpoint(k));
+    const int64_t epoch = sampler_->epoch_of(k);
+    const bool epoch_end = k == total_steps_ || sampler_->epoch_of(k + 1) != epoch;
+    if (epoch_end) RETURN_IF_ERROR(evaluate(k, epoch));
+  }
+  if (start_step_ >= total_steps_) RETURN_IF_ERROR(evaluate(total_steps_, sampler_->epoch_of(std::max<int64_t>(1, total_steps_))));
+  if (!c_.out_path.empty()) RETURN_IF_ERROR(export_model());
+  const int64_t ran = total_steps_ - start_step_;
+  summary_.mean_step_ms = ran > 0 ? step_ms_sum_ / static_cast<double>(ran) : 0;
+  return summary_;
+}
+
+}  // namespace
+
+StatusOr<TrainSummary> run_training(const TrainConfig& config, const std::function<void(const StepReport&)>& on_step) {
+  Trainer t(config, on_step);
+  return t.run();
+}
+
+}  // namespace ferry
