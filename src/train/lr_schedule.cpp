@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <optional>
 
 namespace ferry {
 
@@ -151,11 +152,20 @@ void LrSchedule::advance() {
 }
 
 double lr_at(const ScheduleConfig& c, double base_lr, int64_t step) {
-  StatusOr<LrSchedule> s = LrSchedule::create(c, base_lr);
-  if (!s.is_ok()) return base_lr;
-  LrSchedule& sched = s.value();
-  for (int64_t i = 0; i < step; ++i) sched.advance();
-  return sched.lr();
+  // The schedule of the previous call on this thread, kept when the next asks for a later step.
+  thread_local std::optional<LrSchedule> last;
+  thread_local ScheduleConfig last_config;
+  thread_local double last_base = 0;
+  const bool reuse = last && last_config == c && last_base == base_lr && last->step() <= step;
+  if (!reuse) {
+    StatusOr<LrSchedule> s = LrSchedule::create(c, base_lr);
+    if (!s.is_ok()) return base_lr;
+    last = std::move(s).value();
+    last_config = c;
+    last_base = base_lr;
+  }
+  while (last->step() < step) last->advance();
+  return last->lr();
 }
 
 }  // namespace ferry

@@ -34,6 +34,8 @@ struct ScheduleConfig {
   double pct_start = 0.3;         // onecycle: share of the steps spent rising
   double div_factor = 25;         // onecycle: initial lr = max_lr / div_factor
   double final_div_factor = 1e4;  // onecycle: final lr = initial lr / final_div_factor
+
+  bool operator==(const ScheduleConfig&) const = default;
 };
 
 /// Checks the options the kind uses (errors name the option and what to try).
@@ -64,8 +66,9 @@ class LrSchedule {
 };
 
 /// The lr of optimizer step `step` + 1 (`step` steps done), as torch's get_last_lr() after `step`
-/// scheduler.step() calls. Costs O(step) (the recursive forms are replayed): a training loop
-/// should keep an LrSchedule. `c` must pass validate_schedule (else base_lr is returned).
+/// scheduler.step() calls. The recursive forms are replayed from the last call on this thread
+/// when it had the same config and an earlier or equal step (so a loop's calls cost O(1) each),
+/// else from step 0. `c` must pass validate_schedule (else base_lr is returned).
 double lr_at(const ScheduleConfig& c, double base_lr, int64_t step);
 
 }  // namespace ferry

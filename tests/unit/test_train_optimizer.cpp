@@ -247,6 +247,8 @@ TEST(TrainOptimTorch, SchedulesMatchGetLastLr) {
       sched.value().advance();
     }
     EXPECT_EQ(not_exact, 0) << "max rel diff " << max_rel;
+    // Backwards: each lr_at call replays from step 0 (forwards it continues from the last call).
+    for (int64_t s = n - 1; s >= 0; s -= 5) EXPECT_EQ(lr_at(c, base, s), want.value().data<double>()[s]) << s;
   }
 }
 
