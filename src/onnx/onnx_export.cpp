@@ -234,7 +234,7 @@ Status fix_batch_norms(onnx::GraphProto* g, int64_t opset) {
     auto* attrs = n.mutable_attribute();
     for (int i = attrs->size() - 1; i >= 0; --i) {
       const onnx::AttributeProto& a = attrs->Get(i);
-      bool drop = a.name() == "training_mode" || (a.name() == "is_test" && opset >= 7);
+      bool drop = a.name() == "training_mode" || a.name() == "is_test";  // is_test: re-added below opset 7
       if (a.name() == "spatial" && opset >= 9) {
         if (a.i() == 0)
           return unsupported(describe(n) + ": spatial=0 (per-activation statistics) has no equivalent at opset " +
@@ -397,10 +397,10 @@ void set_shape(onnx::TypeProto_Tensor* tt, const Shape& s) {
   for (int64_t i = 0; i < s.rank(); ++i) {
     auto* d = shape->add_dim();
     const Dim& x = s.dims[i];
+    const bool old_param = old.dim_size() == s.rank() && old.dim(static_cast<int>(i)).has_dim_param();
     if (x.is_known()) d->set_dim_value(x.value);
+    else if (old_param) d->set_dim_param(old.dim(static_cast<int>(i)).dim_param());  // the user's name
     else if (!x.symbol.empty()) d->set_dim_param(x.symbol);
-    else if (old.dim_size() == s.rank() && old.dim(static_cast<int>(i)).has_dim_param())
-      d->set_dim_param(old.dim(static_cast<int>(i)).dim_param());
   }
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include "onnx/onnx_export.h"
 #include "onnx/onnx_import.h"
@@ -344,6 +345,101 @@ TEST_F(OnnxExportTest, ExternalDataIsCopiedNeverWrittenAndLargeModelsGetTheirOwn
   EXPECT_FALSE(s.is_ok());
   std::ifstream wb(dir_ + "/weights.bin", std::ios::binary);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(wb), {}).substr(16), wbytes);
+}
+
+TEST_F(OnnxExportTest, AddedClassifierReplacesTheOldOneThroughRenames) {
+  const std::string src = save(training_model(), "train.onnx");
+  const std::string out = dir_ + "/head.onnx";
+  TrainedExport e;
+  e.added["head.weight"] = Tensor::from_vector<float>(seq(20, -1.0f, 0.1f), {5, 4});
+  e.added["head.bias"] = Tensor::from_vector<float>(seq(5, 0.0f, 1.0f), {5});
+  e.renames = {{"W2", "head.weight"}, {"B2", "head.bias"}, {"bn.scale", "bn1.weight"}};
+  Status s = export_trained_onnx(src, e, out);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  const onnx::ModelProto m = read(out);
+  std::set<std::string> inits;
+  for (const auto& t : m.graph().initializer()) inits.insert(t.name());
+  EXPECT_EQ(inits, (std::set<std::string>{"B", "W", "bn.bias", "bn.mean", "bn.var", "bn1.weight", "head.bias",
+                                          "head.weight"}));
+  EXPECT_EQ(m.graph().output(0).type().tensor_type().shape().dim(1).dim_value(), 5);
+  auto model = load_onnx_model(out);
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  auto ex = Executor::create(model.value(), ExecutorOptions{"cpu-ref"});
+  ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+  NamedTensors outs;
+  ASSERT_TRUE(ex.value()->run({{"x", Tensor::from_vector<float>({0, 0, 0}, {1, 3})}}, &outs).is_ok());
+  EXPECT_EQ(outs[0].second.dims(), (std::vector<int64_t>{1, 5}));
+  e.renames = {{"nothing", "x2"}};
+  EXPECT_EQ(export_trained_onnx(src, e, out).code(), StatusCode::kNotFound);
+}
+
+TEST_F(OnnxExportTest, OldOpsetBatchNormAttributesAreMadeValid) {
+  onnx::ModelProto m;
+  m.set_ir_version(4);
+  m.add_opset_import()->set_version(9);
+  auto* g = m.mutable_graph();
+  set_type(g->add_input(), "x", 1, {"1", "2"});
+  set_type(g->add_output(), "y", 1, {"1", "2"});
+  for (const char* n : {"s", "b", "m", "v"}) add_init(g, n, {1, 1}, {2});
+  auto* bn = add_node(g, "BatchNormalization", {"x", "s", "b", "m", "v"}, {"y", "m_out", "v_out", "sm", "sv"}, "bn");
+  add_int_attr(bn, "spatial", 1);
+  add_int_attr(bn, "is_test", 0);
+  const std::string src = save(m, "bn9.onnx");
+  Status s = export_trained_onnx(src, {}, dir_ + "/bn9_out.onnx");
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  const onnx::ModelProto got = read(dir_ + "/bn9_out.onnx");
+  EXPECT_EQ(got.graph().node(0).attribute_size(), 0);
+  EXPECT_EQ(got.graph().node(0).output_size(), 1);
+  EXPECT_TRUE(load_onnx_model(dir_ + "/bn9_out.onnx").is_ok());
+  g->mutable_node(0)->mutable_attribute(0)->set_i(0);  // spatial=0: no opset-9 equivalent
+  const std::string src0 = save(m, "bn9_spatial0.onnx");
+  s = export_trained_onnx(src0, {}, dir_ + "/bn9_out0.onnx");
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("node 'bn' (BatchNormalization): spatial=0"), std::string::npos) << s.message();
+}
+
+TEST_F(OnnxExportTest, DropoutInsideASubgraphIsRemovedToo) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  set_type(g->add_input(), "x", 1, {"2"});
+  set_type(g->add_input(), "c", 9, {});
+  set_type(g->add_output(), "y", 1, {"2"});
+  add_node(g, "Relu", {"x"}, {"r"}, "relu");
+  auto* iff = add_node(g, "If", {"c"}, {"y"}, "branch");
+  auto* then_attr = iff->add_attribute();
+  then_attr->set_name("then_branch");
+  then_attr->set_type(onnx::AttributeProto::GRAPH);
+  auto* tg = then_attr->mutable_g();
+  tg->set_name("then");
+  add_node(tg, "Dropout", {"r"}, {"t0"}, "inner_drop");
+  add_node(tg, "Neg", {"t0"}, {"t1"}, "neg");
+  set_type(tg->add_output(), "t1", 1, {"2"});
+  auto* else_attr = iff->add_attribute();
+  else_attr->set_name("else_branch");
+  else_attr->set_type(onnx::AttributeProto::GRAPH);
+  auto* eg = else_attr->mutable_g();
+  eg->set_name("else");
+  add_node(eg, "Dropout", {"r"}, {"e0"}, "inner_drop_out");
+  set_type(eg->add_output(), "e0", 1, {"2"});
+  const std::string src = save(m, "if.onnx");
+  const std::string out = dir_ + "/if_out.onnx";
+  Status s = export_trained_onnx(src, {}, out);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  const onnx::ModelProto got = read(out);
+  const auto& then_g = got.graph().node(1).attribute(0).g();
+  ASSERT_EQ(then_g.node_size(), 1);
+  EXPECT_EQ(then_g.node(0).input(0), "r");
+  EXPECT_EQ(got.graph().node(1).attribute(1).g().node(0).op_type(), "Identity");
+  auto model = load_onnx_model(out);
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  auto ex = Executor::create(model.value(), ExecutorOptions{"cpu-ref"});
+  ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+  NamedTensors outs;
+  ASSERT_TRUE(ex.value()->run({{"x", Tensor::from_vector<float>({-1.0f, 2.0f}, {2})}, {"c", Tensor::scalar<bool>(true)}},
+                              &outs).is_ok());
+  EXPECT_EQ(outs[0].second.data<float>()[1], -2.0f);
 }
 
 }  // namespace
