@@ -344,7 +344,9 @@ StatusOr<Checkpoint> read_checkpoint(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return not_found("checkpoint '" + path + "' does not exist");
-    return invalid_argument("checkpoint '" + path + "' cannot be read: " + std::strerror(errno));
+    const int e = errno;
+    return invalid_argument("checkpoint '" + path + "' cannot be read: " + std::strerror(e) +
+                            (e == EACCES ? " (check its permissions)" : ""));
   }
   if (!S_ISDIR(st.st_mode)) return read_checkpoint_file(path);
   ASSIGN_OR_RETURN(auto files, list_checkpoints(path));

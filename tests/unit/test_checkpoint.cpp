@@ -188,7 +188,7 @@ TEST_F(CheckpointTest, FullDiskLeavesPreviousCheckpointAndNoTempFile) {
   EXPECT_TRUE(read_checkpoint(dir_).is_ok());
 }
 
-TEST_F(CheckpointTest, UnreadableOrMissingFolders) {
+TEST_F(CheckpointTest, MissingOrNonFolderPaths) {
   const std::string file = dir_ + "/plain_file";
   write_bytes(file, "x");
   EXPECT_FALSE(write_checkpoint(file, sample(1), 1).is_ok());
@@ -201,14 +201,33 @@ TEST_F(CheckpointTest, UnreadableOrMissingFolders) {
   EXPECT_NE(write_checkpoint(dir_, bad, 1).message().find("string tensors"), std::string::npos);
   bad = sample(-1);
   EXPECT_FALSE(write_checkpoint(dir_, bad, 1).is_ok());
-  if (::geteuid() == 0) GTEST_SKIP() << "permission bits do not stop root";
+}
+
+TEST_F(CheckpointTest, UnreadableFolderIsNamed) {
   const std::string locked = dir_ + "/locked";
   ASSERT_TRUE(write_checkpoint(locked, sample(1), 1).is_ok());
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
   ASSERT_EQ(::chmod(locked.c_str(), 0), 0);
-  auto r = read_checkpoint(locked);
-  EXPECT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("permissions"), std::string::npos) << r.status().message();
-  EXPECT_FALSE(write_checkpoint(locked, sample(2), 1).is_ok());
+  // Root ignores permission bits: the checks run in a child that drops to user 'nobody'.
+  const bool forked = ::geteuid() == 0;
+  const pid_t pid = forked ? ::fork() : 0;
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (forked && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(20);
+    auto r = read_checkpoint(locked);
+    const bool named = !r.is_ok() && r.status().message().find("'" + locked + "'") != std::string::npos &&
+                       r.status().message().find("check its permissions") != std::string::npos;
+    const bool write_refused = !write_checkpoint(locked, sample(2), 1).is_ok();
+    const bool latest_refused = !latest_checkpoint(locked).is_ok();
+    const int code = named && write_refused && latest_refused ? 0 : 21;
+    if (forked) ::_exit(code);
+    EXPECT_EQ(code, 0) << (r.is_ok() ? "read" : r.status().message());
+  } else {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "20: cannot drop to user nobody, 21: a check failed";
+  }
   ::chmod(locked.c_str(), 0755);
 }
 
