@@ -15,8 +15,8 @@
 namespace ferry {
 
 struct TrainedExport {
-  /// Initializer name -> new value (trained parameters, BatchNorm running statistics). The
-  /// dtype must stay; the shape may change (a replaced classifier).
+  /// Initializer name (as in the source, before `renames`) -> new value (trained parameters,
+  /// BatchNorm running statistics). The dtype must stay; the shape may change (a replaced classifier).
   std::map<std::string, Tensor> weights;
   /// New initializers (a fresh classifier's weights); names must not exist in the graph yet.
   std::map<std::string, Tensor> added;
