@@ -2,6 +2,7 @@
 // (test_grad_nn.cpp, test_grad_norm_pool.cpp), and check_one: a one-node finite-difference check.
 #pragma once
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -66,6 +67,60 @@ inline void check_one(const std::string& op, std::vector<std::pair<std::string, 
   for (auto& [name, t] : inputs) names.push_back(name.empty() ? "" : n.in(name, t));
   n.out(n.node(op, names, std::move(attrs))[0]);
   expect_gradients_match(n.build(), n.feeds, wrt);
+}
+
+/// w_k = sin(a * k + b) * c in f64 (the inputs of tests/unit/data/gen_grad_nn_refs.py).
+inline Tensor wave(const std::vector<int64_t>& dims, double a, double b, double c) {
+  Tensor t = Tensor::allocate(DType::kF64, dims);
+  for (int64_t k = 0; k < t.numel(); ++k) t.mutable_data<double>()[k] = std::sin(a * static_cast<double>(k) + b) * c;
+  return t;
+}
+
+/// d sum(Y * R) / d wrt for the model's output 0 Y, with R_k = cos(0.91 k) (the PyTorch reference
+/// script's weights, in Y's dtype): the training graph run on cpu-ref, one gradient per `wrt`.
+inline std::vector<Tensor> cos_weighted_gradients(const std::shared_ptr<Model>& model, const NamedTensors& feeds,
+                                                  const std::vector<std::string>& wrt) {
+  std::vector<Tensor> result;
+  auto fwd = Executor::create(model->clone(), ExecutorOptions{.device = "cpu-ref", .opt_level = 0});
+  EXPECT_TRUE(fwd.is_ok()) << fwd.status().to_string();
+  if (!fwd.is_ok()) return result;
+  NamedTensors outs;
+  Status st = fwd.value()->run(feeds, &outs);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  if (!st.is_ok()) return result;
+  std::shared_ptr<Model> m = model->clone();
+  Graph& g = m->graph;
+  Tensor r = Tensor::allocate(DType::kF64, outs[0].second.dims());
+  for (int64_t k = 0; k < r.numel(); ++k) r.mutable_data<double>()[k] = std::cos(0.91 * static_cast<double>(k));
+  if (outs[0].second.dtype() != DType::kF64) r = cast_tensor(r, outs[0].second.dtype()).value();
+  g.value_types["cos/r"] = r.type();
+  g.initializers["cos/r"] = r;
+  g.nodes.push_back(Node{.name = "cos/mul", .op_type = "Mul", .inputs = {g.outputs[0].name, "cos/r"}, .outputs = {"cos/m"}});
+  Node sum{.name = "cos/sum", .op_type = "ReduceSum", .inputs = {"cos/m"}, .outputs = {"cos/loss"}};
+  sum.attrs["keepdims"] = GraphBuilder::i(0);
+  g.nodes.push_back(sum);
+  g.outputs.clear();
+  std::unordered_map<std::string, Tensor> constants;
+  st = infer_shapes(m.get(), &constants);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  auto grads = build_gradients(m.get(), "cos/loss", wrt, &constants);
+  EXPECT_TRUE(grads.is_ok()) << grads.status().to_string();
+  if (!grads.is_ok()) return result;
+  for (const auto& w : wrt) {
+    EXPECT_TRUE(grads.value().count(w)) << "no gradient for '" << w << "'";
+    if (!grads.value().count(w)) return result;
+    g.outputs.push_back({grads.value().at(w), {}});
+  }
+  st = infer_shapes(m.get());
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  auto ex = Executor::create(m, ExecutorOptions{.device = "cpu-ref", .opt_level = 0});
+  EXPECT_TRUE(ex.is_ok()) << ex.status().to_string();
+  if (!ex.is_ok()) return result;
+  outs.clear();
+  st = ex.value()->run(feeds, &outs);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  for (auto& [name, t] : outs) result.push_back(t);
+  return result;
 }
 
 }  // namespace ferry::testing::grad_net
