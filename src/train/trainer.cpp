@@ -96,6 +96,7 @@ class Trainer {
  private:
   Status setup();
   Status resume();
+  Status open_log();
   Status step(int64_t k);
   Status save_checkpoint(int64_t k);
   Status evaluate(int64_t k, int64_t epoch);
@@ -129,7 +130,9 @@ class Trainer {
 };
 
 Status Trainer::setup() {
-  ASSIGN_OR_RETURN(source_, load_onnx_model(c_.model));
+  ImportOptions io;
+  io.infer_shapes = false;  // training-mode BatchNormalization is rewritten before shapes are inferred
+  ASSIGN_OR_RETURN(source_, load_onnx_model(c_.model, io));
   TrainGraphOptions o;
   o.batch_size = c_.batch_size;
   o.loss = c_.loss;
@@ -180,10 +183,27 @@ Status Trainer::setup() {
   int workers = c_.data_workers;
   if (workers < 0) workers = decodes_ ? std::max(1u, std::thread::hardware_concurrency() / 2) : 0;
   prefetch_ = std::make_unique<Prefetcher>(data_.get(), workers);
-  if (!c_.log_path.empty()) {
-    log_.open(c_.log_path, std::ios::out | (c_.resume.empty() ? std::ios::trunc : std::ios::app));
-    if (!log_) return invalid_argument("cannot write the log '" + c_.log_path + "'");
+  return Status::ok();
+}
+
+// A resumed run keeps the log's lines up to the checkpoint's step and drops the later ones the
+// interrupted run wrote, so the log reads as one run; a fresh run starts the log anew.
+Status Trainer::open_log() {
+  if (c_.log_path.empty()) return Status::ok();
+  std::vector<std::string> keep;
+  if (start_step_ > 0) {
+    std::ifstream in(c_.log_path);
+    std::string line;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= start_step_)
+        keep.push_back(line);
+    }
   }
+  log_.open(c_.log_path, std::ios::out | std::ios::trunc);
+  if (!log_) return invalid_argument("cannot write the log '" + c_.log_path + "'");
+  for (const auto& line : keep) log_ << line << "\n";
+  log_.flush();
   return Status::ok();
 }
 
@@ -351,6 +371,7 @@ StatusOr<TrainSummary> Trainer::run() {
     return invalid_argument("--out '" + c_.out_path + "' is the input model; choose another file");
   RETURN_IF_ERROR(setup());
   RETURN_IF_ERROR(resume());
+  RETURN_IF_ERROR(open_log());
   if (start_step_ >= total_steps_)
     summary_.notes.push_back("the checkpoint is at step " + std::to_string(start_step_) + " of " + std::to_string(total_steps_) + ": nothing to train");
   if (start_step_ < total_steps_)

@@ -13,9 +13,9 @@ class SmallCNN(nn.Module):
 
     def __init__(self, classes=5):
         super().__init__()
-        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1, bias=False)  # as ResNet: no bias before BN
         self.bn1 = nn.BatchNorm2d(8)
-        self.conv2 = nn.Conv2d(8, 16, 3, padding=1, stride=2)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1, stride=2, bias=False)
         self.bn2 = nn.BatchNorm2d(16)
         self.fc = nn.Linear(16, classes)
 
@@ -33,7 +33,7 @@ class Block(nn.Module):
         super().__init__()
         self.heads = heads
         self.ln1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)  # a key bias has zero gradient (softmax is shift-invariant): Adam would amplify noise
         self.proj = nn.Linear(d, d)
         self.ln2 = nn.LayerNorm(d)
         self.fc1 = nn.Linear(d, 2 * d)
