@@ -115,6 +115,9 @@ Status matmul_grad(GradContext& g) {
 
 // ResizeGrad(dY, X_shape, roi, scales, sizes; the Resize's attributes, forward_opset).
 Status resize_grad(GradContext& g) {
+  if (g.get_string("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize")
+    return g.error("Resize with coordinate_transformation_mode 'tf_crop_and_resize' has no gradient (its "
+                   "extrapolated values do not depend on X); freeze the parameters before it or use another mode");
   ASSIGN_OR_RETURN(vector<int64_t> xd, g.dims_of(g.input(0)));
   vector<string> ins = {g.output_grad(0), g.ints_constant(xd)};
   for (int64_t i = 1; i < g.num_inputs(); ++i) ins.push_back(g.input(i));

@@ -35,6 +35,13 @@ TEST(GradNnConv, OneAndThreeSpatialAxes) {
             {{"pads", ints({1, 0, 1, 0, 1, 1})}, {"strides", ints({1, 2, 2})}}, {"x", "w"});
 }
 
+TEST(GradNnConv, AutoPadValidAndSameLower) {
+  check_one("Conv", {{"x", random_f64({1, 2, 6, 5}, 18)}, {"w", random_f64({2, 2, 3, 2}, 19)}},
+            {{"auto_pad", s("VALID")}, {"strides", ints({2, 2})}}, {"x", "w"});
+  check_one("Conv", {{"x", random_f64({1, 2, 5, 6}, 32)}, {"w", random_f64({2, 1, 2, 3}, 33)}},
+            {{"auto_pad", s("SAME_LOWER")}, {"group", i(2)}, {"dilations", ints({2, 1})}}, {"x", "w"});
+}
+
 TEST(GradNnConv, OnlyInputGradientLeavesOtherOutputsEmpty) {
   Net n;
   std::string x = n.in("x", random_f64({1, 2, 5, 5}, 14));
@@ -86,6 +93,25 @@ TEST(GradNnConvTranspose, GroupsDilationOutputShapeAutoPad) {
             {{"strides", ints({2, 2})}, {"auto_pad", s("SAME_UPPER")}}, {"x", "w"});
   check_one("ConvTranspose", {{"x", random_f64({2, 2, 5}, 29)}, {"w", random_f64({2, 2, 3}, 30)}, {"b", random_f64({2}, 31)}},
             {{"strides", ints({3})}, {"pads", ints({1, 2})}}, {"x", "w", "b"});
+}
+
+TEST(GradNnConvTranspose, SameLowerAndValid) {
+  check_one("ConvTranspose", {{"x", random_f64({1, 2, 3, 3}, 34)}, {"w", random_f64({2, 2, 2, 3}, 35)}},
+            {{"strides", ints({2, 3})}, {"auto_pad", s("SAME_LOWER")}}, {"x", "w"});
+  check_one("ConvTranspose", {{"x", random_f64({2, 2, 2, 3}, 36)}, {"w", random_f64({2, 1, 3, 2}, 37)}},
+            {{"auto_pad", s("VALID")}, {"strides", ints({2, 1})}}, {"x", "w"});
+}
+
+TEST(GradNnConv, MismatchedGradientIsAnError) {
+  auto r = OpTester("ConvGrad", 1, "com.ferry")
+               .input(random_f64({1, 3, 4, 4}, 38))
+               .input(random_f64({1, 2, 5, 5}, 39))
+               .input(random_f64({3, 2, 3, 3}, 40))
+               .outputs(3)
+               .run_status();
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("ConvGrad"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("is not the output shape"), std::string::npos) << r.status().to_string();
 }
 
 // ---- Gemm / MatMul --------------------------------------------------------------------------
@@ -160,6 +186,36 @@ TEST(GradNnResize, NearestModes) {
     check_resize("nearest", coord, {1, 1, 0.5f, 0.4f});
   }
   check_resize("cubic", "half_pixel", {1, 1, 1.5f, 2});
+}
+
+TEST(GradNnResize, Opset10AndOpset18AxesAntialias) {
+  Net a(10);
+  std::string x = a.in("x", random_f64({1, 2, 3, 4}, 71));
+  a.out(a.node("Resize", {x, a.init("scales", Tensor::from_vector<float>({1, 1, 2, 1.5f}, {4}))}, {{"mode", s("linear")}})[0]);
+  expect_gradients_match(a.build(), a.feeds, {"x"});
+  Net b(18);
+  x = b.in("x", random_f64({1, 2, 8, 6}, 72));
+  b.out(b.node("Resize", {x, "", b.init("scales", Tensor::from_vector<float>({0.5f, 0.4f}, {2}))},
+               {{"mode", s("linear")}, {"antialias", i(1)}, {"axes", ints({2, 3})}})[0]);
+  expect_gradients_match(b.build(), b.feeds, {"x"});
+}
+
+TEST(GradNnResize, CropAndResizeHasNoGradient) {
+  Net n(13);
+  std::string x = n.in("x", random_f64({1, 1, 4, 4}, 73));
+  std::string roi = n.init("roi", Tensor::from_vector<float>({0, 0, 0.1f, 0.1f, 1, 1, 0.9f, 0.9f}, {8}));
+  std::string sc = n.init("scales", Tensor::from_vector<float>({1, 1, 2, 2}, {4}));
+  std::string y = n.node("Resize", {x, roi, sc}, {{"mode", s("linear")}, {"coordinate_transformation_mode", s("tf_crop_and_resize")}})[0];
+  n.node("ReduceSum", {y}, {{"keepdims", i(0)}});
+  std::shared_ptr<Model> m = n.build();
+  const std::string loss = m->graph.nodes.back().outputs[0];
+  m->graph.outputs = {{loss, {}}};
+  std::unordered_map<std::string, Tensor> constants;
+  ASSERT_TRUE(infer_shapes(m.get(), &constants).is_ok());
+  auto grads = build_gradients(m.get(), loss, {"x"}, &constants);
+  ASSERT_FALSE(grads.is_ok());
+  EXPECT_NE(grads.status().message().find("tf_crop_and_resize"), std::string::npos) << grads.status().to_string();
+  EXPECT_NE(grads.status().message().find("Resize"), std::string::npos) << grads.status().to_string();
 }
 
 // ---- TrainDropout ---------------------------------------------------------------------------
