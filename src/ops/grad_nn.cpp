@@ -19,7 +19,6 @@
 // im2col + gemm_ref.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "ops/conv_pool_util.h"
 #include "ops/gemm_ref.h"

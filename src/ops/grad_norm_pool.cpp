@@ -385,7 +385,7 @@ void register_grad_norm_pool_ops(OpRegistry& r) {
                  .types = kTypes, .infer = infer_pool_grad, .kernel = k_pool_grad<false>});
   r.add(OpSchema{.name = "LayerNormalizationGrad", .domain = "com.ferry", .min_inputs = 3, .max_inputs = 5,
                  .min_outputs = 1, .max_outputs = 3, .attrs = {{"axis", AttrType::kInt}, {"epsilon", AttrType::kFloat}},
-                 .infer = infer_layernorm_grad, .kernel = k_layernorm_grad, .optional_input_mask = 1});
+                 .types = kTypes, .infer = infer_layernorm_grad, .kernel = k_layernorm_grad, .optional_input_mask = 1});
   r.add(OpSchema{.name = "BatchNormTraining", .domain = "com.ferry", .min_inputs = 5, .max_inputs = 5,
                  .min_outputs = 1, .max_outputs = 5,
                  .attrs = {{"epsilon", AttrType::kFloat}, {"momentum", AttrType::kFloat}}, .types = kTypes,
