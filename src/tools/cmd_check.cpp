@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "check/model_check.h"
+#include "onnx/onnx_import.h"
+#include "train/training_graph.h"
 #include "tools/cli_common.h"
 #include "tools/command_registry.h"
 
@@ -21,6 +23,7 @@ struct CheckCliOptions {
   bool json = false;
   bool no_fallback = false;
   bool all_nodes = false;
+  bool train = false;
 };
 
 std::vector<std::string> split_targets(const std::string& s) {
@@ -102,9 +105,38 @@ void print_plan(const Model& m, const PartitionPlan& plan) {
               bytes_text(plan.static_bytes()).c_str());
 }
 
+// `--train`: the nodes without a gradient on the way from the trained parameters to the loss.
+int run_train_check(const CheckCliOptions& opt) {
+  ImportOptions io;
+  io.infer_shapes = false;  // training-mode BatchNormalization is rewritten first
+  auto loaded = load_onnx_model(opt.model, io);
+  if (!loaded.is_ok()) return report(loaded.status());
+  TrainGraphOptions to;
+  to.batch_size = 2;
+  auto missing = untrainable_nodes(*loaded.value(), to);
+  if (!missing.is_ok()) return report(missing.status());
+  const auto& nodes = missing.value();
+  if (opt.json) {
+    json j = {{"model", opt.model}, {"trainable", nodes.empty()}, {"nodes_without_gradient", nodes}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else if (nodes.empty()) {
+    std::printf("train: PASS, every op on the way from the parameters to the loss has a gradient\n");
+  } else {
+    std::printf("train: FAIL, %zu node(s) have no gradient:\n", nodes.size());
+    for (const auto& n : nodes) std::printf("  %s\n", n.c_str());
+    std::printf("  freeze the parameters before them (--freeze REGEX) or replace these ops in the exported model\n");
+  }
+  return nodes.empty() ? kExitOk : kExitBadInput;
+}
+
 int run_check(const CheckCliOptions& opt) {
+  if (opt.train && opt.targets.empty()) return run_train_check(opt);
+  if (opt.train) {
+    const int rc = run_train_check(opt);
+    if (rc != kExitOk) return rc;
+  }
   const std::vector<std::string> names = opt.targets == "all" ? check_targets() : split_targets(opt.targets);
-  if (names.empty()) return report(invalid_argument("--target is empty; targets: cpu, cpu-ref, tensorrt-10.1, ... or 'all'"));
+  if (names.empty()) return report(invalid_argument("--target is empty (or give --train); targets: cpu, cpu-ref, tensorrt-10.1, ... or 'all'"));
   auto loaded = load_model(opt.model, /*require_known_ops=*/false);
   if (!loaded.is_ok()) return report(loaded.status());
   const Model& m = *loaded.value();
@@ -154,7 +186,9 @@ const bool kRegistered = register_command({"check", 30, [](CLI::App& app) {
   cmd->add_option("--target,-T", opt->targets,
                   "Comma-separated targets: ferry backends (cpu, cpu-ref, cuda) and external profiles (tensorrt-10.1, "
                   "ascend-atc-2025, ascend-atc-2022, openvino), or 'all'")
-      ->required();
+      ;
+  cmd->add_flag("--train", opt->train, "Can `ferry train` train it: every op on the way from the parameters to the loss "
+                "that has no gradient, by node (answered from the gradient registry)");
   cmd->add_flag("--json", opt->json, "Print JSON instead of text");
   cmd->add_flag("--no-fallback", opt->no_fallback, "Nodes a ferry device lacks are failures instead of CPU fallback");
   cmd->add_flag("--all-nodes", opt->all_nodes, "List every node instead of grouping nodes with the same finding");

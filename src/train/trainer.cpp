@@ -17,6 +17,7 @@
 #include "onnx/onnx_import.h"
 #include "runtime/executor.h"
 #include "train/data_source.h"
+#include "train/image_folder.h"
 #include "train/prefetch.h"
 #include "train/training_graph.h"
 
@@ -386,6 +387,11 @@ StatusOr<TrainSummary> Trainer::run() {
   }
   if (start_step_ >= total_steps_) RETURN_IF_ERROR(evaluate(total_steps_, sampler_->epoch_of(std::max<int64_t>(1, total_steps_))));
   if (!c_.out_path.empty()) RETURN_IF_ERROR(export_model());
+  if (const auto* images = dynamic_cast<const ImageFolderDataset*>(data_.get()); images && images->replaced_samples() > 0) {
+    std::string note = "replaced " + std::to_string(images->replaced_samples()) + " sample(s) whose image failed to decode";
+    for (const auto& e : images->replaced_examples()) note += "; " + e;
+    summary_.notes.push_back(note);
+  }
   const int64_t ran = total_steps_ - start_step_;
   summary_.mean_step_ms = ran > 0 ? step_ms_sum_ / static_cast<double>(ran) : 0;
   return summary_;

@@ -42,7 +42,7 @@ struct NodeAttrs : AttrReader {
 FERRY_VEC void activate_in_place(float* y, int64_t n, ActKind kind, float alpha, float beta) {
   switch (kind) {
     case ActKind::kNone: return;
-    case ActKind::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0.f ? y[i] : 0.f; return;
+    case ActKind::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0.f ? 0.f : y[i]; return;  // NaN stays NaN
     case ActKind::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] >= 0.f ? y[i] : alpha * y[i]; return;
     case ActKind::kClip: for (int64_t i = 0; i < n; ++i) y[i] = vec::clampf(y[i], alpha, beta); return;
     case ActKind::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = vec::sigmoid(y[i]); return;

@@ -135,7 +135,7 @@ StatusOr<bool> run_binary(KernelContext& ctx) {
   FERRY_VEC void NAME(const float* a, float* y, int64_t n) { \
     for (int64_t i = 0; i < n; ++i) { const float x = a[i]; y[i] = EXPR; } \
   }
-FERRY_UNARY_SPAN(relu_span, x > 0.f ? x : 0.f)
+FERRY_UNARY_SPAN(relu_span, x < 0.f ? 0.f : x)  // NaN stays NaN, as numpy.maximum(x, 0)
 FERRY_UNARY_SPAN(sigmoid_span, vec::sigmoid(x))
 FERRY_UNARY_SPAN(tanh_span, vec::tanh(x))
 FERRY_UNARY_SPAN(erf_span, vec::erf(x))
