@@ -204,5 +204,31 @@ TEST(GradNormPoolBatchNormTraining, OneValuePerChannelIsRefused) {
   EXPECT_NE(r.status().message().find("more than one value per channel"), std::string::npos) << r.status().to_string();
 }
 
+// ---- composed --------------------------------------------------------------------------
+
+// The definitions composed: a small convolutional network in training form.
+TEST(GradNormPoolNetwork, ConvBatchNormPoolResizeLayerNormDropoutMatMul) {
+  Net n;
+  std::string x = n.in("x", random_f64({2, 2, 6, 6}, 60));
+  std::string w1 = n.in("w1", random_f64({4, 2, 3, 3}, 61));
+  std::string sc = n.in("bn_scale", random_f64({4}, 62, 0.5, 1.5));
+  std::string bb = n.in("bn_bias", random_f64({4}, 63));
+  std::string w2 = n.in("w2", random_f64({4, 3, 2, 2}, 64));
+  std::string ln = n.in("ln_scale", random_f64({6}, 65));
+  std::string wm = n.in("wm", random_f64({1, 3}, 66));
+  std::string y = n.node("Conv", {x, w1}, {{"pads", ints({1, 1, 1, 1})}})[0];
+  y = n.node("BatchNormTraining", {y, sc, bb, n.init("rm", random_f64({4}, 67)), n.init("rv", random_f64({4}, 68, 0.5, 2))},
+             {}, 5, "com.ferry")[0];
+  y = n.node("Relu", {y})[0];
+  y = n.node("MaxPool", {y}, {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}})[0];
+  y = n.node("Resize", {y, "", n.init("scales", Tensor::from_vector<float>({1, 1, 2, 2}, {4}))}, {{"mode", s("linear")}})[0];
+  y = n.node("ConvTranspose", {y, w2}, {{"strides", ints({1, 1})}, {"pads", ints({1, 1, 0, 0})}})[0];
+  y = n.node("LayerNormalization", {y, ln}, {{"axis", i(-1)}})[0];
+  y = n.node("TrainDropout", {y, n.init("seed", Tensor::scalar<int64_t>(5))}, {{"ratio", f(0.25f)}}, 2, "com.ferry")[0];
+  y = n.node("GlobalAveragePool", {y})[0];
+  n.out(n.node("MatMul", {y, wm})[0]);
+  expect_gradients_match(n.build(), n.feeds, {"x", "w1", "bn_scale", "bn_bias", "w2", "ln_scale", "wm"});
+}
+
 }  // namespace
 }  // namespace ferry::testing
