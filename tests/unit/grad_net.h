@@ -77,9 +77,11 @@ inline Tensor wave(const std::vector<int64_t>& dims, double a, double b, double 
 }
 
 /// d sum(Y * R) / d wrt for the model's output 0 Y, with R_k = cos(0.91 k) (the PyTorch reference
-/// script's weights, in Y's dtype): the training graph run on cpu-ref, one gradient per `wrt`.
+/// script's weights, in Y's dtype): the training graph run (on cpu-ref at opt level 0 unless
+/// `options` say otherwise), one gradient per `wrt`.
 inline std::vector<Tensor> cos_weighted_gradients(const std::shared_ptr<Model>& model, const NamedTensors& feeds,
-                                                  const std::vector<std::string>& wrt) {
+                                                  const std::vector<std::string>& wrt,
+                                                  ExecutorOptions options = {.device = "cpu-ref", .opt_level = 0}) {
   std::vector<Tensor> result;
   auto fwd = Executor::create(model->clone(), ExecutorOptions{.device = "cpu-ref", .opt_level = 0});
   EXPECT_TRUE(fwd.is_ok()) << fwd.status().to_string();
@@ -113,7 +115,7 @@ inline std::vector<Tensor> cos_weighted_gradients(const std::shared_ptr<Model>& 
   }
   st = infer_shapes(m.get());
   EXPECT_TRUE(st.is_ok()) << st.to_string();
-  auto ex = Executor::create(m, ExecutorOptions{.device = "cpu-ref", .opt_level = 0});
+  auto ex = Executor::create(m, options);
   EXPECT_TRUE(ex.is_ok()) << ex.status().to_string();
   if (!ex.is_ok()) return result;
   outs.clear();

@@ -206,18 +206,20 @@ TEST(GradNormPoolBatchNormTraining, OneValuePerChannelIsRefused) {
 
 // ---- composed --------------------------------------------------------------------------
 
-// The definitions composed: a small convolutional network in training form.
-TEST(GradNormPoolNetwork, ConvBatchNormPoolResizeLayerNormDropoutMatMul) {
-  Net n;
-  std::string x = n.in("x", random_f64({2, 2, 6, 6}, 60));
-  std::string w1 = n.in("w1", random_f64({4, 2, 3, 3}, 61));
-  std::string sc = n.in("bn_scale", random_f64({4}, 62, 0.5, 1.5));
-  std::string bb = n.in("bn_bias", random_f64({4}, 63));
-  std::string w2 = n.in("w2", random_f64({4, 3, 2, 2}, 64));
-  std::string ln = n.in("ln_scale", random_f64({6}, 65));
-  std::string wm = n.in("wm", random_f64({1, 3}, 66));
+// The definitions composed: a small convolutional network in training form, in f64 for the
+// finite differences or f32 for the optimized backends.
+std::shared_ptr<Model> small_network(Net& n, DType dt) {
+  auto in = [&](const std::string& name, Tensor t) { return n.in(name, dt == DType::kF64 ? t : cast_tensor(t, dt).value()); };
+  auto init = [&](const std::string& name, Tensor t) { return n.init(name, dt == DType::kF64 ? t : cast_tensor(t, dt).value()); };
+  std::string x = in("x", random_f64({2, 2, 6, 6}, 60));
+  std::string w1 = in("w1", random_f64({4, 2, 3, 3}, 61));
+  std::string sc = in("bn_scale", random_f64({4}, 62, 0.5, 1.5));
+  std::string bb = in("bn_bias", random_f64({4}, 63));
+  std::string w2 = in("w2", random_f64({4, 3, 2, 2}, 64));
+  std::string ln = in("ln_scale", random_f64({6}, 65));
+  std::string wm = in("wm", random_f64({1, 3}, 66));
   std::string y = n.node("Conv", {x, w1}, {{"pads", ints({1, 1, 1, 1})}})[0];
-  y = n.node("BatchNormTraining", {y, sc, bb, n.init("rm", random_f64({4}, 67)), n.init("rv", random_f64({4}, 68, 0.5, 2))},
+  y = n.node("BatchNormTraining", {y, sc, bb, init("rm", random_f64({4}, 67)), init("rv", random_f64({4}, 68, 0.5, 2))},
              {}, 5, "com.ferry")[0];
   y = n.node("Relu", {y})[0];
   y = n.node("MaxPool", {y}, {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}})[0];
@@ -227,7 +229,30 @@ TEST(GradNormPoolNetwork, ConvBatchNormPoolResizeLayerNormDropoutMatMul) {
   y = n.node("TrainDropout", {y, n.init("seed", Tensor::scalar<int64_t>(5))}, {{"ratio", f(0.25f)}}, 2, "com.ferry")[0];
   y = n.node("GlobalAveragePool", {y})[0];
   n.out(n.node("MatMul", {y, wm})[0]);
-  expect_gradients_match(n.build(), n.feeds, {"x", "w1", "bn_scale", "bn_bias", "w2", "ln_scale", "wm"});
+  return n.build();
+}
+
+const std::vector<std::string> kNetworkParams = {"x", "w1", "bn_scale", "bn_bias", "w2", "ln_scale", "wm"};
+
+TEST(GradNormPoolNetwork, ConvBatchNormPoolResizeLayerNormDropoutMatMul) {
+  Net n;
+  std::shared_ptr<Model> m = small_network(n, DType::kF64);
+  expect_gradients_match(m, n.feeds, kNetworkParams);
+}
+
+// The training graph optimized (fusions, layouts) and run on the cpu backend gives the
+// reference's gradients.
+TEST(GradNormPoolNetwork, OptimizedCpuMatchesReference) {
+  Net n;
+  std::shared_ptr<Model> m = small_network(n, DType::kF32);
+  std::vector<Tensor> ref = cos_weighted_gradients(m, n.feeds, kNetworkParams);
+  std::vector<Tensor> cpu = cos_weighted_gradients(m, n.feeds, kNetworkParams, ExecutorOptions{.device = "cpu", .opt_level = 2});
+  ASSERT_EQ(ref.size(), kNetworkParams.size());
+  ASSERT_EQ(cpu.size(), ref.size());
+  for (size_t k = 0; k < ref.size(); ++k) {
+    SCOPED_TRACE(kNetworkParams[k]);
+    expect_near(cpu[k], ref[k], 1e-4, 1e-3);
+  }
 }
 
 }  // namespace
