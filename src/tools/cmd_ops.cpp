@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/backend.h"
+#include "grad/registry.h"
 #include "ops/registry.h"
 #include "tools/cli_common.h"
 #include "tools/command_registry.h"
@@ -20,7 +21,42 @@ std::string types_text(const std::vector<DType>& types) {
 }
 }  // namespace
 
+// `ferry ops --train`: every op with a gradient definition: opsets, differentiable inputs,
+// formula and the ops it emits (from the gradient registry, src/grad/).
+int cmd_ops_train(const OpsOptions& opt) {
+  const auto defs = grad_registry().all();
+  auto name = [](const GradDef& d) { return std::string(d.domain).empty() ? std::string(d.op) : std::string(d.domain) + "::" + d.op; };
+  auto inputs = [](const GradDef& d) {
+    if (d.inputs == ~0ull) return std::string("all");
+    std::string s;
+    for (int i = 0; i < 64; ++i)
+      if ((d.inputs >> i) & 1u) s += (s.empty() ? "" : ",") + std::to_string(i);
+    return s.empty() ? std::string("none") : s;
+  };
+  if (opt.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const GradDef* d : defs) {
+      nlohmann::json emits = nlohmann::json::array();
+      for (const char* e : d->emits) emits.push_back(e);
+      j.push_back({{"op", name(*d)}, {"since_version", d->since_version}, {"until_version", d->until_version},
+                   {"differentiable_inputs", inputs(*d)}, {"formula", d->formula}, {"emits", emits}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return kExitOk;
+  }
+  for (const GradDef* d : defs) {
+    std::string emits;
+    for (const char* e : d->emits) emits += (emits.empty() ? "" : ", ") + std::string(e);
+    std::printf("%-30s opsets %2lld-%-2lld inputs %-6s %s\n%32s emits: %s\n", name(*d).c_str(),
+                static_cast<long long>(d->since_version), static_cast<long long>(d->until_version), inputs(*d).c_str(),
+                d->formula, "", emits.c_str());
+  }
+  std::printf("%zu gradient definitions\n", defs.size());
+  return kExitOk;
+}
+
 int cmd_ops(const OpsOptions& opt) {
+  if (opt.train) return cmd_ops_train(opt);
   const OpRegistry& reg = op_registry();
   auto backend_or = make_backend(opt.device);
   if (!backend_or.is_ok()) return report(backend_or.status());
@@ -80,6 +116,7 @@ const bool kRegistered = register_command({"ops", 90, [](CLI::App& app) {
   cmd->add_flag("--json", opt->json, "Print JSON");
   cmd->add_option("-d,--device", opt->device, "Whose supported element types to list (default cpu-ref)");
   cmd->add_flag("--markdown", opt->markdown, "Print a Markdown table (docs/operators.md)");
+  cmd->add_flag("--train", opt->train, "List the gradient definitions instead: differentiable inputs, formula, emitted ops");
   return CommandRun{cmd, [opt] { return cmd_ops(*opt); }};
 }});
 }  // namespace

@@ -38,6 +38,7 @@ struct OpsOptions {
   std::string device = "cpu-ref";
   bool json = false;
   bool markdown = false;
+  bool train = false;
 };
 int cmd_ops(const OpsOptions& options);
 
