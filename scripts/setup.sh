@@ -4,7 +4,7 @@ set -euo pipefail
 PKGS=(build-essential cmake make pkg-config ccache
   libdnnl-dev ocl-icd-opencl-dev libonnx-dev libprotobuf-dev protobuf-compiler
   libflatbuffers-dev flatbuffers-compiler libxxhash-dev nlohmann-json3-dev libcli11-dev
-  libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev clang libclang-rt-14-dev
+  libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libgloo-dev clang libclang-rt-14-dev
   python3 python3-numpy python3-onnx python3-torch python3-torchvision python3-sklearn)
 missing=()
 for p in "${PKGS[@]}"; do
