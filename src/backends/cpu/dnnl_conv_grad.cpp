@@ -1,0 +1,403 @@
+// oneDNN convolutions of training graphs (f32, 1-D..3-D, groups and depthwise, strides, dilations,
+// pads and auto_pad):
+//   Conv / FusedConv whose weights are fed at run time (a trained parameter is a graph input, so
+//       dnnl_conv.cpp, which packs constant weights once, declines them): the weights are reordered
+//       on every run, the bias, residual Z and activation are fused as in dnnl_conv.cpp;
+//   com.ferry ConvGrad(dY, X, W) -> (dX, dW, dB): convolution_backward_data and
+//       convolution_backward_weights (with the bias gradient), created with the forward primitive
+//       descriptor as hint; outputs given as "" are not computed.
+// Plans (primitives and the layout changes around them) are made once per (X, W) shape and cached
+// (dnnl_plan_cache.h). The graph is plain NCHW; see conv_layout() for when the primitives run on
+// oneDNN's blocked layouts (reorders in and out inside the kernel) and when directly on NCHW.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "backends/cpu/cpu_kernel_util.h"
+#include "backends/cpu/dnnl_plan_cache.h"
+#include "backends/cpu/dnnl_util.h"
+#include "ops/conv_pool_util.h"
+
+namespace ferry {
+namespace {
+
+using cpu::dnnl_engine;
+using cpu::dnnl_stream;
+using cpu::wrap;
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+
+struct NodeAttrs : AttrReader {
+  using AttrReader::AttrReader;
+  Status error(const std::string& msg) const { return invalid_model(node().describe() + ": " + msg); }
+};
+
+// Per-thread buffers for the tensors in oneDNN's layouts, one per role (as cpu::scratch_memory:
+// a run executes its nodes one after another on one thread, so each run owns its buffers).
+enum Buf { kBufSrc, kBufWei, kBufDst, kBufDiffSrc, kBufDiffWei, kBufDiffDst2, kBufPad, kBufs };
+
+struct GrowBuffer {
+  void* data = nullptr;
+  size_t size = 0;
+  ~GrowBuffer() { std::free(data); }
+};
+
+memory buf_memory(const memory::desc& d, Buf slot) {
+  thread_local GrowBuffer bufs[kBufs];
+  const size_t bytes = d.get_size();
+  GrowBuffer& b = bufs[slot];
+  if (bytes > b.size) {
+    std::free(b.data);
+    b.size = (bytes + 4095) / 4096 * 4096;
+    b.data = std::aligned_alloc(64, b.size);
+    if (!b.data) {
+      b.size = 0;
+      throw dnnl::error(dnnl_out_of_memory, "training convolution buffer allocation failed");
+    }
+  }
+  return memory(d, dnnl_engine(), bytes ? b.data : nullptr);
+}
+
+dnnl::reorder make_reorder(const memory::desc& from, const memory::desc& to) {
+  return dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), from, dnnl_engine(), to));
+}
+
+// A tensor in the layout a primitive wants: the user's memory, or a reorder of it into `slot`.
+struct LayoutChange {
+  memory::desc user, want;
+  bool needed = false;
+  dnnl::reorder prim;
+
+  void make(const memory::desc& user_desc, const memory::desc& want_desc) {
+    user = user_desc;
+    want = want_desc;
+    needed = user != want;
+    if (needed) prim = make_reorder(user, want);
+  }
+  // Input side: the tensor as the primitive reads it.
+  memory in(const Tensor& t, Buf slot, dnnl::stream& s) const {
+    memory m = wrap(user, t);
+    if (!needed) return m;
+    memory b = buf_memory(want, slot);
+    prim.execute(s, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, b}});
+    return b;
+  }
+  // Output side (user = the primitive's layout, want = the tensor's): where the primitive writes.
+  memory out(Tensor* t, Buf slot) const { return needed ? buf_memory(user, slot) : wrap(want, *t); }
+  void finish(const memory& written, Tensor* t, dnnl::stream& s) const {
+    if (needed) prim.execute(s, {{DNNL_ARG_FROM, written}, {DNNL_ARG_TO, wrap(want, *t)}});
+  }
+};
+
+// Geometry of one convolution in oneDNN's terms.
+struct ConvShape {
+  memory::dims src, wei, dst, strides, dil, pad_l, pad_r;
+  int64_t group = 1;
+  tag io_tag = tag::undef, wei_tag = tag::undef;
+};
+
+Status conv_shape(const Node& node, const std::vector<int64_t>& x, const std::vector<int64_t>& w, ConvShape* s) {
+  NodeAttrs attrs(node);
+  const int64_t rank = static_cast<int64_t>(x.size()), nd = rank - 2;
+  if (rank < 3 || rank > 5 || static_cast<int64_t>(w.size()) != rank) return unsupported("rank");
+  s->group = attrs.get_int("group", 1);
+  const int64_t g = s->group;
+  if (g < 1 || w[0] % g != 0 || x[1] != w[1] * g) return unsupported("channels");
+  const std::vector<int64_t> kernel(w.begin() + 2, w.end());
+  SpatialAttrs sa;
+  RETURN_IF_ERROR(read_spatial_attrs(attrs, nd, &kernel, true, &sa));
+  s->src = cpu::to_dnnl_dims(x);
+  s->dst = {x[0], w[0]};
+  for (int64_t i = 0; i < nd; ++i) {
+    AxisGeom ag;
+    RETURN_IF_ERROR(conv_pool_axis(attrs, sa, i, x[2 + i], &ag));
+    if (ag.pad_begin < 0 || ag.pad_end < 0 || ag.out <= 0) return unsupported("geometry");
+    s->dst.push_back(ag.out);
+    s->strides.push_back(sa.strides[i]);
+    s->dil.push_back(sa.dilations[i] - 1);
+    s->pad_l.push_back(ag.pad_begin);
+    s->pad_r.push_back(ag.pad_end);
+  }
+  for (int64_t d : x)
+    if (d <= 0) return unsupported("empty");
+  s->wei = g > 1 ? memory::dims{g, w[0] / g, w[1]} : memory::dims{w[0], w[1]};
+  s->wei.insert(s->wei.end(), kernel.begin(), kernel.end());
+  s->io_tag = cpu::plain_tag(x.size());
+  s->wei_tag = g > 1 ? (rank == 3 ? tag::goiw : rank == 4 ? tag::goihw : tag::goidhw)
+                     : (rank == 3 ? tag::oiw : rank == 4 ? tag::oihw : tag::oidhw);
+  return Status::ok();
+}
+
+// Whether the primitives run on oneDNN's own (blocked) layouts, reordering NCHW in and out, or
+// directly on NCHW (oneDNN's gemm-based convolution). $FERRY_TRAIN_CONV_LAYOUT = plain | blocked
+// forces one (to compare).
+bool blocked_layout(const ConvShape& s) {
+  static const int forced = [] {
+    const char* e = std::getenv("FERRY_TRAIN_CONV_LAYOUT");
+    if (!e) return -1;
+    return std::string(e) == "plain" ? 0 : std::string(e) == "blocked" ? 1 : -1;
+  }();
+  if (forced >= 0) return forced == 1;
+  (void)s;
+  return true;
+}
+
+memory::desc layout_desc(const memory::dims& d, tag plain, bool blocked) {
+  return memory::desc(d, memory::data_type::f32, blocked ? tag::any : plain);
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvShape& s, bool blocked, bool bias,
+                                                     const dnnl::primitive_attr& attr) {
+  const auto src = layout_desc(s.src, s.io_tag, blocked), dst = layout_desc(s.dst, s.io_tag, blocked),
+             wei = layout_desc(s.wei, s.wei_tag, blocked);
+  const memory::desc b({s.dst[1]}, memory::data_type::f32, tag::x);
+  const auto alg = dnnl::algorithm::convolution_direct;
+  const auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src, wei, b, dst,
+                                                        s.strides, s.dil, s.pad_l, s.pad_r)
+                      : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src, wei, dst,
+                                                        s.strides, s.dil, s.pad_l, s.pad_r);
+  return dnnl::convolution_forward::primitive_desc(d, attr, dnnl_engine());
+}
+
+std::vector<int64_t> plan_key(const Tensor& x, const Tensor& w) {
+  std::vector<int64_t> k = x.dims();
+  k.push_back(-1);
+  k.insert(k.end(), w.dims().begin(), w.dims().end());
+  return k;
+}
+
+void split_key(const std::vector<int64_t>& key, std::vector<int64_t>* x, std::vector<int64_t>* w) {
+  const auto sep = std::find(key.begin(), key.end(), -1);
+  x->assign(key.begin(), sep);
+  w->assign(sep + 1, key.end());
+}
+
+// ---- forward: Conv / FusedConv with run-time weights -------------------------------------------
+
+class TrainConvKernel : public Kernel {
+ public:
+  TrainConvKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+
+  bool init(const Graph& graph) {
+    if (!cpu::maybe_f32(graph, node_.inputs[0]) || !cpu::maybe_f32(graph, node_.inputs[1])) return false;
+    NodeAttrs attrs(node_);
+    if (attrs.get_int("channels_last", 0) != 0) return false;
+    has_b_ = node_.inputs.size() > 2 && !node_.inputs[2].empty();
+    has_z_ = node_.inputs.size() > 3 && !node_.inputs[3].empty();
+    return cpu::node_activation(node_, &act_);
+  }
+
+  Status compute(KernelContext& ctx) override {
+    const Tensor &x = ctx.input(0), &w = ctx.input(1);
+    if (!f32(x) || !f32(w) || (has_b_ && !f32(ctx.input(2))) || (has_z_ && !f32(ctx.input(3)))) return fallback_(ctx);
+    auto plan = plans_.get(plan_key(x, w), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(k, p); });
+    if (!plan.is_ok()) return fallback_(ctx);
+    const Plan* p = plan.value();
+    if (has_b_ && ctx.input(2).numel() != w.dim(0)) return fallback_(ctx);
+    if (has_z_ && ctx.input(3).dims() != p->out_dims) return fallback_(ctx);
+    ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 3, DType::kF32, p->out_dims)
+                                        : ctx.allocate_output(0, DType::kF32, p->out_dims, false));
+    try {
+      dnnl::stream& s = dnnl_stream();
+      std::unordered_map<int, memory> args = {
+          {DNNL_ARG_SRC, p->src.in(x, kBufSrc, s)},
+          {DNNL_ARG_WEIGHTS, p->wei.in(w, kBufWei, s)},
+          {DNNL_ARG_SCRATCHPAD, buf_memory(p->pd.scratchpad_desc(), kBufPad)}};
+      memory dst = p->dst.out(y, kBufDst);
+      if (has_z_) {  // the sum post-op adds what dst holds
+        const Tensor& z = ctx.input(3);
+        if (p->dst.needed) p->z_in.execute(s, {{DNNL_ARG_FROM, wrap(p->dst.want, z)}, {DNNL_ARG_TO, dst}});
+        else if (z.raw() != y->raw()) std::memcpy(y->mutable_raw(), z.raw(), static_cast<size_t>(z.nbytes()));
+      }
+      args[DNNL_ARG_DST] = dst;
+      if (has_b_) args[DNNL_ARG_BIAS] = wrap(memory::desc({w.dim(0)}, memory::data_type::f32, tag::x), ctx.input(2));
+      p->prim.execute(s, args);
+      p->dst.finish(dst, y, s);
+      s.wait();
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    return Status::ok();
+  }
+
+ private:
+  struct Plan {
+    dnnl::convolution_forward::primitive_desc pd;
+    dnnl::convolution_forward prim;
+    LayoutChange src, wei, dst;
+    dnnl::reorder z_in;
+    std::vector<int64_t> out_dims;
+  };
+
+  static bool f32(const Tensor& t) { return t.dtype() == DType::kF32; }
+
+  Status make_plan(const std::vector<int64_t>& key, Plan* p) {
+    std::vector<int64_t> xd, wd;
+    split_key(key, &xd, &wd);
+    ConvShape s;
+    RETURN_IF_ERROR(conv_shape(node_, xd, wd, &s));
+    try {
+      const bool blocked = blocked_layout(s);
+      dnnl::post_ops ops;
+      if (has_z_) ops.append_sum(1.f);
+      if (!cpu::append_activation(act_, &ops)) return unsupported("activation");
+      dnnl::primitive_attr attr = cpu::concurrent_attr();
+      attr.set_post_ops(ops);
+      p->pd = forward_pd(s, blocked, has_b_, attr);
+      p->prim = dnnl::convolution_forward(p->pd);
+      const memory::desc user_x(s.src, memory::data_type::f32, s.io_tag), user_y(s.dst, memory::data_type::f32, s.io_tag),
+          user_w(s.wei, memory::data_type::f32, s.wei_tag);
+      p->src.make(user_x, p->pd.src_desc());
+      p->wei.make(user_w, p->pd.weights_desc());
+      p->dst.make(p->pd.dst_desc(), user_y);
+      if (p->dst.needed && has_z_) p->z_in = make_reorder(user_y, p->pd.dst_desc());
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    p->out_dims.assign(s.dst.begin(), s.dst.end());
+    return Status::ok();
+  }
+
+  Node node_;
+  KernelFn fallback_;
+  bool has_b_ = false, has_z_ = false;
+  FusedActivation act_;
+  cpu::PlanCache<Plan> plans_;
+};
+
+// ---- backward: ConvGrad ------------------------------------------------------------------------
+
+class ConvGradKernel : public Kernel {
+ public:
+  ConvGradKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {
+    for (size_t i = 0; i < 3; ++i) want_[i] = i < node.outputs.size() && !node.outputs[i].empty();
+  }
+
+  Status compute(KernelContext& ctx) override {
+    const Tensor &dy = ctx.input(0), &x = ctx.input(1), &w = ctx.input(2);
+    for (const Tensor* t : {&dy, &x, &w})
+      if (t->dtype() != DType::kF32) return fallback_(ctx);
+    auto plan = plans_.get(plan_key(x, w), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(k, p); });
+    if (!plan.is_ok()) return fallback_(ctx);
+    const Plan* p = plan.value();
+    if (dy.dims() != p->dy_dims) return fallback_(ctx);
+    Tensor *dx = nullptr, *dw = nullptr, *db = nullptr;
+    if (want_[0]) {
+      ASSIGN_OR_RETURN(dx, ctx.allocate_output(0, DType::kF32, x.dims(), false));
+    }
+    if (want_[1]) {
+      ASSIGN_OR_RETURN(dw, ctx.allocate_output(1, DType::kF32, w.dims(), false));
+    }
+    if (want_[2]) {
+      ASSIGN_OR_RETURN(db, ctx.allocate_output(2, DType::kF32, {w.dim(0)}, false));
+    }
+    try {
+      dnnl::stream& s = dnnl_stream();
+      memory dy_w;  // dY as backward-weights reads it
+      if (want_[1] || want_[2]) {
+        dy_w = p->dy_for_w.in(dy, kBufDst, s);
+        std::unordered_map<int, memory> args = {
+            {DNNL_ARG_SRC, p->x_for_w.in(x, kBufSrc, s)},
+            {DNNL_ARG_DIFF_DST, dy_w},
+            {DNNL_ARG_SCRATCHPAD, buf_memory(p->bw_pd.scratchpad_desc(), kBufPad)}};
+        memory dwm = dw ? p->dw_out.out(dw, kBufDiffWei) : buf_memory(p->bw_pd.diff_weights_desc(), kBufDiffWei);
+        args[DNNL_ARG_DIFF_WEIGHTS] = dwm;
+        if (db) args[DNNL_ARG_DIFF_BIAS] = wrap(p->bw_pd.diff_bias_desc(), *db);
+        p->bw.execute(s, args);
+        if (dw) p->dw_out.finish(dwm, dw, s);
+      }
+      if (want_[0]) {
+        const bool reuse = (want_[1] || want_[2]) && p->dy_for_w.want == p->dy_for_d.want;
+        memory dy_d = reuse ? dy_w : p->dy_for_d.in(dy, kBufDiffDst2, s);
+        memory dxm = p->dx_out.out(dx, kBufDiffSrc);
+        p->bd.execute(s, {{DNNL_ARG_DIFF_DST, dy_d},
+                          {DNNL_ARG_WEIGHTS, p->w_for_d.in(w, kBufWei, s)},
+                          {DNNL_ARG_DIFF_SRC, dxm},
+                          {DNNL_ARG_SCRATCHPAD, buf_memory(p->bd_pd.scratchpad_desc(), kBufPad)}});
+        p->dx_out.finish(dxm, dx, s);
+      }
+      s.wait();
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    return Status::ok();
+  }
+
+ private:
+  struct Plan {
+    dnnl::convolution_backward_data::primitive_desc bd_pd;
+    dnnl::convolution_backward_data bd;
+    dnnl::convolution_backward_weights::primitive_desc bw_pd;
+    dnnl::convolution_backward_weights bw;
+    LayoutChange dy_for_d, w_for_d, dx_out, dy_for_w, x_for_w, dw_out;
+    std::vector<int64_t> dy_dims;
+  };
+
+  Status make_plan(const std::vector<int64_t>& key, Plan* p) {
+    std::vector<int64_t> xd, wd;
+    split_key(key, &xd, &wd);
+    ConvShape s;
+    RETURN_IF_ERROR(conv_shape(node_, xd, wd, &s));
+    try {
+      const bool blocked = blocked_layout(s);
+      const auto attr = cpu::concurrent_attr();
+      const auto hint = forward_pd(s, blocked, want_[2], attr);
+      const auto src = layout_desc(s.src, s.io_tag, blocked), dst = layout_desc(s.dst, s.io_tag, blocked),
+                 wei = layout_desc(s.wei, s.wei_tag, blocked);
+      const memory::desc user_x(s.src, memory::data_type::f32, s.io_tag), user_y(s.dst, memory::data_type::f32, s.io_tag),
+          user_w(s.wei, memory::data_type::f32, s.wei_tag);
+      const auto alg = dnnl::algorithm::convolution_direct;
+      if (want_[0]) {
+        dnnl::convolution_backward_data::desc d(alg, src, wei, dst, s.strides, s.dil, s.pad_l, s.pad_r);
+        p->bd_pd = dnnl::convolution_backward_data::primitive_desc(d, attr, dnnl_engine(), hint);
+        p->bd = dnnl::convolution_backward_data(p->bd_pd);
+        p->dy_for_d.make(user_y, p->bd_pd.diff_dst_desc());
+        p->w_for_d.make(user_w, p->bd_pd.weights_desc());
+        p->dx_out.make(p->bd_pd.diff_src_desc(), user_x);
+      }
+      if (want_[1] || want_[2]) {
+        const memory::desc b({s.dst[1]}, memory::data_type::f32, tag::x);
+        const auto d = want_[2] ? dnnl::convolution_backward_weights::desc(alg, src, wei, b, dst, s.strides, s.dil,
+                                                                           s.pad_l, s.pad_r)
+                                : dnnl::convolution_backward_weights::desc(alg, src, wei, dst, s.strides, s.dil,
+                                                                           s.pad_l, s.pad_r);
+        p->bw_pd = dnnl::convolution_backward_weights::primitive_desc(d, attr, dnnl_engine(), hint);
+        p->bw = dnnl::convolution_backward_weights(p->bw_pd);
+        p->dy_for_w.make(user_y, p->bw_pd.diff_dst_desc());
+        p->x_for_w.make(user_x, p->bw_pd.src_desc());
+        p->dw_out.make(p->bw_pd.diff_weights_desc(), user_w);
+      }
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    p->dy_dims.assign(s.dst.begin(), s.dst.end());
+    return Status::ok();
+  }
+
+  Node node_;
+  KernelFn fallback_;
+  bool want_[3] = {false, false, false};
+  cpu::PlanCache<Plan> plans_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_train_conv(const Node& node, const OpSchema& schema, const Graph& graph) {
+  auto k = std::make_unique<TrainConvKernel>(node, schema.kernel);
+  if (!k->init(graph)) return std::unique_ptr<Kernel>();
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_conv_grad(const Node& node, const OpSchema& schema, const Graph&) {
+  return std::unique_ptr<Kernel>(std::make_unique<ConvGradKernel>(node, schema.kernel));
+}
+
+}  // namespace
+
+void register_cpu_dnnl_conv_grad_kernels(CpuKernelTable& t) {
+  // After dnnl_conv's factories (cpu_kernels.inc order), which take every node with constant weights.
+  t.add("", "Conv", make_train_conv);
+  t.add("com.ferry", "FusedConv", make_train_conv);
+  t.add("com.ferry", "ConvGrad", make_conv_grad);
+}
+
+}  // namespace ferry

@@ -1,0 +1,354 @@
+// CPU kernels for the training ops that are not convolutions (f32; anything else runs the reference
+// kernel, which also reports the errors):
+//   com.ferry BatchNormTraining / BatchNormTrainingGrad: per-channel loops, threads over channels;
+//       statistics accumulated in double (as the reference), in one pass shifted by the channel's
+//       first value, the elementwise parts in f32 as y = a[c] * x + b[c];
+//   com.ferry MaxPoolGrad / AveragePoolGrad on 2-D images (pads, strides, dilations, ceil_mode,
+//       count_include_pad, global): direct loops over each plane, threads over planes;
+//   com.ferry ReluGrad, LeakyReluGrad, SigmoidGrad, TanhGrad, HardSwishGrad: vectorized, written
+//       over dY when the memory plan allows;
+//   Sum of equally shaped inputs (the accumulation of gradients of values read several times).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/cpu_kernel_util.h"
+#include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/vec_math.h"
+#include "ops/conv_pool_util.h"
+#include "ops/op_util.h"
+
+namespace ferry::cpu {
+namespace {
+
+bool wants(const KernelContext& ctx, int64_t i) {
+  return i < ctx.num_outputs() && !ctx.node().outputs[static_cast<size_t>(i)].empty();
+}
+
+// Calls fn(c) for every channel, threads over channels when the work (elements per channel) pays.
+template <typename F>
+void for_channels(int64_t C, int64_t per_channel, F fn) {
+  parallel_ranges(C, per_channel, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) fn(c);
+  });
+}
+
+// sum(x - k) and sum((x - k)^2) over n floats, in double, 8 independent lanes (vectorizes
+// without reassociation).
+FERRY_VEC void shifted_moments(const float* x, int64_t n, float k, double* s1, double* s2) {
+  double a[8] = {}, b[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) {
+      const double d = static_cast<double>(x[i + j] - k);
+      a[j] += d;
+      b[j] += d * d;
+    }
+  for (; i < n; ++i) {
+    const double d = static_cast<double>(x[i] - k);
+    a[0] += d;
+    b[0] += d * d;
+  }
+  for (int j = 0; j < 8; ++j) {
+    *s1 += a[j];
+    *s2 += b[j];
+  }
+}
+
+// sum(g) and sum(g * (x - mu)) over n floats, in double.
+FERRY_VEC void grad_moments(const float* g, const float* x, int64_t n, float mu, double* sg, double* sgx) {
+  double a[8] = {}, b[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) {
+      const double gv = g[i + j];
+      a[j] += gv;
+      b[j] += gv * static_cast<double>(x[i + j] - mu);
+    }
+  for (; i < n; ++i) {
+    a[0] += g[i];
+    b[0] += static_cast<double>(g[i]) * static_cast<double>(x[i] - mu);
+  }
+  for (int j = 0; j < 8; ++j) {
+    *sg += a[j];
+    *sgx += b[j];
+  }
+}
+
+FERRY_VEC void affine(const float* x, float a, float b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * a + b;
+}
+
+FERRY_VEC void affine2(const float* g, const float* x, float a, float b, float c, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = g[i] * a + x[i] * b + c;
+}
+
+bool f32_vector(const Tensor& t, int64_t C) { return t.dtype() == DType::kF32 && t.rank() == 1 && t.dim(0) == C; }
+
+// BatchNormTraining(X, scale, B, input_mean, input_var) -> (Y, running_mean, running_var,
+// saved_mean, saved_inv_std); see src/ops/grad_norm_pool.cpp for the definitions.
+StatusOr<bool> run_bn_training(KernelContext& ctx) {
+  if (!all_f32(ctx)) return false;
+  const Tensor& x = ctx.input(0);
+  if (x.rank() < 2) return false;
+  const int64_t N = x.dim(0), C = x.dim(1), S = x.numel() / std::max<int64_t>(1, N * C), count = N * S;
+  for (int64_t i = 1; i < 5; ++i)
+    if (!f32_vector(ctx.input(i), C)) return false;
+  if (count <= 1 || x.numel() == 0) return false;  // the reference reports it
+  const double eps = ctx.get_float("epsilon", 1e-5f), momentum = ctx.get_float("momentum", 0.9f);
+  Tensor* out[5] = {};
+  for (int64_t k = 0; k < 5; ++k) {
+    if (!wants(ctx, k)) continue;
+    ASSIGN_OR_RETURN(out[k], ctx.allocate_output(k, DType::kF32, k == 0 ? x.dims() : std::vector<int64_t>{C}, false));
+  }
+  const float *px = x.data<float>(), *sc = ctx.input(1).data<float>(), *bias = ctx.input(2).data<float>(),
+              *rm = ctx.input(3).data<float>(), *rv = ctx.input(4).data<float>();
+  float* py = out[0] ? out[0]->mutable_data<float>() : nullptr;
+  for_channels(C, 2 * count, [&](int64_t c) {
+    const float k = px[c * S];
+    double s1 = 0, s2 = 0;
+    for (int64_t n = 0; n < N; ++n) shifted_moments(px + (n * C + c) * S, S, k, &s1, &s2);
+    const double dmean = s1 / static_cast<double>(count);
+    const double ss = std::max(0.0, s2 - s1 * dmean);  // sum of squared deviations
+    const double mu = k + dmean, var = ss / static_cast<double>(count);
+    const double inv = 1.0 / std::sqrt(var + eps);
+    if (out[1]) out[1]->mutable_data<float>()[c] = static_cast<float>(rm[c] * momentum + mu * (1.0 - momentum));
+    if (out[2])
+      out[2]->mutable_data<float>()[c] =
+          static_cast<float>(rv[c] * momentum + ss / static_cast<double>(count - 1) * (1.0 - momentum));
+    if (out[3]) out[3]->mutable_data<float>()[c] = static_cast<float>(mu);
+    if (out[4]) out[4]->mutable_data<float>()[c] = static_cast<float>(inv);
+    if (!py) return;
+    const double a = inv * sc[c];
+    const float fa = static_cast<float>(a), fb = static_cast<float>(bias[c] - mu * a);
+    for (int64_t n = 0; n < N; ++n) affine(px + (n * C + c) * S, fa, fb, py + (n * C + c) * S, S);
+  });
+  return true;
+}
+
+// BatchNormTrainingGrad(dY, X, scale, saved_mean, saved_inv_std) -> (dX, dScale, dB):
+// dX = k * (count * dY - dB - (X - mean) * inv * dScale), k = scale * inv / count, i.e.
+// dX = a * dY + b * X + c per channel.
+StatusOr<bool> run_bn_training_grad(KernelContext& ctx) {
+  if (!all_f32(ctx)) return false;
+  const Tensor &dy = ctx.input(0), &x = ctx.input(1);
+  if (x.rank() < 2 || dy.dims() != x.dims()) return false;
+  const int64_t N = x.dim(0), C = x.dim(1), S = x.numel() / std::max<int64_t>(1, N * C);
+  for (int64_t i = 2; i < 5; ++i)
+    if (!f32_vector(ctx.input(i), C)) return false;
+  if (x.numel() == 0) return false;
+  Tensor* out[3] = {};
+  for (int64_t k = 0; k < 3; ++k) {
+    if (!wants(ctx, k)) continue;
+    ASSIGN_OR_RETURN(out[k], k == 0 ? ctx.allocate_output_over(0, 0, DType::kF32, x.dims())
+                                    : ctx.allocate_output(k, DType::kF32, {C}, false));
+  }
+  const float *pg = dy.data<float>(), *px = x.data<float>(), *sc = ctx.input(2).data<float>(),
+              *mean = ctx.input(3).data<float>(), *inv = ctx.input(4).data<float>();
+  float* pdx = out[0] ? out[0]->mutable_data<float>() : nullptr;
+  const double count = static_cast<double>(N * S);
+  for_channels(C, 2 * N * S, [&](int64_t c) {
+    double sg = 0, sgxm = 0;
+    for (int64_t n = 0; n < N; ++n) grad_moments(pg + (n * C + c) * S, px + (n * C + c) * S, S, mean[c], &sg, &sgxm);
+    const double is = inv[c], sgx = sgxm * is;
+    if (out[1]) out[1]->mutable_data<float>()[c] = static_cast<float>(sgx);
+    if (out[2]) out[2]->mutable_data<float>()[c] = static_cast<float>(sg);
+    if (!pdx) return;
+    const double k = sc[c] * is / count;
+    const double a = k * count, b = -k * is * sgx, cc = -k * sg - b * mean[c];
+    const float fa = static_cast<float>(a), fb = static_cast<float>(b), fc = static_cast<float>(cc);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t o = (n * C + c) * S;
+      affine2(pg + o, px + o, fa, fb, fc, pdx + o, S);
+    }
+  });
+  return true;
+}
+
+// ---- pooling backward ----------------------------------------------------------------------------
+
+struct NodeAttrs : AttrReader {
+  using AttrReader::AttrReader;
+  Status error(const std::string& msg) const { return invalid_model(node().describe() + ": " + msg); }
+};
+
+// One axis of a 2-D pool: the window of output o covers input positions start(o) + k * dil.
+struct PoolAxis {
+  int64_t in = 0, out = 0, pad = 0, pad_end = 0, stride = 1, kernel = 1, dil = 1;
+};
+
+template <bool kMax>
+StatusOr<bool> run_pool_grad(KernelContext& ctx) {
+  const Tensor &dy = ctx.input(0), &in1 = ctx.input(1);
+  if (dy.dtype() != DType::kF32 || dy.rank() != 4) return false;
+  std::vector<int64_t> xd;
+  if (kMax) {
+    if (in1.dtype() != DType::kF32) return false;
+    xd = in1.dims();
+  } else {
+    if (in1.dtype() == DType::kI64) xd = in1.to_int64_vector();
+    else if (in1.dtype() == DType::kF32) xd = in1.dims();
+    else return false;
+  }
+  if (xd.size() != 4 || xd[0] != dy.dim(0) || xd[1] != dy.dim(1)) return false;
+  NodeAttrs attrs(ctx.node());
+  SpatialAttrs sa;
+  if (!read_spatial_attrs(attrs, 2, nullptr, true, &sa).is_ok()) return false;
+  PoolAxis ax[2];
+  for (int64_t i = 0; i < 2; ++i) {
+    AxisGeom g;
+    if (!conv_pool_axis(attrs, sa, i, xd[2 + i], &g).is_ok() || g.out != dy.dim(2 + i)) return false;
+    ax[i] = PoolAxis{g.in, g.out, g.pad_begin, g.pad_end, sa.strides[i], sa.kernel[i], sa.dilations[i]};
+  }
+  const bool cip = !kMax && ctx.get_int("count_include_pad", 0) != 0;
+  ASSIGN_OR_RETURN(Tensor * dx, ctx.allocate_output(0, DType::kF32, xd, true));
+  const int64_t planes = xd[0] * xd[1], IS = xd[2] * xd[3], OS = ax[0].out * ax[1].out;
+  // Per axis and output position: the first and last real tap and the padded-window count.
+  struct Taps {
+    std::vector<int64_t> k0, k1, padded;
+  } taps[2];
+  for (int64_t i = 0; i < 2; ++i) {
+    const PoolAxis& a = ax[i];
+    for (int64_t o = 0; o < a.out; ++o) {
+      const int64_t start = o * a.stride - a.pad;
+      int64_t k0 = a.kernel, k1 = -1, padded = 0;
+      for (int64_t k = 0; k < a.kernel; ++k) {
+        const int64_t p = start + k * a.dil;
+        if (p >= -a.pad && p < a.in + a.pad_end) ++padded;
+        if (p >= 0 && p < a.in) {
+          k0 = std::min(k0, k);
+          k1 = k;
+        }
+      }
+      taps[i].k0.push_back(k0);
+      taps[i].k1.push_back(k1);
+      taps[i].padded.push_back(padded);
+    }
+  }
+  const float* g = dy.data<float>();
+  const float* x = kMax ? in1.data<float>() : nullptr;
+  float* out = dx->mutable_data<float>();
+  parallel_ranges(planes, OS * ax[0].kernel * ax[1].kernel, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; ++pl) {
+      float* dxp = out + pl * IS;
+      const float* gp = g + pl * OS;
+      const float* xp = kMax ? x + pl * IS : nullptr;
+      for (int64_t oh = 0; oh < ax[0].out; ++oh) {
+        const int64_t h0 = oh * ax[0].stride - ax[0].pad, kh0 = taps[0].k0[oh], kh1 = taps[0].k1[oh];
+        for (int64_t ow = 0; ow < ax[1].out; ++ow) {
+          const int64_t w0 = ow * ax[1].stride - ax[1].pad, kw0 = taps[1].k0[ow], kw1 = taps[1].k1[ow];
+          const float gv = gp[oh * ax[1].out + ow];
+          if (kh1 < kh0 || kw1 < kw0) continue;  // a window entirely in the padding
+          if constexpr (kMax) {
+            // As the reference: the first maximum in kernel order, a NaN replacing it.
+            float m = -std::numeric_limits<float>::infinity();
+            int64_t best = (h0 + kh0 * ax[0].dil) * ax[1].in + w0 + kw0 * ax[1].dil;
+            for (int64_t kh = kh0; kh <= kh1; ++kh) {
+              const int64_t row = (h0 + kh * ax[0].dil) * ax[1].in;
+              for (int64_t kw = kw0; kw <= kw1; ++kw) {
+                const int64_t off = row + w0 + kw * ax[1].dil;
+                const float v = xp[off];
+                if (v > m || std::isnan(v)) {
+                  m = v;
+                  best = off;
+                }
+              }
+            }
+            dxp[best] += gv;
+          } else {
+            const int64_t n = (kh1 - kh0 + 1) * (kw1 - kw0 + 1);
+            const int64_t div = cip ? taps[0].padded[oh] * taps[1].padded[ow] : n;
+            if (div <= 0) continue;
+            const float s = gv / static_cast<float>(div);
+            for (int64_t kh = kh0; kh <= kh1; ++kh) {
+              float* row = dxp + (h0 + kh * ax[0].dil) * ax[1].in + w0;
+              for (int64_t kw = kw0; kw <= kw1; ++kw) row[kw * ax[1].dil] += s;
+            }
+          }
+        }
+      }
+    }
+  });
+  return true;
+}
+
+// ---- activation gradients ------------------------------------------------------------------------
+
+#define FERRY_PAIR_SPAN(NAME, EXPR)                                                        \
+  FERRY_VEC void NAME(const float* dy, const float* z, float* dx, int64_t n, float alpha) { \
+    (void)alpha;                                                                           \
+    for (int64_t i = 0; i < n; ++i) {                                                      \
+      const float g = dy[i], v = z[i];                                                     \
+      dx[i] = EXPR;                                                                        \
+    }                                                                                      \
+  }
+FERRY_PAIR_SPAN(relu_grad_span, v > 0.f ? g : 0.f)
+FERRY_PAIR_SPAN(leaky_relu_grad_span, v > 0.f ? g : alpha * g)
+FERRY_PAIR_SPAN(sigmoid_grad_span, g * v * (1.f - v))
+FERRY_PAIR_SPAN(tanh_grad_span, g * (1.f - v * v))
+FERRY_PAIR_SPAN(hard_swish_grad_span, v < -3.f ? 0.f : (v <= 3.f ? g * (v * (1.f / 3.f) + 0.5f) : g))
+#undef FERRY_PAIR_SPAN
+
+using PairSpan = void (*)(const float*, const float*, float*, int64_t, float);
+
+template <PairSpan kSpan>
+StatusOr<bool> run_pair_grad(KernelContext& ctx) {
+  if (!all_f32(ctx) || ctx.num_inputs() != 2) return false;
+  const Tensor &dy = ctx.input(0), &z = ctx.input(1);
+  if (dy.dims() != z.dims()) return false;
+  const float alpha = ctx.get_float("alpha", 0.01f);
+  ASSIGN_OR_RETURN(Tensor * dx, ctx.allocate_output_over(0, 0, DType::kF32, dy.dims()));
+  const float *pg = dy.data<float>(), *pz = z.data<float>();
+  float* pdx = dx->mutable_data<float>();
+  parallel_ranges(dy.numel(), 2, [&](int64_t s, int64_t e) { kSpan(pg + s, pz + s, pdx + s, e - s, alpha); });
+  return true;
+}
+
+// ---- Sum ---------------------------------------------------------------------------------------
+
+FERRY_VEC void add_spans(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+StatusOr<bool> run_sum(KernelContext& ctx) {
+  if (!all_f32(ctx) || ctx.num_inputs() < 2) return false;
+  const Tensor& a = ctx.input(0);
+  for (int64_t i = 1; i < ctx.num_inputs(); ++i)
+    if (!ctx.has_input(i) || ctx.input(i).dims() != a.dims()) return false;  // broadcasting: the reference
+  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output_over(0, 0, DType::kF32, a.dims()));
+  float* py = y->mutable_data<float>();
+  // Left to right, as the reference: ((x0 + x1) + x2) + ...
+  parallel_ranges(a.numel(), ctx.num_inputs(), [&](int64_t s, int64_t e) {
+    add_spans(a.data<float>() + s, ctx.input(1).data<float>() + s, py + s, e - s);
+    for (int64_t i = 2; i < ctx.num_inputs(); ++i) add_spans(py + s, ctx.input(i).data<float>() + s, py + s, e - s);
+  });
+  return true;
+}
+
+CpuKernelFactory factory(StatusOr<bool> (*fn)(KernelContext&)) {
+  return [fn](const Node& node, const OpSchema& schema, const Graph& g) -> StatusOr<std::unique_ptr<Kernel>> {
+    for (const std::string& in : node.inputs)
+      if (!in.empty() && !maybe_f32(g, in) && g.find_type(in)->dtype != DType::kI64) return std::unique_ptr<Kernel>();
+    return make_fn_kernel(fn, schema);
+  };
+}
+
+}  // namespace
+}  // namespace ferry::cpu
+
+namespace ferry {
+void register_cpu_train_kernels_kernels(CpuKernelTable& t) {
+  using namespace cpu;
+  t.add("com.ferry", "BatchNormTraining", factory(run_bn_training));
+  t.add("com.ferry", "BatchNormTrainingGrad", factory(run_bn_training_grad));
+  t.add("com.ferry", "MaxPoolGrad", factory(run_pool_grad<true>));
+  t.add("com.ferry", "AveragePoolGrad", factory(run_pool_grad<false>));
+  t.add("com.ferry", "ReluGrad", factory(run_pair_grad<relu_grad_span>));
+  t.add("com.ferry", "LeakyReluGrad", factory(run_pair_grad<leaky_relu_grad_span>));
+  t.add("com.ferry", "SigmoidGrad", factory(run_pair_grad<sigmoid_grad_span>));
+  t.add("com.ferry", "TanhGrad", factory(run_pair_grad<tanh_grad_span>));
+  t.add("com.ferry", "HardSwishGrad", factory(run_pair_grad<hard_swish_grad_span>));
+  t.add("", "Sum", factory(run_sum));
+}
+}  // namespace ferry

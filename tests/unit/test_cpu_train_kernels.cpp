@@ -1,0 +1,330 @@
+// The cpu backend's training kernels (src/backends/cpu/dnnl_conv_grad.cpp, train_kernels.cpp)
+// against the reference kernels: ConvGrad (strides, pads, dilations, groups, depthwise, omitted
+// outputs), Conv with weights fed at run time, BatchNormTraining / BatchNormTrainingGrad (2-D and
+// 4-D), MaxPoolGrad / AveragePoolGrad (pads, ceil_mode, count_include_pad, global) and ReluGrad.
+//
+// CpuTrainKernelsProfile.Model is a profiler, not a test: with FERRY_TRAIN_PROFILE_MODEL=model.onnx
+// (and optionally FERRY_TRAIN_PROFILE_BATCH, _THREADS, _STEPS, _OPT) it builds the model's training
+// graph as `ferry train` does and prints the time per op type and the slowest nodes.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+
+#include "onnx/onnx_import.h"
+#include "op_tester.h"
+#include "runtime/executor.h"
+#include "train/training_graph.h"
+
+namespace ferry::testing {
+namespace {
+
+Tensor randn(std::vector<int64_t> dims, uint32_t seed, float scale = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, scale);
+  Tensor t = Tensor::allocate(DType::kF32, dims);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = nd(rng);
+  return t;
+}
+
+// max |a - b| / max(1, max |b|): relative to the tensor's scale.
+double rel_err(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.dims(), b.dims());
+  if (a.dims() != b.dims() || a.dtype() != DType::kF32 || b.dtype() != DType::kF32) return 1e9;
+  double m = 1.0, d = 0.0;
+  for (int64_t i = 0; i < b.numel(); ++i) m = std::max(m, std::fabs(static_cast<double>(b.data<float>()[i])));
+  for (int64_t i = 0; i < b.numel(); ++i)
+    d = std::max(d, std::fabs(static_cast<double>(a.data<float>()[i]) - b.data<float>()[i]));
+  return d / m;
+}
+
+// One com.ferry node with named outputs ("" = omitted), run on `device`.
+struct OneNode {
+  std::string op, domain = "com.ferry";
+  std::map<std::string, Attribute> attrs;
+  std::vector<Tensor> inputs;
+  std::vector<bool> const_inputs;
+  std::vector<bool> outputs;  // wanted
+
+  std::vector<Tensor> run(const std::string& device) const {
+    auto model = std::make_shared<Model>();
+    model->opset_imports[""] = 17;
+    model->opset_imports["com.ferry"] = 1;
+    Graph& g = model->graph;
+    Node n;
+    n.name = op + "_0";
+    n.op_type = op;
+    n.domain = domain;
+    n.attrs = attrs;
+    NamedTensors feeds;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const std::string name = "in" + std::to_string(i);
+      n.inputs.push_back(name);
+      g.value_types[name] = inputs[i].type();
+      if (i < const_inputs.size() && const_inputs[i]) {
+        g.initializers[name] = inputs[i];
+      } else {
+        g.inputs.push_back(ValueInfo{name, inputs[i].type()});
+        feeds.emplace_back(name, inputs[i]);
+      }
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      n.outputs.push_back(outputs[i] ? "out" + std::to_string(i) : "");
+      if (outputs[i]) g.outputs.push_back(ValueInfo{"out" + std::to_string(i), {}});
+    }
+    g.nodes.push_back(n);
+    std::vector<Tensor> result;
+    Status s = infer_shapes(model.get());
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    if (!s.is_ok()) return result;
+    ExecutorOptions eo;
+    eo.device = device;
+    eo.opt_level = 0;
+    auto ex = Executor::create(model, eo);
+    EXPECT_TRUE(ex.is_ok()) << ex.status().to_string();
+    if (!ex.is_ok()) return result;
+    NamedTensors outs;
+    s = ex.value()->run(feeds, &outs);
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    for (auto& [name, t] : outs) result.push_back(t);
+    return result;
+  }
+
+  void expect_matches_reference(double tol = 1e-5) const {
+    auto ref = run("cpu-ref"), cpu = run("cpu");
+    ASSERT_EQ(ref.size(), cpu.size());
+    for (size_t i = 0; i < ref.size(); ++i)
+      EXPECT_LE(rel_err(cpu[i], ref[i]), tol) << op << " output " << i << " dims " << dims_to_string(ref[i].dims());
+  }
+};
+
+Attribute ints_attr(std::vector<int64_t> v) {
+  Attribute a;
+  a.type = AttrType::kInts;
+  a.ints = std::move(v);
+  return a;
+}
+Attribute int_attr(int64_t v) {
+  Attribute a;
+  a.type = AttrType::kInt;
+  a.i = v;
+  return a;
+}
+Attribute float_attr(float v) {
+  Attribute a;
+  a.type = AttrType::kFloat;
+  a.f = v;
+  return a;
+}
+
+// ---- convolutions ------------------------------------------------------------------------------
+
+struct ConvCase {
+  std::vector<int64_t> x, w;
+  std::map<std::string, Attribute> attrs;
+};
+
+std::vector<ConvCase> conv_cases() {
+  std::vector<ConvCase> c;
+  c.push_back({{2, 4, 9, 9}, {6, 4, 3, 3}, {{"pads", ints_attr({1, 1, 1, 1})}}});
+  c.push_back({{2, 5, 10, 11}, {7, 5, 3, 2}, {{"strides", ints_attr({2, 3})}, {"pads", ints_attr({1, 0, 0, 1})}}});
+  c.push_back({{1, 3, 12, 12}, {4, 3, 3, 3}, {{"dilations", ints_attr({2, 2})}, {"pads", ints_attr({2, 1, 2, 1})}}});
+  c.push_back({{2, 6, 8, 8}, {4, 3, 3, 3}, {{"group", int_attr(2)}, {"pads", ints_attr({1, 1, 1, 1})}}});
+  c.push_back({{2, 8, 9, 9}, {16, 1, 3, 3},  // depthwise, channel multiplier 2, stride 2
+               {{"group", int_attr(8)}, {"strides", ints_attr({2, 2})}, {"pads", ints_attr({1, 1, 1, 1})}}});
+  c.push_back({{3, 16, 7, 7}, {32, 16, 1, 1}, {}});
+  c.push_back({{2, 16, 8, 8}, {8, 16, 1, 1}, {{"strides", ints_attr({2, 2})}}});
+  c.push_back({{2, 3, 17}, {5, 3, 4}, {{"strides", ints_attr({2})}, {"pads", ints_attr({1, 2})}}});  // 1-D
+  Attribute same;
+  same.type = AttrType::kString;
+  same.s = "SAME_UPPER";
+  c.push_back({{1, 4, 7, 6}, {4, 4, 2, 3}, {{"auto_pad", same}, {"strides", ints_attr({2, 2})}}});
+  return c;
+}
+
+TEST(CpuTrainKernels, ConvGradMatchesReference) {
+  uint32_t seed = 1;
+  for (const ConvCase& cc : conv_cases()) {
+    std::vector<int64_t> y = {cc.x[0], cc.w[0]};
+    {  // the output shape from the reference forward
+      OneNode fwd{"Conv", "", cc.attrs, {randn(cc.x, seed), randn(cc.w, seed + 1)}, {}, {true}};
+      y = fwd.run("cpu-ref").at(0).dims();
+    }
+    const Tensor dy = randn(y, seed + 2), x = randn(cc.x, seed + 3), w = randn(cc.w, seed + 4, 0.3f);
+    for (std::vector<bool> want : {std::vector<bool>{true, true, true}, {true}, {false, true}, {false, true, true},
+                                   {false, false, true}}) {
+      SCOPED_TRACE("X " + dims_to_string(cc.x) + " W " + dims_to_string(cc.w) + " outputs " +
+                   std::to_string(want.size()) + (want[0] ? " dX" : ""));
+      OneNode{"ConvGrad", "com.ferry", cc.attrs, {dy, x, w}, {}, want}.expect_matches_reference();
+    }
+    seed += 10;
+  }
+}
+
+TEST(CpuTrainKernels, ConvWithRuntimeWeightsMatchesReference) {
+  uint32_t seed = 100;
+  for (const ConvCase& cc : conv_cases()) {
+    SCOPED_TRACE("X " + dims_to_string(cc.x) + " W " + dims_to_string(cc.w));
+    const Tensor x = randn(cc.x, seed), w = randn(cc.w, seed + 1, 0.3f), b = randn({cc.w[0]}, seed + 2);
+    OneNode{"Conv", "", cc.attrs, {x, w, b}, {}, {true}}.expect_matches_reference();
+    OneNode{"Conv", "", cc.attrs, {x, w}, {false, true}, {true}}.expect_matches_reference();
+    seed += 10;
+  }
+}
+
+// ---- batch normalization ------------------------------------------------------------------------
+
+TEST(CpuTrainKernels, BatchNormTrainingMatchesReference) {
+  for (std::vector<int64_t> dims : {std::vector<int64_t>{6, 5}, {4, 3, 5, 7}, {2, 17, 3, 3}, {3, 4, 10}}) {
+    SCOPED_TRACE("X " + dims_to_string(dims));
+    const int64_t C = dims[1];
+    Tensor x = randn(dims, 1, 2.f);
+    for (int64_t i = 0; i < x.numel(); ++i) x.mutable_data<float>()[i] += 3.f + static_cast<float>(i % 3);
+    Tensor var = randn({C}, 5);
+    for (int64_t i = 0; i < C; ++i) var.mutable_data<float>()[i] = std::fabs(var.data<float>()[i]) + 0.5f;
+    OneNode bn{"BatchNormTraining", "com.ferry",
+               {{"epsilon", float_attr(1e-3f)}, {"momentum", float_attr(0.8f)}},
+               {x, randn({C}, 2), randn({C}, 3), randn({C}, 4), var}, {}, {true, true, true, true, true}};
+    bn.expect_matches_reference();
+    bn.outputs = {true, false, false, true, true};
+    bn.expect_matches_reference();
+    const Tensor dy = randn(dims, 6);
+    const auto stats = bn.run("cpu-ref");
+    OneNode grad{"BatchNormTrainingGrad", "com.ferry", {}, {dy, x, randn({C}, 2), stats[1], stats[2]}, {},
+                 {true, true, true}};
+    grad.expect_matches_reference();
+    grad.outputs = {false, true, true};
+    grad.expect_matches_reference();
+    grad.outputs = {true};
+    grad.expect_matches_reference();
+  }
+}
+
+// ---- pooling and activation gradients -----------------------------------------------------------
+
+TEST(CpuTrainKernels, PoolGradsMatchReference) {
+  struct Case {
+    std::vector<int64_t> x;
+    std::map<std::string, Attribute> attrs;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 12, 12}, {{"kernel_shape", ints_attr({3, 3})}, {"strides", ints_attr({2, 2})}, {"pads", ints_attr({1, 1, 1, 1})}}},
+      {{1, 2, 8, 9}, {{"kernel_shape", ints_attr({3, 2})}, {"strides", ints_attr({2, 2})}, {"ceil_mode", int_attr(1)}}},
+      {{1, 2, 9, 9},
+       {{"kernel_shape", ints_attr({3, 3})}, {"strides", ints_attr({2, 2})}, {"pads", ints_attr({1, 0, 1, 1})},
+        {"ceil_mode", int_attr(1)}}},
+      {{2, 2, 10, 10}, {{"kernel_shape", ints_attr({2, 2})}, {"dilations", ints_attr({2, 2})}}},
+      {{2, 4, 7, 7}, {{"kernel_shape", ints_attr({7, 7})}}},  // global
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("X " + dims_to_string(c.x));
+    Tensor x = randn(c.x, 7);
+    for (int64_t i = 0; i < x.numel(); i += 3) x.mutable_data<float>()[i] = 1.f;  // ties: the first maximum
+    OneNode fwd{"MaxPool", "", c.attrs, {x}, {}, {true}};
+    const std::vector<int64_t> y = fwd.run("cpu-ref").at(0).dims();
+    const Tensor dy = randn(y, 8);
+    OneNode{"MaxPoolGrad", "com.ferry", c.attrs, {dy, x}, {}, {true}}.expect_matches_reference();
+    for (int64_t cip : {0, 1}) {
+      auto attrs = c.attrs;
+      attrs["count_include_pad"] = int_attr(cip);
+      OneNode{"AveragePoolGrad", "com.ferry", attrs, {dy, Tensor::from_vector<int64_t>(c.x, {4})}, {false, true}, {true}}
+          .expect_matches_reference();
+    }
+  }
+}
+
+TEST(CpuTrainKernels, ActivationGradsAndSumMatchReference) {
+  const std::vector<int64_t> dims = {3, 5, 7, 11};
+  const Tensor dy = randn(dims, 1);
+  Tensor y = randn(dims, 2);
+  for (int64_t i = 0; i < y.numel(); i += 5) y.mutable_data<float>()[i] = 0.f;
+  Tensor s = y;
+  for (int64_t i = 0; i < s.numel(); ++i) s.mutable_data<float>()[i] = 1.f / (1.f + std::exp(-y.data<float>()[i]));
+  OneNode{"ReluGrad", "com.ferry", {}, {dy, y}, {}, {true}}.expect_matches_reference(0);
+  OneNode{"LeakyReluGrad", "com.ferry", {{"alpha", float_attr(0.2f)}}, {dy, y}, {}, {true}}.expect_matches_reference(0);
+  OneNode{"SigmoidGrad", "com.ferry", {}, {dy, s}, {}, {true}}.expect_matches_reference();
+  OneNode{"TanhGrad", "com.ferry", {}, {dy, s}, {}, {true}}.expect_matches_reference();
+  Tensor hx = randn(dims, 3, 4.f);
+  OneNode{"HardSwishGrad", "com.ferry", {}, {dy, hx}, {}, {true}}.expect_matches_reference();
+  OneNode{"Sum", "", {}, {dy, y, s}, {}, {true}}.expect_matches_reference();
+}
+
+// ---- profiler ---------------------------------------------------------------------------------
+
+int env_int(const char* name, int def) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : def;
+}
+
+TEST(CpuTrainKernelsProfile, Model) {
+  const char* path = std::getenv("FERRY_TRAIN_PROFILE_MODEL");
+  if (!path) GTEST_SKIP() << "set FERRY_TRAIN_PROFILE_MODEL=model.onnx to profile its training graph";
+  const int batch = env_int("FERRY_TRAIN_PROFILE_BATCH", 8), steps = env_int("FERRY_TRAIN_PROFILE_STEPS", 3);
+  ImportOptions io;
+  io.infer_shapes = false;
+  auto src = load_onnx_model(path, io);
+  ASSERT_TRUE(src.is_ok()) << src.status().to_string();
+  TrainGraphOptions o;
+  o.batch_size = batch;
+  auto tg = build_train_graph(*src.value(), o);
+  ASSERT_TRUE(tg.is_ok()) << tg.status().to_string();
+  ExecutorOptions eo;
+  eo.device = "cpu";
+  eo.threads = env_int("FERRY_TRAIN_PROFILE_THREADS", 2);
+  eo.opt_level = env_int("FERRY_TRAIN_PROFILE_OPT", -1);
+  eo.batch_split_rows = 0;
+  auto ex = Executor::create(tg.value().model, eo);
+  ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+  NamedTensors feeds;
+  const Graph& g = tg.value().model->graph;
+  for (const std::string& in : tg.value().data_inputs) {
+    std::vector<int64_t> dims = g.find_type(in)->shape->values();
+    dims[0] = batch;
+    feeds.emplace_back(in, randn(dims, 1));
+  }
+  std::vector<int64_t> labels(static_cast<size_t>(batch));
+  for (int i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = i % std::max<int64_t>(1, tg.value().num_classes);
+  feeds.emplace_back(tg.value().labels, Tensor::from_vector<int64_t>(labels, {batch}));
+  for (const auto& [name, t] : tg.value().initial) feeds.emplace_back(name, t);
+  for (const auto& s : tg.value().dropout_seeds) feeds.emplace_back(s, Tensor::scalar<int64_t>(7));
+  std::map<std::string, std::pair<double, int>> by_op;
+  std::vector<std::pair<double, std::string>> nodes;
+  bool record = false;
+  ex.value()->set_observer(
+      [&](const Node& n, const std::vector<Value>&, double ms) {
+        if (!record) return;
+        auto& e = by_op[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type];
+        e.first += ms;
+        e.second += 1;
+        nodes.emplace_back(ms, n.describe());
+      },
+      false);
+  double total = 0;
+  for (int s = 0; s < steps; ++s) {
+    record = s == steps - 1;
+    NamedTensors outs;
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = ex.value()->run(feeds, &outs);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("run %d: %.1f ms\n", s, ms);
+    if (record) total = ms;
+  }
+  std::vector<std::pair<double, std::string>> ops;
+  double sum = 0;
+  for (const auto& [op, e] : by_op) {
+    ops.emplace_back(e.first, op + " x" + std::to_string(e.second));
+    sum += e.first;
+  }
+  std::sort(ops.rbegin(), ops.rend());
+  std::printf("last run %.1f ms, nodes %.1f ms\n", total, sum);
+  for (const auto& [ms, op] : ops) std::printf("%9.2f ms %5.1f%%  %s\n", ms, 100 * ms / sum, op.c_str());
+  std::sort(nodes.rbegin(), nodes.rend());
+  for (size_t i = 0; i < nodes.size() && i < 25; ++i) std::printf("%9.2f ms  %s\n", nodes[i].first, nodes[i].second.c_str());
+}
+
+}  // namespace
+}  // namespace ferry::testing
