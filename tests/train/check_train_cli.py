@@ -119,6 +119,14 @@ if os.path.exists(out):
     y = np.load(os.path.join(WORK, "run", "logits.npy"))
     if y.shape != (3, 2):
         fail(f"trained model output is {y.shape}, expected (3, 2)")
+    # ... and compiles: the compiled model gives the same logits.
+    ferry("compile", out, "-o", os.path.join(WORK, "tiny_trained.ferry"), "--input-shape", "x:3,3,32,32")
+    ferry("run", os.path.join(WORK, "tiny_trained.ferry"), "--input", os.path.join(WORK, "x.npy"), "--output-dir",
+          os.path.join(WORK, "run_compiled"))
+    if os.path.exists(os.path.join(WORK, "run_compiled", "logits.npy")):
+        yc = np.load(os.path.join(WORK, "run_compiled", "logits.npy"))
+        if np.max(np.abs(yc - y)) > 1e-5:
+            fail(f"compiled trained model differs from the ONNX one by {np.max(np.abs(yc - y))}")
 
 # --- an eval-mode model that keeps BatchNormalization and Dropout trains too -----------------
 # (torch's eval export folds them away, so the training-mode export is turned into eval form.)
