@@ -135,6 +135,7 @@ std::vector<ConvCase> conv_cases() {
   c.push_back({{2, 6, 8, 8}, {4, 3, 3, 3}, {{"group", int_attr(2)}, {"pads", ints_attr({1, 1, 1, 1})}}});
   c.push_back({{2, 8, 9, 9}, {16, 1, 3, 3},  // depthwise, channel multiplier 2, stride 2
                {{"group", int_attr(8)}, {"strides", ints_attr({2, 2})}, {"pads", ints_attr({1, 1, 1, 1})}}});
+  c.push_back({{2, 32, 24, 24}, {32, 32, 3, 3}, {{"pads", ints_attr({1, 1, 1, 1})}}});  // Winograd
   c.push_back({{3, 16, 7, 7}, {32, 16, 1, 1}, {}});
   c.push_back({{2, 16, 8, 8}, {8, 16, 1, 1}, {{"strides", ints_attr({2, 2})}}});
   c.push_back({{2, 3, 17}, {5, 3, 4}, {{"strides", ints_attr({2})}, {"pads", ints_attr({1, 2})}}});  // 1-D
@@ -278,6 +279,11 @@ TEST(CpuTrainKernelsProfile, Model) {
   eo.batch_split_rows = 0;
   auto ex = Executor::create(tg.value().model, eo);
   ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+  const OptimizeReport& rep = ex.value()->optimize_report();
+  std::printf("nodes %lld -> %lld after the passes\n", static_cast<long long>(rep.nodes_before),
+              static_cast<long long>(rep.nodes_after));
+  for (const PassRecord& r : rep.passes)
+    if (r.changes) std::printf("  pass %s: %d changes\n", r.name.c_str(), r.changes);
   NamedTensors feeds;
   const Graph& g = tg.value().model->graph;
   for (const std::string& in : tg.value().data_inputs) {
@@ -290,6 +296,12 @@ TEST(CpuTrainKernelsProfile, Model) {
   feeds.emplace_back(tg.value().labels, Tensor::from_vector<int64_t>(labels, {batch}));
   for (const auto& [name, t] : tg.value().initial) feeds.emplace_back(name, t);
   for (const auto& s : tg.value().dropout_seeds) feeds.emplace_back(s, Tensor::scalar<int64_t>(7));
+  for (const ValueInfo& in : g.inputs) {  // other scalars (e.g. the loss seed): 1
+    bool fed = false;
+    for (const auto& f : feeds) fed = fed || f.first == in.name;
+    if (!fed && in.type.shape && in.type.shape->rank() == 0 && in.type.dtype == DType::kF32)
+      feeds.emplace_back(in.name, Tensor::scalar<float>(1.f));
+  }
   std::map<std::string, std::pair<double, int>> by_op;
   std::vector<std::pair<double, std::string>> nodes;
   bool record = false;

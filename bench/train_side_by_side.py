@@ -1,0 +1,113 @@
+"""ferry train against PyTorch's own training loop, step time side by side.
+
+Exports torchvision's ResNet-50 (100 classes, training mode, opset 17), writes a random .npz data
+set, then for each thread count runs, interleaved (`--rounds` times):
+  ferry train MODEL --data D --batch-size B --steps S --no-shuffle --optimizer sgd --lr 0.01
+        --momentum 0.9 --threads T --log L -q     (step 1 is warm-up: steps 2..S are timed)
+  PyTorch 1.13: the same model, SGD momentum, cross entropy, torch.set_num_threads(T), S steps
+        (step 1 warm-up, steps 2..S timed)
+and prints the median ms/step of each and the ratio ferry / PyTorch. The machine may be shared:
+compare the ratio of interleaved runs, not absolute times across runs.
+
+usage: /usr/bin/python3 bench/train_side_by_side.py [--ferry build/ferry] [--threads 1,2]
+           [--batch 8] [--steps 4] [--rounds 1] [--work /tmp/ferry_train_bench] [--json out.json]
+(`/usr/bin/python3`: the interpreter with torch and torchvision.)"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def export(work, batch):
+    import torch
+    import torchvision
+    model = os.path.join(work, "resnet50.onnx")
+    if not os.path.exists(model):
+        m = torchvision.models.resnet50(num_classes=100)
+        torch.onnx.export(m.train(), torch.zeros(batch, 3, 224, 224), model,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                          opset_version=17, input_names=["x"], output_names=["logits"],
+                          dynamic_axes={"x": {0: "b"}, "logits": {0: "b"}})
+    data = os.path.join(work, "data.npz")
+    if not os.path.exists(data):
+        rng = np.random.default_rng(0)
+        np.savez(data, x=rng.standard_normal((2 * batch, 3, 224, 224), dtype=np.float32),
+                 labels=rng.integers(0, 100, 2 * batch))
+    return model, data
+
+
+def ferry_ms(ferry, model, data, batch, steps, threads, work):
+    log = os.path.join(work, f"ferry_t{threads}.jsonl")
+    cmd = [ferry, "train", model, "--data", data, "--batch-size", str(batch), "--steps", str(steps),
+           "--no-shuffle", "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9",
+           "--threads", str(threads), "--log", log, "-q"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    with open(log) as f:
+        times = [json.loads(line)["time_ms"] for line in f if line.strip()]
+    return statistics.mean(times[1:])
+
+
+# PyTorch's loop in a child process, so each run sets its own thread count from a clean start.
+TORCH_LOOP = r"""
+import sys, time, torch, torchvision
+threads, batch, steps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+m = torchvision.models.resnet50(num_classes=100).train()
+opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+x, y = torch.randn(batch, 3, 224, 224), torch.randint(0, 100, (batch,))
+ts = []
+for _ in range(steps):
+    t0 = time.perf_counter()
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(m(x), y).backward()
+    opt.step()
+    ts.append((time.perf_counter() - t0) * 1000)
+print(sum(ts[1:]) / len(ts[1:]))
+"""
+
+
+def torch_ms(batch, steps, threads):
+    p = subprocess.run([sys.executable, "-c", TORCH_LOOP, str(threads), str(batch), str(steps)],
+                       check=True, capture_output=True, text=True)
+    return float(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ferry", default="build/ferry")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=4, help="steps per run (the first is warm-up)")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved ferry/PyTorch runs per thread count")
+    ap.add_argument("--work", default="/tmp/ferry_train_bench")
+    ap.add_argument("--json", help="also write the results here")
+    a = ap.parse_args()
+    if a.steps < 2:
+        ap.error("--steps must be >= 2 (step 1 is warm-up)")
+    os.makedirs(a.work, exist_ok=True)
+    model, data = export(a.work, a.batch)
+    results = []
+    print(f"ResNet-50 (100 classes), batch {a.batch}, SGD momentum, {a.steps} steps per run "
+          f"(first is warm-up), {a.rounds} interleaved round(s)")
+    for t in [int(v) for v in a.threads.split(",")]:
+        fs, ps = [], []
+        for _ in range(a.rounds):
+            fs.append(ferry_ms(a.ferry, model, data, a.batch, a.steps, t, a.work))
+            ps.append(torch_ms(a.batch, a.steps, t))
+        f, p = statistics.median(fs), statistics.median(ps)
+        results.append({"threads": t, "ferry_ms": f, "torch_ms": p, "ratio": f / p,
+                        "ferry_runs": fs, "torch_runs": ps})
+        print(f"threads {t}: ferry {f:8.1f} ms/step   PyTorch {p:8.1f} ms/step   ratio {f / p:.3f}", flush=True)
+    if a.json:
+        with open(a.json, "w") as out:
+            json.dump({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "batch": a.batch, "results": results}, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()
