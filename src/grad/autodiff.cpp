@@ -68,7 +68,8 @@ std::vector<const Node*> nodes_without_gradient(const Model& model, const std::s
 
 StatusOr<std::map<std::string, std::string>> build_gradients(Model* model, const std::string& loss,
                                                              const std::vector<std::string>& wrt,
-                                                             const std::unordered_map<std::string, Tensor>* constants) {
+                                                             const std::unordered_map<std::string, Tensor>* constants,
+                                                             const std::string& seed_input) {
   Graph& g = model->graph;
   if (!is_float_value(g, loss)) return invalid_argument("loss value '" + loss + "' is not a float tensor of known type");
   std::vector<const Node*> missing = nodes_without_gradient(*model, loss, wrt);
@@ -87,8 +88,15 @@ StatusOr<std::map<std::string, std::string>> build_gradients(Model* model, const
   // Partial gradients per value, summed when a value has several consumers.
   std::unordered_map<std::string, std::vector<std::string>> partials;
   const size_t num_forward = g.nodes.size();
-  // Seed: dLoss/dLoss = ones of the loss's shape.
-  {
+  // Seed: dLoss/dLoss = ones of the loss's shape, or what the caller feeds as `seed_input`.
+  if (!seed_input.empty()) {
+    const TensorType* lt = g.find_type(loss);
+    const TensorType* st = g.find_type(seed_input);
+    if (!st || st->dtype != lt->dtype || !st->shape || !lt->shape || st->shape->dims != lt->shape->dims)
+      return invalid_argument("gradient seed '" + seed_input + "' must have the loss's type " + lt->to_string() + ", it has " +
+                              (st ? st->to_string() : std::string("no type")));
+    partials[loss].push_back(seed_input);
+  } else {
     const TensorType* lt = g.find_type(loss);
     std::vector<int64_t> dims = lt->shape && lt->shape->is_static() ? lt->shape->values() : std::vector<int64_t>{};
     Tensor one = Tensor::allocate(lt->dtype == DType::kF64 ? DType::kF64 : DType::kF32, dims);

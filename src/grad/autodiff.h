@@ -25,8 +25,11 @@ std::vector<const Node*> nodes_without_gradient(const Model& model, const std::s
 /// leaves its .grad None). `model`'s value types must be inferred with static shapes;
 /// `constants` are values known at load time (from infer_shapes). Gradients are not made graph
 /// outputs: the caller decides. Fails listing every node without a gradient definition.
+/// `seed_input` (optional): a graph input of the loss's type that holds dLoss (the trainer feeds
+/// the loss scale and 1/accumulation there); empty: dLoss is a constant of ones.
 StatusOr<std::map<std::string, std::string>> build_gradients(Model* model, const std::string& loss,
                                                              const std::vector<std::string>& wrt,
-                                                             const std::unordered_map<std::string, Tensor>* constants = nullptr);
+                                                             const std::unordered_map<std::string, Tensor>* constants = nullptr,
+                                                             const std::string& seed_input = "");
 
 }  // namespace ferry

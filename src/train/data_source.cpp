@@ -30,6 +30,7 @@ StatusOr<DataSource> open_data_source(const std::string& path, const DataOptions
     src.dataset = std::move(ds);
   } else {
     NpzDatasetOptions no;
+    if (o.float_targets) no.labels = NpzLabelKind::kFloatTarget;
     no.input_names = o.inputs;
     ASSIGN_OR_RETURN(std::unique_ptr<NpzDataset> ds, NpzDataset::open(path, no));
     src.dataset = std::move(ds);

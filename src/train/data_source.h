@@ -16,6 +16,7 @@ struct DataOptions {
   int64_t image_size = 224;
   bool train = true;              // random (train) or fixed (eval) image transforms
   bool skip_bad_images = false;
+  bool float_targets = false;     // regression losses (mse): .npz labels are float targets
   std::vector<std::string> inputs;           // the model's data inputs
   std::shared_ptr<const Model> model_inputs; // their types (per-sample dims checked against the data)
 };

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "grad/autodiff.h"
+#include "grad/recompute.h"
 #include "grad/registry.h"
 #include "ops/op_util.h"
 #include "passes/shape_inference.h"
@@ -278,8 +279,14 @@ StatusOr<TrainGraph> build_train_graph(const Model& model, const TrainGraphOptio
   std::unordered_map<std::string, Tensor> constants;
   RETURN_IF_ERROR(build_forward_with_loss(m, o, &tg, &constants));
   if (tg.params.empty()) return invalid_argument("no parameter to train: every float initializer is frozen or a BN statistic");
-  ASSIGN_OR_RETURN(tg.grads, build_gradients(m, tg.loss, tg.params, &constants));
   Graph& g = m->graph;
+  if (o.loss_seed_input) {
+    tg.loss_seed = "train/loss_scale";
+    const TensorType loss_type = *g.find_type(tg.loss);
+    g.inputs.push_back({tg.loss_seed, loss_type});
+    g.value_types[tg.loss_seed] = loss_type;
+  }
+  ASSIGN_OR_RETURN(tg.grads, build_gradients(m, tg.loss, tg.params, &constants, tg.loss_seed));
   g.outputs = {{tg.loss, {}}};
   for (const auto& p : tg.params) {
     auto it = tg.grads.find(p);
@@ -296,6 +303,11 @@ StatusOr<TrainGraph> build_train_graph(const Model& model, const TrainGraphOptio
     g.outputs.push_back({out, {}});
   }
   for (const auto& s : tg.state) g.outputs.push_back({s.output, {}});
+  if (o.recompute_segments >= 0) {
+    ASSIGN_OR_RETURN(RecomputeReport r, apply_recompute(m, tg.loss, o.recompute_segments));
+    tg.recompute_segments = r.segments;
+    tg.recomputed_nodes = r.cloned_nodes;
+  }
   RETURN_IF_ERROR(infer_shapes(m));
   return tg;
 }

@@ -27,6 +27,12 @@ struct TrainGraphOptions {
   int64_t num_classes = 0;
   /// Seeds the fresh classifier's initialization.
   uint64_t seed = 0;
+  /// Activation recomputation (grad/recompute.h): -1 off, 0 about sqrt(forward nodes) segments,
+  /// N > 0 that many segments.
+  int64_t recompute_segments = -1;
+  /// Backward's dLoss is the graph input TrainGraph::loss_seed (the trainer feeds loss scale /
+  /// accumulation steps there); false: a constant 1.
+  bool loss_seed_input = false;
 };
 
 /// A BatchNormalization's running statistic: fed as `input`, its update comes out as `output`.
@@ -43,6 +49,9 @@ struct TrainGraph {
   std::vector<std::string> data_inputs;
   std::string labels = "train/labels";
   std::string loss = "train/loss";
+  /// dLoss fed to backward (the loss's type) with TrainGraphOptions::loss_seed_input: loss scale /
+  /// accumulation steps, 1 for a plain step. Empty without it.
+  std::string loss_seed;
   std::string logits;  // the model output the loss reads
   std::vector<std::string> params;                  // trained parameters, in initializer order
   std::map<std::string, std::string> grads;         // param -> gradient output (absent: no gradient)
@@ -55,6 +64,9 @@ struct TrainGraph {
   std::string replaced_classifier;
   std::vector<std::string> fresh_params;
   int64_t num_classes = 0;  // the output's classes (dim 1 of the logits), 0 when unknown
+  /// What --recompute did (segments 0 when off).
+  int64_t recompute_segments = 0;
+  int64_t recomputed_nodes = 0;
 };
 
 /// The forward model as PyTorch's train() runs it, with the parameters still initializers: BN and
