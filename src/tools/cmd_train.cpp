@@ -6,6 +6,7 @@
 #include "tools/command_registry.h"
 #include "tools/cli_common.h"
 #include "tools/progress_bar.h"
+#include "tools/train_launch.h"
 #include "train/trainer.h"
 
 namespace ferry::cli {
@@ -18,6 +19,8 @@ struct TrainOptions {
   std::string lr_schedule = "constant";
   bool no_shuffle = false;
   bool quiet = false;
+  int nproc = 1;              // > 1: launch that many ranks on this machine (tools/train_launch.h)
+  double dist_timeout = 300;  // seconds
 };
 
 std::string fmt(const char* f, double v) {
@@ -33,6 +36,14 @@ int cmd_train(TrainOptions& o) {
   if (o.weight_decay >= 0) c.optimizer.weight_decay = o.weight_decay;
   c.schedule.kind = o.lr_schedule;
   if ((c.steps > 0) == (c.epochs > 0)) return report(invalid_argument("give exactly one of --steps N and --epochs N"));
+  if (o.nproc > 1) return launch_train_workers(o.nproc, c.threads);
+  StatusOr<DistConfig> dist = dist_config_from_env(o.dist_timeout);
+  if (!dist.is_ok()) return report(dist.status());
+  c.dist = dist.value();
+  const bool rank0 = c.dist.rank == 0;
+  if (!rank0) o.quiet = true;  // rank 0 reports, as a DDP script prints on rank 0
+  const std::string who =
+      c.dist.distributed() ? "rank " + std::to_string(c.dist.rank) + " of " + std::to_string(c.dist.world_size) : "";
   ProgressBar bar;
   auto on_step = [&](const StepReport& r) {
     if (o.quiet) return;
@@ -49,7 +60,8 @@ int cmd_train(TrainOptions& o) {
   };
   StatusOr<TrainSummary> s = run_training(c, on_step);
   bar.finish();
-  if (!s.is_ok()) return report(s.status());
+  if (!s.is_ok()) return report(who.empty() ? s.status() : s.status().with_context(who));
+  if (!rank0) return kExitOk;
   for (const auto& note : s.value().notes) std::fprintf(stderr, "ferry train: %s\n", note.c_str());
   std::printf("trained %lld steps: last loss %.6f, %.1f ms/step%s%s\n", static_cast<long long>(s.value().steps_done),
               s.value().last_loss, s.value().mean_step_ms, c.out_path.empty() ? "" : "; wrote ", c.out_path.c_str());
@@ -102,6 +114,11 @@ const bool kRegistered = register_command({"train", 35, [](CLI::App& app) {
   cmd->add_flag("--skip-bad-images", c.skip_bad_images, "Skip unreadable images (counted) instead of stopping");
   cmd->add_option("-O,--opt-level", c.opt_level, "Graph optimization level of the training graph");
   cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
+  cmd->add_option("--nproc", o->nproc, "Data parallel: start N ranks on this machine (threads divided among them); "
+                  "without it, RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT in the environment make this process one rank")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--dist-timeout", o->dist_timeout, "Data parallel: seconds to wait for the ranks to arrive and for each "
+                  "collective before failing (300)")->check(CLI::PositiveNumber);
   return CommandRun{cmd, [o] { return cmd_train(*o); }};
 }});
 

@@ -17,6 +17,7 @@
 #include "onnx/onnx_import.h"
 #include "runtime/executor.h"
 #include "train/data_source.h"
+#include "train/ddp.h"
 #include "train/image_folder.h"
 #include "train/prefetch.h"
 #include "train/training_graph.h"
@@ -42,13 +43,15 @@ uint64_t mix(uint64_t x) {  // splitmix64
 // order with --no-shuffle, a permutation drawn from (seed, epoch) otherwise), B rows per step.
 class Sampler {
  public:
-  Sampler(int64_t n, int64_t batch, bool shuffle, uint64_t seed) : n_(n), b_(batch), shuffle_(shuffle), seed_(seed) {}
-  int64_t epoch_of(int64_t step) const { return ((step - 1) * b_) / n_ + 1; }
+  // Data parallel: each rank steps through its DistributedSampler shard of every epoch's order.
+  Sampler(int64_t n, int64_t batch, bool shuffle, uint64_t seed, int rank = 0, int world = 1)
+      : n_(n), b_(batch), shuffle_(shuffle), seed_(seed), rank_(rank), world_(world), shard_(shard_size(n, world)) {}
+  int64_t epoch_of(int64_t step) const { return ((step - 1) * b_) / shard_ + 1; }
   std::vector<int64_t> indices(int64_t step) {
     std::vector<int64_t> out;
     for (int64_t r = (step - 1) * b_; r < step * b_; ++r) {
-      const int64_t epoch = r / n_;
-      out.push_back(order(epoch)[static_cast<size_t>(r % n_)]);
+      const int64_t epoch = r / shard_;
+      out.push_back(shard_row(order(epoch), r % shard_, rank_, world_));
     }
     return out;
   }
@@ -72,6 +75,8 @@ class Sampler {
   int64_t n_, b_;
   bool shuffle_;
   uint64_t seed_;
+  int rank_, world_;
+  int64_t shard_;
   int64_t cached_epoch_ = -1;
   std::vector<int64_t> perm_;
 };
@@ -115,6 +120,8 @@ class Trainer {
   std::shared_ptr<Model> source_;
   TrainGraph tg_;
   std::unique_ptr<Executor> exec_;
+  std::unique_ptr<DataParallel> ddp_;  // null: one process
+  bool rank0() const { return !ddp_ || ddp_->rank() == 0; }
   std::unique_ptr<Dataset> data_;
   std::unique_ptr<Dataset> eval_data_;
   bool decodes_ = false;
@@ -166,9 +173,9 @@ Status Trainer::setup() {
   const int64_t n = data_->size();
   if (n < 1) return invalid_argument("'" + c_.data + "' holds no samples");
   if (c_.steps > 0) total_steps_ = c_.steps;
-  else if (c_.epochs > 0) total_steps_ = (c_.epochs * n + c_.batch_size - 1) / c_.batch_size;
+  else if (c_.epochs > 0) total_steps_ = (c_.epochs * shard_size(n, c_.dist.world_size) + c_.batch_size - 1) / c_.batch_size;
   else return invalid_argument("give --steps N or --epochs N");
-  sampler_ = std::make_unique<Sampler>(n, c_.batch_size, c_.shuffle, c_.seed);
+  sampler_ = std::make_unique<Sampler>(n, c_.batch_size, c_.shuffle, c_.seed, c_.dist.rank, c_.dist.world_size);
 
   ExecutorOptions eo;
   eo.device = c_.device;
@@ -176,6 +183,10 @@ Status Trainer::setup() {
   eo.opt_level = c_.opt_level;
   eo.batch_split_rows = 0;  // the loss mixes the batch's rows
   ASSIGN_OR_RETURN(exec_, Executor::create(tg_.model, eo));
+  if (ddp_) {
+    RETURN_IF_ERROR(ddp_->plan(tg_.params, tg_.grads, values_));
+    exec_->set_observer(ddp_->observer(), /*keeps_outputs=*/false);
+  }
   ASSIGN_OR_RETURN(optimizer_, make_optimizer(c_.optimizer));
   schedule_ = c_.schedule;
   schedule_.total_steps = total_steps_;
@@ -190,7 +201,7 @@ Status Trainer::setup() {
 // A resumed run keeps the log's lines up to the checkpoint's step and drops the later ones the
 // interrupted run wrote, so the log reads as one run; a fresh run starts the log anew.
 Status Trainer::open_log() {
-  if (c_.log_path.empty()) return Status::ok();
+  if (c_.log_path.empty() || !rank0()) return Status::ok();
   std::vector<std::string> keep;
   if (start_step_ > 0) {
     std::ifstream in(c_.log_path);
@@ -245,6 +256,7 @@ Status Trainer::step(int64_t k) {
   for (size_t i = 0; i < tg_.dropout_seeds.size(); ++i)
     feeds.emplace_back(tg_.dropout_seeds[i], Tensor::scalar<int64_t>(static_cast<int64_t>(mix(c_.seed ^ mix(k) ^ (i + 1)) >> 1)));
   NamedTensors outs;
+  if (ddp_) ddp_->begin_step();
   RETURN_IF_ERROR(exec_->run(feeds, &outs).with_context("step " + std::to_string(k)));
   const double loss = outs[0].second.get_double(0);
   if (!std::isfinite(loss))
@@ -256,6 +268,8 @@ Status Trainer::step(int64_t k) {
   for (const auto& p : tg_.params)
     if (tg_.grads.count(p)) grads[p] = outs[o++].second;
   for (const auto& s : tg_.state) values_[s.input] = outs[o++].second;
+  double comm_wait_ms = 0;
+  if (ddp_) RETURN_IF_ERROR(ddp_->finish_step(&grads, &comm_wait_ms).with_context("step " + std::to_string(k)));
   std::vector<Tensor*> gptr;
   for (auto& [name, g] : grads) gptr.push_back(&g);
   if (c_.clip_grad_norm > 0) {
@@ -280,8 +294,10 @@ Status Trainer::step(int64_t k) {
   r.time_ms = ms;
   r.samples_per_s = ms > 0 ? c_.batch_size * 1000.0 / ms : 0;
   r.data_wait_ms = wait_ms;
-  log({{"step", k}, {"epoch", r.epoch}, {"loss", loss}, {"lr", lr}, {"time_ms", ms}, {"samples_per_s", r.samples_per_s},
-       {"data_wait_ms", wait_ms}});
+  json line = {{"step", k}, {"epoch", r.epoch}, {"loss", loss}, {"lr", lr}, {"time_ms", ms}, {"samples_per_s", r.samples_per_s},
+               {"data_wait_ms", wait_ms}};
+  if (ddp_) line.update({{"rank", ddp_->rank()}, {"world_size", ddp_->world_size()}, {"comm_wait_ms", comm_wait_ms}});
+  log(line);
   if (on_step_) on_step_(r);
   summary_.last_loss = loss;
   summary_.steps_done = k;
@@ -291,19 +307,20 @@ Status Trainer::step(int64_t k) {
 std::map<std::string, Tensor> Trainer::weights() const { return values_; }
 
 Status Trainer::save_checkpoint(int64_t k) {
+  if (!rank0()) return Status::ok();
   Checkpoint ck;
   ck.step = k;
   for (const auto& [name, t] : values_) ck.tensors["param/" + name] = t;
   for (const auto& [name, t] : optimizer_->state()) ck.tensors["optim/" + name] = t;
   json meta = {{"fingerprint", config_fingerprint(c_)}, {"step", k}, {"epoch", sampler_->epoch_of(k)},
-               {"rows_consumed", k * c_.batch_size},
+               {"rows_consumed", k * c_.batch_size}, {"world_size", c_.dist.world_size},
                {"rng", "every random draw derives from (seed, step, sample): nothing else to store"}};
   ck.meta_json = meta.dump();
   return write_checkpoint(c_.checkpoint_dir, ck, c_.keep_checkpoints);
 }
 
 Status Trainer::evaluate(int64_t k, int64_t epoch) {
-  if (!eval_data_) return Status::ok();
+  if (!eval_data_ || !rank0()) return Status::ok();
   ASSIGN_OR_RETURN(std::shared_ptr<Model> m, inference_model(*source_, tg_, values_));
   ExecutorOptions eo;
   eo.device = c_.device;
@@ -362,6 +379,7 @@ Status Trainer::evaluate(int64_t k, int64_t epoch) {
 }
 
 Status Trainer::export_model() {
+  if (!rank0()) return Status::ok();
   TrainedExport e;
   for (const auto& [name, t] : values_) e.weights[name] = t;
   return export_trained_onnx(c_.model, e, c_.out_path);
@@ -370,8 +388,16 @@ Status Trainer::export_model() {
 StatusOr<TrainSummary> Trainer::run() {
   if (!c_.out_path.empty() && exists(c_.out_path) && c_.out_path == c_.model)
     return invalid_argument("--out '" + c_.out_path + "' is the input model; choose another file");
+  if (c_.dist.distributed()) {
+    ASSIGN_OR_RETURN(ddp_, DataParallel::join(c_.dist));
+  }
   RETURN_IF_ERROR(setup());
   RETURN_IF_ERROR(resume());
+  if (ddp_) {  // as DDP's constructor: every rank starts from rank 0's state
+    RETURN_IF_ERROR(ddp_->agree("the run's configuration", static_cast<int64_t>(std::hash<std::string>()(config_fingerprint(c_)) >> 1)));
+    RETURN_IF_ERROR(ddp_->agree("the step to start from (--resume)", start_step_));
+    RETURN_IF_ERROR(ddp_->broadcast_from_rank0(&values_));
+  }
   RETURN_IF_ERROR(open_log());
   if (start_step_ >= total_steps_)
     summary_.notes.push_back("the checkpoint is at step " + std::to_string(start_step_) + " of " + std::to_string(total_steps_) + ": nothing to train");
@@ -385,6 +411,7 @@ StatusOr<TrainSummary> Trainer::run() {
     const bool epoch_end = k == total_steps_ || sampler_->epoch_of(k + 1) != epoch;
     if (epoch_end) RETURN_IF_ERROR(evaluate(k, epoch));
   }
+  if (ddp_) RETURN_IF_ERROR(ddp_->finish());
   if (start_step_ >= total_steps_) RETURN_IF_ERROR(evaluate(total_steps_, sampler_->epoch_of(std::max<int64_t>(1, total_steps_))));
   if (!c_.out_path.empty()) RETURN_IF_ERROR(export_model());
   if (const auto* images = dynamic_cast<const ImageFolderDataset*>(data_.get()); images && images->replaced_samples() > 0) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "train/communicator.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 
@@ -41,6 +42,7 @@ struct TrainConfig {
   int keep_checkpoints = 3;
   std::string resume;           // checkpoint file or directory (its latest)
   bool skip_bad_images = false;
+  DistConfig dist;              // data parallel (train/ddp.h): this process's rank of world_size
 };
 
 /// What the CLI shows after each step (progress bar).

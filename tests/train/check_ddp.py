@@ -1,0 +1,244 @@
+"""`ferry train` data parallel against PyTorch's own DDP on gloo: the small CNN with BatchNorm of
+train_models.py, 2 ranks, 6 steps of SGD momentum: rank 0's per-step losses and the final weights
+(BN statistics included) within 1e-4 relative, for `--nproc 2` and for the environment launch
+(RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT). Then the failures that must never hang: a missing
+peer (exit 2 within a short --dist-timeout, naming the rank and the address), a peer killed by
+SIGKILL mid-run (the survivor exits non-zero naming it, the last checkpoint resumes, also on
+another world size), a worker of --nproc killed (the launcher names it).
+
+usage: check_ddp.py FERRY WORKDIR"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import train_models as tm  # noqa: E402
+
+FERRY, WORK = sys.argv[1], sys.argv[2]
+os.makedirs(WORK, exist_ok=True)
+BATCH, STEPS, N, WORLD = 4, 6, 32, 2
+OPT = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--weight-decay", "1e-4"]
+failures = []
+T0 = time.time()
+
+# PyTorch's DDP, one process per rank: DistributedSampler(shuffle=False) order, batch per rank.
+REF = r'''
+import json, sys
+import numpy as np, onnx, onnx.numpy_helper, torch, torch.distributed as dist, torch.nn.functional as F
+sys.path.insert(0, HERE)
+import train_models as tm
+torch.set_num_threads(1)
+rank, world, port, work = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+model, _, _ = tm.make("cnn")
+init = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(work + "/model.onnx").graph.initializer}
+for key, v in model.state_dict().items():
+    if key in init:
+        v.copy_(torch.from_numpy(init[key].copy()))
+ddp = torch.nn.parallel.DistributedDataParallel(model)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+d = np.load(work + "/data.npz")
+x, y = d["x"], d["labels"]
+shard = list(range(rank, len(x), world))
+losses = []
+for k in range(1, STEPS + 1):
+    rows = [shard[r % len(shard)] for r in range((k - 1) * BATCH, k * BATCH)]
+    opt.zero_grad()
+    loss = F.cross_entropy(ddp(torch.from_numpy(x[rows])), torch.from_numpy(y[rows]))
+    loss.backward()
+    opt.step()
+    losses.append(loss.item())
+if rank == 0:
+    np.savez(work + "/ref_weights.npz", **{k: v.numpy() for k, v in model.state_dict().items()})
+    json.dump(losses, open(work + "/ref_losses.json", "w"))
+dist.destroy_process_group()
+'''
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    failures.append(msg)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-12))
+
+
+def read_log(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def rank_env(rank, port, world=WORLD):
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port))
+    return env
+
+
+def train_args(tag, steps=STEPS, out=True):
+    return ["train", os.path.join(WORK, "model.onnx"), "--data", os.path.join(WORK, "data.npz"), "--batch-size",
+            str(BATCH), "--steps", str(steps), "--no-shuffle", "-q", "--log", os.path.join(WORK, tag + ".jsonl"), *OPT,
+            *(["--out", os.path.join(WORK, tag + ".onnx")] if out else [])]
+
+
+def compare(tag, ref_losses, ref_weights):
+    steps = [r for r in read_log(os.path.join(WORK, tag + ".jsonl")) if "loss" in r]
+    if [r["step"] for r in steps] != list(range(1, STEPS + 1)):
+        fail(f"{tag}: log steps {[r['step'] for r in steps]}")
+        return
+    if any(r.get("rank") != 0 or r.get("world_size") != WORLD for r in steps):
+        fail(f"{tag}: log lines lack rank 0 / world_size {WORLD}: {steps[0]}")
+    err = rel([r["loss"] for r in steps], ref_losses)
+    print(f"{tag}: rank 0 losses vs PyTorch DDP max rel diff {err:.2e}")
+    if err > 1e-4:
+        fail(f"{tag}: losses {[r['loss'] for r in steps]} != PyTorch DDP {ref_losses}")
+    trained = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(os.path.join(WORK, tag + ".onnx")).graph.initializer}
+    worst, worst_name = 0.0, ""
+    for key, v in ref_weights.items():
+        if key.endswith("num_batches_tracked"):
+            continue
+        e = rel(trained[key], v)
+        if e > worst:
+            worst, worst_name = e, key
+    print(f"{tag}: final weights vs PyTorch DDP max rel diff {worst:.2e} ({worst_name})")
+    if worst > 1e-4:
+        fail(f"{tag}: final weight '{worst_name}' differs from PyTorch DDP by {worst:.2e}")
+
+
+def wait_all(procs, timeout):
+    out = []
+    for p in procs:
+        try:
+            o, e = p.communicate(timeout=max(1, timeout))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            o, e = p.communicate()
+            fail(f"a process hung ({' '.join(p.args[:3])}...)")
+        out.append((p.returncode, e))
+    return out
+
+
+# --- setup and the PyTorch DDP reference ---
+model, shape, classes = tm.make("cnn")
+tm.export(model, shape, os.path.join(WORK, "model.onnx"))
+x, y = tm.data(shape, classes, N, seed=1)
+np.savez(os.path.join(WORK, "data.npz"), x=x, labels=y)
+ref_py = os.path.join(WORK, "ddp_ref.py")
+with open(ref_py, "w") as f:
+    f.write(f"HERE = {HERE!r}\nSTEPS, BATCH = {STEPS}, {BATCH}\n" + REF)
+port = free_port()
+refs = [subprocess.Popen([sys.executable, ref_py, str(r), str(WORLD), str(port), WORK], stderr=subprocess.PIPE, text=True)
+        for r in range(WORLD)]
+for rc, err in wait_all(refs, 120):
+    if rc != 0:
+        fail(f"PyTorch DDP reference failed:\n{err[-2000:]}")
+if failures:
+    sys.exit(1)
+ref_losses = json.load(open(os.path.join(WORK, "ref_losses.json")))
+ref_weights = dict(np.load(os.path.join(WORK, "ref_weights.npz")))
+
+# --- --nproc 2 ---
+p = subprocess.run([FERRY, *train_args("nproc"), "--nproc", "2", "--threads", "2"], capture_output=True, text=True, timeout=120)
+if p.returncode != 0:
+    fail(f"--nproc 2 exited {p.returncode}:\n{p.stderr[-2000:]}")
+else:
+    compare("nproc", ref_losses, ref_weights)
+
+# --- the environment launch ---
+port = free_port()
+procs = [subprocess.Popen([FERRY, *train_args("env"), "--threads", "1"], env=rank_env(r, port), stderr=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True) for r in range(WORLD)]
+res = wait_all(procs, 120)
+if any(rc != 0 for rc, _ in res):
+    fail(f"environment launch exited {[rc for rc, _ in res]}:\n{res[0][1][-1500:]}\n{res[1][1][-1500:]}")
+else:
+    compare("env", ref_losses, ref_weights)
+
+# --- a missing peer: rank 0 alone, then rank 1 alone ---
+port = free_port()
+t = time.time()
+p = subprocess.run([FERRY, *train_args("missing"), "--threads", "1", "--dist-timeout", "2"], env=rank_env(0, port),
+                   capture_output=True, text=True, timeout=60)
+took = time.time() - t
+print(f"missing rank 1: exit {p.returncode} after {took:.1f} s: {p.stderr.strip()[:300]}")
+if p.returncode != 2 or "rank 1" not in p.stderr or str(port) not in p.stderr or took > 15:
+    fail(f"a missing rank 1: exit {p.returncode} after {took:.1f} s, expected 2 naming 'rank 1' and port {port}:\n{p.stderr}")
+p = subprocess.run([FERRY, *train_args("missing0"), "--threads", "1", "--dist-timeout", "2"], env=rank_env(1, port),
+                   capture_output=True, text=True, timeout=60)
+if p.returncode != 2 or "rank 0" not in p.stderr or f"127.0.0.1:{port}" not in p.stderr:
+    fail(f"a missing rank 0: exit {p.returncode}, expected 2 naming rank 0 and the address:\n{p.stderr}")
+
+# --- a peer killed by SIGKILL mid-run; the checkpoint resumes, on another world size too ---
+ck = os.path.join(WORK, "ck")
+for f in os.listdir(ck) if os.path.isdir(ck) else []:
+    os.remove(os.path.join(ck, f))
+port = free_port()
+long_run = train_args("killed", steps=100000, out=False) + ["--threads", "1", "--dist-timeout", "20", "--checkpoint-dir", ck,
+                                                      "--save-every", "20"]
+procs = [subprocess.Popen([FERRY, *long_run], env=rank_env(r, port), stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True) for r in range(WORLD)]
+log = os.path.join(WORK, "killed.jsonl")
+deadline = time.time() + 30
+while time.time() < deadline and not (os.path.exists(log) and sum(1 for _ in open(log)) >= 45):
+    time.sleep(0.1)
+procs[1].send_signal(signal.SIGKILL)
+t = time.time()
+(rc0, err0), _ = wait_all(procs, 30)
+took = time.time() - t
+print(f"rank 1 killed: rank 0 exit {rc0} after {took:.1f} s: {err0.strip()[:400]}")
+if rc0 == 0 or "rank 1" not in err0 or took > 25:
+    fail(f"rank 1 killed: rank 0 exited {rc0} after {took:.1f} s, expected non-zero naming 'rank 1':\n{err0}")
+kept = sorted(os.listdir(ck)) if os.path.isdir(ck) else []
+if not kept or any(not f.endswith(".fckpt") for f in kept):
+    fail(f"rank 1 killed: checkpoints {kept}")
+else:
+    resumed_step = int(kept[-1].split("-")[1].split(".")[0])
+    resume = train_args("resumed1", steps=resumed_step + 2, out=False) + ["--threads", "1", "--resume", ck]
+    p = subprocess.run([FERRY, *resume], capture_output=True, text=True, timeout=60)
+    steps = [r["step"] for r in read_log(os.path.join(WORK, "resumed1.jsonl")) if "loss" in r] if p.returncode == 0 else []
+    if p.returncode != 0 or steps[-2:] != [resumed_step + 1, resumed_step + 2]:
+        fail(f"resume on 1 process from step {resumed_step}: exit {p.returncode}, steps {steps[-3:]}:\n{p.stderr[-1500:]}")
+    else:
+        print(f"resume from the step-{resumed_step} checkpoint of the killed 2-rank run: 1 process continues")
+
+# --- a worker of --nproc killed: the launcher names it and stops the other ---
+p = subprocess.Popen([FERRY, *train_args("launcher", steps=100000, out=False), "--nproc", "2", "--threads", "2", "--dist-timeout", "20"],
+                     stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+log = os.path.join(WORK, "launcher.jsonl")
+deadline = time.time() + 30
+while time.time() < deadline and not (os.path.exists(log) and sum(1 for _ in open(log)) >= 5):
+    time.sleep(0.1)
+children = [int(d) for d in os.listdir("/proc") if d.isdigit() and os.path.exists(f"/proc/{d}/stat")
+            and open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1] == str(p.pid)]
+victim = next((c for c in children if "RANK=1" in open(f"/proc/{c}/environ").read().split("\0")), None)
+if victim is None:
+    fail(f"--nproc: no rank 1 among the launcher's children {children}")
+    p.kill()
+else:
+    os.kill(victim, signal.SIGKILL)
+(rc, err), = wait_all([p], 30)
+print(f"--nproc, rank 1 killed: launcher exit {rc}: {err.strip()[-300:]}")
+if rc == 0 or "rank 1" not in err:
+    fail(f"--nproc with rank 1 killed: launcher exited {rc}, expected non-zero naming rank 1:\n{err}")
+
+print(f"check_ddp: {time.time() - T0:.1f} s")
+if failures:
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1)
+print("all data-parallel checks passed")
