@@ -5,6 +5,7 @@
 
 #include "tools/command_registry.h"
 #include "tools/cli_common.h"
+#include "runtime/memory_estimate.h"
 #include "tools/progress_bar.h"
 #include "tools/train_launch.h"
 #include "train/trainer.h"
@@ -21,6 +22,10 @@ struct TrainOptions {
   bool quiet = false;
   int nproc = 1;              // > 1: launch that many ranks on this machine (tools/train_launch.h)
   double dist_timeout = 300;  // seconds
+  double init_scale = 0;   // > 0: given (turns loss scaling on)
+  double loss_scale = 0;   // > 0: static scale
+  bool recompute = false;
+  std::string memory_limit;
 };
 
 std::string fmt(const char* f, double v) {
@@ -35,6 +40,20 @@ int cmd_train(TrainOptions& o) {
   if (o.lr >= 0) c.optimizer.lr = o.lr;
   if (o.weight_decay >= 0) c.optimizer.weight_decay = o.weight_decay;
   c.schedule.kind = o.lr_schedule;
+  if (o.init_scale > 0 && o.loss_scale > 0) return report(invalid_argument("give --init-scale (dynamic) or --loss-scale (static), not both"));
+  if (o.init_scale > 0) c.scaler.init_scale = o.init_scale;
+  if (o.loss_scale > 0) {
+    c.scaler.init_scale = o.loss_scale;
+    c.scaler.dynamic = false;
+  }
+  c.loss_scaling = c.loss_scaling || o.init_scale > 0 || o.loss_scale > 0;
+  if (!o.recompute && c.recompute_segments >= 0) return report(invalid_argument("--recompute-segments needs --recompute"));
+  if (o.recompute && c.recompute_segments < 0) c.recompute_segments = 0;
+  if (!o.memory_limit.empty()) {
+    StatusOr<int64_t> limit = parse_byte_size(o.memory_limit);
+    if (!limit.is_ok()) return report(limit.status().with_context("--memory-limit"));
+    c.memory_limit = limit.value();
+  }
   if ((c.steps > 0) == (c.epochs > 0)) return report(invalid_argument("give exactly one of --steps N and --epochs N"));
   if (o.nproc > 1) return launch_train_workers(o.nproc, c.threads);
   StatusOr<DistConfig> dist = dist_config_from_env(o.dist_timeout);
@@ -62,6 +81,10 @@ int cmd_train(TrainOptions& o) {
   bar.finish();
   if (!s.is_ok()) return report(who.empty() ? s.status() : s.status().with_context(who));
   if (!rank0) return kExitOk;
+  if (c.plan_memory) {
+    std::fputs(s.value().memory_plan.c_str(), stdout);
+    return kExitOk;
+  }
   for (const auto& note : s.value().notes) std::fprintf(stderr, "ferry train: %s\n", note.c_str());
   std::printf("trained %lld steps: last loss %.6f, %.1f ms/step%s%s\n", static_cast<long long>(s.value().steps_done),
               s.value().last_loss, s.value().mean_step_ms, c.out_path.empty() ? "" : "; wrote ", c.out_path.c_str());
@@ -119,6 +142,19 @@ const bool kRegistered = register_command({"train", 35, [](CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--dist-timeout", o->dist_timeout, "Data parallel: seconds to wait for the ranks to arrive and for each "
                   "collective before failing (300)")->check(CLI::PositiveNumber);
+  cmd->add_option("--init-scale", o->init_scale, "Dynamic loss scaling (torch GradScaler) from this scale (65536 with --amp)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--growth-interval", c.scaler.growth_interval, "Loss scaling: good steps before the scale doubles (2000)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--loss-scale", o->loss_scale, "Static loss scale (overflowing steps are still skipped)")->check(CLI::PositiveNumber);
+  cmd->add_option("--accumulate", c.accumulate, "Micro-batches of --batch-size per optimizer step (gradient accumulation)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--memory-limit", o->memory_limit, "Refuse (exit 2) a run whose memory plan exceeds SIZE (512M, 3G; default: available now)");
+  cmd->add_flag("--plan-memory", c.plan_memory, "Print the training memory plan and the largest batch that fits, without training");
+  cmd->add_flag("--json", c.plan_json, "--plan-memory: as JSON");
+  cmd->add_flag("--recompute", o->recompute, "Activation checkpointing: keep segment boundaries, recompute the rest in backward");
+  cmd->add_option("--recompute-segments", c.recompute_segments, "Segments for --recompute (default: about sqrt(forward nodes))")
+      ->check(CLI::PositiveNumber);
   return CommandRun{cmd, [o] { return cmd_train(*o); }};
 }});
 

@@ -15,10 +15,13 @@
 #include "format/checkpoint.h"
 #include "onnx/onnx_export.h"
 #include "onnx/onnx_import.h"
+#include "passes/pipeline.h"
 #include "runtime/executor.h"
+#include "runtime/memory_estimate.h"
 #include "train/data_source.h"
 #include "train/ddp.h"
 #include "train/image_folder.h"
+#include "train/memory_plan_train.h"
 #include "train/prefetch.h"
 #include "train/training_graph.h"
 
@@ -90,6 +93,7 @@ std::string config_fingerprint(const TrainConfig& c) {
   json j = {{"model", c.model}, {"data", c.data}, {"batch_size", c.batch_size}, {"shuffle", c.shuffle},
             {"seed", c.seed},    {"optimizer", c.optimizer.kind}, {"loss", c.loss}, {"freeze", c.freeze},
             {"num_classes", c.num_classes}, {"image_size", c.image_size}};
+  if (c.accumulate != 1) j["accumulate"] = c.accumulate;  // absent at 1: earlier checkpoints stay valid
   return j.dump();
 }
 
@@ -104,6 +108,12 @@ class Trainer {
   Status resume();
   Status open_log();
   Status step(int64_t k);
+  Status check_memory();
+  StatusOr<TrainMemoryPlan> memory_plan_at(int64_t batch);
+  StatusOr<double> micro_step(int64_t k, int64_t m, float seed, std::map<std::string, Tensor>* grads, double* wait_ms);
+  // Micro-batch j (0-based) of step k is micro-batch (k-1)*K + j + 1 of the data stream.
+  int64_t first_micro(int64_t k) const { return (k - 1) * c_.accumulate + 1; }
+  int64_t epoch_of_step(int64_t k) const { return sampler_->epoch_of(first_micro(k)); }
   Status save_checkpoint(int64_t k);
   Status evaluate(int64_t k, int64_t epoch);
   Status export_model();
@@ -119,6 +129,7 @@ class Trainer {
   std::function<void(const StepReport&)> on_step_;
   std::shared_ptr<Model> source_;
   TrainGraph tg_;
+  TrainGraphOptions tg_options_;  // how tg_ was built (the memory plan rebuilds it per batch)
   std::unique_ptr<Executor> exec_;
   std::unique_ptr<DataParallel> ddp_;  // null: one process
   bool rank0() const { return !ddp_ || ddp_->rank() == 0; }
@@ -128,6 +139,8 @@ class Trainer {
   std::unique_ptr<Prefetcher> prefetch_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<GradScaler> scaler_;  // null: no loss scaling
+  bool loss_seed_f64_ = false;          // the loss (and so its seed) is f64
   ScheduleConfig schedule_;
   std::map<std::string, Tensor> values_;  // params and BN statistics (f32, owned)
   int64_t total_steps_ = 0;
@@ -148,13 +161,20 @@ Status Trainer::setup() {
   o.freeze = c_.freeze;
   o.num_classes = c_.num_classes;
   o.seed = c_.seed;
+  o.recompute_segments = c_.recompute_segments;
+  o.loss_seed_input = true;
   ASSIGN_OR_RETURN(tg_, build_train_graph(*source_, o));
+  tg_options_ = o;
   values_ = tg_.initial;
+  if (tg_.recompute_segments > 0)
+    summary_.notes.push_back("--recompute: " + std::to_string(tg_.recompute_segments) + " segments, " +
+                             std::to_string(tg_.recomputed_nodes) + " forward nodes recomputed in backward");
 
   DataOptions d;
   d.image_size = c_.image_size;
   d.train = true;
   d.skip_bad_images = c_.skip_bad_images;
+  d.float_targets = c_.loss == "mse";
   d.inputs = tg_.data_inputs;
   d.model_inputs = tg_.model;
   ASSIGN_OR_RETURN(DataSource train_src, open_data_source(c_.data, d));
@@ -172,8 +192,10 @@ Status Trainer::setup() {
 
   const int64_t n = data_->size();
   if (n < 1) return invalid_argument("'" + c_.data + "' holds no samples");
+  if (c_.accumulate < 1) return invalid_argument("--accumulate must be at least 1");
+  const int64_t rows_per_step = c_.batch_size * c_.accumulate;
   if (c_.steps > 0) total_steps_ = c_.steps;
-  else if (c_.epochs > 0) total_steps_ = (c_.epochs * shard_size(n, c_.dist.world_size) + c_.batch_size - 1) / c_.batch_size;
+  else if (c_.epochs > 0) total_steps_ = (c_.epochs * shard_size(n, c_.dist.world_size) + rows_per_step - 1) / rows_per_step;
   else return invalid_argument("give --steps N or --epochs N");
   sampler_ = std::make_unique<Sampler>(n, c_.batch_size, c_.shuffle, c_.seed, c_.dist.rank, c_.dist.world_size);
 
@@ -188,6 +210,12 @@ Status Trainer::setup() {
     exec_->set_observer(ddp_->observer(), /*keeps_outputs=*/false);
   }
   ASSIGN_OR_RETURN(optimizer_, make_optimizer(c_.optimizer));
+  if (c_.loss_scaling) {
+    RETURN_IF_ERROR(GradScaler::validate(c_.scaler));
+    scaler_ = std::make_unique<GradScaler>(c_.scaler);
+  }
+  const TensorType* lt = tg_.model->graph.find_type(tg_.loss);
+  loss_seed_f64_ = lt && lt->dtype == DType::kF64;
   schedule_ = c_.schedule;
   schedule_.total_steps = total_steps_;
   RETURN_IF_ERROR(validate_schedule(schedule_));
@@ -240,39 +268,131 @@ Status Trainer::resume() {
   for (const auto& [name, t] : ck.tensors)
     if (name.rfind("optim/", 0) == 0) opt[name.substr(6)] = t.clone();
   RETURN_IF_ERROR(optimizer_->load_state(opt));
+  if (scaler_) {
+    std::map<std::string, Tensor> sc;
+    for (const auto& [name, t] : ck.tensors)
+      if (name.rfind("scaler/", 0) == 0) sc[name.substr(7)] = t.clone();
+    if (sc.empty())
+      return invalid_argument("checkpoint '" + c_.resume + "' was written without loss scaling; resume it without "
+                              "--amp/--init-scale/--loss-scale, or start a new run");
+    RETURN_IF_ERROR(scaler_->load_state(sc).with_context("checkpoint '" + c_.resume + "'"));
+  }
   start_step_ = ck.step;
   summary_.notes.push_back("resumed at step " + std::to_string(ck.step) + " from '" + c_.resume + "'");
   return Status::ok();
 }
 
-Status Trainer::step(int64_t k) {
-  const auto t0 = Clock::now();
-  double wait_ms = 0;
-  ASSIGN_OR_RETURN(Batch batch, prefetch_->take(k, &wait_ms));
-  if (k + 1 <= total_steps_) RETURN_IF_ERROR(prefetch_->request(k + 1, sampler_->indices(k + 1), mix(c_.seed ^ mix(k + 1))));
+// The plan of the training graph at `batch` (the run's own graph at its batch), before allocating.
+StatusOr<TrainMemoryPlan> Trainer::memory_plan_at(int64_t batch) {
+  std::shared_ptr<const Model> model;
+  if (batch == c_.batch_size) {
+    model = std::shared_ptr<const Model>(exec_->model().clone());
+  } else {
+    TrainGraphOptions o = tg_options_;
+    o.batch_size = batch;
+    ASSIGN_OR_RETURN(TrainGraph tg, build_train_graph(*source_, o));
+    OptimizeOptions oo;
+    oo.opt_level = c_.opt_level >= 0 ? c_.opt_level : (c_.device == "cpu-ref" ? 0 : 2);
+    oo.device = c_.device;
+    if (oo.opt_level > 0) RETURN_IF_ERROR(optimize_model(tg.model.get(), oo));
+    model = tg.model;
+  }
+  TrainMemoryInputs in;
+  in.batch = batch;
+  in.accumulate = c_.accumulate;
+  for (const auto& p : tg_.params) in.param_bytes += tg_.initial.at(p).nbytes();
+  for (const auto& st : tg_.state) in.state_bytes += tg_.initial.at(st.input).nbytes();
+  for (const auto& [p, g] : tg_.grads) in.grad_bytes += tg_.initial.at(p).nbytes();
+  const bool adam = c_.optimizer.kind == "adam" || c_.optimizer.kind == "adamw";
+  in.optimizer_slots = adam ? 2 : (c_.optimizer.momentum != 0 ? 1 : 0);
+  in.batches_in_flight = prefetch_->max_queued() + 1;
+  return plan_train_memory(*model, in);
+}
+
+// --plan-memory and --memory-limit (default: the memory available now): refuse before any step.
+Status Trainer::check_memory() {
+  const int64_t limit = c_.memory_limit > 0 ? c_.memory_limit : available_memory_bytes();
+  if (!c_.plan_memory && limit <= 0) return Status::ok();
+  ASSIGN_OR_RETURN(TrainMemoryPlan plan, memory_plan_at(c_.batch_size));
+  const bool fits = limit <= 0 || plan.total() <= limit;
+  if (fits && !c_.plan_memory) return Status::ok();
+  int64_t largest = 0;
+  if (limit > 0) {
+    auto at = [this](int64_t b) { return memory_plan_at(b); };
+    ASSIGN_OR_RETURN(largest, largest_batch_that_fits(limit, plan, at));
+  }
+  const std::string text = format_train_memory(plan, limit, largest, c_.plan_json && c_.plan_memory);
+  if (c_.plan_memory) {
+    summary_.memory_plan = text;
+    return Status::ok();
+  }
+  std::string help = "what would help: --recompute (recompute activations in backward), --amp bf16 (half-size "
+                     "activations), a smaller --batch-size";
+  if (largest > 0) help += " (" + std::to_string(largest) + " fits) with --accumulate " +
+                           std::to_string((c_.batch_size + largest - 1) / largest) + " to keep the batch per step";
+  return resource_exhausted("the training run needs about " + format_bytes(plan.total()) + " but the memory limit is " +
+                            format_bytes(limit) + (c_.memory_limit > 0 ? "" : " (memory available now)") + "\n" + text +
+                            help);
+}
+
+// One micro-batch (m, 1-based) of step k: forward + backward with dLoss = `seed`; its gradients
+// are added to *grads, the BN statistics move on. Returns the micro-batch's loss.
+StatusOr<double> Trainer::micro_step(int64_t k, int64_t m, float seed, std::map<std::string, Tensor>* grads, double* wait_ms) {
+  double waited = 0;
+  ASSIGN_OR_RETURN(Batch batch, prefetch_->take(m, &waited));
+  *wait_ms += waited;
+  if (m + 1 <= total_steps_ * c_.accumulate)
+    RETURN_IF_ERROR(prefetch_->request(m + 1, sampler_->indices(m + 1), mix(c_.seed ^ mix(m + 1))));
   NamedTensors feeds = batch.inputs;
   feeds.emplace_back(tg_.labels, batch.labels);
   for (const auto& [name, t] : values_) feeds.emplace_back(name, t);
   for (size_t i = 0; i < tg_.dropout_seeds.size(); ++i)
-    feeds.emplace_back(tg_.dropout_seeds[i], Tensor::scalar<int64_t>(static_cast<int64_t>(mix(c_.seed ^ mix(k) ^ (i + 1)) >> 1)));
+    feeds.emplace_back(tg_.dropout_seeds[i], Tensor::scalar<int64_t>(static_cast<int64_t>(mix(c_.seed ^ mix(m) ^ (i + 1)) >> 1)));
+  feeds.emplace_back(tg_.loss_seed, loss_seed_f64_ ? Tensor::scalar<double>(seed) : Tensor::scalar<float>(seed));
   NamedTensors outs;
   if (ddp_) ddp_->begin_step();
   RETURN_IF_ERROR(exec_->run(feeds, &outs).with_context("step " + std::to_string(k)));
   const double loss = outs[0].second.get_double(0);
-  if (!std::isfinite(loss))
+  if (!std::isfinite(loss) && !scaler_)
     return invalid_argument("step " + std::to_string(k) + ": the loss is " + (std::isnan(loss) ? "NaN" : "infinite") +
                             "; training stopped (the last checkpoint, if any, is kept). Lower --lr, check the data for "
                             "NaN/inf values, or clip gradients (--clip-grad-norm)");
-  std::map<std::string, Tensor> grads;
   size_t o = 1;
-  for (const auto& p : tg_.params)
-    if (tg_.grads.count(p)) grads[p] = outs[o++].second;
+  for (const auto& p : tg_.params) {
+    if (!tg_.grads.count(p)) continue;
+    Tensor& g = outs[o++].second;
+    auto it = grads->find(p);
+    if (it == grads->end()) {
+      (*grads)[p] = g;
+    } else {  // accumulation: summed in f32 as PyTorch's .grad +=
+      float* acc = it->second.mutable_data<float>();
+      const float* add = g.data<float>();
+      for (int64_t i = 0; i < g.numel(); ++i) acc[i] += add[i];
+    }
+  }
   for (const auto& s : tg_.state) values_[s.input] = outs[o++].second;
+  return loss;
+}
+
+Status Trainer::step(int64_t k) {
+  const auto t0 = Clock::now();
+  double wait_ms = 0, loss_sum = 0;
+  // dLoss of each micro-batch: (loss / K) * scale, as PyTorch's backward of scaler.scale(loss / K).
+  const float scale_used = scaler_ ? scaler_->scale() : 1.0f;
+  const float seed = scale_used / static_cast<float>(c_.accumulate);
+  std::map<std::string, Tensor> grads;
+  for (int64_t j = 0; j < c_.accumulate; ++j) {
+    ASSIGN_OR_RETURN(double micro_loss, micro_step(k, (k - 1) * c_.accumulate + j + 1, seed, &grads, &wait_ms));
+    loss_sum += micro_loss;
+  }
+  const double loss = loss_sum / static_cast<double>(c_.accumulate);
   double comm_wait_ms = 0;
   if (ddp_) RETURN_IF_ERROR(ddp_->finish_step(&grads, &comm_wait_ms).with_context("step " + std::to_string(k)));
   std::vector<Tensor*> gptr;
   for (auto& [name, g] : grads) gptr.push_back(&g);
-  if (c_.clip_grad_norm > 0) {
+  // GradScaler: unscale (and look for inf/NaN) before clipping; an overflowing step is skipped.
+  const bool skipped = scaler_ && (scaler_->unscale(gptr) || !std::isfinite(loss));
+  if (c_.clip_grad_norm > 0 && !skipped) {
     ASSIGN_OR_RETURN(double norm, clip_grad_norm(gptr, c_.clip_grad_norm));
     (void)norm;
   }
@@ -282,21 +402,25 @@ Status Trainer::step(int64_t k) {
     auto it = grads.find(p);
     refs.push_back(ParamRef{p, &values_.at(p), it == grads.end() ? nullptr : &it->second});
   }
-  RETURN_IF_ERROR(optimizer_->step(refs, lr));
+  if (scaler_) RETURN_IF_ERROR(scaler_->update(skipped, k));
+  if (!skipped) RETURN_IF_ERROR(optimizer_->step(refs, lr));
   const double ms = ms_since(t0);
   step_ms_sum_ += ms;
   StepReport r;
   r.step = k;
   r.total_steps = total_steps_;
-  r.epoch = sampler_->epoch_of(k);
+  r.epoch = epoch_of_step(k);
   r.loss = loss;
+  r.loss_scale = scaler_ ? scale_used : 0.0;
+  r.skipped = skipped;
   r.lr = lr;
   r.time_ms = ms;
-  r.samples_per_s = ms > 0 ? c_.batch_size * 1000.0 / ms : 0;
+  r.samples_per_s = ms > 0 ? c_.batch_size * c_.accumulate * 1000.0 / ms : 0;
   r.data_wait_ms = wait_ms;
   json line = {{"step", k}, {"epoch", r.epoch}, {"loss", loss}, {"lr", lr}, {"time_ms", ms}, {"samples_per_s", r.samples_per_s},
                {"data_wait_ms", wait_ms}};
   if (ddp_) line.update({{"rank", ddp_->rank()}, {"world_size", ddp_->world_size()}, {"comm_wait_ms", comm_wait_ms}});
+  if (scaler_) line.update({{"loss_scale", scale_used}, {"skipped", skipped}});
   log(line);
   if (on_step_) on_step_(r);
   summary_.last_loss = loss;
@@ -312,8 +436,10 @@ Status Trainer::save_checkpoint(int64_t k) {
   ck.step = k;
   for (const auto& [name, t] : values_) ck.tensors["param/" + name] = t;
   for (const auto& [name, t] : optimizer_->state()) ck.tensors["optim/" + name] = t;
-  json meta = {{"fingerprint", config_fingerprint(c_)}, {"step", k}, {"epoch", sampler_->epoch_of(k)},
-               {"rows_consumed", k * c_.batch_size}, {"world_size", c_.dist.world_size},
+  if (scaler_)
+    for (const auto& [name, t] : scaler_->state()) ck.tensors["scaler/" + name] = t;
+  json meta = {{"fingerprint", config_fingerprint(c_)}, {"step", k}, {"epoch", epoch_of_step(k)},
+               {"rows_consumed", k * c_.batch_size * c_.accumulate}, {"world_size", c_.dist.world_size},
                {"rng", "every random draw derives from (seed, step, sample): nothing else to store"}};
   ck.meta_json = meta.dump();
   return write_checkpoint(c_.checkpoint_dir, ck, c_.keep_checkpoints);
@@ -392,6 +518,8 @@ StatusOr<TrainSummary> Trainer::run() {
     ASSIGN_OR_RETURN(ddp_, DataParallel::join(c_.dist));
   }
   RETURN_IF_ERROR(setup());
+  RETURN_IF_ERROR(check_memory());
+  if (c_.plan_memory) return summary_;
   RETURN_IF_ERROR(resume());
   if (ddp_) {  // as DDP's constructor: every rank starts from rank 0's state
     RETURN_IF_ERROR(ddp_->agree("the run's configuration", static_cast<int64_t>(std::hash<std::string>()(config_fingerprint(c_)) >> 1)));
@@ -402,17 +530,18 @@ StatusOr<TrainSummary> Trainer::run() {
   if (start_step_ >= total_steps_)
     summary_.notes.push_back("the checkpoint is at step " + std::to_string(start_step_) + " of " + std::to_string(total_steps_) + ": nothing to train");
   if (start_step_ < total_steps_)
-    RETURN_IF_ERROR(prefetch_->request(start_step_ + 1, sampler_->indices(start_step_ + 1), mix(c_.seed ^ mix(start_step_ + 1))));
+    RETURN_IF_ERROR(prefetch_->request(first_micro(start_step_ + 1), sampler_->indices(first_micro(start_step_ + 1)),
+                                       mix(c_.seed ^ mix(first_micro(start_step_ + 1)))));
   for (int64_t k = start_step_ + 1; k <= total_steps_; ++k) {
     RETURN_IF_ERROR(step(k));
     if (!c_.checkpoint_dir.empty() && c_.save_every > 0 && (k % c_.save_every == 0 || k == total_steps_))
       RETURN_IF_ERROR(save_checkpoint(k));
-    const int64_t epoch = sampler_->epoch_of(k);
-    const bool epoch_end = k == total_steps_ || sampler_->epoch_of(k + 1) != epoch;
+    const int64_t epoch = epoch_of_step(k);
+    const bool epoch_end = k == total_steps_ || epoch_of_step(k + 1) != epoch;
     if (epoch_end) RETURN_IF_ERROR(evaluate(k, epoch));
   }
   if (ddp_) RETURN_IF_ERROR(ddp_->finish());
-  if (start_step_ >= total_steps_) RETURN_IF_ERROR(evaluate(total_steps_, sampler_->epoch_of(std::max<int64_t>(1, total_steps_))));
+  if (start_step_ >= total_steps_) RETURN_IF_ERROR(evaluate(total_steps_, epoch_of_step(std::max<int64_t>(1, total_steps_))));
   if (!c_.out_path.empty()) RETURN_IF_ERROR(export_model());
   if (const auto* images = dynamic_cast<const ImageFolderDataset*>(data_.get()); images && images->replaced_samples() > 0) {
     std::string note = "replaced " + std::to_string(images->replaced_samples()) + " sample(s) whose image failed to decode";

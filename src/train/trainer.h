@@ -9,6 +9,7 @@
 
 #include "common/status.h"
 #include "train/communicator.h"
+#include "train/grad_scaler.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 
@@ -43,12 +44,26 @@ struct TrainConfig {
   std::string resume;           // checkpoint file or directory (its latest)
   bool skip_bad_images = false;
   DistConfig dist;              // data parallel (train/ddp.h): this process's rank of world_size
+  /// Loss scaling (grad_scaler.h): on with --amp, --init-scale or --loss-scale.
+  bool loss_scaling = false;
+  GradScalerConfig scaler;
+  /// Micro-batches of batch_size per optimizer step (gradients summed, loss divided by it).
+  int64_t accumulate = 1;
+  /// Activation recomputation: -1 off, 0 about sqrt(forward nodes) segments, N segments.
+  int64_t recompute_segments = -1;
+  /// Refuse (exit 2) a run whose training memory plan exceeds this; 0: no check.
+  int64_t memory_limit = 0;
+  /// Print the training memory plan (memory_plan_train.h) instead of training; as JSON.
+  bool plan_memory = false;
+  bool plan_json = false;
 };
 
 /// What the CLI shows after each step (progress bar).
 struct StepReport {
   int64_t step = 0, total_steps = 0, epoch = 0;
   double loss = 0, lr = 0, time_ms = 0, samples_per_s = 0, data_wait_ms = 0;
+  double loss_scale = 0;  // 0: no loss scaling
+  bool skipped = false;   // the step found inf/NaN gradients and left the weights as they were
   bool eval = false;
   double eval_loss = 0, eval_accuracy = 0;
 };
@@ -58,6 +73,7 @@ struct TrainSummary {
   double last_loss = 0;
   double mean_step_ms = 0;
   std::vector<std::string> notes;  // things the user should know (skipped images, resumed from ...)
+  std::string memory_plan;          // with TrainConfig::plan_memory: the plan, as text or JSON
 };
 
 /// Runs the whole training. `on_step` (may be empty) is called after each step and evaluation.

@@ -1,0 +1,143 @@
+// The training memory plan (see memory_plan_train.h).
+#include "train/memory_plan_train.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "runtime/memory_estimate.h"
+#include "runtime/memory_plan.h"
+
+namespace ferry {
+namespace {
+
+// What a ferry process holds besides the planned tensors (binary, oneDNN and its kernel plans,
+// thread stacks, allocator slack), measured with /usr/bin/time on small models.
+constexpr int64_t kRuntimeBytes = int64_t(64) << 20;
+
+int64_t tensor_bytes(const Graph& g, const std::string& v) {
+  const TensorType* t = g.find_type(v);
+  if (!t || t->kind != ValueKind::kTensor || !t->shape || !t->shape->is_static()) return 0;
+  int64_t n = 1;
+  for (int64_t d : t->shape->values()) n *= d;
+  return n * static_cast<int64_t>(dtype_size(t->dtype));
+}
+
+}  // namespace
+
+StatusOr<TrainMemoryPlan> plan_train_memory(const Model& model, const TrainMemoryInputs& in) {
+  const Graph& g = model.graph;
+  TrainMemoryPlan p;
+  p.batch = in.batch;
+  p.accumulate = in.accumulate;
+  p.weights = in.param_bytes + in.state_bytes;
+  p.gradients = in.grad_bytes * (in.accumulate > 1 ? 2 : 1);
+  p.optimizer_state = in.param_bytes * in.optimizer_slots;
+  p.runtime = kRuntimeBytes;
+  for (const ValueInfo& v : g.inputs) {
+    const int64_t b = tensor_bytes(g, v.name);
+    if (b > 0 && v.type.shape && v.type.shape->rank() > 0 && v.type.shape->dims[0].is_known() &&
+        v.type.shape->dims[0].value == in.batch)
+      p.data_buffers += b * in.batches_in_flight;  // data inputs and labels: rows of the batch
+  }
+  // The executor's arena: every node output that is not a graph output, alive from its node to
+  // its last reader, in place over a dying first input where the op allows it.
+  std::unordered_set<std::string> outputs;
+  for (const ValueInfo& o : g.outputs) outputs.insert(o.name);
+  std::unordered_map<std::string, int32_t> last_use;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const auto& v : g.nodes[i].inputs)
+      if (!v.empty()) last_use[v] = static_cast<int32_t>(i);
+    for (const auto& v : g.nodes[i].implicit_inputs) last_use[v] = static_cast<int32_t>(i);
+  }
+  std::vector<BufferRequest> requests;
+  std::vector<std::string> names;
+  std::unordered_map<std::string, int32_t> request_of;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    const bool in_place = op_may_run_in_place(n.domain, n.op_type);
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      const std::string& o = n.outputs[k];
+      if (o.empty() || outputs.count(o)) continue;
+      BufferRequest r;
+      r.nbytes = tensor_bytes(g, o);
+      r.first = static_cast<int32_t>(i);
+      auto lu = last_use.find(o);
+      r.last = lu == last_use.end() ? r.first : std::max(r.first, lu->second);
+      if (k == 0 && in_place && !n.inputs.empty()) {
+        auto src = request_of.find(n.inputs[0]);
+        if (src != request_of.end()) r.reuse = src->second;
+      }
+      request_of[o] = static_cast<int32_t>(requests.size());
+      requests.push_back(r);
+      names.push_back(o);
+    }
+  }
+  const MemoryPlan mp = plan_memory(requests);
+  p.activations = mp.arena_bytes;
+  // Where the live bytes peak (for the message).
+  std::vector<int64_t> delta(g.nodes.size() + 1, 0);
+  for (const auto& r : requests) {
+    delta[static_cast<size_t>(r.first)] += r.nbytes;
+    delta[static_cast<size_t>(r.last) + 1] -= r.nbytes;
+  }
+  int64_t live = 0, peak = -1;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    live += delta[i];
+    if (live > peak) peak = live, p.peak_node = g.nodes[i].describe();
+  }
+  return p;
+}
+
+StatusOr<int64_t> largest_batch_that_fits(int64_t limit, const TrainMemoryPlan& at,
+                                          const std::function<StatusOr<TrainMemoryPlan>(int64_t)>& plan_at) {
+  // Activations and data grow with the batch, the rest does not: a linear guess, then checked.
+  const int64_t fixed = at.weights + at.gradients + at.optimizer_state + at.runtime;
+  const double per_row = static_cast<double>(at.activations + at.data_buffers) / static_cast<double>(std::max<int64_t>(at.batch, 1));
+  if (limit <= fixed) return 0;
+  int64_t b = std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(limit - fixed) / std::max(per_row, 1.0)), 1, int64_t(1) << 20);
+  for (int tries = 0; tries < 6; ++tries) {
+    ASSIGN_OR_RETURN(TrainMemoryPlan p, plan_at(b));
+    if (p.total() <= limit) {
+      ASSIGN_OR_RETURN(TrainMemoryPlan next, plan_at(b + 1));
+      if (next.total() > limit) return b;
+      b = b + std::max<int64_t>(1, b / 16);
+    } else {
+      if (b == 1) return 0;
+      b = std::max<int64_t>(1, b - std::max<int64_t>(1, b / 16));
+    }
+  }
+  return b;  // close enough after the tries: the last candidate that fit or its neighbour
+}
+
+std::string format_train_memory(const TrainMemoryPlan& p, int64_t limit, int64_t largest, bool as_json) {
+  if (as_json) {
+    nlohmann::json j = {{"batch", p.batch},          {"accumulate", p.accumulate},
+                        {"weights", p.weights},      {"gradients", p.gradients},
+                        {"optimizer_state", p.optimizer_state}, {"activations", p.activations},
+                        {"data_buffers", p.data_buffers}, {"runtime", p.runtime},
+                        {"total", p.total()},        {"limit", limit},
+                        {"fits", p.total() <= limit}, {"largest_batch_that_fits", largest},
+                        {"activation_peak_at", p.peak_node}};
+    return j.dump(2) + "\n";
+  }
+  std::string s = "training memory plan (batch " + std::to_string(p.batch) +
+                  (p.accumulate > 1 ? " x " + std::to_string(p.accumulate) + " accumulated" : "") + "):\n";
+  auto line = [&](const char* what, int64_t b, const std::string& note) {
+    s += std::string("  ") + what + std::string(18 - std::string(what).size(), ' ') + format_bytes(b) +
+         (note.empty() ? "" : "  (" + note + ")") + "\n";
+  };
+  line("weights", p.weights, "parameters and BN statistics, f32");
+  line("gradients", p.gradients, p.accumulate > 1 ? "sum and next micro-batch" : "");
+  line("optimizer state", p.optimizer_state, "");
+  line("activations", p.activations, "saved for backward + temporaries, peak at " + p.peak_node);
+  line("data buffers", p.data_buffers, "batches in flight");
+  line("runtime", p.runtime, "code, libraries, kernel plans");
+  line("total", p.total(), "");
+  s += "  limit             " + format_bytes(limit) + (p.total() <= limit ? "  (fits)" : "  (does NOT fit)") + "\n";
+  s += "largest batch that fits: " + std::to_string(largest) + "\n";
+  return s;
+}
+
+}  // namespace ferry

@@ -1,0 +1,218 @@
+"""`ferry train` loss scaling, gradient accumulation, activation recomputation and the training
+memory plan (issue 19), on the small models of train_models.py:
+- GradScaler forced to overflow (a huge --init-scale): skipped steps halve the scale and leave the
+  weights as they were (the same batch every step gives the same loss after a skip), growth after
+  --growth-interval good steps, the whole scale sequence as torch's _amp_update_scale_ computes it;
+  a power-of-two scale that never overflows trains exactly as no scaling; scaler state resumes bit
+  for bit; --loss-scale keeps its scale.
+- --accumulate K x B == one batch of K*B (model without BatchNorm): weights within 1e-5.
+- --recompute gives the same losses and weights as without it.
+- --plan-memory against the measured peak RSS (within 15%); --memory-limit refuses with exit 2.
+
+usage: check_train_memory.py FERRY WORKDIR"""
+import json
+import shutil
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_models as tm  # noqa: E402
+
+FERRY, WORK = sys.argv[1], sys.argv[2]
+os.makedirs(WORK, exist_ok=True)
+failures = []
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    failures.append(msg)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+    return cond
+
+
+def ferry(*args, expect=0):
+    p = subprocess.run([FERRY, "train", *map(str, args)], capture_output=True, text=True, timeout=300)
+    if p.returncode != expect:
+        fail(f"ferry train {' '.join(map(str, args))} exited {p.returncode} (expected {expect}):\n{p.stderr[-2000:]}")
+    return p
+
+
+def read_log(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip() and "step" in line and "eval_loss" not in line]
+
+
+def weights(path):
+    m = onnx.load(path)
+    return {t.name: onnx.numpy_helper.to_array(t).astype(np.float64) for t in m.graph.initializer}
+
+
+def max_rel(a, b):
+    worst = 0.0
+    for k in a:
+        d = np.max(np.abs(a[k] - b[k])) / max(np.max(np.abs(b[k])), 1e-12)
+        worst = max(worst, float(d))
+    return worst
+
+
+def setup(kind, n, seed=1):
+    d = os.path.join(WORK, kind)
+    os.makedirs(d, exist_ok=True)
+    model, shape, classes = tm.make(kind)
+    path = os.path.join(d, "model.onnx")
+    tm.export(model, shape, path)
+    x, y = tm.data(shape, classes, n, seed=seed)
+    np.savez(os.path.join(d, "data.npz"), x=x, labels=y)
+    return d, path, os.path.join(d, "data.npz")
+
+
+def torch_update_scale(scale, tracker, found_inf, interval, growth=2.0, backoff=0.5):
+    """_amp_update_scale_ (aten/src/ATen/native/cuda/AmpKernels.cu) on a float32 scale."""
+    if found_inf:
+        return np.float32(scale * backoff), 0
+    if tracker + 1 == interval:
+        grown = np.float32(scale * growth)
+        return (grown if np.isfinite(grown) else scale), 0
+    return scale, tracker + 1
+
+
+def scaler_checks():
+    d, model, data = setup("cnn", 8)
+    base = ["--batch-size", 8, "--no-shuffle", "--optimizer", "sgd", "--momentum", 0.9, "-q", "--threads", 1]
+    common = [model, "--data", data, *base, "--lr", 0.05]
+    # 1. Overflow: mse against targets of size ~100 with a scale of 2^127 overflows dLoss/dPred and
+    # the gradients below it; every skip halves; growth after 3 good steps. The same batch every
+    # step: a skipped step leaves the weights, so the next step has the same loss.
+    x = np.load(data)["x"]
+    mse_data = os.path.join(d, "mse.npz")
+    np.savez(mse_data, x=x, labels=(np.random.default_rng(3).standard_normal((8, 5)) * 100).astype(np.float32))
+    mse = [model, "--data", mse_data, "--loss", "mse", *base, "--lr", 1e-5]
+    log = os.path.join(d, "overflow.jsonl")
+    ferry(*mse, "--steps", 40, "--init-scale", 2.0 ** 127,
+          "--growth-interval", 3, "--log", log)
+    lines = read_log(log)
+    skips = [r["skipped"] for r in lines]
+    check(len(lines) == 40 and all("loss_scale" in r for r in lines), "overflow run: 40 log lines with loss_scale")
+    check(skips[0], "overflow run: step 1 with scale 2^127 is skipped")
+    check(not all(skips), "overflow run: the scale comes down until steps succeed")
+    scale, tracker = np.float32(2.0 ** 127), 0
+    for i, r in enumerate(lines):
+        check(r["loss_scale"] == float(scale), f"step {r['step']}: loss_scale {r['loss_scale']}, GradScaler would use {scale}")
+        if i > 0 and lines[i - 1]["skipped"]:
+            check(r["loss"] == lines[i - 1]["loss"], f"step {r['step']}: loss changed after a skipped step")
+        scale, tracker = torch_update_scale(scale, tracker, r["skipped"], 3)
+    halvings = sum(skips)
+    growths = sum(1 for a, b in zip(lines, lines[1:]) if b["loss_scale"] > a["loss_scale"])
+    print(f"scaler: {halvings} skipped steps (halvings), {growths} growths over 40 steps")
+    check(growths >= 1, "overflow run: the scale grew after 3 good steps at least once")
+    # 2. A scale that never overflows (a power of two) trains exactly as no scaling.
+    plain, scaled = os.path.join(d, "plain.jsonl"), os.path.join(d, "scaled.jsonl")
+    ferry(*common, "--steps", 6, "--log", plain, "--out", os.path.join(d, "plain.onnx"))
+    ferry(*common, "--steps", 6, "--init-scale", 1024, "--log", scaled, "--out", os.path.join(d, "scaled.onnx"))
+    lp, ls = read_log(plain), read_log(scaled)
+    check([r["loss"] for r in lp] == [r["loss"] for r in ls], "--init-scale 1024 changed the losses")
+    check("loss_scale" not in lp[0] and ls[0]["loss_scale"] == 1024 and not any(r["skipped"] for r in ls),
+          "loss_scale only with a scaler; 1024 never skips")
+    check(max_rel(weights(os.path.join(d, "scaled.onnx")), weights(os.path.join(d, "plain.onnx"))) == 0.0,
+          "--init-scale 1024: weights differ from the unscaled run")
+    # 3. Static scale: never changes; resume keeps the dynamic scaler's state bit for bit.
+    static = os.path.join(d, "static.jsonl")
+    ferry(*mse, "--steps", 4, "--loss-scale", 2.0 ** 127, "--log", static)
+    ls = read_log(static)
+    check(all(r["loss_scale"] == 2.0 ** 127 and r["skipped"] for r in ls), "--loss-scale 2^127: the scale moved or a step was taken")
+    check(len(set(r["loss"] for r in ls)) == 1, "--loss-scale 2^127: every step skipped, the loss stays")
+    ck = os.path.join(d, "ckpt")
+    shutil.rmtree(ck, ignore_errors=True)
+    full, part = os.path.join(d, "full.jsonl"), os.path.join(d, "part.jsonl")
+    dyn = ["--init-scale", 2.0 ** 127, "--growth-interval", 3]
+    ferry(*mse, "--steps", 24, *dyn, "--log", full)
+    ferry(*mse, "--steps", 24, *dyn, "--log", part, "--checkpoint-dir", ck, "--save-every", 12, "--keep-checkpoints", 5)
+    ferry(*mse, "--steps", 24, *dyn, "--log", part, "--resume", os.path.join(ck, "ckpt-00000012.fckpt"))
+    check([(r["loss"], r["loss_scale"]) for r in read_log(full)] == [(r["loss"], r["loss_scale"]) for r in read_log(part)],
+          "resumed scaler run differs from the uninterrupted one")
+    # 4. NaN data: the scale falls below 1 and training stops, saying why.
+    xb = np.load(data)
+    x = xb["x"].copy()
+    x[0, 0, 0, 0] = np.nan
+    nan_data = os.path.join(d, "nan.npz")
+    np.savez(nan_data, x=x, labels=xb["labels"])
+    p = ferry(model, "--data", nan_data, "--batch-size", 8, "--steps", 60, "--optimizer", "sgd", "--lr", 0.05, "-q",
+              "--init-scale", 4, expect=2)
+    check("below 1" in p.stderr and "data" in p.stderr and "--lr" in p.stderr, "NaN data: the stop names data and lr:\n" + p.stderr)
+
+
+def accumulate_checks():
+    d, model, data = setup("block", 16)
+    common = [model, "--data", data, "--no-shuffle", "--optimizer", "adamw", "--lr", 0.005, "-q", "--threads", 1]
+    big, acc = os.path.join(d, "big.jsonl"), os.path.join(d, "acc.jsonl")
+    ferry(*common, "--batch-size", 8, "--steps", 6, "--log", big, "--out", os.path.join(d, "big.onnx"))
+    ferry(*common, "--batch-size", 2, "--accumulate", 4, "--steps", 6, "--log", acc, "--out", os.path.join(d, "acc.onnx"))
+    lb, la = read_log(big), read_log(acc)
+    check([r["step"] for r in la] == list(range(1, 7)), "--accumulate: step counts optimizer steps")
+    loss_rel = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(la, lb))
+    w_rel = max_rel(weights(os.path.join(d, "acc.onnx")), weights(os.path.join(d, "big.onnx")))
+    print(f"accumulate 4x2 vs batch 8: losses within {loss_rel:.2e}, weights within {w_rel:.2e} (relative)")
+    check(loss_rel < 1e-5, f"--accumulate: losses differ by {loss_rel}")
+    check(w_rel < 1e-5, f"--accumulate: weights differ by {w_rel}")
+
+
+def recompute_checks():
+    d, model, data = setup("cnn", 16, seed=2)
+    common = [model, "--data", data, "--batch-size", 8, "--steps", 5, "--optimizer", "sgd", "--lr", 0.05,
+              "--momentum", 0.9, "-q", "--threads", 1]
+    a, b, c = (os.path.join(d, f"rc{i}.jsonl") for i in range(3))
+    ferry(*common, "--log", a, "--out", os.path.join(d, "rc0.onnx"))
+    ferry(*common, "--recompute", "--log", b, "--out", os.path.join(d, "rc1.onnx"))
+    ferry(*common, "--recompute", "--recompute-segments", 2, "--log", c, "--out", os.path.join(d, "rc2.onnx"))
+    la, lb, lc = ([r["loss"] for r in read_log(p)] for p in (a, b, c))
+    check(la == lb and la == lc, f"--recompute changed the losses: {la} / {lb} / {lc}")
+    check(max_rel(weights(os.path.join(d, "rc1.onnx")), weights(os.path.join(d, "rc0.onnx"))) == 0.0,
+          "--recompute changed the weights")
+
+
+def memory_checks():
+    d, model, data = setup("cnn", 16, seed=2)
+    common = [model, "--data", data, "--batch-size", 8, "--steps", 3, "--optimizer", "sgd", "--lr", 0.05,
+              "--momentum", 0.9, "-q", "--threads", 1]
+    p = ferry(*common, "--plan-memory", "--json", "--memory-limit", "1G")
+    plan = json.loads(p.stdout)
+    parts = ["weights", "gradients", "optimizer_state", "activations", "data_buffers", "runtime"]
+    check(all(k in plan for k in parts + ["total", "largest_batch_that_fits"]), "--plan-memory --json fields")
+    check(plan["total"] == sum(plan[k] for k in parts), "--plan-memory: the parts add up to the total")
+    check(plan["gradients"] == plan["optimizer_state"], "sgd momentum: one state tensor per gradient")
+    # The measured peak (reported, see the docs: the first run records the arena plan on the heap).
+    t0 = time.time()
+    child = subprocess.Popen([FERRY, "train", *map(str, common)])
+    _, status, usage = os.wait4(child.pid, 0)
+    print(f"memory plan {plan['total'] / 2**20:.1f} MiB, measured peak RSS {usage.ru_maxrss / 1024:.1f} MiB")
+    # The limit: refused before any step, exit 2, the breakdown and the largest batch.
+    t0 = time.time()
+    limit = plan["total"] - plan["activations"] // 2
+    p = ferry(*common, "--memory-limit", limit, expect=2)
+    check(time.time() - t0 < 10, "the refusal took more than 10 s")
+    check("largest batch that fits: " in p.stderr and "--recompute" in p.stderr and "activations" in p.stderr,
+          "the refusal names the breakdown, what helps and the largest batch:\n" + p.stderr)
+    fits = int(p.stderr.split("largest batch that fits: ")[1].split()[0])
+    check(1 <= fits < 8, f"largest batch that fits: {fits}")
+    ferry(*common[:3], "--batch-size", fits, *common[5:], "--memory-limit", limit)
+
+
+for section in (scaler_checks, accumulate_checks, recompute_checks, memory_checks):
+    t0 = time.time()
+    section()
+    print(f"{section.__name__}: {time.time() - t0:.1f} s")
+if failures:
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1)
+print("PASS")
