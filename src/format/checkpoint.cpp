@@ -314,7 +314,7 @@ StatusOr<Checkpoint> parse_checkpoint(const uint8_t* data, size_t size, const st
                            ") is misaligned, overlaps another tensor or runs past the end of the file");
     prev_end = offset + nbytes;
     if (c.tensors.count(name)) return invalid_model(tw + " is stored twice");
-    Tensor t = Tensor::allocate(dtype, dims);
+    ASSIGN_OR_RETURN(Tensor t, Tensor::create(dtype, dims, tw));
     if (nbytes) std::memcpy(t.mutable_raw(), data + offset, static_cast<size_t>(nbytes));
     if (dtype == DType::kBool)  // only 0 and 1 are valid bools
       for (int64_t k = 0; k < n; ++k) t.mutable_data<uint8_t>()[k] = t.data<uint8_t>()[k] != 0;

@@ -60,7 +60,7 @@ Status read_tensor(const fb::TensorRef* in, const WeightsView& w, const std::str
     if (static_cast<int64_t>(n) != count.value())
       return invalid_model(where + ": string tensor of " + std::to_string(count.value()) + " elements holds " +
                            std::to_string(n));
-    Tensor t = Tensor::allocate(dt, std::move(dims));
+    ASSIGN_OR_RETURN(Tensor t, Tensor::create(dt, std::move(dims), where));
     t.mutable_strings() = to_strings(in->strings());
     *out = std::move(t);
     return Status::ok();

@@ -688,7 +688,7 @@ StatusOr<Tensor> decode_npy(const uint8_t* data, size_t size, const std::string&
       reinterpret_cast<uintptr_t>(src) % kAlign == 0) {
     return Tensor::wrap(h.descr.dtype, h.dims, owner, src);
   }
-  Tensor t = Tensor::allocate(h.descr.dtype, h.dims);
+  ASSIGN_OR_RETURN(Tensor t, Tensor::create(h.descr.dtype, h.dims, what));
   if (h.numel == 0) return t;
   uint8_t* dst = static_cast<uint8_t*>(t.mutable_raw());
   if (h.descr.kind == ElemKind::kBool) {

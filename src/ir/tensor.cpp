@@ -2,18 +2,24 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace ferry {
 
 namespace {
 constexpr size_t kAlignment = 64;
 
+size_t aligned_bytes(int64_t nbytes) {
+  const size_t n = static_cast<size_t>(nbytes);
+  const size_t rounded = (n + kAlignment - 1) / kAlignment * kAlignment;
+  return rounded == 0 ? kAlignment : rounded;
+}
+
+// Zero-filled, 64-byte-aligned memory; null when the memory is not there.
 std::shared_ptr<void> aligned_zeroed(int64_t nbytes) {
-  size_t n = static_cast<size_t>(nbytes);
-  size_t rounded = (n + kAlignment - 1) / kAlignment * kAlignment;
-  if (rounded == 0) rounded = kAlignment;
+  const size_t rounded = aligned_bytes(nbytes);
   void* p = std::aligned_alloc(kAlignment, rounded);
-  if (!p) throw std::bad_alloc();
+  if (!p) return nullptr;
   std::memset(p, 0, rounded);
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
@@ -23,7 +29,28 @@ StatusOr<Tensor> Tensor::create(DType dtype, std::vector<int64_t> dims, const st
   if (dtype == DType::kUndefined) return invalid_argument(what + ": undefined element type");
   ASSIGN_OR_RETURN(int64_t n, checked_element_count(dims, what));
   (void)n;
-  return allocate(dtype, std::move(dims));
+  StatusOr<Tensor> t = try_allocate(dtype, std::move(dims));
+  if (!t.is_ok()) return t.status().with_context(what);
+  return t;
+}
+
+StatusOr<Tensor> Tensor::try_allocate(DType dtype, std::vector<int64_t> dims) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.dims_ = std::move(dims);
+  t.numel_ = element_count(t.dims_);
+  if (dtype == DType::kString) {
+    t.strings_ = std::make_shared<std::vector<std::string>>(static_cast<size_t>(t.numel_));
+    return t;
+  }
+  const int64_t nbytes = t.numel_ * dtype_size(dtype);
+  auto buf = aligned_zeroed(nbytes);
+  if (!buf)
+    return resource_exhausted("out of memory: cannot allocate " + std::to_string(nbytes) + " bytes for a " +
+                              dtype_name(dtype) + " tensor of shape " + dims_to_string(t.dims_));
+  t.data_ = buf.get();
+  t.owner_ = std::move(buf);
+  return t;
 }
 
 Tensor Tensor::allocate(DType dtype, std::vector<int64_t> dims) {
@@ -34,9 +61,13 @@ Tensor Tensor::allocate(DType dtype, std::vector<int64_t> dims) {
   if (dtype == DType::kString) {
     t.strings_ = std::make_shared<std::vector<std::string>>(static_cast<size_t>(t.numel_));
   } else {
-    auto buf = aligned_zeroed(t.numel_ * dtype_size(dtype));
-    t.data_ = buf.get();
-    t.owner_ = std::move(buf);
+    // Aligned operator new: out of memory here is what it is in any std container.
+    const std::align_val_t align{kAlignment};
+    const size_t rounded = aligned_bytes(t.numel_ * dtype_size(dtype));
+    void* p = ::operator new(rounded, align);
+    std::memset(p, 0, rounded);
+    t.owner_ = std::shared_ptr<void>(p, [align](void* q) { ::operator delete(q, align); });
+    t.data_ = p;
   }
   return t;
 }

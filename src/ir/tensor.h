@@ -16,9 +16,15 @@ class Tensor {
  public:
   Tensor() = default;
 
-  /// Allocates a zero-filled tensor; fails on negative dims or over-limit sizes.
+  /// Allocates a zero-filled tensor; fails on negative dims, over-limit sizes, or (kResourceExhausted,
+  /// naming the bytes asked for) when the memory is not there. Errors start with `what`.
   static StatusOr<Tensor> create(DType dtype, std::vector<int64_t> dims, const std::string& what = "tensor");
-  /// Allocates without limit checks; dims must already be valid (used on the run path).
+  /// As create without the limit checks (dims must already be valid: the run path); fails only when
+  /// the memory is not there, naming the bytes asked for.
+  static StatusOr<Tensor> try_allocate(DType dtype, std::vector<int64_t> dims);
+  /// For tensors whose size the caller bounds (scalars, shape vectors, small scratch): memory comes
+  /// from operator new, so running out is std::bad_alloc as in any std container. Tensors sized by
+  /// the user's data take try_allocate or create.
   static Tensor allocate(DType dtype, std::vector<int64_t> dims);
   /// Views memory owned by `owner` (an mmap, an initializer blob) without copying.
   static Tensor wrap(DType dtype, std::vector<int64_t> dims, std::shared_ptr<const void> owner, const void* data);

@@ -75,7 +75,7 @@ Status read_external(ImportState& st, const onnx::TensorProto& tp, const std::st
   if (reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(std::max<int64_t>(dtype_size(dtype), 1)) == 0) {
     *out = Tensor::wrap(dtype, dims, f.owner, p);  // zero copy
   } else {
-    *out = Tensor::allocate(dtype, dims);
+    ASSIGN_OR_RETURN(*out, Tensor::create(dtype, dims, what));
     if (nbytes) std::memcpy(out->mutable_raw(), p, static_cast<size_t>(nbytes));
   }
   return Status::ok();
@@ -136,7 +136,7 @@ StatusOr<Tensor> tensor_from_proto(ImportState* st, const onnx::TensorProto& tp,
     return invalid_model(what + ": " + field + " holds " + std::to_string(count) + " values but shape " +
                          dims_to_string(dims) + " needs " + std::to_string(n));
   }
-  Tensor t = Tensor::allocate(dtype, dims);
+  ASSIGN_OR_RETURN(Tensor t, Tensor::create(dtype, dims, what));
   if (dtype == DType::kString) {
     if (tp.string_data_size() != n)
       return invalid_model(what + ": string_data holds " + std::to_string(tp.string_data_size()) +

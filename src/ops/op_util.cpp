@@ -145,7 +145,7 @@ void cast_into(const Tensor& src, D* dst) {
 
 StatusOr<Tensor> cast_tensor(const Tensor& src, DType dtype) {
   if (src.dtype() == dtype) return src;
-  Tensor out = Tensor::allocate(dtype, src.dims());
+  ASSIGN_OR_RETURN(Tensor out, Tensor::try_allocate(dtype, src.dims()));
   const int64_t n = src.numel();
   if (src.dtype() == DType::kString) {
     if (dtype_is_float(dtype) || dtype_is_integer(dtype) || dtype == DType::kBool) {

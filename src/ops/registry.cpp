@@ -64,7 +64,7 @@ StatusOr<Tensor*> KernelContext::allocate_output_over(int64_t i, int64_t input, 
   Value& out = (*outputs_)[i];
   out = Value();
   std::vector<int64_t> d = dims;
-  if (!allocator->allocate_over(i, input, dtype, &d, &out.tensor)) out.tensor = Tensor::allocate(dtype, std::move(dims));
+  if (!allocator->allocate_over(i, input, dtype, &d, &out.tensor)) return allocate_on_heap(i, dtype, std::move(dims));
   return &out.tensor;
 }
 
@@ -85,8 +85,15 @@ StatusOr<Tensor*> KernelContext::allocate_output(int64_t i, DType dtype, std::ve
   Value& out = (*outputs_)[i];
   out = Value();
   if (!allocator || dtype == DType::kString || !allocator->allocate(i, dtype, &dims, zero_fill, &out.tensor))
-    out.tensor = Tensor::allocate(dtype, std::move(dims));
+    return allocate_on_heap(i, dtype, std::move(dims));
   return &out.tensor;
+}
+
+StatusOr<Tensor*> KernelContext::allocate_on_heap(int64_t i, DType dtype, std::vector<int64_t> dims) {
+  StatusOr<Tensor> t = Tensor::try_allocate(dtype, std::move(dims));
+  if (!t.is_ok()) return t.status().with_context(node().describe() + " output " + std::to_string(i));
+  (*outputs_)[i] = Value(std::move(t).value());
+  return &(*outputs_)[i].tensor;
 }
 
 void OpRegistry::add(OpSchema schema) {

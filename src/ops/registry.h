@@ -126,6 +126,9 @@ class KernelContext : public AttrReader {
   OutputAllocator* allocator = nullptr;
 
  private:
+  // Output i from the heap; out of memory is a Status naming the node, the output and the bytes.
+  StatusOr<Tensor*> allocate_on_heap(int64_t i, DType dtype, std::vector<int64_t> dims);
+
   int64_t opset_;
   std::vector<const Value*> inputs_;
   std::vector<Value>* outputs_;

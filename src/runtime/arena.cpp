@@ -112,7 +112,7 @@ bool AllocationRecorder::record(int64_t index, int64_t over, bool elementwise, D
     }
   }
   void* mem = std::aligned_alloc(static_cast<size_t>(kArenaAlignment), static_cast<size_t>(aligned_size(nbytes)));
-  if (!mem) throw std::bad_alloc();
+  if (!mem) return false;  // the heap path tries again and reports the size when it fails too
   if (zero_fill) std::memset(mem, 0, static_cast<size_t>(nbytes));
   const int32_t id = static_cast<int32_t>(st.records.size());
   rec.data = mem;
@@ -202,13 +202,15 @@ struct ArenaAllocator::Token {
 ArenaAllocator::ArenaAllocator() = default;
 ArenaAllocator::~ArenaAllocator() = default;
 
-void ArenaAllocator::bind(std::shared_ptr<const ArenaPlan> plan) {
+Status ArenaAllocator::bind(std::shared_ptr<const ArenaPlan> plan) {
   bool reusable = arena_ && arena_bytes_ >= plan->arena_bytes && tokens_.size() >= plan->allocs.size();
   for (const auto& t : tokens_) reusable = reusable && t.use_count() == 1;
   if (!reusable) {
     const int64_t bytes = std::max<int64_t>(aligned_size(plan->arena_bytes), kArenaAlignment);
     void* mem = allocate_arena(bytes);
-    if (!mem) throw std::bad_alloc();
+    if (!mem)
+      return resource_exhausted("out of memory: cannot allocate the run's arena of " + std::to_string(bytes) +
+                                " bytes (try a smaller batch, or --memory-limit to see what fits)");
     arena_.reset(static_cast<uint8_t*>(mem), [](uint8_t* p) { std::free(p); });
     arena_bytes_ = bytes;
     tokens_.clear();
@@ -219,6 +221,7 @@ void ArenaAllocator::bind(std::shared_ptr<const ArenaPlan> plan) {
   range_end_ = arena_.get() + arena_bytes_;
   plan_ = std::move(plan);
   active_ = true;
+  return Status::ok();
 }
 
 void ArenaAllocator::begin_step(int32_t step) { step_ = step; }

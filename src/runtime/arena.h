@@ -68,8 +68,9 @@ class ArenaAllocator : public OutputAllocator {
   ArenaAllocator();
   ~ArenaAllocator() override;
   /// Uses `plan` for the next run: reuses the arena when nothing from an earlier run still
-  /// references it and it is large enough, else makes a new one.
-  void bind(std::shared_ptr<const ArenaPlan> plan);
+  /// references it and it is large enough, else makes a new one (out of memory: an error naming
+  /// the arena's size, and nothing is bound).
+  Status bind(std::shared_ptr<const ArenaPlan> plan);
   void begin_step(int32_t step);
   bool allocate(int64_t index, DType dtype, std::vector<int64_t>* dims, bool zero_fill, Tensor* out) override;
   /// After the step's values are released: false when a tensor the plan releases at this step is

@@ -137,7 +137,7 @@ struct Comparator::Impl {
   }
 
   StatusOr<Tensor> unspill(const SpillEntry& e) {
-    Tensor t = Tensor::allocate(DType::kF32, e.dims);
+    ASSIGN_OR_RETURN(Tensor t, Tensor::try_allocate(DType::kF32, e.dims));
     FILE* fp = std::fopen(e.path.c_str(), "rb");
     if (!fp) return internal_error("per-layer spill file '" + e.path + "' disappeared");
     const size_t n = static_cast<size_t>(t.numel());

@@ -315,7 +315,8 @@ Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
       if (begin == 0) {
         std::vector<int64_t> dims = t.dims();
         dims[0] = rows;
-        outputs->emplace_back(part_out[i].first, Value(Tensor::allocate(t.dtype(), dims)));
+        ASSIGN_OR_RETURN(Tensor whole, Tensor::try_allocate(t.dtype(), dims));
+        outputs->emplace_back(part_out[i].first, Value(std::move(whole)));
       }
       Tensor& whole = (*outputs)[i].second.tensor;
       std::memcpy(static_cast<uint8_t*>(whole.mutable_raw()) + whole.nbytes() / rows * begin, t.raw(),
@@ -354,7 +355,12 @@ Status Executor::run_whole(const NamedValues& feeds, NamedValues* outputs) {
   if (plannable) {
     std::shared_ptr<const ArenaPlan> plan = find_plan(shapes_key);
     if (plan) {
-      state->arena.bind(std::move(plan));
+      Status bound = state->arena.bind(std::move(plan));
+      if (!bound.is_ok()) {
+        for (Value& v : state->slots) v = Value();
+        release_state(std::move(state));
+        return bound;
+      }
       memory.arena = &state->arena;
     } else {
       recorder = std::make_unique<AllocationRecorder>(static_cast<int32_t>(g.nodes.size()));

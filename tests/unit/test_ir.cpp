@@ -62,5 +62,17 @@ TEST(Tensor, ReshapedSharesStorage) {
   EXPECT_EQ(c.data<float>()[5], 6.0f);
 }
 
+// Out of memory is a Status naming the bytes asked for (not an exception). Sanitizers abort on
+// such a request instead of returning null, so the check runs in plain builds only.
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+TEST(Tensor, TryAllocateReportsTheSizeWhenMemoryIsNotThere) {
+  StatusOr<Tensor> t = Tensor::try_allocate(DType::kF32, {int64_t{1} << 42});
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(t.status().message().find(std::to_string(int64_t{1} << 44) + " bytes"), std::string::npos)
+      << t.status().message();
+}
+#endif
+
 }  // namespace
 }  // namespace ferry
