@@ -82,16 +82,11 @@ class [[nodiscard]] StatusOr {
     if (!_st.is_ok()) return _st;                     \
   } while (0)
 
-/// Returns an error status built by `make(msg)` if `cond` is false.
-#define RETURN_ERROR_IF(cond, status_expr) \
-  do {                                     \
-    if (cond) return (status_expr);        \
-  } while (0)
-
 #define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                          \
   if (!tmp.is_ok()) return tmp.status();      \
   lhs = std::move(tmp).value()
 
-/// `ASSIGN_OR_RETURN(auto x, f());` declares x from a StatusOr or returns its error.
+/// `ASSIGN_OR_RETURN(auto x, f());` declares x from a StatusOr or returns its error. It expands
+/// to several statements: under an `if`, put it in braces.
 #define ASSIGN_OR_RETURN(lhs, expr) ASSIGN_OR_RETURN_IMPL(FERRY_CONCAT(_so_, __LINE__), lhs, expr)
