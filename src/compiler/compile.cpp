@@ -7,9 +7,9 @@
 
 #include "compiler/prepack.h"
 #include "compiler/tuner.h"
+#include "ops/shape_inference.h"
 #include "passes/pipeline.h"
 #include "passes/precision.h"
-#include "passes/shape_inference.h"
 
 namespace ferry {
 namespace {

@@ -17,7 +17,7 @@
 #include <xxhash.h>
 
 #include "format/checksum_impl.h"
-#include "onnx/file_util.h"
+#include "io/file_util.h"
 
 namespace ferry {
 namespace {

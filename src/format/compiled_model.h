@@ -10,7 +10,6 @@
 
 #include "common/status.h"
 #include "ir/graph.h"
-#include "passes/pipeline.h"  // kOptimizedMetadataKey
 
 namespace ferry {
 

@@ -3,6 +3,7 @@
 
 #include "format/file_header.h"
 #include "format/graph_codec.h"
+#include "ir/graph_check.h"
 
 namespace ferry::format {
 namespace {
@@ -112,12 +113,10 @@ struct Reader {
     g->parent = parent;
     g->name = to_string(in.name());
     const std::string where = "graph '" + g->name + "'";
-    std::unordered_set<std::string> defined;
     if (in.inputs())
       for (const fb::ValueInfo* v : *in.inputs()) {
         ValueInfo vi{to_string(v->name()), {}};
         RETURN_IF_ERROR(read_type(v->type(), where + " input '" + vi.name + "'", &vi.type));
-        defined.insert(vi.name);
         g->inputs.push_back(std::move(vi));
       }
     if (in.outputs())
@@ -131,7 +130,6 @@ struct Reader {
         const std::string name = to_string(t->name());
         Tensor tensor;
         RETURN_IF_ERROR(read_tensor(t->tensor(), w, where + " initializer '" + name + "'", &tensor));
-        defined.insert(name);
         g->initializers[name] = std::move(tensor);
       }
     if (in.value_types())
@@ -153,10 +151,6 @@ struct Reader {
         node.implicit_inputs = to_strings(n->implicit_inputs());
         node.origin = to_strings(n->origin());
         const std::string nwhere = where + " " + node.describe();
-        for (const std::string& v : node.inputs) {
-          if (v.empty() || defined.count(v) || (parent && visible(parent, v))) continue;
-          return invalid_model(nwhere + ": input '" + v + "' is not defined before the node (the file is corrupted)");
-        }
         if (n->attrs())
           for (const fb::Attribute* a : *n->attrs()) {
             const std::string key = to_string(a->name());
@@ -164,21 +158,15 @@ struct Reader {
             RETURN_IF_ERROR(attribute(a, nwhere + " attribute '" + key + "'", g, &attr));
             node.attrs[key] = std::move(attr);
           }
-        for (const std::string& o : node.outputs) defined.insert(o);
         g->nodes.push_back(std::move(node));
       }
     }
-    return Status::ok();
-  }
-
-  // A value an enclosing graph defines (inputs, initializers, node outputs): subgraphs may read it.
-  static bool visible(const Graph* g, const std::string& v) {
-    for (; g; g = g->parent) {
-      if (g->initializers.count(v) || g->value_types.count(v)) return true;
-      for (const ValueInfo& i : g->inputs)
-        if (i.name == v) return true;
-    }
-    return false;
+    // A subgraph may read what its enclosing graphs define; their value_types name the values
+    // of nodes not read yet.
+    std::unordered_set<std::string> outer = enclosing_scope_values(*g);
+    for (const Graph* p = parent; p; p = p->parent)
+      for (const auto& [name, t] : p->value_types) outer.insert(name);
+    return check_graph(g, outer, NodeOrder::kRequireSorted).with_context(where + " (the file is corrupted)");
   }
 };
 

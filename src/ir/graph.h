@@ -79,6 +79,10 @@ class Graph {
   const Tensor* find_initializer(const std::string& value) const;
 };
 
+/// Model::metadata key marking a model whose graph is already optimized (value: the opt level),
+/// e.g. one loaded from a compiled .ferry file: the executor runs no passes on it.
+inline constexpr const char* kOptimizedMetadataKey = "ferry.optimized";
+
 struct Model {
   int64_t ir_version = 0;
   std::string producer_name;

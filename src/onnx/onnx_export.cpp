@@ -17,7 +17,7 @@
 #include <functional>
 #include <set>
 
-#include "onnx/file_util.h"
+#include "io/file_util.h"
 #include "onnx/onnx_import.h"
 #include "onnx/onnx_pb.h"
 

@@ -12,12 +12,13 @@
 #include <unordered_set>
 #include <utility>
 
-#include "onnx/file_util.h"
+#include "ir/graph_check.h"
+#include "io/file_util.h"
 #include "onnx/onnx_pb.h"
 // After onnx_pb.h, which defines ONNX_API.
 #include "onnx/onnx-data.pb.h"
 #include "ops/registry.h"
-#include "passes/shape_inference.h"
+#include "ops/shape_inference.h"
 
 namespace ferry {
 namespace {
@@ -299,102 +300,6 @@ Status convert_attribute(ImportState& st, const onnx::AttributeProto& ap, const 
   return Status::ok();
 }
 
-// Values a graph reads but does not define (outer-scope references of a subgraph).
-void collect_free_values(const Graph& g, std::set<std::string>* out) {
-  std::unordered_set<std::string> defined;
-  for (const ValueInfo& v : g.inputs) defined.insert(v.name);
-  for (const auto& [name, t] : g.initializers) defined.insert(name);
-  for (const Node& n : g.nodes)
-    for (const std::string& o : n.outputs) defined.insert(o);
-  auto use = [&](const std::string& v) {
-    if (!v.empty() && !defined.count(v)) out->insert(v);
-  };
-  for (const Node& n : g.nodes) {
-    for (const std::string& i : n.inputs) use(i);
-    for (const std::string& i : n.implicit_inputs) use(i);
-  }
-  for (const ValueInfo& v : g.outputs) use(v.name);
-}
-
-// Checks every edge is defined, no value is defined twice, and sorts nodes topologically.
-Status check_and_sort(Graph* g, const std::unordered_set<std::string>& outer_values) {
-  std::unordered_map<std::string, size_t> producer;
-  std::unordered_set<std::string> available(outer_values.begin(), outer_values.end());
-  for (const ValueInfo& v : g->inputs) available.insert(v.name);
-  for (const auto& [name, t] : g->initializers) available.insert(name);
-  for (size_t i = 0; i < g->nodes.size(); ++i) {
-    for (const std::string& o : g->nodes[i].outputs) {
-      if (o.empty()) continue;
-      auto [it, fresh] = producer.emplace(o, i);
-      if (!fresh)
-        return invalid_model("value '" + o + "' is produced by both " + g->nodes[it->second].describe() + " and " +
-                             g->nodes[i].describe() + "; every value must have exactly one producer");
-      for (const ValueInfo& v : g->inputs)
-        if (v.name == o) return invalid_model(g->nodes[i].describe() + " writes '" + o + "', which is a graph input");
-    }
-  }
-  // Kahn's algorithm; ties keep the file's order.
-  const size_t n = g->nodes.size();
-  std::vector<int64_t> pending(n, 0);
-  std::vector<std::vector<size_t>> consumers(n);
-  for (size_t i = 0; i < n; ++i) {
-    const Node& node = g->nodes[i];
-    std::vector<std::string> reads = node.inputs;
-    reads.insert(reads.end(), node.implicit_inputs.begin(), node.implicit_inputs.end());
-    std::unordered_set<size_t> deps;
-    for (const std::string& in : reads) {
-      if (in.empty()) continue;
-      auto p = producer.find(in);
-      if (p != producer.end()) {
-        if (p->second == i)
-          return invalid_model(node.describe() + " reads its own output '" + in + "' (a cycle)");
-        deps.insert(p->second);
-      } else if (!available.count(in)) {
-        return invalid_model(node.describe() + " reads '" + in + "', which no node, graph input or initializer "
-                             "defines (a dangling edge)");
-      }
-    }
-    pending[i] = static_cast<int64_t>(deps.size());
-    for (size_t d : deps) consumers[d].push_back(i);
-  }
-  std::vector<size_t> order;
-  order.reserve(n);
-  std::vector<size_t> ready;
-  for (size_t i = n; i-- > 0;)
-    if (pending[i] == 0) ready.push_back(i);
-  // ready is a stack with the lowest index on top.
-  while (!ready.empty()) {
-    size_t i = ready.back();
-    ready.pop_back();
-    order.push_back(i);
-    std::vector<size_t> newly;
-    for (size_t c : consumers[i])
-      if (--pending[c] == 0) newly.push_back(c);
-    std::sort(newly.rbegin(), newly.rend());
-    // keep global preference for lower indices
-    ready.insert(ready.end(), newly.begin(), newly.end());
-    std::sort(ready.begin(), ready.end(), std::greater<size_t>());
-  }
-  if (order.size() != n) {
-    std::string cyc;
-    int shown = 0;
-    for (size_t i = 0; i < n && shown < 5; ++i)
-      if (pending[i] > 0) {
-        cyc += (shown ? ", " : "") + g->nodes[i].describe();
-        ++shown;
-      }
-    return invalid_model("the graph has a cycle; nodes on or after it: " + cyc);
-  }
-  std::vector<Node> sorted;
-  sorted.reserve(n);
-  for (size_t i : order) sorted.push_back(std::move(g->nodes[i]));
-  g->nodes = std::move(sorted);
-  for (const ValueInfo& v : g->outputs)
-    if (!producer.count(v.name) && !available.count(v.name))
-      return invalid_model("graph output '" + v.name + "' is not produced by any node");
-  return Status::ok();
-}
-
 // Checks the node against its schema: known op at this opset, input/output counts, attributes.
 Status check_node(const ImportState& st, const Node& node) {
   auto op_it = st.opsets.find(node.domain);
@@ -507,15 +412,7 @@ Status convert_graph(ImportState& st, const onnx::GraphProto& gp, Graph* g, int 
     node.implicit_inputs.assign(free_vals.begin(), free_vals.end());
     g->nodes.push_back(std::move(node));
   }
-  // Values visible from enclosing graphs.
-  std::unordered_set<std::string> outer;
-  for (const Graph* p = g->parent; p; p = p->parent) {
-    for (const ValueInfo& v : p->inputs) outer.insert(v.name);
-    for (const auto& [name, t] : p->initializers) outer.insert(name);
-    for (const Node& n : p->nodes)
-      for (const std::string& o : n.outputs) outer.insert(o);
-  }
-  RETURN_IF_ERROR(check_and_sort(g, outer));
+  RETURN_IF_ERROR(check_graph(g, enclosing_scope_values(*g), NodeOrder::kSort));
   for (const Node& node : g->nodes) {
     if (!st.options.require_known_ops) {
       auto it = st.opsets.find(node.domain);

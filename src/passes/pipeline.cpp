@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "passes/shape_inference.h"
+#include "ops/shape_inference.h"
 
 namespace ferry {
 

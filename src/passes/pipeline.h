@@ -62,10 +62,6 @@ struct OptimizeReport {
   int64_t nodes_after = 0;
 };
 
-/// Model::metadata key marking a model whose graph is already optimized (value: the opt level),
-/// e.g. one loaded from a compiled .ferry file: the executor runs no passes on it.
-inline constexpr const char* kOptimizedMetadataKey = "ferry.optimized";
-
 /// Every pass, in the order the pipeline runs them.
 const std::vector<GraphPass>& graph_passes();
 

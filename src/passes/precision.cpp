@@ -11,7 +11,7 @@
 
 #include "ops/op_util.h"
 #include "ops/registry.h"
-#include "passes/shape_inference.h"
+#include "ops/shape_inference.h"
 
 namespace ferry {
 

@@ -3,9 +3,9 @@
 // Reshape targets) become initializers and the nodes computing them go away.
 #include <algorithm>
 
+#include "ops/shape_inference.h"
 #include "passes/graph_edit.h"
 #include "passes/pipeline.h"
-#include "passes/shape_inference.h"
 
 namespace ferry {
 namespace {

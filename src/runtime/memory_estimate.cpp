@@ -9,7 +9,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "passes/shape_inference.h"
+#include "ops/shape_inference.h"
 
 namespace ferry {
 

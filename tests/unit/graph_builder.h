@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ir/graph.h"
-#include "passes/shape_inference.h"
+#include "ops/shape_inference.h"
 
 namespace ferry::testing {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ir/graph.h"
-#include "passes/shape_inference.h"
+#include "ops/shape_inference.h"
 #include "runtime/executor.h"
 
 namespace ferry::testing {

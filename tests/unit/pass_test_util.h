@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "ops/shape_inference.h"
 #include "passes/pipeline.h"
-#include "passes/shape_inference.h"
 #include "runtime/executor.h"
 #include "op_tester.h"
 

@@ -5,9 +5,9 @@
 
 #include "graph_builder.h"
 #include "op_tester.h"
+#include "ops/shape_inference.h"
 #include "partial_backend.h"
 #include "passes/decompositions.h"
-#include "passes/shape_inference.h"
 #include "runtime/executor.h"
 
 namespace ferry::testing {

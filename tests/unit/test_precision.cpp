@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <set>
 
+#include "ops/shape_inference.h"
 #include "passes/precision.h"
-#include "passes/shape_inference.h"
 #include "runtime/compare.h"
 #include "runtime/precision_fix.h"
 #include "runtime/precision_run.h"

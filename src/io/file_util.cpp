@@ -1,4 +1,4 @@
-#include "onnx/file_util.h"
+#include "io/file_util.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

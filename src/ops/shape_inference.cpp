@@ -1,4 +1,4 @@
-#include "passes/shape_inference.h"
+#include "ops/shape_inference.h"
 
 #include <algorithm>
 #include <optional>
