@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "ops/float_util.h"
 #include "ops/op_util.h"
 
 namespace ferry {
@@ -13,49 +14,17 @@ namespace {
 
 using std::vector;
 
-const vector<DType> kFloatTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
-
 template <typename T>
 constexpr bool is_negative(T v) {
   if constexpr (std::is_signed_v<T>) return v < 0;
   else return false;
 }
 
-bool is_low_float(DType t) { return t == DType::kF16 || t == DType::kBF16; }
-
-std::string type_error(const char* what, DType t, const char* expected) {
-  return std::string(what) + " has element type " + dtype_name(t) + "; expected " + expected;
-}
-
-// Calls body(const T* x, T* y) with T = float or double for the float tensor x; writes output
-// `out_index` with x's dims and dtype. f16/bf16 are widened to f32 and the result rounded back.
-template <typename Body>
-Status float_io(KernelContext& ctx, const Tensor& x0, int64_t out_index, Body body) {
-  const DType dt = x0.dtype();
-  if (!dtype_is_float(dt)) return ctx.error(type_error("input 0", dt, "a float type (f16, bf16, f32, f64)"));
-  const bool low = is_low_float(dt);
-  Tensor x = widen_to_f32(x0);
-  Tensor y;
-  if (low) {
-    y = Tensor::allocate(DType::kF32, x.dims());
-  } else {
-    ASSIGN_OR_RETURN(Tensor * p, ctx.allocate_output(out_index, dt, x.dims()));
-    y = *p;  // shares storage with the output
-  }
-  if (x.dtype() == DType::kF32) body(x.data<float>(), y.mutable_data<float>());
-  else body(x.data<double>(), y.mutable_data<double>());
-  if (low) {
-    ASSIGN_OR_RETURN(Tensor r, cast_tensor(y, dt));
-    ctx.set_output(out_index, std::move(r));
-  }
-  return Status::ok();
-}
-
 // y = f(x) elementwise, f: double -> double.
 template <typename F>
 Status map_float(KernelContext& ctx, F f) {
   const int64_t n = ctx.input(0).numel();
-  return float_io(ctx, ctx.input(0), 0, [&](const auto* px, auto* py) {
+  return float_io(ctx, ctx.input(0), 0, "input 0", [&](const auto* px, auto* py) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(px)>>;
     for (int64_t i = 0; i < n; ++i) py[i] = static_cast<T>(f(static_cast<double>(px[i])));
   });
@@ -235,7 +204,7 @@ Status k_prelu(KernelContext& ctx) {
   const std::vector<int64_t> sstr = broadcast_strides(s0.dims(), x0.dims());
   if (dtype_is_float(x0.dtype())) {
     Tensor s = widen_to_f32(s0);
-    return float_io(ctx, x0, 0, [&](const auto* px, auto* py) {
+    return float_io(ctx, x0, 0, "input 0", [&](const auto* px, auto* py) {
       using T = std::remove_cv_t<std::remove_pointer_t<decltype(px)>>;
       const T* ps = s.data<T>();
       if (s.numel() == 1) {
@@ -383,7 +352,7 @@ Status k_softmax(KernelContext& ctx) {
     n = x.dim(axis);
     for (int64_t i = axis + 1; i < r; ++i) inner *= x.dim(i);
   }
-  return float_io(ctx, x, 0, [&](const auto* px, auto* py) {
+  return float_io(ctx, x, 0, "input 0", [&](const auto* px, auto* py) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(px)>>;
     const double kNegInf = -std::numeric_limits<double>::infinity();
     vector<double> mx(static_cast<size_t>(inner)), sum(static_cast<size_t>(inner));

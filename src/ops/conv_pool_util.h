@@ -1,8 +1,10 @@
-// Attribute parsing and output-size arithmetic shared by Conv, ConvTranspose and the pooling ops
-// (kernel_shape, strides, dilations, pads, auto_pad, ceil_mode), for any number of spatial axes.
+// Attribute parsing and output-size arithmetic shared by the convolutions (Conv, ConvTranspose, the
+// integer, fused and gradient forms) and the pooling ops (kernel_shape, strides, dilations, pads,
+// auto_pad, ceil_mode, output_padding), for any number of spatial axes.
 #pragma once
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -133,6 +135,84 @@ Status conv_pool_out_dim(Ctx& ctx, const SpatialAttrs& a, int64_t i, const Dim& 
   const int64_t dk = a.dilated_kernel(i);
   const int64_t total_pad = a.auto_pad == AutoPad::kNotSet ? a.pads[i] + a.pads[i + a.nd] : 0;
   if (a.strides[i] == 1 && (same || total_pad == dk - 1)) *out = in;
+  return Status::ok();
+}
+
+/// The output's spatial dims for an input of type `x` (rank nd + 2 or unknown), appended to `out`;
+/// `axes` gets the geometry of every axis when the kernel and all input dims are known, else is
+/// left empty. Shared by the convolutions (float, integer, fused) and the pooling ops.
+template <class Ctx>
+Status conv_pool_spatial_out(Ctx& ctx, const SpatialAttrs& a, const TensorType& x, Shape* out,
+                             std::vector<AxisGeom>* axes) {
+  axes->clear();
+  bool all_known = !a.kernel.empty() && x.shape.has_value();
+  for (int64_t i = 0; i < a.nd; ++i) {
+    const Dim in = x.shape ? x.shape->dims[2 + i] : Dim();
+    Dim od;
+    RETURN_IF_ERROR(conv_pool_out_dim(ctx, a, i, in, &od));
+    out->dims.push_back(od);
+    if (!in.is_known()) all_known = false;
+  }
+  if (all_known) {
+    axes->resize(static_cast<size_t>(a.nd));
+    for (int64_t i = 0; i < a.nd; ++i) RETURN_IF_ERROR(conv_pool_axis(ctx, a, i, x.shape->dims[2 + i].value, &(*axes)[i]));
+  }
+  return Status::ok();
+}
+
+/// A convolution's spatial attributes (Conv, ConvTranspose, ConvInteger, QLinearConv): the kernel
+/// comes from kernel_shape or, when absent, from the weights' spatial dims, and the two must agree.
+/// x and w (named `w_name` in errors) have equal ranks >= 3 where known, and not both unknown.
+template <class Ctx>
+Status read_conv_attrs(Ctx& ctx, const TensorType& x, const TensorType& w, const char* w_name, SpatialAttrs* a) {
+  const int64_t rank = x.shape ? x.shape->rank() : w.shape->rank();
+  const int64_t nd = rank - 2;
+  std::optional<std::vector<int64_t>> wk;
+  if (w.shape) {
+    std::vector<int64_t> k;
+    for (int64_t i = 2; i < rank; ++i)
+      if (w.shape->dims[i].is_known()) k.push_back(w.shape->dims[i].value);
+    if (static_cast<int64_t>(k.size()) == nd) wk = k;
+  }
+  RETURN_IF_ERROR(read_spatial_attrs(ctx, nd, wk ? &*wk : nullptr, false, a));
+  if (wk && ctx.has("kernel_shape") && a->kernel != *wk)
+    return ctx.error("attribute 'kernel_shape' " + dims_to_string(a->kernel) + " does not match the spatial dims of input '" +
+                     w_name + "' " + w.shape->to_string());
+  return Status::ok();
+}
+
+/// floor(t / 2) for any sign (ONNX's reference uses Python's //).
+inline int64_t floor_half(int64_t t) { return t >= 0 ? t / 2 : -((-t + 1) / 2); }
+
+/// ConvTranspose's output size and padding of spatial axis i for an input of size `in`. With
+/// `output_shape` (its spatial values) or SAME auto_pad the output size is given (output_shape, else
+/// in * stride) and the padding follows (the odd one at the end for SAME_UPPER); otherwise `pads`
+/// (none for VALID) give the output size s * (in - 1) + output_padding + dilated kernel - pads.
+template <class Ctx>
+Status conv_transpose_axis(Ctx& ctx, const SpatialAttrs& a, int64_t output_padding,
+                           const std::optional<std::vector<int64_t>>& output_shape, int64_t i, int64_t in, AxisGeom* g) {
+  const int64_t s = a.strides[i], dk = a.dilated_kernel(i);
+  const int64_t full = s * (in - 1) + output_padding + dk;  // output size with no padding
+  g->in = in;
+  const bool same = a.auto_pad == AutoPad::kSameUpper || a.auto_pad == AutoPad::kSameLower;
+  if (output_shape || same) {
+    g->out = output_shape ? (*output_shape)[i] : in * s;
+    const int64_t total = full - g->out;
+    if (a.auto_pad == AutoPad::kSameUpper) {
+      g->pad_begin = floor_half(total);
+      g->pad_end = total - g->pad_begin;
+    } else {
+      g->pad_end = floor_half(total);
+      g->pad_begin = total - g->pad_end;
+    }
+    return Status::ok();
+  }
+  g->pad_begin = a.auto_pad == AutoPad::kValid ? 0 : a.pads[i];
+  g->pad_end = a.auto_pad == AutoPad::kValid ? 0 : a.pads[i + a.nd];
+  g->out = full - g->pad_begin - g->pad_end;
+  if (g->out < 0)
+    return ctx.error("spatial axis " + std::to_string(i) + ": pads " + std::to_string(g->pad_begin) + "+" +
+                     std::to_string(g->pad_end) + " exceed the full output size " + std::to_string(full));
   return Status::ok();
 }
 

@@ -5,14 +5,13 @@
 #include <cstring>
 #include <limits>
 
+#include "ops/float_util.h"
 #include "ops/op_util.h"
 
 namespace ferry {
 namespace {
 
 using std::vector;
-
-const vector<DType> kFloatTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
 
 bool is_float_dtype(DType t) { return dtype_is_float(t); }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "ops/float_util.h"
 #include "ops/op_util.h"
 
 namespace ferry {
@@ -16,7 +17,7 @@ template <typename F>
 Status unary_float(KernelContext& ctx, F f) {
   const Tensor& x = ctx.input(0);
   const DType dt = x.dtype();
-  if (dt == DType::kF16 || dt == DType::kBF16) {
+  if (is_low_float(dt)) {
     Tensor xf = widen_to_f32(x);
     Tensor yf = Tensor::allocate(DType::kF32, x.dims());
     for (int64_t i = 0; i < x.numel(); ++i) yf.mutable_data<float>()[i] = f(xf.data<float>()[i]);
@@ -40,7 +41,7 @@ Status unary_float(KernelContext& ctx, F f) {
 template <typename F>
 Status unary_numeric(KernelContext& ctx, F f) {
   const Tensor& x = ctx.input(0);
-  if (x.dtype() == DType::kF16 || x.dtype() == DType::kBF16) return unary_float(ctx, f);
+  if (is_low_float(x.dtype())) return unary_float(ctx, f);
   ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, x.dtype(), x.dims()));
   FERRY_DISPATCH_NUMERIC(x.dtype(), ctx, {
     const scalar_t* px = x.data<scalar_t>();
@@ -248,7 +249,7 @@ StatusOr<Tensor> binary_apply(KernelContext& ctx, BinOp op, const Tensor& a_in, 
     return ctx.error("input shapes " + dims_to_string(a.dims()) + " and " + dims_to_string(b.dims()) +
                      " cannot be broadcast together");
   const DType dt = a.dtype();
-  const bool low = dt == DType::kF16 || dt == DType::kBF16;
+  const bool low = is_low_float(dt);
   if (low) {
     a = widen_to_f32(a);
     b = widen_to_f32(b);
@@ -354,8 +355,6 @@ Status infer_where(InferContext& ctx) {
   ctx.set_output(0, TensorType{x.dtype, shape});
   return Status::ok();
 }
-
-const vector<DType> kFloatTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
 
 }  // namespace
 

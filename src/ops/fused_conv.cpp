@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ops/data_movement.h"
+#include "ops/float_util.h"
 #include "ops/fused_activation.h"
 #include "ops/op_util.h"
 
@@ -25,7 +26,6 @@ namespace {
 
 using std::vector;
 
-const vector<DType> kFloatTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
 const vector<int64_t> kToNchw = {0, 3, 1, 2};
 const vector<int64_t> kToNhwc = {0, 2, 3, 1};
 

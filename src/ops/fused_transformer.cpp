@@ -13,14 +13,13 @@
 #include <cmath>
 
 #include "ops/attention_view.h"
+#include "ops/float_util.h"
 #include "ops/op_util.h"
 
 namespace ferry {
 namespace {
 
 using std::vector;
-
-const vector<DType> kFloatTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
 
 Status check_float(const InferContext& ctx, int64_t i, const char* what) {
   if (!ctx.has_input(i)) return Status::ok();

@@ -22,6 +22,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ops/float_util.h"
 #include "ops/op_util.h"
 
 namespace ferry {
@@ -29,9 +30,6 @@ namespace {
 
 using std::vector;
 
-const vector<DType> kFloatTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
-
-bool is_low_float(DType t) { return t == DType::kF16 || t == DType::kBF16; }
 
 // ---- shape rules -----------------------------------------------------------------------------
 

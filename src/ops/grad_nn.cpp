@@ -19,6 +19,7 @@
 // im2col + gemm_ref.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "ops/conv_pool_util.h"
 #include "ops/gemm_ref.h"
@@ -203,9 +204,6 @@ Status infer_conv_grad(InferContext& ctx) {
   return Status::ok();
 }
 
-// floor(t / 2) for any sign, as ConvTranspose's shape rule.
-int64_t floor_half(int64_t t) { return t >= 0 ? t / 2 : -((-t + 1) / 2); }
-
 template <bool kTranspose>
 Status k_conv_grad(KernelContext& ctx) {
   const Tensor &dy = ctx.input(0), &x = ctx.input(1), &w = ctx.input(2);
@@ -231,8 +229,7 @@ Status k_conv_grad(KernelContext& ctx) {
     return ctx.error("channels of dY " + dims_to_string(dy.dims()) + ", X " + dims_to_string(x.dims()) + " and W " +
                      dims_to_string(w.dims()) + " do not agree (group " + std::to_string(G) + ")");
   const vector<int64_t> op = ctx.get_ints("output_padding", vector<int64_t>(static_cast<size_t>(nd), 0));
-  vector<int64_t> os = ctx.get_ints("output_shape");
-  if (static_cast<int64_t>(os.size()) == nd + 2) os.erase(os.begin(), os.begin() + 2);
+  const bool output_shape_given = !ctx.get_ints("output_shape").empty();
   for (int64_t i = 0; i < nd; ++i) {
     const int64_t gin = grid_t.dim(2 + i), iin = image_t.dim(2 + i);
     grid.push_back(gin);
@@ -244,18 +241,17 @@ Status k_conv_grad(KernelContext& ctx) {
       pad[i] = ag.pad_begin;
       expect_grid = ag.out;
     } else {
-      const bool same = a.auto_pad == AutoPad::kSameUpper || a.auto_pad == AutoPad::kSameLower;
+      // The forward's geometry with the output size dY has (what output_shape or SAME gave it).
       const int64_t opi = i < static_cast<int64_t>(op.size()) ? op[i] : 0;
-      const int64_t full = a.strides[i] * (gin - 1) + opi + a.dilated_kernel(i);
-      if (!os.empty() || same) {
-        const int64_t total = full - iin;
-        pad[i] = a.auto_pad == AutoPad::kSameUpper ? floor_half(total) : total - floor_half(total);
-      } else {
-        pad[i] = a.auto_pad == AutoPad::kValid ? 0 : a.pads[i];
-        const int64_t pe = a.auto_pad == AutoPad::kValid ? 0 : a.pads[i + nd];
-        if (full - pad[i] - pe != iin)
-          return ctx.error("input dY " + dims_to_string(dy.dims()) + " is not the output shape of the ConvTranspose");
-      }
+      const bool sized = output_shape_given || a.auto_pad == AutoPad::kSameUpper || a.auto_pad == AutoPad::kSameLower;
+      vector<int64_t> out_size(static_cast<size_t>(nd), 0);
+      out_size[static_cast<size_t>(i)] = iin;
+      AxisGeom ag;
+      RETURN_IF_ERROR(conv_transpose_axis(ctx, a, opi, sized ? std::optional<vector<int64_t>>(out_size) : std::nullopt, i,
+                                          gin, &ag));
+      pad[i] = ag.pad_begin;
+      if (ag.out != iin)
+        return ctx.error("input dY " + dims_to_string(dy.dims()) + " is not the output shape of the ConvTranspose");
     }
     if (expect_grid != gin)
       return ctx.error("input dY " + dims_to_string(dy.dims()) + " is not the output shape of the Conv of X " +

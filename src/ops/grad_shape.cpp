@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ops/data_movement.h"
+#include "ops/float_util.h"
 
 namespace ferry {
 namespace {
@@ -20,8 +21,6 @@ using dm::input_desc;
 using dm::shape_str;
 using std::string;
 using std::vector;
-
-const vector<DType> kFloatTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
 
 // Output type from the `shape` input (input `i`): its value when known, else its length.
 Status infer_from_shape_input(InferContext& ctx, int64_t i, DType dt) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 
+#include "ops/float_util.h"
 #include "ops/op_util.h"
 
 namespace ferry {
@@ -17,8 +18,6 @@ namespace {
 
 using std::string;
 using std::vector;
-
-const vector<DType> kFloatTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
 
 StatusOr<Tensor> doubles_to_tensor(const vector<double>& v, vector<int64_t> dims, DType dt) {
   Tensor t = Tensor::allocate(DType::kF64, std::move(dims));

@@ -6,7 +6,8 @@
 #include <cstring>
 #include <optional>
 
-#include "ops/conv_pool_util.h"
+#include "ops/conv_geometry.h"
+#include "ops/float_util.h"
 #include "ops/gemm_ref.h"
 #include "ops/op_util.h"
 
@@ -15,12 +16,8 @@ namespace {
 
 using std::vector;
 
-const vector<DType> kFloatTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
 const vector<DType> kGemmTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16,
                                   DType::kI32, DType::kI64, DType::kU32, DType::kU64};
-
-// im2col buffers hold at most this many elements; bigger convolutions are done in column chunks.
-constexpr int64_t kColumnBudget = int64_t(1) << 22;
 
 int64_t product(const vector<int64_t>& v) {
   int64_t p = 1;
@@ -56,93 +53,6 @@ Status finish_output(KernelContext& ctx, Tensor result, DType out_dtype) {
   return Status::ok();
 }
 
-// ---- convolution geometry -------------------------------------------------------------------
-
-// Relates a "grid" of positions q (Conv: output positions; ConvTranspose: input positions) to an
-// "image" (Conv: the input; ConvTranspose: the output): kernel tap k of grid position q touches
-// image position p[d] = q[d] * stride[d] - pad_begin[d] + k[d] * dilation[d].
-struct TapGeom {
-  int64_t nd = 0;
-  vector<int64_t> grid, image, kernel, stride, dilation, pad;
-  int64_t grid_size = 0, image_size = 0, kernel_size = 0;
-};
-
-// For kernel tap `kpos`, visits grid positions q in [q0, q1) in row-major order and calls
-// fn(q - q0, p) where p is the flattened image offset of the tap, or -1 when it falls in the padding.
-template <class Fn>
-void walk_taps(const TapGeom& g, const vector<int64_t>& kpos, int64_t q0, int64_t q1, vector<int64_t>& q, Fn&& fn) {
-  const int64_t L = g.nd - 1;
-  int64_t rem = q0;
-  for (int64_t d = L; d >= 0; --d) {
-    q[d] = rem % g.grid[d];
-    rem /= g.grid[d];
-  }
-  int64_t pos = q0;
-  while (pos < q1) {
-    const int64_t run = std::min(g.grid[L] - q[L], q1 - pos);
-    bool inside = true;
-    int64_t off = 0;
-    for (int64_t d = 0; d < L; ++d) {
-      const int64_t p = q[d] * g.stride[d] - g.pad[d] + kpos[d] * g.dilation[d];
-      if (p < 0 || p >= g.image[d]) inside = false;
-      off = off * g.image[d] + p;
-    }
-    off *= g.image[L];
-    const int64_t base = q[L] * g.stride[L] - g.pad[L] + kpos[L] * g.dilation[L];
-    const int64_t t0 = pos - q0;
-    for (int64_t j = 0; j < run; ++j) {
-      const int64_t p = base + j * g.stride[L];
-      fn(t0 + j, (inside && p >= 0 && p < g.image[L]) ? off + p : int64_t(-1));
-    }
-    pos += run;
-    q[L] += run;
-    for (int64_t d = L; d > 0 && q[d] == g.grid[d]; --d) {
-      q[d] = 0;
-      ++q[d - 1];
-    }
-  }
-}
-
-void unravel(int64_t index, const vector<int64_t>& dims, vector<int64_t>& coords) {
-  for (int64_t d = static_cast<int64_t>(dims.size()) - 1; d >= 0; --d) {
-    coords[d] = index % dims[d];
-    index /= dims[d];
-  }
-}
-
-// col[(c * KS + kidx) * ncols + (q - q0)] = image value under tap kidx of grid position q, for the
-// `channels` planes of `image` (each g.image_size long) and q in [q0, q1).
-template <typename T>
-void im2col(const T* image, int64_t channels, const TapGeom& g, int64_t q0, int64_t q1, T* col) {
-  const int64_t ncols = q1 - q0;
-  vector<int64_t> kpos(g.nd), q(g.nd);
-  for (int64_t c = 0; c < channels; ++c) {
-    const T* src = image + c * g.image_size;
-    for (int64_t kidx = 0; kidx < g.kernel_size; ++kidx) {
-      unravel(kidx, g.kernel, kpos);
-      T* dst = col + (c * g.kernel_size + kidx) * ncols;
-      walk_taps(g, kpos, q0, q1, q, [&](int64_t t, int64_t p) { dst[t] = p >= 0 ? src[p] : T(0); });
-    }
-  }
-}
-
-// The transpose of im2col: image[p] += col[...] for every tap that lands inside the image.
-template <typename T>
-void col2im(const T* col, int64_t channels, const TapGeom& g, int64_t q0, int64_t q1, T* image) {
-  const int64_t ncols = q1 - q0;
-  vector<int64_t> kpos(g.nd), q(g.nd);
-  for (int64_t c = 0; c < channels; ++c) {
-    T* dst = image + c * g.image_size;
-    for (int64_t kidx = 0; kidx < g.kernel_size; ++kidx) {
-      unravel(kidx, g.kernel, kpos);
-      const T* src = col + (c * g.kernel_size + kidx) * ncols;
-      walk_taps(g, kpos, q0, q1, q, [&](int64_t t, int64_t p) {
-        if (p >= 0) dst[p] += src[t];
-      });
-    }
-  }
-}
-
 // ---- Conv -----------------------------------------------------------------------------------
 
 struct ConvInfo {
@@ -174,19 +84,7 @@ Status conv_info(Ctx& ctx, const TensorType& x, const TensorType& w, const Tenso
     ci->out.reset();
     return Status::ok();
   }
-  const int64_t rank = x.shape ? x.shape->rank() : w.shape->rank();
-  const int64_t nd = rank - 2;
-  std::optional<vector<int64_t>> wk;
-  if (w.shape) {
-    vector<int64_t> k;
-    for (int64_t i = 2; i < rank; ++i)
-      if (w.shape->dims[i].is_known()) k.push_back(w.shape->dims[i].value);
-    if (static_cast<int64_t>(k.size()) == nd) wk = k;
-  }
-  RETURN_IF_ERROR(read_spatial_attrs(ctx, nd, wk ? &*wk : nullptr, false, &ci->attrs));
-  if (wk && ctx.has("kernel_shape") && ci->attrs.kernel != *wk)
-    return ctx.error("attribute 'kernel_shape' " + dims_to_string(ci->attrs.kernel) +
-                     " does not match the spatial dims of input 'W' " + w.shape->to_string());
+  RETURN_IF_ERROR(read_conv_attrs(ctx, x, w, "W", &ci->attrs));
   const int64_t g = ci->group;
   const Dim xn = x.shape ? x.shape->dims[0] : Dim(), xc = x.shape ? x.shape->dims[1] : Dim();
   const Dim wm = w.shape ? w.shape->dims[0] : Dim(), wc = w.shape ? w.shape->dims[1] : Dim();
@@ -206,20 +104,7 @@ Status conv_info(Ctx& ctx, const TensorType& x, const TensorType& w, const Tenso
                      " output channels; B must have size M = " + std::to_string(wm.value));
   Shape out;
   out.dims = {xn, wm};
-  ci->axes.clear();
-  bool all_known = !ci->attrs.kernel.empty() && x.shape.has_value();
-  for (int64_t i = 0; i < nd; ++i) {
-    const Dim in = x.shape ? x.shape->dims[2 + i] : Dim();
-    Dim od;
-    RETURN_IF_ERROR(conv_pool_out_dim(ctx, ci->attrs, i, in, &od));
-    out.dims.push_back(od);
-    if (!in.is_known()) all_known = false;
-  }
-  if (all_known) {
-    ci->axes.resize(static_cast<size_t>(nd));
-    for (int64_t i = 0; i < nd; ++i)
-      RETURN_IF_ERROR(conv_pool_axis(ctx, ci->attrs, i, x.shape->dims[2 + i].value, &ci->axes[i]));
-  }
+  RETURN_IF_ERROR(conv_pool_spatial_out(ctx, ci->attrs, x, &out, &ci->axes));
   ci->out = out;
   return Status::ok();
 }
@@ -236,22 +121,12 @@ template <typename T>
 void conv_forward(const T* x, const T* w, const T* bias, T* y, const vector<int64_t>& xd, const vector<int64_t>& wd,
                   const ConvInfo& ci) {
   const int64_t nd = static_cast<int64_t>(xd.size()) - 2;
-  TapGeom g;
-  g.nd = nd;
+  const TapGeom g = conv_tap_geom(ci.attrs, ci.axes);
   bool pointwise = true;  // 1x1 kernel, stride 1, no padding: the input planes are the im2col matrix
   for (int64_t i = 0; i < nd; ++i) {
     const AxisGeom& a = ci.axes[i];
-    g.grid.push_back(a.out);
-    g.image.push_back(a.in);
-    g.kernel.push_back(ci.attrs.kernel[i]);
-    g.stride.push_back(ci.attrs.strides[i]);
-    g.dilation.push_back(ci.attrs.dilations[i]);
-    g.pad.push_back(a.pad_begin);
     if (ci.attrs.kernel[i] != 1 || ci.attrs.strides[i] != 1 || a.pad_begin != 0 || a.pad_end != 0) pointwise = false;
   }
-  g.grid_size = product(g.grid);
-  g.image_size = product(g.image);
-  g.kernel_size = product(g.kernel);
   const int64_t N = xd[0], C = xd[1], M = wd[0], G = ci.group;
   const int64_t Cg = C / G, Mg = M / G;
   const int64_t K = Cg * g.kernel_size;  // reduction length
@@ -314,38 +189,6 @@ struct ConvTInfo {
   vector<AxisGeom> axes;  // in = input size, out = output size, pads (may be negative with output_shape)
 };
 
-// floor(t / 2) for any sign (ONNX's reference uses Python's //).
-int64_t floor_half(int64_t t) { return t >= 0 ? t / 2 : -((-t + 1) / 2); }
-
-template <class Ctx>
-Status convt_axis(Ctx& ctx, const ConvTInfo& ci, const vector<int64_t>& output_padding,
-                  const std::optional<vector<int64_t>>& output_shape, int64_t i, int64_t in, AxisGeom* g) {
-  const SpatialAttrs& a = ci.attrs;
-  const int64_t s = a.strides[i], dk = a.dilated_kernel(i), op = output_padding[i];
-  const int64_t full = s * (in - 1) + op + dk;  // output size with no padding
-  g->in = in;
-  const bool same = a.auto_pad == AutoPad::kSameUpper || a.auto_pad == AutoPad::kSameLower;
-  if (output_shape || same) {
-    g->out = output_shape ? (*output_shape)[i] : in * s;
-    const int64_t total = full - g->out;
-    if (a.auto_pad == AutoPad::kSameUpper) {
-      g->pad_begin = floor_half(total);
-      g->pad_end = total - g->pad_begin;
-    } else {
-      g->pad_end = floor_half(total);
-      g->pad_begin = total - g->pad_end;
-    }
-    return Status::ok();
-  }
-  g->pad_begin = a.auto_pad == AutoPad::kValid ? 0 : a.pads[i];
-  g->pad_end = a.auto_pad == AutoPad::kValid ? 0 : a.pads[i + a.nd];
-  g->out = full - g->pad_begin - g->pad_end;
-  if (g->out < 0)
-    return ctx.error("spatial axis " + std::to_string(i) + ": pads " + std::to_string(g->pad_begin) + "+" +
-                     std::to_string(g->pad_end) + " exceed the full output size " + std::to_string(full));
-  return Status::ok();
-}
-
 template <class Ctx>
 Status convt_info(Ctx& ctx, const TensorType& x, const TensorType& w, const TensorType* b, ConvTInfo* ci) {
   RETURN_IF_ERROR(check_float_input(ctx, x.dtype, "X"));
@@ -367,19 +210,8 @@ Status convt_info(Ctx& ctx, const TensorType& x, const TensorType& w, const Tens
     ci->out.reset();
     return Status::ok();
   }
-  const int64_t rank = x.shape ? x.shape->rank() : w.shape->rank();
-  const int64_t nd = rank - 2;
-  std::optional<vector<int64_t>> wk;
-  if (w.shape) {
-    vector<int64_t> k;
-    for (int64_t i = 2; i < rank; ++i)
-      if (w.shape->dims[i].is_known()) k.push_back(w.shape->dims[i].value);
-    if (static_cast<int64_t>(k.size()) == nd) wk = k;
-  }
-  RETURN_IF_ERROR(read_spatial_attrs(ctx, nd, wk ? &*wk : nullptr, false, &ci->attrs));
-  if (wk && ctx.has("kernel_shape") && ci->attrs.kernel != *wk)
-    return ctx.error("attribute 'kernel_shape' " + dims_to_string(ci->attrs.kernel) +
-                     " does not match the spatial dims of input 'W' " + w.shape->to_string());
+  RETURN_IF_ERROR(read_conv_attrs(ctx, x, w, "W", &ci->attrs));
+  const int64_t nd = ci->attrs.nd;
   vector<int64_t> output_padding = ctx.get_ints("output_padding", vector<int64_t>(static_cast<size_t>(nd), 0));
   if (static_cast<int64_t>(output_padding.size()) != nd)
     return ctx.error("attribute 'output_padding' " + dims_to_string(output_padding) + " must have " + std::to_string(nd) +
@@ -422,7 +254,7 @@ Status convt_info(Ctx& ctx, const TensorType& x, const TensorType& w, const Tens
   for (int64_t i = 0; i < nd; ++i) {
     const Dim in = x.shape ? x.shape->dims[2 + i] : Dim();
     if (in.is_known() && !ci->attrs.kernel.empty()) {
-      RETURN_IF_ERROR(convt_axis(ctx, *ci, output_padding, output_shape, i, in.value, &ci->axes[i]));
+      RETURN_IF_ERROR(conv_transpose_axis(ctx, ci->attrs, output_padding[i], output_shape, i, in.value, &ci->axes[i]));
       out.dims.push_back(Dim(ci->axes[i].out));
     } else {
       all_known = false;
@@ -632,29 +464,7 @@ template <class Ctx>
 Status matmul_info(Ctx& ctx, const TensorType& a, const TensorType& b, std::optional<Shape>* out) {
   RETURN_IF_ERROR(check_gemm_dtype(ctx, a.dtype, "A"));
   RETURN_IF_ERROR(check_same_dtype(ctx, a.dtype, "A", b.dtype, "B"));
-  if (a.shape && a.shape->rank() == 0) return ctx.error("input 'A' is a scalar; MatMul needs rank >= 1");
-  if (b.shape && b.shape->rank() == 0) return ctx.error("input 'B' is a scalar; MatMul needs rank >= 1");
-  out->reset();
-  if (!a.shape || !b.shape) return Status::ok();
-  vector<Dim> ad = a.shape->dims, bd = b.shape->dims;
-  const bool a1 = ad.size() == 1, b1 = bd.size() == 1;
-  if (a1) ad.insert(ad.begin(), Dim(1));
-  if (b1) bd.push_back(Dim(1));
-  const Dim& ka = ad[ad.size() - 1];
-  const Dim& kb = bd[bd.size() - 2];
-  if (ka.is_known() && kb.is_known() && ka.value != kb.value)
-    return ctx.error("inner dimensions differ: input 'A' " + a.shape->to_string() + " has K = " +
-                     std::to_string(ka.value) + " but input 'B' " + b.shape->to_string() + " has K = " +
-                     std::to_string(kb.value));
-  Shape batch;
-  if (!broadcast_shapes(Shape(vector<Dim>(ad.begin(), ad.end() - 2)), Shape(vector<Dim>(bd.begin(), bd.end() - 2)), &batch))
-    return ctx.error("batch dimensions of input 'A' " + a.shape->to_string() + " and input 'B' " + b.shape->to_string() +
-                     " cannot be broadcast together");
-  Shape o = batch;
-  if (!a1) o.dims.push_back(ad[ad.size() - 2]);
-  if (!b1) o.dims.push_back(bd[bd.size() - 1]);
-  *out = o;
-  return Status::ok();
+  return matmul_shape(ctx, a, b, "MatMul", out);
 }
 
 Status infer_matmul(InferContext& ctx) {

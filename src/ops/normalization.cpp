@@ -6,42 +6,13 @@
 #include <cmath>
 #include <type_traits>
 
+#include "ops/float_util.h"
 #include "ops/op_util.h"
 
 namespace ferry {
 namespace {
 
 using std::vector;
-
-const vector<DType> kFloatTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
-
-std::string type_error(const std::string& what, DType t) {
-  return what + " has element type " + dtype_name(t) + "; expected a float type (f16, bf16, f32, f64)";
-}
-
-// Calls body(const T* x, T* y) with T = float or double; writes output `out_index` with x's dims
-// and dtype. f16/bf16 are widened to f32 and the result rounded back.
-template <typename Body>
-Status float_io(KernelContext& ctx, const Tensor& x0, int64_t out_index, Body body) {
-  const DType dt = x0.dtype();
-  if (!dtype_is_float(dt)) return ctx.error(type_error("input X", dt));
-  const bool low = dt == DType::kF16 || dt == DType::kBF16;
-  Tensor x = widen_to_f32(x0);
-  Tensor y;
-  if (low) {
-    y = Tensor::allocate(DType::kF32, x.dims());
-  } else {
-    ASSIGN_OR_RETURN(Tensor * p, ctx.allocate_output(out_index, dt, x.dims()));
-    y = *p;  // shares storage with the output
-  }
-  if (x.dtype() == DType::kF32) body(x.data<float>(), y.mutable_data<float>());
-  else body(x.data<double>(), y.mutable_data<double>());
-  if (low) {
-    ASSIGN_OR_RETURN(Tensor r, cast_tensor(y, dt));
-    ctx.set_output(out_index, std::move(r));
-  }
-  return Status::ok();
-}
 
 template <typename T>
 using Elem = std::remove_cv_t<std::remove_pointer_t<T>>;
@@ -141,7 +112,7 @@ Status k_batchnorm(KernelContext& ctx) {
   const double eps = ctx.get_float("epsilon", 1e-5f);
   vector<double> mul(static_cast<size_t>(plen));
   for (int64_t k = 0; k < plen; ++k) mul[k] = prm[1][k] / std::sqrt(prm[4][k] + eps);
-  RETURN_IF_ERROR(float_io(ctx, x, 0, [&](const auto* px, auto* py) {
+  RETURN_IF_ERROR(float_io(ctx, x, 0, "input X", [&](const auto* px, auto* py) {
     using T = Elem<decltype(px)>;
     for (int64_t b = 0; b < n; ++b)
       for (int64_t ch = 0; ch < c; ++ch) {
@@ -257,7 +228,7 @@ Status k_layernorm(KernelContext& ctx) {
   for (int64_t i = 0; i < r; ++i) (i < axis ? outer : inner) *= x.dim(i);
   const double eps = ctx.get_float("epsilon", 1e-5f);
   vector<double> mean(static_cast<size_t>(outer)), inv(static_cast<size_t>(outer));
-  RETURN_IF_ERROR(float_io(ctx, x, 0, [&](const auto* px, auto* py) {
+  RETURN_IF_ERROR(float_io(ctx, x, 0, "input X", [&](const auto* px, auto* py) {
     using T = Elem<decltype(px)>;
     for (int64_t o = 0; o < outer; ++o) {
       const T* xr = px + o * inner;
@@ -343,7 +314,7 @@ Status k_instancenorm(KernelContext& ctx) {
   const vector<double> scale = ctx.input(1).to_double_vector(), bias = ctx.input(2).to_double_vector();
   const double eps = ctx.get_float("epsilon", 1e-5f);
   const int64_t rows = x.dim(0) * c;
-  return float_io(ctx, x, 0, [&](const auto* px, auto* py) {
+  return float_io(ctx, x, 0, "input X", [&](const auto* px, auto* py) {
     normalize_rows(px, py, rows, s, eps, scale, bias, [c](int64_t row, int64_t) { return row % c; });
   });
 }
@@ -395,7 +366,7 @@ Status k_groupnorm(KernelContext& ctx) {
   const vector<double> scale = ctx.input(1).to_double_vector(), bias = ctx.input(2).to_double_vector();
   const double eps = ctx.get_float("epsilon", 1e-5f);
   const int64_t rows = x.dim(0) * g, len = cpg * s;
-  return float_io(ctx, x, 0, [&](const auto* px, auto* py) {
+  return float_io(ctx, x, 0, "input X", [&](const auto* px, auto* py) {
     normalize_rows(px, py, rows, len, eps, scale, bias, [g, cpg, s](int64_t row, int64_t j) -> int64_t {
       const int64_t grp = row % g;
       return kPerChannel ? grp * cpg + j / s : grp;
@@ -437,7 +408,7 @@ Status k_lpnorm(KernelContext& ctx) {
   for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
   for (int64_t i = axis + 1; i < x.rank(); ++i) inner *= x.dim(i);
   const int64_t n = x.rank() > 0 ? x.dim(axis) : 1;
-  return float_io(ctx, x, 0, [&](const auto* px, auto* py) {
+  return float_io(ctx, x, 0, "input X", [&](const auto* px, auto* py) {
     using T = Elem<decltype(px)>;
     vector<double> norm(static_cast<size_t>(inner));
     for (int64_t o = 0; o < outer; ++o) {
@@ -504,7 +475,7 @@ Status k_mvn(KernelContext& ctx) {
   vector<int64_t> st(static_cast<size_t>(r));
   for (int64_t i = 0; i < r; ++i) st[i] = mask[i] ? 0 : ks[i];
   const int64_t m = element_count(kept);
-  return float_io(ctx, x, 0, [&](const auto* px, auto* py) {
+  return float_io(ctx, x, 0, "input X", [&](const auto* px, auto* py) {
     using T = Elem<decltype(px)>;
     vector<double> mean(static_cast<size_t>(m), 0.0), var(static_cast<size_t>(m), 0.0);
     for (BroadcastIter it(x.dims(), {st}); !it.done(); it.next()) mean[it.offset(0)] += px[it.index()];
@@ -556,7 +527,7 @@ Status k_lrn(KernelContext& ctx) {
   int64_t s = 1;
   for (int64_t i = 2; i < x.rank(); ++i) s *= x.dim(i);
   const int64_t lo = (size - 1) / 2, hi = size - 1 - lo;  // floor and ceil of (size-1)/2
-  return float_io(ctx, x, 0, [&](const auto* px, auto* py) {
+  return float_io(ctx, x, 0, "input X", [&](const auto* px, auto* py) {
     using T = Elem<decltype(px)>;
     vector<double> sq(static_cast<size_t>(s));
     for (int64_t b = 0; b < n; ++b)

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,37 @@ Status infer_broadcast(InferContext& ctx, DType out_dtype = DType::kUndefined);
 
 /// Converts a float tensor of any float dtype to float32 values (f16/bf16/f64 widened or narrowed).
 std::vector<float> to_float_vector(const Tensor& t);
+
+/// numpy matmul's shape rule (MatMul, MatMulInteger, QLinearMatMul): 1-D A is [1, K] and 1-D B is
+/// [K, 1] (the added 1s dropped from the result), leading (batch) dims broadcast. `out` stays empty
+/// while a rank is unknown; `who` ends the scalar error ("input 'A' is a scalar; <who> needs rank >= 1").
+template <class Ctx>
+Status matmul_shape(Ctx& ctx, const TensorType& a, const TensorType& b, const char* who, std::optional<Shape>* out) {
+  out->reset();
+  if (a.shape && a.shape->rank() == 0) return ctx.error(std::string("input 'A' is a scalar; ") + who + " needs rank >= 1");
+  if (b.shape && b.shape->rank() == 0) return ctx.error(std::string("input 'B' is a scalar; ") + who + " needs rank >= 1");
+  if (!a.shape || !b.shape) return Status::ok();
+  std::vector<Dim> ad = a.shape->dims, bd = b.shape->dims;
+  const bool a1 = ad.size() == 1, b1 = bd.size() == 1;
+  if (a1) ad.insert(ad.begin(), Dim(1));
+  if (b1) bd.push_back(Dim(1));
+  const Dim& ka = ad[ad.size() - 1];
+  const Dim& kb = bd[bd.size() - 2];
+  if (ka.is_known() && kb.is_known() && ka.value != kb.value)
+    return ctx.error("inner dimensions differ: input 'A' " + a.shape->to_string() + " has K = " +
+                     std::to_string(ka.value) + " but input 'B' " + b.shape->to_string() + " has K = " +
+                     std::to_string(kb.value));
+  Shape batch;
+  if (!broadcast_shapes(Shape(std::vector<Dim>(ad.begin(), ad.end() - 2)), Shape(std::vector<Dim>(bd.begin(), bd.end() - 2)),
+                        &batch))
+    return ctx.error("batch dimensions of input 'A' " + a.shape->to_string() + " and input 'B' " + b.shape->to_string() +
+                     " cannot be broadcast together");
+  Shape o = batch;
+  if (!a1) o.dims.push_back(ad[ad.size() - 2]);
+  if (!b1) o.dims.push_back(bd[bd.size() - 1]);
+  *out = o;
+  return Status::ok();
+}
 
 /// Calls body.template operator()<T>() for the tensor's numeric dtype; errors for others.
 /// Float16/BFloat16 are not dispatched: reference kernels compute those via float.

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "ops/conv_pool_util.h"
+#include "ops/float_util.h"
 #include "ops/op_util.h"
 
 namespace ferry {
@@ -17,7 +18,6 @@ namespace {
 
 using std::vector;
 
-const vector<DType> kFloatTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
 const vector<DType> kMaxPoolTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kI8, DType::kU8};
 
 enum class PoolKind { kMax, kAverage, kLp };

@@ -12,7 +12,7 @@
 #include <limits>
 #include <optional>
 
-#include "ops/conv_pool_util.h"
+#include "ops/conv_geometry.h"
 #include "ops/gemm_ref.h"
 #include "ops/op_util.h"
 
@@ -355,34 +355,6 @@ Status k_dynamic_quantize(KernelContext& ctx) {
 
 // ---- MatMulInteger / QLinearMatMul ----------------------------------------------------------
 
-// numpy matmul shapes (1-D A is [1, K], 1-D B is [K, 1], the added 1s dropped from the result).
-template <class Ctx>
-Status qmatmul_shape(Ctx& ctx, const TensorType& a, const TensorType& b, std::optional<Shape>* out) {
-  out->reset();
-  if (a.shape && a.shape->rank() == 0) return ctx.error("input 'A' is a scalar; it needs rank >= 1");
-  if (b.shape && b.shape->rank() == 0) return ctx.error("input 'B' is a scalar; it needs rank >= 1");
-  if (!a.shape || !b.shape) return Status::ok();
-  vector<Dim> ad = a.shape->dims, bd = b.shape->dims;
-  const bool a1 = ad.size() == 1, b1 = bd.size() == 1;
-  if (a1) ad.insert(ad.begin(), Dim(1));
-  if (b1) bd.push_back(Dim(1));
-  const Dim& ka = ad[ad.size() - 1];
-  const Dim& kb = bd[bd.size() - 2];
-  if (ka.is_known() && kb.is_known() && ka.value != kb.value)
-    return ctx.error("inner dimensions differ: input 'A' " + a.shape->to_string() + " has K = " +
-                     std::to_string(ka.value) + " but input 'B' " + b.shape->to_string() + " has K = " +
-                     std::to_string(kb.value));
-  Shape batch;
-  if (!broadcast_shapes(Shape(vector<Dim>(ad.begin(), ad.end() - 2)), Shape(vector<Dim>(bd.begin(), bd.end() - 2)), &batch))
-    return ctx.error("batch dimensions of input 'A' " + a.shape->to_string() + " and input 'B' " + b.shape->to_string() +
-                     " cannot be broadcast together");
-  Shape o = batch;
-  if (!a1) o.dims.push_back(ad[ad.size() - 2]);
-  if (!b1) o.dims.push_back(bd[bd.size() - 1]);
-  *out = o;
-  return Status::ok();
-}
-
 // A quantization parameter (zero point or scale) of a matmul operand, as dims that broadcast
 // against the operand: a 1-D parameter of A is per row ([M] -> [M, 1]); one of B is per column.
 StatusOr<vector<int64_t>> param_dims(KernelContext& ctx, const Tensor& p, const vector<int64_t>& operand, bool is_a,
@@ -447,7 +419,7 @@ Status infer_matmul_integer(InferContext& ctx) {
       ctx.input_type(3).dtype != b.dtype)
     return ctx.error("input 'b_zero_point' must have the element type of input 'B'");
   std::optional<Shape> out;
-  RETURN_IF_ERROR(qmatmul_shape(ctx, a, b, &out));
+  RETURN_IF_ERROR(matmul_shape(ctx, a, b, "it", &out));
   ctx.set_output(0, TensorType{DType::kI32, out});
   return Status::ok();
 }
@@ -462,7 +434,7 @@ Status k_matmul_integer(KernelContext& ctx) {
   if (azp && azp->dtype() != a.dtype()) return ctx.error("input 'a_zero_point' must have the element type of input 'A'");
   if (bzp && bzp->dtype() != b.dtype()) return ctx.error("input 'b_zero_point' must have the element type of input 'B'");
   std::optional<Shape> out;
-  RETURN_IF_ERROR(qmatmul_shape(ctx, a.type(), b.type(), &out));
+  RETURN_IF_ERROR(matmul_shape(ctx, a.type(), b.type(), "it", &out));
   ASSIGN_OR_RETURN(vector<int32_t> av, subtract_zero_point(ctx, a, azp, true, "a_zero_point"));
   ASSIGN_OR_RETURN(vector<int32_t> bv, subtract_zero_point(ctx, b, bzp, false, "b_zero_point"));
   vector<int32_t> acc;
@@ -494,7 +466,7 @@ Status infer_qlinear_matmul(InferContext& ctx) {
   for (int64_t i = 0; i < 8; ++i) t.push_back(ctx.has_input(i) ? ctx.input_type(i).dtype : DType::kUndefined);
   RETURN_IF_ERROR(check_qlinear_matmul_types(ctx, t));
   std::optional<Shape> out;
-  RETURN_IF_ERROR(qmatmul_shape(ctx, ctx.input_type(0), ctx.input_type(3), &out));
+  RETURN_IF_ERROR(matmul_shape(ctx, ctx.input_type(0), ctx.input_type(3), "it", &out));
   ctx.set_output(0, TensorType{t[7], out});
   return Status::ok();
 }
@@ -531,7 +503,7 @@ Status k_qlinear_matmul(KernelContext& ctx) {
   RETURN_IF_ERROR(check_scalar_param(ctx, y_scale, "y_scale"));
   RETURN_IF_ERROR(check_scalar_param(ctx, y_zp, "y_zero_point"));
   std::optional<Shape> out;
-  RETURN_IF_ERROR(qmatmul_shape(ctx, a.type(), b.type(), &out));
+  RETURN_IF_ERROR(matmul_shape(ctx, a.type(), b.type(), "it", &out));
   const vector<int64_t> od = out->values();
   ASSIGN_OR_RETURN(vector<int32_t> av, subtract_zero_point(ctx, a, &ctx.input(2), true, "a_zero_point"));
   ASSIGN_OR_RETURN(vector<int32_t> bv, subtract_zero_point(ctx, b, &ctx.input(5), false, "b_zero_point"));
@@ -596,19 +568,7 @@ Status qconv_info(Ctx& ctx, const TensorType& x, const TensorType& w, QConvInfo*
   ci->out.reset();
   ci->axes.clear();
   if (!x.shape && !w.shape) return Status::ok();
-  const int64_t rank = x.shape ? x.shape->rank() : w.shape->rank();
-  const int64_t nd = rank - 2;
-  std::optional<vector<int64_t>> wk;
-  if (w.shape) {
-    vector<int64_t> k;
-    for (int64_t i = 2; i < rank; ++i)
-      if (w.shape->dims[i].is_known()) k.push_back(w.shape->dims[i].value);
-    if (static_cast<int64_t>(k.size()) == nd) wk = k;
-  }
-  RETURN_IF_ERROR(read_spatial_attrs(ctx, nd, wk ? &*wk : nullptr, false, &ci->attrs));
-  if (wk && ctx.has("kernel_shape") && ci->attrs.kernel != *wk)
-    return ctx.error("attribute 'kernel_shape' " + dims_to_string(ci->attrs.kernel) +
-                     " does not match the spatial dims of input 'w' " + w.shape->to_string());
+  RETURN_IF_ERROR(read_conv_attrs(ctx, x, w, "w", &ci->attrs));
   const int64_t g = ci->group;
   const Dim xn = x.shape ? x.shape->dims[0] : Dim(), xc = x.shape ? x.shape->dims[1] : Dim();
   const Dim wm = w.shape ? w.shape->dims[0] : Dim(), wc = w.shape ? w.shape->dims[1] : Dim();
@@ -621,81 +581,30 @@ Status qconv_info(Ctx& ctx, const TensorType& x, const TensorType& w, QConvInfo*
                      "; w.shape[1] must be channels / group");
   Shape out;
   out.dims = {xn, wm};
-  bool all_known = !ci->attrs.kernel.empty() && x.shape.has_value();
-  for (int64_t i = 0; i < nd; ++i) {
-    const Dim in = x.shape ? x.shape->dims[2 + i] : Dim();
-    Dim od;
-    RETURN_IF_ERROR(conv_pool_out_dim(ctx, ci->attrs, i, in, &od));
-    out.dims.push_back(od);
-    if (!in.is_known()) all_known = false;
-  }
-  if (all_known) {
-    ci->axes.resize(static_cast<size_t>(nd));
-    for (int64_t i = 0; i < nd; ++i)
-      RETURN_IF_ERROR(conv_pool_axis(ctx, ci->attrs, i, x.shape->dims[2 + i].value, &ci->axes[i]));
-  }
+  RETURN_IF_ERROR(conv_pool_spatial_out(ctx, ci->attrs, x, &out, &ci->axes));
   ci->out = out;
   return Status::ok();
 }
 
 // acc[N, M, out...] = conv(x', w') with x' = x - x_zp (padding contributes 0) and w' = w - w_zp[m].
-// im2col in column chunks + gemm_ref<int32_t> per (batch, group).
+// im2col in column chunks + gemm_ref<int32_t> per (batch, group), as Conv's reference kernel.
 void int_conv(const vector<int32_t>& x, const vector<int32_t>& w, const vector<int64_t>& xd, const vector<int64_t>& wd,
               const QConvInfo& ci, vector<int32_t>* acc) {
-  const int64_t nd = static_cast<int64_t>(xd.size()) - 2;
+  const TapGeom g = conv_tap_geom(ci.attrs, ci.axes);
   const int64_t N = xd[0], C = xd[1], M = wd[0], G = ci.group;
   const int64_t Cg = C / G, Mg = M / G;
-  int64_t IS = 1, OS = 1, KS = 1;
-  vector<int64_t> out_d, in_d, ker(ci.attrs.kernel);
-  for (int64_t i = 0; i < nd; ++i) {
-    IS *= ci.axes[i].in;
-    OS *= ci.axes[i].out;
-    KS *= ker[i];
-    out_d.push_back(ci.axes[i].out);
-    in_d.push_back(ci.axes[i].in);
-  }
-  const int64_t K = Cg * KS;
+  const int64_t IS = g.image_size, OS = g.grid_size;
+  const int64_t K = Cg * g.kernel_size;
   acc->assign(static_cast<size_t>(N * M * OS), 0);
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(OS, (int64_t(1) << 22) / std::max<int64_t>(K, 1)));
-  vector<int64_t> tap(static_cast<size_t>(KS * chunk));  // input offset of each (kernel tap, column), -1 in padding
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(OS, kColumnBudget / std::max<int64_t>(K, 1)));
   vector<int32_t> col(static_cast<size_t>(K * chunk));
-  vector<int64_t> q(static_cast<size_t>(nd)), k(static_cast<size_t>(nd));
   for (int64_t q0 = 0; q0 < OS; q0 += chunk) {
     const int64_t q1 = std::min(OS, q0 + chunk), nc = q1 - q0;
-    for (int64_t kidx = 0; kidx < KS; ++kidx) {
-      int64_t rem = kidx;
-      for (int64_t d = nd - 1; d >= 0; --d) {
-        k[d] = rem % ker[d];
-        rem /= ker[d];
-      }
-      for (int64_t j = 0; j < nc; ++j) {
-        int64_t r = q0 + j;
-        for (int64_t d = nd - 1; d >= 0; --d) {
-          q[d] = r % out_d[d];
-          r /= out_d[d];
-        }
-        int64_t off = 0;
-        bool inside = true;
-        for (int64_t d = 0; d < nd; ++d) {
-          const int64_t p = q[d] * ci.attrs.strides[d] - ci.axes[d].pad_begin + k[d] * ci.attrs.dilations[d];
-          if (p < 0 || p >= in_d[d]) inside = false;
-          off = off * in_d[d] + p;
-        }
-        tap[kidx * nc + j] = inside ? off : -1;
-      }
-    }
     for (int64_t n = 0; n < N; ++n)
-      for (int64_t g = 0; g < G; ++g) {
-        for (int64_t c = 0; c < Cg; ++c) {
-          const int32_t* src = x.data() + (n * C + g * Cg + c) * IS;
-          for (int64_t kidx = 0; kidx < KS; ++kidx) {
-            int32_t* dst = col.data() + (c * KS + kidx) * nc;
-            const int64_t* t = tap.data() + kidx * nc;
-            for (int64_t j = 0; j < nc; ++j) dst[j] = t[j] >= 0 ? src[t[j]] : 0;
-          }
-        }
-        gemm_ref<int32_t>(Mg, nc, K, w.data() + g * Mg * K, K, 1, col.data(), nc,
-                          acc->data() + (n * M + g * Mg) * OS + q0, OS);
+      for (int64_t grp = 0; grp < G; ++grp) {
+        im2col(x.data() + (n * C + grp * Cg) * IS, Cg, g, q0, q1, col.data());
+        gemm_ref<int32_t>(Mg, nc, K, w.data() + grp * Mg * K, K, 1, col.data(), nc,
+                          acc->data() + (n * M + grp * Mg) * OS + q0, OS);
       }
   }
 }

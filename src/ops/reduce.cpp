@@ -11,6 +11,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "ops/float_util.h"
 #include "ops/op_util.h"
 
 namespace ferry {
@@ -304,7 +305,7 @@ Status k_reduce(KernelContext& ctx) {
     if (!s.is_ok()) return invalid_argument(s.message());
   }
   const Plan p = make_plan(x0.dims(), mask, keepdims);
-  const bool low = dt == DType::kF16 || dt == DType::kBF16;
+  const bool low = is_low_float(dt);
   Tensor x = widen_to_f32(x0);
   Tensor y;
   if (low) {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <optional>
 
+#include "ops/float_util.h"
 #include "ops/gemm_ref.h"
 #include "ops/op_util.h"
 
@@ -524,8 +525,6 @@ Status k_rnn(KernelContext& ctx) {
     default: return ctx.error(std::string("element type ") + dtype_name(dt) + " is not supported");
   }
 }
-
-const vector<DType> kFloatTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <optional>
 
+#include "ops/float_util.h"
 #include "ops/op_util.h"
 
 namespace ferry {
@@ -10,7 +11,6 @@ namespace {
 
 using std::vector;
 
-const vector<DType> kFloatTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
 constexpr double kPi = 3.14159265358979323846;
 
 StatusOr<Tensor> doubles_to_tensor(const vector<double>& v, vector<int64_t> dims, DType dt) {
