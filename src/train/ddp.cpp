@@ -91,8 +91,9 @@ Status DataParallel::plan(const std::vector<std::string>& params, const std::map
   return Status::ok();
 }
 
-void DataParallel::begin_step(bool sync) {
+void DataParallel::begin_step(bool sync, const std::map<std::string, Tensor>* accumulated) {
   sync_ = sync;
+  accumulated_ = accumulated;
   next_launch_ = 0;
   observer_error_ = Status::ok();
   for (size_t b = 0; b < layout_.size(); ++b) {
@@ -103,7 +104,7 @@ void DataParallel::begin_step(bool sync) {
 }
 
 // DDP scales each gradient by 1/world while copying it into the bucket, then sums.
-void DataParallel::take_gradient(const std::string& param, const Tensor& g) {
+void DataParallel::take_gradient(const std::string& param, const Tensor& g, bool add_accumulated) {
   const auto [b, s] = where_.at(param);
   if (seen_[b][s]) return;
   const BucketLayout& L = layout_[b];
@@ -117,7 +118,17 @@ void DataParallel::take_gradient(const std::string& param, const Tensor& g) {
   const float scale = 1.0f / static_cast<float>(comm_->world_size());
   const float* src = g.data<float>();
   float* dst = flat_[b].data() + L.offsets[s];
-  for (int64_t i = 0; i < n; ++i) dst[i] = src[i] * scale;
+  const Tensor* acc = nullptr;
+  if (add_accumulated && accumulated_) {
+    auto it = accumulated_->find(param);
+    if (it != accumulated_->end() && it->second.dtype() == DType::kF32 && it->second.numel() == n) acc = &it->second;
+  }
+  if (acc) {  // as .grad += g, then DDP's scaled copy into the bucket
+    const float* a = acc->data<float>();
+    for (int64_t i = 0; i < n; ++i) dst[i] = (a[i] + src[i]) * scale;
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i] * scale;
+  }
   seen_[b][s] = true;
   --pending_[b];
 }
@@ -132,11 +143,12 @@ void DataParallel::launch_ready() {
 
 NodeObserver DataParallel::observer() {
   return [this](const Node& node, const std::vector<Value>& outputs, double) {
+    if (!sync_) return;
     bool any = false;
     for (size_t k = 0; k < node.outputs.size() && k < outputs.size(); ++k) {
       auto it = output_to_param_.find(node.outputs[k]);
       if (it == output_to_param_.end() || !outputs[k].is_tensor()) continue;
-      take_gradient(it->second, outputs[k].tensor);
+      take_gradient(it->second, outputs[k].tensor, /*add_accumulated=*/true);
       any = true;
     }
     if (any) launch_ready();
@@ -171,7 +183,7 @@ Status DataParallel::finish_step(std::map<std::string, Tensor>* grads, double* w
           (void)wait_all(nullptr);
           return internal_error("no gradient came out for '" + layout_[b].params[s] + "'");
         }
-        take_gradient(it->first, it->second);
+        take_gradient(it->first, it->second, /*add_accumulated=*/false);  // the caller's sum already
       }
   launch_ready();
   if (!observer_error_.is_ok()) {

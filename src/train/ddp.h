@@ -64,8 +64,10 @@ class DataParallel {
   /// The executor observer that copies each gradient into its bucket as it is produced and starts
   /// a bucket's allreduce once it is full (buckets start in order, the same on every rank).
   NodeObserver observer();
-  /// Before each executor run: `sync` false keeps the gradients local (no_sync of accumulation).
-  void begin_step(bool sync = true);
+  /// Before each executor run. Gradient accumulation as DDP's no_sync: `sync` false for every
+  /// micro-batch but the last, which reduces its gradients plus `accumulated` (the local sums of
+  /// the earlier micro-batches, by param; may be null).
+  void begin_step(bool sync = true, const std::map<std::string, Tensor>* accumulated = nullptr);
   /// After the run: gradients the observer did not see are taken from `grads`, every bucket is
   /// waited for, and `grads` receives the averaged gradients. *wait_ms: time spent waiting.
   Status finish_step(std::map<std::string, Tensor>* grads, double* wait_ms);
@@ -75,7 +77,7 @@ class DataParallel {
 
  private:
   explicit DataParallel(std::unique_ptr<Communicator> comm) : comm_(std::move(comm)) {}
-  void take_gradient(const std::string& param, const Tensor& g);
+  void take_gradient(const std::string& param, const Tensor& g, bool add_accumulated);
   void launch_ready();
   Status wait_all(double* wait_ms);
 
@@ -89,6 +91,7 @@ class DataParallel {
   std::vector<std::shared_ptr<CommWork>> works_;
   size_t next_launch_ = 0;
   bool sync_ = true;
+  const std::map<std::string, Tensor>* accumulated_ = nullptr;
   Status observer_error_;
 };
 

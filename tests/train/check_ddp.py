@@ -30,14 +30,15 @@ OPT = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--weight-deca
 failures = []
 T0 = time.time()
 
-# PyTorch's DDP, one process per rank: DistributedSampler(shuffle=False) order, batch per rank.
+# PyTorch's DDP, one process per rank: DistributedSampler(shuffle=False) order, batch per rank,
+# K micro-batches per step (no_sync on all but the last).
 REF = r'''
-import json, sys
+import contextlib, json, sys
 import numpy as np, onnx, onnx.numpy_helper, torch, torch.distributed as dist, torch.nn.functional as F
 sys.path.insert(0, HERE)
 import train_models as tm
 torch.set_num_threads(1)
-rank, world, port, work = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+rank, world, port, work, K = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
 model, _, _ = tm.make("cnn")
 init = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(work + "/model.onnx").graph.initializer}
@@ -51,15 +52,20 @@ x, y = d["x"], d["labels"]
 shard = list(range(rank, len(x), world))
 losses = []
 for k in range(1, STEPS + 1):
-    rows = [shard[r % len(shard)] for r in range((k - 1) * BATCH, k * BATCH)]
     opt.zero_grad()
-    loss = F.cross_entropy(ddp(torch.from_numpy(x[rows])), torch.from_numpy(y[rows]))
-    loss.backward()
+    total = 0.0
+    for j in range(K):  # accumulation: gradients stay local (no_sync) but on the last micro-batch
+        m = (k - 1) * K + j + 1
+        rows = [shard[r % len(shard)] for r in range((m - 1) * BATCH, m * BATCH)]
+        with ddp.no_sync() if j < K - 1 else contextlib.nullcontext():
+            loss = F.cross_entropy(ddp(torch.from_numpy(x[rows])), torch.from_numpy(y[rows]))
+            (loss / K).backward()
+        total += loss.item()
     opt.step()
-    losses.append(loss.item())
+    losses.append(total / K)
 if rank == 0:
-    np.savez(work + "/ref_weights.npz", **{k: v.numpy() for k, v in model.state_dict().items()})
-    json.dump(losses, open(work + "/ref_losses.json", "w"))
+    np.savez(f"{work}/ref_weights_{K}.npz", **{k: v.numpy() for k, v in model.state_dict().items()})
+    json.dump(losses, open(f"{work}/ref_losses_{K}.json", "w"))
 dist.destroy_process_group()
 '''
 
@@ -142,16 +148,19 @@ np.savez(os.path.join(WORK, "data.npz"), x=x, labels=y)
 ref_py = os.path.join(WORK, "ddp_ref.py")
 with open(ref_py, "w") as f:
     f.write(f"HERE = {HERE!r}\nSTEPS, BATCH = {STEPS}, {BATCH}\n" + REF)
-port = free_port()
-refs = [subprocess.Popen([sys.executable, ref_py, str(r), str(WORLD), str(port), WORK], stderr=subprocess.PIPE, text=True)
-        for r in range(WORLD)]
+HAS_ACCUMULATE = "--accumulate" in subprocess.run([FERRY, "train", "--help"], capture_output=True, text=True).stdout
+refs = []
+for K in [1, 2] if HAS_ACCUMULATE else [1]:
+    port = free_port()
+    refs += [subprocess.Popen([sys.executable, ref_py, str(r), str(WORLD), str(port), WORK, str(K)], stderr=subprocess.PIPE,
+                              text=True) for r in range(WORLD)]
 for rc, err in wait_all(refs, 120):
     if rc != 0:
         fail(f"PyTorch DDP reference failed:\n{err[-2000:]}")
 if failures:
     sys.exit(1)
-ref_losses = json.load(open(os.path.join(WORK, "ref_losses.json")))
-ref_weights = dict(np.load(os.path.join(WORK, "ref_weights.npz")))
+ref_losses = json.load(open(os.path.join(WORK, "ref_losses_1.json")))
+ref_weights = dict(np.load(os.path.join(WORK, "ref_weights_1.npz")))
 
 # --- --nproc 2 ---
 p = subprocess.run([FERRY, *train_args("nproc"), "--nproc", "2", "--threads", "2"], capture_output=True, text=True, timeout=120)
@@ -159,6 +168,16 @@ if p.returncode != 0:
     fail(f"--nproc 2 exited {p.returncode}:\n{p.stderr[-2000:]}")
 else:
     compare("nproc", ref_losses, ref_weights)
+
+# --- gradient accumulation: no_sync on all micro-batches but the last ---
+if HAS_ACCUMULATE:
+    p = subprocess.run([FERRY, *train_args("accumulate"), "--accumulate", "2", "--nproc", "2", "--threads", "2"],
+                       capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        fail(f"--nproc 2 --accumulate 2 exited {p.returncode}:\n{p.stderr[-2000:]}")
+    else:
+        compare("accumulate", json.load(open(os.path.join(WORK, "ref_losses_2.json"))),
+                dict(np.load(os.path.join(WORK, "ref_weights_2.npz"))))
 
 # --- the environment launch ---
 port = free_port()
@@ -194,16 +213,18 @@ long_run = train_args("killed", steps=100000, out=False) + ["--threads", "1", "-
 procs = [subprocess.Popen([FERRY, *long_run], env=rank_env(r, port), stderr=subprocess.PIPE, stdout=subprocess.PIPE,
                           text=True) for r in range(WORLD)]
 log = os.path.join(WORK, "killed.jsonl")
+if os.path.exists(log):
+    os.remove(log)
 deadline = time.time() + 30
 while time.time() < deadline and not (os.path.exists(log) and sum(1 for _ in open(log)) >= 45):
     time.sleep(0.1)
 procs[1].send_signal(signal.SIGKILL)
 t = time.time()
-(rc0, err0), _ = wait_all(procs, 30)
+(rc0, err0), (_, err1) = wait_all(procs, 30)
 took = time.time() - t
 print(f"rank 1 killed: rank 0 exit {rc0} after {took:.1f} s: {err0.strip()[:400]}")
-if rc0 == 0 or "rank 1" not in err0 or took > 25:
-    fail(f"rank 1 killed: rank 0 exited {rc0} after {took:.1f} s, expected non-zero naming 'rank 1':\n{err0}")
+if rc0 == 0 or "rank 1 was lost" not in err0 or took > 25:
+    fail(f"rank 1 killed: rank 0 exited {rc0} after {took:.1f} s, expected non-zero naming 'rank 1 was lost':\n{err0}\nrank 1: {err1}")
 kept = sorted(os.listdir(ck)) if os.path.isdir(ck) else []
 if not kept or any(not f.endswith(".fckpt") for f in kept):
     fail(f"rank 1 killed: checkpoints {kept}")
@@ -218,9 +239,11 @@ else:
         print(f"resume from the step-{resumed_step} checkpoint of the killed 2-rank run: 1 process continues")
 
 # --- a worker of --nproc killed: the launcher names it and stops the other ---
+log = os.path.join(WORK, "launcher.jsonl")
+if os.path.exists(log):
+    os.remove(log)
 p = subprocess.Popen([FERRY, *train_args("launcher", steps=100000, out=False), "--nproc", "2", "--threads", "2", "--dist-timeout", "20"],
                      stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-log = os.path.join(WORK, "launcher.jsonl")
 deadline = time.time() + 30
 while time.time() < deadline and not (os.path.exists(log) and sum(1 for _ in open(log)) >= 5):
     time.sleep(0.1)
