@@ -451,6 +451,12 @@ def main():
                   f"{f'{o / c:.1f}x' if c and o else '—'} |" + (f" {ld['compiled_error']}" if ld.get("compiled_error") else ""))
         return 0
     text = render(results, args)
+    # The "## Training" section (bench/train_side_by_side.py) is written by hand: keep it.
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            old = f.read()
+        if "\n## Training" in old:
+            text = text.rstrip("\n") + "\n\n" + old[old.index("\n## Training") + 1:]
     with open(args.out, "w") as f:
         f.write(text)
     log(f"wrote {args.out}")

@@ -10,7 +10,7 @@ and prints the median ms/step of each and the ratio ferry / PyTorch. The machine
 compare the ratio of interleaved runs, not absolute times across runs.
 
 usage: /usr/bin/python3 bench/train_side_by_side.py [--ferry build/ferry] [--threads 1,2]
-           [--batch 8] [--steps 4] [--rounds 1] [--work /tmp/ferry_train_bench] [--json out.json]
+           [--batch 8] [--steps 6] [--rounds 1] [--work /tmp/ferry_train_bench] [--json out.json]
 (`/usr/bin/python3`: the interpreter with torch and torchvision.)"""
 import argparse
 import json
@@ -24,8 +24,10 @@ import numpy as np
 
 
 def export(work, batch):
+    import warnings
     import torch
     import torchvision
+    warnings.filterwarnings("ignore")  # the export's per-BatchNorm notes on num_batches_tracked
     model = os.path.join(work, "resnet50.onnx")
     if not os.path.exists(model):
         m = torchvision.models.resnet50(num_classes=100)
@@ -83,7 +85,7 @@ def main():
     ap.add_argument("--ferry", default="build/ferry")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=4, help="steps per run (the first is warm-up)")
+    ap.add_argument("--steps", type=int, default=6, help="steps per run (the first is warm-up)")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved ferry/PyTorch runs per thread count")
     ap.add_argument("--work", default="/tmp/ferry_train_bench")
     ap.add_argument("--json", help="also write the results here")
