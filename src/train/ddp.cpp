@@ -175,6 +175,7 @@ Status DataParallel::finish_step(std::map<std::string, Tensor>* grads, double* w
     return observer_error_;
   }
   if (!sync_) return Status::ok();
+  launched_early_ = next_launch_;
   for (size_t b = 0; b < layout_.size(); ++b)  // gradients no node produced (graph inputs, constants)
     for (size_t s = 0; s < layout_[b].params.size(); ++s)
       if (!seen_[b][s]) {

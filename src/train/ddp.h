@@ -74,6 +74,8 @@ class DataParallel {
   /// The end of training: a barrier, so no rank leaves while another still needs it.
   Status finish();
   const std::vector<BucketLayout>& buckets() const { return layout_; }
+  /// Buckets of the last step whose allreduce started during the run (overlapping backward).
+  size_t launched_early() const { return launched_early_; }
 
  private:
   explicit DataParallel(std::unique_ptr<Communicator> comm) : comm_(std::move(comm)) {}
@@ -90,6 +92,7 @@ class DataParallel {
   std::vector<size_t> pending_;                                   // slots not yet copied
   std::vector<std::shared_ptr<CommWork>> works_;
   size_t next_launch_ = 0;
+  size_t launched_early_ = 0;
   bool sync_ = true;
   const std::map<std::string, Tensor>* accumulated_ = nullptr;
   Status observer_error_;

@@ -350,7 +350,7 @@ StatusOr<double> Trainer::micro_step(int64_t k, int64_t m, float seed, std::map<
     feeds.emplace_back(tg_.dropout_seeds[i], Tensor::scalar<int64_t>(static_cast<int64_t>(mix(c_.seed ^ mix(m) ^ (i + 1)) >> 1)));
   feeds.emplace_back(tg_.loss_seed, loss_seed_f64_ ? Tensor::scalar<double>(seed) : Tensor::scalar<float>(seed));
   NamedTensors outs;
-  if (ddp_) ddp_->begin_step();
+  if (ddp_) ddp_->begin_step(/*sync=*/m == k * c_.accumulate, grads);  // DDP's no_sync but on the last micro-batch
   RETURN_IF_ERROR(exec_->run(feeds, &outs).with_context("step " + std::to_string(k)));
   const double loss = outs[0].second.get_double(0);
   if (!std::isfinite(loss) && !scaler_)
@@ -419,7 +419,9 @@ Status Trainer::step(int64_t k) {
   r.data_wait_ms = wait_ms;
   json line = {{"step", k}, {"epoch", r.epoch}, {"loss", loss}, {"lr", lr}, {"time_ms", ms}, {"samples_per_s", r.samples_per_s},
                {"data_wait_ms", wait_ms}};
-  if (ddp_) line.update({{"rank", ddp_->rank()}, {"world_size", ddp_->world_size()}, {"comm_wait_ms", comm_wait_ms}});
+  if (ddp_)
+    line.update({{"rank", ddp_->rank()}, {"world_size", ddp_->world_size()}, {"comm_wait_ms", comm_wait_ms},
+                 {"buckets", ddp_->buckets().size()}, {"buckets_overlapped", ddp_->launched_early()}});
   if (scaler_) line.update({{"loss_scale", scale_used}, {"skipped", skipped}});
   log(line);
   if (on_step_) on_step_(r);

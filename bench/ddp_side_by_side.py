@@ -1,0 +1,92 @@
+"""Data-parallel `ferry train` against one process, side by side (issue 20's speed check).
+
+Exports torchvision's ResNet-18 (100 classes, training mode, opset 17), writes a random .npz, then
+runs, interleaved (`--rounds` times):
+  1 x 1: ferry train MODEL --data D --batch-size B --steps S --threads 1 ...
+  N x 1: ferry train MODEL --data D --batch-size B --steps S --nproc N --threads N ...  (B per rank)
+Step 1 is warm-up; steps 2..S are timed from rank 0's log. Prints samples/s of each (B / step time,
+N*B / step time), the speed-up, and the share of the step rank 0 spent waiting on communication
+after backward (comm_wait_ms / time_ms: the allreduce time that did not overlap backward).
+The machine may be shared: compare interleaved runs, not absolute times across runs.
+
+usage: /usr/bin/python3 bench/ddp_side_by_side.py [--ferry build/ferry] [--nproc 2] [--batch 16]
+           [--steps 5] [--rounds 1] [--work /tmp/ferry_ddp_bench] [--json out.json]"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def export(work, batch):
+    import warnings
+
+    import numpy as np
+    import torch
+    import torchvision
+    warnings.filterwarnings("ignore")
+    model = os.path.join(work, "resnet18.onnx")
+    if not os.path.exists(model):
+        m = torchvision.models.resnet18(num_classes=100)
+        torch.onnx.export(m.train(), torch.zeros(batch, 3, 224, 224), model,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                          opset_version=17, input_names=["x"], output_names=["logits"],
+                          dynamic_axes={"x": {0: "b"}, "logits": {0: "b"}})
+    data = os.path.join(work, "data.npz")
+    if not os.path.exists(data):
+        rng = np.random.default_rng(0)
+        np.savez(data, x=rng.standard_normal((4 * batch, 3, 224, 224), dtype=np.float32),
+                 labels=rng.integers(0, 100, 4 * batch))
+    return model, data
+
+
+def run(ferry, model, data, batch, steps, nproc, work):
+    log = os.path.join(work, f"ddp_n{nproc}.jsonl")
+    cmd = [ferry, "train", model, "--data", data, "--batch-size", str(batch), "--steps", str(steps), "--no-shuffle",
+           "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9", "--log", log, "-q"]
+    cmd += ["--nproc", str(nproc), "--threads", str(nproc)] if nproc > 1 else ["--threads", "1"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr[-2000:]}")
+    lines = [json.loads(x) for x in open(log) if x.strip()]
+    timed = [r for r in lines if "loss" in r and r["step"] >= 2]
+    ms = statistics.median(r["time_ms"] for r in timed)
+    wait = statistics.median(r.get("comm_wait_ms", 0.0) for r in timed)
+    return {"ms_per_step": ms, "samples_per_s": nproc * batch * 1000.0 / ms, "comm_wait_ms": wait,
+            "comm_wait_share": wait / ms}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ferry", default="build/ferry")
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--work", default="/tmp/ferry_ddp_bench")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    model, data = export(a.work, a.batch)
+    results = {1: [], a.nproc: []}
+    for _ in range(a.rounds):
+        for n in (1, a.nproc):
+            results[n].append(run(a.ferry, model, data, a.batch, a.steps, n, a.work))
+    summary = {}
+    for n, rs in results.items():
+        best = min(rs, key=lambda r: r["ms_per_step"])
+        summary[f"{n}x1"] = best
+        print(f"{n} process(es) x 1 thread, batch {a.batch}/rank: {best['ms_per_step']:.0f} ms/step, "
+              f"{best['samples_per_s']:.2f} samples/s, comm wait {best['comm_wait_ms']:.1f} ms "
+              f"({100 * best['comm_wait_share']:.1f}% of the step)")
+    speedup = summary[f"{a.nproc}x1"]["samples_per_s"] / summary["1x1"]["samples_per_s"]
+    summary["speedup"] = speedup
+    print(f"speed-up {a.nproc}x1 / 1x1: {speedup:.2f}x")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(summary, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
