@@ -47,4 +47,35 @@ Status float_io(KernelContext& ctx, const Tensor& x0, int64_t out_index, const c
   return Status::ok();
 }
 
+/// Errors unless `t` (input `name`) is a float type or still unknown.
+template <class Ctx>
+Status check_float_dtype(Ctx& ctx, DType t, const char* name) {
+  if (t != DType::kUndefined && !dtype_is_float(t))
+    return ctx.error(std::string("input '") + name + "' has element type " + dtype_name(t) +
+                     "; only float types (f16, bf16, f32, f64) are supported");
+  return Status::ok();
+}
+
+/// Errors when inputs `first` and `other` both have known, different element types.
+template <class Ctx>
+Status check_same_dtype(Ctx& ctx, DType first, const char* first_name, DType other, const char* other_name) {
+  if (first != DType::kUndefined && other != DType::kUndefined && first != other)
+    return ctx.error(std::string("input '") + other_name + "' has element type " + dtype_name(other) + " but input '" +
+                     first_name + "' has " + dtype_name(first) + "; they must match");
+  return Status::ok();
+}
+
+/// Output 0 of a kernel that computes in `compute` (f32 for f16/bf16 inputs: widen_to_f32), a
+/// separate tensor that finish_output rounds back to the output's dtype.
+inline StatusOr<Tensor> make_result(KernelContext& ctx, DType compute, const std::vector<int64_t>& dims) {
+  return Tensor::create(compute, dims, ctx.node().describe() + " output 0");
+}
+inline Status finish_output(KernelContext& ctx, Tensor result, DType out_dtype) {
+  if (result.dtype() != out_dtype) {
+    ASSIGN_OR_RETURN(result, cast_tensor(result, out_dtype));
+  }
+  ctx.set_output(0, std::move(result));
+  return Status::ok();
+}
+
 }  // namespace ferry

@@ -202,4 +202,21 @@ Tensor widen_to_f32(const Tensor& t) {
   return cast_tensor(t, DType::kF32).value();
 }
 
+StatusOr<Tensor> doubles_to_tensor(const std::vector<double>& v, std::vector<int64_t> dims, DType dt) {
+  ASSIGN_OR_RETURN(Tensor t, Tensor::try_allocate(DType::kF64, std::move(dims)));
+  std::copy(v.begin(), v.end(), t.mutable_data<double>());
+  if (dt == DType::kF64) return t;
+  return cast_tensor(t, dt);
+}
+
+Dim dim_or_unknown(const TensorType& t, int64_t i) {
+  if (!t.shape || i < 0 || i >= t.shape->rank()) return Dim();
+  return t.shape->dims[static_cast<size_t>(i)];
+}
+
+int64_t known_dim(const TensorType& t, int64_t i) {
+  const Dim d = dim_or_unknown(t, i);
+  return d.is_known() ? d.value : -1;
+}
+
 }  // namespace ferry

@@ -99,4 +99,11 @@ namespace ferry {
 StatusOr<Tensor> cast_tensor(const Tensor& src, DType dtype);
 /// Widens f16/bf16 tensors to f32 (others returned as is, sharing storage).
 Tensor widen_to_f32(const Tensor& t);
+
+/// A float tensor of dtype `dt` holding `v` (values computed in double, rounded to dt).
+StatusOr<Tensor> doubles_to_tensor(const std::vector<double>& v, std::vector<int64_t> dims, DType dt);
+/// Dim i of a tensor type; unknown when the shape or the axis is unknown.
+Dim dim_or_unknown(const TensorType& t, int64_t i);
+/// The value of dim i of a tensor type, or -1 when it is unknown.
+int64_t known_dim(const TensorType& t, int64_t i);
 }  // namespace ferry

@@ -1,5 +1,5 @@
 // Op family 'pool': MaxPool (with Indices), AveragePool, LpPool and GlobalAveragePool, GlobalMaxPool,
-// GlobalLpPool, over any number of spatial axes. f16/bf16 are computed in f32 and rounded back.
+// GlobalLpPool, over any number of spatial axes, and MaxUnpool. f16/bf16 are computed in f32 and rounded back.
 //
 // A window of output position o covers input positions start + k * dilation (start = o * stride -
 // pad_begin) on every axis; positions in the padding are skipped (MaxPool, LpPool: as if -inf / 0;
@@ -67,19 +67,7 @@ Status pool_info(Ctx& ctx, PoolKind kind, const TensorType& x, PoolInfo* pi) {
   RETURN_IF_ERROR(read_spatial_attrs(ctx, nd, nullptr, true, &pi->attrs));
   Shape out;
   out.dims = {x.shape->dims[0], x.shape->dims[1]};
-  bool all_known = true;
-  for (int64_t i = 0; i < nd; ++i) {
-    Dim od;
-    RETURN_IF_ERROR(conv_pool_out_dim(ctx, pi->attrs, i, x.shape->dims[2 + i], &od));
-    out.dims.push_back(od);
-    if (!x.shape->dims[2 + i].is_known()) all_known = false;
-  }
-  pi->axes.clear();
-  if (all_known) {
-    pi->axes.resize(static_cast<size_t>(nd));
-    for (int64_t i = 0; i < nd; ++i)
-      RETURN_IF_ERROR(conv_pool_axis(ctx, pi->attrs, i, x.shape->dims[2 + i].value, &pi->axes[i]));
-  }
+  RETURN_IF_ERROR(conv_pool_spatial_out(ctx, pi->attrs, x, &out, &pi->axes));
   pi->out = out;
   return Status::ok();
 }
@@ -334,6 +322,132 @@ Status k_global_pool(KernelContext& ctx) {
   return Status::ok();
 }
 
+// ---- MaxUnpool ------------------------------------------------------------------------------
+
+struct UnpoolAttrs {
+  vector<int64_t> kernel, strides, pads;
+};
+
+template <class Ctx>
+Status read_unpool_attrs(Ctx& ctx, int64_t nd, UnpoolAttrs* a) {
+  if (!ctx.has("kernel_shape")) return ctx.error("required attribute 'kernel_shape' is missing");
+  a->kernel = ctx.get_ints("kernel_shape");
+  if (nd < 0) nd = static_cast<int64_t>(a->kernel.size());
+  auto check = [&](const char* name, const vector<int64_t>& v, size_t want, int64_t lo) -> Status {
+    if (v.size() != want)
+      return ctx.error(std::string("attribute '") + name + "' has " + std::to_string(v.size()) + " values " +
+                       dims_to_string(v) + " but " + std::to_string(want) + " are expected for " + std::to_string(nd) +
+                       " spatial axes");
+    for (int64_t x : v)
+      if (x < lo || x > (int64_t(1) << 24))
+        return ctx.error(std::string("attribute '") + name + "' " + dims_to_string(v) + " has a value out of range");
+    return Status::ok();
+  };
+  RETURN_IF_ERROR(check("kernel_shape", a->kernel, static_cast<size_t>(nd), 1));
+  a->strides = ctx.get_ints("strides", vector<int64_t>(static_cast<size_t>(nd), 1));
+  RETURN_IF_ERROR(check("strides", a->strides, static_cast<size_t>(nd), 1));
+  a->pads = ctx.get_ints("pads", vector<int64_t>(static_cast<size_t>(2 * nd), 0));
+  RETURN_IF_ERROR(check("pads", a->pads, static_cast<size_t>(2 * nd), 0));
+  return Status::ok();
+}
+
+/// Default output size of spatial axis i: (in - 1) * stride + kernel - pad_begin - pad_end.
+int64_t unpool_out(const UnpoolAttrs& a, int64_t i, int64_t in) {
+  const size_t nd = a.kernel.size();
+  return (in - 1) * a.strides[i] + a.kernel[i] - a.pads[i] - a.pads[i + nd];
+}
+
+Status infer_maxunpool(InferContext& ctx) {
+  const TensorType& x = ctx.input_type(0);
+  const int64_t rank = x.shape ? x.shape->rank() : -1;
+  if (rank >= 0 && rank < 3) return ctx.error("input 'X' must have rank >= 3 [N, C, D1, ...], got " + x.shape->to_string());
+  UnpoolAttrs a;
+  RETURN_IF_ERROR(read_unpool_attrs(ctx, rank >= 0 ? rank - 2 : -1, &a));
+  const int64_t r = static_cast<int64_t>(a.kernel.size()) + 2;
+  if (ctx.has_input(2)) {
+    const Tensor* os = ctx.input_value(2);
+    if (os) {
+      vector<int64_t> v = os->to_int64_vector();
+      if (static_cast<int64_t>(v.size()) != r)
+        return ctx.error("input 'output_shape' has " + std::to_string(v.size()) + " values; expected " + std::to_string(r));
+      for (int64_t d : v)
+        if (d < 0) return ctx.error("input 'output_shape' " + dims_to_string(v) + " has a negative value");
+      ctx.set_output(0, TensorType{x.dtype, Shape::of(v)});
+    } else {
+      ctx.set_output(0, TensorType{x.dtype, Shape(vector<Dim>(static_cast<size_t>(r)))});
+    }
+    return Status::ok();
+  }
+  Shape s;
+  s.dims.push_back(dim_or_unknown(x, 0));
+  s.dims.push_back(dim_or_unknown(x, 1));
+  for (int64_t i = 0; i < r - 2; ++i) {
+    const int64_t in = known_dim(x, i + 2);
+    if (in < 0) {
+      s.dims.push_back(Dim());
+      continue;
+    }
+    const int64_t o = unpool_out(a, i, in);
+    if (in == 0 || o < 0)
+      return ctx.error("spatial axis " + std::to_string(i) + ": input size " + std::to_string(in) +
+                       " gives output size " + std::to_string(o));
+    s.dims.push_back(Dim(o));
+  }
+  ctx.set_output(0, TensorType{x.dtype, s});
+  return Status::ok();
+}
+
+Status k_maxunpool(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& ind = ctx.input(1);
+  if (x.rank() < 3) return ctx.error("input 'X' must have rank >= 3 [N, C, D1, ...], got " + dims_to_string(x.dims()));
+  if (x.dtype() == DType::kString || x.dtype() == DType::kUndefined) return ctx.error("input 'X' must be numeric");
+  if (ind.dtype() != DType::kI64 && ind.dtype() != DType::kI32) return ctx.error("input 'I' must be an int64 tensor");
+  if (ind.dims() != x.dims())
+    return ctx.error("input 'I' " + dims_to_string(ind.dims()) + " must have the shape of 'X' " + dims_to_string(x.dims()));
+  UnpoolAttrs a;
+  RETURN_IF_ERROR(read_unpool_attrs(ctx, x.rank() - 2, &a));
+  vector<int64_t> inferred = {x.dim(0), x.dim(1)};
+  for (int64_t i = 0; i < x.rank() - 2; ++i) {
+    const int64_t o = unpool_out(a, i, x.dim(i + 2));
+    if (x.dim(i + 2) == 0 || o < 0)
+      return ctx.error("spatial axis " + std::to_string(i) + ": input size " + std::to_string(x.dim(i + 2)) +
+                       " gives output size " + std::to_string(o));
+    inferred.push_back(o);
+  }
+  vector<int64_t> out_dims = inferred;
+  if (ctx.has_input(2)) {
+    out_dims = ctx.input(2).to_int64_vector();
+    if (out_dims.size() != inferred.size())
+      return ctx.error("input 'output_shape' " + dims_to_string(out_dims) + " must have " +
+                       std::to_string(inferred.size()) + " values");
+    for (size_t i = 0; i < out_dims.size(); ++i)
+      if (out_dims[i] < inferred[i] || (i < 2 && out_dims[i] != inferred[i]))
+        return ctx.error("input 'output_shape' " + dims_to_string(out_dims) +
+                         " must keep N and C and be at least the default output shape " + dims_to_string(inferred));
+  }
+  ASSIGN_OR_RETURN(int64_t inferred_n, checked_element_count(inferred, ctx.node().describe() + " output"));
+  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, x.dtype(), out_dims));
+  const int64_t es = dtype_size(x.dtype());
+  const char* px = static_cast<const char*>(x.raw());
+  char* py = static_cast<char*>(y->mutable_raw());
+  // The indices address the default-shaped output; it is then placed at the origin of output_shape.
+  const vector<int64_t> in_str = strides_of(inferred), out_str = strides_of(out_dims);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    int64_t idx = ind.get_int64(i);
+    if (idx < 0 || idx >= inferred_n)
+      return ctx.error("index I[" + std::to_string(i) + "] = " + std::to_string(idx) + " is out of range [0, " +
+                       std::to_string(inferred_n) + ") for the unpooled shape " + dims_to_string(inferred));
+    int64_t off = 0;
+    for (size_t d = 0; d < inferred.size(); ++d) {
+      off += (idx / in_str[d]) * out_str[d];
+      idx %= in_str[d];
+    }
+    std::memcpy(py + off * es, px + i * es, static_cast<size_t>(es));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 void register_pool_ops(OpRegistry& r) {
@@ -383,6 +497,12 @@ void register_pool_ops(OpRegistry& r) {
                  .infer = infer_global_pool<PoolKind::kMax>, .kernel = k_global_pool<PoolKind::kMax>});
   r.add(OpSchema{.name = "GlobalLpPool", .since_version = 2, .attrs = {{"p", AttrType::kInt}}, .types = kFloatTypes,
                  .infer = infer_global_pool<PoolKind::kLp>, .kernel = k_global_pool<PoolKind::kLp>});
+
+  const vector<AttrSpec> unpool_attrs = {{"kernel_shape", AttrType::kInts, true}, {"pads", AttrType::kInts},
+                                         {"strides", AttrType::kInts}};
+  for (int64_t v : {9, 11})
+    r.add(OpSchema{.name = "MaxUnpool", .since_version = v, .min_inputs = 2, .max_inputs = 3, .attrs = unpool_attrs,
+                   .infer = infer_maxunpool, .kernel = k_maxunpool});
 }
 
 }  // namespace ferry

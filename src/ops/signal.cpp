@@ -13,18 +13,6 @@ using std::vector;
 
 constexpr double kPi = 3.14159265358979323846;
 
-StatusOr<Tensor> doubles_to_tensor(const vector<double>& v, vector<int64_t> dims, DType dt) {
-  Tensor t = Tensor::allocate(DType::kF64, std::move(dims));
-  std::copy(v.begin(), v.end(), t.mutable_data<double>());
-  if (dt == DType::kF64) return t;
-  return cast_tensor(t, dt);
-}
-
-Dim dim_or_unknown(const TensorType& t, int64_t i) {
-  if (!t.shape || i < 0 || i >= t.shape->rank()) return Dim();
-  return t.shape->dims[static_cast<size_t>(i)];
-}
-
 /// Reads a scalar (or one-element) integer tensor.
 template <class Ctx>
 Status scalar_int(Ctx& ctx, const Tensor& t, const char* name, int64_t* out) {

@@ -11,11 +11,6 @@ namespace {
 using std::string;
 using std::vector;
 
-Dim dim_or_unknown(const TensorType& t, int64_t i) {
-  if (!t.shape || i < 0 || i >= t.shape->rank()) return Dim();
-  return t.shape->dims[static_cast<size_t>(i)];
-}
-
 // ---- UTF-8 case mapping ---------------------------------------------------------------------
 // Simple one-to-one mappings for ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic; other code
 // points (and invalid UTF-8 bytes) are kept as they are.

@@ -13,7 +13,7 @@
 
 #include "compiler/gears.h"
 #include "io/npy.h"
-#include "runtime/precision_run.h"
+#include "precision/precision_run.h"
 #include "tools/cli_common.h"
 #include "tools/gear_cli.h"
 #include "tools/precision_cli.h"

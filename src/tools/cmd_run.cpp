@@ -13,14 +13,14 @@
 
 #include "compiler/gears.h"
 #include "io/npy.h"
-#include "runtime/memory_estimate.h"
 #include "ops/op_util.h"
-#include "runtime/precision_run.h"
-#include "tools/precision_cli.h"
+#include "precision/precision_run.h"
+#include "runtime/memory_estimate.h"
 #include "tools/cli_common.h"
 #include "tools/command_registry.h"
 #include "tools/commands.h"
 #include "tools/gear_cli.h"
+#include "tools/precision_cli.h"
 
 namespace ferry::cli {
 namespace {

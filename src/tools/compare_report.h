@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "runtime/compare.h"
-#include "runtime/precision_fix.h"
+#include "precision/compare.h"
+#include "precision/precision_fix.h"
 
 namespace ferry::cli {
 

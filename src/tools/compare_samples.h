@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/compare.h"
+#include "precision/compare.h"
 
 namespace ferry::cli {
 

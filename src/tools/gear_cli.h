@@ -10,7 +10,7 @@
 
 #include "common/status.h"
 #include "format/compiled_model.h"
-#include "runtime/compare.h"
+#include "precision/compare.h"
 #include "runtime/executor.h"
 
 namespace ferry::cli {

@@ -8,9 +8,9 @@
 
 #include "ops/shape_inference.h"
 #include "passes/precision.h"
-#include "runtime/compare.h"
-#include "runtime/precision_fix.h"
-#include "runtime/precision_run.h"
+#include "precision/compare.h"
+#include "precision/precision_fix.h"
+#include "precision/precision_run.h"
 
 namespace ferry::testing {
 namespace {

@@ -1,5 +1,5 @@
 // Automatic mixed-precision repair; see precision_fix.h for the three steps.
-#include "runtime/precision_fix.h"
+#include "precision/precision_fix.h"
 
 #include <algorithm>
 #include <set>

@@ -1,5 +1,5 @@
 // Running a model in a precision mode; see precision_run.h.
-#include "runtime/precision_run.h"
+#include "precision/precision_run.h"
 
 #include <cmath>
 

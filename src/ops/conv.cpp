@@ -1,6 +1,6 @@
-// Op family 'nn': Conv, ConvTranspose, Gemm, MatMul, Dropout (inference mode).
-// Conv is im2col + gemm_ref per (batch, group); ConvTranspose is gemm_ref + col2im; Gemm and MatMul
-// call gemm_ref directly. f32 accumulates in f32, f64 in f64; f16/bf16 are computed in f32 and rounded back.
+// Op family 'conv' (see op_families.inc): Conv and ConvTranspose. Conv is im2col + gemm_ref per
+// (batch, group); ConvTranspose is gemm_ref + col2im (ops/conv_geometry.h). f32 accumulates in f32,
+// f64 in f64; f16/bf16 are computed in f32 and rounded back.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -16,41 +16,10 @@ namespace {
 
 using std::vector;
 
-const vector<DType> kGemmTypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16,
-                                  DType::kI32, DType::kI64, DType::kU32, DType::kU64};
-
 int64_t product(const vector<int64_t>& v) {
   int64_t p = 1;
   for (int64_t x : v) p *= x;
   return p;
-}
-
-template <class Ctx>
-Status check_float_input(Ctx& ctx, DType t, const char* name) {
-  if (t != DType::kUndefined && !dtype_is_float(t))
-    return ctx.error(std::string("input '") + name + "' has element type " + dtype_name(t) +
-                     "; only float types (f16, bf16, f32, f64) are supported");
-  return Status::ok();
-}
-
-template <class Ctx>
-Status check_same_dtype(Ctx& ctx, DType first, const char* first_name, DType other, const char* other_name) {
-  if (first != DType::kUndefined && other != DType::kUndefined && first != other)
-    return ctx.error(std::string("input '") + other_name + "' has element type " + dtype_name(other) + " but input '" +
-                     first_name + "' has " + dtype_name(first) + "; they must match");
-  return Status::ok();
-}
-
-// Creates the kernel's output (f32 scratch for f16/bf16, which is rounded back by finish_output).
-StatusOr<Tensor> make_result(KernelContext& ctx, DType compute, const vector<int64_t>& dims) {
-  return Tensor::create(compute, dims, ctx.node().describe() + " output 0");
-}
-Status finish_output(KernelContext& ctx, Tensor result, DType out_dtype) {
-  if (result.dtype() != out_dtype) {
-    ASSIGN_OR_RETURN(result, cast_tensor(result, out_dtype));
-  }
-  ctx.set_output(0, std::move(result));
-  return Status::ok();
 }
 
 // ---- Conv -----------------------------------------------------------------------------------
@@ -66,7 +35,7 @@ struct ConvInfo {
 // shape rule, which may see unknown dims, and the kernel, which sees concrete ones).
 template <class Ctx>
 Status conv_info(Ctx& ctx, const TensorType& x, const TensorType& w, const TensorType* b, ConvInfo* ci) {
-  RETURN_IF_ERROR(check_float_input(ctx, x.dtype, "X"));
+  RETURN_IF_ERROR(check_float_dtype(ctx, x.dtype, "X"));
   RETURN_IF_ERROR(check_same_dtype(ctx, x.dtype, "X", w.dtype, "W"));
   if (b) RETURN_IF_ERROR(check_same_dtype(ctx, x.dtype, "X", b->dtype, "B"));
   ci->group = ctx.get_int("group", 1);
@@ -191,7 +160,7 @@ struct ConvTInfo {
 
 template <class Ctx>
 Status convt_info(Ctx& ctx, const TensorType& x, const TensorType& w, const TensorType* b, ConvTInfo* ci) {
-  RETURN_IF_ERROR(check_float_input(ctx, x.dtype, "X"));
+  RETURN_IF_ERROR(check_float_dtype(ctx, x.dtype, "X"));
   RETURN_IF_ERROR(check_same_dtype(ctx, x.dtype, "X", w.dtype, "W"));
   if (b) RETURN_IF_ERROR(check_same_dtype(ctx, x.dtype, "X", b->dtype, "B"));
   ci->group = ctx.get_int("group", 1);
@@ -341,244 +310,9 @@ Status k_conv_transpose(KernelContext& ctx) {
   return finish_output(ctx, std::move(y), dt);
 }
 
-// ---- Gemm -----------------------------------------------------------------------------------
-
-template <class Ctx>
-Status check_gemm_dtype(Ctx& ctx, DType t, const char* name) {
-  if (t == DType::kUndefined) return Status::ok();
-  if (std::find(kGemmTypes.begin(), kGemmTypes.end(), t) == kGemmTypes.end())
-    return ctx.error(std::string("input '") + name + "' has element type " + dtype_name(t) +
-                     "; supported: f16, bf16, f32, f64, i32, i64, u32, u64");
-  return Status::ok();
-}
-
-// Validates Gemm's inputs; out = [M, N] with unknown dims where they cannot be told.
-template <class Ctx>
-Status gemm_info(Ctx& ctx, const TensorType& a, const TensorType& b, const TensorType* c, Shape* out) {
-  RETURN_IF_ERROR(check_gemm_dtype(ctx, a.dtype, "A"));
-  RETURN_IF_ERROR(check_same_dtype(ctx, a.dtype, "A", b.dtype, "B"));
-  if (c) RETURN_IF_ERROR(check_same_dtype(ctx, a.dtype, "A", c->dtype, "C"));
-  const bool ta = ctx.get_int("transA", 0) != 0, tb = ctx.get_int("transB", 0) != 0;
-  if (a.shape && a.shape->rank() != 2) return ctx.error("input 'A' must be 2-D, got shape " + a.shape->to_string());
-  if (b.shape && b.shape->rank() != 2) return ctx.error("input 'B' must be 2-D, got shape " + b.shape->to_string());
-  const Dim m = a.shape ? a.shape->dims[ta ? 1 : 0] : Dim(), ka = a.shape ? a.shape->dims[ta ? 0 : 1] : Dim();
-  const Dim kb = b.shape ? b.shape->dims[tb ? 1 : 0] : Dim(), n = b.shape ? b.shape->dims[tb ? 0 : 1] : Dim();
-  if (ka.is_known() && kb.is_known() && ka.value != kb.value)
-    return ctx.error("inner dimensions differ: input 'A' " + a.shape->to_string() + (ta ? " (transposed)" : "") +
-                     " has K = " + std::to_string(ka.value) + " but input 'B' " + b.shape->to_string() +
-                     (tb ? " (transposed)" : "") + " has K = " + std::to_string(kb.value));
-  if (c && c->shape) {
-    if (c->shape->rank() > 2)
-      return ctx.error("input 'C' must have rank <= 2 (broadcastable to [M, N]), got shape " + c->shape->to_string());
-    const int64_t cr = c->shape->rank();
-    const Dim want[2] = {m, n};
-    for (int64_t i = 0; i < cr; ++i) {
-      const Dim& cd = c->shape->dims[i];
-      const Dim& od = want[2 - cr + i];
-      if (cd.is_known() && od.is_known() && cd.value != 1 && cd.value != od.value)
-        return ctx.error("input 'C' with shape " + c->shape->to_string() + " cannot be broadcast to the output [M, N] = " +
-                         Shape({m, n}).to_string());
-    }
-  }
-  *out = Shape({m, n});
-  return Status::ok();
-}
-
-Status infer_gemm(InferContext& ctx) {
-  Shape out;
-  const TensorType* c = ctx.has_input(2) ? &ctx.input_type(2) : nullptr;
-  RETURN_IF_ERROR(gemm_info(ctx, ctx.input_type(0), ctx.input_type(1), c, &out));
-  ctx.set_output(0, TensorType{ctx.input_type(0).dtype, out});
-  return Status::ok();
-}
-
-template <typename T>
-void gemm_forward(const Tensor& a, const Tensor& b, const Tensor* c, bool ta, bool tb, float alpha, float beta,
-                  Tensor* y) {
-  const int64_t M = y->dim(0), N = y->dim(1);
-  const int64_t K = ta ? a.dim(0) : a.dim(1);
-  const T* pa = a.data<T>();
-  const T* pb = b.data<T>();
-  vector<T> bt;
-  if (tb) {  // gemm_ref wants B's rows contiguous: materialize B^T as K x N
-    bt.resize(static_cast<size_t>(K * N));
-    for (int64_t nn = 0; nn < N; ++nn)
-      for (int64_t k = 0; k < K; ++k) bt[k * N + nn] = pb[nn * K + k];
-    pb = bt.data();
-  }
-  T* py = y->mutable_data<T>();
-  gemm_ref<T>(M, N, K, pa, ta ? 1 : K, ta ? M : 1, pb, N, py, N);
-  const bool use_c = c != nullptr && beta != 0.0f;
-  if (alpha == 1.0f && !use_c) return;
-  int64_t cs0 = 0, cs1 = 0;
-  const T* pc = nullptr;
-  if (use_c) {
-    vector<int64_t> s = broadcast_strides(c->dims(), {M, N});
-    cs0 = s[0];
-    cs1 = s[1];
-    pc = c->data<T>();
-  }
-  for (int64_t i = 0; i < M; ++i) {
-    for (int64_t j = 0; j < N; ++j) {
-      T& v = py[i * N + j];
-      if constexpr (std::is_floating_point_v<T>) {
-        v = static_cast<T>(alpha) * v;
-        if (use_c) v += static_cast<T>(beta) * pc[i * cs0 + j * cs1];
-      } else {
-        double r = static_cast<double>(alpha) * static_cast<double>(v);
-        if (use_c) r += static_cast<double>(beta) * static_cast<double>(pc[i * cs0 + j * cs1]);
-        v = static_cast<T>(r);
-      }
-    }
-  }
-}
-
-Status k_gemm(KernelContext& ctx) {
-  const Tensor& a = ctx.input(0);
-  const Tensor& b = ctx.input(1);
-  const Tensor* c = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-  const TensorType ct = c ? c->type() : TensorType{};
-  Shape out;
-  RETURN_IF_ERROR(gemm_info(ctx, a.type(), b.type(), c ? &ct : nullptr, &out));
-  const bool ta = ctx.get_int("transA", 0) != 0, tb = ctx.get_int("transB", 0) != 0;
-  const float alpha = ctx.get_float("alpha", 1.0f), beta = ctx.get_float("beta", 1.0f);
-  const DType dt = a.dtype();
-  Tensor af = widen_to_f32(a), bf = widen_to_f32(b), cf = c ? widen_to_f32(*c) : Tensor();
-  ASSIGN_OR_RETURN(Tensor y, make_result(ctx, af.dtype(), out.values()));
-  switch (af.dtype()) {
-    FERRY_DISPATCH_FLOAT_CASES(gemm_forward<scalar_t>(af, bf, c ? &cf : nullptr, ta, tb, alpha, beta, &y))
-    FERRY_DISPATCH_CASE(kI32, int32_t, gemm_forward<scalar_t>(af, bf, c ? &cf : nullptr, ta, tb, alpha, beta, &y))
-    FERRY_DISPATCH_CASE(kI64, int64_t, gemm_forward<scalar_t>(af, bf, c ? &cf : nullptr, ta, tb, alpha, beta, &y))
-    FERRY_DISPATCH_CASE(kU32, uint32_t, gemm_forward<scalar_t>(af, bf, c ? &cf : nullptr, ta, tb, alpha, beta, &y))
-    FERRY_DISPATCH_CASE(kU64, uint64_t, gemm_forward<scalar_t>(af, bf, c ? &cf : nullptr, ta, tb, alpha, beta, &y))
-    default: return ctx.error(std::string("element type ") + dtype_name(dt) + " is not supported");
-  }
-  return finish_output(ctx, std::move(y), dt);
-}
-
-// ---- MatMul ---------------------------------------------------------------------------------
-
-// numpy matmul shapes: 1-D A is [1, K] (the 1 dropped from the result), 1-D B is [K, 1] (likewise),
-// leading (batch) dims broadcast.
-template <class Ctx>
-Status matmul_info(Ctx& ctx, const TensorType& a, const TensorType& b, std::optional<Shape>* out) {
-  RETURN_IF_ERROR(check_gemm_dtype(ctx, a.dtype, "A"));
-  RETURN_IF_ERROR(check_same_dtype(ctx, a.dtype, "A", b.dtype, "B"));
-  return matmul_shape(ctx, a, b, "MatMul", out);
-}
-
-Status infer_matmul(InferContext& ctx) {
-  std::optional<Shape> out;
-  RETURN_IF_ERROR(matmul_info(ctx, ctx.input_type(0), ctx.input_type(1), &out));
-  ctx.set_output(0, TensorType{ctx.input_type(0).dtype, out});
-  return Status::ok();
-}
-
-template <typename T>
-void matmul_forward(const Tensor& a, const Tensor& b, const vector<int64_t>& batch, const vector<int64_t>& a_batch,
-                    const vector<int64_t>& b_batch, int64_t M, int64_t N, int64_t K, Tensor* y) {
-  vector<int64_t> sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
-  for (int64_t& s : sa) s *= M * K;
-  for (int64_t& s : sb) s *= K * N;
-  const T* pa = a.data<T>();
-  const T* pb = b.data<T>();
-  T* py = y->mutable_data<T>();
-  for (BroadcastIter it(batch, {sa, sb}); !it.done(); it.next())
-    gemm_ref<T>(M, N, K, pa + it.offset(0), K, 1, pb + it.offset(1), N, py + it.index() * M * N, N);
-}
-
-Status k_matmul(KernelContext& ctx) {
-  const Tensor& a = ctx.input(0);
-  const Tensor& b = ctx.input(1);
-  std::optional<Shape> out;
-  RETURN_IF_ERROR(matmul_info(ctx, a.type(), b.type(), &out));
-  vector<int64_t> ad = a.dims(), bd = b.dims();
-  if (ad.size() == 1) ad.insert(ad.begin(), 1);
-  if (bd.size() == 1) bd.push_back(1);
-  const int64_t M = ad[ad.size() - 2], K = ad[ad.size() - 1], N = bd[bd.size() - 1];
-  const vector<int64_t> a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
-  vector<int64_t> batch;
-  if (!broadcast_dims(a_batch, b_batch, &batch)) return internal_error("MatMul batch broadcast");
-  const DType dt = a.dtype();
-  Tensor af = widen_to_f32(a), bf = widen_to_f32(b);
-  ASSIGN_OR_RETURN(Tensor y, make_result(ctx, af.dtype(), out->values()));
-  switch (af.dtype()) {
-    FERRY_DISPATCH_FLOAT_CASES(matmul_forward<scalar_t>(af, bf, batch, a_batch, b_batch, M, N, K, &y))
-    FERRY_DISPATCH_CASE(kI32, int32_t, matmul_forward<scalar_t>(af, bf, batch, a_batch, b_batch, M, N, K, &y))
-    FERRY_DISPATCH_CASE(kI64, int64_t, matmul_forward<scalar_t>(af, bf, batch, a_batch, b_batch, M, N, K, &y))
-    FERRY_DISPATCH_CASE(kU32, uint32_t, matmul_forward<scalar_t>(af, bf, batch, a_batch, b_batch, M, N, K, &y))
-    FERRY_DISPATCH_CASE(kU64, uint64_t, matmul_forward<scalar_t>(af, bf, batch, a_batch, b_batch, M, N, K, &y))
-    default: return ctx.error(std::string("element type ") + dtype_name(dt) + " is not supported");
-  }
-  return finish_output(ctx, std::move(y), dt);
-}
-
-// ---- Dropout --------------------------------------------------------------------------------
-
-// Inference mode only: output = input, mask = all true. From opset 12 ratio and training_mode are
-// inputs; training with a nonzero ratio is random and not supported.
-template <class Ctx>
-Status check_dropout_inputs(Ctx& ctx, const Tensor* ratio, const Tensor* training, bool ratio_given) {
-  if (ratio) {
-    if (ratio->numel() != 1) return ctx.error("input 'ratio' must be a scalar, got shape " + dims_to_string(ratio->dims()));
-    if (!dtype_is_float(ratio->dtype()))
-      return ctx.error(std::string("input 'ratio' must be a float scalar, got ") + dtype_name(ratio->dtype()));
-    const double r = ratio->get_double(0);
-    if (!(r >= 0.0 && r < 1.0)) return ctx.error("input 'ratio' must be in [0, 1), got " + std::to_string(r));
-  }
-  if (training) {
-    if (training->dtype() != DType::kBool)
-      return ctx.error(std::string("input 'training_mode' must be bool, got ") + dtype_name(training->dtype()));
-    if (training->numel() != 1)
-      return ctx.error("input 'training_mode' must be a scalar, got shape " + dims_to_string(training->dims()));
-    // Training with ratio 0 is still the identity; the ratio defaults to 0.5 when omitted.
-    const bool ratio_unknown = ratio_given && !ratio;  // a runtime input: the kernel checks it
-    const bool ratio_zero = ratio && ratio->get_double(0) == 0.0;
-    if (training->data<bool>()[0] && !ratio_unknown && !ratio_zero)
-      return ctx.error("training mode not supported: input 'training_mode' is true (ferry runs Dropout in inference mode only)");
-  }
-  return Status::ok();
-}
-
-Status infer_dropout(InferContext& ctx) {
-  const TensorType& x = ctx.input_type(0);
-  ctx.set_output(0, x);
-  if (ctx.num_outputs() > 1) ctx.set_output(1, TensorType{ctx.opset() >= 10 ? DType::kBool : x.dtype, x.shape});
-  if (ctx.opset() >= 12) {
-    const Tensor* ratio = ctx.has_input(1) ? ctx.input_value(1) : nullptr;
-    const Tensor* training = ctx.has_input(2) ? ctx.input_value(2) : nullptr;
-    if (ctx.has_input(2) && ctx.input_type(2).dtype != DType::kUndefined && ctx.input_type(2).dtype != DType::kBool)
-      return ctx.error(std::string("input 'training_mode' must be bool, got ") + dtype_name(ctx.input_type(2).dtype));
-    RETURN_IF_ERROR(check_dropout_inputs(ctx, ratio, training, ctx.has_input(1)));
-  }
-  return Status::ok();
-}
-
-Status k_dropout(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  if (ctx.opset() >= 12) {
-    const Tensor* ratio = ctx.has_input(1) ? &ctx.input(1) : nullptr;
-    const Tensor* training = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-    RETURN_IF_ERROR(check_dropout_inputs(ctx, ratio, training, ctx.has_input(1)));
-  }
-  ctx.set_output(0, x);
-  if (ctx.num_outputs() > 1) {
-    if (ctx.opset() >= 10) {
-      ASSIGN_OR_RETURN(Tensor * mask, ctx.allocate_output(1, DType::kBool, x.dims()));
-      std::fill(mask->mutable_data<bool>(), mask->mutable_data<bool>() + mask->numel(), true);
-    } else {  // opsets 7-9: the mask has the data's type
-      ASSIGN_OR_RETURN(Tensor ones, Tensor::create(DType::kF64, x.dims(), ctx.node().describe() + " output 1"));
-      std::fill(ones.mutable_data<double>(), ones.mutable_data<double>() + ones.numel(), 1.0);
-      ASSIGN_OR_RETURN(Tensor mask, cast_tensor(ones, x.dtype()));
-      ctx.set_output(1, std::move(mask));
-    }
-  }
-  return Status::ok();
-}
-
 }  // namespace
 
-void register_nn_ops(OpRegistry& r) {
+void register_conv_ops(OpRegistry& r) {
   const vector<AttrSpec> conv_attrs = {{"auto_pad", AttrType::kString}, {"dilations", AttrType::kInts},
                                        {"group", AttrType::kInt},       {"kernel_shape", AttrType::kInts},
                                        {"pads", AttrType::kInts},       {"strides", AttrType::kInts}};
@@ -590,27 +324,6 @@ void register_nn_ops(OpRegistry& r) {
   convt_attrs.push_back({"output_shape", AttrType::kInts});
   r.add(OpSchema{.name = "ConvTranspose", .since_version = 1, .min_inputs = 2, .max_inputs = 3, .attrs = convt_attrs,
                  .types = kFloatTypes, .infer = infer_conv_transpose, .kernel = k_conv_transpose});
-
-  const vector<AttrSpec> gemm_attrs = {{"alpha", AttrType::kFloat}, {"beta", AttrType::kFloat},
-                                       {"transA", AttrType::kInt}, {"transB", AttrType::kInt}};
-  // Gemm-7/9: C required; Gemm-11/13: C optional.
-  r.add(OpSchema{.name = "Gemm", .since_version = 7, .min_inputs = 3, .max_inputs = 3, .attrs = gemm_attrs,
-                 .types = kGemmTypes, .infer = infer_gemm, .kernel = k_gemm});
-  r.add(OpSchema{.name = "Gemm", .since_version = 11, .min_inputs = 2, .max_inputs = 3, .attrs = gemm_attrs,
-                 .types = kGemmTypes, .infer = infer_gemm, .kernel = k_gemm});
-  r.add(OpSchema{.name = "MatMul", .since_version = 1, .min_inputs = 2, .max_inputs = 2, .types = kGemmTypes,
-                 .infer = infer_matmul, .kernel = k_matmul});
-
-  // Dropout-7: ratio attribute, mask of the data's type; 10: bool mask; 12: ratio and training_mode inputs.
-  r.add(OpSchema{.name = "Dropout", .since_version = 7, .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
-                 .max_outputs = 2, .attrs = {{"ratio", AttrType::kFloat}}, .types = kFloatTypes,
-                 .infer = infer_dropout, .kernel = k_dropout});
-  r.add(OpSchema{.name = "Dropout", .since_version = 10, .min_inputs = 1, .max_inputs = 1, .min_outputs = 1,
-                 .max_outputs = 2, .attrs = {{"ratio", AttrType::kFloat}}, .types = kFloatTypes,
-                 .infer = infer_dropout, .kernel = k_dropout});
-  r.add(OpSchema{.name = "Dropout", .since_version = 12, .min_inputs = 1, .max_inputs = 3, .min_outputs = 1,
-                 .max_outputs = 2, .attrs = {{"seed", AttrType::kInt}}, .types = kFloatTypes, .infer = infer_dropout,
-                 .kernel = k_dropout});
 }
 
 }  // namespace ferry

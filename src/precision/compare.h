@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "passes/precision.h"
+#include "precision/precision_run.h"
 #include "runtime/executor.h"
-#include "runtime/precision_run.h"
 
 namespace ferry {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/compare.h"
+#include "precision/compare.h"
 
 namespace ferry {
 

@@ -3,7 +3,7 @@
 #include <cctype>
 #include <cmath>
 
-#include "runtime/compare.h"
+#include "precision/compare.h"
 
 namespace ferry {
 

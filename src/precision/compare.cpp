@@ -1,6 +1,6 @@
 // The comparator behind `ferry compare`: runs samples through a reference and a target and
 // aggregates metrics per output and per layer (see compare.h for the spill scheme).
-#include "runtime/compare.h"
+#include "precision/compare.h"
 
 #include <stdlib.h>
 #include <unistd.h>

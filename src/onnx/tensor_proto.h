@@ -1,0 +1,30 @@
+// TensorProto -> Tensor for the ONNX importer (onnx_import.cpp) and the .pb readers (onnx_import.h).
+// Internal to onnx/: it names protobuf types.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <unordered_map>
+
+#include "common/status.h"
+#include "io/file_util.h"
+#include "ir/tensor.h"
+#include "onnx/onnx_pb.h"
+
+namespace ferry {
+
+/// Where a TensorProto's external data may come from and what has been read: one per import.
+struct TensorSource {
+  std::string base_dir;  // external data only from regular files inside it ("" refuses external data)
+  int64_t max_weight_bytes = std::numeric_limits<int64_t>::max();  // over all tensors read
+  int64_t weight_bytes = 0;
+  std::unordered_map<std::string, MappedFile> external_files;  // mapped once, shared by the tensors
+};
+
+/// The tensor a TensorProto holds, checked against its shape before anything is allocated.
+/// `src` null: external data is refused and no limit applies. `what` ("" = "tensor '<name>'")
+/// starts every message.
+StatusOr<Tensor> tensor_from_proto(TensorSource* src, const onnx::TensorProto& tp, const std::string& what);
+
+}  // namespace ferry
