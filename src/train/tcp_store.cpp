@@ -138,6 +138,11 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::listen(int port) {
   s->state_ = std::make_unique<State>();
   s->state_->listen_fd = lfd;
   s->port_ = port;
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  if (port == 0 && ::getsockname(lfd, reinterpret_cast<sockaddr*>(&bound), &len) == 0)  // tests: any free port
+    s->port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                 : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   if (::pipe2(s->state_->wake, O_CLOEXEC) != 0) return invalid_argument("rendezvous: pipe failed");
   s->state_->thread = std::thread([p = s.get()] { p->serve(); });
   return s;
@@ -171,7 +176,7 @@ void TcpStoreServer::serve() {
       if (cfd >= 0) {
         const int one = 1;
         ::setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        st.clients.push_back(State::Client{cfd});
+        st.clients.push_back(State::Client{cfd, -1, false, {}});
       }
     }
     std::vector<size_t> closed;

@@ -18,7 +18,8 @@ namespace ferry {
 
 class TcpStoreServer {
  public:
-  /// Listens on every interface at `port`; the error names the port and what to try.
+  /// Listens on every interface at `port` (0: any free port, see port()); the error names the
+  /// port and what to try.
   static StatusOr<std::unique_ptr<TcpStoreServer>> listen(int port);
   ~TcpStoreServer();
   int port() const { return port_; }
