@@ -46,7 +46,10 @@ int cmd_train(TrainOptions& o) {
     c.scaler.init_scale = o.loss_scale;
     c.scaler.dynamic = false;
   }
-  c.loss_scaling = c.loss_scaling || o.init_scale > 0 || o.loss_scale > 0;
+  if (!c.amp.empty() && c.amp != "bf16" && c.amp != "fp16") return report(invalid_argument("--amp '" + c.amp + "': use bf16 or fp16"));
+  if (!c.keep_fp32.empty() && c.amp.empty()) return report(invalid_argument("--keep-fp32 needs --amp bf16|fp16"));
+  // fp16 turns GradScaler on (65536), as torch.cuda.amp with GradScaler; bf16 needs none.
+  c.loss_scaling = c.loss_scaling || o.init_scale > 0 || o.loss_scale > 0 || c.amp == "fp16";
   if (!o.recompute && c.recompute_segments >= 0) return report(invalid_argument("--recompute-segments needs --recompute"));
   if (o.recompute && c.recompute_segments < 0) c.recompute_segments = 0;
   if (!o.memory_limit.empty()) {
@@ -142,7 +145,10 @@ const bool kRegistered = register_command({"train", 35, [](CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--dist-timeout", o->dist_timeout, "Data parallel: seconds to wait for the ranks to arrive and for each "
                   "collective before failing (300)")->check(CLI::PositiveNumber);
-  cmd->add_option("--init-scale", o->init_scale, "Dynamic loss scaling (torch GradScaler) from this scale (65536 with --amp)")
+  cmd->add_option("--amp", c.amp, "Mixed precision as torch.autocast: Conv/ConvTranspose/Gemm/MatMul in bf16 or fp16, the rest "
+                  "and the optimizer in f32 (fp16 turns loss scaling on)")->check(CLI::IsMember({"bf16", "fp16"}));
+  cmd->add_option("--keep-fp32", c.keep_fp32, "--amp: nodes (ONNX names) kept in f32")->delimiter(',');
+  cmd->add_option("--init-scale", o->init_scale, "Dynamic loss scaling (torch GradScaler) from this scale (65536 with --amp fp16)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--growth-interval", c.scaler.growth_interval, "Loss scaling: good steps before the scale doubles (2000)")
       ->check(CLI::PositiveNumber);

@@ -16,6 +16,7 @@
 #include "onnx/onnx_export.h"
 #include "onnx/onnx_import.h"
 #include "passes/pipeline.h"
+#include "train/autocast.h"
 #include "runtime/executor.h"
 #include "runtime/memory_estimate.h"
 #include "train/data_source.h"
@@ -163,7 +164,12 @@ Status Trainer::setup() {
   o.seed = c_.seed;
   o.recompute_segments = c_.recompute_segments;
   o.loss_seed_input = true;
+  ASSIGN_OR_RETURN(o.amp, parse_amp_dtype(c_.amp));
+  o.keep_fp32 = c_.keep_fp32;
   ASSIGN_OR_RETURN(tg_, build_train_graph(*source_, o));
+  if (o.amp != DType::kF32)
+    summary_.notes.push_back("--amp " + c_.amp + ": " + std::to_string(tg_.amp_nodes.size()) +
+                             " matrix ops autocast (emulated: f32 compute on operands and results rounded to " + c_.amp + ")");
   tg_options_ = o;
   values_ = tg_.initial;
   if (tg_.recompute_segments > 0)

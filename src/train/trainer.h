@@ -44,7 +44,11 @@ struct TrainConfig {
   std::string resume;           // checkpoint file or directory (its latest)
   bool skip_bad_images = false;
   DistConfig dist;              // data parallel (train/ddp.h): this process's rank of world_size
-  /// Loss scaling (grad_scaler.h): on with --amp, --init-scale or --loss-scale.
+  /// --amp: "bf16" or "fp16" autocasts the matrix ops (train/autocast.h); "" f32.
+  std::string amp;
+  /// --keep-fp32: nodes autocast leaves in f32.
+  std::vector<std::string> keep_fp32;
+  /// Loss scaling (grad_scaler.h): on with --amp fp16, --init-scale or --loss-scale.
   bool loss_scaling = false;
   GradScalerConfig scaler;
   /// Micro-batches of batch_size per optimizer step (gradients summed, loss divided by it).

@@ -11,6 +11,7 @@
 #include "grad/registry.h"
 #include "ops/op_util.h"
 #include "passes/shape_inference.h"
+#include "train/autocast.h"
 
 namespace ferry {
 namespace {
@@ -279,6 +280,12 @@ StatusOr<TrainGraph> build_train_graph(const Model& model, const TrainGraphOptio
   std::unordered_map<std::string, Tensor> constants;
   RETURN_IF_ERROR(build_forward_with_loss(m, o, &tg, &constants));
   if (tg.params.empty()) return invalid_argument("no parameter to train: every float initializer is frozen or a BN statistic");
+  if (o.amp != DType::kF32) {
+    AutocastReport ar;
+    RETURN_IF_ERROR(apply_autocast(m, o.amp, o.keep_fp32, &ar));
+    tg.amp_nodes = ar.lowered;
+    RETURN_IF_ERROR(infer_shapes(m, &constants));
+  }
   Graph& g = m->graph;
   if (o.loss_seed_input) {
     tg.loss_seed = "train/loss_scale";

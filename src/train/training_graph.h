@@ -33,6 +33,10 @@ struct TrainGraphOptions {
   /// Backward's dLoss is the graph input TrainGraph::loss_seed (the trainer feeds loss scale /
   /// accumulation steps there); false: a constant 1.
   bool loss_seed_input = false;
+  /// --amp: kBF16 / kF16 autocasts the forward's matrix ops (train/autocast.h); kF32 off.
+  DType amp = DType::kF32;
+  /// --keep-fp32: nodes (name or origin) autocast leaves in f32.
+  std::vector<std::string> keep_fp32;
 };
 
 /// A BatchNormalization's running statistic: fed as `input`, its update comes out as `output`.
@@ -67,6 +71,8 @@ struct TrainGraph {
   /// What --recompute did (segments 0 when off).
   int64_t recompute_segments = 0;
   int64_t recomputed_nodes = 0;
+  /// Nodes --amp runs in the low type (empty when off).
+  std::vector<std::string> amp_nodes;
 };
 
 /// The forward model as PyTorch's train() runs it, with the parameters still initializers: BN and
