@@ -22,6 +22,16 @@ int64_t product(const vector<int64_t>& v) {
   return p;
 }
 
+// y[m, i] += bias[m] for the M planes of OS elements of one batch item.
+template <typename T>
+void add_bias(const T* bias, int64_t M, int64_t OS, T* y) {
+  for (int64_t m = 0; m < M; ++m) {
+    T* ym = y + m * OS;
+    const T bm = bias[m];
+    for (int64_t i = 0; i < OS; ++i) ym[i] += bm;
+  }
+}
+
 // ---- Conv -----------------------------------------------------------------------------------
 
 struct ConvInfo {
@@ -117,13 +127,7 @@ void conv_forward(const T* x, const T* w, const T* bias, T* y, const vector<int6
         gemm_ref<T>(Mg, q1 - q0, K, wg, K, 1, col.data(), q1 - q0, yg + q0, OS);
       }
     }
-    if (bias) {
-      for (int64_t m = 0; m < M; ++m) {
-        T* ym = y + (n * M + m) * OS;
-        const T bm = bias[m];
-        for (int64_t i = 0; i < OS; ++i) ym[i] += bm;
-      }
-    }
+    if (bias) add_bias(bias, M, OS, y + n * M * OS);
   }
 }
 
@@ -279,13 +283,7 @@ void conv_transpose_forward(const T* x, const T* w, const T* bias, T* y, const v
         col2im(col.data(), Mg, g, q0, q1, yg);
       }
     }
-    if (bias) {
-      for (int64_t m = 0; m < M; ++m) {
-        T* ym = y + (n * M + m) * OS;
-        const T bm = bias[m];
-        for (int64_t i = 0; i < OS; ++i) ym[i] += bm;
-      }
-    }
+    if (bias) add_bias(bias, M, OS, y + n * M * OS);
   }
 }
 

@@ -1,6 +1,6 @@
 // `ferry compare MODEL --ref SPEC --target SPEC`: how far a target (device + precision) is from
 // a reference, per output, per layer (--per-layer), over a dataset (--inputs-dir), with an
-// automatic fp32 repair (--fix) and JSON / HTML reports. The logic lives in runtime/compare.h.
+// automatic fp32 repair (--fix) and JSON / HTML reports. The logic lives in precision/compare.h.
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
