@@ -3,8 +3,9 @@ train_models.py, 2 ranks, 6 steps of SGD momentum: rank 0's per-step losses and 
 (BN statistics included) within 1e-4 relative, for `--nproc 2` and for the environment launch
 (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT). Then the failures that must never hang: a missing
 peer (exit 2 within a short --dist-timeout, naming the rank and the address), a peer killed by
-SIGKILL mid-run (the survivor exits non-zero naming it, the last checkpoint resumes, also on
-another world size), a worker of --nproc killed (the launcher names it).
+SIGKILL mid-run (the survivor exits non-zero naming it; the last checkpoint resumes on one
+process, and on two bit for bit as the uninterrupted run), a worker of --nproc killed (the
+launcher names it).
 
 usage: check_ddp.py FERRY WORKDIR"""
 import json
@@ -237,6 +238,16 @@ else:
         fail(f"resume on 1 process from step {resumed_step}: exit {p.returncode}, steps {steps[-3:]}:\n{p.stderr[-1500:]}")
     else:
         print(f"resume from the step-{resumed_step} checkpoint of the killed 2-rank run: 1 process continues")
+    # The same world size: bit for bit the uninterrupted 2-rank run.
+    full = train_args("full2", steps=resumed_step + 2, out=False) + ["--nproc", "2", "--threads", "2"]
+    again = train_args("resumed2", steps=resumed_step + 2, out=False) + ["--nproc", "2", "--threads", "2", "--resume", ck]
+    ps = [subprocess.run([FERRY, *a], capture_output=True, text=True, timeout=60) for a in (full, again)]
+    losses = [[(r["step"], r["loss"]) for r in read_log(os.path.join(WORK, t + ".jsonl")) if "loss" in r][-2:]
+              for t in ("full2", "resumed2")] if all(q.returncode == 0 for q in ps) else None
+    if not losses or losses[0] != losses[1]:
+        fail(f"resume on 2 ranks: {losses} (exits {[q.returncode for q in ps]}):\n{ps[1].stderr[-1500:]}")
+    else:
+        print(f"resume on 2 ranks: steps {resumed_step + 1}-{resumed_step + 2} equal the uninterrupted run bit for bit")
 
 # --- a worker of --nproc killed: the launcher names it and stops the other ---
 log = os.path.join(WORK, "launcher.jsonl")
