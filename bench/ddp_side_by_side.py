@@ -4,6 +4,8 @@ Exports torchvision's ResNet-18 (100 classes, training mode, opset 17), writes a
 runs, interleaved (`--rounds` times):
   1 x 1: ferry train MODEL --data D --batch-size B --steps S --threads 1 ...
   N x 1: ferry train MODEL --data D --batch-size B --steps S --nproc N --threads N ...  (B per rank)
+  N x 1 independent: N single-process runs at once, no communication: the machine's ceiling for
+        N x 1 (on a shared machine the cores may not all be free).
 Step 1 is warm-up; steps 2..S are timed from rank 0's log. Prints samples/s of each (B / step time,
 N*B / step time), the speed-up, and the share of the step rank 0 spent waiting on communication
 after backward (comm_wait_ms / time_ms: the allreduce time that did not overlap backward).
@@ -57,6 +59,24 @@ def run(ferry, model, data, batch, steps, nproc, work):
             "comm_wait_share": wait / ms}
 
 
+def run_independent(ferry, model, data, batch, steps, nproc, work):
+    procs, logs = [], []
+    for i in range(nproc):
+        log = os.path.join(work, f"indep_{i}.jsonl")
+        logs.append(log)
+        procs.append(subprocess.Popen([ferry, "train", model, "--data", data, "--batch-size", str(batch), "--steps",
+                                       str(steps), "--no-shuffle", "--optimizer", "sgd", "--lr", "0.01", "--momentum",
+                                       "0.9", "--log", log, "-q", "--threads", "1"], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        if p.wait() != 0:
+            sys.exit(f"independent run failed:\n{p.stderr.read()[-2000:]}")
+    per = [statistics.median(json.loads(x)["time_ms"] for x in open(log) if x.strip() and json.loads(x)["step"] >= 2)
+           for log in logs]
+    return {"ms_per_step": max(per), "samples_per_s": sum(batch * 1000.0 / ms for ms in per), "comm_wait_ms": 0.0,
+            "comm_wait_share": 0.0}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ferry", default="build/ferry")
@@ -69,20 +89,23 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     model, data = export(a.work, a.batch)
-    results = {1: [], a.nproc: []}
+    names = ["1x1", f"{a.nproc}x1", f"{a.nproc}x1 independent"]
+    results = {k: [] for k in names}
     for _ in range(a.rounds):
-        for n in (1, a.nproc):
-            results[n].append(run(a.ferry, model, data, a.batch, a.steps, n, a.work))
+        results["1x1"].append(run(a.ferry, model, data, a.batch, a.steps, 1, a.work))
+        results[names[1]].append(run(a.ferry, model, data, a.batch, a.steps, a.nproc, a.work))
+        results[names[2]].append(run_independent(a.ferry, model, data, a.batch, a.steps, a.nproc, a.work))
     summary = {}
-    for n, rs in results.items():
+    for name, rs in results.items():
         best = min(rs, key=lambda r: r["ms_per_step"])
-        summary[f"{n}x1"] = best
-        print(f"{n} process(es) x 1 thread, batch {a.batch}/rank: {best['ms_per_step']:.0f} ms/step, "
+        summary[name] = best
+        print(f"{name} (batch {a.batch}/process): {best['ms_per_step']:.0f} ms/step, "
               f"{best['samples_per_s']:.2f} samples/s, comm wait {best['comm_wait_ms']:.1f} ms "
               f"({100 * best['comm_wait_share']:.1f}% of the step)")
-    speedup = summary[f"{a.nproc}x1"]["samples_per_s"] / summary["1x1"]["samples_per_s"]
-    summary["speedup"] = speedup
-    print(f"speed-up {a.nproc}x1 / 1x1: {speedup:.2f}x")
+    summary["speedup"] = summary[names[1]]["samples_per_s"] / summary["1x1"]["samples_per_s"]
+    summary["ceiling"] = summary[names[2]]["samples_per_s"] / summary["1x1"]["samples_per_s"]
+    print(f"speed-up {names[1]} / 1x1: {summary['speedup']:.2f}x (the machine's ceiling now, independent "
+          f"processes: {summary['ceiling']:.2f}x)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(summary, f, indent=1)
