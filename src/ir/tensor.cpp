@@ -35,22 +35,14 @@ StatusOr<Tensor> Tensor::create(DType dtype, std::vector<int64_t> dims, const st
 }
 
 StatusOr<Tensor> Tensor::try_allocate(DType dtype, std::vector<int64_t> dims) {
-  Tensor t;
-  t.dtype_ = dtype;
-  t.dims_ = std::move(dims);
-  t.numel_ = element_count(t.dims_);
-  if (dtype == DType::kString) {
-    t.strings_ = std::make_shared<std::vector<std::string>>(static_cast<size_t>(t.numel_));
-    return t;
-  }
-  const int64_t nbytes = t.numel_ * dtype_size(dtype);
+  if (dtype == DType::kString) return allocate(dtype, std::move(dims));  // no raw buffer
+  const int64_t nbytes = element_count(dims) * dtype_size(dtype);
   auto buf = aligned_zeroed(nbytes);
   if (!buf)
     return resource_exhausted("out of memory: cannot allocate " + std::to_string(nbytes) + " bytes for a " +
-                              dtype_name(dtype) + " tensor of shape " + dims_to_string(t.dims_));
-  t.data_ = buf.get();
-  t.owner_ = std::move(buf);
-  return t;
+                              dtype_name(dtype) + " tensor of shape " + dims_to_string(dims));
+  void* p = buf.get();
+  return wrap(dtype, std::move(dims), std::move(buf), p);
 }
 
 Tensor Tensor::allocate(DType dtype, std::vector<int64_t> dims) {

@@ -219,4 +219,15 @@ int64_t known_dim(const TensorType& t, int64_t i) {
   return d.is_known() ? d.value : -1;
 }
 
+bool matmul_dims(std::vector<int64_t> a, std::vector<int64_t> b, MatMulDims* d) {
+  if (a.size() == 1) a.insert(a.begin(), 1);
+  if (b.size() == 1) b.push_back(1);
+  d->M = a[a.size() - 2];
+  d->K = a[a.size() - 1];
+  d->N = b[b.size() - 1];
+  d->a_batch.assign(a.begin(), a.end() - 2);
+  d->b_batch.assign(b.begin(), b.end() - 2);
+  return broadcast_dims(d->a_batch, d->b_batch, &d->batch);
+}
+
 }  // namespace ferry

@@ -81,6 +81,15 @@ Status matmul_shape(Ctx& ctx, const TensorType& a, const TensorType& b, const ch
   return Status::ok();
 }
 
+/// numpy matmul's operands for concrete dims (the kernels' side of matmul_shape): A [batch..., M, K],
+/// B [batch..., K, N] after the 1-D promotions, and the broadcast batch dims.
+struct MatMulDims {
+  int64_t M = 0, K = 0, N = 0;
+  std::vector<int64_t> a_batch, b_batch, batch;
+};
+/// False when the batch dims do not broadcast (the shape rule has already refused that).
+bool matmul_dims(std::vector<int64_t> a, std::vector<int64_t> b, MatMulDims* d);
+
 /// Calls body.template operator()<T>() for the tensor's numeric dtype; errors for others.
 /// Float16/BFloat16 are not dispatched: reference kernels compute those via float.
 #define FERRY_DISPATCH_NUMERIC(dtype, ctx, ...)                                                   \

@@ -53,20 +53,16 @@ StatusOr<vector<int32_t>> subtract_zero_point(KernelContext& ctx, const Tensor& 
 // acc[batch..., M, N] (int32) = A' * B' with A', B' the zero-point-adjusted operands.
 Status int_matmul(KernelContext& ctx, const Tensor& a, const vector<int32_t>& av, const Tensor& b,
                   const vector<int32_t>& bv, const vector<int64_t>& out_dims, vector<int32_t>* acc) {
-  vector<int64_t> ad = a.dims(), bd = b.dims();
-  if (ad.size() == 1) ad.insert(ad.begin(), 1);
-  if (bd.size() == 1) bd.push_back(1);
-  const int64_t M = ad[ad.size() - 2], K = ad[ad.size() - 1], N = bd[bd.size() - 1];
-  const vector<int64_t> a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
-  vector<int64_t> batch;
-  if (!broadcast_dims(a_batch, b_batch, &batch)) return internal_error(ctx.node().describe() + ": batch broadcast");
-  vector<int64_t> sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
+  MatMulDims d;
+  if (!matmul_dims(a.dims(), b.dims(), &d)) return internal_error(ctx.node().describe() + ": batch broadcast");
+  const int64_t M = d.M, K = d.K, N = d.N;
+  vector<int64_t> sa = broadcast_strides(d.a_batch, d.batch), sb = broadcast_strides(d.b_batch, d.batch);
   for (int64_t& s : sa) s *= M * K;
   for (int64_t& s : sb) s *= K * N;
   int64_t total = 1;
   for (int64_t d : out_dims) total *= d;
   acc->assign(static_cast<size_t>(total), 0);
-  for (BroadcastIter it(batch, {sa, sb}); !it.done(); it.next())
+  for (BroadcastIter it(d.batch, {sa, sb}); !it.done(); it.next())
     gemm_ref<int32_t>(M, N, K, av.data() + it.offset(0), K, 1, bv.data() + it.offset(1), N,
                       acc->data() + it.index() * M * N, N);
   return Status::ok();
