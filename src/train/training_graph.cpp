@@ -10,7 +10,7 @@
 #include "grad/recompute.h"
 #include "grad/registry.h"
 #include "ops/op_util.h"
-#include "passes/shape_inference.h"
+#include "ops/shape_inference.h"
 #include "train/autocast.h"
 
 namespace ferry {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "grad/autodiff.h"
-#include "passes/shape_inference.h"
+#include "ops/shape_inference.h"
 #include "runtime/executor.h"
 #include "graph_builder.h"
 #include "ops/op_util.h"
