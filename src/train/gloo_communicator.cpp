@@ -18,11 +18,24 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <memory>
+#include <vector>
 
 #include "train/comm_backends.h"
 #include "train/tcp_store.h"
 
 namespace ferry {
+namespace {
+// Objects deliberately never destroyed (Gloo contexts whose peers failed: their destructors may
+// block), kept reachable from a static list so leak checkers do not report them.
+void keep_until_exit(std::shared_ptr<void> p) {
+  static std::mutex* mu = new std::mutex;
+  static auto* kept = new std::vector<std::shared_ptr<void>>;
+  std::lock_guard<std::mutex> lock(*mu);
+  kept->push_back(std::move(p));
+}
+}  // namespace
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -104,8 +117,8 @@ class GlooCommunicator : public Communicator {
     }
     if (busy_.load() || broken_.load()) {
       // Gloo's destructors may wait on pairs that errored or are still busy; leave them to the exit.
-      new std::shared_ptr<gloo::Context>(std::move(context_));
-      new std::shared_ptr<gloo::transport::Device>(std::move(device_));
+      keep_until_exit(std::move(context_));
+      keep_until_exit(std::move(device_));
     } else if (store_) {
       store_->goodbye();
     }

@@ -171,6 +171,7 @@ void TcpStoreServer::serve() {
       return;
     }
     if (fds[0].revents) return;
+    const size_t polled = fds.size() - 2;  // clients accepted below were not polled this round
     if (fds[1].revents & POLLIN) {
       const int cfd = ::accept4(st.listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
       if (cfd >= 0) {
@@ -180,7 +181,7 @@ void TcpStoreServer::serve() {
       }
     }
     std::vector<size_t> closed;
-    for (size_t i = 0; i < st.clients.size(); ++i) {
+    for (size_t i = 0; i < polled; ++i) {
       if (!fds[i + 2].revents) continue;
       State::Client& c = st.clients[i];
       char buf[65536];
