@@ -241,8 +241,8 @@ class GlooCommunicator : public Communicator {
         busy_ = true;
       }
       if (broken_) {
-        item.work->finish(first_error_);
         busy_ = false;
+        item.work->finish(first_error_);
         continue;
       }
       std::string failure;
@@ -251,14 +251,16 @@ class GlooCommunicator : public Communicator {
       } catch (const std::exception& e) {
         failure = e.what();
       }
-      if (failure.empty()) {
-        item.work->finish(Status::ok());
-      } else {
+      Status result = Status::ok();
+      if (!failure.empty()) {
         broken_ = true;
         first_error_ = describe_failure(item.work->what(), failure);
-        item.work->finish(first_error_);
+        result = first_error_;
       }
+      // Not busy before the waiter wakes: a waiter that then destroys the communicator joins this
+      // thread instead of detaching it (a detached worker would write into freed memory).
       busy_ = false;
+      item.work->finish(result);
     }
   }
 
