@@ -12,15 +12,6 @@ namespace {
 using std::string;
 using std::vector;
 
-// A scalar constant of `like`'s element type (f16/bf16 included).
-string scalar_of(GradContext& g, double v, const string& like) {
-  const TensorType* t = g.type_of(like);
-  if (t && (t->dtype == DType::kF16 || t->dtype == DType::kBF16)) {
-    StatusOr<Tensor> c = cast_tensor(Tensor::scalar<float>(static_cast<float>(v)), t->dtype);
-    if (c.is_ok()) return g.constant(std::move(c).value(), "scalar");
-  }
-  return g.scalar_like(v, like);
-}
 
 // dX = Op(dY, forward value) for a backward op of the com.ferry domain.
 Status set_backward_op(GradContext& g, const char* op, const string& forward, std::map<string, Attribute> attrs = {}) {
@@ -52,8 +43,8 @@ Status grad_gelu(GradContext& g) {
 Status grad_clip6(GradContext& g) {
   const string& x = g.input(0);
   vector<string> in = {g.output_grad(0), x};
-  in.push_back(g.has("min") ? scalar_of(g, g.get_float("min", 0.0f), x) : "");
-  if (g.has("max")) in.push_back(scalar_of(g, g.get_float("max", 0.0f), x));
+  in.push_back(g.has("min") ? g.scalar_like(g.get_float("min", 0.0f), x) : "");
+  if (g.has("max")) in.push_back(g.scalar_like(g.get_float("max", 0.0f), x));
   if (in.back().empty()) in.pop_back();
   g.set_input_grad(0, g.emit1("ClipGrad", std::move(in), {}, kFerryGradDomain));
   return Status::ok();
@@ -71,7 +62,7 @@ Status grad_erf(GradContext& g) {
   // d erf(x)/dx = 2 / sqrt(pi) * exp(-x^2).
   const string& x = g.input(0);
   string e = g.emit1("Exp", {g.emit1("Neg", {g.emit1("Mul", {x, x})})});
-  string t = g.emit1("Mul", {e, scalar_of(g, 2.0 / std::sqrt(3.14159265358979323846), x)});
+  string t = g.emit1("Mul", {e, g.scalar_like(2.0 / std::sqrt(3.14159265358979323846), x)});
   g.set_input_grad(0, g.emit1("Mul", {g.output_grad(0), t}));
   return Status::ok();
 }

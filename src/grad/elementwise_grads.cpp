@@ -10,15 +10,6 @@ namespace {
 using std::string;
 using std::vector;
 
-// A scalar constant of `like`'s element type (f16/bf16 included).
-string scalar_of(GradContext& g, double v, const string& like) {
-  const TensorType* t = g.type_of(like);
-  if (t && (t->dtype == DType::kF16 || t->dtype == DType::kBF16)) {
-    StatusOr<Tensor> c = cast_tensor(Tensor::scalar<float>(static_cast<float>(v)), t->dtype);
-    if (c.is_ok()) return g.constant(std::move(c).value(), "scalar");
-  }
-  return g.scalar_like(v, like);
-}
 
 // Records `full` (a gradient of the output's broadcast shape) as input i's gradient, summed down
 // to the input's shape.
@@ -69,7 +60,7 @@ Status grad_pow(GradContext& g) {
     // From opset 12 the exponent may be an integer tensor: cast it to the base's type.
     string b = g.input(1);
     if (tb->dtype != ta->dtype) b = g.emit1("Cast", {b}, {{"to", attr_int(static_cast<int64_t>(ta->dtype))}});
-    string b_minus_1 = g.emit1("Sub", {b, scalar_of(g, 1.0, a)});
+    string b_minus_1 = g.emit1("Sub", {b, g.scalar_like(1.0, a)});
     string t = g.emit1("Mul", {b, g.emit1("Pow", {a, b_minus_1})});
     RETURN_IF_ERROR(set_summed(g, 0, g.emit1("Mul", {dy, t})));
   }
@@ -81,7 +72,7 @@ Status grad_pow(GradContext& g) {
 }
 
 Status grad_sqrt(GradContext& g) {
-  string half_dy = g.emit1("Mul", {g.output_grad(0), scalar_of(g, 0.5, g.output(0))});
+  string half_dy = g.emit1("Mul", {g.output_grad(0), g.scalar_like(0.5, g.output(0))});
   g.set_input_grad(0, g.emit1("Div", {half_dy, g.output(0)}));
   return Status::ok();
 }
@@ -122,7 +113,7 @@ Status grad_cast(GradContext& g) {
 Status grad_where(GradContext& g) {
   const string& dy = g.output_grad(0);
   const string& cond = g.input(0);
-  string zero = scalar_of(g, 0.0, g.output(0));
+  string zero = g.scalar_like(0.0, g.output(0));
   if (g.wants_input_grad(1)) RETURN_IF_ERROR(set_summed(g, 1, g.emit1("Where", {cond, dy, zero})));
   if (g.wants_input_grad(2)) RETURN_IF_ERROR(set_summed(g, 2, g.emit1("Where", {cond, zero, dy})));
   return Status::ok();
@@ -145,7 +136,7 @@ Status grad_abs(GradContext& g) {
     const TensorType* t = g.type_of(x);
     if (!t) return g.error("the input's element type is not known");
     const auto to = attr_int(static_cast<int64_t>(t->dtype));
-    string zero = scalar_of(g, 0.0, x);
+    string zero = g.scalar_like(0.0, x);
     string pos = g.emit1("Cast", {g.emit1("Greater", {x, zero})}, {{"to", to}});
     string neg = g.emit1("Cast", {g.emit1("Less", {x, zero})}, {{"to", to}});
     sign = g.emit1("Sub", {pos, neg});

@@ -1,6 +1,8 @@
 // The gradient registry and GradContext (see registry.h).
 #include "grad/registry.h"
 
+#include "ops/op_util.h"
+
 #include <algorithm>
 
 namespace ferry {
@@ -87,6 +89,10 @@ std::string GradContext::constant(Tensor t, const std::string& hint) {
 std::string GradContext::scalar_like(double v, const std::string& like) {
   const TensorType* t = type_of(like);
   if (t && t->dtype == DType::kF64) return constant(Tensor::scalar<double>(v), "scalar");
+  if (t && (t->dtype == DType::kF16 || t->dtype == DType::kBF16)) {
+    StatusOr<Tensor> c = cast_tensor(Tensor::scalar<float>(static_cast<float>(v)), t->dtype);
+    if (c.is_ok()) return constant(std::move(c).value(), "scalar");
+  }
   return constant(Tensor::scalar<float>(static_cast<float>(v)), "scalar");
 }
 

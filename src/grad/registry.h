@@ -81,7 +81,7 @@ class GradContext : public AttrReader {
   }
   /// Adds a constant (initializer) and returns its name.
   std::string constant(Tensor t, const std::string& hint = "const");
-  /// A scalar constant of the dtype of forward value `like` (f32 or f64).
+  /// A scalar constant of the dtype of forward value `like` (f16, bf16, f64; otherwise f32).
   std::string scalar_like(double v, const std::string& like);
   /// An int64 1-D constant.
   std::string ints_constant(const std::vector<int64_t>& v);

@@ -11,15 +11,6 @@ namespace {
 using std::string;
 using std::vector;
 
-// A scalar constant of `like`'s element type (f16/bf16 included).
-string scalar_of(GradContext& g, double v, const string& like) {
-  const TensorType* t = g.type_of(like);
-  if (t && (t->dtype == DType::kF16 || t->dtype == DType::kBF16)) {
-    StatusOr<Tensor> c = cast_tensor(Tensor::scalar<float>(static_cast<float>(v)), t->dtype);
-    if (c.is_ok()) return g.constant(std::move(c).value(), "scalar");
-  }
-  return g.scalar_like(v, like);
-}
 
 // dX = Reshape(dY, X's static dims): Reshape, Flatten, Squeeze, Unsqueeze.
 Status grad_reshape_like(GradContext& g) {
@@ -197,7 +188,7 @@ Status grad_reduce(GradContext& g, int64_t axes_input_since) {
   string d = g.reshape(g.output_grad(0), kept);
   if (kMean) {
     const double scale = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
-    d = g.emit1("Mul", {d, scalar_of(g, scale, g.input(0))});
+    d = g.emit1("Mul", {d, g.scalar_like(scale, g.input(0))});
   }
   if (kept != dims) {
     if (g.opset() >= 8) {
