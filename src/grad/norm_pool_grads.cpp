@@ -75,13 +75,15 @@ Status layer_norm_grad(GradContext& g) {
 
 // BatchNormTrainingGrad(dY, X, scale, saved_mean, saved_inv_std) -> (dX, dScale, dB). When the
 // forward node does not expose its saved statistics, a second BatchNormTraining recomputes them.
+// SyncBatchNormTraining (--sync-bn) gets the Sync forms of both: statistics over every rank.
 Status batch_norm_training_grad(GradContext& g) {
   if (g.output_grad(0).empty()) return Status::ok();  // no gradient flows from the running / saved stats
+  const string forward = g.node().op_type;  // BatchNormTraining or SyncBatchNormTraining
   string mean = g.output(3), inv = g.output(4);
   if (mean.empty() || inv.empty()) {
     vector<string> ins;
     for (int64_t i = 0; i < 5; ++i) ins.push_back(g.input(i));
-    vector<string> outs = g.emit_wanted("BatchNormTraining", std::move(ins), {false, false, false, true, true},
+    vector<string> outs = g.emit_wanted(forward, std::move(ins), {false, false, false, true, true},
                                         g.node().attrs, kFerryGradDomain);
     mean = outs[3];
     inv = outs[4];
@@ -89,7 +91,7 @@ Status batch_norm_training_grad(GradContext& g) {
   vector<bool> w = {g.wants_input_grad(0), g.wants_input_grad(1), g.wants_input_grad(2)};
   while (!w.empty() && !w.back()) w.pop_back();
   if (w.empty()) return Status::ok();
-  vector<string> outs = g.emit_wanted("BatchNormTrainingGrad", {g.output_grad(0), g.input(0), g.input(1), mean, inv}, w,
+  vector<string> outs = g.emit_wanted(forward + "Grad", {g.output_grad(0), g.input(0), g.input(1), mean, inv}, w,
                                       {}, kFerryGradDomain);
   for (size_t i = 0; i < outs.size(); ++i)
     if (!outs[i].empty()) g.set_input_grad(static_cast<int64_t>(i), outs[i]);
@@ -117,6 +119,11 @@ void register_norm_pool_grads(GradRegistry& r) {
                 .formula = "xh = (X - saved_mean) * saved_inv_std; dB = sum(dY); dScale = sum(dY * xh); "
                            "dX = scale * saved_inv_std / n * (n * dY - dB - xh * dScale); none from outputs 1-4",
                 .emits = {"com.ferry.BatchNormTrainingGrad", "com.ferry.BatchNormTraining"},
+                .build = batch_norm_training_grad});
+  r.add(GradDef{.op = "SyncBatchNormTraining", .domain = kFerryGradDomain, .inputs = 0b111,
+                .formula = "as BatchNormTraining with n, sum(dY) and sum(dY * xh) over every rank for dX "
+                           "(torch.nn.SyncBatchNorm); dScale, dB from the local batch",
+                .emits = {"com.ferry.SyncBatchNormTrainingGrad", "com.ferry.SyncBatchNormTraining"},
                 .build = batch_norm_training_grad});
 }
 

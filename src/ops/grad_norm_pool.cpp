@@ -12,12 +12,19 @@
 //       biased batch variance (PyTorch train()); running_* = input_* * momentum + batch * (1 -
 //       momentum) with the unbiased batch variance; saved_inv_std = 1 / sqrt(biased var + eps).
 //   BatchNormTrainingGrad(dY, X, scale, saved_mean, saved_inv_std) -> (dX, dScale, dB).
+//   SyncBatchNormTraining / SyncBatchNormTrainingGrad: the same signatures with torch.nn.SyncBatchNorm's
+//       semantics over the ranks of a data-parallel job (ops/kernel_collectives.h): forward gathers
+//       every rank's count, mean and sum of squared deviations per channel and normalizes with the
+//       global batch statistics (running_var from the global unbiased variance); backward gathers
+//       sum(dY) and sum(dY * (X - mean)) for dX, while dScale and dB stay local (DDP averages them).
+//       Without collectives (a world of one) they compute what BatchNormTraining(Grad) does.
 // Outputs given as "" are not computed. Reference kernels for f32 and f64; statistics in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "ops/conv_pool_util.h"
+#include "ops/kernel_collectives.h"
 #include "ops/op_util.h"
 
 namespace ferry {
@@ -370,6 +377,175 @@ Status k_bn_training_grad(KernelContext& ctx) {
   return Status::ok();
 }
 
+// ---- SyncBatchNormTraining ------------------------------------------------------------------
+
+// Every rank's `vals` (the same count on each), in rank order, through the installed collectives.
+// Each double travels as two floats (the value rounded, then the remainder), so the ranks merge
+// near-double statistics; every rank computes the same merge from the same gathered values.
+StatusOr<vector<vector<double>>> gather_doubles(KernelContext& ctx, KernelCollectives& coll, const vector<double>& vals,
+                                                const char* what) {
+  const size_t n = vals.size();
+  vector<float> mine(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    mine[2 * i] = static_cast<float>(vals[i]);
+    mine[2 * i + 1] = static_cast<float>(vals[i] - static_cast<double>(mine[2 * i]));
+  }
+  const int world = coll.world_size();
+  vector<float> all(static_cast<size_t>(world) * 2 * n);
+  RETURN_IF_ERROR(coll.allgather(mine, all).with_context(ctx.node().describe() + ": synchronizing " + what + " across " +
+                                                         std::to_string(world) + " ranks"));
+  vector<vector<double>> out(static_cast<size_t>(world), vector<double>(n));
+  for (size_t r = 0; r < out.size(); ++r)
+    for (size_t i = 0; i < n; ++i)
+      out[r][i] = static_cast<double>(all[(r * n + i) * 2]) + static_cast<double>(all[(r * n + i) * 2 + 1]);
+  return out;
+}
+
+// The collectives of a job of more than one rank, or nullptr (a world of one: local statistics).
+KernelCollectives* sync_group() {
+  KernelCollectives* c = kernel_collectives();
+  return c && c->world_size() > 1 ? c : nullptr;
+}
+
+template <typename T>
+Status sync_bn_training(KernelContext& ctx, int64_t N, int64_t C, int64_t S) {
+  const Tensor &x = ctx.input(0), &rmean = ctx.input(3), &rvar = ctx.input(4);
+  const T* xs = x.data<T>();
+  const vector<double> sc = ctx.input(1).to_double_vector(), b = ctx.input(2).to_double_vector(),
+                       rm = rmean.to_double_vector(), rv = rvar.to_double_vector();
+  const double eps = ctx.get_float("epsilon", 1e-5f), momentum = ctx.get_float("momentum", 0.9f);
+  // Local count, mean and sum of squared deviations per channel: [count, mean_0, m2_0, mean_1, ...].
+  const double local = static_cast<double>(N * S);
+  vector<double> stats(static_cast<size_t>(1 + 2 * C), 0.0);
+  stats[0] = local;
+  for (int64_t c = 0; c < C && local > 0; ++c) {
+    double mu = 0, ss = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) mu += static_cast<double>(xs[(n * C + c) * S + s]);
+    mu /= local;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) {
+        const double d = static_cast<double>(xs[(n * C + c) * S + s]) - mu;
+        ss += d * d;
+      }
+    stats[1 + 2 * c] = mu;
+    stats[2 + 2 * c] = ss;
+  }
+  // Global statistics: the ranks' moments merged in rank order (Chan et al.), ranks without rows
+  // left out, as SyncBatchNorm's batch_norm_gather_stats_with_counts.
+  vector<vector<double>> ranks{stats};
+  if (KernelCollectives* coll = sync_group()) {
+    ASSIGN_OR_RETURN(ranks, gather_doubles(ctx, *coll, stats, "the batch statistics"));
+  }
+  double count = 0;
+  vector<double> mean(static_cast<size_t>(C), 0.0), m2(static_cast<size_t>(C), 0.0);
+  for (const auto& r : ranks) {
+    if (r[0] < 1) continue;
+    const double total = count + r[0];
+    for (int64_t c = 0; c < C; ++c) {
+      const double delta = r[1 + 2 * c] - mean[c];
+      mean[c] += delta * r[0] / total;
+      m2[c] += r[2 + 2 * c] + delta * delta * count * r[0] / total;
+    }
+    count = total;
+  }
+  if (count <= 1)
+    return ctx.error("training needs more than one value per channel over all ranks (X " + dims_to_string(x.dims()) + " on " +
+                     std::to_string(ranks.size()) + " rank(s)); use a batch of 2 or more");
+  vector<double> y(static_cast<size_t>(x.numel())), inv(static_cast<size_t>(C)), new_mean(static_cast<size_t>(C)),
+      new_var(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) {
+    inv[c] = 1.0 / std::sqrt(m2[c] / count + eps);
+    new_mean[c] = rm[c] * momentum + mean[c] * (1.0 - momentum);
+    new_var[c] = rv[c] * momentum + m2[c] / (count - 1) * (1.0 - momentum);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t i = (n * C + c) * S + s;
+        y[i] = (static_cast<double>(xs[i]) - mean[c]) * inv[c] * sc[c] + b[c];
+      }
+  }
+  const vector<double>* res[5] = {&y, &new_mean, &new_var, &mean, &inv};
+  const DType types[5] = {x.dtype(), rmean.dtype(), rvar.dtype(), x.dtype(), x.dtype()};
+  for (int64_t k = 0; k < 5; ++k) {
+    if (!wants_output(ctx, k)) continue;
+    ASSIGN_OR_RETURN(Tensor t, cast_tensor(Tensor::from_vector<double>(*res[k], k == 0 ? x.dims() : vector<int64_t>{C}), types[k]));
+    ctx.set_output(k, std::move(t));
+  }
+  return Status::ok();
+}
+
+Status k_sync_bn_training(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  int64_t N, C, S;
+  RETURN_IF_ERROR(bn_params(ctx, x, {{&ctx.input(1), "scale"}, {&ctx.input(2), "B"}, {&ctx.input(3), "input_mean"},
+                                     {&ctx.input(4), "input_var"}}, &N, &C, &S));
+  Status st;
+  dispatch_f32_f64(x.dtype(), [&](auto t) { st = sync_bn_training<decltype(t)>(ctx, N, C, S); });
+  return st;
+}
+
+template <typename T>
+Status sync_bn_training_grad(KernelContext& ctx, int64_t N, int64_t C, int64_t S) {
+  const Tensor &dy = ctx.input(0), &x = ctx.input(1), &scale = ctx.input(2);
+  const T *g = dy.data<T>(), *xs = x.data<T>();
+  const vector<double> sc = scale.to_double_vector(), mu = ctx.input(3).to_double_vector(), is = ctx.input(4).to_double_vector();
+  // [count, sum(dY)_0, sum(dY * (X - mean))_0, ...] of the local batch.
+  vector<double> sums(static_cast<size_t>(1 + 2 * C), 0.0);
+  sums[0] = static_cast<double>(N * S);
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t i = (n * C + c) * S + s;
+        sums[1 + 2 * c] += static_cast<double>(g[i]);
+        sums[2 + 2 * c] += static_cast<double>(g[i]) * (static_cast<double>(xs[i]) - mu[c]);
+      }
+  vector<double> dscale(static_cast<size_t>(C)), db(static_cast<size_t>(C)), dx;
+  for (int64_t c = 0; c < C; ++c) {  // local, as SyncBatchNorm's grad_weight / grad_bias
+    db[c] = sums[1 + 2 * c];
+    dscale[c] = sums[2 + 2 * c] * is[c];
+  }
+  if (wants_output(ctx, 0)) {  // dX needs the sums over every rank's batch (the same decision on all ranks)
+    vector<double> total(sums.size(), 0.0);
+    vector<vector<double>> ranks{sums};
+    if (KernelCollectives* coll = sync_group()) {
+      ASSIGN_OR_RETURN(ranks, gather_doubles(ctx, *coll, sums, "the BatchNorm gradient sums"));
+    }
+    for (const auto& r : ranks)
+      for (size_t k = 0; k < r.size(); ++k) total[k] += r[k];
+    const double count = total[0];
+    dx.resize(static_cast<size_t>(x.numel()));
+    for (int64_t c = 0; c < C; ++c) {
+      const double mean_dy = total[1 + 2 * c] / count, mean_dy_xmu = total[2 + 2 * c] / count;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t s = 0; s < S; ++s) {
+          const int64_t i = (n * C + c) * S + s;
+          dx[i] = (static_cast<double>(g[i]) - mean_dy - (static_cast<double>(xs[i]) - mu[c]) * is[c] * is[c] * mean_dy_xmu) *
+                  is[c] * sc[c];
+        }
+    }
+  }
+  const vector<double>* res[3] = {&dx, &dscale, &db};
+  for (int64_t k = 0; k < 3; ++k) {
+    if (!wants_output(ctx, k)) continue;
+    ASSIGN_OR_RETURN(Tensor t, cast_tensor(Tensor::from_vector<double>(*res[k], k == 0 ? x.dims() : vector<int64_t>{C}),
+                                           k == 0 ? x.dtype() : scale.dtype()));
+    ctx.set_output(k, std::move(t));
+  }
+  return Status::ok();
+}
+
+Status k_sync_bn_training_grad(KernelContext& ctx) {
+  const Tensor &dy = ctx.input(0), &x = ctx.input(1);
+  int64_t N, C, S;
+  RETURN_IF_ERROR(bn_params(ctx, x, {{&ctx.input(2), "scale"}, {&ctx.input(3), "saved_mean"}, {&ctx.input(4), "saved_inv_std"}},
+                            &N, &C, &S));
+  if (dy.dims() != x.dims() || dy.dtype() != x.dtype())
+    return ctx.error("input dY " + dy.type().to_string() + " must have X's type " + x.type().to_string());
+  Status st;
+  dispatch_f32_f64(x.dtype(), [&](auto t) { st = sync_bn_training_grad<decltype(t)>(ctx, N, C, S); });
+  return st;
+}
+
 }  // namespace
 
 void register_grad_norm_pool_ops(OpRegistry& r) {
@@ -393,6 +569,13 @@ void register_grad_norm_pool_ops(OpRegistry& r) {
   r.add(OpSchema{.name = "BatchNormTrainingGrad", .domain = "com.ferry", .min_inputs = 5, .max_inputs = 5,
                  .min_outputs = 1, .max_outputs = 3, .types = kTypes, .infer = infer_bn_training_grad,
                  .kernel = k_bn_training_grad});
+  r.add(OpSchema{.name = "SyncBatchNormTraining", .domain = "com.ferry", .min_inputs = 5, .max_inputs = 5,
+                 .min_outputs = 1, .max_outputs = 5,
+                 .attrs = {{"epsilon", AttrType::kFloat}, {"momentum", AttrType::kFloat}}, .types = kTypes,
+                 .infer = infer_bn_training, .kernel = k_sync_bn_training});
+  r.add(OpSchema{.name = "SyncBatchNormTrainingGrad", .domain = "com.ferry", .min_inputs = 5, .max_inputs = 5,
+                 .min_outputs = 1, .max_outputs = 3, .types = kTypes, .infer = infer_bn_training_grad,
+                 .kernel = k_sync_bn_training_grad});
 }
 
 }  // namespace ferry

@@ -143,6 +143,8 @@ const bool kRegistered = register_command({"train", 35, [](CLI::App& app) {
   cmd->add_option("--nproc", o->nproc, "Data parallel: start N ranks on this machine (threads divided among them); "
                   "without it, RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT in the environment make this process one rank")
       ->check(CLI::Range(1, 1024));
+  cmd->add_flag("--sync-bn", c.sync_bn, "Data parallel: BatchNorm statistics over every rank's batch, as "
+                "torch.nn.SyncBatchNorm (with one rank: plain BatchNorm)");
   cmd->add_option("--dist-timeout", o->dist_timeout, "Data parallel: seconds to wait for the ranks to arrive and for each "
                   "collective before failing (300)")->check(CLI::PositiveNumber);
   cmd->add_option("--amp", c.amp, "Mixed precision as torch.autocast: Conv/ConvTranspose/Gemm/MatMul in bf16 or fp16, the rest "

@@ -1,6 +1,7 @@
 // Data-parallel training over a Communicator (see ddp.h).
 #include "train/ddp.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -26,6 +27,20 @@ std::vector<BucketLayout> assign_buckets(const std::vector<std::string>& params,
   }
   if (!cur.params.empty()) out.push_back(std::move(cur));
   return out;
+}
+
+Status CommunicatorCollectives::allreduce_sum(std::span<float> data) {
+  return comm_->allreduce_sum(data)->wait(comm_->timeout_s() + 5);
+}
+
+Status CommunicatorCollectives::allgather(std::span<const float> mine, std::span<float> all) {
+  const size_t n = mine.size();
+  if (all.size() != n * static_cast<size_t>(comm_->world_size()))
+    return internal_error("allgather of " + std::to_string(n) + " values per rank into " + std::to_string(all.size()) +
+                          " for " + std::to_string(comm_->world_size()) + " ranks");
+  std::fill(all.begin(), all.end(), 0.0f);
+  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(n * static_cast<size_t>(comm_->rank())));
+  return allreduce_sum(all);
 }
 
 StatusOr<std::unique_ptr<DataParallel>> DataParallel::join(const DistConfig& config) {

@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "ir/tensor.h"
+#include "ops/kernel_collectives.h"
 #include "runtime/executor.h"
 #include "train/communicator.h"
 
@@ -42,6 +43,22 @@ inline int64_t shard_row(const std::vector<int64_t>& order, int64_t i, int rank,
 /// Rows per rank per epoch: ceil(n / world).
 inline int64_t shard_size(int64_t n, int world) { return (n + world - 1) / world; }
 
+/// A Communicator as the kernels see it (ops/kernel_collectives.h), for --sync-bn: blocking
+/// operations queued behind whatever is in flight (buckets), so every rank issues them in one
+/// order. allgather is an allreduce of each rank's values in its own slot (zeros elsewhere, exact
+/// in floats), so any backend with an allreduce serves.
+class CommunicatorCollectives final : public KernelCollectives {
+ public:
+  explicit CommunicatorCollectives(Communicator* comm) : comm_(comm) {}
+  int rank() const override { return comm_->rank(); }
+  int world_size() const override { return comm_->world_size(); }
+  Status allreduce_sum(std::span<float> data) override;
+  Status allgather(std::span<const float> mine, std::span<float> all) override;
+
+ private:
+  Communicator* comm_;
+};
+
 class DataParallel {
  public:
   /// Joins the job (create_communicator); the error names missing ranks and the address.
@@ -51,6 +68,8 @@ class DataParallel {
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->world_size(); }
   Communicator& communicator() { return *comm_; }
+  /// The communicator for kernels (--sync-bn); install it with ScopedKernelCollectives.
+  KernelCollectives* kernel_collectives() { return &kernel_collectives_; }
 
   /// Fails on every rank unless all ranks give the same value (`what` names it in the error).
   Status agree(const std::string& what, int64_t value);
@@ -78,12 +97,13 @@ class DataParallel {
   size_t launched_early() const { return launched_early_; }
 
  private:
-  explicit DataParallel(std::unique_ptr<Communicator> comm) : comm_(std::move(comm)) {}
+  explicit DataParallel(std::unique_ptr<Communicator> comm) : comm_(std::move(comm)), kernel_collectives_(comm_.get()) {}
   void take_gradient(const std::string& param, const Tensor& g, bool add_accumulated);
   void launch_ready();
   Status wait_all(double* wait_ms);
 
   std::unique_ptr<Communicator> comm_;
+  CommunicatorCollectives kernel_collectives_;
   std::vector<BucketLayout> layout_;
   std::map<std::string, std::pair<size_t, size_t>> where_;        // param -> (bucket, slot)
   std::map<std::string, std::string> output_to_param_;            // graph output -> param

@@ -15,6 +15,7 @@
 #include "format/checkpoint.h"
 #include "onnx/onnx_export.h"
 #include "onnx/onnx_import.h"
+#include "ops/kernel_collectives.h"
 #include "passes/pipeline.h"
 #include "train/autocast.h"
 #include "runtime/executor.h"
@@ -166,7 +167,18 @@ Status Trainer::setup() {
   o.loss_seed_input = true;
   ASSIGN_OR_RETURN(o.amp, parse_amp_dtype(c_.amp));
   o.keep_fp32 = c_.keep_fp32;
+  // As SyncBatchNorm, which falls back to plain batch_norm in a process group of one.
+  o.sync_bn = c_.sync_bn && c_.dist.distributed();
   ASSIGN_OR_RETURN(tg_, build_train_graph(*source_, o));
+  if (c_.sync_bn) {
+    const size_t layers = tg_.state.size() / 2;  // running mean and variance per BatchNormalization
+    if (layers == 0)
+      return invalid_argument("--sync-bn: model '" + c_.model + "' has no BatchNormalization node, so there are no "
+                              "statistics to synchronize; drop --sync-bn");
+    summary_.notes.push_back("--sync-bn: " + std::to_string(layers) + " BatchNorm layer(s) " +
+                             (o.sync_bn ? "use the statistics of all " + std::to_string(c_.dist.world_size) + " ranks' batches"
+                                        : "train as plain BatchNorm (a world of one rank, as torch.nn.SyncBatchNorm)"));
+  }
   if (o.amp != DType::kF32)
     summary_.notes.push_back("--amp " + c_.amp + ": " + std::to_string(tg_.amp_nodes.size()) +
                              " matrix ops autocast (emulated: f32 compute on operands and results rounded to " + c_.amp + ")");
@@ -357,6 +369,8 @@ StatusOr<double> Trainer::micro_step(int64_t k, int64_t m, float seed, std::map<
   feeds.emplace_back(tg_.loss_seed, loss_seed_f64_ ? Tensor::scalar<double>(seed) : Tensor::scalar<float>(seed));
   NamedTensors outs;
   if (ddp_) ddp_->begin_step(/*sync=*/m == k * c_.accumulate, grads);  // DDP's no_sync but on the last micro-batch
+  // --sync-bn: the SyncBatchNormTraining kernels reach the other ranks through this thread's collectives.
+  ScopedKernelCollectives collectives(ddp_ && tg_options_.sync_bn ? ddp_->kernel_collectives() : nullptr);
   RETURN_IF_ERROR(exec_->run(feeds, &outs).with_context("step " + std::to_string(k)));
   const double loss = outs[0].second.get_double(0);
   if (!std::isfinite(loss) && !scaler_)
@@ -428,6 +442,7 @@ Status Trainer::step(int64_t k) {
   if (ddp_)
     line.update({{"rank", ddp_->rank()}, {"world_size", ddp_->world_size()}, {"comm_wait_ms", comm_wait_ms},
                  {"buckets", ddp_->buckets().size()}, {"buckets_overlapped", ddp_->launched_early()}});
+  if (tg_options_.sync_bn) line["sync_bn"] = true;
   if (scaler_) line.update({{"loss_scale", scale_used}, {"skipped", skipped}});
   log(line);
   if (on_step_) on_step_(r);
@@ -532,6 +547,7 @@ StatusOr<TrainSummary> Trainer::run() {
   if (ddp_) {  // as DDP's constructor: every rank starts from rank 0's state
     RETURN_IF_ERROR(ddp_->agree("the run's configuration", static_cast<int64_t>(std::hash<std::string>()(config_fingerprint(c_)) >> 1)));
     RETURN_IF_ERROR(ddp_->agree("the step to start from (--resume)", start_step_));
+    RETURN_IF_ERROR(ddp_->agree("--sync-bn (1: on)", c_.sync_bn ? 1 : 0));
     RETURN_IF_ERROR(ddp_->broadcast_from_rank0(&values_));
   }
   RETURN_IF_ERROR(open_log());

@@ -44,6 +44,9 @@ struct TrainConfig {
   std::string resume;           // checkpoint file or directory (its latest)
   bool skip_bad_images = false;
   DistConfig dist;              // data parallel (train/ddp.h): this process's rank of world_size
+  /// --sync-bn: BatchNorm statistics over every rank's batch (torch.nn.SyncBatchNorm); a world of
+  /// one trains as without it. A model without BatchNormalization is refused.
+  bool sync_bn = false;
   /// --amp: "bf16" or "fp16" autocasts the matrix ops (train/autocast.h); "" f32.
   std::string amp;
   /// --keep-fp32: nodes autocast leaves in f32.

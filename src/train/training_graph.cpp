@@ -95,7 +95,8 @@ Status replace_classifier(Model* m, const TrainGraphOptions& o, TrainGraph* tg) 
                           tg->logits + "'; the model has no classifier ferry can replace");
 }
 
-Status rewrite_batchnorm(Model* m, Node* n, TrainGraph* tg) {
+// `sync`: --sync-bn in a job of several ranks, SyncBatchNormTraining (statistics over every rank).
+Status rewrite_batchnorm(Model* m, Node* n, bool sync, TrainGraph* tg) {
   Graph& g = m->graph;
   if (n->inputs.size() < 5) return invalid_model(n->describe() + ": BatchNormalization needs 5 inputs");
   for (int i : {3, 4})
@@ -107,7 +108,7 @@ Status rewrite_batchnorm(Model* m, Node* n, TrainGraph* tg) {
   const float momentum = a.get_float("momentum", 0.9f);
   Node t;
   t.name = n->name;
-  t.op_type = "BatchNormTraining";
+  t.op_type = sync ? "SyncBatchNormTraining" : "BatchNormTraining";
   t.domain = kFerry;
   t.inputs = {n->inputs[0], n->inputs[1], n->inputs[2], n->inputs[3], n->inputs[4]};
   const std::string base = "train/" + n->name + "/";
@@ -248,7 +249,7 @@ Status prepare_training_forward(Model* m, const TrainGraphOptions& o, TrainGraph
   if (o.num_classes > 0) RETURN_IF_ERROR(replace_classifier(m, o, tg));
   for (Node& n : g.nodes) {
     if (!n.domain.empty()) continue;
-    if (n.op_type == "BatchNormalization") RETURN_IF_ERROR(rewrite_batchnorm(m, &n, tg));
+    if (n.op_type == "BatchNormalization") RETURN_IF_ERROR(rewrite_batchnorm(m, &n, o.sync_bn, tg));
     else if (n.op_type == "Dropout") RETURN_IF_ERROR(rewrite_dropout(m, &n, tg));
   }
   if (!tg->dropout_seeds.empty() || !tg->state.empty()) m->opset_imports[kFerry] = 1;

@@ -1,7 +1,8 @@
 // From an exported model to a training graph: BatchNormalization and Dropout take their
-// training forms (com.ferry BatchNormTraining / TrainDropout), an optional fresh classifier
-// replaces the last Gemm/MatMul, the loss is appended, trained parameters become graph inputs
-// (so no pass ever takes them for constants) and the backward graph is built (grad/autodiff.h).
+// training forms (com.ferry BatchNormTraining, SyncBatchNormTraining with sync_bn, TrainDropout),
+// an optional fresh classifier replaces the last Gemm/MatMul, the loss is appended, trained
+// parameters become graph inputs (so no pass ever takes them for constants) and the backward graph
+// is built (grad/autodiff.h).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,10 @@ struct TrainGraphOptions {
   DType amp = DType::kF32;
   /// --keep-fp32: nodes (name or origin) autocast leaves in f32.
   std::vector<std::string> keep_fp32;
+  /// --sync-bn in a job of more than one rank: BatchNormalization becomes com.ferry
+  /// SyncBatchNormTraining, whose statistics span every rank's batch (torch.nn.SyncBatchNorm; the
+  /// kernels exchange them through ops/kernel_collectives.h). false: each rank's own batch.
+  bool sync_bn = false;
 };
 
 /// A BatchNormalization's running statistic: fed as `input`, its update comes out as `output`.

@@ -1,7 +1,9 @@
 """`ferry train` data parallel against PyTorch's own DDP on gloo: the small CNN with BatchNorm of
 train_models.py, 2 ranks, 6 steps of SGD momentum: rank 0's per-step losses and the final weights
 (BN statistics included) within 1e-4 relative, for `--nproc 2` and for the environment launch
-(RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT). Then the failures that must never hang: a missing
+(RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT); `--sync-bn` on 2 ranks against torch.nn.SyncBatchNorm's
+math (see sync_bn_reference), on one process exactly plain BatchNorm, and refused without
+BatchNorm. Then the failures that must never hang: a missing
 peer (exit 2 within a short --dist-timeout, naming the rank and the address), a peer killed by
 SIGKILL mid-run (the survivor exits non-zero naming it; the last checkpoint resumes on one
 process, and on two bit for bit as the uninterrupted run), a worker of --nproc killed (the
@@ -189,6 +191,77 @@ if any(rc != 0 for rc, _ in res):
     fail(f"environment launch exited {[rc for rc, _ in res]}:\n{res[0][1][-1500:]}\n{res[1][1][-1500:]}")
 else:
     compare("env", ref_losses, ref_weights)
+
+# --- --sync-bn: BatchNorm statistics over both ranks' batches ---
+def sync_bn_reference():
+    """torch.nn.SyncBatchNorm of python3-torch 1.13 refuses CPU tensors ("SyncBatchNorm expected input
+    tensor to be on GPU") and its kernels (batch_norm_stats, ...) have no CPU implementation, so
+    the reference is its math on one process: every step runs the 2 ranks' batches (the
+    DistributedSampler shards of --no-shuffle) concatenated in rank order through plain BatchNorm
+    in train mode, whose statistics are then SyncBatchNorm's global ones (running_var from the
+    global unbiased variance); the loss is the mean of the ranks' local mean losses, whose
+    gradient is DDP's average of the ranks' gradients (SyncBatchNorm's backward reduces sum(dy)
+    and sum(dy * (x - mean)) over the ranks: exactly the chain rule of that loss). Rank 0's loss
+    is the cross entropy of its own rows."""
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(1)
+    net, _, _ = tm.make("cnn")
+    init = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(os.path.join(WORK, "model.onnx")).graph.initializer}
+    with torch.no_grad():
+        for key, v in net.state_dict().items():
+            if key in init:
+                v.copy_(torch.from_numpy(init[key].copy()))
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    shards = [list(range(r, N, WORLD)) for r in range(WORLD)]
+    losses = []
+    for k in range(1, STEPS + 1):
+        rows = [[sh[i % len(sh)] for i in range((k - 1) * BATCH, k * BATCH)] for sh in shards]
+        out = net(torch.from_numpy(x[sum(rows, [])]))
+        per_rank = [F.cross_entropy(out[r * BATCH:(r + 1) * BATCH], torch.from_numpy(y[rows[r]])) for r in range(WORLD)]
+        opt.zero_grad()
+        (sum(per_rank) / WORLD).backward()
+        opt.step()
+        losses.append(per_rank[0].item())
+    return losses, {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
+
+
+t_sync = time.time()
+sync_losses, sync_weights = sync_bn_reference()
+# The check must be able to fail: with per-rank statistics (sync off) the run is PyTorch's plain DDP.
+apart = rel(ref_losses, sync_losses)
+print(f"sync-bn reference vs per-rank-statistics DDP: losses differ by {apart:.2e} relative")
+if apart < 1e-3:
+    fail(f"the sync-bn reference is too close to plain DDP ({apart:.2e}) to tell synchronized statistics apart")
+p = subprocess.run([FERRY, *train_args("syncbn"), "--sync-bn", "--nproc", "2", "--threads", "2"], capture_output=True,
+                   text=True, timeout=120)
+if p.returncode != 0:
+    fail(f"--nproc 2 --sync-bn exited {p.returncode}:\n{p.stderr[-2000:]}")
+else:
+    compare("syncbn", sync_losses, sync_weights)
+# One process: exactly plain BatchNorm (SyncBatchNorm falls back to batch_norm in a world of one).
+one = [subprocess.run([FERRY, *train_args(tag, steps=3), *extra, "--threads", "1"], capture_output=True, text=True, timeout=60)
+       for tag, extra in (("plain1", []), ("syncbn1", ["--sync-bn"]))]
+if any(q.returncode != 0 for q in one):
+    fail(f"one process with/without --sync-bn exited {[q.returncode for q in one]}:\n{one[1].stderr[-1500:]}")
+else:
+    logs = [[r["loss"] for r in read_log(os.path.join(WORK, t + ".jsonl")) if "loss" in r] for t in ("plain1", "syncbn1")]
+    outs = [{t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(os.path.join(WORK, f + ".onnx")).graph.initializer}
+            for f in ("plain1", "syncbn1")]
+    if logs[0] != logs[1] or any(not np.array_equal(outs[0][k], outs[1][k]) for k in outs[0]):
+        fail(f"--sync-bn on one process differs from plain BatchNorm: losses {logs[1]} vs {logs[0]}")
+    else:
+        print("--sync-bn on one process: bit for bit plain BatchNorm")
+# A model without BatchNorm: refused, exit 2, saying so.
+block, bshape, bclasses = tm.make("block")
+tm.export(block, bshape, os.path.join(WORK, "nobn.onnx"))
+bx, by = tm.data(bshape, bclasses, 8, seed=2)
+np.savez(os.path.join(WORK, "nobn.npz"), x=bx, labels=by)
+p = subprocess.run([FERRY, "train", os.path.join(WORK, "nobn.onnx"), "--data", os.path.join(WORK, "nobn.npz"), "--batch-size",
+                    "2", "--steps", "1", "-q", "--sync-bn", *OPT], capture_output=True, text=True, timeout=60)
+if p.returncode != 2 or "--sync-bn" not in p.stderr or "no BatchNormalization" not in p.stderr:
+    fail(f"--sync-bn without BatchNorm: exit {p.returncode}, expected 2 saying the model has no BatchNormalization:\n{p.stderr}")
+print(f"sync-bn checks: {time.time() - t_sync:.1f} s")
 
 # --- a missing peer: rank 0 alone, then rank 1 alone ---
 port = free_port()
