@@ -1,0 +1,318 @@
+// Calibration data and activation ranges; see calibration.h.
+#include "quant/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "io/npy.h"
+#include "train/image_folder.h"
+
+namespace ferry::quant {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int kBins = 2048;
+
+std::string dims_string(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+bool ends_with(const std::string& s, const std::string& e) {
+  return s.size() >= e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0;
+}
+
+// One file's arrays matched to the model inputs (samples on axis 0).
+StatusOr<NamedTensors> match_inputs(const Model& model, const std::vector<std::pair<std::string, Tensor>>& arrays,
+                                    const std::string& file) {
+  NamedTensors out;
+  const auto& inputs = model.graph.inputs;
+  for (const ValueInfo& in : inputs) {
+    const Tensor* t = nullptr;
+    for (const auto& [name, a] : arrays)
+      if (name == in.name) t = &a;
+    if (!t && inputs.size() == 1 && arrays.size() == 1) t = &arrays[0].second;
+    if (!t) {
+      std::string have;
+      for (const auto& [name, a] : arrays) have += (have.empty() ? "" : ", ") + name;
+      return invalid_argument("calibration file '" + file + "' has no array for model input '" + in.name +
+                              "' (arrays: " + (have.empty() ? "none" : have) +
+                              "); name the arrays after the inputs, samples stacked on axis 0");
+    }
+    const std::string expected = in.type.shape ? in.type.shape->to_string() : "?";
+    auto mismatch = [&](const std::string& why) {
+      return invalid_argument("calibration data for input '" + in.name + "' in '" + file + "' has shape " +
+                              dims_string(t->dims()) + " (" + dtype_name(t->dtype()) + "); the model expects " +
+                              in.type.to_string() + " with samples on axis 0: " + why);
+    };
+    if (t->dtype() != in.type.dtype) return mismatch("the element type differs");
+    if (in.type.shape) {
+      const Shape& s = *in.type.shape;
+      if (t->rank() != s.rank()) return mismatch("the rank differs");
+      for (int64_t i = 1; i < s.rank(); ++i)
+        if (s.dims[static_cast<size_t>(i)].is_known() && s.dims[static_cast<size_t>(i)].value != t->dim(i))
+          return mismatch("dimension " + std::to_string(i) + " is " + std::to_string(t->dim(i)) + ", not " +
+                          std::to_string(s.dims[static_cast<size_t>(i)].value));
+    }
+    if (t->rank() == 0 || t->dim(0) == 0) return mismatch("there are no samples");
+    out.emplace_back(in.name, *t);
+  }
+  const int64_t n = out.empty() ? 0 : out[0].second.dim(0);
+  for (const auto& [name, t] : out)
+    if (t.dim(0) != n)
+      return invalid_argument("calibration file '" + file + "': input '" + name + "' has " + std::to_string(t.dim(0)) +
+                              " samples, input '" + out[0].first + "' " + std::to_string(n) +
+                              "; every array needs the same number of samples on axis 0");
+  return out;
+}
+
+// The batch the model's inputs allow: a fixed leading dimension wins over `want`.
+int64_t batch_for(const Model& model, int64_t want) {
+  for (const ValueInfo& in : model.graph.inputs)
+    if (in.type.shape && in.type.shape->rank() > 0 && in.type.shape->dims[0].is_known())
+      return in.type.shape->dims[0].value;
+  return std::max<int64_t>(1, want);
+}
+
+// Cuts the samples of `all` into batches of `batch` (a fixed-batch model drops a short last one).
+void add_batches(const NamedTensors& all, int64_t batch, bool fixed, int64_t max_samples, CalibrationData* data) {
+  const int64_t n = all.empty() ? 0 : all[0].second.dim(0);
+  for (int64_t b = 0; b < n; b += batch) {
+    int64_t count = std::min(batch, n - b);
+    if (max_samples > 0) count = std::min(count, max_samples - data->samples);
+    if (count <= 0 || (fixed && count < batch)) return;
+    NamedTensors feeds;
+    for (const auto& [name, t] : all) feeds.emplace_back(name, t.outer_slice(b, count).clone());
+    data->batches.push_back(std::move(feeds));
+    data->samples += count;
+  }
+}
+
+}  // namespace
+
+StatusOr<CalibrationData> load_calibration_data(const Model& model, const CalibrationDataOptions& o) {
+  CalibrationData data;
+  const int64_t batch = batch_for(model, o.batch);
+  bool fixed = false;
+  for (const ValueInfo& in : model.graph.inputs)
+    fixed |= in.type.shape && in.type.shape->rank() > 0 && in.type.shape->dims[0].is_known();
+  std::error_code ec;
+  if (!fs::exists(o.path, ec))
+    return invalid_argument("calibration data '" + o.path + "' does not exist; give an .npz, a folder of .npy/.npz "
+                            "files or an image folder with --image-size");
+  if (o.image_size > 0) {
+    if (model.graph.inputs.size() != 1)
+      return invalid_argument("--image-size feeds images to a single-input model; this one has " +
+                              std::to_string(model.graph.inputs.size()) + " inputs");
+    ImageFolderOptions io;
+    io.input_name = model.graph.inputs[0].name;
+    io.image_size = o.image_size;
+    io.train = false;
+    ASSIGN_OR_RETURN(auto ds, ImageFolderDataset::open(o.path, io));
+    int64_t n = ds->size();
+    if (o.max_samples > 0) n = std::min(n, o.max_samples);
+    for (int64_t b = 0; b < n; b += batch) {
+      const int64_t count = std::min(batch, n - b);
+      if (fixed && count < batch) break;
+      std::vector<int64_t> idx;
+      for (int64_t i = 0; i < count; ++i) idx.push_back(b + i);
+      Batch out;
+      RETURN_IF_ERROR(ds->load(idx, 0, &out));
+      ASSIGN_OR_RETURN(NamedTensors feeds, match_inputs(model, out.inputs, o.path));
+      data.batches.push_back(std::move(feeds));
+      data.samples += count;
+    }
+    return data;
+  }
+  std::vector<std::string> files;
+  if (fs::is_directory(o.path, ec)) {
+    for (const auto& e : fs::directory_iterator(o.path, ec)) {
+      const std::string p = e.path().string();
+      if (e.is_regular_file(ec) && (ends_with(p, ".npy") || ends_with(p, ".npz"))) files.push_back(p);
+    }
+    std::sort(files.begin(), files.end());
+    if (files.empty())
+      return invalid_argument("calibration folder '" + o.path + "' holds no .npy or .npz files; for an image folder "
+                              "give --image-size");
+  } else {
+    files.push_back(o.path);
+  }
+  for (const std::string& f : files) {
+    if (o.max_samples > 0 && data.samples >= o.max_samples) break;
+    std::vector<std::pair<std::string, Tensor>> arrays;
+    if (ends_with(f, ".npy")) {
+      ASSIGN_OR_RETURN(Tensor t, read_npy(f));
+      arrays.emplace_back(model.graph.inputs.size() == 1 ? model.graph.inputs[0].name : "", std::move(t));
+    } else if (ends_with(f, ".npz")) {
+      ASSIGN_OR_RETURN(arrays, read_npz(f));
+    } else {
+      return invalid_argument("calibration data '" + f + "' is not an .npz, .npy or folder; for images give --image-size");
+    }
+    ASSIGN_OR_RETURN(NamedTensors all, match_inputs(model, arrays, f));
+    add_batches(all, batch, fixed, o.max_samples, &data);
+  }
+  if (data.batches.empty())
+    return invalid_argument("calibration data '" + o.path + "' gives no batch of " + std::to_string(batch) +
+                            " samples the model's inputs take");
+  return data;
+}
+
+StatusOr<Method> parse_method(const std::string& name) {
+  if (name == "minmax") return Method::kMinMax;
+  if (name == "entropy") return Method::kEntropy;
+  if (name == "percentile") return Method::kPercentile;
+  return invalid_argument("--method '" + name + "' is not one of minmax, entropy, percentile");
+}
+
+const char* method_name(Method m) {
+  switch (m) {
+    case Method::kMinMax: return "minmax";
+    case Method::kEntropy: return "entropy";
+    case Method::kPercentile: return "percentile";
+  }
+  return "?";
+}
+
+void RangeCollector::observe_minmax(const std::string& name, const Tensor& t) {
+  if (t.dtype() != DType::kF32 || t.numel() == 0) return;
+  const float* p = t.data<float>();
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (!std::isfinite(p[i])) continue;
+    lo = std::min(lo, p[i]);
+    hi = std::max(hi, p[i]);
+  }
+  if (lo > hi) return;
+  Stats& s = stats_[name];
+  if (!s.seen) {
+    s.min = lo;
+    s.max = hi;
+    s.seen = true;
+  } else {
+    s.min = std::min(s.min, lo);
+    s.max = std::max(s.max, hi);
+  }
+}
+
+void RangeCollector::observe_hist(const std::string& name, const Tensor& t) {
+  auto it = stats_.find(name);
+  if (it == stats_.end() || t.dtype() != DType::kF32) return;
+  Stats& s = it->second;
+  const float a = std::min(s.min, 0.0f), b = std::max(s.max, 0.0f);
+  if (s.hist.empty()) s.hist.assign(kBins, 0.0);
+  if (b <= a) return;
+  const double k = kBins / static_cast<double>(b - a);
+  const float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (!std::isfinite(p[i])) continue;
+    const int bin = std::clamp(static_cast<int>((p[i] - a) * k), 0, kBins - 1);
+    s.hist[static_cast<size_t>(bin)] += 1.0;
+  }
+}
+
+Status RangeCollector::collect(std::shared_ptr<const Model> model, const CalibrationData& data, Method method,
+                               int threads, const Progress& progress, std::vector<NamedTensors>* outputs) {
+  ExecutorOptions eo;
+  eo.device = "cpu";
+  eo.opt_level = 0;
+  eo.threads = threads;
+  ASSIGN_OR_RETURN(auto ex, Executor::create(model, eo));
+  const int passes = method == Method::kMinMax ? 1 : 2;
+  const int64_t total = static_cast<int64_t>(data.batches.size()) * passes;
+  int64_t done = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    auto observe = [this, pass](const std::string& name, const Tensor& t) {
+      if (pass == 0) observe_minmax(name, t);
+      else observe_hist(name, t);
+    };
+    ex->set_observer(
+        [&observe](const Node& node, const std::vector<Value>& outs, double) {
+          for (size_t i = 0; i < outs.size() && i < node.outputs.size(); ++i)
+            if (outs[i].is_tensor() && !node.outputs[i].empty()) observe(node.outputs[i], outs[i].tensor);
+        },
+        false);
+    for (const NamedTensors& feeds : data.batches) {
+      for (const auto& [name, t] : feeds) observe(name, t);
+      NamedTensors outs;
+      RETURN_IF_ERROR(ex->run(feeds, &outs).with_context("running the float model on calibration batch " +
+                                                         std::to_string(done % data.batches.size() + 1)));
+      if (pass == 0 && outputs) outputs->push_back(std::move(outs));
+      ++done;
+      if (progress) progress(pass == 0 ? "calibrating" : "histograms", done, total);
+    }
+  }
+  return Status::ok();
+}
+
+bool RangeCollector::range(const std::string& name, Method method, float* lo, float* hi) const {
+  auto it = stats_.find(name);
+  if (it == stats_.end() || !it->second.seen) return false;
+  const Stats& s = it->second;
+  *lo = std::min(s.min, 0.0f);
+  *hi = std::max(s.max, 0.0f);
+  if (method == Method::kMinMax || s.hist.empty() || *hi <= *lo) return true;
+  const double width = (*hi - *lo) / static_cast<double>(kBins);
+  double total = 0;
+  for (double c : s.hist) total += c;
+  if (total <= 0) return true;
+  const int zero = std::clamp(static_cast<int>(-*lo / width), 0, kBins - 1);
+  if (method == Method::kPercentile) {
+    // Clip each tail at 0.001% of the values (99.999th percentile, ONNX Runtime's default), never past 0.
+    const double tail = total * 1e-5;
+    double acc = 0;
+    int l = 0;
+    while (l < zero && acc + s.hist[static_cast<size_t>(l)] <= tail) acc += s.hist[static_cast<size_t>(l++)];
+    acc = 0;
+    int r = kBins - 1;
+    while (r > zero && acc + s.hist[static_cast<size_t>(r)] <= tail) acc += s.hist[static_cast<size_t>(r--)];
+    const float a0 = *lo;
+    *lo = std::min(0.0f, static_cast<float>(a0 + l * width));
+    *hi = std::max(0.0f, static_cast<float>(a0 + (r + 1) * width));
+    return true;
+  }
+  // Entropy: the clipped range (both sides shrunk by the same fraction around 0) whose 255-level
+  // quantization of the histogram has the least KL divergence from it (TensorRT's calibrator,
+  // asymmetric).
+  const float a0 = *lo;
+  double best = std::numeric_limits<double>::infinity();
+  int best_l = 0, best_r = kBins;
+  for (int k = 64; k >= 8; --k) {
+    const int l = zero - static_cast<int>(std::lround(zero * k / 64.0));
+    const int r = zero + static_cast<int>(std::lround((kBins - zero) * k / 64.0));
+    const int n = r - l;
+    if (n < 255) break;
+    std::vector<double> p(s.hist.begin() + l, s.hist.begin() + r);
+    for (int i = 0; i < l; ++i) p.front() += s.hist[static_cast<size_t>(i)];
+    for (int i = r; i < kBins; ++i) p.back() += s.hist[static_cast<size_t>(i)];
+    std::vector<double> q(static_cast<size_t>(n), 0.0);
+    for (int level = 0; level < 255; ++level) {
+      const int b0 = level * n / 255, b1 = (level + 1) * n / 255;
+      double sum = 0;
+      int nonzero = 0;
+      for (int i = b0; i < b1; ++i) {
+        sum += p[static_cast<size_t>(i)];
+        nonzero += p[static_cast<size_t>(i)] > 0;
+      }
+      for (int i = b0; i < b1; ++i)
+        if (p[static_cast<size_t>(i)] > 0) q[static_cast<size_t>(i)] = sum / nonzero;
+    }
+    double kl = 0;
+    for (int i = 0; i < n; ++i) {
+      const double pi = p[static_cast<size_t>(i)] / total, qi = q[static_cast<size_t>(i)] / total;
+      if (pi > 0 && qi > 0) kl += pi * std::log(pi / qi);
+    }
+    if (kl < best) {
+      best = kl;
+      best_l = l;
+      best_r = r;
+    }
+  }
+  *lo = std::min(0.0f, static_cast<float>(a0 + best_l * width));
+  *hi = std::max(0.0f, static_cast<float>(a0 + best_r * width));
+  return true;
+}
+
+}  // namespace ferry::quant

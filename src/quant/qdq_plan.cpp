@@ -1,0 +1,391 @@
+// The QDQ rewrite; see qdq_plan.h and docs/quantization.md.
+#include "quant/qdq_plan.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace ferry::quant {
+namespace {
+
+const std::set<std::string>& pass_through_ops() {
+  static const std::set<std::string> ops = {"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze"};
+  return ops;
+}
+const std::set<std::string>& own_range_ops() {
+  static const std::set<std::string> ops = {"Concat", "GlobalAveragePool", "AveragePool", "Softmax"};
+  return ops;
+}
+
+struct Params {
+  float scale = 1;
+  uint8_t zp = 0;
+};
+
+struct Planner {
+  const Model& model;
+  const Graph& g;
+  const RangeFn& range;
+  QdqPlan plan;
+  std::unordered_map<std::string, int> producer;                        // value -> node index
+  std::unordered_map<std::string, std::vector<std::pair<int, int>>> consumers;  // value -> (node, slot)
+  std::unordered_set<std::string> graph_outputs;
+  std::unordered_set<std::string> used_names;
+  std::set<std::string> absorbed;  // outputs not wrapped: their only consumer is an absorbed Relu/Clip
+  std::map<std::string, Params> params;
+  std::vector<bool> kept;
+
+  Planner(const Model& m, const RangeFn& r) : model(m), g(m.graph), range(r) {}
+
+  bool is_init(const std::string& v) const { return g.initializers.count(v) > 0; }
+  bool is_f32(const std::string& v) const {
+    if (v.empty()) return false;
+    if (const Tensor* t = g.find_initializer(v)) return t->dtype() == DType::kF32;
+    const TensorType* t = g.find_type(v);
+    return t && t->dtype == DType::kF32 && t->kind == ValueKind::kTensor;
+  }
+  bool act(const std::string& v) const {  // a float activation with a calibrated range
+    float lo, hi;
+    return is_f32(v) && !is_init(v) && range(v, &lo, &hi);
+  }
+  std::string fresh(const std::string& base) {
+    std::string n = base;
+    for (int i = 1; used_names.count(n); ++i) n = base + "_" + std::to_string(i);
+    used_names.insert(n);
+    return n;
+  }
+  Role role_of(int i) const { return plan.roles[static_cast<size_t>(i)]; }
+  bool wrapped_output(const std::string& v) const {
+    auto it = producer.find(v);
+    if (it == producer.end()) return false;
+    const Role r = role_of(it->second);
+    return r != Role::kFloat && !absorbed.count(v);
+  }
+
+  Role decide(int idx) {
+    const Node& n = g.nodes[static_cast<size_t>(idx)];
+    if (kept[static_cast<size_t>(idx)] || !n.domain.empty() || n.outputs.empty()) return Role::kFloat;
+    const auto& in = n.inputs;
+    const std::string& op = n.op_type;
+    auto input = [&](size_t i) { return i < in.size() ? in[i] : std::string(); };
+    if (op == "Conv") {
+      const Tensor* w = g.find_initializer(input(1));
+      if (act(input(0)) && w && w->dtype() == DType::kF32 && w->rank() >= 3 && act(n.outputs[0])) return Role::kCompute;
+      return Role::kFloat;
+    }
+    if (op == "Gemm") {
+      const Tensor* w = g.find_initializer(input(1));
+      if (act(input(0)) && w && w->dtype() == DType::kF32 && w->rank() == 2 && act(n.outputs[0])) return Role::kCompute;
+      return Role::kFloat;
+    }
+    if (op == "MatMul") {
+      const Tensor* w = g.find_initializer(input(1));
+      if (!act(input(0)) || !act(n.outputs[0])) return Role::kFloat;
+      if (w) return w->dtype() == DType::kF32 && w->rank() == 2 ? Role::kCompute : Role::kFloat;
+      return act(input(1)) ? Role::kCompute : Role::kFloat;
+    }
+    if (op == "Add") {
+      if (in.size() != 2 || !act(n.outputs[0])) return Role::kFloat;
+      int acts = 0;
+      for (const auto& v : in) {
+        if (act(v)) ++acts;
+        else if (!(is_init(v) && is_f32(v) && g.find_initializer(v)->numel() > 0)) return Role::kFloat;
+      }
+      return acts >= 1 ? Role::kBinary : Role::kFloat;
+    }
+    if (own_range_ops().count(op)) {
+      if (n.outputs.size() != 1 || !act(n.outputs[0])) return Role::kFloat;
+      const size_t count = op == "Concat" ? in.size() : 1;
+      for (size_t i = 0; i < count; ++i)
+        if (!act(input(i))) return Role::kFloat;
+      return Role::kOwnRange;
+    }
+    if (pass_through_ops().count(op)) {
+      if (n.outputs.size() != 1 || !is_f32(n.outputs[0])) return Role::kFloat;
+      return wrapped_output(input(0)) ? Role::kPassThrough : Role::kFloat;
+    }
+    if (op == "Relu" || op == "Clip") {
+      if (!act(n.outputs[0]) || !absorbable_clip(n)) return Role::kFloat;
+      auto it = producer.find(input(0));
+      if (it == producer.end()) return Role::kFloat;
+      const Role pr = role_of(it->second);
+      if (pr != Role::kCompute && pr != Role::kBinary) return Role::kFloat;
+      if (graph_outputs.count(input(0)) || consumers[input(0)].size() != 1) return Role::kFloat;
+      absorbed.insert(input(0));
+      return Role::kAbsorbed;
+    }
+    return Role::kFloat;
+  }
+  bool absorbable_clip(const Node& n) const {
+    if (n.op_type == "Relu") return true;
+    if (const Attribute* a = n.attr("min")) return a->f >= 0;  // opset < 11
+    if (n.inputs.size() < 2 || n.inputs[1].empty()) return false;
+    const Tensor* mn = g.find_initializer(n.inputs[1]);
+    return mn && mn->numel() == 1 && mn->get_double(0) >= 0;
+  }
+
+  Params params_of(const std::string& v) {
+    auto it = params.find(v);
+    if (it != params.end()) return it->second;
+    Params p;
+    auto prod = producer.find(v);
+    if (prod != producer.end() && role_of(prod->second) == Role::kPassThrough) {
+      p = params_of(g.nodes[static_cast<size_t>(prod->second)].inputs[0]);
+    } else if (prod != producer.end() && g.nodes[static_cast<size_t>(prod->second)].op_type == "Softmax") {
+      activation_params(0.0f, 1.0f, &p.scale, &p.zp);
+    } else {
+      float lo = 0, hi = 0;
+      range(v, &lo, &hi);
+      activation_params(lo, hi, &p.scale, &p.zp);
+    }
+    params[v] = p;
+    return p;
+  }
+
+  void add_init(const std::string& name, Tensor t) { plan.edit.add_initializers[name] = std::move(t); }
+  void add_node(const std::string& name, const std::string& op, std::vector<std::string> ins,
+                std::vector<std::string> outs, std::map<std::string, int64_t> attrs = {}) {
+    plan.edit.add_nodes.push_back(OnnxNewNode{name, op, std::move(ins), std::move(outs), std::move(attrs)});
+  }
+  void rewire(int node, int slot, const std::string& value) {
+    plan.edit.rewire[g.nodes[static_cast<size_t>(node)].outputs[0]][slot] = value;
+  }
+
+  // Per-channel symmetric int8 weight: returns the DQ output and the scales.
+  std::map<std::string, std::pair<std::string, std::vector<float>>> weights;
+  std::pair<std::string, std::vector<float>> quantize_weight(const std::string& w_name, int64_t axis) {
+    const std::string key = w_name + "#" + std::to_string(axis);
+    auto it = weights.find(key);
+    if (it != weights.end()) return it->second;
+    const Tensor& w = *g.find_initializer(w_name);
+    const auto& d = w.dims();
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= d[static_cast<size_t>(i)];
+    for (size_t i = static_cast<size_t>(axis) + 1; i < d.size(); ++i) inner *= d[i];
+    const int64_t channels = d[static_cast<size_t>(axis)];
+    std::vector<float> scales(static_cast<size_t>(channels), 0.0f);
+    const float* p = w.data<float>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t k = 0; k < inner; ++k)
+          scales[static_cast<size_t>(c)] = std::max(scales[static_cast<size_t>(c)], std::fabs(p[(o * channels + c) * inner + k]));
+    for (float& s : scales) s = s > 0 && std::isfinite(s) ? s / 127.0f : 1.0f;
+    Tensor q = Tensor::allocate(DType::kI8, d);
+    int8_t* qp = q.mutable_data<int8_t>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t k = 0; k < inner; ++k) {
+          const int64_t i = (o * channels + c) * inner + k;
+          const float v = std::nearbyint(p[i] / scales[static_cast<size_t>(c)]);
+          qp[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+        }
+    const std::string qn = fresh(w_name + "_quantized"), sn = fresh(w_name + "_scale"), zn = fresh(w_name + "_zero_point");
+    const std::string dqo = fresh(w_name + "_DequantizeLinear_Output");
+    add_init(qn, std::move(q));
+    add_init(sn, Tensor::from_vector<float>(scales, {channels}));
+    add_init(zn, Tensor::from_vector<int8_t>(std::vector<int8_t>(static_cast<size_t>(channels), 0), {channels}));
+    add_node(fresh(w_name + "_DequantizeLinear"), "DequantizeLinear", {qn, sn, zn}, {dqo}, {{"axis", axis}});
+    ++plan.int8_weights;
+    return weights[key] = {dqo, scales};
+  }
+
+  // int32 bias with scale s_x * s_w[c].
+  std::string quantize_bias(const std::string& b_name, float s_x, const std::vector<float>& s_w) {
+    const Tensor& b = *g.find_initializer(b_name);
+    const int64_t n = b.numel();
+    std::vector<float> scales(static_cast<size_t>(n));
+    std::vector<int32_t> q(static_cast<size_t>(n));
+    for (int64_t c = 0; c < n; ++c) {
+      const float s = s_x * s_w[static_cast<size_t>(c)];
+      scales[static_cast<size_t>(c)] = s > 0 ? s : 1.0f;
+      const double v = std::nearbyint(static_cast<double>(b.data<float>()[c]) / scales[static_cast<size_t>(c)]);
+      q[static_cast<size_t>(c)] = static_cast<int32_t>(std::clamp(v, double(INT_MIN), double(INT_MAX)));
+    }
+    const std::string qn = fresh(b_name + "_quantized"), sn = fresh(b_name + "_quantized_scale");
+    const std::string zn = fresh(b_name + "_quantized_zero_point"), dqo = fresh(b_name + "_DequantizeLinear_Output");
+    add_init(qn, Tensor::from_vector<int32_t>(q, {n}));
+    add_init(sn, Tensor::from_vector<float>(scales, {n}));
+    add_init(zn, Tensor::from_vector<int32_t>(std::vector<int32_t>(static_cast<size_t>(n), 0), {n}));
+    add_node(fresh(b_name + "_DequantizeLinear"), "DequantizeLinear", {qn, sn, zn}, {dqo}, {{"axis", 0}});
+    ++plan.int32_biases;
+    return dqo;
+  }
+
+  // A float constant input of Add: uint8 per tensor over its own range.
+  std::string quantize_constant(const std::string& c_name) {
+    const Tensor& c = *g.find_initializer(c_name);
+    const float* p = c.data<float>();
+    float lo = p[0], hi = p[0];
+    for (int64_t i = 0; i < c.numel(); ++i) {
+      lo = std::min(lo, p[i]);
+      hi = std::max(hi, p[i]);
+    }
+    Params pr;
+    activation_params(lo, hi, &pr.scale, &pr.zp);
+    Tensor q = Tensor::allocate(DType::kU8, c.dims());
+    for (int64_t i = 0; i < c.numel(); ++i)
+      q.mutable_data<uint8_t>()[i] =
+          static_cast<uint8_t>(std::clamp(std::nearbyint(p[i] / pr.scale) + pr.zp, 0.0f, 255.0f));
+    const std::string qn = fresh(c_name + "_quantized"), sn = fresh(c_name + "_scale"), zn = fresh(c_name + "_zero_point");
+    const std::string dqo = fresh(c_name + "_DequantizeLinear_Output");
+    add_init(qn, std::move(q));
+    add_init(sn, Tensor::scalar<float>(pr.scale));
+    add_init(zn, Tensor::scalar<uint8_t>(pr.zp));
+    add_node(fresh(c_name + "_DequantizeLinear"), "DequantizeLinear", {qn, sn, zn}, {dqo});
+    ++plan.int8_weights;
+    return dqo;
+  }
+
+  Status run(const std::set<std::string>& keep) {
+    for (const auto& [name, t] : g.initializers) used_names.insert(name);
+    for (const auto& v : g.inputs) used_names.insert(v.name);
+    for (const auto& v : g.outputs) graph_outputs.insert(v.name);
+    const int count = static_cast<int>(g.nodes.size());
+    kept.assign(static_cast<size_t>(count), false);
+    for (int i = 0; i < count; ++i) {
+      const Node& n = g.nodes[static_cast<size_t>(i)];
+      used_names.insert(n.name);
+      for (size_t s = 0; s < n.inputs.size(); ++s)
+        if (!n.inputs[s].empty()) consumers[n.inputs[s]].emplace_back(i, static_cast<int>(s));
+      for (const auto& o : n.outputs) {
+        if (!o.empty()) producer[o] = i;
+        used_names.insert(o);
+      }
+      kept[static_cast<size_t>(i)] = keep.count(n.name) || (!n.outputs.empty() && keep.count(n.outputs[0]));
+    }
+    plan.roles.assign(static_cast<size_t>(count), Role::kFloat);
+    for (int i = 0; i < count; ++i) plan.roles[static_cast<size_t>(i)] = decide(i);
+
+    // Tensors wrapped in Q/DQ: activation inputs of quantized nodes, their outputs (not absorbed ones).
+    std::vector<std::string> wrap;
+    std::unordered_set<std::string> wrap_set;
+    auto want = [&](const std::string& v) {
+      if (!v.empty() && !is_init(v) && !absorbed.count(v) && wrap_set.insert(v).second) wrap.push_back(v);
+    };
+    // Graph inputs first, then in node order, so Q/DQ names come out in a stable order.
+    for (int i = 0; i < count; ++i) {
+      const Node& n = g.nodes[static_cast<size_t>(i)];
+      const Role r = role_of(i);
+      if (r == Role::kFloat) continue;
+      if (r == Role::kCompute) {
+        want(n.inputs[0]);
+        if (n.op_type == "MatMul" && !is_init(n.inputs[1])) want(n.inputs[1]);
+      } else if (r == Role::kBinary || (r == Role::kOwnRange && n.op_type == "Concat")) {
+        for (const auto& v : n.inputs) want(v);
+      } else if (r == Role::kOwnRange) {
+        want(n.inputs[0]);
+      }
+      want(n.outputs[0]);
+      plan.quantized.push_back(n.name);
+    }
+    for (const std::string& v : wrap) {
+      const Params p = params_of(v);
+      const std::string sn = fresh(v + "_scale"), zn = fresh(v + "_zero_point");
+      add_init(sn, Tensor::scalar<float>(p.scale));
+      add_init(zn, Tensor::scalar<uint8_t>(p.zp));
+      const bool is_out = graph_outputs.count(v) > 0;
+      std::string q_in = v, dq_out;
+      if (is_out) {
+        q_in = fresh(v + "_QuantizeLinear_Input");
+        plan.edit.rename_outputs[v] = q_in;
+        dq_out = v;
+      } else {
+        dq_out = fresh(v + "_DequantizeLinear_Output");
+      }
+      const std::string q_out = fresh(v + "_QuantizeLinear_Output");
+      add_node(fresh(v + "_QuantizeLinear"), "QuantizeLinear", {q_in, sn, zn}, {q_out});
+      add_node(fresh(v + "_DequantizeLinear"), "DequantizeLinear", {q_out, sn, zn}, {dq_out});
+      ++plan.qdq_pairs;
+      for (const auto& [node, slot] : consumers[v]) {
+        if (kept[static_cast<size_t>(node)]) {
+          if (is_out) rewire(node, slot, q_in);
+        } else if (!is_out) {
+          rewire(node, slot, dq_out);
+        }
+      }
+    }
+    // Weights, biases, constants.
+    std::map<std::string, int> rewired_uses;
+    for (int i = 0; i < count; ++i) {
+      const Node& n = g.nodes[static_cast<size_t>(i)];
+      const Role r = role_of(i);
+      if (r == Role::kCompute && is_init(n.inputs[1])) {
+        int64_t axis = 1;
+        if (n.op_type == "Conv") axis = 0;
+        if (n.op_type == "Gemm") {
+          const Attribute* tb = n.attr("transB");
+          axis = tb && tb->i ? 0 : 1;
+        }
+        auto [dq, scales] = quantize_weight(n.inputs[1], axis);
+        rewire(i, 1, dq);
+        ++rewired_uses[n.inputs[1]];
+        const bool gemm_plain = n.op_type != "Gemm" || ((!n.attr("alpha") || n.attr("alpha")->f == 1.0f) &&
+                                                        (!n.attr("beta") || n.attr("beta")->f == 1.0f));
+        if (n.inputs.size() > 2 && is_init(n.inputs[2]) && is_f32(n.inputs[2]) && gemm_plain &&
+            g.find_initializer(n.inputs[2])->rank() == 1 &&
+            g.find_initializer(n.inputs[2])->numel() == static_cast<int64_t>(scales.size())) {
+          rewire(i, 2, quantize_bias(n.inputs[2], params_of(n.inputs[0]).scale, scales));
+          ++rewired_uses[n.inputs[2]];
+        }
+      } else if (r == Role::kBinary) {
+        for (size_t s = 0; s < n.inputs.size(); ++s)
+          if (is_init(n.inputs[s])) {
+            rewire(i, static_cast<int>(s), quantize_constant(n.inputs[s]));
+            ++rewired_uses[n.inputs[s]];
+          }
+      }
+    }
+    for (const auto& [name, uses] : rewired_uses)
+      if (static_cast<size_t>(uses) == consumers[name].size() && !graph_outputs.count(name))
+        plan.edit.remove_initializers.insert(name);
+    for (int i = 0; i < count; ++i) {
+      const Node& n = g.nodes[static_cast<size_t>(i)];
+      if (kept[static_cast<size_t>(i)]) plan.kept.push_back(n.name);
+      else if (role_of(i) == Role::kFloat) plan.left_float[n.op_type].push_back(n.name);
+    }
+    return Status::ok();
+  }
+};
+
+}  // namespace
+
+void activation_params(float lo, float hi, float* scale, uint8_t* zero_point) {
+  lo = std::min(lo, 0.0f);
+  hi = std::max(hi, 0.0f);
+  const float s = (hi - lo) / 255.0f;
+  if (!(s > 0) || !std::isfinite(s)) {
+    *scale = 1.0f;
+    *zero_point = 0;
+    return;
+  }
+  *scale = s;
+  *zero_point = static_cast<uint8_t>(std::clamp(std::nearbyint(-lo / s), 0.0f, 255.0f));
+}
+
+StatusOr<QdqPlan> plan_qdq(const Model& model, const RangeFn& range, const std::set<std::string>& keep_fp32) {
+  if (model.opset() < 13)
+    return unsupported("model '" + model.path + "' imports ai.onnx opset " + std::to_string(model.opset()) +
+                       "; per-channel DequantizeLinear needs opset >= 13: re-export the model at opset 13 or newer");
+  Planner p(model, range);
+  RETURN_IF_ERROR(p.run(keep_fp32));
+  return std::move(p.plan);
+}
+
+int64_t count_quantization_ops(const Model& model) {
+  static const std::set<std::string> ops = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
+                                            "QLinearConv",    "QLinearMatMul",    "ConvInteger",
+                                            "MatMulInteger",  "QLinearAdd",       "QLinearMul"};
+  int64_t n = 0;
+  for (const Node& node : model.graph.nodes) n += ops.count(node.op_type);
+  return n;
+}
+
+bool names_node(const Model& model, const std::string& name) {
+  for (const Node& n : model.graph.nodes)
+    if (n.name == name || (!n.outputs.empty() && n.outputs[0] == name)) return true;
+  return false;
+}
+
+}  // namespace ferry::quant

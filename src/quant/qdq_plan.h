@@ -1,0 +1,50 @@
+// The QDQ rewrite of a float model (docs/quantization.md, "Conventions"): which nodes are
+// quantized, the Q/DQ pairs on their activations (uint8 asymmetric, per tensor), int8 per-channel
+// weights and int32 biases, as an edit of the source .onnx file (onnx/onnx_edit.h).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "ir/graph.h"
+#include "onnx/onnx_edit.h"
+
+namespace ferry::quant {
+
+/// The range [lo, hi] of a float tensor on the calibration data (false: never seen).
+using RangeFn = std::function<bool(const std::string& tensor, float* lo, float* hi)>;
+
+/// uint8 asymmetric parameters of [lo, hi] (0 always representable).
+void activation_params(float lo, float hi, float* scale, uint8_t* zero_point);
+
+enum class Role { kFloat, kCompute, kBinary, kOwnRange, kPassThrough, kAbsorbed };
+
+struct QdqPlan {
+  OnnxGraphEdit edit;
+  /// Graph node index -> its role (kFloat for nodes left in float).
+  std::vector<Role> roles;
+  /// Quantized nodes (names), in graph order.
+  std::vector<std::string> quantized;
+  /// Nodes left in float because ferry does not quantize them: op type -> node names.
+  std::map<std::string, std::vector<std::string>> left_float;
+  /// Nodes kept in float on request.
+  std::vector<std::string> kept;
+  int64_t qdq_pairs = 0;
+  int64_t int8_weights = 0;
+  int64_t int32_biases = 0;
+};
+
+/// Plans the rewrite. `keep_fp32`: node names (or their first output's name) left in float.
+StatusOr<QdqPlan> plan_qdq(const Model& model, const RangeFn& range, const std::set<std::string>& keep_fp32);
+
+/// Whether the model already holds quantization ops (QuantizeLinear, QLinearConv, ...): their count.
+int64_t count_quantization_ops(const Model& model);
+
+/// Whether `name` names a node of the graph (by name or by its first output).
+bool names_node(const Model& model, const std::string& name);
+
+}  // namespace ferry::quant

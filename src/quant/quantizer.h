@@ -1,0 +1,58 @@
+// `ferry quantize`: calibrate a float ONNX model, write its QDQ form, measure the output cosine
+// against the float model on the calibration data, and (--target-cosine) keep the most sensitive
+// layers in float until the cosine is reached. See docs/quantization.md.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "quant/calibration.h"
+
+namespace ferry::quant {
+
+struct QuantizeOptions {
+  std::string model_path;
+  std::string out_path;
+  CalibrationDataOptions data;
+  Method method = Method::kMinMax;
+  std::vector<std::string> keep_fp32;  // node names (or first output names)
+  double target_cosine = 0;            // 0: no search
+  int max_kept_layers = 24;            // the search gives up after keeping this many
+  int threads = 0;
+  Progress progress;
+  std::function<void(const std::string&)> log;  // one line at a time, for the user
+};
+
+/// A layer the --target-cosine search kept in float, and why.
+struct KeptLayer {
+  std::string node;
+  std::string op_type;
+  double input_cosine = 1;    // worst cosine of its inputs (quantized model vs float) before it was kept
+  double output_cosine = 1;   // its output's cosine then: the drop is this layer's own loss
+  double model_cosine = 0;    // the model's output cosine after keeping it
+};
+
+struct QuantizeReport {
+  int64_t samples = 0;
+  int64_t batches = 0;
+  std::vector<std::string> warnings;
+  int64_t quantized_nodes = 0;
+  int64_t qdq_pairs = 0;
+  int64_t int8_weights = 0;
+  int64_t int32_biases = 0;
+  std::map<std::string, std::vector<std::string>> left_float;  // op type -> nodes
+  std::vector<std::string> kept_by_user;
+  std::vector<KeptLayer> kept_for_target;
+  double cosine_mean = 0;  // per-sample output cosine to fp32, mean over the calibration samples (worst output)
+  double cosine_min = 0;   // the worst sample's
+  double first_cosine = 0; // before any --target-cosine repair
+  bool target_reached = true;
+};
+
+/// kInvalidArgument for an already quantized model (nothing written), bad data or names.
+StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& options);
+
+}  // namespace ferry::quant

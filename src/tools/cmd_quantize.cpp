@@ -1,0 +1,151 @@
+// `ferry quantize MODEL.onnx --calibration DATA --out MODEL.int8.onnx`: post-training int8
+// quantization into a standard QDQ ONNX file. The logic lives in quant/ (docs/quantization.md).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "quant/quantizer.h"
+#include "tools/cli_common.h"
+#include "tools/command_registry.h"
+#include "tools/progress_bar.h"
+
+namespace ferry::cli {
+namespace {
+
+struct QuantizeCliOptions {
+  std::string model;
+  std::string calibration;
+  std::string out;
+  std::string method = "minmax";
+  int64_t image_size = 0;
+  int64_t batch = 8;
+  int64_t samples = 0;
+  std::vector<std::string> keep_fp32;
+  double target_cosine = 0;
+  int max_kept = 24;
+  int threads = 0;
+  bool json = false;
+};
+
+std::string join(const std::vector<std::string>& v, size_t max = 8) {
+  std::string s;
+  for (size_t i = 0; i < v.size() && i < max; ++i) s += (i ? ", " : "") + v[i];
+  if (v.size() > max) s += ", ... (" + std::to_string(v.size() - max) + " more)";
+  return s;
+}
+
+int cmd_quantize(const QuantizeCliOptions& opt) {
+  quant::QuantizeOptions o;
+  o.model_path = opt.model;
+  o.out_path = opt.out;
+  o.data.path = opt.calibration;
+  o.data.image_size = opt.image_size;
+  o.data.batch = opt.batch;
+  o.data.max_samples = opt.samples;
+  auto method = quant::parse_method(opt.method);
+  if (!method.is_ok()) return report(method.status());
+  o.method = method.value();
+  for (const std::string& k : opt.keep_fp32)
+    if (!k.empty()) o.keep_fp32.push_back(k);
+  o.target_cosine = opt.target_cosine;
+  o.max_kept_layers = opt.max_kept;
+  o.threads = opt.threads;
+  ProgressBar bar;
+  o.progress = [&bar](const std::string& stage, int64_t done, int64_t total) {
+    bar.update(stage, done, total, "batches");
+  };
+  const bool json = opt.json;
+  o.log = [&bar, json](const std::string& line) {
+    bar.finish();
+    if (!json) std::printf("  %s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  if (!json) std::printf("ferry quantize %s (%s calibration)\n", opt.model.c_str(), opt.method.c_str());
+  auto result = quant::quantize_model(o);
+  bar.finish();
+  if (!result.is_ok()) return report(result.status());
+  const quant::QuantizeReport& r = result.value();
+  for (const std::string& w : r.warnings) std::fprintf(stderr, "ferry: warning: %s\n", w.c_str());
+  int64_t floats = 0;
+  for (const auto& [op, nodes] : r.left_float) floats += static_cast<int64_t>(nodes.size());
+  if (json) {
+    nlohmann::json j;
+    j["model"] = opt.model;
+    j["out"] = opt.out;
+    j["method"] = opt.method;
+    j["samples"] = r.samples;
+    j["batches"] = r.batches;
+    j["warnings"] = r.warnings;
+    j["quantized_nodes"] = r.quantized_nodes;
+    j["qdq_pairs"] = r.qdq_pairs;
+    j["int8_weights"] = r.int8_weights;
+    j["int32_biases"] = r.int32_biases;
+    j["left_float"] = r.left_float;
+    j["kept_fp32"] = r.kept_by_user;
+    j["output_cosine"] = {{"mean", r.cosine_mean}, {"worst_sample", r.cosine_min}, {"before_repair", r.first_cosine}};
+    nlohmann::json kept = nlohmann::json::array();
+    for (const auto& k : r.kept_for_target)
+      kept.push_back({{"node", k.node}, {"op", k.op_type}, {"input_cosine", k.input_cosine},
+                      {"output_cosine", k.output_cosine}, {"model_cosine_after", k.model_cosine}});
+    j["target_cosine"] = opt.target_cosine;
+    j["kept_for_target"] = kept;
+    j["target_reached"] = r.target_reached;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("  calibrated on %lld samples (%lld batches)\n", static_cast<long long>(r.samples),
+                static_cast<long long>(r.batches));
+    std::printf("  quantized %lld nodes: %lld Q/DQ pairs on activations (uint8), %lld int8 weights, %lld int32 biases\n",
+                static_cast<long long>(r.quantized_nodes), static_cast<long long>(r.qdq_pairs),
+                static_cast<long long>(r.int8_weights), static_cast<long long>(r.int32_biases));
+    if (!r.kept_by_user.empty()) std::printf("  kept in fp32 (--keep-fp32): %s\n", join(r.kept_by_user).c_str());
+    if (floats > 0) {
+      std::printf("  left in float (%lld nodes, ops ferry does not quantize or whose inputs are not float tensors):\n",
+                  static_cast<long long>(floats));
+      for (const auto& [op, nodes] : r.left_float)
+        std::printf("    %-22s %4zu  %s\n", op.c_str(), nodes.size(), join(nodes, 4).c_str());
+    }
+    if (!r.kept_for_target.empty()) {
+      std::printf("  --target-cosine %g: kept %zu layer(s) in fp32 (largest cosine drop at the layer first):\n",
+                  opt.target_cosine, r.kept_for_target.size());
+      for (const auto& k : r.kept_for_target)
+        std::printf("    %-32s %-8s inputs' cosine %.5f -> output %.5f; model output cosine then %.5f\n", k.node.c_str(),
+                    k.op_type.c_str(), k.input_cosine, k.output_cosine, k.model_cosine);
+    }
+    std::printf("  output cosine to fp32 on the calibration data: mean %.5f, worst sample %.5f\n", r.cosine_mean,
+                r.cosine_min);
+    if (opt.target_cosine > 0)
+      std::printf("  target cosine %g: %s\n", opt.target_cosine, r.target_reached ? "reached" : "NOT reached");
+    std::printf("  wrote %s\n", opt.out.c_str());
+  }
+  return r.target_reached ? kExitOk : kExitBadInput;
+}
+
+const bool kRegistered = register_command({"quantize", 55, [](CLI::App& app) {
+  auto opt = std::make_shared<QuantizeCliOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "quantize", "Post-training int8 quantization: calibrate, write a QDQ ONNX model, measure and repair its precision");
+  cmd->add_option("model", opt->model, "Float ONNX model (.onnx, opset >= 13)")->required();
+  cmd->add_option("--calibration", opt->calibration,
+                  "Calibration data: an .npz (arrays named after the inputs, samples on axis 0), a folder of .npy/.npz, "
+                  "or an image folder with --image-size")
+      ->required();
+  cmd->add_option("-o,--out", opt->out, "The quantized model to write (.onnx)")->required();
+  cmd->add_option("--method", opt->method, "Activation ranges: minmax (default), entropy, percentile");
+  cmd->add_option("--image-size", opt->image_size, "The calibration folder holds images: eval transform to SxS")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", opt->batch, "Samples per calibration run (default 8)")->check(CLI::PositiveNumber);
+  cmd->add_option("--samples", opt->samples, "Use at most this many calibration samples (default: all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--keep-fp32", opt->keep_fp32, "NODE,...: nodes left in float")->delimiter(',');
+  cmd->add_option("--target-cosine", opt->target_cosine,
+                  "Keep the most sensitive layers in float until the output cosine to fp32 on the calibration data "
+                  "reaches this (e.g. 0.99); exit 2 when it cannot");
+  cmd->add_option("--max-kept", opt->max_kept, "Most layers --target-cosine may keep in float (default 24)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--json", opt->json, "Print a JSON report");
+  cmd->add_option("-t,--threads", opt->threads, "Intra-op threads (default: the machine's cores)")->check(CLI::NonNegativeNumber);
+  return CommandRun{cmd, [opt] { return cmd_quantize(*opt); }};
+}});
+
+}  // namespace
+}  // namespace ferry::cli
