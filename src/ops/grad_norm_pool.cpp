@@ -441,11 +441,11 @@ Status sync_bn_training(KernelContext& ctx, int64_t N, int64_t C, int64_t S) {
   vector<double> mean(static_cast<size_t>(C), 0.0), m2(static_cast<size_t>(C), 0.0);
   for (const auto& r : ranks) {
     if (r[0] < 1) continue;
-    const double total = count + r[0];
+    const double total = count + r[0], w = r[0] / total;  // w = 1 for the first rank: its moments exactly
     for (int64_t c = 0; c < C; ++c) {
       const double delta = r[1 + 2 * c] - mean[c];
-      mean[c] += delta * r[0] / total;
-      m2[c] += r[2 + 2 * c] + delta * delta * count * r[0] / total;
+      mean[c] += delta * w;
+      m2[c] += r[2 + 2 * c] + delta * delta * count * w;
     }
     count = total;
   }
