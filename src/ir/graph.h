@@ -92,6 +92,8 @@ struct Model {
   std::string doc_string;
   /// Operator set version per domain ("" = ai.onnx).
   std::map<std::string, int64_t> opset_imports;
+  /// The ai.onnx opset the file declared when import upgraded it (opsets 1-6); 0 when not upgraded.
+  int64_t upgraded_from_opset = 0;
   std::map<std::string, std::string> metadata;
   Graph graph;
   std::string path;  // the file it was loaded from

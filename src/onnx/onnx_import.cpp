@@ -17,6 +17,7 @@
 #include "onnx/onnx_pb.h"
 // After onnx_pb.h, which defines ONNX_API.
 #include "onnx/onnx-data.pb.h"
+#include "onnx/opset_upgrade.h"
 #include "onnx/tensor_proto.h"
 #include "ops/registry.h"
 #include "ops/shape_inference.h"
@@ -310,6 +311,17 @@ StatusOr<std::shared_ptr<Model>> parse_onnx_model(const void* data, size_t size,
   model->doc_string = mp.doc_string();
   for (const auto& kv : mp.metadata_props()) model->metadata[kv.key()] = kv.value();
   if (mp.functions_size() > 0) return unsupported(what + " defines model-local functions, which ferry does not support");
+
+  int64_t declared_opset = 0;
+  for (const auto& os : mp.opset_import())
+    if (os.domain().empty() || os.domain() == "ai.onnx") declared_opset = os.version();
+  if (mp.opset_import_size() == 0) declared_opset = 1;
+  if (declared_opset >= 1 && declared_opset < kUpgradeTargetOpset && mp.graph().node_size() > 0) {
+    Status up = upgrade_opset(&mp, declared_opset, what);
+    // `ferry info` describes a model it cannot upgrade as it is (its old ops show as not implemented).
+    if (up.is_ok()) model->upgraded_from_opset = declared_opset;
+    else if (options.require_known_ops) return up;
+  }
 
   ImportState st;
   st.tensors.base_dir = base_dir;

@@ -78,6 +78,7 @@ int cmd_info(const InfoOptions& opt) {
     json opsets = json::object();
     for (const auto& [d, v] : m.opset_imports) opsets[d.empty() ? "ai.onnx" : d] = v;
     j["opset_imports"] = opsets;
+    if (m.upgraded_from_opset > 0) j["upgraded_from_opset"] = m.upgraded_from_opset;
     j["inputs"] = json::array();
     for (const ValueInfo& v : g.inputs) {
       json e = type_json(v.type);
@@ -109,6 +110,8 @@ int cmd_info(const InfoOptions& opt) {
   std::string opsets;
   for (const auto& [d, v] : m.opset_imports)
     opsets += (opsets.empty() ? "" : ", ") + (d.empty() ? std::string("ai.onnx") : d) + " " + std::to_string(v);
+  if (m.upgraded_from_opset > 0)
+    opsets += " (upgraded at import from ai.onnx opset " + std::to_string(m.upgraded_from_opset) + ")";
   std::printf("opsets:     %s\n", opsets.c_str());
   if (!gears.empty())
     std::printf("gears:      batch %s (shapes below: the gear for batch %lld; --batch B picks another)\n", gears.c_str(),
