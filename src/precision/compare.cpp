@@ -164,7 +164,7 @@ StatusOr<std::unique_ptr<Comparator>> Comparator::create(std::shared_ptr<const M
     eo.threads = options.threads;
     PrecisionOptions po;
     po.mode = options.ref.mode;
-    auto ref = create_precision_executor(model, eo, po);
+    auto ref = create_precision_executor(options.ref_model ? options.ref_model : model, eo, po);
     if (!ref.is_ok()) return ref.status().with_context("reference " + options.ref.text);
     c->impl_->ref = std::move(ref).value();
   }

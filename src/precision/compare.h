@@ -75,6 +75,9 @@ struct SampleSource {
 struct CompareOptions {
   RunSpec ref;
   RunSpec target;
+  /// The reference runs this model instead of the target's (`--ref-model`: a float model against
+  /// its quantized form, matched by input, output and value names); null: the same model.
+  std::shared_ptr<const Model> ref_model;
   /// Added to the target's precision (--keep-fp32, --precision-config).
   PrecisionOptions target_precision;
   Thresholds thresholds;

@@ -284,7 +284,10 @@ bool RangeCollector::range(const std::string& name, Method method, float* lo, fl
     const int r = zero + static_cast<int>(std::lround((kBins - zero) * k / 64.0));
     const int n = r - l;
     if (n < 255) break;
-    std::vector<double> p(s.hist.begin() + l, s.hist.begin() + r);
+    // P: the slice with the clipped values folded into its edge bins; Q: the slice without them,
+    // merged into 255 levels and spread back over P's non-empty bins (so clipping costs).
+    const std::vector<double> slice(s.hist.begin() + l, s.hist.begin() + r);
+    std::vector<double> p = slice;
     for (int i = 0; i < l; ++i) p.front() += s.hist[static_cast<size_t>(i)];
     for (int i = r; i < kBins; ++i) p.back() += s.hist[static_cast<size_t>(i)];
     std::vector<double> q(static_cast<size_t>(n), 0.0);
@@ -293,7 +296,7 @@ bool RangeCollector::range(const std::string& name, Method method, float* lo, fl
       double sum = 0;
       int nonzero = 0;
       for (int i = b0; i < b1; ++i) {
-        sum += p[static_cast<size_t>(i)];
+        sum += slice[static_cast<size_t>(i)];
         nonzero += p[static_cast<size_t>(i)] > 0;
       }
       for (int i = b0; i < b1; ++i)
@@ -301,8 +304,9 @@ bool RangeCollector::range(const std::string& name, Method method, float* lo, fl
     }
     double kl = 0;
     for (int i = 0; i < n; ++i) {
-      const double pi = p[static_cast<size_t>(i)] / total, qi = q[static_cast<size_t>(i)] / total;
-      if (pi > 0 && qi > 0) kl += pi * std::log(pi / qi);
+      const double pi = p[static_cast<size_t>(i)] / total;
+      const double qi = std::max(q[static_cast<size_t>(i)] / total, 1e-7);  // smoothed: an empty Q bin costs
+      if (pi > 0) kl += pi * std::log(pi / qi);
     }
     if (kl < best) {
       best = kl;

@@ -19,6 +19,7 @@ namespace {
 struct CompareCliOptions {
   std::string model;
   std::string ref = "cpu-ref:fp32";
+  std::string ref_model;
   std::string target;
   std::vector<std::string> inputs;
   std::string inputs_dir;
@@ -102,6 +103,12 @@ int cmd_compare(const CompareCliOptions& opt) {
   auto target = parse_run_spec(opt.target);
   if (!target.is_ok()) return report(target.status().with_context("--target"));
   co.ref = ref.value();
+  if (!opt.ref_model.empty()) {
+    if (co.ref.is_outputs) return report(invalid_argument("--ref-model runs a model; it does not go with --ref outputs:DIR"));
+    auto rm = load_model(opt.ref_model);
+    if (!rm.is_ok()) return report(rm.status().with_context("--ref-model"));
+    co.ref_model = rm.value();
+  }
   co.target = target.value();
   co.thresholds.cosine_min = opt.cosine_min;
   co.thresholds.max_abs = opt.max_abs;
@@ -177,6 +184,8 @@ const bool kRegistered = register_command({"compare", 60, [](CLI::App& app) {
   cmd->add_option("--ref", opt->ref,
                   "Reference: DEVICE:PRECISION[:OPT_LEVEL] (default cpu-ref:fp32) or outputs:DIR (saved .npy outputs: "
                   "<output>.npy or expected_<k>.npy; one sub-folder or .npz per sample with --inputs-dir)");
+  cmd->add_option("--ref-model", opt->ref_model,
+                  "The reference runs this model (same inputs and outputs): e.g. the fp32 original of a quantized MODEL");
   cmd->add_option("--target", opt->target,
                   "Target: DEVICE:PRECISION[:OPT_LEVEL], e.g. cpu:fp16, cpu:bf16, cpu:allow_mix_precision, cuda:fp16. "
                   "Precisions: fp32 fp16 bf16 mix mix_bf16 or the ATC names (force_fp16, allow_fp32_to_fp16, ...)")

@@ -70,8 +70,7 @@ def mlp(rng):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="ferry-tests")
 
 
-def main():
-    out = sys.argv[1]
+def main_into(out):
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(21)
     for name, build, shape in (("cnn", cnn, (3, 16, 16)), ("mlp", mlp, (8, 32))):
@@ -84,4 +83,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main_into(sys.argv[1])

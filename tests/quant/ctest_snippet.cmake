@@ -1,0 +1,6 @@
+# `ferry quantize` through the CLI (tests/quant/check_quantize.py): generated small models quantized,
+# the QDQ file's structure, int8 vs float outputs run by ferry, --keep-fp32, --target-cosine,
+# ferry compare --ref-model, bad inputs. include()d from tests/CMakeLists.txt.
+add_test(NAME quantize_cli
+         COMMAND ${FERRY_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_quantize.py $<TARGET_FILE:ferry> ${CMAKE_BINARY_DIR}/quantize_check)
+set_tests_properties(quantize_cli PROPERTIES LABELS "e2e;quant" TIMEOUT 120)
