@@ -2,6 +2,8 @@
 #include "train/memory_plan_train.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 #include <unordered_set>
@@ -12,9 +14,29 @@
 namespace ferry {
 namespace {
 
-// What a ferry process holds besides the planned tensors (binary, oneDNN and its kernel plans,
-// thread stacks, allocator slack), measured with /usr/bin/time on small models.
-constexpr int64_t kRuntimeBytes = int64_t(64) << 20;
+// The process when the first plan is made (read once: later plans, of other batches, build graphs
+// of their own): resident now (VmRSS: code, libraries, the loaded model and its copies -- source,
+// training graph, the executor's optimized graph --, the weights, an in-memory data set) and its
+// peak so far (VmHWM: loading and building the graphs took more than they keep).
+struct ProcessMemory {
+  int64_t resident = 0, peak = 0;
+};
+
+const ProcessMemory& process_memory_at_plan() {
+  static const ProcessMemory m = [] {
+    ProcessMemory r;
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) r.resident = static_cast<int64_t>(std::atoll(line.c_str() + 6)) * 1024;  // kB
+      if (line.rfind("VmHWM:", 0) == 0) r.peak = static_cast<int64_t>(std::atoll(line.c_str() + 6)) * 1024;
+    }
+    return r;
+  }();
+  return m;
+}
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 int64_t tensor_bytes(const Graph& g, const std::string& v) {
   const TensorType* t = g.find_type(v);
@@ -22,6 +44,40 @@ int64_t tensor_bytes(const Graph& g, const std::string& v) {
   int64_t n = 1;
   for (int64_t d : t->shape->values()) n *= d;
   return n * static_cast<int64_t>(dtype_size(t->dtype));
+}
+
+// A tensor's bytes in oneDNN's blocked layout (channels, and the output channels of weights,
+// padded to the 16-wide blocks of nChw16c / OIhw16i16o); f32.
+int64_t blocked_bytes(const Graph& g, const std::string& v, bool weights) {
+  const TensorType* t = g.find_type(v);
+  if (!t || t->kind != ValueKind::kTensor || !t->shape || !t->shape->is_static() || t->shape->rank() < 3) return 0;
+  std::vector<int64_t> d = t->shape->values();
+  if (weights) d[0] = round_up(d[0], 16);
+  if (d[1] >= 8) d[1] = round_up(d[1], 16);  // oneDNN keeps 3-channel images plain
+  int64_t n = 4;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+
+// The training convolutions' layout buffers (backends/cpu/dnnl_conv_grad.cpp): one per role and
+// thread that runs the graph, as large as the largest tensor that role ever holds, kept for the
+// process's life. Forward Conv: src X, weights W, dst Y; ConvGrad(dY, X, W): src X, dst dY,
+// weights W, diff_src dX, diff_weights dW.
+int64_t conv_layout_buffers(const Graph& g) {
+  int64_t src = 0, wei = 0, dst = 0, diff_src = 0, diff_wei = 0;
+  for (const Node& n : g.nodes) {
+    const bool conv = n.op_type == "Conv" || n.op_type == "FusedConv";
+    const bool grad = n.op_type == "ConvGrad";
+    if ((!conv && !grad) || n.inputs.size() < (grad ? 3u : 2u) || n.outputs.empty()) continue;
+    const std::string& x = n.inputs[grad ? 1 : 0];
+    const std::string& w = n.inputs[grad ? 2 : 1];
+    src = std::max(src, blocked_bytes(g, x, false));
+    wei = std::max(wei, blocked_bytes(g, w, true));
+    dst = std::max(dst, blocked_bytes(g, grad ? n.inputs[0] : n.outputs[0], false));
+    if (grad && !n.outputs[0].empty()) diff_src = std::max(diff_src, blocked_bytes(g, x, false));
+    if (grad && n.outputs.size() > 1 && !n.outputs[1].empty()) diff_wei = std::max(diff_wei, blocked_bytes(g, w, true));
+  }
+  return src + wei + dst + diff_src + diff_wei;
 }
 
 }  // namespace
@@ -34,7 +90,10 @@ StatusOr<TrainMemoryPlan> plan_train_memory(const Model& model, const TrainMemor
   p.weights = in.param_bytes + in.state_bytes;
   p.gradients = in.grad_bytes * (in.accumulate > 1 ? 2 : 1);
   p.optimizer_state = in.param_bytes * in.optimizer_slots;
-  p.runtime = kRuntimeBytes;
+  // The process as it is now holds the weights already: the rest of it is the runtime.
+  p.runtime = std::max<int64_t>(0, process_memory_at_plan().resident - p.weights);
+  p.startup_peak = process_memory_at_plan().peak;
+  p.workspace = conv_layout_buffers(g);
   for (const ValueInfo& v : g.inputs) {
     const int64_t b = tensor_bytes(g, v.name);
     if (b > 0 && v.type.shape && v.type.shape->rank() > 0 && v.type.shape->dims[0].is_known() &&
@@ -94,7 +153,7 @@ StatusOr<int64_t> largest_batch_that_fits(int64_t limit, const TrainMemoryPlan& 
                                           const std::function<StatusOr<TrainMemoryPlan>(int64_t)>& plan_at) {
   // Activations and data grow with the batch, the rest does not: a linear guess, then checked.
   const int64_t fixed = at.weights + at.gradients + at.optimizer_state + at.runtime;
-  const double per_row = static_cast<double>(at.activations + at.data_buffers) / static_cast<double>(std::max<int64_t>(at.batch, 1));
+  const double per_row = static_cast<double>(at.activations + at.workspace + at.data_buffers) / static_cast<double>(std::max<int64_t>(at.batch, 1));
   if (limit <= fixed) return 0;
   int64_t b = std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(limit - fixed) / std::max(per_row, 1.0)), 1, int64_t(1) << 20);
   for (int tries = 0; tries < 6; ++tries) {
@@ -116,7 +175,9 @@ std::string format_train_memory(const TrainMemoryPlan& p, int64_t limit, int64_t
     nlohmann::json j = {{"batch", p.batch},          {"accumulate", p.accumulate},
                         {"weights", p.weights},      {"gradients", p.gradients},
                         {"optimizer_state", p.optimizer_state}, {"activations", p.activations},
+                        {"workspace", p.workspace},
                         {"data_buffers", p.data_buffers}, {"runtime", p.runtime},
+                        {"startup_peak", p.startup_peak},
                         {"total", p.total()},        {"limit", limit},
                         {"fits", p.total() <= limit}, {"largest_batch_that_fits", largest},
                         {"activation_peak_at", p.peak_node}};
@@ -132,9 +193,11 @@ std::string format_train_memory(const TrainMemoryPlan& p, int64_t limit, int64_t
   line("gradients", p.gradients, p.accumulate > 1 ? "sum and next micro-batch" : "");
   line("optimizer state", p.optimizer_state, "");
   line("activations", p.activations, "saved for backward + temporaries, peak at " + p.peak_node);
+  line("workspace", p.workspace, "convolutions' blocked-layout buffers");
   line("data buffers", p.data_buffers, "batches in flight");
-  line("runtime", p.runtime, "code, libraries, kernel plans");
-  line("total", p.total(), "");
+  line("runtime", p.runtime, "the process when planning, less the weights: code, libraries, model");
+  line("startup peak", p.startup_peak, "the process's peak before planning (loading, graphs)");
+  line("total", p.total(), "the parts' sum, or the startup peak when larger: the run's peak");
   s += "  limit             " + format_bytes(limit) + (p.total() <= limit ? "  (fits)" : "  (does NOT fit)") + "\n";
   s += "largest batch that fits: " + std::to_string(largest) + "\n";
   return s;
