@@ -1,0 +1,298 @@
+// oneDNN int8 convolution for com.ferry.QConvFused (src/ops/quantize_fused.cpp): u8/s8 source, s8
+// weights (reordered once, or taken pre-packed from a .ferry file: prepacked.h), s32 bias, per-channel
+// output scales x_scale * w_scale[m] / s1, and the rest of the op's definition as post-ops:
+//   conv_relu  -> eltwise relu
+//   mid Q/DQ   -> eltwise round, clip [lo - mid_zp, hi - mid_zp], linear s1 / y_scale
+//   residual z -> sum (scale z_scale / y_scale, zero point z_zp), read from the output buffer
+//   relu       -> eltwise relu
+// then the destination zero point, round half to even and saturation. The source zero point is a
+// runtime zero point (oneDNN handles the padded border itself). The integer accumulation is exact; the
+// f32 steps are the reference's, but oneDNN may fuse a multiply and an add (one rounding fewer), so a
+// value next to a rounding tie can land one step of y away from the reference: the tests allow that
+// one step with arbitrary scales and require bit-exact results with power-of-two scales.
+// Tensors are NCHW at the node's boundary; inside, oneDNN's preferred int8 layout (NHWC-blocked), with
+// 1-byte reorders around it.
+#include <cmath>
+#include <cstring>
+#include <list>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/dnnl_plan_cache.h"
+#include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/prepacked.h"
+#include "ops/conv_pool_util.h"
+#include "ops/quantize_util.h"
+
+namespace ferry {
+namespace {
+
+using cpu::dnnl_engine;
+using cpu::dnnl_stream;
+using cpu::wrap;
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+
+enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB, kZ, kZScale, kZZp, kMidScale, kMidZp };
+
+struct NodeAttrs : AttrReader {
+  using AttrReader::AttrReader;
+  Status error(const std::string& msg) const { return invalid_model(node().describe() + ": " + msg); }
+};
+
+memory::data_type int8_type(DType t) { return t == DType::kU8 ? memory::data_type::u8 : memory::data_type::s8; }
+
+bool has(const Node& n, size_t i) { return n.inputs.size() > i && !n.inputs[i].empty(); }
+
+// A scalar constant input as float (scales) or integer (zero points); false when not constant.
+bool scalar(const Graph& g, const Node& n, size_t i, float* v) {
+  const Tensor* t = cpu::constant_input(g, n, i);
+  if (!t || t->numel() != 1) return false;
+  *v = t->dtype() == DType::kF32 ? t->data<float>()[0] : static_cast<float>(t->get_int64(0));
+  return t->dtype() == DType::kF32 || t->dtype() == DType::kU8 || t->dtype() == DType::kI8;
+}
+
+class DnnlQConvKernel : public Kernel {
+ public:
+  DnnlQConvKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+
+  bool init(const Graph& graph) {
+    const Tensor* w = cpu::constant_input(graph, node_, kW);
+    const Tensor* ws = cpu::constant_input(graph, node_, kWScale);
+    if (!w || w->dtype() != DType::kI8 || w->rank() < 3 || w->rank() > 5 || !ws || ws->dtype() != DType::kF32) return false;
+    w_ = *w;
+    const int64_t M = w->dim(0);
+    if (ws->numel() != 1 && ws->numel() != M) return false;
+    if (has(node_, kWZp)) {
+      const Tensor* wz = cpu::constant_input(graph, node_, kWZp);
+      if (!wz) return false;
+      for (int64_t i = 0; i < wz->numel(); ++i)
+        if (wz->get_int64(i) != 0) return false;
+    }
+    const TensorType* xt = graph.find_type(node_.inputs[kX]);
+    if (!xt || (xt->dtype != DType::kU8 && xt->dtype != DType::kI8)) return false;
+    x_dt_ = xt->dtype;
+    const Tensor* yzt = cpu::constant_input(graph, node_, kYZp);
+    if (!yzt || !is_8bit(yzt->dtype())) return false;
+    y_dt_ = yzt->dtype();
+    float xs = 0, ys = 0, s1 = 0;
+    if (!scalar(graph, node_, kXScale, &xs) || !scalar(graph, node_, kXZp, &xz_) || !scalar(graph, node_, kYScale, &ys) ||
+        !scalar(graph, node_, kYZp, &yz_))
+      return false;
+    s1 = ys;
+    has_mid_ = has(node_, kMidScale);
+    if (has_mid_) {
+      const Tensor* mzt = cpu::constant_input(graph, node_, kMidZp);
+      if (!scalar(graph, node_, kMidScale, &s1) || !scalar(graph, node_, kMidZp, &mz_) || !mzt ||
+          !quant_range(mzt->dtype(), &mlo_, &mhi_))
+        return false;
+      mid_to_y_ = s1 / ys;
+    }
+    has_z_ = has(node_, kZ);
+    if (has_z_) {
+      float zs = 0;
+      const TensorType* zt = graph.find_type(node_.inputs[kZ]);
+      if (!zt || !is_8bit(zt->dtype) || !scalar(graph, node_, kZScale, &zs) || !scalar(graph, node_, kZZp, &zz_)) return false;
+      z_dt_ = zt->dtype;
+      z_to_y_ = zs / ys;
+    }
+    scales_.resize(static_cast<size_t>(M));
+    for (int64_t m = 0; m < M; ++m) scales_[m] = xs * ws->data<float>()[ws->numel() == 1 ? 0 : m] / s1;
+    if (has(node_, kB)) {
+      const Tensor* b = cpu::constant_input(graph, node_, kB);
+      if (!b || b->dtype() != DType::kI32 || b->numel() != M) return false;
+      b_ = *b;
+    }
+    src_zp_ = static_cast<int32_t>(xz_);
+    dst_zp_ = static_cast<int32_t>(yz_);
+    NodeAttrs attrs(node_);
+    conv_relu_ = attrs.get_int("conv_relu", 0) != 0;
+    relu_ = attrs.get_int("relu", 0) != 0;
+    group_ = attrs.get_int("group", 1);
+    const std::vector<int64_t> kernel(w->dims().begin() + 2, w->dims().end());
+    if (!read_spatial_attrs(attrs, w->rank() - 2, &kernel, true, &attrs_).is_ok()) return false;
+    if (group_ < 1 || M % group_ != 0) return false;
+    std::vector<int64_t> x_dims;
+    if (cpu::static_dims(graph, node_.inputs[kX], &x_dims)) {
+      auto p = plans_.get(x_dims, [this](const std::vector<int64_t>& d, Plan* plan) { return make_plan(d, plan); });
+      if (!p.is_ok()) return false;  // this oneDNN has no int8 kernel for the node: the reference runs it
+    }
+    return true;
+  }
+
+  Status compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(kX);
+    if (x.dtype() != x_dt_ || x.rank() != w_.rank()) return fallback_(ctx);
+    auto plan = plans_.get(x.dims(), [this](const std::vector<int64_t>& d, Plan* p) { return make_plan(d, p); });
+    if (!plan.is_ok()) return fallback_(ctx);
+    const Plan* p = plan.value();
+    if (has_z_ && (ctx.input(kZ).dims() != p->out_dims || ctx.input(kZ).dtype() != z_dt_)) return fallback_(ctx);
+    // The sum post-op reads dst: with z of y's type, dst may be z's own buffer (the memory plan decides).
+    const bool over = has_z_ && z_dt_ == y_dt_;
+    ASSIGN_OR_RETURN(Tensor * y, over ? ctx.allocate_output_over(0, kZ, y_dt_, p->out_dims)
+                                      : ctx.allocate_output(0, y_dt_, p->out_dims, false));
+    try {
+      dnnl::stream& s = dnnl_stream();
+      memory src = wrap(p->user_src, x);
+      if (p->reorder_src) {
+        memory buf = cpu::scratch_memory(p->pd.src_desc(), cpu::ScratchSlot::kSrc);
+        p->to_internal.execute(s, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, buf}});
+        src = buf;
+      }
+      memory dst = p->reorder_dst ? cpu::scratch_memory(p->pd.dst_desc(), cpu::ScratchSlot::kDst) : wrap(p->user_dst, *y);
+      if (has_z_) {
+        const Tensor& z = ctx.input(kZ);
+        if (p->reorder_dst) p->z_to_internal.execute(s, {{DNNL_ARG_FROM, wrap(p->user_z, z)}, {DNNL_ARG_TO, dst}});
+        else if (z.raw() != y->raw()) std::memcpy(y->mutable_raw(), z.raw(), static_cast<size_t>(z.nbytes()));
+      }
+      std::unordered_map<int, memory> args = {
+          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, *p->weights}, {DNNL_ARG_DST, dst},
+          {DNNL_ARG_SCRATCHPAD, cpu::scratch_memory(p->pd.scratchpad_desc(), cpu::ScratchSlot::kScratchpad)},
+          {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, zp_memory(&dst_zp_)}};
+      if (src_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = zp_memory(&src_zp_);
+      if (b_.defined()) args[DNNL_ARG_BIAS] = wrap(p->bias_md, b_);
+      p->conv.execute(s, args);
+      if (p->reorder_dst) p->to_user.execute(s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(p->user_dst, *y)}});
+      s.wait();
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    return Status::ok();
+  }
+
+ private:
+  struct Plan {
+    dnnl::convolution_forward::primitive_desc pd;
+    dnnl::convolution_forward conv;
+    memory::desc user_src, user_dst, user_z, bias_md;
+    bool reorder_src = false, reorder_dst = false;
+    dnnl::reorder to_internal, to_user, z_to_internal;
+    const memory* weights = nullptr;
+    std::vector<int64_t> out_dims;
+  };
+
+  static memory zp_memory(const int32_t* v) {
+    return memory(memory::desc({1}, memory::data_type::s32, tag::x), dnnl_engine(), const_cast<int32_t*>(v));
+  }
+
+  Status make_plan(const std::vector<int64_t>& xd, Plan* plan) {
+    const int64_t nd = w_.rank() - 2;
+    if (static_cast<int64_t>(xd.size()) != w_.rank() || xd[1] != w_.dim(1) * group_) return unsupported("channel mismatch");
+    NodeAttrs attrs(node_);
+    memory::dims strides, dilations, pad_l, pad_r;
+    std::vector<int64_t> yd = {xd[0], w_.dim(0)};
+    for (int64_t i = 0; i < nd; ++i) {
+      AxisGeom g;
+      RETURN_IF_ERROR(conv_pool_axis(attrs, attrs_, i, xd[2 + i], &g));
+      if (g.pad_begin < 0 || g.pad_end < 0 || g.out <= 0) return unsupported("geometry");
+      yd.push_back(g.out);
+      strides.push_back(attrs_.strides[i]);
+      dilations.push_back(attrs_.dilations[i] - 1);
+      pad_l.push_back(g.pad_begin);
+      pad_r.push_back(g.pad_end);
+    }
+    try {
+      const memory::data_type xdt = int8_type(x_dt_), ydt = int8_type(y_dt_), zdt = int8_type(z_dt_);
+      const tag io_tag = cpu::plain_tag(xd.size());
+      plan->user_src = memory::desc(cpu::to_dnnl_dims(xd), xdt, io_tag);
+      plan->user_dst = memory::desc(cpu::to_dnnl_dims(yd), ydt, io_tag);
+      dnnl::post_ops ops;
+      if (conv_relu_) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      if (has_mid_) {
+        ops.append_eltwise(1.f, dnnl::algorithm::eltwise_round, 0.f, 0.f);
+        ops.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, mlo_ - mz_, mhi_ - mz_);
+        ops.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, mid_to_y_, 0.f);
+      }
+      if (has_z_) {
+        plan->user_z = memory::desc(cpu::to_dnnl_dims(yd), zdt, io_tag);
+        ops.append_sum(z_to_y_, static_cast<int32_t>(zz_), zdt);
+      }
+      if (relu_) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      dnnl::primitive_attr attr = cpu::concurrent_attr();
+      attr.set_post_ops(ops);
+      attr.set_output_scales(scales_.size() == 1 ? 0 : 1 << 1, scales_);
+      attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      if (src_zp_ != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+      if (b_.defined()) plan->bias_md = memory::desc({w_.dim(0)}, memory::data_type::s32, tag::x);
+      const memory::desc src_any(cpu::to_dnnl_dims(xd), xdt, tag::any), dst_any(cpu::to_dnnl_dims(yd), ydt, tag::any);
+      const memory::desc w_any(weight_dims(), memory::data_type::s8, tag::any);
+      const auto d = b_.defined()
+                         ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                                           src_any, w_any, plan->bias_md, dst_any, strides, dilations, pad_l, pad_r)
+                         : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                                           src_any, w_any, dst_any, strides, dilations, pad_l, pad_r);
+      plan->pd = dnnl::convolution_forward::primitive_desc(d, attr, dnnl_engine());
+      const auto& pd = plan->pd;
+      if (std::string(pd.impl_info_str()).find("ref") != std::string::npos)
+        return unsupported("oneDNN offers only its reference int8 convolution here");
+      plan->conv = dnnl::convolution_forward(pd);
+      plan->reorder_src = pd.src_desc() != plan->user_src;
+      plan->reorder_dst = pd.dst_desc() != plan->user_dst;
+      const auto reorder = [](const memory::desc& from, const memory::desc& to) {
+        return dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), from, dnnl_engine(), to));
+      };
+      if (plan->reorder_src) plan->to_internal = reorder(plan->user_src, pd.src_desc());
+      if (plan->reorder_dst) {
+        plan->to_user = reorder(pd.dst_desc(), plan->user_dst);
+        if (has_z_) {
+          // z goes into dst's buffer as it is (the sum post-op reads dst's type): same type needed.
+          if (z_dt_ != y_dt_) return unsupported("residual of another type than the output");
+          plan->z_to_internal = reorder(plan->user_z, pd.dst_desc());
+        }
+      } else if (has_z_ && z_dt_ != y_dt_) {
+        return unsupported("residual of another type than the output");
+      }
+      plan->weights = packed_weights(pd.weights_desc());
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    plan->out_dims = yd;
+    return Status::ok();
+  }
+
+  memory::dims weight_dims() const {
+    memory::dims d;
+    if (group_ > 1) d = {group_, w_.dim(0) / group_, w_.dim(1)};
+    else d = {w_.dim(0), w_.dim(1)};
+    d.insert(d.end(), w_.dims().begin() + 2, w_.dims().end());
+    return d;
+  }
+
+  // The weights in `want`'s layout, reordered once per layout (under the plan cache's lock), or the
+  // bytes `ferry compile` stored on the node.
+  const memory* packed_weights(const memory::desc& want) {
+    for (auto& [desc, mem] : packed_)
+      if (desc == want) return &mem;
+    const memory::dims wd = weight_dims();
+    const tag t = group_ > 1 ? (wd.size() == 4 ? tag::goiw : wd.size() == 5 ? tag::goihw : tag::goidhw)
+                             : (wd.size() == 3 ? tag::oiw : wd.size() == 4 ? tag::oihw : tag::oidhw);
+    memory user(memory::desc(wd, memory::data_type::s8, t), dnnl_engine(), const_cast<void*>(w_.raw()));
+    memory packed = cpu::packed_weights(node_, "dnnl_int8_conv", want, user);
+    packed_.emplace_back(want, packed);
+    return &packed_.back().second;
+  }
+
+  Node node_;
+  KernelFn fallback_;
+  DType x_dt_ = DType::kU8, y_dt_ = DType::kU8, z_dt_ = DType::kU8;
+  Tensor w_, b_;
+  std::vector<float> scales_;
+  float xz_ = 0, yz_ = 0, mz_ = 0, mlo_ = 0, mhi_ = 0, zz_ = 0, mid_to_y_ = 1, z_to_y_ = 0;
+  int32_t src_zp_ = 0, dst_zp_ = 0;  // read by oneDNN through zp_memory at run time (never written then)
+  bool has_mid_ = false, has_z_ = false, conv_relu_ = false, relu_ = false;
+  int64_t group_ = 1;
+  SpatialAttrs attrs_;
+  cpu::PlanCache<Plan> plans_;
+  std::list<std::pair<memory::desc, memory>> packed_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_qconv(const Node& node, const OpSchema& schema, const Graph& graph) {
+  auto k = std::make_unique<DnnlQConvKernel>(node, schema.kernel);
+  if (!k->init(graph)) return std::unique_ptr<Kernel>();
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+}  // namespace
+
+void register_cpu_dnnl_int8_kernels(CpuKernelTable& t) { t.add("com.ferry", "QConvFused", make_qconv); }
+
+}  // namespace ferry

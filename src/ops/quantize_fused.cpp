@@ -1,0 +1,159 @@
+// Op family 'quantize_fused' (domain com.ferry, opset 1): QConvFused, the node the qdq_fusion pass
+// (src/passes/qdq_fusion.cpp) makes of a QDQ convolution region
+//   DQ(x) , DQ(w per-channel) [, DQ(B int32)] -> Conv [-> Relu] [-> Q -> DQ] [-> Add(DQ(z))] [-> Relu] -> Q
+// so that 8-bit tensors flow from one fused node to the next with no float tensor in between.
+//
+// Inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point (optional), y_scale, y_zero_point,
+//   B (int32, optional), z, z_scale, z_zero_point (the residual, optional), mid_scale, mid_zero_point
+//   (the Q/DQ pair between the convolution and the residual Add, optional).
+// Attributes: Conv's, conv_relu (Relu on the convolution's result), relu (Relu after the residual).
+// Semantics (the reference kernel below, f32 arithmetic in this order):
+//   acc  = ConvInteger(x - x_zp, w - w_zp) + B                    exact int32
+//   s1   = mid_scale if given else y_scale
+//   v    = float(acc) * (x_scale * w_scale[m] / s1)               one rounding per product
+//   v    = max(v, 0)                                              if conv_relu
+//   v    = clamp(round_half_even(v), lo - mid_zp, hi - mid_zp) * (s1 / y_scale)   if mid (Q then DQ)
+//   v   += (z_scale / y_scale) * float(z - z_zp)                  if z
+//   v    = max(v, 0)                                              if relu
+//   y    = saturate(round_half_even(v) + y_zp)
+// The QDQ nodes compute the same with the float convolution of the dequantized operands; the two differ
+// only by f32 rounding (at most one step of y where a value lands next to a rounding tie).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "ops/op_util.h"
+#include "ops/quantize_util.h"
+
+namespace ferry {
+namespace {
+
+using std::vector;
+
+enum QConvInput : int64_t {
+  kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB, kZ, kZScale, kZZp, kMidScale, kMidZp, kNumInputs
+};
+
+const OpSchema& conv_integer_schema() { return *op_registry().find("", "ConvInteger", 10); }
+
+const TensorType* opt_type(InferContext& ctx, int64_t i) { return ctx.has_input(i) ? &ctx.input_type(i) : nullptr; }
+
+Status infer_qconv_fused(InferContext& ctx) {
+  vector<const TensorType*> types = {&ctx.input_type(kX), &ctx.input_type(kW), opt_type(ctx, kXZp), opt_type(ctx, kWZp)};
+  vector<const Tensor*> values = {nullptr, nullptr, nullptr, nullptr};
+  InferContext base(ctx.node(), 10, types, values);
+  RETURN_IF_ERROR(conv_integer_schema().infer(base));
+  const DType yt = ctx.input_type(kYZp).dtype;
+  RETURN_IF_ERROR(check_8bit(ctx, yt, "y_zero_point"));
+  for (int64_t i : {kXScale, kWScale, kYScale, kZScale, kMidScale})
+    if (ctx.has_input(i)) RETURN_IF_ERROR(check_float_scale(ctx, ctx.input_type(i).dtype, "scale input " + std::to_string(i)));
+  if (ctx.has_input(kB) && ctx.input_type(kB).dtype != DType::kUndefined && ctx.input_type(kB).dtype != DType::kI32)
+    return ctx.error(std::string("input 'B' has element type ") + dtype_name(ctx.input_type(kB).dtype) + "; expected int32");
+  if (ctx.has_input(kZ) != ctx.has_input(kZScale) || ctx.has_input(kZ) != ctx.has_input(kZZp))
+    return ctx.error("inputs 'z', 'z_scale' and 'z_zero_point' (9-11) must be given together");
+  if (ctx.has_input(kMidScale) != ctx.has_input(kMidZp))
+    return ctx.error("inputs 'mid_scale' and 'mid_zero_point' (12-13) must be given together");
+  TensorType out{yt, base.outputs()[0].shape};
+  if (ctx.has_input(kZ)) {
+    const TensorType& z = ctx.input_type(kZ);
+    RETURN_IF_ERROR(check_8bit(ctx, z.dtype, "z"));
+    if (z.shape && out.shape && z.shape->rank() != out.shape->rank())
+      return ctx.error("input 'z' has shape " + z.shape->to_string() + "; it must have the output's shape " +
+                       out.shape->to_string());
+  }
+  ctx.set_output(0, out);
+  return Status::ok();
+}
+
+Status scalar_input(KernelContext& ctx, int64_t i, const char* name, float* v) {
+  const Tensor& t = ctx.input(i);
+  if (t.numel() != 1) return ctx.error(std::string("input '") + name + "' has shape " + dims_to_string(t.dims()) + "; it must be a scalar");
+  if (dtype_is_float(t.dtype())) *v = to_float_vector(t)[0];
+  else *v = static_cast<float>(t.get_int64(0));
+  return Status::ok();
+}
+
+Status k_qconv_fused(KernelContext& ctx) {
+  // acc = ConvInteger(x, w, x_zp, w_zp) by its reference kernel (the oracle for the integer part).
+  vector<Value> in = {Value(ctx.input(kX)), Value(ctx.input(kW)), Value(ctx.input(kXZp)), Value()};
+  vector<const Value*> ptrs = {&in[0], &in[1], &in[2], nullptr};
+  if (ctx.has_input(kWZp)) {
+    in[3] = Value(ctx.input(kWZp));
+    ptrs[3] = &in[3];
+  }
+  vector<Value> outs(1);
+  KernelContext base(ctx.node(), 10, ptrs, &outs);
+  RETURN_IF_ERROR(conv_integer_schema().kernel(base));
+  const Tensor& acc = outs[0].tensor;
+  const vector<int64_t> od = acc.dims();
+  const int64_t M = od[1];
+  int64_t OS = 1;
+  for (size_t i = 2; i < od.size(); ++i) OS *= od[i];
+
+  float xs = 0, ys = 0, yz = 0;
+  RETURN_IF_ERROR(scalar_input(ctx, kXScale, "x_scale", &xs));
+  RETURN_IF_ERROR(scalar_input(ctx, kYScale, "y_scale", &ys));
+  RETURN_IF_ERROR(scalar_input(ctx, kYZp, "y_zero_point", &yz));
+  const vector<float> ws = to_float_vector(ctx.input(kWScale));
+  if (ws.size() != 1 && static_cast<int64_t>(ws.size()) != M)
+    return ctx.error("input 'w_scale' has " + std::to_string(ws.size()) + " elements; expected 1 or M = " + std::to_string(M));
+  vector<int32_t> bias(static_cast<size_t>(M), 0);
+  if (ctx.has_input(kB)) {
+    const Tensor& b = ctx.input(kB);
+    if (b.dtype() != DType::kI32 || b.numel() != M)
+      return ctx.error("input 'B' must be int32 with M = " + std::to_string(M) + " elements, got " + b.type().to_string());
+    std::copy(b.data<int32_t>(), b.data<int32_t>() + M, bias.begin());
+  }
+  const bool has_mid = ctx.has_input(kMidScale), has_z = ctx.has_input(kZ);
+  float s1 = ys, mz = 0, mlo = 0, mhi = 0;
+  if (has_mid) {
+    RETURN_IF_ERROR(scalar_input(ctx, kMidScale, "mid_scale", &s1));
+    RETURN_IF_ERROR(scalar_input(ctx, kMidZp, "mid_zero_point", &mz));
+    if (!quant_range(ctx.input(kMidZp).dtype(), &mlo, &mhi)) return ctx.error("input 'mid_zero_point' must be uint8 or int8");
+  }
+  float zs = 0, zz = 0;
+  vector<int32_t> z;
+  if (has_z) {
+    RETURN_IF_ERROR(scalar_input(ctx, kZScale, "z_scale", &zs));
+    RETURN_IF_ERROR(scalar_input(ctx, kZZp, "z_zero_point", &zz));
+    RETURN_IF_ERROR(check_8bit(ctx, ctx.input(kZ).dtype(), "z"));
+    if (ctx.input(kZ).dims() != od)
+      return ctx.error("input 'z' has shape " + dims_to_string(ctx.input(kZ).dims()) + "; expected the output's " +
+                       dims_to_string(od));
+    z = to_int32(ctx.input(kZ));
+  }
+  const bool conv_relu = ctx.get_int("conv_relu", 0) != 0, relu = ctx.get_int("relu", 0) != 0;
+  vector<float> mul(static_cast<size_t>(M));
+  for (int64_t m = 0; m < M; ++m) mul[m] = xs * ws[ws.size() == 1 ? 0 : m] / s1;
+  const float mid_to_y = s1 / ys, z_to_y = zs / ys;
+  const DType yt = ctx.input(kYZp).dtype();
+  float lo = 0, hi = 0;
+  if (!quant_range(yt, &lo, &hi)) return ctx.error("input 'y_zero_point' must be uint8 or int8");
+  const int32_t* pa = acc.data<int32_t>();
+  vector<float> q(static_cast<size_t>(acc.numel()));
+  for (int64_t i = 0; i < acc.numel(); ++i) {
+    const int64_t m = (i / OS) % M;
+    float v = static_cast<float>(pa[i] + bias[m]) * mul[m];
+    if (conv_relu) v = std::max(v, 0.0f);
+    if (has_mid) v = std::min(std::max(std::nearbyint(v), mlo - mz), mhi - mz) * mid_to_y;
+    if (has_z) v += z_to_y * static_cast<float>(z[i] - static_cast<int32_t>(zz));
+    if (relu) v = std::max(v, 0.0f);
+    q[i] = quantize_value(v, yz, lo, hi);
+  }
+  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, yt, od, false));
+  store_quantized(q, y);
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_quantize_fused_ops(OpRegistry& r) {
+  r.add(OpSchema{.name = "QConvFused", .domain = "com.ferry", .since_version = 1, .min_inputs = 8,
+                 .max_inputs = kNumInputs,
+                 .attrs = {{"auto_pad", AttrType::kString}, {"dilations", AttrType::kInts}, {"group", AttrType::kInt},
+                           {"kernel_shape", AttrType::kInts}, {"pads", AttrType::kInts}, {"strides", AttrType::kInts},
+                           {"conv_relu", AttrType::kInt}, {"relu", AttrType::kInt}},
+                 .types = {DType::kU8, DType::kI8}, .infer = infer_qconv_fused, .kernel = k_qconv_fused});
+}
+
+}  // namespace ferry

@@ -1,0 +1,268 @@
+// Pass qdq_fusion (level 2): the QDQ form of a quantized model (QuantizeLinear/DequantizeLinear around
+// float ops, as ONNX Runtime's quantize_static and `ferry quantize` write it) becomes int8 ops, so that
+// 8-bit tensors go from one quantized op to the next with no float tensor in between:
+//   DQ(x u8/s8, per-tensor), DQ(w s8 constant, per-channel axis 0 or per-tensor, zero point 0)
+//   [, DQ(B int32 constant, scale x_scale * w_scale)] -> Conv [-> Relu]
+//   [-> Q -> DQ (same scale and zero point) -> Add(DQ(z))  |  -> Add(DQ(z))] [-> Relu] -> Q
+//                                             -> com.ferry.QConvFused (src/ops/quantize_fused.cpp)
+//   DQ(x) -> MaxPool -> Q with the same scale and zero point  -> MaxPool on the 8-bit x (exact:
+//                                                                max commutes with a monotone map)
+// A DQ whose output other nodes also read stays for them. Runs before constant_folding, which would
+// otherwise turn the weights' DQ into float constants (and before shape_folding, which folds small ones).
+#include <algorithm>
+#include <cmath>
+
+#include "passes/graph_edit.h"
+#include "passes/pipeline.h"
+
+namespace ferry {
+namespace {
+
+bool is_onnx(const Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
+
+// Scale and zero point of a per-tensor Q/DQ node with constant parameters.
+struct QParams {
+  std::string scale, zp;  // value names ("" zp: absent, i.e. uint8 0)
+  float s = 0;
+  int64_t z = 0;
+  DType dt = DType::kU8;
+};
+
+bool per_tensor_params(const Graph& g, const Node& n, QParams* p) {
+  if (n.inputs.size() < 2 || n.outputs.size() != 1) return false;
+  const Tensor* s = constant_value(g, n.inputs[1]);
+  if (!s || s->numel() != 1 || s->dtype() != DType::kF32) return false;
+  p->scale = n.inputs[1];
+  p->s = s->data<float>()[0];
+  if (!(p->s > 0) || !std::isfinite(p->s)) return false;
+  if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+    const Tensor* z = constant_value(g, n.inputs[2]);
+    if (!z || z->numel() != 1 || (z->dtype() != DType::kU8 && z->dtype() != DType::kI8)) return false;
+    p->zp = n.inputs[2];
+    p->z = z->get_int64(0);
+    p->dt = z->dtype();
+  }
+  const Attribute* bs = n.attr("block_size");
+  return !(bs && bs->i != 0);
+}
+
+bool same_params(const QParams& a, const QParams& b) { return a.s == b.s && a.z == b.z && a.dt == b.dt; }
+
+bool rel_close(float a, float b) { return std::fabs(a - b) <= 1e-5f * std::fabs(b); }
+
+// A zero point value name for `p` (an absent one becomes a uint8 0 initializer).
+std::string zp_name(Graph* g, const QParams& p) {
+  if (!p.zp.empty()) return p.zp;
+  const std::string name = fresh_name(*g, "qdq_zero_u8");
+  Tensor t = Tensor::allocate(DType::kU8, {});
+  t.mutable_data<uint8_t>()[0] = 0;
+  g->value_types[name] = t.type();
+  g->initializers[name] = std::move(t);
+  return name;
+}
+
+// The per-tensor DQ producing `v` (8-bit input), or -1.
+long dq_per_tensor(const PatternContext& pc, const std::string& v, QParams* p) {
+  const long d = pc.producer(v, "DequantizeLinear");
+  if (d < 0 || !per_tensor_params(pc.g, pc.g.nodes[d], p)) return -1;
+  const TensorType* t = pc.g.find_type(pc.g.nodes[d].inputs[0]);
+  return t && (t->dtype == DType::kU8 || t->dtype == DType::kI8) ? d : -1;
+}
+
+// Adds DQ node `d` to `covered` when the fused node is its only reader.
+void cover_if_sole(const PatternContext& pc, long d, long reader, std::vector<long>* covered) {
+  if (d >= 0 && pc.sole_reader(pc.g.nodes[d].outputs[0]) == reader) covered->push_back(d);
+}
+
+bool fuse_qconv(PatternContext& pc, long c) {
+  Graph& g = pc.g;
+  const Node conv = g.nodes[c];
+  if (conv.inputs.size() < 2 || conv.outputs.size() != 1) return false;
+  QParams xp;
+  const long dx = dq_per_tensor(pc, conv.inputs[0], &xp);
+  const long dw = pc.producer(conv.inputs[1], "DequantizeLinear");
+  if (dx < 0 || dw < 0) return false;
+  // Weights: int8 constant, scale per tensor or per output channel (axis 0), zero point 0.
+  const Node& wn = g.nodes[dw];
+  const Tensor* w = constant_value(g, wn.inputs[0]);
+  const Tensor* ws = wn.inputs.size() > 1 ? constant_value(g, wn.inputs[1]) : nullptr;
+  if (!w || w->dtype() != DType::kI8 || w->rank() < 3 || !ws || ws->dtype() != DType::kF32) return false;
+  const int64_t M = w->dim(0);
+  if (ws->numel() != 1) {
+    const Attribute* axis = wn.attr("axis");
+    if (ws->numel() != M || !axis || axis->i != 0) return false;
+  }
+  std::string wzp;
+  if (wn.inputs.size() > 2 && !wn.inputs[2].empty()) {
+    const Tensor* z = constant_value(g, wn.inputs[2]);
+    if (!z || z->dtype() != DType::kI8) return false;
+    for (int64_t i = 0; i < z->numel(); ++i)
+      if (z->get_int64(i) != 0) return false;
+  }
+  // Bias: int32 constant with scale x_scale * w_scale[m] (what an integer accumulator adds exactly).
+  long db = -1;
+  std::string bq;
+  if (conv.inputs.size() > 2 && !conv.inputs[2].empty()) {
+    db = pc.producer(conv.inputs[2], "DequantizeLinear");
+    if (db < 0) return false;
+    const Node& bn = g.nodes[db];
+    const Tensor* b = constant_value(g, bn.inputs[0]);
+    const Tensor* bs = bn.inputs.size() > 1 ? constant_value(g, bn.inputs[1]) : nullptr;
+    if (!b || b->dtype() != DType::kI32 || b->numel() != M || !bs || bs->dtype() != DType::kF32) return false;
+    if (bs->numel() != 1 && bs->numel() != M) return false;
+    if (bn.inputs.size() > 2 && !bn.inputs[2].empty()) {
+      const Tensor* z = constant_value(g, bn.inputs[2]);
+      if (!z || z->numel() != bs->numel()) return false;
+      for (int64_t i = 0; i < z->numel(); ++i)
+        if (z->get_int64(i) != 0) return false;
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      const float want = xp.s * ws->data<float>()[ws->numel() == 1 ? 0 : m];
+      if (!rel_close(bs->data<float>()[bs->numel() == 1 ? 0 : m], want)) return false;
+    }
+    bq = bn.inputs[0];
+  }
+  // The chain after the convolution.
+  std::vector<long> covered = {c};
+  std::string out = conv.outputs[0];
+  bool conv_relu = false, relu = false;
+  long r = pc.sole_reader(out);
+  if (r >= 0 && is_onnx(g.nodes[r], "Relu")) {
+    conv_relu = true;
+    covered.push_back(r);
+    out = g.nodes[r].outputs[0];
+    r = pc.sole_reader(out);
+  }
+  if (r < 0) return false;
+  QParams mid, yp, zp;
+  bool has_mid = false;
+  long q = -1, add = -1, dz = -1;
+  std::vector<long> tail;  // nodes after a mid Q, covered only when the residual matches
+  if (is_onnx(g.nodes[r], "QuantizeLinear")) {
+    if (!per_tensor_params(g, g.nodes[r], &yp)) return false;
+    q = r;
+    // Q -> DQ (same parameters) -> Add(DQ(z)) [-> Relu] -> Q: the residual joins the fused node.
+    const long d1 = pc.sole_reader(g.nodes[q].outputs[0]);
+    QParams p1;
+    if (d1 >= 0 && is_onnx(g.nodes[d1], "DequantizeLinear") && per_tensor_params(g, g.nodes[d1], &p1) &&
+        same_params(p1, yp)) {
+      const long a = pc.sole_reader(g.nodes[d1].outputs[0]);
+      if (a >= 0 && is_onnx(g.nodes[a], "Add")) {
+        mid = yp;
+        has_mid = true;
+        tail = {q, d1};
+        add = a;
+      }
+    }
+  } else if (is_onnx(g.nodes[r], "Add")) {
+    add = r;
+  } else {
+    return false;
+  }
+  if (add >= 0) {
+    const Node& an = g.nodes[add];
+    const std::string in = has_mid ? g.nodes[tail[1]].outputs[0] : out;
+    const std::string other = other_input(an, in);
+    long q2 = -1;
+    std::vector<long> after = {add};
+    bool ok = !other.empty() && (dz = dq_per_tensor(pc, other, &zp)) >= 0;
+    if (ok) {
+      const TensorType* tz = g.find_type(g.nodes[dz].inputs[0]);
+      const TensorType* ty = g.find_type(an.outputs[0]);
+      ok = tz && ty && tz->shape && ty->shape && *tz->shape == *ty->shape;  // no broadcast of z
+    }
+    long n2 = ok ? pc.sole_reader(an.outputs[0]) : -1;
+    if (n2 >= 0 && is_onnx(g.nodes[n2], "Relu")) {
+      relu = true;
+      after.push_back(n2);
+      n2 = pc.sole_reader(g.nodes[n2].outputs[0]);
+    }
+    QParams p2;
+    if (n2 >= 0 && is_onnx(g.nodes[n2], "QuantizeLinear") && per_tensor_params(g, g.nodes[n2], &p2)) q2 = n2;
+    if (q2 >= 0) {
+      covered.insert(covered.end(), tail.begin(), tail.end());
+      covered.insert(covered.end(), after.begin(), after.end());
+      covered.push_back(q2);
+      yp = p2;
+      q = q2;
+    } else {
+      relu = false;
+      dz = -1;
+      has_mid = false;
+      if (q < 0) return false;  // Conv -> Add with no Q to end on
+    }
+  }
+  if (q < 0) return false;
+  if (std::find(covered.begin(), covered.end(), q) == covered.end()) covered.push_back(q);
+
+  Node fused;
+  fused.name = conv.name;
+  fused.op_type = "QConvFused";
+  fused.domain = kFerryDomain;
+  fused.attrs = conv.attrs;
+  if (conv_relu) set_attr(&fused, "conv_relu", int64_t{1});
+  if (relu) set_attr(&fused, "relu", int64_t{1});
+  const std::string xzp = zp_name(&g, xp), yzp = zp_name(&g, yp);
+  fused.inputs = {g.nodes[dx].inputs[0], xp.scale, xzp, wn.inputs[0], wn.inputs[1], wzp, yp.scale, yzp, bq};
+  if (dz >= 0) {
+    fused.inputs.push_back(g.nodes[dz].inputs[0]);
+    fused.inputs.push_back(zp.scale);
+    fused.inputs.push_back(zp_name(&g, zp));
+  }
+  if (has_mid) {
+    if (dz < 0) fused.inputs.resize(12);
+    fused.inputs.push_back(mid.scale);
+    fused.inputs.push_back(zp_name(&g, mid));
+  }
+  while (fused.inputs.back().empty()) fused.inputs.pop_back();
+  fused.outputs = {g.nodes[q].outputs[0]};
+  cover_if_sole(pc, dx, c, &covered);
+  cover_if_sole(pc, dw, c, &covered);
+  cover_if_sole(pc, db, c, &covered);
+  if (dz >= 0) cover_if_sole(pc, dz, add, &covered);
+  pc.replace(covered, std::move(fused));
+  return true;
+}
+
+// DQ(x) -> MaxPool -> Q with the DQ's parameters: MaxPool on x itself.
+bool fuse_maxpool(PatternContext& pc, long i) {
+  Graph& g = pc.g;
+  const Node& mp = g.nodes[i];
+  if (mp.outputs.size() != 1 || mp.inputs.size() != 1) return false;
+  QParams xp, yp;
+  const long dx = dq_per_tensor(pc, mp.inputs[0], &xp);
+  const long q = pc.sole_reader(mp.outputs[0]);
+  if (dx < 0 || q < 0 || !is_onnx(g.nodes[q], "QuantizeLinear") || !per_tensor_params(g, g.nodes[q], &yp) ||
+      !same_params(xp, yp))
+    return false;
+  Node fused = mp;
+  fused.inputs = {g.nodes[dx].inputs[0]};
+  fused.outputs = {g.nodes[q].outputs[0]};
+  std::vector<long> covered = {i, q};
+  cover_if_sole(pc, dx, i, &covered);
+  pc.replace(covered, std::move(fused));
+  return true;
+}
+
+Status run_qdq_fusion(Model* model, PassContext& ctx) {
+  if (model->opset("") < 13) return Status::ok();  // per-channel DQ (axis) and 8-bit MaxPool need 13 / 12
+  PatternContext pc(model->graph);
+  for (size_t i = 0; i < pc.g.nodes.size(); ++i) {
+    if (pc.dead[i]) continue;
+    const Node& n = pc.g.nodes[i];
+    const long k = static_cast<long>(i);
+    if ((is_onnx(n, "Conv") && fuse_qconv(pc, k)) || (is_onnx(n, "MaxPool") && fuse_maxpool(pc, k))) ++ctx.changes;
+  }
+  pc.finish();
+  if (ctx.changes) use_ferry_domain(model);
+  return Status::ok();
+}
+
+}  // namespace
+
+GraphPass qdq_fusion_pass() {
+  return {"qdq_fusion", 2, "DequantizeLinear -> Conv [-> Relu] [-> Add] -> QuantizeLinear become QConvFused (int8)",
+          run_qdq_fusion};
+}
+
+}  // namespace ferry

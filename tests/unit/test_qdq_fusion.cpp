@@ -1,0 +1,261 @@
+// QDQ models fused into int8 ops: the qdq_fusion pass (src/passes/qdq_fusion.cpp), com.ferry.QConvFused's
+// reference kernel (src/ops/quantize_fused.cpp, built on ConvInteger's) and the cpu backend's oneDNN int8
+// kernel (src/backends/cpu/dnnl_int8.cpp). Three-way comparison on small generated QDQ graphs:
+//   unfused QDQ graph (reference kernels)  ==  fused graph (reference)  ==  fused graph (oneDNN int8)
+// bit for bit with power-of-two scales (every f32 step is then exact, so only the integer math counts),
+// and within one quantization step with arbitrary scales (f32 rounding next to a tie; see the op's header).
+#include <cmath>
+#include <random>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "pass_test_util.h"
+
+namespace ferry::testing {
+namespace {
+
+using std::vector;
+
+struct QdqCase {
+  int64_t c = 8, m = 16, hw = 7, k = 3, stride = 1, pad = 1, group = 1;
+  bool pow2 = true;      // power-of-two scales
+  uint8_t x_zp = 0;      // source zero point
+  bool conv_relu = true;
+  bool residual = false;  // Conv [Relu] -> Q -> DQ -> Add(DQ(z)) -> Relu -> Q
+  bool bias = true;
+  uint32_t seed = 1;
+};
+
+Tensor i8_tensor(vector<int64_t> dims, std::mt19937& rng, int lo, int hi, DType dt) {
+  Tensor t = Tensor::allocate(dt, std::move(dims));
+  std::uniform_int_distribution<int> d(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (dt == DType::kU8) t.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(d(rng));
+    else if (dt == DType::kI8) t.mutable_data<int8_t>()[i] = static_cast<int8_t>(d(rng));
+    else t.mutable_data<int32_t>()[i] = d(rng);
+  }
+  return t;
+}
+
+Tensor u8_scalar(uint8_t v) {
+  Tensor t = Tensor::allocate(DType::kU8, {});
+  t.mutable_data<uint8_t>()[0] = v;
+  return t;
+}
+
+Attribute axis0() { return int_attr(0); }
+
+// A scale: a power of two 2^-e, or that times an awkward factor.
+float scale(const QdqCase& qc, int e, float odd) { return std::ldexp(qc.pow2 ? 1.f : odd, -e); }
+
+std::shared_ptr<Model> qdq_conv_model(const QdqCase& qc) {
+  std::mt19937 rng(qc.seed);
+  ModelBuilder b(13);
+  const int64_t out_hw = (qc.hw + 2 * qc.pad - qc.k) / qc.stride + 1;
+  auto x = b.input("x", {1, qc.c, qc.hw, qc.hw}, DType::kU8);
+  const float sx = scale(qc, 6, 1.37f);
+  auto dqx = b.node("DequantizeLinear", {x, b.scalar(sx), b.constant(u8_scalar(qc.x_zp))});
+  Tensor ws = Tensor::allocate(DType::kF32, {qc.m});
+  Tensor bs = Tensor::allocate(DType::kF32, {qc.m});
+  for (int64_t i = 0; i < qc.m; ++i) {
+    ws.mutable_data<float>()[i] = scale(qc, 7 + static_cast<int>(i % 3), 1.f + 0.11f * static_cast<float>(i % 5));
+    bs.mutable_data<float>()[i] = sx * ws.data<float>()[i];
+  }
+  Tensor wz = Tensor::allocate(DType::kI8, {qc.m});
+  auto dqw = b.node("DequantizeLinear",
+                    {b.constant(i8_tensor({qc.m, qc.c / qc.group, qc.k, qc.k}, rng, -127, 127, DType::kI8)), b.constant(ws),
+                     b.constant(wz)},
+                    {{"axis", axis0()}});
+  vector<std::string> conv_in = {dqx, dqw};
+  if (qc.bias)
+    conv_in.push_back(b.node("DequantizeLinear", {b.constant(i8_tensor({qc.m}, rng, -3000, 3000, DType::kI32)), b.constant(bs)},
+                             {{"axis", axis0()}}));
+  auto y = b.node("Conv", conv_in,
+                  {{"pads", ints_attr({qc.pad, qc.pad, qc.pad, qc.pad})}, {"strides", ints_attr({qc.stride, qc.stride})},
+                   {"group", int_attr(qc.group)}});
+  if (qc.conv_relu) y = b.node("Relu", {y});
+  const float s1 = scale(qc, 1, 1.21f);
+  auto q1 = b.node("QuantizeLinear", {y, b.scalar(s1), b.constant(u8_scalar(qc.conv_relu ? 0 : 128))});
+  if (qc.residual) {
+    auto z = b.input("z", {1, qc.m, out_hw, out_hw}, DType::kU8);
+    auto d1 = b.node("DequantizeLinear", {q1, b.scalar(s1), b.constant(u8_scalar(qc.conv_relu ? 0 : 128))});
+    auto dz = b.node("DequantizeLinear", {z, b.scalar(scale(qc, 2, 1.13f)), b.constant(u8_scalar(7))});
+    auto a = b.node("Relu", {b.node("Add", {d1, dz})});
+    q1 = b.node("QuantizeLinear", {a, b.scalar(scale(qc, 0, 1.09f)), b.constant(u8_scalar(0))});
+  }
+  b.output(q1);
+  return b.build();
+}
+
+NamedTensors u8_feeds(const Model& m, uint32_t seed) {
+  std::mt19937 rng(seed);
+  NamedTensors feeds;
+  for (const ValueInfo& v : m.graph.inputs) feeds.emplace_back(v.name, i8_tensor(v.type.shape->values(), rng, 0, 255, DType::kU8));
+  return feeds;
+}
+
+bool fast_kernels_taken(const Model& m, int* fused) {
+  *fused = 0;
+  for (const Node& n : m.graph.nodes) {
+    if (n.op_type != "QConvFused") continue;
+    ++*fused;
+    auto schema = resolve_schema(n, m.opset(n.domain));
+    const auto* factories = cpu_kernel_table().find(n.domain, n.op_type);
+    if (!schema.is_ok() || !factories) return false;
+    bool taken = false;
+    for (const CpuKernelFactory& f : *factories) {
+      auto k = f(n, *schema.value(), m.graph);
+      taken = taken || (k.is_ok() && k.value());
+    }
+    if (!taken) return false;
+  }
+  return true;
+}
+
+// Max |a - b| over two uint8 tensors; `exact` gets the share of equal elements.
+int max_step_diff(const Tensor& a, const Tensor& b, double* exact) {
+  EXPECT_EQ(a.dims(), b.dims());
+  EXPECT_EQ(a.dtype(), DType::kU8);
+  EXPECT_EQ(b.dtype(), DType::kU8);
+  int worst = 0;
+  int64_t same = 0;
+  for (int64_t i = 0; i < a.numel() && i < b.numel(); ++i) {
+    const int d = std::abs(int(a.data<uint8_t>()[i]) - int(b.data<uint8_t>()[i]));
+    worst = std::max(worst, d);
+    same += d == 0;
+  }
+  *exact = a.numel() ? double(same) / double(a.numel()) : 1.0;
+  return worst;
+}
+
+void check_case(const QdqCase& qc) {
+  SCOPED_TRACE(::testing::Message() << "c=" << qc.c << " m=" << qc.m << " k=" << qc.k << " stride=" << qc.stride
+                                    << " group=" << qc.group << " pow2=" << qc.pow2 << " x_zp=" << int(qc.x_zp)
+                                    << " residual=" << qc.residual);
+  auto model = qdq_conv_model(qc);
+  int changes = 0;
+  auto fused = run_pass(*model, "qdq_fusion", &changes);
+  ASSERT_EQ(changes, 1);
+  ASSERT_EQ(fused->graph.nodes.size(), 1u);  // every DQ, the Conv, Relu(s), Q(s) and the Add in one node
+  EXPECT_EQ(fused->graph.nodes[0].op_type, "QConvFused");
+  int n = 0;
+  EXPECT_TRUE(fast_kernels_taken(*fused, &n));
+  const NamedTensors feeds = u8_feeds(*model, qc.seed + 100);
+  const NamedTensors unfused_ref = run_model(model, feeds, "cpu-ref");
+  const NamedTensors fused_ref = run_model(fused, feeds, "cpu-ref");
+  const NamedTensors fused_cpu = run_model(fused, feeds, "cpu");
+  ASSERT_EQ(unfused_ref.size(), 1u);
+  ASSERT_EQ(fused_ref.size(), 1u);
+  ASSERT_EQ(fused_cpu.size(), 1u);
+  double e1 = 0, e2 = 0;
+  const int d1 = max_step_diff(fused_ref[0].second, unfused_ref[0].second, &e1);
+  const int d2 = max_step_diff(fused_cpu[0].second, fused_ref[0].second, &e2);
+  if (qc.pow2) {
+    EXPECT_EQ(d1, 0) << "fused reference vs QDQ graph";
+    EXPECT_EQ(d2, 0) << "oneDNN int8 vs fused reference";
+  } else {
+    EXPECT_LE(d1, 1) << "fused reference vs QDQ graph";
+    EXPECT_LE(d2, 1) << "oneDNN int8 vs fused reference";
+    EXPECT_GE(e1, 0.98);
+    EXPECT_GE(e2, 0.98);
+  }
+  // The output is not trivially saturated (the comparison means something).
+  int64_t interior = 0;
+  const Tensor& y = fused_ref[0].second;
+  for (int64_t i = 0; i < y.numel(); ++i) interior += y.data<uint8_t>()[i] > 0 && y.data<uint8_t>()[i] < 255;
+  EXPECT_GT(interior, y.numel() / 4);
+}
+
+TEST(QdqFusion, ConvReluExactWithPowerOfTwoScales) { check_case(QdqCase{}); }
+
+TEST(QdqFusion, ConvWithSourceZeroPointOnPaddedBorder) {
+  QdqCase qc;
+  qc.x_zp = 131;
+  qc.conv_relu = false;
+  check_case(qc);
+  qc.pow2 = false;
+  qc.seed = 2;
+  check_case(qc);
+}
+
+TEST(QdqFusion, ResidualAddWithMidQuantization) {
+  QdqCase qc;
+  qc.residual = true;
+  check_case(qc);
+  qc.pow2 = false;
+  qc.x_zp = 17;
+  qc.seed = 3;
+  check_case(qc);
+}
+
+TEST(QdqFusion, StridedPointwiseGroupedAndDepthwise) {
+  QdqCase qc;
+  qc.k = 1;
+  qc.pad = 0;
+  qc.stride = 2;
+  qc.pow2 = false;
+  check_case(qc);
+  qc = QdqCase{};
+  qc.group = 2;
+  qc.bias = false;
+  check_case(qc);
+  qc = QdqCase{};
+  qc.c = qc.m = qc.group = 8;
+  qc.pow2 = false;
+  qc.seed = 4;
+  check_case(qc);
+}
+
+// Two blocks in a row and a MaxPool between them: after the whole pipeline no float tensor is left
+// between the int8 ops (Q followed by DQ is gone; the pool runs on uint8).
+TEST(QdqFusion, Int8RegionStaysInt8) {
+  std::mt19937 rng(9);
+  ModelBuilder b(13);
+  auto x = b.input("x", {1, 4, 8, 8}, DType::kU8);
+  std::string v = x;
+  float s = 0.02f;
+  for (int layer = 0; layer < 2; ++layer) {
+    auto dq = b.node("DequantizeLinear", {v, b.scalar(s), b.constant(u8_scalar(0))});
+    if (layer == 1) {
+      auto mp = b.node("MaxPool", {dq}, {{"kernel_shape", ints_attr({2, 2})}, {"strides", ints_attr({2, 2})}});
+      v = b.node("QuantizeLinear", {mp, b.scalar(s), b.constant(u8_scalar(0))});
+      dq = b.node("DequantizeLinear", {v, b.scalar(s), b.constant(u8_scalar(0))});
+    }
+    Tensor ws = Tensor::allocate(DType::kF32, {4});
+    for (int i = 0; i < 4; ++i) ws.mutable_data<float>()[i] = 0.01f + 0.002f * i;
+    auto dqw = b.node("DequantizeLinear", {b.constant(i8_tensor({4, 4, 3, 3}, rng, -127, 127, DType::kI8)), b.constant(ws)},
+                      {{"axis", axis0()}});
+    auto r = b.node("Relu", {b.node("Conv", {dq, dqw}, {{"pads", ints_attr({1, 1, 1, 1})}})});
+    s = 0.05f;
+    v = b.node("QuantizeLinear", {r, b.scalar(s), b.constant(u8_scalar(0))});
+  }
+  b.output(v);
+  auto model = b.build();
+  auto opt = model->clone();
+  OptimizeOptions oo;
+  ASSERT_TRUE(optimize_model(opt.get(), oo).is_ok());
+  EXPECT_EQ(count_ops(*opt, "QConvFused"), 2);
+  EXPECT_EQ(count_ops(*opt, "MaxPool"), 1);
+  EXPECT_EQ(opt->graph.nodes.size(), 3u);
+  EXPECT_EQ(count_ops(*opt, "DequantizeLinear") + count_ops(*opt, "QuantizeLinear"), 0);
+  for (const Node& n : opt->graph.nodes)
+    for (const std::string& o : n.outputs) EXPECT_EQ(opt->graph.find_type(o)->dtype, DType::kU8) << o;
+  const NamedTensors feeds = u8_feeds(*model, 5);
+  double exact = 0;
+  const int d = max_step_diff(run_model(opt, feeds, "cpu")[0].second, run_model(model, feeds, "cpu-ref")[0].second, &exact);
+  EXPECT_LE(d, 2);  // one step per layer at most (f32 rounding next to ties), usually none
+  EXPECT_GE(exact, 0.95);
+}
+
+TEST(QdqFusion, LeavesNonMatchingPatternsAlone) {
+  // Weights quantized with a nonzero zero point, or a bias whose scale is not x_scale * w_scale: no fusion.
+  QdqCase qc;
+  auto model = qdq_conv_model(qc);
+  for (auto& [name, t] : model->graph.initializers)
+    if (t.dtype() == DType::kI8 && t.rank() == 1) t.mutable_data<int8_t>()[0] = 3;  // w zero point
+  int changes = -1;
+  run_pass(*model, "qdq_fusion", &changes);
+  EXPECT_EQ(changes, 0);
+}
+
+}  // namespace
+}  // namespace ferry::testing
