@@ -278,7 +278,7 @@ int64_t peak_rss_bytes() {
   return static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-Status write_outputs(const std::string& dir, const NamedTensors& outputs) {
+Status write_outputs(const std::string& dir, const NamedTensors& outputs, std::map<std::string, std::string>* files) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) {
     if (::mkdir(dir.c_str(), 0755) != 0) return invalid_argument("--output-dir '" + dir + "' cannot be created");
@@ -291,6 +291,7 @@ Status write_outputs(const std::string& dir, const NamedTensors& outputs) {
     for (int k = 1; used.count(file); ++k) file = safe_file_name(name) + "_" + std::to_string(k);
     used.insert(file);
     RETURN_IF_ERROR(write_npy(dir + "/" + file + ".npy", t));
+    if (files) (*files)[file] = name;
   }
   return Status::ok();
 }

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,7 +73,9 @@ Status run_timed(Executor& ex, const NamedTensors& feeds, int warmup, int iterat
 /// The process's peak resident set size in bytes (getrusage).
 int64_t peak_rss_bytes();
 
-/// Writes each output as DIR/<safe name>.npy (creates DIR).
-Status write_outputs(const std::string& dir, const NamedTensors& outputs);
+/// Writes each output as DIR/<safe name>.npy (creates DIR). `files`, when given, receives each
+/// file name (without .npy) mapped to the output's real name, for --json.
+Status write_outputs(const std::string& dir, const NamedTensors& outputs,
+                     std::map<std::string, std::string>* files = nullptr);
 
 }  // namespace ferry::cli

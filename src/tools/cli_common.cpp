@@ -2,6 +2,8 @@
 
 #include "runtime/memory_estimate.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <set>
 
@@ -36,6 +38,34 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 }  // namespace
 
+InputSpec split_input_spec(const Model& model, const std::string& spec) {
+  InputSpec out;
+  out.file = spec;
+  for (const ValueInfo& v : model.graph.inputs) {
+    if (v.name.empty() || v.name.size() <= out.name.size()) continue;
+    if (spec.size() > v.name.size() && spec.compare(0, v.name.size(), v.name) == 0 && spec[v.name.size()] == '=') {
+      out.name = v.name;
+      out.file = spec.substr(v.name.size() + 1);
+    }
+  }
+  struct stat st;
+  const bool whole_is_file = ::stat(spec.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (!out.name.empty()) {
+    if (whole_is_file)
+      out.note = "--input '" + spec + "' is also a file name; read as input '" + out.name + "' from '" + out.file + "'";
+    else if (out.name.find('=') != std::string::npos)
+      out.note = "--input '" + spec + "': input '" + out.name + "' from '" + out.file + "'";
+    return out;
+  }
+  const size_t eq = spec.find('=');
+  // NAME=FILE, unless the part before '=' looks like a path or the whole spec is a file.
+  if (eq != std::string::npos && !whole_is_file && spec.substr(0, eq).find('/') == std::string::npos) {
+    out.name = spec.substr(0, eq);
+    out.file = spec.substr(eq + 1);
+  }
+  return out;
+}
+
 StatusOr<NamedTensors> load_inputs(const Model& model, const std::vector<std::string>& specs) {
   const Graph& g = model.graph;
   std::set<std::string> input_names;
@@ -48,13 +78,9 @@ StatusOr<NamedTensors> load_inputs(const Model& model, const std::vector<std::st
     return next_positional < g.inputs.size() ? &g.inputs[next_positional] : nullptr;
   };
   for (const std::string& spec : specs) {
-    std::string name, file = spec;
-    size_t eq = spec.find('=');
-    // NAME=FILE, unless the part before '=' looks like a path.
-    if (eq != std::string::npos && spec.substr(0, eq).find('/') == std::string::npos) {
-      name = spec.substr(0, eq);
-      file = spec.substr(eq + 1);
-    }
+    InputSpec parsed = split_input_spec(model, spec);
+    if (!parsed.note.empty()) std::fprintf(stderr, "ferry: note: %s\n", parsed.note.c_str());
+    std::string name = parsed.name, file = parsed.file;
     if (ends_with(file, ".npz")) {
       ASSIGN_OR_RETURN(auto arrays, read_npz(file));
       for (auto& [member, t] : arrays) {

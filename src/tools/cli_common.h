@@ -23,6 +23,19 @@ int report(const Status& status);
 /// models with ops ferry does not implement load too (for describing them).
 StatusOr<std::shared_ptr<Model>> load_model(const std::string& path, bool require_known_ops = true);
 
+/// One `--input` spec split into the model input it names ("" when none) and the file.
+struct InputSpec {
+  std::string name;
+  std::string file;
+  /// Set when the spec could be read another way too (say which input the file went to).
+  std::string note;
+};
+
+/// Splits `--input [NAME=]FILE`. Input names may hold '/', ':' or '=' (gpu_0/data_0, x=y): the
+/// longest model input name followed by '=' wins; then NAME=FILE when NAME has no '/' and the
+/// whole spec is not an existing file; otherwise the whole spec is a file.
+InputSpec split_input_spec(const Model& model, const std::string& spec);
+
 /// Reads `--input [NAME=]FILE` specs (.npy, .npz, .pb) and matches them to the model's inputs.
 StatusOr<NamedTensors> load_inputs(const Model& model, const std::vector<std::string>& specs);
 

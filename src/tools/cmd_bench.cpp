@@ -35,9 +35,10 @@ int cmd_bench(const BenchOptions& opt) {
   NamedTensors outputs;
   Status st = run_timed(*b.executor, b.feeds, warmup, opt.iterations, duration, 3, &times, &first_ms, &outputs);
   if (!st.is_ok()) return report(st);
+  std::map<std::string, std::string> output_files;  // safe file name -> output name
   if (!opt.output_dir.empty()) {
     cut_to_batch(b.batched_outputs, b.batch, &outputs);
-    Status ws = write_outputs(opt.output_dir, outputs);
+    Status ws = write_outputs(opt.output_dir, outputs, &output_files);
     if (!ws.is_ok()) return report(ws);
   }
   const LatencyStats lat = latency_stats(times);
@@ -66,6 +67,7 @@ int cmd_bench(const BenchOptions& opt) {
     j["iterations"] = times.size();
     j["warmup"] = warmup;
     j["random_inputs"] = b.random_inputs;
+    if (!output_files.empty()) j["output_files"] = output_files;
     j["memory_plan"] = {{"planned", mem.planned}, {"arena_bytes", mem.arena_bytes},
                         {"tensor_bytes", mem.tensor_bytes}, {"tensors", mem.tensors},
                         {"in_place", mem.in_place}, {"unplanned_bytes", mem.unplanned_bytes}};

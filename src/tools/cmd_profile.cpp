@@ -93,9 +93,10 @@ int cmd_profile(const ProfileOptions& opt) {
     if (!st.is_ok()) return report(st);
   }
   ex.set_observer(nullptr);
+  std::map<std::string, std::string> output_files;  // safe file name -> output name
   if (!opt.bench.output_dir.empty()) {
     cut_to_batch(b.batched_outputs, b.batch, &outputs);
-    Status ws = write_outputs(opt.bench.output_dir, outputs);
+    Status ws = write_outputs(opt.bench.output_dir, outputs, &output_files);
     if (!ws.is_ok()) return report(ws);
   }
   if (!opt.trace.empty()) {
@@ -121,6 +122,7 @@ int cmd_profile(const ProfileOptions& opt) {
               {"runs", prof.runs()}, {"run_mean_ms", per_run}, {"batch_split_rows", ex.last_split_rows()},
               {"nodes", rows}, {"op_types", ops}};
     if (!opt.trace.empty()) j["trace"] = opt.trace;
+    if (!output_files.empty()) j["output_files"] = output_files;
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }

@@ -122,8 +122,7 @@ int cmd_run(const RunOptions& opt) {
     }
     std::set<std::string> input_files;
     for (const std::string& spec : opt.inputs) {
-      size_t eq = spec.find('=');
-      input_files.insert(real_path(eq == std::string::npos ? spec : spec.substr(eq + 1)));
+      input_files.insert(real_path(split_input_spec(*model, spec).file));
       input_files.insert(real_path(spec));
     }
     std::set<std::string> used;
@@ -191,7 +190,11 @@ int cmd_run(const RunOptions& opt) {
     Summary s = summarize(t);
     json e = {{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.dims()},
               {"min", s.min}, {"max", s.max}, {"mean", s.mean}, {"nan_count", s.nan}, {"inf_count", s.inf}};
-    if (!out_paths.empty()) e["file"] = out_paths[i];
+    if (!out_paths.empty()) {
+      e["file"] = out_paths[i];
+      // safe file name (without .npy) -> output name, as bench and profile give it
+      j["output_files"][out_paths[i].substr(opt.output_dir.size() + 1, out_paths[i].size() - opt.output_dir.size() - 5)] = name;
+    }
     if (opt.top_k > 0) {
       json rows = json::array();
       for (const auto& row : top_k(t, opt.top_k)) {
