@@ -379,34 +379,6 @@ Status k_bn_training_grad(KernelContext& ctx) {
 
 // ---- SyncBatchNormTraining ------------------------------------------------------------------
 
-// Every rank's `vals` (the same count on each), in rank order, through the installed collectives.
-// Each double travels as two floats (the value rounded, then the remainder), so the ranks merge
-// near-double statistics; every rank computes the same merge from the same gathered values.
-StatusOr<vector<vector<double>>> gather_doubles(KernelContext& ctx, KernelCollectives& coll, const vector<double>& vals,
-                                                const char* what) {
-  const size_t n = vals.size();
-  vector<float> mine(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    mine[2 * i] = static_cast<float>(vals[i]);
-    mine[2 * i + 1] = static_cast<float>(vals[i] - static_cast<double>(mine[2 * i]));
-  }
-  const int world = coll.world_size();
-  vector<float> all(static_cast<size_t>(world) * 2 * n);
-  RETURN_IF_ERROR(coll.allgather(mine, all).with_context(ctx.node().describe() + ": synchronizing " + what + " across " +
-                                                         std::to_string(world) + " ranks"));
-  vector<vector<double>> out(static_cast<size_t>(world), vector<double>(n));
-  for (size_t r = 0; r < out.size(); ++r)
-    for (size_t i = 0; i < n; ++i)
-      out[r][i] = static_cast<double>(all[(r * n + i) * 2]) + static_cast<double>(all[(r * n + i) * 2 + 1]);
-  return out;
-}
-
-// The collectives of a job of more than one rank, or nullptr (a world of one: local statistics).
-KernelCollectives* sync_group() {
-  KernelCollectives* c = kernel_collectives();
-  return c && c->world_size() > 1 ? c : nullptr;
-}
-
 template <typename T>
 Status sync_bn_training(KernelContext& ctx, int64_t N, int64_t C, int64_t S) {
   const Tensor &x = ctx.input(0), &rmean = ctx.input(3), &rvar = ctx.input(4);
@@ -414,10 +386,10 @@ Status sync_bn_training(KernelContext& ctx, int64_t N, int64_t C, int64_t S) {
   const vector<double> sc = ctx.input(1).to_double_vector(), b = ctx.input(2).to_double_vector(),
                        rm = rmean.to_double_vector(), rv = rvar.to_double_vector();
   const double eps = ctx.get_float("epsilon", 1e-5f), momentum = ctx.get_float("momentum", 0.9f);
-  // Local count, mean and sum of squared deviations per channel: [count, mean_0, m2_0, mean_1, ...].
+  // [count, mean_0, m2_0, mean_1, ...] of the local batch, then of every rank's (kernel_collectives.h).
   const double local = static_cast<double>(N * S);
-  vector<double> stats(static_cast<size_t>(1 + 2 * C), 0.0);
-  stats[0] = local;
+  vector<double> st(static_cast<size_t>(1 + 2 * C), 0.0);
+  st[0] = local;
   for (int64_t c = 0; c < C && local > 0; ++c) {
     double mu = 0, ss = 0;
     for (int64_t n = 0; n < N; ++n)
@@ -428,47 +400,37 @@ Status sync_bn_training(KernelContext& ctx, int64_t N, int64_t C, int64_t S) {
         const double d = static_cast<double>(xs[(n * C + c) * S + s]) - mu;
         ss += d * d;
       }
-    stats[1 + 2 * c] = mu;
-    stats[2 + 2 * c] = ss;
+    st[1 + 2 * c] = mu;
+    st[2 + 2 * c] = ss;
   }
-  // Global statistics: the ranks' moments merged in rank order (Chan et al.), ranks without rows
-  // left out, as SyncBatchNorm's batch_norm_gather_stats_with_counts.
-  vector<vector<double>> ranks{stats};
-  if (KernelCollectives* coll = sync_group()) {
-    ASSIGN_OR_RETURN(ranks, gather_doubles(ctx, *coll, stats, "the batch statistics"));
-  }
-  double count = 0;
-  vector<double> mean(static_cast<size_t>(C), 0.0), m2(static_cast<size_t>(C), 0.0);
-  for (const auto& r : ranks) {
-    if (r[0] < 1) continue;
-    const double total = count + r[0], w = r[0] / total;  // w = 1 for the first rank: its moments exactly
-    for (int64_t c = 0; c < C; ++c) {
-      const double delta = r[1 + 2 * c] - mean[c];
-      mean[c] += delta * w;
-      m2[c] += r[2 + 2 * c] + delta * delta * count * w;
-    }
-    count = total;
-  }
+  RETURN_IF_ERROR(sync_batchnorm_moments(&st, ctx.node().describe()));
+  const double count = st[0];
   if (count <= 1)
-    return ctx.error("training needs more than one value per channel over all ranks (X " + dims_to_string(x.dims()) + " on " +
-                     std::to_string(ranks.size()) + " rank(s)); use a batch of 2 or more");
-  vector<double> y(static_cast<size_t>(x.numel())), inv(static_cast<size_t>(C)), new_mean(static_cast<size_t>(C)),
+    return ctx.error("training needs more than one value per channel over all ranks (X " + dims_to_string(x.dims()) +
+                     " here); use a batch of 2 or more");
+  vector<double> mean(static_cast<size_t>(C)), inv(static_cast<size_t>(C)), new_mean(static_cast<size_t>(C)),
       new_var(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {
-    inv[c] = 1.0 / std::sqrt(m2[c] / count + eps);
+    mean[c] = st[1 + 2 * c];
+    inv[c] = 1.0 / std::sqrt(st[2 + 2 * c] / count + eps);
     new_mean[c] = rm[c] * momentum + mean[c] * (1.0 - momentum);
-    new_var[c] = rv[c] * momentum + m2[c] / (count - 1) * (1.0 - momentum);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t s = 0; s < S; ++s) {
-        const int64_t i = (n * C + c) * S + s;
-        y[i] = (static_cast<double>(xs[i]) - mean[c]) * inv[c] * sc[c] + b[c];
-      }
+    new_var[c] = rv[c] * momentum + st[2 + 2 * c] / (count - 1) * (1.0 - momentum);
   }
-  const vector<double>* res[5] = {&y, &new_mean, &new_var, &mean, &inv};
+  if (wants_output(ctx, 0)) {  // written as it is computed: no double copy of the batch
+    ASSIGN_OR_RETURN(Tensor * yt, ctx.allocate_output(0, x.dtype(), x.dims(), false));
+    T* y = yt->mutable_data<T>();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t s = 0; s < S; ++s) {
+          const int64_t i = (n * C + c) * S + s;
+          y[i] = static_cast<T>((static_cast<double>(xs[i]) - mean[c]) * inv[c] * sc[c] + b[c]);
+        }
+  }
+  const vector<double>* res[5] = {nullptr, &new_mean, &new_var, &mean, &inv};
   const DType types[5] = {x.dtype(), rmean.dtype(), rvar.dtype(), x.dtype(), x.dtype()};
-  for (int64_t k = 0; k < 5; ++k) {
+  for (int64_t k = 1; k < 5; ++k) {
     if (!wants_output(ctx, k)) continue;
-    ASSIGN_OR_RETURN(Tensor t, cast_tensor(Tensor::from_vector<double>(*res[k], k == 0 ? x.dims() : vector<int64_t>{C}), types[k]));
+    ASSIGN_OR_RETURN(Tensor t, cast_tensor(Tensor::from_vector<double>(*res[k], {C}), types[k]));
     ctx.set_output(k, std::move(t));
   }
   return Status::ok();
@@ -499,36 +461,30 @@ Status sync_bn_training_grad(KernelContext& ctx, int64_t N, int64_t C, int64_t S
         sums[1 + 2 * c] += static_cast<double>(g[i]);
         sums[2 + 2 * c] += static_cast<double>(g[i]) * (static_cast<double>(xs[i]) - mu[c]);
       }
-  vector<double> dscale(static_cast<size_t>(C)), db(static_cast<size_t>(C)), dx;
+  vector<double> dscale(static_cast<size_t>(C)), db(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {  // local, as SyncBatchNorm's grad_weight / grad_bias
     db[c] = sums[1 + 2 * c];
     dscale[c] = sums[2 + 2 * c] * is[c];
   }
   if (wants_output(ctx, 0)) {  // dX needs the sums over every rank's batch (the same decision on all ranks)
-    vector<double> total(sums.size(), 0.0);
-    vector<vector<double>> ranks{sums};
-    if (KernelCollectives* coll = sync_group()) {
-      ASSIGN_OR_RETURN(ranks, gather_doubles(ctx, *coll, sums, "the BatchNorm gradient sums"));
-    }
-    for (const auto& r : ranks)
-      for (size_t k = 0; k < r.size(); ++k) total[k] += r[k];
-    const double count = total[0];
-    dx.resize(static_cast<size_t>(x.numel()));
+    RETURN_IF_ERROR(sync_batchnorm_grad_sums(&sums, ctx.node().describe()));
+    const double count = sums[0];
+    ASSIGN_OR_RETURN(Tensor * dxt, ctx.allocate_output(0, x.dtype(), x.dims(), false));
+    T* dx = dxt->mutable_data<T>();
     for (int64_t c = 0; c < C; ++c) {
-      const double mean_dy = total[1 + 2 * c] / count, mean_dy_xmu = total[2 + 2 * c] / count;
+      const double mean_dy = sums[1 + 2 * c] / count, mean_dy_xmu = sums[2 + 2 * c] / count;
       for (int64_t n = 0; n < N; ++n)
         for (int64_t s = 0; s < S; ++s) {
           const int64_t i = (n * C + c) * S + s;
-          dx[i] = (static_cast<double>(g[i]) - mean_dy - (static_cast<double>(xs[i]) - mu[c]) * is[c] * is[c] * mean_dy_xmu) *
-                  is[c] * sc[c];
+          dx[i] = static_cast<T>((static_cast<double>(g[i]) - mean_dy -
+                                  (static_cast<double>(xs[i]) - mu[c]) * is[c] * is[c] * mean_dy_xmu) * is[c] * sc[c]);
         }
     }
   }
-  const vector<double>* res[3] = {&dx, &dscale, &db};
-  for (int64_t k = 0; k < 3; ++k) {
+  const vector<double>* res[3] = {nullptr, &dscale, &db};
+  for (int64_t k = 1; k < 3; ++k) {
     if (!wants_output(ctx, k)) continue;
-    ASSIGN_OR_RETURN(Tensor t, cast_tensor(Tensor::from_vector<double>(*res[k], k == 0 ? x.dims() : vector<int64_t>{C}),
-                                           k == 0 ? x.dtype() : scale.dtype()));
+    ASSIGN_OR_RETURN(Tensor t, cast_tensor(Tensor::from_vector<double>(*res[k], {C}), scale.dtype()));
     ctx.set_output(k, std::move(t));
   }
   return Status::ok();

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <span>
+#include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -28,6 +30,18 @@ class KernelCollectives {
 /// The collectives installed on the calling thread, or nullptr (a world of one). The executor
 /// runs a graph's nodes on the thread that called run(), so a kernel sees its trainer's.
 KernelCollectives* kernel_collectives();
+
+/// SyncBatchNorm's two exchanges, shared by its reference and optimized kernels, through the calling
+/// thread's collectives (a world of one leaves the values as they are). Each double travels as two
+/// floats (the value rounded, then the remainder), so the ranks combine near-double values, and
+/// every rank combines the same gathered values in rank order: the results agree bit for bit.
+/// `what` names the node for errors.
+/// Forward: `stats` = [count, mean_0, m2_0, mean_1, m2_1, ...] of the local batch (m2: the sum of
+/// squared deviations per channel) become the global ones: the ranks' merged in rank order (Chan
+/// et al.'s pairwise update), ranks without rows left out, as batch_norm_gather_stats_with_counts.
+Status sync_batchnorm_moments(std::vector<double>* stats, const std::string& what);
+/// Backward: `sums` = [count, sum(dY)_0, sum(dY * (X - mean))_0, ...] become the sums over the ranks.
+Status sync_batchnorm_grad_sums(std::vector<double>* sums, const std::string& what);
 
 /// Installs `c` on the calling thread for its lifetime (the previous one comes back after).
 class ScopedKernelCollectives {
