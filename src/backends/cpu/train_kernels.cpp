@@ -1,6 +1,7 @@
 // CPU kernels for the training ops that are not convolutions (f32; anything else runs the reference
 // kernel, which also reports the errors):
 //   com.ferry BatchNormTraining / BatchNormTrainingGrad: per-channel loops, threads over channels;
+//       SyncBatchNormTraining / Grad the same with the sums exchanged between the passes;
 //       statistics accumulated in double (as the reference), in one pass shifted by the channel's
 //       first value, the elementwise parts in f32 as y = a[c] * x + b[c];
 //   com.ferry MaxPoolGrad / AveragePoolGrad on 2-D images (pads, strides, dilations, ceil_mode,
@@ -17,6 +18,7 @@
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/vec_math.h"
 #include "ops/conv_pool_util.h"
+#include "ops/kernel_collectives.h"
 #include "ops/op_util.h"
 
 namespace ferry::cpu {
@@ -157,6 +159,94 @@ StatusOr<bool> run_bn_training_grad(KernelContext& ctx) {
     if (!pdx) return;
     const double k = sc[c] * is / count;
     const double a = k * count, b = -k * is * sgx, cc = -k * sg - b * mean[c];
+    const float fa = static_cast<float>(a), fb = static_cast<float>(b), fc = static_cast<float>(cc);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t o = (n * C + c) * S;
+      affine2(pg + o, px + o, fa, fb, fc, pdx + o, S);
+    }
+  });
+  return true;
+}
+
+// SyncBatchNormTraining / SyncBatchNormTrainingGrad (--sync-bn): the loops above with the
+// per-channel sums exchanged between them through the thread's collectives
+// (ops/kernel_collectives.h; definitions in src/ops/grad_norm_pool.cpp).
+StatusOr<bool> run_sync_bn_training(KernelContext& ctx) {
+  if (!all_f32(ctx)) return false;
+  const Tensor& x = ctx.input(0);
+  if (x.rank() < 2 || x.numel() == 0) return false;
+  const int64_t N = x.dim(0), C = x.dim(1), S = x.numel() / (N * C), local = N * S;
+  for (int64_t i = 1; i < 5; ++i)
+    if (!f32_vector(ctx.input(i), C)) return false;
+  const double eps = ctx.get_float("epsilon", 1e-5f), momentum = ctx.get_float("momentum", 0.9f);
+  const float* px = x.data<float>();
+  std::vector<double> st(static_cast<size_t>(1 + 2 * C));  // [count, mean_c, m2_c ...]
+  st[0] = static_cast<double>(local);
+  for_channels(C, local, [&](int64_t c) {
+    const float k = px[c * S];
+    double s1 = 0, s2 = 0;
+    for (int64_t n = 0; n < N; ++n) shifted_moments(px + (n * C + c) * S, S, k, &s1, &s2);
+    const double dmean = s1 / static_cast<double>(local);
+    st[1 + 2 * c] = k + dmean;
+    st[2 + 2 * c] = std::max(0.0, s2 - s1 * dmean);
+  });
+  RETURN_IF_ERROR(sync_batchnorm_moments(&st, ctx.node().describe()));
+  const double count = st[0];
+  if (count <= 1)
+    return ctx.error("training needs more than one value per channel over all ranks (X " + dims_to_string(x.dims()) +
+                     " here); use a batch of 2 or more");
+  Tensor* out[5] = {};
+  for (int64_t k = 0; k < 5; ++k) {
+    if (!wants(ctx, k)) continue;
+    ASSIGN_OR_RETURN(out[k], ctx.allocate_output(k, DType::kF32, k == 0 ? x.dims() : std::vector<int64_t>{C}, false));
+  }
+  const float *sc = ctx.input(1).data<float>(), *bias = ctx.input(2).data<float>(), *rm = ctx.input(3).data<float>(),
+              *rv = ctx.input(4).data<float>();
+  float* py = out[0] ? out[0]->mutable_data<float>() : nullptr;
+  for_channels(C, local, [&](int64_t c) {
+    const double mu = st[1 + 2 * c], ss = st[2 + 2 * c], inv = 1.0 / std::sqrt(ss / count + eps);
+    if (out[1]) out[1]->mutable_data<float>()[c] = static_cast<float>(rm[c] * momentum + mu * (1.0 - momentum));
+    if (out[2]) out[2]->mutable_data<float>()[c] = static_cast<float>(rv[c] * momentum + ss / (count - 1) * (1.0 - momentum));
+    if (out[3]) out[3]->mutable_data<float>()[c] = static_cast<float>(mu);
+    if (out[4]) out[4]->mutable_data<float>()[c] = static_cast<float>(inv);
+    if (!py) return;
+    const double a = inv * sc[c];
+    const float fa = static_cast<float>(a), fb = static_cast<float>(bias[c] - mu * a);
+    for (int64_t n = 0; n < N; ++n) affine(px + (n * C + c) * S, fa, fb, py + (n * C + c) * S, S);
+  });
+  return true;
+}
+
+StatusOr<bool> run_sync_bn_training_grad(KernelContext& ctx) {
+  if (!all_f32(ctx)) return false;
+  const Tensor &dy = ctx.input(0), &x = ctx.input(1);
+  if (x.rank() < 2 || dy.dims() != x.dims() || x.numel() == 0) return false;
+  const int64_t N = x.dim(0), C = x.dim(1), S = x.numel() / (N * C);
+  for (int64_t i = 2; i < 5; ++i)
+    if (!f32_vector(ctx.input(i), C)) return false;
+  const float *pg = dy.data<float>(), *px = x.data<float>(), *sc = ctx.input(2).data<float>(),
+              *mean = ctx.input(3).data<float>(), *inv = ctx.input(4).data<float>();
+  std::vector<double> sums(static_cast<size_t>(1 + 2 * C));  // [count, sum(dY)_c, sum(dY * (X - mean))_c ...]
+  sums[0] = static_cast<double>(N * S);
+  for_channels(C, 2 * N * S, [&](int64_t c) {
+    for (int64_t n = 0; n < N; ++n)
+      grad_moments(pg + (n * C + c) * S, px + (n * C + c) * S, S, mean[c], &sums[1 + 2 * c], &sums[2 + 2 * c]);
+  });
+  for (int64_t k = 1; k < 3; ++k) {  // dScale, dB: the local batch's (DDP averages them)
+    if (!wants(ctx, k)) continue;
+    ASSIGN_OR_RETURN(Tensor * t, ctx.allocate_output(k, DType::kF32, {C}, false));
+    for (int64_t c = 0; c < C; ++c)
+      t->mutable_data<float>()[c] = static_cast<float>(k == 1 ? sums[2 + 2 * c] * inv[c] : sums[1 + 2 * c]);
+  }
+  if (!wants(ctx, 0)) return true;
+  RETURN_IF_ERROR(sync_batchnorm_grad_sums(&sums, ctx.node().describe()));
+  ASSIGN_OR_RETURN(Tensor * dx, ctx.allocate_output_over(0, 0, DType::kF32, x.dims()));
+  float* pdx = dx->mutable_data<float>();
+  const double count = sums[0];
+  // dX = (dY - sum(dY)/n - (X - mean) * inv^2 * sum(dY * (X - mean))/n) * inv * scale = a * dY + b * X + c.
+  for_channels(C, 2 * N * S, [&](int64_t c) {
+    const double is = inv[c], a = is * sc[c], b = -a * is * is * sums[2 + 2 * c] / count;
+    const double cc = -a * sums[1 + 2 * c] / count - b * mean[c];
     const float fa = static_cast<float>(a), fb = static_cast<float>(b), fc = static_cast<float>(cc);
     for (int64_t n = 0; n < N; ++n) {
       const int64_t o = (n * C + c) * S;
@@ -342,6 +432,8 @@ void register_cpu_train_kernels_kernels(CpuKernelTable& t) {
   using namespace cpu;
   t.add("com.ferry", "BatchNormTraining", factory(run_bn_training));
   t.add("com.ferry", "BatchNormTrainingGrad", factory(run_bn_training_grad));
+  t.add("com.ferry", "SyncBatchNormTraining", factory(run_sync_bn_training));
+  t.add("com.ferry", "SyncBatchNormTrainingGrad", factory(run_sync_bn_training_grad));
   t.add("com.ferry", "MaxPoolGrad", factory(run_pool_grad<true>));
   t.add("com.ferry", "AveragePoolGrad", factory(run_pool_grad<false>));
   t.add("com.ferry", "ReluGrad", factory(run_pair_grad<relu_grad_span>));
