@@ -6,7 +6,8 @@ set, then for each thread count runs, interleaved (`--rounds` times):
         --momentum 0.9 --threads T --log L -q     (step 1 is warm-up: steps 2..S are timed)
   PyTorch 1.13: the same model, SGD momentum, cross entropy, torch.set_num_threads(T), S steps
         (step 1 warm-up, steps 2..S timed)
-and prints the median ms/step of each and the ratio ferry / PyTorch. The machine may be shared:
+and prints the median ms/step of each (ferry's forward + backward, the log's compute_ms, too), the
+ratio ferry / PyTorch and the load average. The machine may be shared:
 compare the ratio of interleaved runs, not absolute times across runs.
 
 usage: /usr/bin/python3 bench/train_side_by_side.py [--ferry build/ferry] [--threads 1,2]
@@ -50,8 +51,10 @@ def ferry_ms(ferry, model, data, batch, steps, threads, work):
            "--threads", str(threads), "--log", log, "-q"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     with open(log) as f:
-        times = [json.loads(line)["time_ms"] for line in f if line.strip()]
-    return statistics.mean(times[1:])
+        rows = [json.loads(line) for line in f if line.strip()]
+    step = statistics.mean(r["time_ms"] for r in rows[1:])
+    compute = statistics.mean(r.get("compute_ms", float("nan")) for r in rows[1:])
+    return step, compute
 
 
 # PyTorch's loop in a child process, so each run sets its own thread count from a clean start.
@@ -98,14 +101,19 @@ def main():
     print(f"ResNet-50 (100 classes), batch {a.batch}, SGD momentum, {a.steps} steps per run "
           f"(first is warm-up), {a.rounds} interleaved round(s)")
     for t in [int(v) for v in a.threads.split(",")]:
-        fs, ps = [], []
+        fs, cs, ps = [], [], []
         for _ in range(a.rounds):
-            fs.append(ferry_ms(a.ferry, model, data, a.batch, a.steps, t, a.work))
+            step, compute = ferry_ms(a.ferry, model, data, a.batch, a.steps, t, a.work)
+            fs.append(step)
+            cs.append(compute)
             ps.append(torch_ms(a.batch, a.steps, t))
-        f, p = statistics.median(fs), statistics.median(ps)
-        results.append({"threads": t, "ferry_ms": f, "torch_ms": p, "ratio": f / p,
-                        "ferry_runs": fs, "torch_runs": ps})
-        print(f"threads {t}: ferry {f:8.1f} ms/step   PyTorch {p:8.1f} ms/step   ratio {f / p:.3f}", flush=True)
+        f, c, p = statistics.median(fs), statistics.median(cs), statistics.median(ps)
+        results.append({"threads": t, "ferry_ms": f, "ferry_compute_ms": c, "torch_ms": p, "ratio": f / p,
+                        "ferry_runs": fs, "ferry_compute_runs": cs, "torch_runs": ps,
+                        "load": os.getloadavg()[0]})
+        print(f"threads {t}: ferry {f:8.1f} ms/step (forward+backward {c:.1f})   PyTorch {p:8.1f} ms/step   "
+              f"ratio {f / p:.3f}   load {os.getloadavg()[0]:.2f}", flush=True)
+        print(f"           runs: ferry {[round(v) for v in fs]}  PyTorch {[round(v) for v in ps]}", flush=True)
     if a.json:
         with open(a.json, "w") as out:
             json.dump({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "batch": a.batch, "results": results}, out, indent=1)

@@ -112,7 +112,8 @@ class Trainer {
   Status step(int64_t k);
   Status check_memory();
   StatusOr<TrainMemoryPlan> memory_plan_at(int64_t batch);
-  StatusOr<double> micro_step(int64_t k, int64_t m, float seed, std::map<std::string, Tensor>* grads, double* wait_ms);
+  StatusOr<double> micro_step(int64_t k, int64_t m, float seed, std::map<std::string, Tensor>* grads, double* wait_ms,
+                              double* exec_ms);
   // Micro-batch j (0-based) of step k is micro-batch (k-1)*K + j + 1 of the data stream.
   int64_t first_micro(int64_t k) const { return (k - 1) * c_.accumulate + 1; }
   int64_t epoch_of_step(int64_t k) const { return sampler_->epoch_of(first_micro(k)); }
@@ -360,7 +361,8 @@ Status Trainer::check_memory() {
 
 // One micro-batch (m, 1-based) of step k: forward + backward with dLoss = `seed`; its gradients
 // are added to *grads, the BN statistics move on. Returns the micro-batch's loss.
-StatusOr<double> Trainer::micro_step(int64_t k, int64_t m, float seed, std::map<std::string, Tensor>* grads, double* wait_ms) {
+StatusOr<double> Trainer::micro_step(int64_t k, int64_t m, float seed, std::map<std::string, Tensor>* grads, double* wait_ms,
+                                     double* exec_ms) {
   double waited = 0;
   ASSIGN_OR_RETURN(Batch batch, prefetch_->take(m, &waited));
   *wait_ms += waited;
@@ -376,7 +378,9 @@ StatusOr<double> Trainer::micro_step(int64_t k, int64_t m, float seed, std::map<
   if (ddp_) ddp_->begin_step(/*sync=*/m == k * c_.accumulate, grads);  // DDP's no_sync but on the last micro-batch
   // --sync-bn: the SyncBatchNormTraining kernels reach the other ranks through this thread's collectives.
   ScopedKernelCollectives collectives(ddp_ && tg_options_.sync_bn ? ddp_->kernel_collectives() : nullptr);
+  const auto exec_t0 = Clock::now();
   RETURN_IF_ERROR(exec_->run(feeds, &outs).with_context("step " + std::to_string(k)));
+  *exec_ms += ms_since(exec_t0);
   const double loss = outs[0].second.get_double(0);
   if (!std::isfinite(loss) && !scaler_)
     return invalid_argument("step " + std::to_string(k) + ": the loss is " + (std::isnan(loss) ? "NaN" : "infinite") +
@@ -401,13 +405,13 @@ StatusOr<double> Trainer::micro_step(int64_t k, int64_t m, float seed, std::map<
 
 Status Trainer::step(int64_t k) {
   const auto t0 = Clock::now();
-  double wait_ms = 0, loss_sum = 0;
+  double wait_ms = 0, exec_ms = 0, loss_sum = 0;
   // dLoss of each micro-batch: (loss / K) * scale, as PyTorch's backward of scaler.scale(loss / K).
   const float scale_used = scaler_ ? scaler_->scale() : 1.0f;
   const float seed = scale_used / static_cast<float>(c_.accumulate);
   std::map<std::string, Tensor> grads;
   for (int64_t j = 0; j < c_.accumulate; ++j) {
-    ASSIGN_OR_RETURN(double micro_loss, micro_step(k, (k - 1) * c_.accumulate + j + 1, seed, &grads, &wait_ms));
+    ASSIGN_OR_RETURN(double micro_loss, micro_step(k, (k - 1) * c_.accumulate + j + 1, seed, &grads, &wait_ms, &exec_ms));
     loss_sum += micro_loss;
   }
   const double loss = loss_sum / static_cast<double>(c_.accumulate);
@@ -428,7 +432,9 @@ Status Trainer::step(int64_t k) {
     refs.push_back(ParamRef{p, &values_.at(p), it == grads.end() ? nullptr : &it->second});
   }
   if (scaler_) RETURN_IF_ERROR(scaler_->update(skipped, k));
+  const auto update_t0 = Clock::now();
   if (!skipped) RETURN_IF_ERROR(optimizer_->step(refs, lr));
+  const double update_ms = ms_since(update_t0);
   const double ms = ms_since(t0);
   step_ms_sum_ += ms;
   StepReport r;
@@ -443,11 +449,11 @@ Status Trainer::step(int64_t k) {
   r.samples_per_s = ms > 0 ? c_.batch_size * c_.accumulate * 1000.0 / ms : 0;
   r.data_wait_ms = wait_ms;
   json line = {{"step", k}, {"epoch", r.epoch}, {"loss", loss}, {"lr", lr}, {"time_ms", ms}, {"samples_per_s", r.samples_per_s},
-               {"data_wait_ms", wait_ms}};
+               {"data_wait_ms", wait_ms}, {"compute_ms", exec_ms}, {"update_ms", update_ms}};
   if (ddp_)
     line.update({{"rank", ddp_->rank()}, {"world_size", ddp_->world_size()}, {"comm_wait_ms", comm_wait_ms},
                  {"buckets", ddp_->buckets().size()}, {"buckets_overlapped", ddp_->launched_early()}});
-  if (tg_options_.sync_bn) line["sync_bn"] = true;
+  if (tg_options_.sync_bn) line.update({{"sync_bn", true}, {"sync_bn_wait_ms", ddp_->take_kernel_wait_ms()}});
   if (scaler_) line.update({{"loss_scale", scale_used}, {"skipped", skipped}});
   log(line);
   if (on_step_) on_step_(r);
