@@ -30,7 +30,16 @@ std::vector<BucketLayout> assign_buckets(const std::vector<std::string>& params,
 }
 
 Status CommunicatorCollectives::allreduce_sum(std::span<float> data) {
-  return comm_->allreduce_sum(data)->wait(comm_->timeout_s() + 5);
+  const auto t0 = Clock::now();
+  Status s = comm_->allreduce_sum(data)->wait(comm_->timeout_s() + 5);
+  wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  return s;
+}
+
+double CommunicatorCollectives::take_wait_ms() {
+  const double ms = wait_ms_;
+  wait_ms_ = 0;
+  return ms;
 }
 
 Status CommunicatorCollectives::allgather(std::span<const float> mine, std::span<float> all) {

@@ -54,9 +54,13 @@ class CommunicatorCollectives final : public KernelCollectives {
   int world_size() const override { return comm_->world_size(); }
   Status allreduce_sum(std::span<float> data) override;
   Status allgather(std::span<const float> mine, std::span<float> all) override;
+  /// Milliseconds the kernels spent in these operations (waiting for the peers and for the
+  /// operations queued before theirs) since the last call.
+  double take_wait_ms();
 
  private:
   Communicator* comm_;
+  double wait_ms_ = 0;
 };
 
 class DataParallel {
@@ -70,6 +74,8 @@ class DataParallel {
   Communicator& communicator() { return *comm_; }
   /// The communicator for kernels (--sync-bn); install it with ScopedKernelCollectives.
   KernelCollectives* kernel_collectives() { return &kernel_collectives_; }
+  /// Milliseconds the kernels spent in kernel_collectives() since the last call (--sync-bn).
+  double take_kernel_wait_ms() { return kernel_collectives_.take_wait_ms(); }
 
   /// Fails on every rank unless all ranks give the same value (`what` names it in the error).
   Status agree(const std::string& what, int64_t value);
