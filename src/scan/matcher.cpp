@@ -161,6 +161,16 @@ class Matcher {
       fd.action = act;
       fd.site = si;
       fd.anchor = s.anchor;
+      // A call spread over several lines is reported at the argument the rule picked (the
+      // line --fix edits), e.g. `pin_memory=True` on its own line of a DataLoader(...) call.
+      if (fd.arg >= 0) {
+        const Arg& a = s.args[fd.arg];
+        const int32_t at = a.keyword_tok >= 0 ? a.keyword_tok : a.first;
+        if (f_.toks[at].line != f_.toks[s.anchor].line) {
+          if (ignored(at)) return;
+          fd.anchor = at;
+        }
+      }
       add(std::move(fd));
       return;
     }

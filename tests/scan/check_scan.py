@@ -111,6 +111,13 @@ def check_fix_round_trip():
             name = os.path.basename(path)
             check(open(os.path.join(copy, name)).read() == open(os.path.join(out, name)).read(),
                   f"{target}: {name}: --diff and --out disagree")
+        if target == "cpu":
+            # A finding on an argument of a call spread over lines: --fix edits that argument's line.
+            src = open(os.path.join(FIXTURES, "imagenet_train.py"), encoding="utf-8").read().splitlines()
+            dst = open(os.path.join(out, "imagenet_train.py"), encoding="utf-8").read().splitlines()
+            own = [l for l in src if l.strip().startswith("pin_memory=True,")]
+            check(len(own) == 1 and own[0].replace("True", "False") in dst and not any("pin_memory=True" in l for l in dst),
+                  "cpu: --fix did not turn the own-line `pin_memory=True,` argument into False")
         again = ferry("--target", target, "--fix", "--diff", out)
         check(again.stdout == "", f"{target}: fixing twice changes the files:\n{again.stdout[:3000]}")
         print(f"{target}: {report['summary']['fixed']} findings fixed, {report['summary']['hand_work']} left by hand; "

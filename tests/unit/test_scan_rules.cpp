@@ -168,6 +168,28 @@ TEST(ScanResolve, ReportsLineAndColumn) {
   EXPECT_EQ(hits[0].col, 7);
 }
 
+TEST(ScanResolve, MultiLineCallReportsTheArgumentsLine) {
+  const std::string src =
+      "from torch.utils.data import DataLoader\nld = DataLoader(\n    ds,\n    batch_size=8,\n    pin_memory=True,\n)\n";
+  auto hits = scan(src, "cpu");
+  ASSERT_TRUE(has(hits, "data.pin-memory"));
+  for (const Hit& h : hits) {
+    if (h.rule == "data.pin-memory") {
+      EXPECT_EQ(h.line, 5) << "col " << h.col;
+    }
+  }
+  // The same call on one line is still reported at the call.
+  for (const Hit& h : scan("from torch.utils.data import DataLoader\nld = DataLoader(ds, pin_memory=True)\n", "cpu")) {
+    if (h.rule == "data.pin-memory") {
+      EXPECT_EQ(h.col, 6);
+    }
+  }
+  EXPECT_NE(fix(src, "cpu").find("    pin_memory=False,\n"), std::string::npos) << fix(src, "cpu");
+  // "# ferry: ignore" on the argument's line silences it.
+  EXPECT_FALSE(has(scan("from torch.utils.data import DataLoader\nld = DataLoader(\n    ds,\n"
+                        "    pin_memory=True,  # ferry: ignore\n)\n", "cpu"), "data.pin-memory"));
+}
+
 TEST(ScanResolve, IgnoreComment) {
   EXPECT_TRUE(scan("import torch\nimport torch_npu\nx = y.cuda()  # ferry: ignore\n").empty());
 }
