@@ -43,8 +43,30 @@ std::string fmt(double v) {
   return buf;
 }
 
-void print_text(const CompareResult& r, const CompareOptions& o, const std::string& model) {
-  std::printf("ferry compare %s\n  reference %s  vs  target %s", model.c_str(), o.ref.text.c_str(), o.target.text.c_str());
+// The precision one side really runs in: its spec's mode, the mode a .ferry file was compiled
+// with (a cpu:fp32 run of a file compiled with allow_mix_precision runs mixed), and the target's
+// --keep-fp32 / --precision-config.
+std::string side_precision(const RunSpec& spec, const CompiledModel* compiled, const std::string& flags) {
+  if (spec.is_outputs) return "saved outputs";
+  std::string text = precision_mode_name(spec.mode);
+  if (compiled) {
+    auto built = parse_precision_mode(compiled->precision_mode);
+    if (built.is_ok() && built.value() != PrecisionMode::kForceFp32) {
+      const std::string built_name = precision_mode_name(built.value());
+      text = spec.mode == PrecisionMode::kForceFp32 ? built_name + " (compiled into the .ferry file)"
+                                                    : text + " over the .ferry file's compiled " + built_name;
+    }
+  }
+  return text + flags;
+}
+
+struct HeaderPrecision {
+  std::string ref, target;
+};
+
+void print_text(const CompareResult& r, const CompareOptions& o, const std::string& model, const HeaderPrecision& hp) {
+  std::printf("ferry compare %s\n  reference %s [%s]  vs  target %s [%s]", model.c_str(), o.ref.text.c_str(),
+              hp.ref.c_str(), o.target.text.c_str(), hp.target.c_str());
   const PrecisionReport& p = r.target_precision;
   if (p.nodes_lowered) {
     std::printf(" (%s: %lld nodes in low precision", precision_mode_name(o.target.mode), static_cast<long long>(p.nodes_lowered));
@@ -138,8 +160,19 @@ int cmd_compare(const CompareCliOptions& opt) {
   if (!result.is_ok()) return report(result.status());
   const CompareResult& r = result.value();
   nlohmann::json doc = compare_to_json(r, co, opt.model);
+  HeaderPrecision hp;
+  {
+    const CompiledModel* compiled = loaded.value().compiled.get();
+    std::string flags;
+    if (!opt.keep_fp32.empty()) flags += ", --keep-fp32 given";
+    if (!opt.precision_config.empty()) flags += ", --precision-config " + opt.precision_config;
+    hp.ref = side_precision(co.ref, co.ref_model ? nullptr : compiled, "");
+    hp.target = side_precision(co.target, compiled, flags);
+    doc["ref_runs_in"] = hp.ref;
+    doc["target_runs_in"] = hp.target;
+  }
   bool ok = r.passed();
-  if (!opt.json) print_text(r, co, opt.model);
+  if (!opt.json) print_text(r, co, opt.model, hp);
   if (!opt.fix.empty()) {
     if (r.passed()) {
       if (!opt.json) std::printf("  --fix: the target already passes; nothing to keep in fp32 (no config written)\n");
