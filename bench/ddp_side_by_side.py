@@ -6,13 +6,14 @@ runs, interleaved (`--rounds` times):
   N x 1: ferry train MODEL --data D --batch-size B --steps S --nproc N --threads N ...  (B per rank)
   N x 1 independent: N single-process runs at once, no communication: the machine's ceiling for
         N x 1 (on a shared machine the cores may not all be free).
+  N x 1 --sync-bn (with --sync-bn): the N x 1 run with synchronized BatchNorm.
 Step 1 is warm-up; steps 2..S are timed from rank 0's log. Prints samples/s of each (B / step time,
 N*B / step time), the speed-up, and the share of the step rank 0 spent waiting on communication
 after backward (comm_wait_ms / time_ms: the allreduce time that did not overlap backward).
 The machine may be shared: compare interleaved runs, not absolute times across runs.
 
 usage: /usr/bin/python3 bench/ddp_side_by_side.py [--ferry build/ferry] [--nproc 2] [--batch 16]
-           [--steps 5] [--rounds 1] [--work /tmp/ferry_ddp_bench] [--json out.json]"""
+           [--steps 5] [--rounds 1] [--work /tmp/ferry_ddp_bench] [--json out.json] [--sync-bn]"""
 import argparse
 import json
 import os
@@ -43,18 +44,19 @@ def export(work, batch):
     return model, data
 
 
-def run(ferry, model, data, batch, steps, nproc, work):
-    log = os.path.join(work, f"ddp_n{nproc}.jsonl")
+def run(ferry, model, data, batch, steps, nproc, work, extra=()):
+    log = os.path.join(work, f"ddp_n{nproc}{'_'.join(extra)}.jsonl")
     cmd = [ferry, "train", model, "--data", data, "--batch-size", str(batch), "--steps", str(steps), "--no-shuffle",
            "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9", "--log", log, "-q"]
     cmd += ["--nproc", str(nproc), "--threads", str(nproc)] if nproc > 1 else ["--threads", "1"]
+    cmd += list(extra)
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr[-2000:]}")
     lines = [json.loads(x) for x in open(log) if x.strip()]
     timed = [r for r in lines if "loss" in r and r["step"] >= 2]
     ms = statistics.median(r["time_ms"] for r in timed)
-    wait = statistics.median(r.get("comm_wait_ms", 0.0) for r in timed)
+    wait = statistics.median(r.get("comm_wait_ms", 0.0) + r.get("sync_bn_wait_ms", 0.0) for r in timed)
     return {"ms_per_step": ms, "samples_per_s": nproc * batch * 1000.0 / ms, "comm_wait_ms": wait,
             "comm_wait_share": wait / ms}
 
@@ -86,15 +88,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--work", default="/tmp/ferry_ddp_bench")
     ap.add_argument("--json")
+    ap.add_argument("--sync-bn", action="store_true", help="also N x 1 with --sync-bn (its comm wait adds sync_bn_wait_ms)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     model, data = export(a.work, a.batch)
-    names = ["1x1", f"{a.nproc}x1", f"{a.nproc}x1 independent"]
+    names = ["1x1", f"{a.nproc}x1", f"{a.nproc}x1 independent"] + ([f"{a.nproc}x1 --sync-bn"] if a.sync_bn else [])
     results = {k: [] for k in names}
     for _ in range(a.rounds):
         results["1x1"].append(run(a.ferry, model, data, a.batch, a.steps, 1, a.work))
         results[names[1]].append(run(a.ferry, model, data, a.batch, a.steps, a.nproc, a.work))
         results[names[2]].append(run_independent(a.ferry, model, data, a.batch, a.steps, a.nproc, a.work))
+        if a.sync_bn:
+            results[names[3]].append(run(a.ferry, model, data, a.batch, a.steps, a.nproc, a.work, ["--sync-bn"]))
     summary = {}
     for name, rs in results.items():
         best = min(rs, key=lambda r: r["ms_per_step"])
@@ -106,6 +111,10 @@ def main():
     summary["ceiling"] = summary[names[2]]["samples_per_s"] / summary["1x1"]["samples_per_s"]
     print(f"speed-up {names[1]} / 1x1: {summary['speedup']:.2f}x (the machine's ceiling now, independent "
           f"processes: {summary['ceiling']:.2f}x)")
+    if a.sync_bn:
+        summary["sync_bn_speedup"] = summary[names[3]]["samples_per_s"] / summary["1x1"]["samples_per_s"]
+        print(f"speed-up {names[3]} / 1x1: {summary['sync_bn_speedup']:.2f}x")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(summary, f, indent=1)
