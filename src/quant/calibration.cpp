@@ -180,13 +180,18 @@ void RangeCollector::observe_minmax(const std::string& name, const Tensor& t) {
   if (t.dtype() != DType::kF32 || t.numel() == 0) return;
   const float* p = t.data<float>();
   float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  bool nonfinite = false;
   for (int64_t i = 0; i < t.numel(); ++i) {
-    if (!std::isfinite(p[i])) continue;
+    if (!std::isfinite(p[i])) {
+      nonfinite = true;
+      continue;
+    }
     lo = std::min(lo, p[i]);
     hi = std::max(hi, p[i]);
   }
-  if (lo > hi) return;
   Stats& s = stats_[name];
+  s.nonfinite |= nonfinite;
+  if (lo > hi) return;
   if (!s.seen) {
     s.min = lo;
     s.max = hi;
@@ -249,7 +254,7 @@ Status RangeCollector::collect(std::shared_ptr<const Model> model, const Calibra
 
 bool RangeCollector::range(const std::string& name, Method method, float* lo, float* hi) const {
   auto it = stats_.find(name);
-  if (it == stats_.end() || !it->second.seen) return false;
+  if (it == stats_.end() || !it->second.seen || it->second.nonfinite) return false;
   const Stats& s = it->second;
   *lo = std::min(s.min, 0.0f);
   *hi = std::max(s.max, 0.0f);

@@ -49,13 +49,14 @@ class RangeCollector {
   /// outputs of each batch are kept in `*outputs` (the reference for output cosines).
   Status collect(std::shared_ptr<const Model> model, const CalibrationData& data, Method method, int threads,
                  const Progress& progress, std::vector<NamedTensors>* outputs);
-  /// The range to quantize `name` with (false when it was never seen).
+  /// The range to quantize `name` with (false when it was never seen or held inf/NaN).
   bool range(const std::string& name, Method method, float* lo, float* hi) const;
 
  private:
   struct Stats {
     float min = 0, max = 0;
     bool seen = false;
+    bool nonfinite = false;    // held inf/NaN (an attention mask's -inf): not quantized
     std::vector<double> hist;  // kBins over [min, max]
   };
   void observe_minmax(const std::string& name, const Tensor& t);

@@ -88,6 +88,10 @@ struct Planner {
     }
     if (op == "Add") {
       if (in.size() != 2 || !act(n.outputs[0])) return Role::kFloat;
+      if (bias_of_matmul(n) >= 0) {
+        absorbed.insert(in[static_cast<size_t>(1 - bias_of_matmul(n))]);
+        return Role::kBiasAdd;
+      }
       int acts = 0;
       for (const auto& v : in) {
         if (act(v)) ++acts;
@@ -111,18 +115,51 @@ struct Planner {
       auto it = producer.find(input(0));
       if (it == producer.end()) return Role::kFloat;
       const Role pr = role_of(it->second);
-      if (pr != Role::kCompute && pr != Role::kBinary) return Role::kFloat;
+      if (pr != Role::kCompute && pr != Role::kBinary && pr != Role::kBiasAdd) return Role::kFloat;
       if (graph_outputs.count(input(0)) || consumers[input(0)].size() != 1) return Role::kFloat;
       absorbed.insert(input(0));
       return Role::kAbsorbed;
     }
     return Role::kFloat;
   }
+  // Add(MatMul(x, W[K,N]), b[N]) with the MatMul quantized and read by this Add only: the slot of b, else -1.
+  int bias_of_matmul(const Node& n) const {
+    for (int s = 0; s < 2; ++s) {
+      const std::string& b = n.inputs[static_cast<size_t>(s)];
+      const std::string& m = n.inputs[static_cast<size_t>(1 - s)];
+      const Tensor* bt = g.find_initializer(b);
+      auto it = producer.find(m);
+      if (!bt || bt->dtype() != DType::kF32 || bt->rank() != 1 || it == producer.end()) continue;
+      const Node& mm = g.nodes[static_cast<size_t>(it->second)];
+      const Tensor* w = mm.op_type == "MatMul" && mm.inputs.size() > 1 ? g.find_initializer(mm.inputs[1]) : nullptr;
+      if (!w || role_of(it->second) != Role::kCompute || w->rank() != 2 || w->dim(1) != bt->numel()) continue;
+      auto c = consumers.find(m);
+      if (c == consumers.end() || c->second.size() != 1 || graph_outputs.count(m)) continue;
+      return s;
+    }
+    return -1;
+  }
+  int bias_of_matmul_cached(int i) const {
+    const Node& n = g.nodes[static_cast<size_t>(i)];
+    for (int s = 0; s < 2; ++s)
+      if (g.find_initializer(n.inputs[static_cast<size_t>(s)]) && absorbed.count(n.inputs[static_cast<size_t>(1 - s)]))
+        return s;
+    return -1;
+  }
+  // An initializer, or the value of a Constant node.
+  const Tensor* constant(const std::string& v) const {
+    if (const Tensor* t = g.find_initializer(v)) return t;
+    auto it = producer.find(v);
+    if (it == producer.end()) return nullptr;
+    const Node& c = g.nodes[static_cast<size_t>(it->second)];
+    const Attribute* a = c.op_type == "Constant" ? c.attr("value") : nullptr;
+    return a && a->type == AttrType::kTensor ? &a->t : nullptr;
+  }
   bool absorbable_clip(const Node& n) const {
     if (n.op_type == "Relu") return true;
     if (const Attribute* a = n.attr("min")) return a->f >= 0;  // opset < 11
     if (n.inputs.size() < 2 || n.inputs[1].empty()) return false;
-    const Tensor* mn = g.find_initializer(n.inputs[1]);
+    const Tensor* mn = constant(n.inputs[1]);
     return mn && mn->numel() == 1 && mn->get_double(0) >= 0;
   }
 
@@ -272,6 +309,8 @@ struct Planner {
       if (r == Role::kCompute) {
         want(n.inputs[0]);
         if (n.op_type == "MatMul" && !is_init(n.inputs[1])) want(n.inputs[1]);
+      } else if (r == Role::kBiasAdd) {
+        // The MatMul's output is absorbed; only the Add's output is wrapped.
       } else if (r == Role::kBinary || (r == Role::kOwnRange && n.op_type == "Concat")) {
         for (const auto& v : n.inputs) want(v);
       } else if (r == Role::kOwnRange) {
@@ -329,6 +368,12 @@ struct Planner {
           rewire(i, 2, quantize_bias(n.inputs[2], params_of(n.inputs[0]).scale, scales));
           ++rewired_uses[n.inputs[2]];
         }
+      } else if (r == Role::kBiasAdd) {
+        const int slot = bias_of_matmul_cached(i);
+        const Node& mm = g.nodes[static_cast<size_t>(producer.at(n.inputs[static_cast<size_t>(1 - slot)]))];
+        auto [dq, scales] = quantize_weight(mm.inputs[1], 1);
+        rewire(i, slot, quantize_bias(n.inputs[static_cast<size_t>(slot)], params_of(mm.inputs[0]).scale, scales));
+        ++rewired_uses[n.inputs[static_cast<size_t>(slot)]];
       } else if (r == Role::kBinary) {
         for (size_t s = 0; s < n.inputs.size(); ++s)
           if (is_init(n.inputs[s])) {
@@ -343,7 +388,7 @@ struct Planner {
     for (int i = 0; i < count; ++i) {
       const Node& n = g.nodes[static_cast<size_t>(i)];
       if (kept[static_cast<size_t>(i)]) plan.kept.push_back(n.name);
-      else if (role_of(i) == Role::kFloat) plan.left_float[n.op_type].push_back(n.name);
+      else if (role_of(i) == Role::kFloat && n.op_type != "Constant") plan.left_float[n.op_type].push_back(n.name);
     }
     return Status::ok();
   }

@@ -21,7 +21,8 @@ using RangeFn = std::function<bool(const std::string& tensor, float* lo, float* 
 /// uint8 asymmetric parameters of [lo, hi] (0 always representable).
 void activation_params(float lo, float hi, float* scale, uint8_t* zero_point);
 
-enum class Role { kFloat, kCompute, kBinary, kOwnRange, kPassThrough, kAbsorbed };
+/// kBiasAdd: Add(MatMul output, 1-D bias constant) taken into the MatMul (int32 bias, no Q/DQ between).
+enum class Role { kFloat, kCompute, kBinary, kOwnRange, kPassThrough, kAbsorbed, kBiasAdd };
 
 struct QdqPlan {
   OnnxGraphEdit edit;

@@ -148,15 +148,20 @@ struct Session {
       }
     }
     if (best_drop < 0) return not_found("no quantized layer left to keep in float");
-    // An absorbed Relu/Clip goes with its producer: keep the producer instead.
-    if (best.op_type == "Relu" || best.op_type == "Clip") {
-      for (const Node& n : g.nodes)
-        if (n.name == best.node && !n.inputs.empty())
-          for (const Node& pnode : g.nodes)
-            if (!pnode.outputs.empty() && pnode.outputs[0] == n.inputs[0] && !keep.count(pnode.name)) {
-              best.node = pnode.name;
-              best.op_type = pnode.op_type;
-            }
+    // An absorbed Relu/Clip, or a bias Add taken into its MatMul, goes with its producer: keep that instead.
+    for (int hop = 0; hop < 2; ++hop) {
+      size_t idx = 0;
+      while (idx < g.nodes.size() && g.nodes[idx].name != best.node) ++idx;
+      if (idx == g.nodes.size() || (p.roles[idx] != Role::kAbsorbed && p.roles[idx] != Role::kBiasAdd)) break;
+      for (const std::string& in : g.nodes[idx].inputs) {
+        if (in.empty() || g.find_initializer(in)) continue;
+        for (const Node& pnode : g.nodes)
+          if (!pnode.outputs.empty() && pnode.outputs[0] == in && !keep.count(pnode.name)) {
+            best.node = pnode.name;
+            best.op_type = pnode.op_type;
+          }
+        break;
+      }
     }
     return best;
   }

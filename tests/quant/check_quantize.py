@@ -84,9 +84,17 @@ def check_structure(path, float_path):
                     sys.exit("FAIL: %s: %s: weight/bias zero points must be 0" % (name, n.name))
             else:
                 sys.exit("FAIL: %s: %s zero point dtype %s" % (name, n.name, z.dtype))
+    def int32_dq(v):
+        p = producer.get(v)
+        return p is not None and p.op_type == "DequantizeLinear" and p.input[0] in inits and inits[p.input[0]].dtype == np.int32
+
+    def bias_add(n):  # Add(MatMul output, int32 bias): taken into the MatMul
+        return n.op_type == "Add" and any(int32_dq(v) for v in n.input) and any(
+            producer.get(v) is not None and producer[v].op_type == "MatMul" for v in n.input)
+
     wrapped = 0
     for n in m.graph.node:
-        if n.op_type not in ("Conv", "Gemm", "MatMul", "Add"):
+        if n.op_type not in ("Conv", "Gemm", "MatMul", "Add") or bias_add(n):
             continue
         for k, i in enumerate(n.input):
             p = producer.get(i)
@@ -94,6 +102,8 @@ def check_structure(path, float_path):
                 sys.exit("FAIL: %s: %s input %d '%s' does not come from a DequantizeLinear" % (name, n.name, k, i))
         out = n.output[0]
         users = consumers.get(out, [])
+        if len(users) == 1 and bias_add(users[0]):
+            users = consumers.get(users[0].output[0], [])
         if len(users) == 1 and users[0].op_type in ("Relu", "Clip"):
             users = consumers.get(users[0].output[0], [])
         if not users or any(u.op_type != "QuantizeLinear" for u in users):
