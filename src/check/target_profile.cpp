@@ -75,7 +75,10 @@ std::string opset_list(const std::vector<int64_t>& v) {
   for (size_t i = 1; i < v.size(); ++i) contiguous &= v[i] == v[i - 1] + 1;
   if (contiguous && v.size() > 2) return std::to_string(v.front()) + "-" + std::to_string(v.back());
   std::string s;
-  for (int64_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  for (int64_t x : v) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(x);
+  }
   return s;
 }
 

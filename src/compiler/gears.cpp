@@ -30,7 +30,10 @@ StatusOr<const CompiledGear*> select_gear(const CompiledModel& model, int64_t ba
   const CompiledGear* g = batch >= 1 ? model.gear_for_batch(batch) : nullptr;
   if (g) return g;
   std::string sizes;
-  for (const CompiledGear& cg : model.gears) sizes += (sizes.empty() ? "" : ",") + std::to_string(cg.batch);
+  for (const CompiledGear& cg : model.gears) {
+    if (!sizes.empty()) sizes += ',';
+    sizes += std::to_string(cg.batch);
+  }
   return invalid_argument("batch " + std::to_string(batch) + " is not covered by the compiled batch sizes " + sizes +
                           (batch >= 1 ? "; recompile with a larger --dynamic-batch gear" : "; give at least one sample"));
 }

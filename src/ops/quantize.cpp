@@ -152,7 +152,7 @@ Status infer_quantize(InferContext& ctx) {
   RETURN_IF_ERROR(check_float_scale(ctx, s.dtype, "y_scale"));
   QLayout q;
   RETURN_IF_ERROR(quant_layout(ctx, x, s, zp, &q));
-  DType out;
+  DType out = DType::kUndefined;
   RETURN_IF_ERROR(quantize_out_type(ctx, zp ? zp->dtype : DType::kUndefined, &out));
   if (zp && zp->dtype == DType::kUndefined) out = DType::kUndefined;
   ctx.set_output(0, TensorType{out, x.shape});
@@ -172,7 +172,7 @@ Status k_quantize(KernelContext& ctx) {
   if (zp && zp->numel() != s.numel())
     return ctx.error("input 'y_zero_point' has " + std::to_string(zp->numel()) + " elements but 'y_scale' has " +
                      std::to_string(s.numel()));
-  DType out_t;
+  DType out_t = DType::kUndefined;
   RETURN_IF_ERROR(quantize_out_type(ctx, zp ? zp->dtype() : DType::kUndefined, &out_t));
   float lo = 0, hi = 0;
   quant_range(out_t, &lo, &hi);

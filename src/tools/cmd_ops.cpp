@@ -30,7 +30,10 @@ int cmd_ops_train(const OpsOptions& opt) {
     if (d.inputs == ~0ull) return std::string("all");
     std::string s;
     for (int i = 0; i < 64; ++i)
-      if ((d.inputs >> i) & 1u) s += (s.empty() ? "" : ",") + std::to_string(i);
+      if ((d.inputs >> i) & 1u) {
+        if (!s.empty()) s += ',';
+        s += std::to_string(i);
+      }
     return s.empty() ? std::string("none") : s;
   };
   if (opt.json) {

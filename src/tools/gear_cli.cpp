@@ -11,7 +11,10 @@ bool GearedModel::geared() const { return compiled && has_batch_gears(*compiled)
 std::string GearedModel::gear_list() const {
   std::string s;
   if (geared())
-    for (const CompiledGear& g : compiled->gears) s += (s.empty() ? "" : ",") + std::to_string(g.batch);
+    for (const CompiledGear& g : compiled->gears) {
+      if (!s.empty()) s += ',';
+      s += std::to_string(g.batch);
+    }
   return s;
 }
 

@@ -44,7 +44,10 @@ StatusOr<DataSource> open_data_source(const std::string& path, const DataOptions
         bool ok = dims.size() == s.dims.size() + 1;
         for (size_t i = 1; ok && i < dims.size(); ++i) ok = !dims[i].is_known() || dims[i].value == s.dims[i - 1];
         std::string got = "[";
-        for (size_t i = 0; i < s.dims.size(); ++i) got += (i ? "," : "") + std::to_string(s.dims[i]);
+        for (size_t i = 0; i < s.dims.size(); ++i) {
+          if (i) got += ',';
+          got += std::to_string(s.dims[i]);
+        }
         got += "]";
         if (!ok)
           return invalid_argument("'" + path + "': samples of input '" + s.name + "' are " + got + ", the model wants " +

@@ -231,7 +231,7 @@ void TcpStoreServer::serve() {
           c.said_goodbye = true;
           reply = "O";
         } else {
-          reply = "E";
+          reply = std::string("E");
           put_str(&reply, "malformed request");
         }
         if (!write_all(c.fd, framed(reply))) {
@@ -342,8 +342,10 @@ Status TcpStoreClient::set(const std::string& key, const std::vector<char>& valu
 StatusOr<std::optional<std::vector<char>>> TcpStoreClient::try_get(const std::string& key) {
   std::string p = "G";
   put_str(&p, key);
-  ASSIGN_OR_RETURN(std::string reply, request(p));
-  if (reply[0] != 'V') return std::optional<std::vector<char>>();
+  auto answer = request(p);
+  if (!answer.is_ok()) return answer.status();
+  const std::string& reply = answer.value();
+  if (reply.empty() || reply[0] != 'V') return std::optional<std::vector<char>>();
   size_t q = 1;
   std::string v;
   get_str(reply, &q, &v);

@@ -27,7 +27,8 @@ class ModelBuilder {
     return name;
   }
   std::string constant(Tensor t) {
-    std::string name = "c" + std::to_string(counter_++);
+    std::string name = "c";
+    name += std::to_string(counter_++);
     model_->graph.initializers[name] = t;
     model_->graph.value_types[name] = t.type();
     return name;

@@ -214,7 +214,9 @@ TEST(NhwcLayout, OnlyForTheCpuDevice) {
   oo.device = "cpu-ref";
   PassContext ctx{oo};
   for (const GraphPass& p : graph_passes())
-    if (std::string(p.name) == "nhwc_layout") ASSERT_TRUE(p.run(copy.get(), ctx).is_ok());
+    if (std::string(p.name) == "nhwc_layout") {
+      ASSERT_TRUE(p.run(copy.get(), ctx).is_ok());
+    }
   EXPECT_EQ(ctx.changes, 0);
   EXPECT_EQ(count_ops(*copy, "Conv"), 1);
 }

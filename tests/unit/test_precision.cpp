@@ -239,7 +239,7 @@ TEST(FixSearch, GreedyFollowsTheFirstDivergingNode) {
 
 TEST(FixSearch, BisectionAndPruningWithoutDivergenceHints) {
   std::vector<std::string> cands;
-  for (int i = 0; i < 40; ++i) cands.push_back("n" + std::to_string(i));
+  for (int i = 0; i < 40; ++i) cands.push_back(std::string("n").append(std::to_string(i)));
   // Passes when n13 and n29 are kept; no node alone is "diverging" (accumulated error).
   FixEvaluator eval = [](const std::vector<std::string>& keep, bool) -> StatusOr<FixProbe> {
     std::set<std::string> k(keep.begin(), keep.end());

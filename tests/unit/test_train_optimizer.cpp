@@ -128,8 +128,8 @@ void run_steps(Optimizer& opt, std::map<std::string, Tensor>& ref, std::vector<T
   for (int s = begin; s < end; ++s) {
     std::vector<ParamRef> refs;
     for (size_t i = 0; i < params.size(); ++i) {
-      const std::string g = "g" + std::to_string(s) + "_" + std::to_string(i);
-      refs.push_back({"p" + std::to_string(i), &params[i], ref.count(g) ? &ref[g] : nullptr});
+      const std::string g = std::string("g").append(std::to_string(s)).append("_").append(std::to_string(i));
+      refs.push_back({std::string("p").append(std::to_string(i)), &params[i], ref.count(g) ? &ref[g] : nullptr});
     }
     Status st = opt.step(refs, lrs.data<double>()[s]);
     ASSERT_TRUE(st.is_ok()) << st.to_string();
@@ -156,7 +156,7 @@ TEST_P(TrainOptimTorchIsa, StepsStateRoundTripAndNoneGrads) {
     auto ref = load_npz(dir + "/optim_" + row[0] + ".npz");
     auto fresh = [&] {
       std::vector<Tensor> params;
-      for (int i = 0; i < nparams; ++i) params.push_back(ref["p" + std::to_string(i)].clone());
+      for (int i = 0; i < nparams; ++i) params.push_back(ref[std::string("p").append(std::to_string(i))].clone());
       return params;
     };
     // Straight 10 steps.
@@ -166,7 +166,7 @@ TEST_P(TrainOptimTorchIsa, StepsStateRoundTripAndNoneGrads) {
     run_steps(*made.value(), ref, params, 0, 10);
     Diff total;
     for (int i = 0; i < nparams; ++i) {
-      const Diff d = compare(params[i], ref["final_p" + std::to_string(i)]);
+      const Diff d = compare(params[i], ref[std::string("final_p").append(std::to_string(i))]);
       total.max_rel = std::max(total.max_rel, d.max_rel);
       total.mismatches += d.mismatches;
     }
@@ -260,7 +260,7 @@ TEST(TrainOptimTorch, ClipGradNormMatches) {
     SCOPED_TRACE(row[0]);
     auto ref = load_npz(dir + "/clip_" + row[0] + ".npz");
     std::vector<Tensor> grads;
-    for (int i = 0; i < std::stoi(row[2]); ++i) grads.push_back(ref["g" + std::to_string(i)].clone());
+    for (int i = 0; i < std::stoi(row[2]); ++i) grads.push_back(ref[std::string("g").append(std::to_string(i))].clone());
     std::vector<Tensor*> ptrs;
     for (Tensor& g : grads) ptrs.push_back(&g);
     ptrs.insert(ptrs.begin() + 1, nullptr);  // a None gradient is skipped
@@ -281,7 +281,7 @@ TEST(TrainOptimTorch, ClipGradNormMatches) {
     EXPECT_NEAR(norm.value(), want, 1e-6 * want);
     double max_rel = 0;
     for (size_t i = 0; i < grads.size(); ++i) {
-      max_rel = std::max(max_rel, compare(grads[i], ref["c" + std::to_string(i)]).max_rel);
+      max_rel = std::max(max_rel, compare(grads[i], ref[std::string("c").append(std::to_string(i))]).max_rel);
     }
     EXPECT_LE(max_rel, 1e-6);
     std::printf("  clip %-12s norm rel diff %.3g, grads max rel diff %.3g\n", row[0].c_str(),
