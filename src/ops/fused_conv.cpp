@@ -256,8 +256,11 @@ void register_fused_conv_ops(OpRegistry& r) {
   vector<AttrSpec> avgpool = spatial;
   avgpool.push_back({"ceil_mode", AttrType::kInt});
   avgpool.push_back({"count_include_pad", AttrType::kInt});
+  vector<DType> maxpool_types = kFloatTypes;  // and 8-bit: MaxPool in an int8 region (qdq_fusion)
+  maxpool_types.push_back(DType::kU8);
+  maxpool_types.push_back(DType::kI8);
   r.add(OpSchema{.name = "NhwcMaxPool", .domain = "com.ferry", .since_version = 1, .attrs = maxpool,
-                 .types = kFloatTypes, .infer = infer_nhwc_pool<kMaxPool>, .kernel = k_nhwc_pool<kMaxPool>});
+                 .types = maxpool_types, .infer = infer_nhwc_pool<kMaxPool>, .kernel = k_nhwc_pool<kMaxPool>});
   r.add(OpSchema{.name = "NhwcAveragePool", .domain = "com.ferry", .since_version = 1, .attrs = avgpool,
                  .types = kFloatTypes, .infer = infer_nhwc_pool<kAveragePool>, .kernel = k_nhwc_pool<kAveragePool>});
   r.add(OpSchema{.name = "NhwcGlobalAveragePool", .domain = "com.ferry", .since_version = 1, .types = kFloatTypes,

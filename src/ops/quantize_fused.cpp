@@ -6,7 +6,8 @@
 // Inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point (optional), y_scale, y_zero_point,
 //   B (int32, optional), z, z_scale, z_zero_point (the residual, optional), mid_scale, mid_zero_point
 //   (the Q/DQ pair between the convolution and the residual Add, optional).
-// Attributes: Conv's, conv_relu (Relu on the convolution's result), relu (Relu after the residual).
+// Attributes: Conv's, conv_relu (Relu on the convolution's result), relu (Relu after the residual),
+//   channels_last (x, z and y are N x H x W x C; set by the nhwc_layout pass; w stays M x C/group x kH x kW).
 // Semantics (the reference kernel below, f32 arithmetic in this order):
 //   acc  = ConvInteger(x - x_zp, w - w_zp) + B                    exact int32
 //   s1   = mid_scale if given else y_scale
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <vector>
 
+#include "ops/data_movement.h"
 #include "ops/op_util.h"
 #include "ops/quantize_util.h"
 
@@ -34,12 +36,27 @@ enum QConvInput : int64_t {
   kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB, kZ, kZScale, kZZp, kMidScale, kMidZp, kNumInputs
 };
 
+const vector<int64_t> kToNchw = {0, 3, 1, 2};
+const vector<int64_t> kToNhwc = {0, 2, 3, 1};
+
+TensorType permuted_type(const TensorType& t, const vector<int64_t>& perm) {
+  if (!t.shape || t.shape->rank() != 4) return t;
+  Shape s;
+  for (int64_t p : perm) s.dims.push_back(t.shape->dims[p]);
+  return TensorType{t.dtype, s};
+}
+
 const OpSchema& conv_integer_schema() { return *op_registry().find("", "ConvInteger", 10); }
 
 const TensorType* opt_type(InferContext& ctx, int64_t i) { return ctx.has_input(i) ? &ctx.input_type(i) : nullptr; }
 
 Status infer_qconv_fused(InferContext& ctx) {
-  vector<const TensorType*> types = {&ctx.input_type(kX), &ctx.input_type(kW), opt_type(ctx, kXZp), opt_type(ctx, kWZp)};
+  const bool cl = ctx.get_int("channels_last", 0) != 0;
+  if (cl && ctx.input_type(kX).shape && ctx.input_type(kX).shape->rank() != 4)
+    return ctx.error("input 'x' must be 4-D (N x H x W x C) when channels_last = 1, got " +
+                     ctx.input_type(kX).shape->to_string());
+  const TensorType x = cl ? permuted_type(ctx.input_type(kX), kToNchw) : ctx.input_type(kX);
+  vector<const TensorType*> types = {&x, &ctx.input_type(kW), opt_type(ctx, kXZp), opt_type(ctx, kWZp)};
   vector<const Tensor*> values = {nullptr, nullptr, nullptr, nullptr};
   InferContext base(ctx.node(), 10, types, values);
   RETURN_IF_ERROR(conv_integer_schema().infer(base));
@@ -54,6 +71,7 @@ Status infer_qconv_fused(InferContext& ctx) {
   if (ctx.has_input(kMidScale) != ctx.has_input(kMidZp))
     return ctx.error("inputs 'mid_scale' and 'mid_zero_point' (12-13) must be given together");
   TensorType out{yt, base.outputs()[0].shape};
+  if (cl) out = permuted_type(out, kToNhwc);
   if (ctx.has_input(kZ)) {
     const TensorType& z = ctx.input_type(kZ);
     RETURN_IF_ERROR(check_8bit(ctx, z.dtype, "z"));
@@ -75,7 +93,13 @@ Status scalar_input(KernelContext& ctx, int64_t i, const char* name, float* v) {
 
 Status k_qconv_fused(KernelContext& ctx) {
   // acc = ConvInteger(x, w, x_zp, w_zp) by its reference kernel (the oracle for the integer part).
-  vector<Value> in = {Value(ctx.input(kX)), Value(ctx.input(kW)), Value(ctx.input(kXZp)), Value()};
+  const bool cl = ctx.get_int("channels_last", 0) != 0;
+  if (cl && ctx.input(kX).rank() != 4) return ctx.error("input 'x' must be 4-D when channels_last = 1");
+  Tensor x = ctx.input(kX);
+  if (cl) {
+    ASSIGN_OR_RETURN(x, dm::permute(x, kToNchw));
+  }
+  vector<Value> in = {Value(x), Value(ctx.input(kW)), Value(ctx.input(kXZp)), Value()};
   vector<const Value*> ptrs = {&in[0], &in[1], &in[2], nullptr};
   if (ctx.has_input(kWZp)) {
     in[3] = Value(ctx.input(kWZp));
@@ -117,10 +141,14 @@ Status k_qconv_fused(KernelContext& ctx) {
     RETURN_IF_ERROR(scalar_input(ctx, kZScale, "z_scale", &zs));
     RETURN_IF_ERROR(scalar_input(ctx, kZZp, "z_zero_point", &zz));
     RETURN_IF_ERROR(check_8bit(ctx, ctx.input(kZ).dtype(), "z"));
-    if (ctx.input(kZ).dims() != od)
+    Tensor zt = ctx.input(kZ);
+    if (cl && zt.rank() == 4) {
+      ASSIGN_OR_RETURN(zt, dm::permute(zt, kToNchw));
+    }
+    if (zt.dims() != od)
       return ctx.error("input 'z' has shape " + dims_to_string(ctx.input(kZ).dims()) + "; expected the output's " +
-                       dims_to_string(od));
-    z = to_int32(ctx.input(kZ));
+                       dims_to_string(od) + (cl ? " (as NCHW)" : ""));
+    z = to_int32(zt);
   }
   const bool conv_relu = ctx.get_int("conv_relu", 0) != 0, relu = ctx.get_int("relu", 0) != 0;
   vector<float> mul(static_cast<size_t>(M));
@@ -140,8 +168,12 @@ Status k_qconv_fused(KernelContext& ctx) {
     if (relu) v = std::max(v, 0.0f);
     q[i] = quantize_value(v, yz, lo, hi);
   }
-  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, yt, od, false));
-  store_quantized(q, y);
+  ASSIGN_OR_RETURN(Tensor y, Tensor::try_allocate(yt, od));
+  store_quantized(q, &y);
+  if (cl) {
+    ASSIGN_OR_RETURN(y, dm::permute(y, kToNhwc));
+  }
+  ctx.set_output(0, std::move(y));
   return Status::ok();
 }
 
@@ -152,7 +184,8 @@ void register_quantize_fused_ops(OpRegistry& r) {
                  .max_inputs = kNumInputs,
                  .attrs = {{"auto_pad", AttrType::kString}, {"dilations", AttrType::kInts}, {"group", AttrType::kInt},
                            {"kernel_shape", AttrType::kInts}, {"pads", AttrType::kInts}, {"strides", AttrType::kInts},
-                           {"conv_relu", AttrType::kInt}, {"relu", AttrType::kInt}},
+                           {"conv_relu", AttrType::kInt}, {"relu", AttrType::kInt},
+                           {"channels_last", AttrType::kInt}},
                  .types = {DType::kU8, DType::kI8}, .infer = infer_qconv_fused, .kernel = k_qconv_fused});
 }
 

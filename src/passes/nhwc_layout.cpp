@@ -3,7 +3,8 @@
 // are inserted only at region edges.
 //
 // A region grows from every 2-D convolution with constant weights (Conv / FusedConv become FusedConv
-// with channels_last = 1) through the ops that do not care about the layout or have an NHWC form:
+// with channels_last = 1; so does the int8 com.ferry.QConvFused) through the ops that do not care
+// about the layout or have an NHWC form (an 8-bit MaxPool too: src/backends/cpu/dnnl_int8.cpp):
 //   - unary activations (Relu, Sigmoid, Clip, ...) and com.ferry.Gelu;
 //   - Add / Sub / Mul / Div of 4-D values (constants are permuted to match, e.g. a [C,1,1] scale);
 //   - Concat of 4-D values (the axis is remapped);
@@ -80,7 +81,7 @@ std::string permuted_axis_constant(Graph& g, const std::string& v) {
   return name;
 }
 
-enum class Kind { kNone, kConv, kPool, kUnary, kBinary, kConcat, kResize };
+enum class Kind { kNone, kConv, kQConv, kPool, kUnary, kBinary, kConcat, kResize };
 
 Kind kind_of(const Graph& g, const Node& n) {
   static const std::unordered_set<std::string> unary = {"Relu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "HardSigmoid",
@@ -93,6 +94,12 @@ Kind kind_of(const Graph& g, const Node& n) {
     if (cl && cl->i != 0) return Kind::kNone;
     if (rank_of(g, n.inputs[0]) != 4 || !constant_value(g, n.inputs[1])) return Kind::kNone;
     return Kind::kConv;
+  }
+  if (n.domain == kFerryDomain && n.op_type == "QConvFused") {  // int8 (qdq_fusion): x and the residual z
+    const Attribute* cl = n.attr("channels_last");
+    if ((cl && cl->i != 0) || rank_of(g, n.inputs[0]) != 4 || n.inputs.size() < 4 || !constant_value(g, n.inputs[3]))
+      return Kind::kNone;
+    return Kind::kQConv;
   }
   if (n.domain == kFerryDomain && n.op_type == "Gelu") return Kind::kUnary;
   if (!is_onnx(n)) return Kind::kNone;
@@ -110,6 +117,7 @@ Kind kind_of(const Graph& g, const Node& n) {
 bool layout_input(Kind k, size_t i) {
   switch (k) {
     case Kind::kConv: return i == 0 || i == 3;
+    case Kind::kQConv: return i == 0 || i == 9;
     case Kind::kPool:
     case Kind::kResize:
     case Kind::kUnary: return i == 0;
@@ -168,7 +176,9 @@ Node make_transpose(const std::string& in, const std::string& out, const std::ve
 }
 
 void to_nhwc_op(Node* n, Kind k) {
-  if (k == Kind::kConv) {
+  if (k == Kind::kQConv) {
+    set_attr(n, "channels_last", int64_t(1));
+  } else if (k == Kind::kConv) {
     if (n->origin.empty() && n->op_type == "Conv") n->origin = {n->name};
     n->op_type = "FusedConv";
     n->domain = kFerryDomain;
@@ -196,7 +206,7 @@ Status run_nhwc_layout(Model* model, PassContext& ctx) {
     const Node& n = g.nodes[i];
     const Kind k = kind_of(g, n);
     if (k == Kind::kNone || !convertible_inputs(g, n, k)) continue;
-    bool from_region = k == Kind::kConv;
+    bool from_region = k == Kind::kConv || k == Kind::kQConv;
     for (size_t j = 0; j < n.inputs.size() && !from_region; ++j) {
       const long p = uses.producer_of(n.inputs[j]);
       from_region = layout_input(k, j) && p >= 0 && nhwc[p];
