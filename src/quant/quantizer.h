@@ -17,7 +17,7 @@ struct QuantizeOptions {
   std::string model_path;
   std::string out_path;
   CalibrationDataOptions data;
-  Method method = Method::kMinMax;
+  Method method = Method::kPercentile;  // the most accurate on the zoo (docs/quantization.md)
   std::vector<std::string> keep_fp32;  // node names (or first output names)
   double target_cosine = 0;            // 0: no search
   int max_kept_layers = 24;            // the search gives up after keeping this many

@@ -16,7 +16,7 @@ struct QuantizeCliOptions {
   std::string model;
   std::string calibration;
   std::string out;
-  std::string method = "minmax";
+  std::string method = "percentile";
   int64_t image_size = 0;
   int64_t batch = 8;
   int64_t samples = 0;
@@ -130,7 +130,7 @@ const bool kRegistered = register_command({"quantize", 55, [](CLI::App& app) {
                   "or an image folder with --image-size")
       ->required();
   cmd->add_option("-o,--out", opt->out, "The quantized model to write (.onnx)")->required();
-  cmd->add_option("--method", opt->method, "Activation ranges: minmax (default), entropy, percentile");
+  cmd->add_option("--method", opt->method, "Activation ranges: percentile (default: clip 0.001% of each tail), minmax, entropy");
   cmd->add_option("--image-size", opt->image_size, "The calibration folder holds images: eval transform to SxS")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--batch", opt->batch, "Samples per calibration run (default 8)")->check(CLI::PositiveNumber);
