@@ -2,8 +2,8 @@
 train_models.py, 2 ranks, 6 steps of SGD momentum: rank 0's per-step losses and the final weights
 (BN statistics included) within 1e-4 relative, for `--nproc 2` and for the environment launch
 (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT); `--sync-bn` on 2 ranks against torch.nn.SyncBatchNorm's
-math (see sync_bn_reference), on one process exactly plain BatchNorm, and refused without
-BatchNorm. Then the failures that must never hang: a missing
+math (see sync_bn_reference), on one process exactly plain BatchNorm, refused without
+BatchNorm, and a peer killed mid-exchange stopping the survivor. Then the failures that must never hang: a missing
 peer (exit 2 within a short --dist-timeout, naming the rank and the address), a peer killed by
 SIGKILL mid-run (the survivor exits non-zero naming it; the last checkpoint resumes on one
 process, and on two bit for bit as the uninterrupted run), a worker of --nproc killed (the
@@ -261,6 +261,24 @@ p = subprocess.run([FERRY, "train", os.path.join(WORK, "nobn.onnx"), "--data", o
                     "2", "--steps", "1", "-q", "--sync-bn", *OPT], capture_output=True, text=True, timeout=60)
 if p.returncode != 2 or "--sync-bn" not in p.stderr or "no BatchNormalization" not in p.stderr:
     fail(f"--sync-bn without BatchNorm: exit {p.returncode}, expected 2 saying the model has no BatchNormalization:\n{p.stderr}")
+# A peer killed while the ranks exchange BatchNorm statistics inside the step: the survivor stops at once.
+port = free_port()
+log = os.path.join(WORK, "syncbn_killed.jsonl")
+if os.path.exists(log):
+    os.remove(log)
+procs = [subprocess.Popen([FERRY, *train_args("syncbn_killed", steps=100000, out=False), "--sync-bn", "--threads", "1",
+                           "--dist-timeout", "20"], env=rank_env(r, port), stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True) for r in range(WORLD)]
+deadline = time.time() + 30
+while time.time() < deadline and not (os.path.exists(log) and sum(1 for _ in open(log)) >= 10):
+    time.sleep(0.05)
+procs[1].send_signal(signal.SIGKILL)
+t = time.time()
+(rc0, err0), _ = wait_all(procs, 30)
+took = time.time() - t
+print(f"--sync-bn, rank 1 killed: rank 0 exit {rc0} after {took:.1f} s: {err0.strip()[:300]}")
+if rc0 == 0 or "rank 1 was lost" not in err0 or took > 25:
+    fail(f"--sync-bn, rank 1 killed: rank 0 exited {rc0} after {took:.1f} s, expected non-zero naming 'rank 1 was lost':\n{err0}")
 print(f"sync-bn checks: {time.time() - t_sync:.1f} s")
 
 # --- a missing peer: rank 0 alone, then rank 1 alone ---
