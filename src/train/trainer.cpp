@@ -120,7 +120,6 @@ class Trainer {
   Status save_checkpoint(int64_t k);
   Status evaluate(int64_t k, int64_t epoch);
   Status export_model();
-  std::map<std::string, Tensor> weights() const;
   void log(const json& j) {
     if (log_) {
       log_ << j.dump() << "\n";
@@ -461,8 +460,6 @@ Status Trainer::step(int64_t k) {
   summary_.steps_done = k;
   return Status::ok();
 }
-
-std::map<std::string, Tensor> Trainer::weights() const { return values_; }
 
 Status Trainer::save_checkpoint(int64_t k) {
   if (!rank0()) return Status::ok();
