@@ -5,6 +5,7 @@
 // bit for bit with power-of-two scales (every f32 step is then exact, so only the integer math counts),
 // and within one quantization step with arbitrary scales (f32 rounding next to a tie; see the op's header).
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -252,6 +253,35 @@ TEST(QdqFusion, Int8RegionStaysInt8) {
                                &exact);
   EXPECT_LE(dr, 2);
   EXPECT_GE(exact, 0.95);
+}
+
+// The cpu backend's QuantizeLinear / DequantizeLinear / 8-bit Transpose kernels: bit for bit the reference
+// (ties of x / scale included: inputs on exact half steps).
+TEST(QdqFusion, QuantizeDequantizeTransposeKernelsMatchReference) {
+  for (DType dt : {DType::kU8, DType::kI8}) {
+    ModelBuilder b(13);
+    auto x = b.input("x", {2, 3, 5, 7});
+    Tensor zp = Tensor::allocate(dt, {});
+    if (dt == DType::kU8) zp.mutable_data<uint8_t>()[0] = 100;
+    else zp.mutable_data<int8_t>()[0] = -3;
+    const std::string s = b.scalar(0.25f), z = b.constant(zp);
+    auto q = b.node("QuantizeLinear", {x, s, z});
+    auto t = b.node("Transpose", {q}, {{"perm", ints_attr({0, 2, 3, 1})}});
+    b.output(t);
+    b.output(b.node("DequantizeLinear", {t, s, z}));
+    auto model = b.build();
+    NamedTensors feeds = random_feeds(*model, 3);
+    float* px = feeds[0].second.mutable_data<float>();
+    for (int64_t i = 0; i < feeds[0].second.numel(); ++i) px[i] = std::round(px[i] * 40.f) / 8.f;  // many ties, some saturate
+    const NamedTensors ref = run_model(model, feeds, "cpu-ref"), cpu = run_model(model, feeds, "cpu");
+    ASSERT_EQ(ref.size(), 2u);
+    ASSERT_EQ(cpu.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      ASSERT_EQ(cpu[i].second.dims(), ref[i].second.dims());
+      ASSERT_EQ(cpu[i].second.dtype(), ref[i].second.dtype());
+      EXPECT_EQ(std::memcmp(cpu[i].second.raw(), ref[i].second.raw(), static_cast<size_t>(ref[i].second.nbytes())), 0);
+    }
+  }
 }
 
 TEST(QdqFusion, LeavesNonMatchingPatternsAlone) {

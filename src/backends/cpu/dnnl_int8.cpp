@@ -15,7 +15,8 @@
 // reorders per run against 24 ms of convolution). Plain NCHW nodes reorder in and out.
 //
 // Also here: 8-bit MaxPool / com.ferry.NhwcMaxPool (oneDNN pooling on u8/s8; the qdq_fusion pass makes
-// them of DQ -> MaxPool -> Q) and QuantizeLinear f32 -> u8/s8 with a per-tensor scale (a model's entry).
+// them of DQ -> MaxPool -> Q), QuantizeLinear / DequantizeLinear with a per-tensor scale (the region's
+// entry and exit) and the Transposes of 8-bit tensors at its edges (a oneDNN reorder).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -440,6 +441,125 @@ class QuantizeKernel : public Kernel {
   float scale_ = 1, zp_ = 0, lo_ = 0, hi_ = 255;
 };
 
+// ---- DequantizeLinear u8/s8 -> f32, per-tensor constant scale and zero point --------------------
+
+// The reference's formula: float(x - zp) * scale.
+template <class T>
+FERRY_VEC void dequantize_8bit(const T* x, int64_t n, int32_t zp, float scale, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(static_cast<int32_t>(x[i]) - zp) * scale;
+}
+
+class DequantizeKernel : public Kernel {
+ public:
+  DequantizeKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+
+  bool init(const Graph& graph) {
+    if (node_.inputs.size() < 2 || node_.outputs.size() != 1) return false;
+    const TensorType* xt = graph.find_type(node_.inputs[0]);
+    const Tensor* st = cpu::constant_input(graph, node_, 1);
+    if (!xt || !is_8bit(xt->dtype) || !st || st->dtype() != DType::kF32 || !scalar(graph, node_, 1, &scale_)) return false;
+    dtype_ = xt->dtype;
+    if (has(node_, 2)) {
+      const Tensor* z = cpu::constant_input(graph, node_, 2);
+      if (!z || z->numel() != 1 || z->dtype() != dtype_) return false;
+      zp_ = static_cast<int32_t>(z->get_int64(0));
+    }
+    return true;
+  }
+
+  Status compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    if (x.dtype() != dtype_) return fallback_(ctx);
+    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DType::kF32, x.dims(), false));
+    if (dtype_ == DType::kU8) dequantize_8bit(x.data<uint8_t>(), x.numel(), zp_, scale_, y->mutable_data<float>());
+    else dequantize_8bit(x.data<int8_t>(), x.numel(), zp_, scale_, y->mutable_data<float>());
+    return Status::ok();
+  }
+
+ private:
+  Node node_;
+  KernelFn fallback_;
+  DType dtype_ = DType::kU8;
+  float scale_ = 1;
+  int32_t zp_ = 0;
+};
+
+// ---- Transpose of 8-bit tensors (the int8 region's NCHW <-> NHWC edges) as a oneDNN reorder --------
+
+class Int8TransposeKernel : public Kernel {
+ public:
+  Int8TransposeKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+
+  bool init(const Graph& graph) {
+    if (node_.inputs.size() != 1 || node_.outputs.size() != 1) return false;
+    const TensorType* xt = graph.find_type(node_.inputs[0]);
+    const Attribute* perm = node_.attr("perm");
+    if (!xt || !is_8bit(xt->dtype) || !xt->shape || !perm) return false;
+    dtype_ = xt->dtype;
+    perm_ = perm->ints;
+    const int64_t r = xt->shape->rank();
+    if (r < 2 || r > 6 || static_cast<int64_t>(perm_.size()) != r) return false;
+    std::vector<bool> seen(static_cast<size_t>(r), false);
+    for (int64_t p : perm_) {
+      if (p < 0 || p >= r || seen[p]) return false;
+      seen[p] = true;
+    }
+    return true;
+  }
+
+  Status compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    if (x.dtype() != dtype_ || x.rank() != static_cast<int64_t>(perm_.size())) return fallback_(ctx);
+    auto plan = plans_.get(x.dims(), [this](const std::vector<int64_t>& d, Plan* p) { return make_plan(d, p); });
+    if (!plan.is_ok()) return fallback_(ctx);
+    const Plan* p = plan.value();
+    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, p->out_dims, false));
+    if (x.numel() == 0) return Status::ok();
+    try {
+      p->prim.execute(dnnl_stream(), {{DNNL_ARG_FROM, wrap(p->src, x)}, {DNNL_ARG_TO, wrap(p->dst, *y)}});
+      dnnl_stream().wait();
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    return Status::ok();
+  }
+
+ private:
+  struct Plan {
+    dnnl::reorder prim;
+    memory::desc src, dst;
+    std::vector<int64_t> out_dims;
+  };
+
+  // y[i...] = x[perm(i...)]: the same logical tensor (y's dims) described over x's memory with
+  // permuted strides, reordered into a dense y.
+  Status make_plan(const std::vector<int64_t>& xd, Plan* plan) {
+    const size_t r = xd.size();
+    std::vector<int64_t> xs(r, 1);
+    for (size_t i = r - 1; i > 0; --i) xs[i - 1] = xs[i] * xd[i];
+    memory::dims yd, ys;
+    for (int64_t p : perm_) {
+      yd.push_back(xd[p]);
+      ys.push_back(xs[p]);
+    }
+    try {
+      plan->src = memory::desc(yd, int8_type(dtype_), ys);
+      plan->dst = memory::desc(yd, int8_type(dtype_), cpu::plain_tag(r));
+      plan->prim = dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), plan->src, dnnl_engine(), plan->dst));
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    plan->out_dims.assign(yd.begin(), yd.end());
+    return Status::ok();
+  }
+
+  Node node_;
+  KernelFn fallback_;
+  DType dtype_ = DType::kU8;
+  std::vector<int64_t> perm_;
+  cpu::PlanCache<Plan> plans_;
+};
+
 template <class K>
 StatusOr<std::unique_ptr<Kernel>> make_simple(const Node& node, const OpSchema& schema, const Graph& graph) {
   auto k = std::make_unique<K>(node, schema.kernel);
@@ -460,6 +580,8 @@ void register_cpu_dnnl_int8_kernels(CpuKernelTable& t) {
   t.add("", "MaxPool", make_simple<Int8MaxPoolKernel>);  // 8-bit inputs only; dnnl_pool takes f32/bf16
   t.add("com.ferry", "NhwcMaxPool", make_simple<Int8MaxPoolKernel>);
   t.add("", "QuantizeLinear", make_simple<QuantizeKernel>);
+  t.add("", "DequantizeLinear", make_simple<DequantizeKernel>);
+  t.add("", "Transpose", make_simple<Int8TransposeKernel>);  // 8-bit only; data_movement takes the rest
 }
 
 }  // namespace ferry
