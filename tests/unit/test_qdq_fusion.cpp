@@ -9,6 +9,10 @@
 #include <random>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/prepacked.h"
+#include "compiler/compile.h"
+#include "compiler/session.h"
+#include "format/compiled_model.h"
 #include "pass_test_util.h"
 
 namespace ferry::testing {
@@ -206,9 +210,8 @@ TEST(QdqFusion, StridedPointwiseGroupedAndDepthwise) {
   check_case(qc);
 }
 
-// Two blocks in a row and a MaxPool between them: after the whole pipeline no float tensor is left
-// between the int8 ops (Q followed by DQ is gone; the pool runs on uint8).
-TEST(QdqFusion, Int8RegionStaysInt8) {
+// DQ -> Conv -> Relu -> Q, then DQ -> MaxPool -> Q -> DQ -> Conv -> Relu -> Q on a uint8 input.
+std::shared_ptr<Model> int8_region_model() {
   std::mt19937 rng(9);
   ModelBuilder b(13);
   auto x = b.input("x", {1, 4, 8, 8}, DType::kU8);
@@ -230,7 +233,13 @@ TEST(QdqFusion, Int8RegionStaysInt8) {
     v = b.node("QuantizeLinear", {r, b.scalar(s), b.constant(u8_scalar(0))});
   }
   b.output(v);
-  auto model = b.build();
+  return b.build();
+}
+
+// Two blocks in a row and a MaxPool between them: after the whole pipeline no float tensor is left
+// between the int8 ops (Q followed by DQ is gone; the pool runs on uint8).
+TEST(QdqFusion, Int8RegionStaysInt8) {
+  auto model = int8_region_model();
   auto opt = model->clone();
   OptimizeOptions oo;
   oo.device = "cpu";
@@ -282,6 +291,42 @@ TEST(QdqFusion, QuantizeDequantizeTransposeKernelsMatchReference) {
       EXPECT_EQ(std::memcmp(cpu[i].second.raw(), ref[i].second.raw(), static_cast<size_t>(ref[i].second.nbytes())), 0);
     }
   }
+}
+
+// `ferry compile` keeps the int8 path: the .ferry file holds the QConvFused nodes with their int8
+// weights pre-packed by the oneDNN kernel, a load uses them without reordering, and the compiled model
+// computes bit for bit what the QDQ model computes when loaded directly.
+TEST(QdqFusion, CompiledModelKeepsInt8PathAndPrepackedWeights) {
+  auto model = int8_region_model();
+  CompileOptions o;
+  o.prepack = true;
+  CompileReport report;
+  auto spec = compile_model(*model, o, &report);
+  ASSERT_TRUE(spec.is_ok()) << spec.status().message();
+  ASSERT_EQ(spec.value().gears.size(), 1u);
+  const Model& compiled = *spec.value().gears[0].model;
+  EXPECT_EQ(count_ops(compiled, "QConvFused"), 2);
+  int64_t packed = 0;
+  for (const Node& n : compiled.graph.nodes) packed += n.op_type == "QConvFused" && n.attr(cpu::kPackedAttr) != nullptr;
+  EXPECT_EQ(packed, 2);
+  auto bytes = serialize_compiled_model(spec.value());
+  ASSERT_TRUE(bytes.is_ok()) << bytes.status().message();
+  auto cm = parse_compiled_model_copy(bytes.value().data(), bytes.value().size(), "qdq.ferry");
+  ASSERT_TRUE(cm.is_ok()) << cm.status().message();
+  const cpu::PackCounts before = cpu::pack_counts();
+  auto session = Session::open(std::move(cm).value());
+  ASSERT_TRUE(session.is_ok()) << session.status().message();
+  const cpu::PackCounts after = cpu::pack_counts();
+  EXPECT_EQ(after.stored - before.stored, 2);
+  EXPECT_EQ(after.reordered - before.reordered, 0);
+  const NamedTensors feeds = u8_feeds(*model, 11);
+  NamedTensors got;
+  ASSERT_TRUE(session.value()->run(feeds, &got).is_ok());
+  const NamedTensors want = run_model(model, feeds, "cpu", -1);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(want.size(), 1u);
+  ASSERT_EQ(got[0].second.dims(), want[0].second.dims());
+  EXPECT_EQ(std::memcmp(got[0].second.raw(), want[0].second.raw(), static_cast<size_t>(want[0].second.nbytes())), 0);
 }
 
 TEST(QdqFusion, LeavesNonMatchingPatternsAlone) {
