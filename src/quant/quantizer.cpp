@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <unordered_map>
 
@@ -49,8 +50,6 @@ struct Session {
   CalibrationData data;
   RangeCollector ranges;
   std::vector<NamedTensors> float_outputs;
-  std::unordered_map<std::string, Tensor> float_values;  // first sensitivity feed: every node output
-  NamedTensors sens_feeds;
 
   explicit Session(const QuantizeOptions& opt) : o(opt) {}
 
@@ -95,75 +94,65 @@ struct Session {
     return Status::ok();
   }
 
-  // Every node output of a run at opt level 0 (names as in the file).
-  Status node_values(std::shared_ptr<const Model> m, std::unordered_map<std::string, Tensor>* values) {
+  // Output cosine (mean over samples, worst output) of the plan on the first probe batches,
+  // written to a scratch file beside the output.
+  StatusOr<double> probe(const QdqPlan& p, size_t batches) {
+    const std::string path = o.out_path + ".probe.onnx";
+    RETURN_IF_ERROR(write_edited_onnx(o.model_path, p.edit, path));
+    auto q = load_onnx_model(path);
+    std::remove(path.c_str());
+    if (!q.is_ok()) return q.status();
     ExecutorOptions eo;
     eo.device = "cpu";
-    eo.opt_level = 0;
     eo.threads = o.threads;
-    ASSIGN_OR_RETURN(auto ex, Executor::create(m, eo));
-    ex->set_observer(
-        [values](const Node& node, const std::vector<Value>& outs, double) {
-          for (size_t i = 0; i < outs.size() && i < node.outputs.size(); ++i)
-            if (outs[i].is_tensor() && outs[i].tensor.dtype() == DType::kF32)
-              (*values)[node.outputs[i]] = outs[i].tensor.clone();
-        },
-        true);
-    for (const auto& [name, t] : sens_feeds) (*values)[name] = t;
-    NamedTensors outs;
-    return ex->run(sens_feeds, &outs);
+    ASSIGN_OR_RETURN(auto ex, Executor::create(q.value(), eo));
+    std::vector<double> sum(model->graph.outputs.size(), 0.0);
+    int64_t samples = 0;
+    for (size_t b = 0; b < batches && b < data.batches.size(); ++b) {
+      NamedTensors outs;
+      RETURN_IF_ERROR(ex->run(data.batches[b], &outs));
+      int64_t n = 0;
+      for (size_t k = 0; k < outs.size() && k < float_outputs[b].size(); ++k) {
+        const std::vector<double> c = sample_cosines(float_outputs[b][k].second, outs[k].second);
+        for (double x : c) sum[k] += x;
+        n = std::max<int64_t>(n, static_cast<int64_t>(c.size()));
+      }
+      samples += n;
+    }
+    double mean = 1.0;
+    for (double x : sum) mean = std::min(mean, samples > 0 ? x / static_cast<double>(samples) : 0.0);
+    return mean;
   }
 
-  // The quantized layer that loses the most cosine (its output against its inputs), not yet kept.
-  StatusOr<KeptLayer> most_sensitive(const QdqPlan& p, const std::set<std::string>& keep) {
-    if (float_values.empty()) RETURN_IF_ERROR(node_values(model, &float_values));
-    ASSIGN_OR_RETURN(auto q, load_onnx_model(o.out_path));
-    std::unordered_map<std::string, Tensor> qv;
-    RETURN_IF_ERROR(node_values(q, &qv));
-    std::unordered_map<std::string, std::string> renamed;  // original -> name in the quantized file
-    for (const auto& [from, to] : p.edit.rename_outputs) renamed[from] = to;
-    auto cos_of = [&](const std::string& v) -> double {
-      auto f = float_values.find(v);
-      auto r = renamed.find(v);
-      auto g = qv.find(r == renamed.end() ? v : r->second);
-      if (f == float_values.end() || g == qv.end()) return 1.0;
-      return whole_cosine(f->second, g->second);
-    };
-    KeptLayer best;
-    double best_drop = -1;
+  // Per-layer sensitivity: the output cosine on a few samples with only that Conv/MatMul/Gemm
+  // (and what it absorbs) kept in float, for every quantized one. Best gain first.
+  StatusOr<std::vector<KeptLayer>> rank_layers(const QdqPlan& full, const std::set<std::string>& keep) {
+    size_t batches = 0;
+    int64_t n = 0;
+    while (batches < data.batches.size() && n < 4) n += data.batches[batches++][0].second.dim(0);
+    ASSIGN_OR_RETURN(const double base, probe(full, batches));
+    std::vector<KeptLayer> ranked;
     const Graph& g = model->graph;
+    int64_t total = 0, done = 0;
+    // Candidates: Conv/MatMul/Gemm, Add, Concat, pools, Softmax (a Relu/Clip or bias Add goes with its producer;
+    // a pass-through op with its input).
+    auto candidate = [&](size_t i) {
+      const Role r = full.roles[i];
+      return r == Role::kCompute || r == Role::kBinary || r == Role::kOwnRange;
+    };
+    for (size_t i = 0; i < g.nodes.size(); ++i) total += candidate(i);
     for (size_t i = 0; i < g.nodes.size(); ++i) {
-      const Role r = p.roles[i];
-      if (r == Role::kFloat || r == Role::kPassThrough) continue;
-      const Node& n = g.nodes[i];
-      if (keep.count(n.name)) continue;
-      double in_cos = 1.0;
-      for (const auto& v : n.inputs)
-        if (!v.empty() && !g.find_initializer(v)) in_cos = std::min(in_cos, cos_of(v));
-      const double out_cos = cos_of(n.outputs[0]);
-      const double drop = in_cos - out_cos;
-      if (drop > best_drop) {
-        best_drop = drop;
-        best = KeptLayer{n.name, n.op_type, in_cos, out_cos, 0};
-      }
+      if (!candidate(i)) continue;
+      std::set<std::string> k = keep;
+      k.insert(g.nodes[i].name);
+      ASSIGN_OR_RETURN(QdqPlan p, plan(k));
+      ASSIGN_OR_RETURN(const double c, probe(p, batches));
+      ranked.push_back(KeptLayer{g.nodes[i].name, g.nodes[i].op_type, base, c, 0});
+      if (o.progress) o.progress("sensitivity", ++done, total);
     }
-    if (best_drop < 0) return not_found("no quantized layer left to keep in float");
-    // An absorbed Relu/Clip, or a bias Add taken into its MatMul, goes with its producer: keep that instead.
-    for (int hop = 0; hop < 2; ++hop) {
-      size_t idx = 0;
-      while (idx < g.nodes.size() && g.nodes[idx].name != best.node) ++idx;
-      if (idx == g.nodes.size() || (p.roles[idx] != Role::kAbsorbed && p.roles[idx] != Role::kBiasAdd)) break;
-      for (const std::string& in : g.nodes[idx].inputs) {
-        if (in.empty() || g.find_initializer(in)) continue;
-        for (const Node& pnode : g.nodes)
-          if (!pnode.outputs.empty() && pnode.outputs[0] == in && !keep.count(pnode.name)) {
-            best.node = pnode.name;
-            best.op_type = pnode.op_type;
-          }
-        break;
-      }
-    }
-    return best;
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const KeptLayer& a, const KeptLayer& b) { return a.output_cosine > b.output_cosine; });
+    return ranked;
   }
 };
 
@@ -190,10 +179,6 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
     rep.warnings.push_back("only " + std::to_string(rep.samples) + " calibration samples (fewer than " +
                            std::to_string(kFewSamples) + "); the ranges may not cover real inputs: give more samples");
   RETURN_IF_ERROR(s.ranges.collect(s.model, s.data, o.method, o.threads, o.progress, &s.float_outputs));
-  {
-    // Sensitivity runs on up to 2 samples of the first batch.
-    for (const auto& [name, t] : s.data.batches[0]) s.sens_feeds.emplace_back(name, t.outer_slice(0, std::min<int64_t>(2, t.dim(0))));
-  }
   std::set<std::string> keep(o.keep_fp32.begin(), o.keep_fp32.end());
   ASSIGN_OR_RETURN(QdqPlan plan, s.plan(keep));
   RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
@@ -201,16 +186,17 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   if (o.target_cosine > 0) {
     s.log("output cosine " + std::to_string(rep.cosine_mean) + " with every layer quantized; target " +
           std::to_string(o.target_cosine));
-    while (rep.cosine_mean < o.target_cosine && static_cast<int>(rep.kept_for_target.size()) < o.max_kept_layers) {
-      auto pick = s.most_sensitive(plan, keep);
-      if (!pick.is_ok()) break;
-      KeptLayer k = pick.value();
+    ASSIGN_OR_RETURN(std::vector<KeptLayer> ranked, s.rank_layers(plan, keep));
+    for (KeptLayer k : ranked) {
+      if (rep.cosine_mean >= o.target_cosine || static_cast<int>(rep.kept_for_target.size()) >= o.max_kept_layers) break;
+      if (k.output_cosine <= k.input_cosine) break;  // keeping it alone does not help: neither will the rest
       keep.insert(k.node);
       ASSIGN_OR_RETURN(plan, s.plan(keep));
       RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
       k.model_cosine = rep.cosine_mean;
-      s.log("kept " + k.node + " (" + k.op_type + ") in float: its inputs' cosine " + std::to_string(k.input_cosine) +
-            ", its output's " + std::to_string(k.output_cosine) + "; model output cosine now " +
+      s.log("kept " + k.node + " (" + k.op_type + ") in float: alone it raises the output cosine on the probe samples " +
+            std::to_string(k.input_cosine) + " -> " + std::to_string(k.output_cosine) +
+            "; with the layers kept before it, the output cosine on the calibration data is now " +
             std::to_string(rep.cosine_mean));
       rep.kept_for_target.push_back(k);
     }

@@ -26,13 +26,15 @@ struct QuantizeOptions {
   std::function<void(const std::string&)> log;  // one line at a time, for the user
 };
 
-/// A layer the --target-cosine search kept in float, and why.
+/// A layer the --target-cosine search kept in float, and why: the output cosine on the probe
+/// samples (the first >= 4 calibration samples) with everything quantized, and with only this
+/// layer kept in float (layers are tried in the order of that gain).
 struct KeptLayer {
   std::string node;
   std::string op_type;
-  double input_cosine = 1;    // worst cosine of its inputs (quantized model vs float) before it was kept
-  double output_cosine = 1;   // its output's cosine then: the drop is this layer's own loss
-  double model_cosine = 0;    // the model's output cosine after keeping it
+  double input_cosine = 1;   // the probe cosine with every layer quantized
+  double output_cosine = 1;  // the probe cosine with only this layer in float
+  double model_cosine = 0;   // the calibration-data cosine after keeping it (and those before it)
 };
 
 struct QuantizeReport {

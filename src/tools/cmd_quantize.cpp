@@ -85,8 +85,8 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
     j["output_cosine"] = {{"mean", r.cosine_mean}, {"worst_sample", r.cosine_min}, {"before_repair", r.first_cosine}};
     nlohmann::json kept = nlohmann::json::array();
     for (const auto& k : r.kept_for_target)
-      kept.push_back({{"node", k.node}, {"op", k.op_type}, {"input_cosine", k.input_cosine},
-                      {"output_cosine", k.output_cosine}, {"model_cosine_after", k.model_cosine}});
+      kept.push_back({{"node", k.node}, {"op", k.op_type}, {"probe_cosine_all_quantized", k.input_cosine},
+                      {"probe_cosine_this_layer_float", k.output_cosine}, {"model_cosine_after", k.model_cosine}});
     j["target_cosine"] = opt.target_cosine;
     j["kept_for_target"] = kept;
     j["target_reached"] = r.target_reached;
@@ -105,11 +105,12 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
         std::printf("    %-22s %4zu  %s\n", op.c_str(), nodes.size(), join(nodes, 4).c_str());
     }
     if (!r.kept_for_target.empty()) {
-      std::printf("  --target-cosine %g: kept %zu layer(s) in fp32 (largest cosine drop at the layer first):\n",
+      std::printf("  --target-cosine %g: kept %zu layer(s) in fp32 (most sensitive first: the probe samples' output cosine\n"
+                  "  with all layers quantized -> with only that layer in float; then the calibration data's with it):\n",
                   opt.target_cosine, r.kept_for_target.size());
       for (const auto& k : r.kept_for_target)
-        std::printf("    %-32s %-8s inputs' cosine %.5f -> output %.5f; model output cosine then %.5f\n", k.node.c_str(),
-                    k.op_type.c_str(), k.input_cosine, k.output_cosine, k.model_cosine);
+        std::printf("    %-40s %-7s %.5f -> %.5f; model %.5f\n", k.node.c_str(), k.op_type.c_str(), k.input_cosine,
+                    k.output_cosine, k.model_cosine);
     }
     std::printf("  output cosine to fp32 on the calibration data: mean %.5f, worst sample %.5f\n", r.cosine_mean,
                 r.cosine_min);

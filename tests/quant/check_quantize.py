@@ -192,7 +192,8 @@ def main():
               "--target-cosine", "0.99995", "--json")
     rep = json.loads(p.stdout)
     check(rep["target_reached"] and rep["output_cosine"]["mean"] >= 0.99995 and rep["kept_for_target"]
-          and rep["output_cosine"]["before_repair"] < 0.99995,
+          and rep["output_cosine"]["before_repair"] < 0.99995
+          and all(k["probe_cosine_this_layer_float"] > k["probe_cosine_all_quantized"] for k in rep["kept_for_target"]),
           "--target-cosine 0.99995: %.6f -> %.6f keeping %s" % (rep["output_cosine"]["before_repair"],
                                                                 rep["output_cosine"]["mean"],
                                                                 [k["node"] for k in rep["kept_for_target"]]))
