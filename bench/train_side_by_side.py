@@ -12,6 +12,8 @@ compare the ratio of interleaved runs, not absolute times across runs.
 
 usage: /usr/bin/python3 bench/train_side_by_side.py [--ferry build/ferry] [--threads 1,2]
            [--batch 8] [--steps 6] [--rounds 1] [--work /tmp/ferry_train_bench] [--json out.json]
+           [--variants fp32,recompute,bf16]   (ferry --recompute / --amp bf16 against PyTorch's
+           checkpoint_sequential at the stage boundaries / autocast(cpu, bfloat16); interleaved)
 (`/usr/bin/python3`: the interpreter with torch and torchvision.)"""
 import argparse
 import json
@@ -44,11 +46,15 @@ def export(work, batch):
     return model, data
 
 
-def ferry_ms(ferry, model, data, batch, steps, threads, work):
-    log = os.path.join(work, f"ferry_t{threads}.jsonl")
+# --variants: ferry's extra flags and PyTorch's counterpart (TORCH_LOOP's `variant`).
+VARIANTS = {"fp32": [], "recompute": ["--recompute"], "bf16": ["--amp", "bf16"]}
+
+
+def ferry_ms(ferry, model, data, batch, steps, threads, work, variant="fp32"):
+    log = os.path.join(work, f"ferry_t{threads}{'' if variant == 'fp32' else '_' + variant}.jsonl")
     cmd = [ferry, "train", model, "--data", data, "--batch-size", str(batch), "--steps", str(steps),
            "--no-shuffle", "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9",
-           "--threads", str(threads), "--log", log, "-q"]
+           "--threads", str(threads), "--log", log, "-q", *VARIANTS[variant]]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     with open(log) as f:
         rows = [json.loads(line) for line in f if line.strip()]
@@ -59,26 +65,36 @@ def ferry_ms(ferry, model, data, batch, steps, threads, work):
 
 # PyTorch's loop in a child process, so each run sets its own thread count from a clean start.
 TORCH_LOOP = r"""
-import sys, time, torch, torchvision
-threads, batch, steps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+import sys, time, torch, torch.utils.checkpoint, torchvision
+threads, batch, steps, variant = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 m = torchvision.models.resnet50(num_classes=100).train()
 opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
 x, y = torch.randn(batch, 3, 224, 224), torch.randint(0, 100, (batch,))
+stem = torch.nn.Sequential(m.conv1, m.bn1, m.relu, m.maxpool)
+body = torch.nn.Sequential(stem, m.layer1, m.layer2, m.layer3, m.layer4)
+def forward():
+    if variant == "recompute":  # torch.utils.checkpoint at ResNet's stem/stage boundaries (the last not recomputed)
+        h = torch.utils.checkpoint.checkpoint_sequential(body, 5, x.requires_grad_())
+        return m.fc(torch.flatten(m.avgpool(h), 1))
+    if variant == "bf16":
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return m(x)
+    return m(x)
 ts = []
 for _ in range(steps):
     t0 = time.perf_counter()
     opt.zero_grad()
-    torch.nn.functional.cross_entropy(m(x), y).backward()
+    torch.nn.functional.cross_entropy(forward().float(), y).backward()
     opt.step()
     ts.append((time.perf_counter() - t0) * 1000)
 print(sum(ts[1:]) / len(ts[1:]))
 """
 
 
-def torch_ms(batch, steps, threads):
-    p = subprocess.run([sys.executable, "-c", TORCH_LOOP, str(threads), str(batch), str(steps)],
+def torch_ms(batch, steps, threads, variant="fp32"):
+    p = subprocess.run([sys.executable, "-c", TORCH_LOOP, str(threads), str(batch), str(steps), variant],
                        check=True, capture_output=True, text=True)
     return float(p.stdout.strip().splitlines()[-1])
 
@@ -92,28 +108,39 @@ def main():
     ap.add_argument("--rounds", type=int, default=1, help="interleaved ferry/PyTorch runs per thread count")
     ap.add_argument("--work", default="/tmp/ferry_train_bench")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--variants", default="fp32",
+                    help="comma-separated: fp32, recompute (ferry --recompute; PyTorch checkpoint_sequential), "
+                         "bf16 (ferry --amp bf16; PyTorch autocast cpu bfloat16)")
     a = ap.parse_args()
     if a.steps < 2:
         ap.error("--steps must be >= 2 (step 1 is warm-up)")
+    variants = a.variants.split(",")
+    for v in variants:
+        if v not in VARIANTS:
+            ap.error(f"--variants: unknown variant '{v}' (fp32, recompute, bf16)")
     os.makedirs(a.work, exist_ok=True)
     model, data = export(a.work, a.batch)
     results = []
     print(f"ResNet-50 (100 classes), batch {a.batch}, SGD momentum, {a.steps} steps per run "
           f"(first is warm-up), {a.rounds} interleaved round(s)")
     for t in [int(v) for v in a.threads.split(",")]:
-        fs, cs, ps = [], [], []
+        runs = {v: ([], [], []) for v in variants}  # ferry step, ferry forward+backward, PyTorch
         for _ in range(a.rounds):
-            step, compute = ferry_ms(a.ferry, model, data, a.batch, a.steps, t, a.work)
-            fs.append(step)
-            cs.append(compute)
-            ps.append(torch_ms(a.batch, a.steps, t))
-        f, c, p = statistics.median(fs), statistics.median(cs), statistics.median(ps)
-        results.append({"threads": t, "ferry_ms": f, "ferry_compute_ms": c, "torch_ms": p, "ratio": f / p,
-                        "ferry_runs": fs, "ferry_compute_runs": cs, "torch_runs": ps,
-                        "load": os.getloadavg()[0]})
-        print(f"threads {t}: ferry {f:8.1f} ms/step (forward+backward {c:.1f})   PyTorch {p:8.1f} ms/step   "
-              f"ratio {f / p:.3f}   load {os.getloadavg()[0]:.2f}", flush=True)
-        print(f"           runs: ferry {[round(v) for v in fs]}  PyTorch {[round(v) for v in ps]}", flush=True)
+            for variant in variants:  # interleaved: the variants' ratios to fp32 see the same load
+                fs, cs, ps = runs[variant]
+                step, compute = ferry_ms(a.ferry, model, data, a.batch, a.steps, t, a.work, variant)
+                fs.append(step)
+                cs.append(compute)
+                ps.append(torch_ms(a.batch, a.steps, t, variant))
+        for variant in variants:
+            fs, cs, ps = runs[variant]
+            f, c, p = statistics.median(fs), statistics.median(cs), statistics.median(ps)
+            results.append({"threads": t, "variant": variant, "ferry_ms": f, "ferry_compute_ms": c, "torch_ms": p,
+                            "ratio": f / p, "ferry_runs": fs, "ferry_compute_runs": cs, "torch_runs": ps,
+                            "load": os.getloadavg()[0]})
+            print(f"threads {t}{'' if variant == 'fp32' else ' ' + variant}: ferry {f:8.1f} ms/step (forward+backward {c:.1f})   "
+                  f"PyTorch {p:8.1f} ms/step   ratio {f / p:.3f}   load {os.getloadavg()[0]:.2f}", flush=True)
+            print(f"           runs: ferry {[round(v) for v in fs]}  PyTorch {[round(v) for v in ps]}", flush=True)
     if a.json:
         with open(a.json, "w") as out:
             json.dump({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "batch": a.batch, "results": results}, out, indent=1)
