@@ -176,11 +176,22 @@ TEST(OnnxImport, OpsetResolutionPicksNewestDefinitionNotAfterModelOpset) {
   set_type(g->add_output(), "y", 1, {"2"});
   add_node(g, "Add", {"x", "x"}, {"y"});
   EXPECT_TRUE(parse(m).is_ok());
-  onnx::ModelProto m2 = make_model(5);
-  *m2.mutable_graph() = m.graph();
+  // Mod is defined from 10: a model at opset 9 (new enough not to be upgraded) is refused.
+  onnx::ModelProto m2 = make_model(9);
+  auto* g2 = m2.mutable_graph();
+  set_type(g2->add_input(), "x", 1, {"2"});
+  set_type(g2->add_output(), "y", 1, {"2"});
+  add_node(g2, "Mod", {"x", "x"}, {"y"});
   auto r = parse(m2);
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("from opset 7"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("from opset 10"), std::string::npos) << r.status().message();
+  // Opsets 1-6 are upgraded at import (onnx/opset_upgrade.h): Add at opset 5 loads as opset 8.
+  onnx::ModelProto m3 = make_model(5);
+  *m3.mutable_graph() = m.graph();
+  auto up = parse(m3);
+  ASSERT_TRUE(up.is_ok()) << up.status().to_string();
+  EXPECT_EQ(up.value()->upgraded_from_opset, 5);
+  EXPECT_EQ(up.value()->opset(), 8);
 }
 
 TEST(OnnxImport, DeclaredShapeConflictIsReported) {
