@@ -1,4 +1,4 @@
-// Element-type-generic data movement shared by the tensor_shape, tensor_index and resize families:
+// Element-type-generic data movement shared by the tensor_* families (layout, broadcast, gather_scatter, ...) and resize:
 // kernels that only move elements (Transpose, Slice, Gather, Pad, ...) work on every dtype,
 // strings included, by copying storage units of the element's size.
 #pragma once

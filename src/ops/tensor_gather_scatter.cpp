@@ -1,7 +1,8 @@
-// Indexing: Gather, GatherElements, GatherND, Scatter, ScatterElements, ScatterND, Slice.
+// Op family 'tensor_gather_scatter' (see op_families.inc): reading and writing at indices: Gather,
+// GatherElements, GatherND, Scatter, ScatterElements, ScatterND, and Slice.
 // Every index read from a tensor is range-checked: an out-of-range index is an error naming the
-// index, the axis and its size, never an out-of-bounds read. (TopK, NonZero, OneHot, Compress and
-// ReverseSequence are in tensor_index2.cpp.)
+// index, the axis and its size, never an out-of-bounds read. (Selection by value or mask: TopK,
+// NonZero, OneHot, Compress, ... are in tensor_selection.cpp.)
 #include <algorithm>
 #include <limits>
 
@@ -505,9 +506,7 @@ Status infer_slice(InferContext& ctx) {
 
 }  // namespace
 
-void register_tensor_index2_ops(OpRegistry& r);  // tensor_index2.cpp
-
-void register_tensor_index_ops(OpRegistry& r) {
+void register_tensor_gather_scatter_ops(OpRegistry& r) {
   r.add(OpSchema{.name = "Gather", .since_version = 1, .min_inputs = 2, .max_inputs = 2,
                  .attrs = {{"axis", AttrType::kInt}}, .infer = infer_gather, .kernel = k_gather});
   r.add(OpSchema{.name = "GatherElements", .since_version = 11, .min_inputs = 2, .max_inputs = 2,
@@ -526,7 +525,6 @@ void register_tensor_index_ops(OpRegistry& r) {
                  .infer = infer_slice, .kernel = k_slice});
   r.add(OpSchema{.name = "Slice", .since_version = 10, .min_inputs = 3, .max_inputs = 5, .infer = infer_slice,
                  .kernel = k_slice});
-  register_tensor_index2_ops(r);
 }
 
 }  // namespace ferry

@@ -1,6 +1,7 @@
-// Shape manipulation: Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Concat, Split, Shape, Size.
-// (Expand, Tile, Identity, Constant, ConstantOfShape, SpaceToDepth and DepthToSpace are in
-// tensor_shape3.cpp; Cast, Range, Pad, Trilu, CumSum and EyeLike in tensor_shape2.cpp.)
+// Op family 'tensor_layout' (see op_families.inc): ops that rearrange elements without computing
+// new values: Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Concat, Split, SpaceToDepth,
+// DepthToSpace, and Shape / Size. (Sibling families: tensor_construction, tensor_broadcast,
+// tensor_cumsum, tensor_gather_scatter, tensor_selection.)
 // Shape rules use constant inputs (shape, axes, split, repeats) to give static shapes, and Shape/Size
 // publish their values so shape subgraphs of PyTorch exports fold to constants.
 #include <algorithm>
@@ -648,14 +649,78 @@ Status infer_size(InferContext& ctx) {
   return Status::ok();
 }
 
+// ---- SpaceToDepth / DepthToSpace --------------------------------------------------------------
+
+template <typename Ctx>
+Status block_size(const Ctx& ctx, int64_t* b) {
+  *b = ctx.get_int("blocksize", 0);
+  if (*b <= 0) return ctx.error("attribute blocksize must be positive, got " + std::to_string(*b));
+  return Status::ok();
+}
+
+template <bool kToDepth>
+Status k_space_depth(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  int64_t b = 0;
+  RETURN_IF_ERROR(block_size(ctx, &b));
+  if (x.rank() != 4) return ctx.error("input must be 4-D (N,C,H,W), got shape " + shape_str(x.dims()));
+  const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3);
+  if (kToDepth) {
+    if (h % b != 0 || w % b != 0)
+      return ctx.error("input shape " + shape_str(x.dims()) + ": H and W must be divisible by blocksize " + std::to_string(b));
+    Tensor r = x.reshaped({n, c, h / b, b, w / b, b});
+    ASSIGN_OR_RETURN(Tensor y, dm::permute(r, {0, 3, 5, 1, 2, 4}));
+    ctx.set_output(0, y.reshaped({n, c * b * b, h / b, w / b}));
+    return Status::ok();
+  }
+  if (c % (b * b) != 0)
+    return ctx.error("input shape " + shape_str(x.dims()) + ": C must be divisible by blocksize^2 = " + std::to_string(b * b));
+  const bool crd = ctx.get_string("mode", "DCR") == "CRD";
+  if (!crd && ctx.get_string("mode", "DCR") != "DCR")
+    return ctx.error("attribute mode must be DCR or CRD, got '" + ctx.get_string("mode", "") + "'");
+  Tensor y;
+  if (crd) {
+    ASSIGN_OR_RETURN(y, dm::permute(x.reshaped({n, c / (b * b), b, b, h, w}), {0, 1, 4, 2, 5, 3}));
+  } else {
+    ASSIGN_OR_RETURN(y, dm::permute(x.reshaped({n, b, b, c / (b * b), h, w}), {0, 3, 4, 1, 5, 2}));
+  }
+  ctx.set_output(0, y.reshaped({n, c / (b * b), h * b, w * b}));
+  return Status::ok();
+}
+
+template <bool kToDepth>
+Status infer_space_depth(InferContext& ctx) {
+  int64_t b = 0;
+  RETURN_IF_ERROR(block_size(ctx, &b));
+  const DType dt = input_dtype(ctx, 0);
+  const Shape* s = input_shape_or_null(ctx, 0);
+  if (!s) {
+    ctx.set_output(0, TensorType{dt, dm::unknown_shape(4)});
+    return Status::ok();
+  }
+  if (s->rank() != 4) return ctx.error("input must be 4-D (N,C,H,W), got shape " + s->to_string());
+  if (!kToDepth) {
+    const string mode = ctx.get_string("mode", "DCR");
+    if (mode != "DCR" && mode != "CRD") return ctx.error("attribute mode must be DCR or CRD, got '" + mode + "'");
+  }
+  auto scale = [&](const Dim& d, bool mul, int64_t f, const char* what) -> StatusOr<Dim> {
+    if (!d.is_known()) return Dim();
+    if (mul) return Dim(d.value * f);
+    if (d.value % f != 0)
+      return ctx.error(string("input shape ") + s->to_string() + ": " + what + " must be divisible by " + std::to_string(f));
+    return Dim(d.value / f);
+  };
+  Shape out = *s;
+  ASSIGN_OR_RETURN(out.dims[1], scale(s->dims[1], kToDepth, b * b, "C"));
+  ASSIGN_OR_RETURN(out.dims[2], scale(s->dims[2], !kToDepth, b, "H"));
+  ASSIGN_OR_RETURN(out.dims[3], scale(s->dims[3], !kToDepth, b, "W"));
+  ctx.set_output(0, TensorType{dt, out});
+  return Status::ok();
+}
+
 }  // namespace
 
-void register_tensor_shape2_ops(OpRegistry& r);  // tensor_shape2.cpp
-void register_tensor_shape3_ops(OpRegistry& r);  // tensor_shape3.cpp
-
-void register_tensor_shape_ops(OpRegistry& r) {
-  register_tensor_shape2_ops(r);
-  register_tensor_shape3_ops(r);
+void register_tensor_layout_ops(OpRegistry& r) {
   for (int64_t v : {5, 14})
     r.add(OpSchema{.name = "Reshape", .since_version = v, .min_inputs = 2, .max_inputs = 2,
                    .attrs = {{"allowzero", AttrType::kInt}}, .infer = infer_reshape, .kernel = k_reshape});
@@ -680,6 +745,11 @@ void register_tensor_shape_ops(OpRegistry& r) {
   r.add(OpSchema{.name = "Shape", .since_version = 1, .attrs = {{"start", AttrType::kInt}, {"end", AttrType::kInt}},
                  .infer = infer_shape, .kernel = k_shape});
   r.add(OpSchema{.name = "Size", .since_version = 1, .infer = infer_size, .kernel = k_size});
+  r.add(OpSchema{.name = "SpaceToDepth", .since_version = 1, .attrs = {{"blocksize", AttrType::kInt, true}},
+                 .infer = infer_space_depth<true>, .kernel = k_space_depth<true>});
+  r.add(OpSchema{.name = "DepthToSpace", .since_version = 1,
+                 .attrs = {{"blocksize", AttrType::kInt, true}, {"mode", AttrType::kString}},
+                 .infer = infer_space_depth<false>, .kernel = k_space_depth<false>});
 }
 
 }  // namespace ferry

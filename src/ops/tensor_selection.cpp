@@ -1,5 +1,5 @@
-// Selection ops: TopK, NonZero, OneHot, Compress, ReverseSequence, Unique.
-// (The second half of the tensor_index family, registered from tensor_index.cpp.)
+// Op family 'tensor_selection' (see op_families.inc): elements picked by value, mask or position:
+// TopK, NonZero, OneHot, Compress, ReverseSequence, Unique, Trilu.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -465,9 +465,38 @@ Status infer_unique(InferContext& ctx) {
   return Status::ok();
 }
 
+// ---- Trilu ------------------------------------------------------------------------------------
+
+Status k_trilu(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  if (x.rank() < 2) return ctx.error("input must have rank >= 2, got shape " + shape_str(x.dims()));
+  int64_t k = 0;
+  if (ctx.has_input(1)) {
+    const Tensor& kt = ctx.input(1);
+    if (kt.numel() != 1 || !dtype_is_integer(kt.dtype()))
+      return ctx.error("input 1 (k) must be an integer scalar, got " + kt.type().to_string());
+    k = kt.get_int64(0);
+  }
+  const bool upper = ctx.get_int("upper", 1) != 0;
+  Tensor y = x.clone();
+  const int64_t rows = x.dim(x.rank() - 2), cols = x.dim(x.rank() - 1);
+  const int64_t mats = rows * cols == 0 ? 0 : x.numel() / (rows * cols);
+  RETURN_IF_ERROR(dm::visit_storage(x.dtype(), [&](auto tag) -> Status {
+    using S = typename decltype(tag)::type;
+    S* p = dm::mut_elems<S>(y);
+    for (int64_t m = 0; m < mats; ++m)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j)
+          if (upper ? (j - i < k) : (j - i > k)) p[(m * rows + i) * cols + j] = S{};
+    return Status::ok();
+  }));
+  ctx.set_output(0, std::move(y));
+  return Status::ok();
+}
+
 }  // namespace
 
-void register_tensor_index2_ops(OpRegistry& r) {
+void register_tensor_selection_ops(OpRegistry& r) {
   r.add(OpSchema{.name = "TopK", .since_version = 1, .min_inputs = 1, .max_inputs = 1, .min_outputs = 2, .max_outputs = 2,
                  .attrs = {{"axis", AttrType::kInt}, {"k", AttrType::kInt, true}}, .infer = infer_topk, .kernel = k_topk});
   r.add(OpSchema{.name = "TopK", .since_version = 10, .min_inputs = 2, .max_inputs = 2, .min_outputs = 2,
@@ -485,6 +514,8 @@ void register_tensor_index2_ops(OpRegistry& r) {
   r.add(OpSchema{.name = "Unique", .since_version = 11, .min_outputs = 1, .max_outputs = 4,
                  .attrs = {{"axis", AttrType::kInt}, {"sorted", AttrType::kInt}}, .infer = infer_unique,
                  .kernel = k_unique});
+  r.add(OpSchema{.name = "Trilu", .since_version = 14, .min_inputs = 1, .max_inputs = 2,
+                 .attrs = {{"upper", AttrType::kInt}}, .infer = infer_same_as_input0, .kernel = k_trilu});
 }
 
 }  // namespace ferry
