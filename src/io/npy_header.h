@@ -16,6 +16,8 @@ namespace ferry {
 inline constexpr char kNpyMagic[] = "\x93NUMPY";
 inline constexpr size_t kNpyMagicLen = 6;
 inline constexpr bool kHostLittle = std::endian::native == std::endian::little;
+/// What error messages suggest for a file ferry cannot read.
+inline constexpr char kNpyResaveHint[] = "re-save it with numpy.save";
 
 enum class ElemKind { kNumeric, kBool, kUnicode, kBytes };
 
@@ -36,6 +38,9 @@ struct NpyHeader {
   size_t data_offset = 0;
   uint64_t data_bytes = 0;
 };
+
+/// Parses a dtype descriptor ('<f4', '|b1', '<U5', ...); errors name `what`.
+StatusOr<NpyDescr> parse_descr(const std::string& descr, const std::string& what);
 
 /// Parses and checks the header of the .npy bytes [data, data + size): errors name `what`, the
 /// problem and how to re-save the file.
