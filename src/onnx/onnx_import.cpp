@@ -317,10 +317,25 @@ StatusOr<std::shared_ptr<Model>> parse_onnx_model(const void* data, size_t size,
     if (os.domain().empty() || os.domain() == "ai.onnx") declared_opset = os.version();
   if (mp.opset_import_size() == 0) declared_opset = 1;
   if (declared_opset >= 1 && declared_opset < kUpgradeTargetOpset && mp.graph().node_size() > 0) {
+    onnx::ModelProto original;
+    if (options.require_known_ops) original = mp;
     Status up = upgrade_opset(&mp, declared_opset, what);
     // `ferry info` describes a model it cannot upgrade as it is (its old ops show as not implemented).
-    if (up.is_ok()) model->upgraded_from_opset = declared_opset;
-    else if (options.require_known_ops) return up;
+    if (up.is_ok()) {
+      model->upgraded_from_opset = declared_opset;
+    } else if (options.require_known_ops) {
+      // A broken graph (dangling edge, cycle, ...) is named by ferry's own checks, not the converter's.
+      ImportState check;
+      check.tensors.base_dir = base_dir;
+      check.tensors.max_weight_bytes = options.max_weight_bytes;
+      check.options = options;
+      check.options.require_known_ops = false;
+      for (const auto& os : original.opset_import()) check.opsets[os.domain() == "ai.onnx" ? "" : os.domain()] = os.version();
+      if (original.opset_import_size() == 0) check.opsets[""] = 1;
+      Graph scratch;
+      RETURN_IF_ERROR(convert_graph(check, original.graph(), &scratch, 0).with_context(what));
+      return up;
+    }
   }
 
   ImportState st;

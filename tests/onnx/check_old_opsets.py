@@ -155,6 +155,16 @@ if r.returncode != 2 or "mystery_7" not in r.stderr or "NoSuchOp" not in r.stder
 else:
     print("ok   unconvertible node named:", r.stderr.strip().splitlines()[-1][:200])
 
+# A broken old graph is named by ferry's own checks (a dangling edge), not the converter's.
+m = model([helper.make_node("Relu", ["nope"], ["y"], name="dangling")], [("x", [2, 3])], ["y"], 3)
+path = os.path.join(WORK, "dangling.onnx")
+onnx.save(m, path)
+r = subprocess.run([FERRY, "run", path, "--input", "x=" + os.path.join(WORK, "x23.npy")], capture_output=True, text=True)
+if r.returncode != 2 or "dangling edge" not in r.stderr or "'nope'" not in r.stderr:
+    failures.append(f"dangling: expected exit 2 naming the dangling edge 'nope', got {r.returncode}: {r.stderr}")
+else:
+    print("ok   dangling edge in an old model named by ferry's graph check")
+
 for f in failures:
     print("FAIL", f)
 sys.exit(1 if failures else 0)
