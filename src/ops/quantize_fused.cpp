@@ -1,4 +1,4 @@
-// Op family 'quantize_fused' (domain com.ferry, opset 1): QConvFused, the node the qdq_fusion pass
+// Op family 'quantize_fused' (domain com.ferry, opset 1): QConvFused (and QMatMulFused, below), the node the qdq_fusion pass
 // (src/passes/qdq_fusion.cpp) makes of a QDQ convolution region
 //   DQ(x) , DQ(w per-channel) [, DQ(B int32)] -> Conv [-> Relu] [-> Q -> DQ] [-> Add(DQ(z))] [-> Relu] -> Q
 // so that 8-bit tensors flow from one fused node to the next with no float tensor in between.
@@ -177,9 +177,85 @@ Status k_qconv_fused(KernelContext& ctx) {
   return Status::ok();
 }
 
+// ---- QMatMulFused ---------------------------------------------------------------------------
+// Inputs: a, a_scale, a_zero_point, b (int8 [K, N]), b_scale (scalar or [N]), b_zero_point (optional),
+// y_scale, y_zero_point, Bias (int32 [N], optional). Attribute relu.
+//   acc = MatMulInteger(a - a_zp, b - b_zp) + Bias[n];  v = float(acc) * (a_scale * b_scale[n] / y_scale)
+//   v = max(v, 0) if relu;  y = saturate(round_half_even(v) + y_zp)
+// Made of DQ(a), DQ(B) -> MatMul [-> Add(DQ(Bias))] [-> Relu] -> Q and of the same with Gemm.
+
+enum QMatMulInput : int64_t { kA = 0, kAScale, kAZp, kBm, kBScale, kBZp, kMYScale, kMYZp, kBias, kNumMatMulInputs };
+
+const OpSchema& matmul_integer_schema() { return *op_registry().find("", "MatMulInteger", 10); }
+
+Status infer_qmatmul_fused(InferContext& ctx) {
+  vector<const TensorType*> types = {&ctx.input_type(kA), &ctx.input_type(kBm), opt_type(ctx, kAZp), opt_type(ctx, kBZp)};
+  vector<const Tensor*> values = {nullptr, nullptr, nullptr, nullptr};
+  InferContext base(ctx.node(), 10, types, values);
+  RETURN_IF_ERROR(matmul_integer_schema().infer(base));
+  const DType yt = ctx.input_type(kMYZp).dtype;
+  RETURN_IF_ERROR(check_8bit(ctx, yt, "y_zero_point"));
+  if (ctx.input_type(kBm).shape && ctx.input_type(kBm).shape->rank() != 2)
+    return ctx.error("input 'b' must be 2-D (K x N), got " + ctx.input_type(kBm).shape->to_string());
+  if (ctx.has_input(kBias) && ctx.input_type(kBias).dtype != DType::kUndefined && ctx.input_type(kBias).dtype != DType::kI32)
+    return ctx.error(std::string("input 'Bias' has element type ") + dtype_name(ctx.input_type(kBias).dtype) +
+                     "; expected int32");
+  ctx.set_output(0, TensorType{yt, base.outputs()[0].shape});
+  return Status::ok();
+}
+
+Status k_qmatmul_fused(KernelContext& ctx) {
+  vector<Value> in = {Value(ctx.input(kA)), Value(ctx.input(kBm)), Value(ctx.input(kAZp)), Value()};
+  vector<const Value*> ptrs = {&in[0], &in[1], &in[2], nullptr};
+  if (ctx.has_input(kBZp)) {
+    in[3] = Value(ctx.input(kBZp));
+    ptrs[3] = &in[3];
+  }
+  if (ctx.input(kBm).rank() != 2) return ctx.error("input 'b' must be 2-D (K x N)");
+  vector<Value> outs(1);
+  KernelContext base(ctx.node(), 10, ptrs, &outs);
+  RETURN_IF_ERROR(matmul_integer_schema().kernel(base));
+  const Tensor& acc = outs[0].tensor;
+  const int64_t N = ctx.input(kBm).dim(1);
+  float as = 0, ys = 0, yz = 0;
+  RETURN_IF_ERROR(scalar_input(ctx, kAScale, "a_scale", &as));
+  RETURN_IF_ERROR(scalar_input(ctx, kMYScale, "y_scale", &ys));
+  RETURN_IF_ERROR(scalar_input(ctx, kMYZp, "y_zero_point", &yz));
+  const vector<float> bs = to_float_vector(ctx.input(kBScale));
+  if (bs.size() != 1 && static_cast<int64_t>(bs.size()) != N)
+    return ctx.error("input 'b_scale' has " + std::to_string(bs.size()) + " elements; expected 1 or N = " + std::to_string(N));
+  vector<int32_t> bias(static_cast<size_t>(N), 0);
+  if (ctx.has_input(kBias)) {
+    const Tensor& b = ctx.input(kBias);
+    if (b.dtype() != DType::kI32 || b.numel() != N)
+      return ctx.error("input 'Bias' must be int32 with N = " + std::to_string(N) + " elements, got " + b.type().to_string());
+    std::copy(b.data<int32_t>(), b.data<int32_t>() + N, bias.begin());
+  }
+  vector<float> mul(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) mul[n] = as * bs[bs.size() == 1 ? 0 : n] / ys;
+  const bool relu = ctx.get_int("relu", 0) != 0;
+  const DType yt = ctx.input(kMYZp).dtype();
+  float lo = 0, hi = 0;
+  if (!quant_range(yt, &lo, &hi)) return ctx.error("input 'y_zero_point' must be uint8 or int8");
+  const int32_t* pa = acc.data<int32_t>();
+  vector<float> q(static_cast<size_t>(acc.numel()));
+  for (int64_t i = 0; i < acc.numel(); ++i) {
+    const int64_t n = N > 0 ? i % N : 0;
+    float v = static_cast<float>(pa[i] + bias[n]) * mul[n];
+    if (relu) v = std::max(v, 0.0f);
+    q[i] = quantize_value(v, yz, lo, hi);
+  }
+  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, yt, acc.dims(), false));
+  store_quantized(q, y);
+  return Status::ok();
+}
+
 }  // namespace
 
 void register_quantize_fused_ops(OpRegistry& r) {
+  r.add(OpSchema{.name = "QMatMulFused", .domain = "com.ferry", .since_version = 1, .min_inputs = 8,
+                 .max_inputs = kNumMatMulInputs, .attrs = {{"relu", AttrType::kInt}}, .types = {DType::kU8, DType::kI8},
+                 .infer = infer_qmatmul_fused, .kernel = k_qmatmul_fused});
   r.add(OpSchema{.name = "QConvFused", .domain = "com.ferry", .since_version = 1, .min_inputs = 8,
                  .max_inputs = kNumInputs,
                  .attrs = {{"auto_pad", AttrType::kString}, {"dilations", AttrType::kInts}, {"group", AttrType::kInt},

@@ -5,6 +5,8 @@
 //   [, DQ(B int32 constant, scale x_scale * w_scale)] -> Conv [-> Relu]
 //   [-> Q -> DQ (same scale and zero point) -> Add(DQ(z))  |  -> Add(DQ(z))] [-> Relu] -> Q
 //                                             -> com.ferry.QConvFused (src/ops/quantize_fused.cpp)
+//   DQ(a), DQ(W s8 [K, N] or Gemm's [N, K], per column) -> MatMul [-> Add(DQ(B int32))] | Gemm(DQ(C int32))
+//   [-> Relu] -> Q                            -> com.ferry.QMatMulFused (W kept as [K, N])
 //   DQ(x) -> MaxPool -> Q with the same scale and zero point  -> MaxPool on the 8-bit x (exact:
 //                                                                max commutes with a monotone map)
 // A DQ whose output other nodes also read stays for them. Runs before constant_folding, which would
@@ -224,6 +226,141 @@ bool fuse_qconv(PatternContext& pc, long c) {
   return true;
 }
 
+// Weights of a MatMul/Gemm: DQ of an int8 2-D constant with zero point 0, scale per tensor or per
+// column of the product (`axis` = the weight's N axis). Returns the int8 tensor as [K, N] (transposed
+// into a new initializer when the weight is [N, K]) and its scale name, or false.
+bool matmul_weights(PatternContext& pc, long dw, bool n_first, std::string* wq, std::string* ws_name, int64_t* N) {
+  Graph& g = pc.g;
+  const Node& wn = g.nodes[dw];
+  const Tensor* w = constant_value(g, wn.inputs[0]);
+  const Tensor* ws = wn.inputs.size() > 1 ? constant_value(g, wn.inputs[1]) : nullptr;
+  if (!w || w->dtype() != DType::kI8 || w->rank() != 2 || !ws || ws->dtype() != DType::kF32) return false;
+  const int64_t n_axis = n_first ? 0 : 1;
+  *N = w->dim(n_axis);
+  if (ws->numel() != 1) {
+    const Attribute* axis = wn.attr("axis");
+    const int64_t a = axis ? (axis->i < 0 ? axis->i + 2 : axis->i) : 1;
+    if (ws->numel() != *N || a != n_axis) return false;
+  }
+  if (wn.inputs.size() > 2 && !wn.inputs[2].empty()) {
+    const Tensor* z = constant_value(g, wn.inputs[2]);
+    if (!z || z->dtype() != DType::kI8) return false;
+    for (int64_t i = 0; i < z->numel(); ++i)
+      if (z->get_int64(i) != 0) return false;
+  }
+  *ws_name = wn.inputs[1];
+  if (!n_first) {
+    *wq = wn.inputs[0];
+    return true;
+  }
+  const int64_t K = w->dim(1);
+  Tensor t = Tensor::allocate(DType::kI8, {K, *N});
+  for (int64_t n = 0; n < *N; ++n)
+    for (int64_t k = 0; k < K; ++k) t.mutable_data<int8_t>()[k * *N + n] = w->data<int8_t>()[n * K + k];
+  *wq = fresh_name(g, wn.inputs[0] + "_kn");
+  g.value_types[*wq] = t.type();
+  g.initializers[*wq] = std::move(t);
+  return true;
+}
+
+// DQ of an int32 [N] constant whose scale is a_scale * w_scale[n] (zero point 0): the int32 bias.
+bool int32_bias(const PatternContext& pc, long db, float a_scale, const Tensor& ws, int64_t N) {
+  const Node& bn = pc.g.nodes[db];
+  const Tensor* b = constant_value(pc.g, bn.inputs[0]);
+  const Tensor* bs = bn.inputs.size() > 1 ? constant_value(pc.g, bn.inputs[1]) : nullptr;
+  if (!b || b->dtype() != DType::kI32 || b->numel() != N || !bs || bs->dtype() != DType::kF32) return false;
+  if (bs->numel() != 1 && bs->numel() != N) return false;
+  if (bn.inputs.size() > 2 && !bn.inputs[2].empty()) {
+    const Tensor* z = constant_value(pc.g, bn.inputs[2]);
+    if (!z) return false;
+    for (int64_t i = 0; i < z->numel(); ++i)
+      if (z->get_int64(i) != 0) return false;
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    const float want = a_scale * ws.data<float>()[ws.numel() == 1 ? 0 : n];
+    if (!rel_close(bs->data<float>()[bs->numel() == 1 ? 0 : n], want)) return false;
+  }
+  return true;
+}
+
+// DQ(a), DQ(W) -> MatMul [-> Add(DQ(B int32))] [-> Relu] -> Q, and DQ(A), DQ(W) [, DQ(C int32)] -> Gemm
+// (alpha = beta = 1, transA = 0) [-> Relu] -> Q: QMatMulFused.
+bool fuse_qmatmul(PatternContext& pc, long i) {
+  Graph& g = pc.g;
+  const Node mm = g.nodes[i];
+  const bool gemm = is_onnx(mm, "Gemm");
+  if (mm.inputs.size() < 2 || mm.outputs.size() != 1) return false;
+  if (gemm) {
+    const Attribute* alpha = mm.attr("alpha");
+    const Attribute* beta = mm.attr("beta");
+    const Attribute* ta = mm.attr("transA");
+    if ((alpha && alpha->f != 1.f) || (beta && beta->f != 1.f) || (ta && ta->i != 0)) return false;
+  }
+  QParams ap;
+  const long da = dq_per_tensor(pc, mm.inputs[0], &ap);
+  const long dw = pc.producer(mm.inputs[1], "DequantizeLinear");
+  if (da < 0 || dw < 0) return false;
+  const Attribute* tb = mm.attr("transB");
+  const bool n_first = gemm && tb && tb->i != 0;
+  std::vector<long> covered = {i};
+  std::string out = mm.outputs[0];
+  long db = -1;
+  if (gemm && mm.inputs.size() > 2 && !mm.inputs[2].empty()) {
+    db = pc.producer(mm.inputs[2], "DequantizeLinear");
+    if (db < 0) return false;
+  }
+  long add = -1;
+  if (!gemm) {  // MatMul + Add(DQ(int32 bias))
+    const long r = pc.sole_reader(out);
+    if (r >= 0 && is_onnx(g.nodes[r], "Add")) {
+      const long d = pc.producer(other_input(g.nodes[r], out), "DequantizeLinear");
+      if (d >= 0) {
+        db = d;
+        add = r;
+      }
+    }
+  }
+  // Check the weights before making a transposed copy of them.
+  const Node& wn = g.nodes[dw];
+  const Tensor* ws = wn.inputs.size() > 1 ? constant_value(g, wn.inputs[1]) : nullptr;
+  const Tensor* w = constant_value(g, wn.inputs[0]);
+  if (!ws || !w || w->rank() != 2 || ws->dtype() != DType::kF32) return false;
+  const int64_t N = w->dim(n_first ? 0 : 1);
+  if (db >= 0 && !int32_bias(pc, db, ap.s, *ws, N)) return false;
+  if (add >= 0) {
+    covered.push_back(add);
+    out = g.nodes[add].outputs[0];
+  }
+  bool relu = false;
+  long r = pc.sole_reader(out);
+  if (r >= 0 && is_onnx(g.nodes[r], "Relu")) {
+    relu = true;
+    covered.push_back(r);
+    out = g.nodes[r].outputs[0];
+    r = pc.sole_reader(out);
+  }
+  QParams yp;
+  if (r < 0 || !is_onnx(g.nodes[r], "QuantizeLinear") || !per_tensor_params(g, g.nodes[r], &yp)) return false;
+  covered.push_back(r);
+  std::string wq, ws_name;
+  int64_t n = 0;
+  if (!matmul_weights(pc, dw, n_first, &wq, &ws_name, &n)) return false;
+  Node fused;
+  fused.name = mm.name;
+  fused.op_type = "QMatMulFused";
+  fused.domain = kFerryDomain;
+  if (relu) set_attr(&fused, "relu", int64_t{1});
+  fused.inputs = {g.nodes[da].inputs[0], ap.scale, zp_name(&g, ap), wq, ws_name, "", yp.scale, zp_name(&g, yp),
+                  db >= 0 ? g.nodes[db].inputs[0] : ""};
+  while (fused.inputs.back().empty()) fused.inputs.pop_back();
+  fused.outputs = {g.nodes[r].outputs[0]};
+  cover_if_sole(pc, da, i, &covered);
+  cover_if_sole(pc, dw, i, &covered);
+  if (db >= 0) cover_if_sole(pc, db, add >= 0 ? add : i, &covered);
+  pc.replace(covered, std::move(fused));
+  return true;
+}
+
 // DQ(x) -> MaxPool -> Q with the DQ's parameters: MaxPool on x itself.
 bool fuse_maxpool(PatternContext& pc, long i) {
   Graph& g = pc.g;
@@ -251,7 +388,9 @@ Status run_qdq_fusion(Model* model, PassContext& ctx) {
     if (pc.dead[i]) continue;
     const Node& n = pc.g.nodes[i];
     const long k = static_cast<long>(i);
-    if ((is_onnx(n, "Conv") && fuse_qconv(pc, k)) || (is_onnx(n, "MaxPool") && fuse_maxpool(pc, k))) ++ctx.changes;
+    if ((is_onnx(n, "Conv") && fuse_qconv(pc, k)) || (is_onnx(n, "MaxPool") && fuse_maxpool(pc, k)) ||
+        ((is_onnx(n, "MatMul") || is_onnx(n, "Gemm")) && fuse_qmatmul(pc, k)))
+      ++ctx.changes;
   }
   pc.finish();
   if (ctx.changes) use_ferry_domain(model);
@@ -261,7 +400,8 @@ Status run_qdq_fusion(Model* model, PassContext& ctx) {
 }  // namespace
 
 GraphPass qdq_fusion_pass() {
-  return {"qdq_fusion", 2, "DequantizeLinear -> Conv [-> Relu] [-> Add] -> QuantizeLinear become QConvFused (int8)",
+  return {"qdq_fusion", 2,
+          "DequantizeLinear -> Conv|MatMul|Gemm [-> Relu] [-> Add] -> QuantizeLinear become QConvFused / QMatMulFused (int8)",
           run_qdq_fusion};
 }
 

@@ -264,6 +264,106 @@ TEST(QdqFusion, Int8RegionStaysInt8) {
   EXPECT_GE(exact, 0.95);
 }
 
+// DQ(a), DQ(W) -> MatMul -> Add(DQ(B)) [-> Relu] -> Q, or the Gemm form (transB: W is [N, K]).
+struct QdqMatMulCase {
+  bool gemm = false, trans_b = false, relu = true, bias = true, pow2 = true;
+  uint8_t a_zp = 0;
+  uint32_t seed = 21;
+};
+
+std::shared_ptr<Model> qdq_matmul_model(const QdqMatMulCase& mc) {
+  std::mt19937 rng(mc.seed);
+  const int64_t K = 24, N = 20;
+  QdqCase sc;
+  sc.pow2 = mc.pow2;
+  ModelBuilder b(13);
+  auto a = b.input("a", mc.gemm ? vector<int64_t>{6, K} : vector<int64_t>{2, 5, K}, DType::kU8);
+  const float sa = scale(sc, 6, 1.37f);
+  auto dqa = b.node("DequantizeLinear", {a, b.scalar(sa), b.constant(u8_scalar(mc.a_zp))});
+  Tensor ws = Tensor::allocate(DType::kF32, {N});
+  Tensor bs = Tensor::allocate(DType::kF32, {N});
+  for (int64_t i = 0; i < N; ++i) {
+    ws.mutable_data<float>()[i] = scale(sc, 7 + static_cast<int>(i % 3), 1.f + 0.11f * static_cast<float>(i % 5));
+    bs.mutable_data<float>()[i] = sa * ws.data<float>()[i];
+  }
+  const bool n_first = mc.gemm && mc.trans_b;
+  auto dqw = b.node("DequantizeLinear",
+                    {b.constant(i8_tensor(n_first ? vector<int64_t>{N, K} : vector<int64_t>{K, N}, rng, -127, 127, DType::kI8)),
+                     b.constant(ws), b.constant(Tensor::allocate(DType::kI8, {N}))},
+                    {{"axis", int_attr(n_first ? 0 : 1)}});
+  std::string y;
+  auto dqb = mc.bias ? b.node("DequantizeLinear", {b.constant(i8_tensor({N}, rng, -3000, 3000, DType::kI32)), b.constant(bs)},
+                              {{"axis", axis0()}})
+                     : "";
+  if (mc.gemm) {
+    vector<std::string> in = {dqa, dqw};
+    if (mc.bias) in.push_back(dqb);
+    y = b.node("Gemm", in, {{"transB", int_attr(mc.trans_b ? 1 : 0)}});
+  } else {
+    y = b.node("MatMul", {dqa, dqw});
+    if (mc.bias) y = b.node("Add", {y, dqb});
+  }
+  if (mc.relu) y = b.node("Relu", {y});
+  b.output(b.node("QuantizeLinear", {y, b.scalar(scale(sc, 1, 1.21f)), b.constant(u8_scalar(mc.relu ? 0 : 128))}));
+  return b.build();
+}
+
+void check_matmul_case(const QdqMatMulCase& mc) {
+  SCOPED_TRACE(::testing::Message() << "gemm=" << mc.gemm << " transB=" << mc.trans_b << " relu=" << mc.relu
+                                    << " bias=" << mc.bias << " pow2=" << mc.pow2 << " a_zp=" << int(mc.a_zp));
+  auto model = qdq_matmul_model(mc);
+  int changes = 0;
+  auto fused = run_pass(*model, "qdq_fusion", &changes);
+  ASSERT_EQ(changes, 1);
+  ASSERT_EQ(fused->graph.nodes.size(), 1u);
+  EXPECT_EQ(fused->graph.nodes[0].op_type, "QMatMulFused");
+  const Node& n = fused->graph.nodes[0];
+  auto schema = resolve_schema(n, fused->opset(n.domain));
+  ASSERT_TRUE(schema.is_ok());
+  bool taken = false;
+  for (const CpuKernelFactory& f : *cpu_kernel_table().find(n.domain, n.op_type)) {
+    auto k = f(n, *schema.value(), fused->graph);
+    taken = taken || (k.is_ok() && k.value());
+  }
+  EXPECT_TRUE(taken);
+  const NamedTensors feeds = u8_feeds(*model, mc.seed + 1);
+  const NamedTensors unfused_ref = run_model(model, feeds, "cpu-ref");
+  const NamedTensors fused_ref = run_model(fused, feeds, "cpu-ref");
+  const NamedTensors fused_cpu = run_model(fused, feeds, "cpu");
+  ASSERT_EQ(fused_cpu.size(), 1u);
+  ASSERT_EQ(fused_ref.size(), 1u);
+  ASSERT_EQ(unfused_ref.size(), 1u);
+  double e1 = 0, e2 = 0;
+  const int d1 = max_step_diff(fused_ref[0].second, unfused_ref[0].second, &e1);
+  const int d2 = max_step_diff(fused_cpu[0].second, fused_ref[0].second, &e2);
+  EXPECT_LE(d1, mc.pow2 ? 0 : 1);
+  EXPECT_LE(d2, mc.pow2 ? 0 : 1);
+  EXPECT_GE(e1, 0.95);
+  EXPECT_GE(e2, 0.95);
+  int64_t interior = 0;
+  const Tensor& y = fused_ref[0].second;
+  for (int64_t i = 0; i < y.numel(); ++i) interior += y.data<uint8_t>()[i] > 0 && y.data<uint8_t>()[i] < 255;
+  EXPECT_GT(interior, y.numel() / 4);
+}
+
+TEST(QdqFusion, MatMulAndGemmBecomeQMatMulFused) {
+  check_matmul_case(QdqMatMulCase{});
+  QdqMatMulCase mc;
+  mc.pow2 = false;
+  mc.a_zp = 120;
+  mc.relu = false;
+  check_matmul_case(mc);
+  mc = QdqMatMulCase{};
+  mc.gemm = true;
+  mc.trans_b = true;
+  check_matmul_case(mc);
+  mc.trans_b = false;
+  mc.pow2 = false;
+  mc.bias = false;
+  mc.seed = 5;
+  check_matmul_case(mc);
+}
+
 // The cpu backend's QuantizeLinear / DequantizeLinear / 8-bit Transpose kernels: bit for bit the reference
 // (ties of x / scale included: inputs on exact half steps).
 TEST(QdqFusion, QuantizeDequantizeTransposeKernelsMatchReference) {

@@ -1,4 +1,4 @@
-// oneDNN int8 convolution for com.ferry.QConvFused (src/ops/quantize_fused.cpp): u8/s8 source, s8
+// oneDNN int8 convolution for com.ferry.QConvFused (and matmul for QMatMulFused, below) (src/ops/quantize_fused.cpp): u8/s8 source, s8
 // weights (reordered once, or taken pre-packed from a .ferry file: prepacked.h), s32 bias, per-channel
 // output scales x_scale * w_scale[m] / s1, and the rest of the op's definition as post-ops:
 //   conv_relu  -> eltwise relu
@@ -299,6 +299,142 @@ class DnnlQConvKernel : public Kernel {
   std::list<std::pair<memory::desc, memory>> packed_;
 };
 
+// ---- QMatMulFused: oneDNN int8 matmul, a as [rows, K] x packed b [K, N] ------------------------
+
+class DnnlQMatMulKernel : public Kernel {
+ public:
+  DnnlQMatMulKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+
+  bool init(const Graph& graph) {
+    enum : size_t { kA = 0, kAScale, kAZp, kBm, kBScale, kBZp, kYScale, kYZp, kBias };
+    const Tensor* b = cpu::constant_input(graph, node_, kBm);
+    const Tensor* bs = cpu::constant_input(graph, node_, kBScale);
+    if (!b || b->dtype() != DType::kI8 || b->rank() != 2 || !bs || bs->dtype() != DType::kF32) return false;
+    b_ = *b;
+    const int64_t N = b->dim(1);
+    if (bs->numel() != 1 && bs->numel() != N) return false;
+    if (has(node_, kBZp)) {
+      const Tensor* bz = cpu::constant_input(graph, node_, kBZp);
+      if (!bz) return false;
+      for (int64_t i = 0; i < bz->numel(); ++i)
+        if (bz->get_int64(i) != 0) return false;
+    }
+    const TensorType* at = graph.find_type(node_.inputs[kA]);
+    const Tensor* yzt = cpu::constant_input(graph, node_, kYZp);
+    if (!at || !is_8bit(at->dtype) || !yzt || !is_8bit(yzt->dtype())) return false;
+    a_dt_ = at->dtype;
+    y_dt_ = yzt->dtype();
+    float as = 0, az = 0, ys = 0, yz = 0;
+    if (!scalar(graph, node_, kAScale, &as) || !scalar(graph, node_, kAZp, &az) || !scalar(graph, node_, kYScale, &ys) ||
+        !scalar(graph, node_, kYZp, &yz))
+      return false;
+    src_zp_ = static_cast<int32_t>(az);
+    dst_zp_ = static_cast<int32_t>(yz);
+    scales_.resize(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) scales_[n] = as * bs->data<float>()[bs->numel() == 1 ? 0 : n] / ys;
+    if (has(node_, kBias)) {
+      const Tensor* bias = cpu::constant_input(graph, node_, kBias);
+      if (!bias || bias->dtype() != DType::kI32 || bias->numel() != N) return false;
+      bias_ = *bias;
+    }
+    relu_ = AttrReader(node_).get_int("relu", 0) != 0;
+    std::vector<int64_t> a_dims;
+    if (cpu::static_dims(graph, node_.inputs[kA], &a_dims)) {
+      auto p = plans_.get(a_dims, [this](const std::vector<int64_t>& d, Plan* plan) { return make_plan(d, plan); });
+      if (!p.is_ok()) return false;
+    }
+    return true;
+  }
+
+  Status compute(KernelContext& ctx) override {
+    const Tensor& a = ctx.input(0);
+    if (a.dtype() != a_dt_ || a.rank() < 2) return fallback_(ctx);
+    auto plan = plans_.get(a.dims(), [this](const std::vector<int64_t>& d, Plan* p) { return make_plan(d, p); });
+    if (!plan.is_ok()) return fallback_(ctx);
+    const Plan* p = plan.value();
+    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, y_dt_, p->out_dims, false));
+    try {
+      std::unordered_map<int, memory> args = {
+          {DNNL_ARG_SRC, wrap(p->src, a)}, {DNNL_ARG_WEIGHTS, *p->weights}, {DNNL_ARG_DST, wrap(p->dst, *y)},
+          {DNNL_ARG_SCRATCHPAD, cpu::scratch_memory(p->pd.scratchpad_desc(), cpu::ScratchSlot::kScratchpad)},
+          {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, zp_memory(&dst_zp_)}};
+      if (src_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = zp_memory(&src_zp_);
+      if (bias_.defined()) args[DNNL_ARG_BIAS] = wrap(p->bias, bias_);
+      p->prim.execute(dnnl_stream(), args);
+      dnnl_stream().wait();
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    return Status::ok();
+  }
+
+ private:
+  struct Plan {
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul prim;
+    memory::desc src, dst, bias;
+    const memory* weights = nullptr;
+    std::vector<int64_t> out_dims;
+  };
+
+  static memory zp_memory(const int32_t* v) {
+    return memory(memory::desc({1}, memory::data_type::s32, tag::x), dnnl_engine(), const_cast<int32_t*>(v));
+  }
+
+  Status make_plan(const std::vector<int64_t>& a_dims, Plan* plan) {
+    const int64_t K = b_.dim(0), N = b_.dim(1);
+    if (a_dims.size() < 2 || a_dims.back() != K) return unsupported("inner dimension mismatch");
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < a_dims.size(); ++i) rows *= a_dims[i];
+    if (rows == 0) return unsupported("empty");
+    try {
+      plan->src = memory::desc({rows, K}, int8_type(a_dt_), tag::ab);
+      plan->dst = memory::desc({rows, N}, int8_type(y_dt_), tag::ab);
+      const memory::desc w_any({K, N}, memory::data_type::s8, tag::any);
+      dnnl::post_ops ops;
+      if (relu_) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      dnnl::primitive_attr attr = cpu::concurrent_attr();
+      attr.set_post_ops(ops);
+      attr.set_output_scales(scales_.size() == 1 ? 0 : 1 << 1, scales_);
+      attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      if (src_zp_ != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+      if (bias_.defined()) plan->bias = memory::desc({1, N}, memory::data_type::s32, tag::ab);
+      const auto d = bias_.defined() ? dnnl::matmul::desc(plan->src, w_any, plan->bias, plan->dst)
+                                     : dnnl::matmul::desc(plan->src, w_any, plan->dst);
+      plan->pd = dnnl::matmul::primitive_desc(d, attr, dnnl_engine());
+      if (std::string(plan->pd.impl_info_str()).find("ref") != std::string::npos)
+        return unsupported("oneDNN offers only its reference int8 matmul here");
+      plan->prim = dnnl::matmul(plan->pd);
+      plan->weights = packed_weights(plan->pd.weights_desc());
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    plan->out_dims = a_dims;
+    plan->out_dims.back() = N;
+    return Status::ok();
+  }
+
+  const memory* packed_weights(const memory::desc& want) {
+    for (auto& [desc, mem] : packed_)
+      if (desc == want) return &mem;
+    memory user(memory::desc({b_.dim(0), b_.dim(1)}, memory::data_type::s8, tag::ab), dnnl_engine(),
+                const_cast<void*>(b_.raw()));
+    memory packed = cpu::packed_weights(node_, "dnnl_int8_matmul", want, user);
+    packed_.emplace_back(want, packed);
+    return &packed_.back().second;
+  }
+
+  Node node_;
+  KernelFn fallback_;
+  DType a_dt_ = DType::kU8, y_dt_ = DType::kU8;
+  Tensor b_, bias_;
+  std::vector<float> scales_;
+  int32_t src_zp_ = 0, dst_zp_ = 0;
+  bool relu_ = false;
+  cpu::PlanCache<Plan> plans_;
+  std::list<std::pair<memory::desc, memory>> packed_;
+};
+
 // ---- 8-bit MaxPool (NCHW, or NHWC as com.ferry.NhwcMaxPool) ----------------------------------
 
 class Int8MaxPoolKernel : public Kernel {
@@ -577,6 +713,7 @@ StatusOr<std::unique_ptr<Kernel>> make_qconv(const Node& node, const OpSchema& s
 
 void register_cpu_dnnl_int8_kernels(CpuKernelTable& t) {
   t.add("com.ferry", "QConvFused", make_qconv);
+  t.add("com.ferry", "QMatMulFused", make_simple<DnnlQMatMulKernel>);
   t.add("", "MaxPool", make_simple<Int8MaxPoolKernel>);  // 8-bit inputs only; dnnl_pool takes f32/bf16
   t.add("com.ferry", "NhwcMaxPool", make_simple<Int8MaxPoolKernel>);
   t.add("", "QuantizeLinear", make_simple<QuantizeKernel>);
