@@ -40,6 +40,19 @@ struct Planner {
   Planner(const Model& m, const RangeFn& r) : model(m), g(m.graph), range(r) {}
 
   bool is_init(const std::string& v) const { return g.initializers.count(v) > 0; }
+  // The initializer `v` is, directly or through Identity nodes (exporters share equal tensors that way).
+  const Tensor* init_of(const std::string& v) const {
+    std::string cur = v;
+    for (int hop = 0; hop < 8; ++hop) {
+      if (const Tensor* t = g.find_initializer(cur)) return t;
+      auto it = producer.find(cur);
+      if (it == producer.end()) return nullptr;
+      const Node& n = g.nodes[static_cast<size_t>(it->second)];
+      if (n.op_type != "Identity" || n.inputs.empty()) return nullptr;
+      cur = n.inputs[0];
+    }
+    return nullptr;
+  }
   bool is_f32(const std::string& v) const {
     if (v.empty()) return false;
     if (const Tensor* t = g.find_initializer(v)) return t->dtype() == DType::kF32;
@@ -71,17 +84,17 @@ struct Planner {
     const std::string& op = n.op_type;
     auto input = [&](size_t i) { return i < in.size() ? in[i] : std::string(); };
     if (op == "Conv") {
-      const Tensor* w = g.find_initializer(input(1));
+      const Tensor* w = init_of(input(1));
       if (act(input(0)) && w && w->dtype() == DType::kF32 && w->rank() >= 3 && act(n.outputs[0])) return Role::kCompute;
       return Role::kFloat;
     }
     if (op == "Gemm") {
-      const Tensor* w = g.find_initializer(input(1));
+      const Tensor* w = init_of(input(1));
       if (act(input(0)) && w && w->dtype() == DType::kF32 && w->rank() == 2 && act(n.outputs[0])) return Role::kCompute;
       return Role::kFloat;
     }
     if (op == "MatMul") {
-      const Tensor* w = g.find_initializer(input(1));
+      const Tensor* w = init_of(input(1));
       if (!act(input(0)) || !act(n.outputs[0])) return Role::kFloat;
       if (w) return w->dtype() == DType::kF32 && w->rank() == 2 ? Role::kCompute : Role::kFloat;
       return act(input(1)) ? Role::kCompute : Role::kFloat;
@@ -127,11 +140,11 @@ struct Planner {
     for (int s = 0; s < 2; ++s) {
       const std::string& b = n.inputs[static_cast<size_t>(s)];
       const std::string& m = n.inputs[static_cast<size_t>(1 - s)];
-      const Tensor* bt = g.find_initializer(b);
+      const Tensor* bt = init_of(b);
       auto it = producer.find(m);
       if (!bt || bt->dtype() != DType::kF32 || bt->rank() != 1 || it == producer.end()) continue;
       const Node& mm = g.nodes[static_cast<size_t>(it->second)];
-      const Tensor* w = mm.op_type == "MatMul" && mm.inputs.size() > 1 ? g.find_initializer(mm.inputs[1]) : nullptr;
+      const Tensor* w = mm.op_type == "MatMul" && mm.inputs.size() > 1 ? init_of(mm.inputs[1]) : nullptr;
       if (!w || role_of(it->second) != Role::kCompute || w->rank() != 2 || w->dim(1) != bt->numel()) continue;
       auto c = consumers.find(m);
       if (c == consumers.end() || c->second.size() != 1 || graph_outputs.count(m)) continue;
@@ -142,7 +155,7 @@ struct Planner {
   int bias_of_matmul_cached(int i) const {
     const Node& n = g.nodes[static_cast<size_t>(i)];
     for (int s = 0; s < 2; ++s)
-      if (g.find_initializer(n.inputs[static_cast<size_t>(s)]) && absorbed.count(n.inputs[static_cast<size_t>(1 - s)]))
+      if (init_of(n.inputs[static_cast<size_t>(s)]) && absorbed.count(n.inputs[static_cast<size_t>(1 - s)]))
         return s;
     return -1;
   }
@@ -196,7 +209,7 @@ struct Planner {
     const std::string key = w_name + "#" + std::to_string(axis);
     auto it = weights.find(key);
     if (it != weights.end()) return it->second;
-    const Tensor& w = *g.find_initializer(w_name);
+    const Tensor& w = *init_of(w_name);
     const auto& d = w.dims();
     int64_t outer = 1, inner = 1;
     for (int64_t i = 0; i < axis; ++i) outer *= d[static_cast<size_t>(i)];
@@ -230,7 +243,7 @@ struct Planner {
 
   // int32 bias with scale s_x * s_w[c].
   std::string quantize_bias(const std::string& b_name, float s_x, const std::vector<float>& s_w) {
-    const Tensor& b = *g.find_initializer(b_name);
+    const Tensor& b = *init_of(b_name);
     const int64_t n = b.numel();
     std::vector<float> scales(static_cast<size_t>(n));
     std::vector<int32_t> q(static_cast<size_t>(n));
@@ -308,7 +321,7 @@ struct Planner {
       if (r == Role::kFloat) continue;
       if (r == Role::kCompute) {
         want(n.inputs[0]);
-        if (n.op_type == "MatMul" && !is_init(n.inputs[1])) want(n.inputs[1]);
+        if (n.op_type == "MatMul" && !init_of(n.inputs[1])) want(n.inputs[1]);
       } else if (r == Role::kBiasAdd) {
         // The MatMul's output is absorbed; only the Add's output is wrapped.
       } else if (r == Role::kBinary || (r == Role::kOwnRange && n.op_type == "Concat")) {
@@ -350,7 +363,7 @@ struct Planner {
     for (int i = 0; i < count; ++i) {
       const Node& n = g.nodes[static_cast<size_t>(i)];
       const Role r = role_of(i);
-      if (r == Role::kCompute && is_init(n.inputs[1])) {
+      if (r == Role::kCompute && init_of(n.inputs[1])) {
         int64_t axis = 1;
         if (n.op_type == "Conv") axis = 0;
         if (n.op_type == "Gemm") {
@@ -362,9 +375,9 @@ struct Planner {
         ++rewired_uses[n.inputs[1]];
         const bool gemm_plain = n.op_type != "Gemm" || ((!n.attr("alpha") || n.attr("alpha")->f == 1.0f) &&
                                                         (!n.attr("beta") || n.attr("beta")->f == 1.0f));
-        if (n.inputs.size() > 2 && is_init(n.inputs[2]) && is_f32(n.inputs[2]) && gemm_plain &&
-            g.find_initializer(n.inputs[2])->rank() == 1 &&
-            g.find_initializer(n.inputs[2])->numel() == static_cast<int64_t>(scales.size())) {
+        const Tensor* bias = n.inputs.size() > 2 ? init_of(n.inputs[2]) : nullptr;
+        if (bias && bias->dtype() == DType::kF32 && gemm_plain && bias->rank() == 1 &&
+            bias->numel() == static_cast<int64_t>(scales.size())) {
           rewire(i, 2, quantize_bias(n.inputs[2], params_of(n.inputs[0]).scale, scales));
           ++rewired_uses[n.inputs[2]];
         }
