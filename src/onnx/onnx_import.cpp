@@ -317,9 +317,11 @@ StatusOr<std::shared_ptr<Model>> parse_onnx_model(const void* data, size_t size,
     if (os.domain().empty() || os.domain() == "ai.onnx") declared_opset = os.version();
   if (mp.opset_import_size() == 0) declared_opset = 1;
   if (declared_opset >= 1 && declared_opset < kUpgradeTargetOpset && mp.graph().node_size() > 0) {
+    if (mp.graph().node_size() > kMaxNodes)
+      return resource_exhausted(what + ": the model has more than " + std::to_string(kMaxNodes) + " nodes");
     onnx::ModelProto original;
     if (options.require_known_ops) original = mp;
-    Status up = upgrade_opset(&mp, declared_opset, what);
+    Status up = upgrade_opset(&mp, declared_opset, what, options.require_known_ops);
     // `ferry info` describes a model it cannot upgrade as it is (its old ops show as not implemented).
     if (up.is_ok()) {
       model->upgraded_from_opset = declared_opset;

@@ -16,6 +16,9 @@ namespace {
 // Largest initializer copied into the one-node model that finds the node a failed upgrade
 // stopped at; bigger ones go in as typed inputs.
 constexpr int64_t kMaxProbeInitializerBytes = int64_t(1) << 20;
+// Nodes upgraded one by one to find the failing one (each a small conversion); past this the
+// error gives the converter's message alone rather than take minutes.
+constexpr int kMaxProbedNodes = 1000;
 
 std::string first_line(const std::string& s) {
   std::string line = s.substr(0, s.find('\n'));
@@ -117,10 +120,8 @@ std::string find_failing_node(const onnx::ModelProto& typed, int64_t from, int64
   for (const auto& vi : g.output()) types[vi.name()] = &vi;
   std::unordered_map<std::string, const onnx::TensorProto*> inits;
   for (const auto& t : g.initializer()) inits[t.name()] = &t;
-  for (int i = 0; i < g.node_size(); ++i) {
+  for (int i = 0; i < g.node_size() && i < kMaxProbedNodes; ++i) {
     const onnx::NodeProto& n = g.node(i);
-    if ((n.domain().empty() || n.domain() == "ai.onnx") && !onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(from), ""))
-      return describe(n, i, from) + ": ONNX defines no op '" + n.op_type() + "' at opset " + std::to_string(from);
     onnx::ModelProto one;
     one.set_ir_version(typed.ir_version());
     *one.mutable_opset_import() = typed.opset_import();
@@ -163,7 +164,16 @@ std::string find_failing_node(const onnx::ModelProto& typed, int64_t from, int64
 
 }  // namespace
 
-Status upgrade_opset(onnx::ModelProto* mp, int64_t from, const std::string& what) {
+Status upgrade_opset(onnx::ModelProto* mp, int64_t from, const std::string& what, bool name_failing_node) {
+  // An op ONNX never defined at this opset has no adapter: name it without converting anything.
+  for (int i = 0; i < mp->graph().node_size(); ++i) {
+    const onnx::NodeProto& n = mp->graph().node(i);
+    if ((n.domain().empty() || n.domain() == "ai.onnx") &&
+        !onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(from), ""))
+      return unsupported(what + " uses ai.onnx opset " + std::to_string(from) + ", which ferry upgrades to opset " +
+                         std::to_string(kUpgradeTargetOpset) + ": " + describe(n, i, from) + ": ONNX defines no op '" +
+                         n.op_type() + "' at opset " + std::to_string(from));
+  }
   // Ranks for the broadcast rewrite and sizes for the converter's own checks.
   auto infer = [](onnx::ModelProto* m) {
     try {
@@ -201,7 +211,8 @@ Status upgrade_opset(onnx::ModelProto* mp, int64_t from, const std::string& what
     infer(&typed);
     upgraded = onnx::version_conversion::ConvertVersion(typed, static_cast<int>(kUpgradeTargetOpset));
   } catch (const std::exception& e) {
-    std::string where = find_failing_node(typed, stage_from, stage_from < 6 ? 6 : kUpgradeTargetOpset);
+    std::string where =
+        name_failing_node ? find_failing_node(typed, stage_from, stage_from < 6 ? 6 : kUpgradeTargetOpset) : "";
     return unsupported(what + " uses ai.onnx opset " + std::to_string(from) + ", which ferry upgrades to opset " +
                        std::to_string(kUpgradeTargetOpset) + " with the ONNX version converter; it failed" +
                        (where.empty() ? ": " + first_line(e.what()) : " at " + where) +

@@ -15,8 +15,8 @@ namespace ferry {
 constexpr int64_t kUpgradeTargetOpset = 8;
 
 /// Upgrades `mp` in place from ai.onnx opset `from` (< kUpgradeTargetOpset) to
-/// kUpgradeTargetOpset. A failure names the node and op the converter could not take.
-/// `what` names the model in messages.
-Status upgrade_opset(onnx::ModelProto* mp, int64_t from, const std::string& what);
+/// kUpgradeTargetOpset. A failure names the node and op the converter could not take (when
+/// `name_failing_node`: it converts nodes one by one). `what` names the model in messages.
+Status upgrade_opset(onnx::ModelProto* mp, int64_t from, const std::string& what, bool name_failing_node = true);
 
 }  // namespace ferry
