@@ -132,8 +132,14 @@ def build_cases(work):
     p = os.path.join(work, "init_float_data_short.onnx"); save(m, p)
     case("initializer_float_data_short", ["info", p], 2, "'w'", "float_data")
 
+    # Opsets 1-6 are upgraded at import (issue 23); 0 is no opset at all.
     p = os.path.join(work, "old_opset.onnx"); save(tiny_model(opset=3), p)
-    case("opset_too_old", ["run", p, "--input", x_ok], 2, "opset 3")
+    case("old_opset_upgraded", ["run", p, "--input", x_ok], 0)
+    p = os.path.join(work, "opset_zero.onnx"); save(tiny_model(opset=0), p)
+    case("opset_too_old", ["run", p, "--input", x_ok], 2, "opset 0")
+    m = model_with([helper.make_node("NoSuchOldOp", ["x"], ["y"], name="odd_3")], [vi("x", [2])], [vi("y", [2])], opset=3)
+    p = os.path.join(work, "old_opset_unknown_op.onnx"); save(m, p)
+    case("old_opset_unknown_op", ["run", p], 2, "odd_3", "NoSuchOldOp", "opset 3")
     p = os.path.join(work, "new_opset.onnx"); save(tiny_model(opset=99), p)
     case("opset_too_new", ["info", p], 2, "opset 99")
 
