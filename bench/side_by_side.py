@@ -34,6 +34,9 @@ MODEL_ORDER = ["resnet50", "mobilenet_v2", "efficientnet_b0", "vit_b_16", "bert_
 MODEL_TITLES = {"resnet50": "ResNet-50", "mobilenet_v2": "MobileNetV2", "efficientnet_b0": "EfficientNet-B0",
                 "vit_b_16": "ViT-B/16", "bert_encoder": "BERT-style encoder (6 layers, seq 128)",
                 "bilstm": "BiLSTM (2 layers, seq 50)", "unet": "UNet (96x128)"}
+# Run-to-run spread (p90 / p50 of one engine's timed runs in one round) above this: the row's figure
+# is not steady enough to compare (issue 22); the report flags it.
+SPREAD_LIMIT = 1.15
 
 
 
@@ -210,7 +213,8 @@ class Bench:
                     j, err = self.ort_bench(model, meta, bdir, threads, oout if first else None)
                     (row["ort"].append(j) if j else row["errors"].append("onnxruntime: " + err))
                     log(f"{name} b{batch} t{threads} round {r + 1}: ferry {best(row['ferry'])} ms{idle}, "
-                        f"ORT {best(row['ort'])} ms")
+                        f"ORT {best(row['ort'])} ms; spread p90/p50 ferry {fmt_spread(worst_spread(row['ferry']))}, "
+                        f"ORT {fmt_spread(worst_spread(row['ort']))}")
                 row["vs_ort"] = compare_dirs(oout, fout, meta["outputs"])
                 row["vs_ref"] = compare_dirs(ref_dir, fout, meta["outputs"]) if (ref_dir and batch == 1) else None
                 res["rows"].append(row)
@@ -291,6 +295,43 @@ def best(runs):
     return round(min(vals), 3) if vals else None
 
 
+def spread(run):
+    """p90 / p50 of one round's timed runs, or None (ferry bench --json and ort_bench.js both give
+    latency_ms.p50 and .p90)."""
+    lat = (run or {}).get("latency_ms") or {}
+    p50, p90 = lat.get("p50"), lat.get("p90")
+    return p90 / p50 if p50 and p90 is not None and p50 > 0 else None
+
+
+def worst_spread(runs):
+    """The highest p90/p50 over an engine's rounds, or None."""
+    vals = [s for s in (spread(r) for r in runs) if s is not None]
+    return max(vals) if vals else None
+
+
+def unsteady_rows(results, limit=SPREAD_LIMIT):
+    """Rows where either engine's p90/p50 in some round is above `limit`: a list of dicts (model
+    title, batch, threads, engine, spread, and for ferry the share of wall time it had a core)."""
+    out = []
+    for res in results["models"].values():
+        for row in res["rows"]:
+            for engine in ("ferry", "ort"):
+                s = worst_spread(row.get(engine, []))
+                if s is None or s <= limit:
+                    continue
+                runs = [r for r in row[engine] if r and spread(r) == s]
+                on_cpu = runs[0].get("on_cpu_share") if runs else None
+                out.append({"model": res["title"], "batch": row["batch"], "threads": row["threads"], "engine": engine,
+                            "spread": s, "on_cpu_share": on_cpu})
+    return out
+
+
+def fmt_spread(s, limit=SPREAD_LIMIT):
+    if s is None:
+        return "—"
+    return f"**{s:.2f}**" if s > limit else f"{s:.2f}"
+
+
 def fmt_ms(v):
     if v is None:
         return "—"
@@ -337,8 +378,8 @@ def render(results, args):
     worst = {t: (0, "") for t in args.thread_list}
     for threads in args.thread_list:
         lines += [f"## {threads} thread{'s' if threads > 1 else ''}", "",
-                  "| model | batch | ferry ms | ORT ms | ferry/ORT | ferry vs cpu-ref (cos / max abs) | ferry vs ORT (cos / max abs) | arena / tensors |",
-                  "|---|---:|---:|---:|---:|---|---|---|"]
+                  "| model | batch | ferry ms | ORT ms | ferry/ORT | spread ferry / ORT | ferry vs cpu-ref (cos / max abs) | ferry vs ORT (cos / max abs) | arena / tensors |",
+                  "|---|---:|---:|---:|---:|---:|---|---|---|"]
         for name, res in results["models"].items():
             for row in res["rows"]:
                 if row["threads"] != threads:
@@ -355,12 +396,19 @@ def render(results, args):
                 note = f" ({'; '.join(row['errors'])})" if row["errors"] else ""
                 vs_ref = fmt_cmp(row["vs_ref"]) if row["batch"] == 1 else "(batch 1 only)"
                 ratio_s = f"{ratio:.2f}" if ratio else "—"
+                spreads = f"{fmt_spread(worst_spread(row['ferry']))} / {fmt_spread(worst_spread(row['ort']))}"
                 lines.append(f"| {res['title']}{note} | {row['batch']} | {fmt_ms(f)} | {fmt_ms(o)} | {ratio_s} | "
-                             f"{vs_ref} | {fmt_cmp(row['vs_ort'])} | {mem} |")
+                             f"{spreads} | {vs_ref} | {fmt_cmp(row['vs_ort'])} | {mem} |")
         g = geomean(ratios[threads])
         lines += ["", f"Geometric mean of ferry/ORT at {threads} thread{'s' if threads > 1 else ''}: "
                   f"**{g:.2f}** over {len(ratios[threads])} rows; highest: {worst[threads][0]:.2f} ({worst[threads][1]})."
                   if g else "", ""]
+        flagged = [u for u in unsteady_rows(results) if u["threads"] == threads]
+        lines += ["Spread is the highest p90/p50 over an engine's rounds; above " f"{SPREAD_LIMIT} (bold) the row is "
+                  "not steady enough to compare" + (": " + "; ".join(
+                      f"{u['model']} b{u['batch']} {'ferry' if u['engine'] == 'ferry' else 'ORT'} {u['spread']:.2f}" +
+                      (f" (on a core {100 * u['on_cpu_share']:.0f}% of the wall time)" if u["on_cpu_share"] else "")
+                      for u in flagged) + "." if flagged else ": none here."), ""]
     bf16_rows = [(res, r) for res in results["models"].values() for r in res["bf16"]]
     lines += ["## bf16 mode (ferry --precision bf16) against ORT fp32", ""]
     if not args.bf16:
@@ -438,6 +486,11 @@ def main():
                            capture_output=True, text=True)
     bench.results["ort_version"] = ort_v.stdout.strip() or "?"
     results = bench.run()
+    if not args.load_only:
+        results["unsteady"] = unsteady_rows(results)
+        for u in results["unsteady"]:
+            log(f"spread above {SPREAD_LIMIT}: {u['model']} b{u['batch']} t{u['threads']} {u['engine']} "
+                f"p90/p50 {u['spread']:.2f}")
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(results, f, indent=1)

@@ -8,8 +8,12 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <cstdio>
+#include <ctime>
 #include <set>
 #include <thread>
+
+#include <unistd.h>
 
 #include "compiler/gears.h"
 #include "io/npy.h"
@@ -25,6 +29,13 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// The process's CPU time (all threads) in ms.
+double process_cpu_ms() {
+  struct timespec ts {};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
 }
 
 std::string lower(std::string s) {
@@ -253,7 +264,8 @@ LatencyStats latency_stats(std::vector<double> v) {
 }
 
 Status run_timed(Executor& ex, const NamedTensors& feeds, int warmup, int iterations, double duration_s, int min_runs,
-                 std::vector<double>* times_ms, double* first_ms, NamedTensors* outputs) {
+                 std::vector<double>* times_ms, double* first_ms, NamedTensors* outputs,
+                 std::vector<double>* cpu_ms) {
   for (int i = 0; i < warmup; ++i) {
     const auto t0 = Clock::now();
     RETURN_IF_ERROR(ex.run(feeds, outputs));
@@ -263,13 +275,27 @@ Status run_timed(Executor& ex, const NamedTensors& feeds, int warmup, int iterat
   for (int i = 0;; ++i) {
     if (iterations > 0 && i >= iterations) break;
     if (iterations <= 0 && i >= min_runs && ms_since(begin) >= duration_s * 1000.0) break;
+    const double c0 = cpu_ms ? process_cpu_ms() : 0.0;
     const auto t0 = Clock::now();
     RETURN_IF_ERROR(ex.run(feeds, outputs));
     const double ms = ms_since(t0);
+    if (cpu_ms) cpu_ms->push_back(process_cpu_ms() - c0);
     if (warmup == 0 && i == 0 && first_ms) *first_ms = ms;
     times_ms->push_back(ms);
   }
   return Status::ok();
+}
+
+MachineLoad machine_load() {
+  MachineLoad m;
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  m.cores = n > 0 ? static_cast<int>(n) : 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    double l = 0;
+    if (std::fscanf(f, "%lf", &l) == 1) m.load1 = l;
+    std::fclose(f);
+  }
+  return m;
 }
 
 int64_t peak_rss_bytes() {

@@ -60,15 +60,31 @@ StatusOr<NamedTensors> make_random_inputs(const Model& model, const NamedTensors
 
 struct LatencyStats {
   double min = 0, mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
+  /// Run-to-run spread: p90 / p50 (1 when every run takes the same time; 0 without samples).
+  double spread() const { return p50 > 0 ? p90 / p50 : 0.0; }
 };
 /// Percentiles by linear interpolation between the sorted samples (ms).
 LatencyStats latency_stats(std::vector<double> samples_ms);
 
+/// Above this p90/p50 a latency figure is too noisy to compare (bench/side_by_side.py's flag).
+constexpr double kSpreadLimit = 1.15;
+
+/// The machine's 1-minute load average and online cores (/proc/loadavg, sysconf); load < 0 when
+/// it cannot be read.
+struct MachineLoad {
+  double load1 = -1;
+  int cores = 0;
+};
+MachineLoad machine_load();
+
 /// Runs warm-up runs, then timed runs (a count, or until `duration_s` has passed, at least
 /// `min_runs`); per-run wall times in ms go to `times_ms`, the last run's outputs to `outputs`.
-/// `first_ms` gets the first run's time (the one that records the memory plan).
+/// `first_ms` gets the first run's time (the one that records the memory plan). `cpu_ms`, when
+/// given, gets each timed run's CPU time in ms (the process's, all threads): a run whose wall
+/// time is well above cpu_ms / threads waited for a core (other processes) rather than computed.
 Status run_timed(Executor& ex, const NamedTensors& feeds, int warmup, int iterations, double duration_s, int min_runs,
-                 std::vector<double>* times_ms, double* first_ms, NamedTensors* outputs);
+                 std::vector<double>* times_ms, double* first_ms, NamedTensors* outputs,
+                 std::vector<double>* cpu_ms = nullptr);
 
 /// The process's peak resident set size in bytes (getrusage).
 int64_t peak_rss_bytes();

@@ -1,5 +1,6 @@
 // `ferry bench MODEL [--device D] [--threads N] [--batch B] [--warmup W] [--iterations I |
 // --duration S] [--json]`: latency percentiles, throughput, load time and peak memory.
+#include <algorithm>
 #include <cstdlib>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -30,10 +31,12 @@ int cmd_bench(const BenchOptions& opt) {
   BenchSetup& b = setup.value();
   const int warmup = opt.warmup >= 0 ? opt.warmup : 5;
   const double duration = opt.duration > 0 ? opt.duration : 3.0;
-  std::vector<double> times;
+  std::vector<double> times, cpu;
   double first_ms = 0;
   NamedTensors outputs;
-  Status st = run_timed(*b.executor, b.feeds, warmup, opt.iterations, duration, 3, &times, &first_ms, &outputs);
+  const MachineLoad load_before = machine_load();
+  Status st =
+      run_timed(*b.executor, b.feeds, warmup, opt.iterations, duration, 3, &times, &first_ms, &outputs, &cpu);
   if (!st.is_ok()) return report(st);
   std::map<std::string, std::string> output_files;  // safe file name -> output name
   if (!opt.output_dir.empty()) {
@@ -42,9 +45,16 @@ int cmd_bench(const BenchOptions& opt) {
     if (!ws.is_ok()) return report(ws);
   }
   const LatencyStats lat = latency_stats(times);
+  const LatencyStats cpu_lat = latency_stats(cpu);
+  const MachineLoad load_after = machine_load();
+  // The share of the timed wall time the process had its threads on a core: well below 1, the
+  // runs waited for CPUs other processes held (a loaded machine), not for ferry's own work.
+  double total_cpu = 0;
+  for (double t : cpu) total_cpu += t;
   double total_ms = 0;
   for (double t : times) total_ms += t;
   const double per_s = total_ms > 0 ? 1000.0 * static_cast<double>(times.size()) / total_ms : 0.0;
+  const double on_cpu = total_ms > 0 ? total_cpu / (total_ms * std::max(1, b.threads)) : 0.0;
   const MemoryStats mem = b.executor->memory_stats();
   const int64_t rss = peak_rss_bytes();
 
@@ -59,6 +69,12 @@ int cmd_bench(const BenchOptions& opt) {
     j["precision"] = opt.precision.empty() ? "fp32" : opt.precision;
     j["latency_ms"] = {{"min", lat.min}, {"mean", lat.mean}, {"p50", lat.p50},
                        {"p90", lat.p90}, {"p99", lat.p99}, {"max", lat.max}};
+    j["spread_p90_p50"] = lat.spread();
+    j["spread_limit"] = kSpreadLimit;
+    j["cpu_ms"] = {{"min", cpu_lat.min}, {"p50", cpu_lat.p50}, {"p90", cpu_lat.p90}, {"max", cpu_lat.max}};
+    j["cpu_spread_p90_p50"] = cpu_lat.spread();
+    j["on_cpu_share"] = on_cpu;
+    j["machine"] = {{"cores", load_after.cores}, {"load1_before", load_before.load1}, {"load1_after", load_after.load1}};
     j["throughput_per_s"] = per_s;
     j["samples_per_s"] = per_s * static_cast<double>(b.batch);
     j["load_ms"] = b.load_ms;
@@ -94,6 +110,13 @@ int cmd_bench(const BenchOptions& opt) {
                 static_cast<long long>((b.batch + part - 1) / part), static_cast<long long>(part));
   std::printf("  latency ms  min %.3f  mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  (%zu runs after %d warm-up)\n",
               lat.min, lat.mean, lat.p50, lat.p90, lat.p99, lat.max, times.size(), warmup);
+  std::printf("  spread      p90/p50 %.3f%s\n", lat.spread(),
+              lat.spread() > kSpreadLimit ? "  (above 1.15: the runs are not steady; see cpu and machine below)" : "");
+  std::printf("  cpu ms      p50 %.3f  p90 %.3f  (process CPU time per run, all threads; p90/p50 %.3f); on a core %.0f%% of the wall time\n",
+              cpu_lat.p50, cpu_lat.p90, cpu_lat.spread(), 100.0 * on_cpu);
+  if (load_after.load1 >= 0)
+    std::printf("  machine     load %.2f -> %.2f (1-min average) on %d core%s\n", load_before.load1, load_after.load1,
+                load_after.cores, load_after.cores == 1 ? "" : "s");
   std::printf("  throughput  %.2f inferences/s, %.2f samples/s\n", per_s, per_s * static_cast<double>(b.batch));
   std::printf("  memory      peak RSS %s", human_bytes(rss).c_str());
   if (mem.planned)

@@ -1,0 +1,86 @@
+#!/usr/bin/python3
+"""bench/side_by_side.py's spread flag (issue 22): a row whose p90/p50 is above 1.15 in some round is
+flagged, for either engine, in the log/JSON and in bold in the report; `ferry bench --json` gives
+spread_p90_p50 = p90 / p50 and the CPU-time figures the flag note uses. Small: a few 1-ms runs.
+
+    check_spread_flag.py FERRY MODEL.onnx
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+import side_by_side as sbs  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def run(p50, p90, on_cpu=None):
+    j = {"latency_ms": {"min": p50 * 0.9, "p50": p50, "p90": p90, "max": p90 * 1.1}}
+    if on_cpu is not None:
+        j["on_cpu_share"] = on_cpu
+    return j
+
+
+def results_with(rows):
+    return {"models": {"m": {"title": "Model M", "rows": rows, "bf16": [], "load": {}}},
+            "machine": {"cores": 2}, "command": "test", "ferry": "test", "started": "now"}
+
+
+def main():
+    ferry, model = sys.argv[1:3]
+    check(sbs.spread(run(100, 115)) == 1.15, "spread = p90 / p50")
+    check(sbs.spread(None) is None and sbs.spread({"latency_ms": {"p50": 0, "p90": 1}}) is None,
+          "spread of a failed round or p50 = 0 is None")
+    check(sbs.worst_spread([run(100, 110), None, run(200, 260)]) == 1.3, "worst spread over rounds")
+    steady = {"batch": 1, "threads": 1, "ferry": [run(100, 115), run(90, 99)], "ort": [run(100, 101)],
+              "errors": [], "vs_ref": None, "vs_ort": None}
+    check(sbs.unsteady_rows(results_with([steady])) == [], "1.15 exactly is not flagged")
+    bimodal = {"batch": 1, "threads": 1, "ferry": [run(180, 186, 0.99), run(652, 700, 0.3)],
+               "ort": [run(190, 250)], "errors": [], "vs_ref": None, "vs_ort": None}
+    bimodal["ferry"][0]["latency_ms"]["p90"] = 650  # round 1: half the runs slow
+    flagged = sbs.unsteady_rows(results_with([steady, bimodal]))
+    check(len(flagged) == 2 and {u["engine"] for u in flagged} == {"ferry", "ort"},
+          f"both engines of the unsteady row flagged, the steady row not: {flagged}")
+    f = [u for u in flagged if u["engine"] == "ferry"]
+    check(f and abs(f[0]["spread"] - 650 / 180) < 1e-9 and f[0]["on_cpu_share"] == 0.99,
+          "the ferry flag names the worst round's spread and its on-core share")
+    args = argparse.Namespace(rounds=2, duration=1.0, warmup=1, no_spin=False, thread_list=[1], bf16=False)
+    doc = sbs.render(results_with([steady, bimodal]), args)
+    check("**3.61** / **1.32**" in doc and "1.15 / 1.01" in doc, "report: spreads per row, above 1.15 in bold")
+    check("Model M b1 ferry 3.61" in doc and "Model M b1 ORT 1.32" in doc, "report: the flagged rows named")
+
+    # A real run: ferry's JSON spread is its p90 / p50, and the flag logic takes ferry's JSON as is.
+    p = subprocess.run([ferry, "bench", model, "--json", "-n", "6", "-w", "1", "-t", "1"], capture_output=True,
+                       text=True, timeout=120)
+    check(p.returncode == 0, f"ferry bench --json runs (rc {p.returncode}: {p.stderr[-300:]})")
+    if p.returncode == 0:
+        j = json.loads(p.stdout)
+        lat = j["latency_ms"]
+        check(abs(j["spread_p90_p50"] - lat["p90"] / lat["p50"]) < 1e-9, "spread_p90_p50 = p90 / p50")
+        check(j["spread_limit"] == sbs.SPREAD_LIMIT, "ferry's limit is the script's")
+        cpu = j["cpu_ms"]
+        check(0 < cpu["min"] <= cpu["p50"] <= cpu["p90"] <= cpu["max"], "cpu_ms percentiles ordered, positive")
+        check(0 < j["on_cpu_share"] <= 1.5, f"on_cpu_share plausible ({j['on_cpu_share']:.2f})")
+        check(j["machine"]["cores"] >= 1, "machine cores given")
+        row = {"batch": 1, "threads": 1, "ferry": [j], "ort": [], "errors": [], "vs_ref": None, "vs_ort": None}
+        got = sbs.unsteady_rows(results_with([row]))
+        check(bool(got) == (j["spread_p90_p50"] > sbs.SPREAD_LIMIT), "a real run is flagged iff its spread > 1.15")
+    p = subprocess.run([ferry, "bench", model, "-n", "3", "-w", "0"], capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0 and "spread      p90/p50 " in p.stdout and "cpu ms      p50 " in p.stdout,
+          "the table has the spread and cpu rows")
+    print(f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
