@@ -222,11 +222,6 @@ Status Trainer::setup() {
   eo.threads = c_.threads;
   eo.opt_level = c_.opt_level;
   eo.batch_split_rows = 0;  // the loss mixes the batch's rows
-  // The arena is bound once, on step 2; huge pages for it (memory never touched before) cost
-  // ~1 s per 1.5 GB there on a VM (ResNet-50 b8: step 2 took 2.5 s against 1.3 s for the others)
-  // (kernel page clearing: 13% of a 5-step run's CPU samples, 2.8% without); the steps after
-  // showed no difference beyond the shared machine's noise. 4 KiB pages reuse freed memory.
-  eo.arena_huge_pages = false;
   ASSIGN_OR_RETURN(exec_, Executor::create(tg_.model, eo));
   if (ddp_) {
     RETURN_IF_ERROR(ddp_->plan(tg_.params, tg_.grads, values_));
