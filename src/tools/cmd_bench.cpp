@@ -74,6 +74,8 @@ int cmd_bench(const BenchOptions& opt) {
     j["cpu_ms"] = {{"min", cpu_lat.min}, {"p50", cpu_lat.p50}, {"p90", cpu_lat.p90}, {"max", cpu_lat.max}};
     j["cpu_spread_p90_p50"] = cpu_lat.spread();
     j["on_cpu_share"] = on_cpu;
+    j["runs_ms"] = times;    // each timed run's wall time, in order
+    j["runs_cpu_ms"] = cpu;  // and its CPU time (all threads)
     j["machine"] = {{"cores", load_after.cores}, {"load1_before", load_before.load1}, {"load1_after", load_after.load1}};
     j["throughput_per_s"] = per_s;
     j["samples_per_s"] = per_s * static_cast<double>(b.batch);

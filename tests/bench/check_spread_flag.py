@@ -72,6 +72,8 @@ def main():
         check(0 < cpu["min"] <= cpu["p50"] <= cpu["p90"] <= cpu["max"], "cpu_ms percentiles ordered, positive")
         check(0 < j["on_cpu_share"] <= 1.5, f"on_cpu_share plausible ({j['on_cpu_share']:.2f})")
         check(j["machine"]["cores"] >= 1, "machine cores given")
+        check(len(j["runs_ms"]) == len(j["runs_cpu_ms"]) == j["iterations"] == 6, "per-run wall and CPU times")
+        check(abs(sorted(j["runs_ms"])[0] - lat["min"]) < 1e-9, "runs_ms are the timed runs")
         row = {"batch": 1, "threads": 1, "ferry": [j], "ort": [], "errors": [], "vs_ref": None, "vs_ort": None}
         got = sbs.unsteady_rows(results_with([row]))
         check(bool(got) == (j["spread_p90_p50"] > sbs.SPREAD_LIMIT), "a real run is flagged iff its spread > 1.15")
