@@ -7,8 +7,10 @@
 //                                             -> com.ferry.QConvFused (src/ops/quantize_fused.cpp)
 //   DQ(a), DQ(W s8 [K, N] or Gemm's [N, K], per column) -> MatMul [-> Add(DQ(B int32))] | Gemm(DQ(C int32))
 //   [-> Relu] -> Q                            -> com.ferry.QMatMulFused (W kept as [K, N])
-//   DQ(x) -> MaxPool -> Q with the same scale and zero point  -> MaxPool on the 8-bit x (exact:
-//                                                                max commutes with a monotone map)
+//   DQ(x) -> MaxPool | Flatten | Reshape | Squeeze | Unsqueeze -> Q with the same scale and zero point
+//                                             -> the op on the 8-bit x (exact: max commutes with a monotone
+//                                                map, the others move values). GlobalAveragePool stays
+//                                                float (its mean would round differently in uint8).
 // A DQ whose output other nodes also read stays for them. Runs before constant_folding, which would
 // otherwise turn the weights' DQ into float constants (and before shape_folding, which folds small ones).
 #include <algorithm>
@@ -361,24 +363,30 @@ bool fuse_qmatmul(PatternContext& pc, long i) {
   return true;
 }
 
-// DQ(x) -> MaxPool -> Q with the DQ's parameters: MaxPool on x itself.
-bool fuse_maxpool(PatternContext& pc, long i) {
+// DQ(x) -> MaxPool | Flatten | Reshape | Squeeze | Unsqueeze -> Q with the DQ's parameters: the op on x
+// itself (exact: they move values or take a maximum, which commutes with the monotone (de)quantization).
+bool fuse_data_movement(PatternContext& pc, long i) {
   Graph& g = pc.g;
-  const Node& mp = g.nodes[i];
-  if (mp.outputs.size() != 1 || mp.inputs.size() != 1) return false;
+  const Node& n = g.nodes[i];
+  if (n.outputs.size() != 1 || n.inputs.empty() || (n.op_type == "MaxPool" && n.inputs.size() != 1)) return false;
   QParams xp, yp;
-  const long dx = dq_per_tensor(pc, mp.inputs[0], &xp);
-  const long q = pc.sole_reader(mp.outputs[0]);
+  const long dx = dq_per_tensor(pc, n.inputs[0], &xp);
+  const long q = pc.sole_reader(n.outputs[0]);
   if (dx < 0 || q < 0 || !is_onnx(g.nodes[q], "QuantizeLinear") || !per_tensor_params(g, g.nodes[q], &yp) ||
       !same_params(xp, yp))
     return false;
-  Node fused = mp;
-  fused.inputs = {g.nodes[dx].inputs[0]};
+  Node fused = n;
+  fused.inputs[0] = g.nodes[dx].inputs[0];
   fused.outputs = {g.nodes[q].outputs[0]};
   std::vector<long> covered = {i, q};
   cover_if_sole(pc, dx, i, &covered);
   pc.replace(covered, std::move(fused));
   return true;
+}
+
+bool is_data_movement(const Node& n) {
+  return is_onnx(n, "MaxPool") || is_onnx(n, "Flatten") || is_onnx(n, "Reshape") || is_onnx(n, "Squeeze") ||
+         is_onnx(n, "Unsqueeze");
 }
 
 Status run_qdq_fusion(Model* model, PassContext& ctx) {
@@ -388,7 +396,7 @@ Status run_qdq_fusion(Model* model, PassContext& ctx) {
     if (pc.dead[i]) continue;
     const Node& n = pc.g.nodes[i];
     const long k = static_cast<long>(i);
-    if ((is_onnx(n, "Conv") && fuse_qconv(pc, k)) || (is_onnx(n, "MaxPool") && fuse_maxpool(pc, k)) ||
+    if ((is_onnx(n, "Conv") && fuse_qconv(pc, k)) || (is_data_movement(n) && fuse_data_movement(pc, k)) ||
         ((is_onnx(n, "MatMul") || is_onnx(n, "Gemm")) && fuse_qmatmul(pc, k)))
       ++ctx.changes;
   }

@@ -429,6 +429,29 @@ TEST(QdqFusion, CompiledModelKeepsInt8PathAndPrepackedWeights) {
   EXPECT_EQ(std::memcmp(got[0].second.raw(), want[0].second.raw(), static_cast<size_t>(want[0].second.nbytes())), 0);
 }
 
+// DQ -> Flatten / Reshape -> Q with the same parameters run on the uint8 tensor (bit for bit the QDQ graph).
+TEST(QdqFusion, FlattenAndReshapeRunOnUint8) {
+  ModelBuilder b(13);
+  auto x = b.input("x", {2, 3, 4, 5}, DType::kU8);
+  const std::string s = b.scalar(0.1f), z = b.constant(u8_scalar(9));
+  auto f = b.node("QuantizeLinear", {b.node("Flatten", {b.node("DequantizeLinear", {x, s, z})}), s, z});
+  Tensor shape = Tensor::allocate(DType::kI64, {2});
+  shape.mutable_data<int64_t>()[0] = 6;
+  shape.mutable_data<int64_t>()[1] = 20;
+  auto r = b.node("QuantizeLinear", {b.node("Reshape", {b.node("DequantizeLinear", {f, s, z}), b.constant(shape)}), s, z});
+  b.output(r);
+  auto model = b.build();
+  int changes = 0;
+  auto fused = run_pass(*model, "qdq_fusion", &changes);
+  EXPECT_EQ(changes, 2);
+  ASSERT_EQ(fused->graph.nodes.size(), 2u);
+  EXPECT_EQ(fused->graph.nodes[0].op_type, "Flatten");
+  EXPECT_EQ(fused->graph.nodes[1].op_type, "Reshape");
+  const NamedTensors feeds = u8_feeds(*model, 4);
+  double exact = 0;
+  EXPECT_EQ(max_step_diff(run_model(fused, feeds, "cpu")[0].second, run_model(model, feeds, "cpu-ref")[0].second, &exact), 0);
+}
+
 TEST(QdqFusion, LeavesNonMatchingPatternsAlone) {
   // Weights quantized with a nonzero zero point, or a bias whose scale is not x_scale * w_scale: no fusion.
   QdqCase qc;
