@@ -213,8 +213,8 @@ class Bench:
                     j, err = self.ort_bench(model, meta, bdir, threads, oout if first else None)
                     (row["ort"].append(j) if j else row["errors"].append("onnxruntime: " + err))
                     log(f"{name} b{batch} t{threads} round {r + 1}: ferry {best(row['ferry'])} ms{idle}, "
-                        f"ORT {best(row['ort'])} ms; spread p90/p50 ferry {fmt_spread(worst_spread(row['ferry']))}, "
-                        f"ORT {fmt_spread(worst_spread(row['ort']))}")
+                        f"ORT {best(row['ort'])} ms; spread p90/p50 ferry {fmt_spread(worst_spread(row['ferry']), plain=True)}, "
+                        f"ORT {fmt_spread(worst_spread(row['ort']), plain=True)}")
                 row["vs_ort"] = compare_dirs(oout, fout, meta["outputs"])
                 row["vs_ref"] = compare_dirs(ref_dir, fout, meta["outputs"]) if (ref_dir and batch == 1) else None
                 res["rows"].append(row)
@@ -326,10 +326,13 @@ def unsteady_rows(results, limit=SPREAD_LIMIT):
     return out
 
 
-def fmt_spread(s, limit=SPREAD_LIMIT):
+def fmt_spread(s, limit=SPREAD_LIMIT, plain=False):
+    """p90/p50 as text: bold (markdown) above `limit`, or marked "(unsteady)" when `plain`."""
     if s is None:
         return "—"
-    return f"**{s:.2f}**" if s > limit else f"{s:.2f}"
+    if s <= limit:
+        return f"{s:.2f}"
+    return f"{s:.2f} (unsteady)" if plain else f"**{s:.2f}**"
 
 
 def fmt_ms(v):
