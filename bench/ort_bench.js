@@ -7,7 +7,8 @@
 // Session: intra_op_num_threads = N, inter_op_num_threads = 1, sequential execution, all graph
 // optimizations; --no-spin: idle intra-op threads block instead of spinning
 // (session.intra_op.allow_spinning = 0). Prints one JSON object: create_ms (session create), first_run_ms, latency_ms
-// {min, mean, p50, p90, p99, max}, iterations. --output-dir writes the last run's outputs as
+// {min, mean, p50, p90, p99, max}, iterations, cpu_ms (process CPU time per run, the same stats) and
+// on_cpu_share (CPU time / (wall time x threads): below 1 the runs waited for a core). --output-dir writes the last run's outputs as
 // DIR/<output name>.npy so the driver can compare them with ferry's.
 'use strict';
 const fs = require('fs');
@@ -109,22 +110,28 @@ async function main() {
   const firstMs = msSince(t1);
   for (let i = 1; i < a.warmup; ++i) out = await session.run(feeds);
   const times = [];
+  const cpu = [];  // each timed run's process CPU time (user + system, all threads), ms
   const begin = process.hrtime.bigint();
   for (let i = 0; ; ++i) {
     if (a.iterations > 0 && i >= a.iterations) break;
     if (a.iterations <= 0 && i >= 3 && msSince(begin) >= a.duration * 1000) break;
+    const c0 = process.cpuUsage();
     t1 = process.hrtime.bigint();
     out = await session.run(feeds);
     times.push(msSince(t1));
+    const c = process.cpuUsage(c0);
+    cpu.push((c.user + c.system) / 1000);
   }
   if (a.outputDir) {
     fs.mkdirSync(a.outputDir, { recursive: true });
     for (const name of session.outputNames) writeNpy(path.join(a.outputDir, `${name.replace(/[^A-Za-z0-9_.-]/g, '_')}.npy`), out[name]);
   }
   const total = times.reduce((x, y) => x + y, 0);
+  const totalCpu = cpu.reduce((x, y) => x + y, 0);
   process.stdout.write(JSON.stringify({
     engine: 'onnxruntime', version: ort.env.versions.common, threads: a.threads, create_ms: createMs,
     first_run_ms: firstMs, latency_ms: stats(times), iterations: times.length, throughput_per_s: (1000 * times.length) / total,
+    cpu_ms: stats(cpu), on_cpu_share: total > 0 ? totalCpu / (total * Math.max(1, a.threads)) : 0,
   }) + '\n');
 }
 
