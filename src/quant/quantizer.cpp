@@ -200,6 +200,45 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
             std::to_string(rep.cosine_mean));
       rep.kept_for_target.push_back(k);
     }
+    if (rep.cosine_mean < o.target_cosine) {
+      // Second strategy: in deep networks the rounding of early layers grows through the rest, so
+      // no single layer is worth much alone; keep layers in graph order from the input instead.
+      const std::set<std::string> user(o.keep_fp32.begin(), o.keep_fp32.end());
+      const QdqPlan first = plan;
+      const double first_mean = rep.cosine_mean, first_min = rep.cosine_min;
+      std::vector<KeptLayer> first_kept = rep.kept_for_target;
+      s.log("not reached keeping the most sensitive layers (" + std::to_string(rep.cosine_mean) +
+            "); trying layers in graph order from the input");
+      std::set<std::string> k2 = user;
+      ASSIGN_OR_RETURN(QdqPlan p2, s.plan(k2));
+      std::vector<KeptLayer> kept2;
+      double mean2 = rep.first_cosine, min2 = 0;
+      const Graph& g = s.model->graph;
+      for (size_t i = 0; i < g.nodes.size() && mean2 < o.target_cosine &&
+                         static_cast<int>(kept2.size()) < o.max_kept_layers; ++i) {
+        const Role r = p2.roles[i];
+        if (r != Role::kCompute && r != Role::kBinary && r != Role::kOwnRange) continue;
+        k2.insert(g.nodes[i].name);
+        ASSIGN_OR_RETURN(p2, s.plan(k2));
+        const double before = mean2;
+        RETURN_IF_ERROR(s.write_and_measure(p2, &mean2, &min2));
+        kept2.push_back(KeptLayer{g.nodes[i].name, g.nodes[i].op_type, before, mean2, mean2});
+        s.log("kept " + g.nodes[i].name + " (" + g.nodes[i].op_type + ") in float (graph order): output cosine " +
+              std::to_string(before) + " -> " + std::to_string(mean2));
+      }
+      if (mean2 >= o.target_cosine || mean2 > first_mean) {
+        plan = p2;
+        rep.cosine_mean = mean2;
+        rep.cosine_min = min2;
+        rep.kept_for_target = kept2;
+        rep.graph_order = true;
+      } else {
+        plan = first;
+        RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
+        rep.kept_for_target = first_kept;
+        (void)first_min;
+      }
+    }
     rep.target_reached = rep.cosine_mean >= o.target_cosine;
   }
   rep.quantized_nodes = static_cast<int64_t>(plan.quantized.size());

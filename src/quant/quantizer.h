@@ -52,6 +52,9 @@ struct QuantizeReport {
   double cosine_min = 0;   // the worst sample's
   double first_cosine = 0; // before any --target-cosine repair
   bool target_reached = true;
+  /// The layers were kept in graph order from the input (the sensitivity order did not reach the
+  /// target); then a KeptLayer's cosines are the model's before and after keeping it.
+  bool graph_order = false;
 };
 
 /// kInvalidArgument for an already quantized model (nothing written), bad data or names.

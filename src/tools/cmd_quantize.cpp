@@ -90,6 +90,7 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
     j["target_cosine"] = opt.target_cosine;
     j["kept_for_target"] = kept;
     j["target_reached"] = r.target_reached;
+    j["kept_in_graph_order"] = r.graph_order;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("  calibrated on %lld samples (%lld batches)\n", static_cast<long long>(r.samples),
@@ -105,9 +106,15 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
         std::printf("    %-22s %4zu  %s\n", op.c_str(), nodes.size(), join(nodes, 4).c_str());
     }
     if (!r.kept_for_target.empty()) {
-      std::printf("  --target-cosine %g: kept %zu layer(s) in fp32 (most sensitive first: the probe samples' output cosine\n"
-                  "  with all layers quantized -> with only that layer in float; then the calibration data's with it):\n",
-                  opt.target_cosine, r.kept_for_target.size());
+      if (r.graph_order)
+        std::printf("  --target-cosine %g: kept %zu layer(s) in fp32, in graph order from the input (keeping the most\n"
+                    "  sensitive ones alone fell short: the rounding of early layers grows through the network);\n"
+                    "  the model's output cosine before -> after each:\n",
+                    opt.target_cosine, r.kept_for_target.size());
+      else
+        std::printf("  --target-cosine %g: kept %zu layer(s) in fp32 (most sensitive first: the probe samples' output cosine\n"
+                    "  with all layers quantized -> with only that layer in float; then the calibration data's with it):\n",
+                    opt.target_cosine, r.kept_for_target.size());
       for (const auto& k : r.kept_for_target)
         std::printf("    %-40s %-7s %.5f -> %.5f; model %.5f\n", k.node.c_str(), k.op_type.c_str(), k.input_cosine,
                     k.output_cosine, k.model_cosine);
