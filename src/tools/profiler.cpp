@@ -1,5 +1,7 @@
 #include "tools/profiler.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -8,6 +10,12 @@
 namespace ferry::cli {
 
 namespace {
+double process_cpu_ms() {
+  struct timespec ts {};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
 std::string shape_of(const Value& v) {
   if (!v.is_tensor()) return v.describe();
   return v.tensor.type().to_string();
@@ -45,16 +53,23 @@ void Profiler::on_node(const Node& node, const std::vector<Value>& outputs, doub
   }
   ++p.calls;
   p.total_ms += ms;
+  const double cpu = process_cpu_ms();  // nodes run one after the other: the CPU since the last one ended
+  p.cpu_ms += cpu - cpu_mark_;
+  cpu_mark_ = cpu;
   const double end = now_us();
   events_.push_back(Event{static_cast<int32_t>(i), end - ms * 1000.0, ms * 1000.0});
 }
 
-void Profiler::begin_run() { run_start_us_ = now_us(); }
+void Profiler::begin_run() {
+  run_start_us_ = now_us();
+  run_cpu_start_ = cpu_mark_ = process_cpu_ms();
+}
 
 void Profiler::end_run() {
   const double end = now_us();
   runs_events_.push_back(Event{static_cast<int32_t>(runs_), run_start_us_, end - run_start_us_});
   run_total_ms_ += (end - run_start_us_) / 1000.0;
+  run_cpu_ms_ += process_cpu_ms() - run_cpu_start_;
   ++runs_;
 }
 
@@ -62,10 +77,12 @@ void Profiler::reset() {
   for (NodeProfile& p : nodes_) {
     p.calls = 0;
     p.total_ms = 0;
+    p.cpu_ms = 0;
   }
   events_.clear();
   runs_events_.clear();
   run_total_ms_ = 0;
+  run_cpu_ms_ = 0;
   runs_ = 0;
 }
 
@@ -87,6 +104,7 @@ std::vector<OpTypeProfile> Profiler::by_op_type() const {
     ++o.nodes;
     o.calls += p.calls;
     o.total_ms += p.total_ms;
+    o.cpu_ms += p.cpu_ms;
   }
   std::vector<OpTypeProfile> out;
   for (auto& [k, v] : m) out.push_back(v);

@@ -18,6 +18,7 @@ struct NodeProfile {
   const Node* node = nullptr;
   int64_t calls = 0;
   double total_ms = 0;
+  double cpu_ms = 0;  // process CPU time (all threads) from the previous node's end to this one's
   std::vector<std::string> input_shapes;   // "f32[1,3,224,224]"; "" for an omitted input
   std::vector<std::string> output_shapes;
 };
@@ -27,6 +28,7 @@ struct OpTypeProfile {
   int64_t nodes = 0;
   int64_t calls = 0;
   double total_ms = 0;
+  double cpu_ms = 0;
 };
 
 class Profiler {
@@ -47,6 +49,9 @@ class Profiler {
   std::vector<OpTypeProfile> by_op_type() const;
   /// Sum of the timed inferences' wall times (ms) and their count.
   double run_total_ms() const { return run_total_ms_; }
+  /// Sum of the timed inferences' process CPU times (ms, all threads): well below run_total_ms()
+  /// x threads, the runs waited for a core (machine load) and the wall times are inflated.
+  double run_cpu_ms() const { return run_cpu_ms_; }
   int64_t runs() const { return runs_; }
 
   /// Writes the Chrome trace (JSON object format, "X" events, microseconds).
@@ -70,6 +75,7 @@ class Profiler {
   Clock::time_point origin_;
   double run_start_us_ = 0;
   double run_total_ms_ = 0;
+  double run_cpu_start_ = 0, cpu_mark_ = 0, run_cpu_ms_ = 0;
   int64_t runs_ = 0;
 };
 
