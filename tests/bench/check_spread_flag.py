@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """bench/side_by_side.py's spread flag (issue 22): a row whose p90/p50 is above 1.15 in some round is
 flagged, for either engine, in the log/JSON and in bold in the report; `ferry bench --json` gives
-spread_p90_p50 = p90 / p50 and the CPU-time figures the flag note uses. Small: a few 1-ms runs.
+spread_p90_p50 = p90 / p50 and the CPU-time figures the flag note uses; `ferry profile --json`
+gives CPU time per node. Small: a few sub-ms runs of the demo model.
 
     check_spread_flag.py FERRY MODEL.onnx
 """
@@ -80,6 +81,17 @@ def main():
     p = subprocess.run([ferry, "bench", model, "-n", "3", "-w", "0"], capture_output=True, text=True, timeout=120)
     check(p.returncode == 0 and "spread      p90/p50 " in p.stdout and "cpu ms      p50 " in p.stdout,
           "the table has the spread and cpu rows")
+    p = subprocess.run([ferry, "profile", model, "--json", "-n", "4", "-w", "1", "-t", "1"], capture_output=True,
+                       text=True, timeout=120)
+    check(p.returncode == 0, "ferry profile --json runs")
+    if p.returncode == 0:
+        j = json.loads(p.stdout)
+        node_cpu = sum(n["cpu_total_ms"] for n in j["nodes"])
+        check(j["run_mean_cpu_ms"] > 0 and 0 < j["on_cpu_share"] <= 1.5, "profile: CPU per run and on-core share")
+        check(all(n["cpu_total_ms"] >= 0 and abs(n["cpu_mean_ms"] * n["calls"] - n["cpu_total_ms"]) < 1e-6
+                  for n in j["nodes"]), "profile: per-node CPU ms, mean = total / calls")
+        check(0 < node_cpu <= j["run_mean_cpu_ms"] * j["runs"] + 1e-6,
+              f"profile: the nodes' CPU ({node_cpu:.3f} ms) within the runs' ({j['run_mean_cpu_ms'] * j['runs']:.3f} ms)")
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
 
