@@ -17,7 +17,10 @@ constexpr int kBins = 2048;
 
 std::string dims_string(const std::vector<int64_t>& d) {
   std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(d[i]);
+  }
   return s + "]";
 }
 
