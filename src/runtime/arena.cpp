@@ -197,13 +197,13 @@ std::shared_ptr<const ArenaPlan> AllocationRecorder::finish() {
 
 // The run arena: 2 MiB aligned and marked for transparent huge pages when it spans several of
 // them, so the memory-bound layers of a large batch walk it without a TLB miss every 4 KiB.
-static void* allocate_arena(int64_t bytes) {
+static void* allocate_arena(int64_t bytes, bool want_huge) {
   static const bool huge = [] {
     const char* e = std::getenv("FERRY_ARENA_HUGEPAGES");
     return !(e && std::string(e) == "0");
   }();
   constexpr int64_t kHuge = int64_t{2} << 20;
-  if (!huge || bytes < 2 * kHuge) return std::aligned_alloc(static_cast<size_t>(kArenaAlignment), static_cast<size_t>(bytes));
+  if (!huge || !want_huge || bytes < 2 * kHuge) return std::aligned_alloc(static_cast<size_t>(kArenaAlignment), static_cast<size_t>(bytes));
   const int64_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
   void* mem = std::aligned_alloc(static_cast<size_t>(kHuge), static_cast<size_t>(rounded));
   if (mem) ::madvise(mem, static_cast<size_t>(rounded), MADV_HUGEPAGE);
@@ -224,7 +224,7 @@ Status ArenaAllocator::bind(std::shared_ptr<const ArenaPlan> plan) {
   for (const auto& t : tokens_) reusable = reusable && t.use_count() == 1;
   if (!reusable) {
     const int64_t bytes = std::max<int64_t>(aligned_size(plan->arena_bytes), kArenaAlignment);
-    void* mem = allocate_arena(bytes);
+    void* mem = allocate_arena(bytes, huge_pages_);
     if (!mem)
       return resource_exhausted("out of memory: cannot allocate the run's arena of " + std::to_string(bytes) +
                                 " bytes (try a smaller batch, or --memory-limit to see what fits)");

@@ -71,6 +71,8 @@ class ArenaAllocator : public OutputAllocator {
   /// references it and it is large enough, else makes a new one (out of memory: an error naming
   /// the arena's size, and nothing is bound).
   Status bind(std::shared_ptr<const ArenaPlan> plan);
+  /// Whether a new arena is marked for transparent huge pages (default true; see ExecutorOptions).
+  void set_huge_pages(bool on) { huge_pages_ = on; }
   void begin_step(int32_t step);
   bool allocate(int64_t index, DType dtype, std::vector<int64_t>* dims, bool zero_fill, Tensor* out) override;
   /// After the step's values are released: false when a tensor the plan releases at this step is
@@ -93,6 +95,7 @@ class ArenaAllocator : public OutputAllocator {
   const uint8_t* range_end_ = nullptr;
   int32_t step_ = 0;
   bool active_ = false;
+  bool huge_pages_ = true;
 };
 
 }  // namespace ferry

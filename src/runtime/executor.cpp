@@ -119,6 +119,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model
   }
   ex->model_ = std::move(model);
   ex->plan_memory_ = options.plan_memory && is_host_backend(*ex->backend_);
+  ex->arena_huge_pages_ = options.arena_huge_pages;
   ex->split_rows_option_ = options.batch_split_rows;
   if (const char* e = std::getenv("FERRY_BATCH_SPLIT"); e && *e) ex->split_rows_option_ = std::atoll(e);
   ex->split_enabled_ = ex->split_rows_option_ != 0 && is_host_backend(*ex->backend_) && ex->backend_->name() != "cpu-ref";
@@ -523,7 +524,11 @@ void Executor::store_plan(const std::vector<int64_t>& shapes_key, std::shared_pt
 
 std::unique_ptr<Executor::RunState> Executor::acquire_state() {
   std::lock_guard<std::mutex> lock(states_mu_);
-  if (idle_states_.empty()) return std::make_unique<RunState>();
+  if (idle_states_.empty()) {
+    auto s = std::make_unique<RunState>();
+    s->arena.set_huge_pages(arena_huge_pages_);
+    return s;
+  }
   std::unique_ptr<RunState> s = std::move(idle_states_.back());
   idle_states_.pop_back();
   return s;

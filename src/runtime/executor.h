@@ -35,6 +35,11 @@ struct ExecutorOptions {
   /// Main-graph tensors come from one arena laid out once per set of input shapes (see
   /// runtime/arena.h); false: every tensor is its own heap allocation (for debugging).
   bool plan_memory = true;
+  /// The arena is marked for transparent huge pages when it spans several (fewer TLB misses in
+  /// memory-bound layers). Huge pages come from memory the process never touched, which costs
+  /// about a second per 1.5 GB on first use on a VM; `ferry train` turns them off (its arena is
+  /// bound once, on the second step). $FERRY_ARENA_HUGEPAGES=0 turns them off everywhere.
+  bool arena_huge_pages = true;
   /// A batch whose activations would overflow the last-level cache runs as several smaller
   /// parts when the graph keeps batch rows apart (runtime/batch_split.h), on CPU backends except
   /// the reference one. Rows per part: -1 sized by the cache, 0 never split, N > 0 at most N.
@@ -153,6 +158,7 @@ class Executor {
   bool observer_keeps_outputs_ = true;
   OptimizeReport optimize_report_;
   bool plan_memory_ = true;
+  bool arena_huge_pages_ = true;
   bool split_enabled_ = false;
   int64_t split_rows_option_ = -1;
   BatchSplitInfo split_info_;

@@ -222,6 +222,11 @@ Status Trainer::setup() {
   eo.threads = c_.threads;
   eo.opt_level = c_.opt_level;
   eo.batch_split_rows = 0;  // the loss mixes the batch's rows
+  // The arena is bound once, on step 2; huge pages for it come from memory never touched before,
+  // which this VM backs at ~1 s per 1.5 GB. ResNet-50 b8, 2 threads, 5 quiet interleaved rounds of
+  // 7 steps: step 2 2044-2396 ms with huge pages, 1334-2077 without; steps 3-7 1178-1351 ms with,
+  // 1164-1268 without. $FERRY_ARENA_HUGEPAGES=0 turns them off everywhere.
+  eo.arena_huge_pages = false;
   ASSIGN_OR_RETURN(exec_, Executor::create(tg_.model, eo));
   if (ddp_) {
     RETURN_IF_ERROR(ddp_->plan(tg_.params, tg_.grads, values_));
