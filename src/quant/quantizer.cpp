@@ -39,11 +39,6 @@ std::vector<double> sample_cosines(const Tensor& ref, const Tensor& got) {
   return out;
 }
 
-double whole_cosine(const Tensor& ref, const Tensor& got) {
-  if (ref.dtype() != DType::kF32 || got.dtype() != DType::kF32 || ref.numel() != got.numel()) return 0.0;
-  return cosine(ref.data<float>(), got.data<float>(), ref.numel());
-}
-
 struct Session {
   const QuantizeOptions& o;
   std::shared_ptr<Model> model;
