@@ -167,7 +167,8 @@ StatusOr<Method> parse_method(const std::string& name) {
   if (name == "minmax") return Method::kMinMax;
   if (name == "entropy") return Method::kEntropy;
   if (name == "percentile") return Method::kPercentile;
-  return invalid_argument("--method '" + name + "' is not one of minmax, entropy, percentile");
+  if (name == "auto") return Method::kAuto;
+  return invalid_argument("--method '" + name + "' is not one of minmax, entropy, percentile, auto");
 }
 
 const char* method_name(Method m) {
@@ -175,6 +176,7 @@ const char* method_name(Method m) {
     case Method::kMinMax: return "minmax";
     case Method::kEntropy: return "entropy";
     case Method::kPercentile: return "percentile";
+    case Method::kAuto: return "auto";
   }
   return "?";
 }
@@ -267,7 +269,7 @@ bool RangeCollector::range(const std::string& name, Method method, float* lo, fl
   for (double c : s.hist) total += c;
   if (total <= 0) return true;
   const int zero = std::clamp(static_cast<int>(-*lo / width), 0, kBins - 1);
-  if (method == Method::kPercentile) {
+  if (method == Method::kPercentile || method == Method::kAuto) {
     // Clip each tail at 0.001% of the values (99.999th percentile, ONNX Runtime's default), never past 0.
     const double tail = total * 1e-5;
     double acc = 0;

@@ -105,10 +105,18 @@ struct Planner {
         absorbed.insert(in[static_cast<size_t>(1 - bias_of_matmul(n))]);
         return Role::kBiasAdd;
       }
+      // Quantized only when every activation input is already an int8 value (the wrapped output of
+      // a quantized node): an Add after float ops (eps and beta of a LayerNorm decomposition, a
+      // residual Add after a float LayerNorm) stays float, so no rounding is added where the
+      // producer is float anyway, and the LayerNorm pattern stays intact for layernorm_fusion.
       int acts = 0;
       for (const auto& v : in) {
-        if (act(v)) ++acts;
-        else if (!(is_init(v) && is_f32(v) && g.find_initializer(v)->numel() > 0)) return Role::kFloat;
+        if (act(v)) {
+          if (!wrapped_output(v)) return Role::kFloat;
+          ++acts;
+        } else if (!(is_init(v) && is_f32(v) && g.find_initializer(v)->numel() > 0)) {
+          return Role::kFloat;
+        }
       }
       return acts >= 1 ? Role::kBinary : Role::kFloat;
     }
@@ -350,8 +358,13 @@ struct Planner {
       add_node(fresh(v + "_QuantizeLinear"), "QuantizeLinear", {q_in, sn, zn}, {q_out});
       add_node(fresh(v + "_DequantizeLinear"), "DequantizeLinear", {q_out, sn, zn}, {dq_out});
       ++plan.qdq_pairs;
+      // A float consumer reads the dequantized value only where the producer is quantized (ONNX
+      // Runtime runs a quantized op in int8 only when its output goes to QuantizeLinear alone); the
+      // output of a float op (a graph input, SiLU's Mul, a LayerNorm) stays unrounded for them.
+      auto pv = producer.find(v);
+      const bool float_producer = pv == producer.end() || role_of(pv->second) == Role::kFloat;
       for (const auto& [node, slot] : consumers[v]) {
-        if (kept[static_cast<size_t>(node)]) {
+        if (kept[static_cast<size_t>(node)] || (float_producer && role_of(node) == Role::kFloat)) {
           if (is_out) rewire(node, slot, q_in);
         } else if (!is_out) {
           rewire(node, slot, dq_out);

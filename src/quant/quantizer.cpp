@@ -45,15 +45,16 @@ struct Session {
   CalibrationData data;
   RangeCollector ranges;
   std::vector<NamedTensors> float_outputs;
+  Method method;  // the ranges in use (--method auto: each in turn, then the best)
 
-  explicit Session(const QuantizeOptions& opt) : o(opt) {}
+  explicit Session(const QuantizeOptions& opt) : o(opt), method(opt.method) {}
 
   void log(const std::string& line) const {
     if (o.log) o.log(line);
   }
 
   StatusOr<QdqPlan> plan(const std::set<std::string>& keep) {
-    RangeFn fn = [this](const std::string& v, float* lo, float* hi) { return ranges.range(v, o.method, lo, hi); };
+    RangeFn fn = [this](const std::string& v, float* lo, float* hi) { return ranges.range(v, method, lo, hi); };
     return plan_qdq(*model, fn, keep);
   }
 
@@ -176,6 +177,27 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   RETURN_IF_ERROR(s.ranges.collect(s.model, s.data, o.method, o.threads, o.progress, &s.float_outputs));
   std::set<std::string> keep(o.keep_fp32.begin(), o.keep_fp32.end());
   ASSIGN_OR_RETURN(QdqPlan plan, s.plan(keep));
+  if (o.method == Method::kAuto) {
+    // Each method's file, measured on the calibration data; the best is kept (ties: the earlier).
+    double best = -2;
+    Method best_method = Method::kPercentile;
+    for (Method m : {Method::kPercentile, Method::kMinMax, Method::kEntropy}) {
+      s.method = m;
+      ASSIGN_OR_RETURN(QdqPlan p, s.plan(keep));
+      double mean = 0, worst = 0;
+      RETURN_IF_ERROR(s.write_and_measure(p, &mean, &worst));
+      rep.method_cosines.emplace_back(method_name(m), mean);
+      s.log(std::string("--method auto: ") + method_name(m) + " gives output cosine " + std::to_string(mean));
+      if (mean > best) {
+        best = mean;
+        best_method = m;
+      }
+    }
+    s.method = best_method;
+    s.log(std::string("--method auto: keeping ") + method_name(best_method));
+    ASSIGN_OR_RETURN(plan, s.plan(keep));
+  }
+  rep.method = s.method;
   RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
   rep.first_cosine = rep.cosine_mean;
   if (o.target_cosine > 0) {

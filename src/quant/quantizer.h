@@ -51,6 +51,10 @@ struct QuantizeReport {
   double cosine_mean = 0;  // per-sample output cosine to fp32, mean over the calibration samples (worst output)
   double cosine_min = 0;   // the worst sample's
   double first_cosine = 0; // before any --target-cosine repair
+  /// The method the ranges came from (--method auto: the best of the three), and with --method
+  /// auto each method's output cosine (mean over the calibration samples) with every layer quantized.
+  Method method = Method::kPercentile;
+  std::vector<std::pair<std::string, double>> method_cosines;
   bool target_reached = true;
   /// The layers were kept in graph order from the input (the sensitivity order did not reach the
   /// target); then a KeptLayer's cosines are the model's before and after keeping it.

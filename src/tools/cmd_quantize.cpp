@@ -72,7 +72,12 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
     nlohmann::json j;
     j["model"] = opt.model;
     j["out"] = opt.out;
-    j["method"] = opt.method;
+    j["method"] = quant::method_name(r.method);
+    if (!r.method_cosines.empty()) {
+      nlohmann::json mc = nlohmann::json::object();
+      for (const auto& [m, c] : r.method_cosines) mc[m] = c;
+      j["method_cosines"] = mc;
+    }
     j["samples"] = r.samples;
     j["batches"] = r.batches;
     j["warnings"] = r.warnings;
@@ -93,6 +98,11 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
     j["kept_in_graph_order"] = r.graph_order;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
+    if (!r.method_cosines.empty()) {
+      std::printf("  --method auto: output cosine per method:");
+      for (const auto& [m, c] : r.method_cosines) std::printf(" %s %.5f", m.c_str(), c);
+      std::printf("; kept %s\n", quant::method_name(r.method));
+    }
     std::printf("  calibrated on %lld samples (%lld batches)\n", static_cast<long long>(r.samples),
                 static_cast<long long>(r.batches));
     std::printf("  quantized %lld nodes: %lld Q/DQ pairs on activations (uint8), %lld int8 weights, %lld int32 biases\n",
@@ -138,7 +148,8 @@ const bool kRegistered = register_command({"quantize", 55, [](CLI::App& app) {
                   "or an image folder with --image-size")
       ->required();
   cmd->add_option("-o,--out", opt->out, "The quantized model to write (.onnx)")->required();
-  cmd->add_option("--method", opt->method, "Activation ranges: percentile (default: clip 0.001% of each tail), minmax, entropy");
+  cmd->add_option("--method", opt->method, "Activation ranges: percentile (default: clip 0.001% of each tail), minmax, entropy, or auto "
+                  "(write the file with each, keep the best output cosine on the calibration data)");
   cmd->add_option("--image-size", opt->image_size, "The calibration folder holds images: eval transform to SxS")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--batch", opt->batch, "Samples per calibration run (default 8)")->check(CLI::PositiveNumber);

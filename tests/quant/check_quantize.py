@@ -92,9 +92,14 @@ def check_structure(path, float_path):
         return n.op_type == "Add" and any(int32_dq(v) for v in n.input) and any(
             producer.get(v) is not None and producer[v].op_type == "MatMul" for v in n.input)
 
+    def float_add(n):  # an Add with an activation input that is a float value (graph input, float op): stays float
+        return n.op_type == "Add" and any(i not in inits and (producer.get(i) is None or
+                                                              producer[i].op_type != "DequantizeLinear")
+                                          for i in n.input)
+
     wrapped = 0
     for n in m.graph.node:
-        if n.op_type not in ("Conv", "Gemm", "MatMul", "Add") or bias_add(n):
+        if n.op_type not in ("Conv", "Gemm", "MatMul", "Add") or bias_add(n) or float_add(n):
             continue
         for k, i in enumerate(n.input):
             p = producer.get(i)
@@ -155,6 +160,38 @@ def main():
         c = cosine(ref, got)
         check(c >= thr and np.max(np.abs(ref - got)) > 0,
               "%s: ferry runs the int8 model, held-out cosine to fp32 %.5f (>= %g), not bit-identical" % (model, c, thr))
+
+    # The MLP's residual Add reads the graph input x (a float value): it stays float and reads x itself.
+    m = onnx.load(mlp[:-5] + ".int8.onnx")
+    res = [n for n in m.graph.node if n.name == "residual"][0]
+    check("x" in res.input, "mlp: the residual Add of a float value (graph input x) stays float and reads x unrounded")
+
+    # A post-LN piece: the LayerNorm decomposition stays float and unwrapped (so layernorm_fusion
+    # matches it), the residual Add after a float value stays float, --method auto keeps the best.
+    lnm = w("ln.onnx")
+    p = ferry("quantize", lnm, "--calibration", w("ln_calib.npz"), "--out", w("ln.int8.onnx"), "--method", "auto",
+              "--json")
+    rep = json.loads(p.stdout)
+    mc = rep.get("method_cosines", {})
+    check(sorted(mc) == ["entropy", "minmax", "percentile"] and rep["method"] == max(mc, key=lambda k: (mc[k], k == "percentile"))
+          and abs(rep["output_cosine"]["mean"] - mc[rep["method"]]) < 1e-9 and rep["output_cosine"]["mean"] >= 0.995,
+          "--method auto: tried %s, kept %s (cosine %.5f)" % (mc, rep["method"], rep["output_cosine"]["mean"]))
+    m = check_structure(w("ln.int8.onnx"), lnm)
+    producer = {o: n for n in m.graph.node for o in n.output}
+    ln_nodes = [n for n in m.graph.node if n.name.startswith("ln_") or n.name == "residual"]
+    from_dq = [(n.name, i) for n in ln_nodes for i in n.input if i in producer and producer[i].op_type == "DequantizeLinear"
+               and not (n.name == "residual" and producer[i].input[0].startswith("a1"))]
+    quantized_ln = [n.name for n in m.graph.node if n.op_type == "QuantizeLinear" and
+                    n.input[0] in ("r", "mean", "d", "d2", "var", "ve", "sd", "nrm", "sc")]
+    check(len(ln_nodes) == 10 and not from_dq and not quantized_ln,
+          "ln: the LayerNorm decomposition and the residual Add read no dequantized value but fc1's output "
+          "(%s) and nothing inside is quantized (%s)" % (from_dq, quantized_ln))
+    p = ferry("profile", w("ln.int8.onnx"), "-t", "1", "-n", "2", "-w", "1", "--json")
+    ops = {o["op_type"]: o["nodes"] for o in json.loads(p.stdout)["op_types"]}
+    check(ops.get("com.ferry.LayerNorm") == 1 and ops.get("com.ferry.QMatMulFused") == 2,
+          "ln: ferry fuses the LayerNorm and both MatMul+bias into QMatMulFused: %s" % ops)
+    ref, got = run_outputs(lnm, w("ln_test.npy")), run_outputs(w("ln.int8.onnx"), w("ln_test.npy"))
+    check(cosine(ref, got) >= 0.995, "ln: held-out cosine to fp32 %.5f" % cosine(ref, got))
 
     # Methods and calibration sources.
     for method in ("minmax", "entropy"):

@@ -70,10 +70,46 @@ def mlp(rng):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="ferry-tests")
 
 
+def ln(rng):
+    """A post-LN transformer piece as opset-13 exports it: MatMul+bias, residual Add, the decomposed
+    LayerNorm (ReduceMean, Sub, Pow, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta), MatMul+bias, Relu."""
+    d = 32
+    inits = [
+        numpy_helper.from_array(he(rng, (d, d), d), "w1"),
+        numpy_helper.from_array((rng.standard_normal(d) * 0.1).astype(np.float32), "b1"),
+        numpy_helper.from_array((1 + 0.1 * rng.standard_normal(d)).astype(np.float32), "gamma"),
+        numpy_helper.from_array((0.1 * rng.standard_normal(d)).astype(np.float32), "beta"),
+        numpy_helper.from_array(he(rng, (d, 16), d), "w2"),
+        numpy_helper.from_array((rng.standard_normal(16) * 0.1).astype(np.float32), "b2"),
+        numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+        numpy_helper.from_array(np.array(1e-5, np.float32), "eps"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"], name="fc1"),
+        helper.make_node("Add", ["m1", "b1"], ["a1"], name="fc1_bias"),
+        helper.make_node("Add", ["a1", "x"], ["r"], name="residual"),
+        helper.make_node("ReduceMean", ["r"], ["mean"], name="ln_mean", axes=[-1]),
+        helper.make_node("Sub", ["r", "mean"], ["d"], name="ln_sub"),
+        helper.make_node("Pow", ["d", "two"], ["d2"], name="ln_pow"),
+        helper.make_node("ReduceMean", ["d2"], ["var"], name="ln_var", axes=[-1]),
+        helper.make_node("Add", ["var", "eps"], ["ve"], name="ln_eps"),
+        helper.make_node("Sqrt", ["ve"], ["sd"], name="ln_sqrt"),
+        helper.make_node("Div", ["d", "sd"], ["nrm"], name="ln_div"),
+        helper.make_node("Mul", ["nrm", "gamma"], ["sc"], name="ln_gamma"),
+        helper.make_node("Add", ["sc", "beta"], ["h"], name="ln_beta"),
+        helper.make_node("MatMul", ["h", "w2"], ["m2"], name="fc2"),
+        helper.make_node("Add", ["m2", "b2"], ["a2"], name="fc2_bias"),
+        helper.make_node("Relu", ["a2"], ["y"], name="relu"),
+    ]
+    g = helper.make_graph(nodes, "tiny_ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, d])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 16])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="ferry-tests")
+
+
 def main_into(out):
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(21)
-    for name, build, shape in (("cnn", cnn, (3, 16, 16)), ("mlp", mlp, (8, 32))):
+    for name, build, shape in (("cnn", cnn, (3, 16, 16)), ("mlp", mlp, (8, 32)), ("ln", ln, (8, 32))):
         m = build(rng)
         onnx.checker.check_model(m)
         onnx.save(m, os.path.join(out, name + ".onnx"))
