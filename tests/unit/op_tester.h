@@ -170,4 +170,23 @@ inline void expect_near(const Tensor& actual, const Tensor& expected, double ato
   }
 }
 
+/// The shape the shape rules inferred for `value` in the last run ("[rank?]" when unknown).
+inline std::string inferred(const OpTester& t, const std::string& value = "out0") {
+  const TensorType& ty = t.last_model()->graph.value_types[value];
+  return ty.shape ? ty.shape->to_string() : "[rank?]";
+}
+
+/// f32 tensor of `dims` holding 0, 1, 2, ... in order.
+inline Tensor iota_f(std::vector<int64_t> dims) {
+  Tensor t = Tensor::allocate(DType::kF32, dims);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = static_cast<float>(i);
+  return t;
+}
+
+/// Expects a failed run whose message contains every one of `parts`.
+inline void expect_error(StatusOr<std::vector<Tensor>> r, std::vector<std::string> parts) {
+  ASSERT_FALSE(r.is_ok());
+  for (const std::string& p : parts) EXPECT_NE(r.status().message().find(p), std::string::npos) << r.status().message();
+}
+
 }  // namespace ferry::testing

@@ -6,22 +6,6 @@ namespace {
 
 using V = std::vector<int64_t>;
 
-std::string inferred(const OpTester& t, const std::string& value = "out0") {
-  const TensorType& ty = t.last_model()->graph.value_types[value];
-  return ty.shape ? ty.shape->to_string() : "[rank?]";
-}
-
-Tensor iota_f(V dims) {
-  Tensor t = Tensor::allocate(DType::kF32, dims);
-  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = static_cast<float>(i);
-  return t;
-}
-
-void expect_error(StatusOr<std::vector<Tensor>> r, std::vector<std::string> parts) {
-  ASSERT_FALSE(r.is_ok());
-  for (const std::string& p : parts) EXPECT_NE(r.status().message().find(p), std::string::npos) << r.status().message();
-}
-
 // ---- Cast -----------------------------------------------------------------------------------
 
 TEST(Cast, FloatToIntTruncatesAndWraps) {

@@ -15,6 +15,7 @@
 #include "ops/kernel_collectives.h"
 #include "train/ddp.h"
 #include "train/tcp_store.h"
+#include "two_ranks.h"
 
 namespace ferry::testing {
 namespace {
@@ -197,34 +198,20 @@ TEST(SyncBatchNorm, AFailedExchangeNamesTheNodeAndTheLostRank) {
 
 // What the trainer installs for --sync-bn: a Communicator's allreduce as allgather, over Gloo.
 TEST(SyncBatchNorm, CommunicatorCollectivesOverGloo) {
-  auto probe = TcpStoreServer::listen(0);  // a free port for the job
-  ASSERT_TRUE(probe.is_ok());
-  const int port = probe.value()->port();
-  probe.value().reset();
   Status status[2];
   std::vector<float> gathered[2], summed[2];
-  auto rank = [&](int r) {
-    DistConfig c;
-    c.rank = r;
-    c.world_size = 2;
-    c.master_port = port;
-    c.timeout_s = 20;
-    auto comm = create_communicator(c);
-    if (!comm.is_ok()) {
-      status[r] = comm.status();
-      return;
-    }
-    CommunicatorCollectives kc(comm.value().get());
-    const std::vector<float> mine = {1.5f + r, -0.0f, 1e-30f * (r + 1)};
-    gathered[r].assign(6, 99.0f);
-    summed[r] = {1.0f, 2.0f * r};
-    status[r] = kc.allgather(mine, gathered[r]);
-    if (status[r].is_ok()) status[r] = kc.allreduce_sum(summed[r]);
-    if (status[r].is_ok()) status[r] = comm.value()->barrier();
-  };
-  std::thread t0(rank, 0), t1(rank, 1);
-  t0.join();
-  t1.join();
+  run_two_ranks(
+      [&](int r, Communicator& comm) {
+        CommunicatorCollectives kc(&comm);
+        const std::vector<float> mine = {1.5f + r, -0.0f, 1e-30f * (r + 1)};
+        gathered[r].assign(6, 99.0f);
+        summed[r] = {1.0f, 2.0f * r};
+        Status s = kc.allgather(mine, gathered[r]);
+        if (s.is_ok()) s = kc.allreduce_sum(summed[r]);
+        if (s.is_ok()) s = comm.barrier();
+        return s;
+      },
+      status);
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(status[r].is_ok()) << "rank " << r << ": " << status[r].message();
     EXPECT_EQ(gathered[r], (std::vector<float>{1.5f, 0.0f, 1e-30f, 2.5f, 0.0f, 2e-30f}));

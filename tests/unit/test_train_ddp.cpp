@@ -9,9 +9,13 @@
 #include "train/communicator.h"
 #include "train/ddp.h"
 #include "train/tcp_store.h"
+#include "two_ranks.h"
 
 namespace ferry {
 namespace {
+
+using testing::free_local_port;
+using testing::run_two_ranks;
 
 TEST(TrainDdp, BucketsFollowDdpReverseOrderAndCaps) {
   // e (5) and d (7M floats = 28 MB) reach the 1 MB first cap; c, b, a stay under 25 MB.
@@ -68,37 +72,21 @@ TEST(TrainDdp, StoreSetsWaitsAndNamesLostRanks) {
 }
 
 TEST(TrainDdp, GlooCollectivesBetweenTwoRanks) {
-  auto probe = TcpStoreServer::listen(0);  // a free port for the job
-  ASSERT_TRUE(probe.is_ok());
-  const int port = probe.value()->port();
-  probe.value().reset();
   Status status[2];
   std::vector<float> sums[2], bcast[2];
   std::vector<int64_t> gathered[2];
-  auto rank = [&](int r) {
-    DistConfig c;
-    c.rank = r;
-    c.world_size = 2;
-    c.master_port = port;
-    c.timeout_s = 20;
-    auto comm = create_communicator(c);
-    if (!comm.is_ok()) {
-      status[r] = comm.status();
-      return;
-    }
-    Communicator& cm = *comm.value();
-    sums[r] = {1.0f + r, 10.0f * (r + 1), -2.0f};
-    bcast[r] = {static_cast<float>(r), 7.0f + r};
-    Status s1 = cm.allreduce_sum(sums[r])->wait(20);
-    Status s2 = cm.broadcast(bcast[r], 0)->wait(20);
-    auto g = cm.allgather(100 + r);
-    Status s3 = cm.barrier();
-    status[r] = !s1.is_ok() ? s1 : !s2.is_ok() ? s2 : !g.is_ok() ? g.status() : s3;
-    if (g.is_ok()) gathered[r] = g.value();
-  };
-  std::thread t0(rank, 0), t1(rank, 1);
-  t0.join();
-  t1.join();
+  run_two_ranks(
+      [&](int r, Communicator& cm) {
+        sums[r] = {1.0f + r, 10.0f * (r + 1), -2.0f};
+        bcast[r] = {static_cast<float>(r), 7.0f + r};
+        Status s1 = cm.allreduce_sum(sums[r])->wait(20);
+        Status s2 = cm.broadcast(bcast[r], 0)->wait(20);
+        auto g = cm.allgather(100 + r);
+        Status s3 = cm.barrier();
+        if (g.is_ok()) gathered[r] = g.value();
+        return !s1.is_ok() ? s1 : !s2.is_ok() ? s2 : !g.is_ok() ? g.status() : s3;
+      },
+      status);
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(status[r].is_ok()) << "rank " << r << ": " << status[r].message();
     EXPECT_EQ(sums[r], (std::vector<float>{3.0f, 30.0f, -4.0f}));
@@ -108,10 +96,8 @@ TEST(TrainDdp, GlooCollectivesBetweenTwoRanks) {
 }
 
 TEST(TrainDdp, MissingRankIsNamedWithTheAddress) {
-  auto probe = TcpStoreServer::listen(0);
-  ASSERT_TRUE(probe.is_ok());
-  const int port = probe.value()->port();
-  probe.value().reset();
+  const int port = free_local_port();
+  ASSERT_NE(port, 0);
   DistConfig c;
   c.rank = 0;
   c.world_size = 3;
