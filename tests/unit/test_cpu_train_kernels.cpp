@@ -219,11 +219,15 @@ TEST(CpuTrainKernels, PoolGradsMatchReference) {
         {"ceil_mode", int_attr(1)}}},
       {{2, 2, 10, 10}, {{"kernel_shape", ints_attr({2, 2})}, {"dilations", ints_attr({2, 2})}}},
       {{2, 4, 7, 7}, {{"kernel_shape", ints_attr({7, 7})}}},  // global
+      // rows wide enough for MaxPoolGrad's vector path (several vectors and a tail), stride 3
+      {{1, 2, 9, 75}, {{"kernel_shape", ints_attr({3, 3})}, {"strides", ints_attr({2, 2})}, {"pads", ints_attr({1, 1, 1, 1})}}},
+      {{1, 2, 7, 61}, {{"kernel_shape", ints_attr({2, 3})}, {"strides", ints_attr({3, 3})}, {"pads", ints_attr({0, 1, 0, 1})}}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE("X " + dims_to_string(c.x));
     Tensor x = randn(c.x, 7);
     for (int64_t i = 0; i < x.numel(); i += 3) x.mutable_data<float>()[i] = 1.f;  // ties: the first maximum
+    for (int64_t i = 17; i < x.numel(); i += 97) x.mutable_data<float>()[i] = std::nanf("");  // a NaN wins
     OneNode fwd{"MaxPool", "", c.attrs, {x}, {}, {true}};
     const std::vector<int64_t> y = fwd.run("cpu-ref").at(0).dims();
     const Tensor dy = randn(y, 8);

@@ -36,13 +36,15 @@ void for_channels(int64_t C, int64_t per_channel, F fn) {
   });
 }
 
-// sum(x - k) and sum((x - k)^2) over n floats, in double, 8 independent lanes (vectorizes
-// without reassociation).
+// sum(x - k) and sum((x - k)^2) over n floats, in double, 32 independent lanes (vectorizes
+// without reassociation; four vectors of accumulators hide the adds' latency).
+constexpr int kLanes = 32;
+
 FERRY_VEC void shifted_moments(const float* x, int64_t n, float k, double* s1, double* s2) {
-  double a[8] = {}, b[8] = {};
+  double a[kLanes] = {}, b[kLanes] = {};
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) {
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
       const double d = static_cast<double>(x[i + j] - k);
       a[j] += d;
       b[j] += d * d;
@@ -52,7 +54,7 @@ FERRY_VEC void shifted_moments(const float* x, int64_t n, float k, double* s1, d
     a[0] += d;
     b[0] += d * d;
   }
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < kLanes; ++j) {
     *s1 += a[j];
     *s2 += b[j];
   }
@@ -60,10 +62,10 @@ FERRY_VEC void shifted_moments(const float* x, int64_t n, float k, double* s1, d
 
 // sum(g) and sum(g * (x - mu)) over n floats, in double.
 FERRY_VEC void grad_moments(const float* g, const float* x, int64_t n, float mu, double* sg, double* sgx) {
-  double a[8] = {}, b[8] = {};
+  double a[kLanes] = {}, b[kLanes] = {};
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) {
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
       const double gv = g[i + j];
       a[j] += gv;
       b[j] += gv * static_cast<double>(x[i + j] - mu);
@@ -72,7 +74,7 @@ FERRY_VEC void grad_moments(const float* g, const float* x, int64_t n, float mu,
     a[0] += g[i];
     b[0] += static_cast<double>(g[i]) * static_cast<double>(x[i] - mu);
   }
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < kLanes; ++j) {
     *sg += a[j];
     *sgx += b[j];
   }
@@ -268,6 +270,33 @@ struct PoolAxis {
   int64_t in = 0, out = 0, pad = 0, pad_end = 0, stride = 1, kernel = 1, dil = 1;
 };
 
+// MaxPoolGrad's windows lying wholly inside a row (w taps kw = 0..K-1): the maximum of each of
+// a run of outputs ow in [o0, o1), vectorized across ow; kept per output as the first maximum in
+// kernel order (rows kh0..kh1, then kw), a NaN replacing it, as the scalar loop and the reference.
+// best[] gets each winner's offset in the plane.
+template <int64_t kStride>
+FERRY_VEC void max_taps_row(const float* xp, int64_t IW, int64_t h0, int64_t kh0, int64_t kh1, int64_t dh,
+                            int64_t w0, int64_t sw, int64_t K, int64_t dw, int64_t o0, int64_t o1, float* m,
+                            int32_t* best) {
+  const int64_t stride = kStride > 0 ? kStride : sw;
+  const int64_t n = o1 - o0;
+  for (int64_t i = 0; i < n; ++i) m[i] = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) best[i] = static_cast<int32_t>((h0 + kh0 * dh) * IW + w0 + (o0 + i) * stride);
+  for (int64_t kh = kh0; kh <= kh1; ++kh) {
+    const int64_t row = (h0 + kh * dh) * IW + w0 + o0 * stride;
+    for (int64_t kw = 0; kw < K; ++kw) {
+      const float* xr = xp + row + kw * dw;
+      const int32_t base = static_cast<int32_t>(row + kw * dw);
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = xr[i * stride];
+        const bool take = (v > m[i]) | (v != v);
+        m[i] = take ? v : m[i];
+        best[i] = take ? base + static_cast<int32_t>(i * stride) : best[i];
+      }
+    }
+  }
+}
+
 template <bool kMax>
 StatusOr<bool> run_pool_grad(KernelContext& ctx) {
   const Tensor &dy = ctx.input(0), &in1 = ctx.input(1);
@@ -292,7 +321,8 @@ StatusOr<bool> run_pool_grad(KernelContext& ctx) {
     ax[i] = PoolAxis{g.in, g.out, g.pad_begin, g.pad_end, sa.strides[i], sa.kernel[i], sa.dilations[i]};
   }
   const bool cip = !kMax && ctx.get_int("count_include_pad", 0) != 0;
-  ASSIGN_OR_RETURN(Tensor * dx, ctx.allocate_output(0, DType::kF32, xd, true));
+  // MaxPoolGrad zeroes each plane just before scattering into it (while it is in cache).
+  ASSIGN_OR_RETURN(Tensor * dx, ctx.allocate_output(0, DType::kF32, xd, !kMax));
   const int64_t planes = xd[0] * xd[1], IS = xd[2] * xd[3], OS = ax[0].out * ax[1].out;
   // Per axis and output position: the first and last real tap and the padded-window count.
   struct Taps {
@@ -319,30 +349,54 @@ StatusOr<bool> run_pool_grad(KernelContext& ctx) {
   const float* g = dy.data<float>();
   const float* x = kMax ? in1.data<float>() : nullptr;
   float* out = dx->mutable_data<float>();
+  const int64_t OW = ax[1].out, IW = ax[1].in, sw = ax[1].stride, pw = ax[1].pad, dh = ax[0].dil, dw = ax[1].dil;
+  const int64_t *tk0 = taps[1].k0.data(), *tk1 = taps[1].k1.data(), KW = ax[1].kernel;
+  // The outputs [full0, full1) whose windows have all KW taps inside the row (the vector path).
+  int64_t full0 = 0, full1 = 0;
+  if (kMax && IS < (int64_t{1} << 31)) {
+    while (full0 < OW && (tk0[full0] != 0 || tk1[full0] != KW - 1)) ++full0;
+    full1 = full0;
+    while (full1 < OW && tk0[full1] == 0 && tk1[full1] == KW - 1) ++full1;
+  }
   parallel_ranges(planes, OS * ax[0].kernel * ax[1].kernel, [&](int64_t b, int64_t e) {
+    std::vector<float> vm(static_cast<size_t>(OW));
+    std::vector<int32_t> vbest(static_cast<size_t>(OW));
     for (int64_t pl = b; pl < e; ++pl) {
       float* dxp = out + pl * IS;
       const float* gp = g + pl * OS;
       const float* xp = kMax ? x + pl * IS : nullptr;
+      if (kMax) std::fill(dxp, dxp + IS, 0.f);
       for (int64_t oh = 0; oh < ax[0].out; ++oh) {
         const int64_t h0 = oh * ax[0].stride - ax[0].pad, kh0 = taps[0].k0[oh], kh1 = taps[0].k1[oh];
-        for (int64_t ow = 0; ow < ax[1].out; ++ow) {
-          const int64_t w0 = ow * ax[1].stride - ax[1].pad, kw0 = taps[1].k0[ow], kw1 = taps[1].k1[ow];
-          const float gv = gp[oh * ax[1].out + ow];
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          if (kMax && ow == full0 && full1 > full0 && kh0 <= kh1) {  // in the scalar loop's order
+            if (sw == 1)
+              max_taps_row<1>(xp, IW, h0, kh0, kh1, dh, -pw, sw, KW, dw, full0, full1, vm.data(), vbest.data());
+            else if (sw == 2)
+              max_taps_row<2>(xp, IW, h0, kh0, kh1, dh, -pw, sw, KW, dw, full0, full1, vm.data(), vbest.data());
+            else
+              max_taps_row<0>(xp, IW, h0, kh0, kh1, dh, -pw, sw, KW, dw, full0, full1, vm.data(), vbest.data());
+            const float* gr = gp + oh * OW + full0;
+            for (int64_t i = 0; i < full1 - full0; ++i) dxp[vbest[static_cast<size_t>(i)]] += gr[i];
+            ow = full1 - 1;
+            continue;
+          }
+          const int64_t w0 = ow * sw - pw, kw0 = tk0[ow], kw1 = tk1[ow];
+          const float gv = gp[oh * OW + ow];
           if (kh1 < kh0 || kw1 < kw0) continue;  // a window entirely in the padding
           if constexpr (kMax) {
-            // As the reference: the first maximum in kernel order, a NaN replacing it.
+            // As the reference: the first maximum in kernel order, a NaN replacing it. Selects
+            // rather than branches (random data mispredicts half the comparisons).
             float m = -std::numeric_limits<float>::infinity();
-            int64_t best = (h0 + kh0 * ax[0].dil) * ax[1].in + w0 + kw0 * ax[1].dil;
+            int64_t best = (h0 + kh0 * dh) * IW + w0 + kw0 * dw;
             for (int64_t kh = kh0; kh <= kh1; ++kh) {
-              const int64_t row = (h0 + kh * ax[0].dil) * ax[1].in;
+              const int64_t row = (h0 + kh * dh) * IW + w0;
               for (int64_t kw = kw0; kw <= kw1; ++kw) {
-                const int64_t off = row + w0 + kw * ax[1].dil;
+                const int64_t off = row + kw * dw;
                 const float v = xp[off];
-                if (v > m || std::isnan(v)) {
-                  m = v;
-                  best = off;
-                }
+                const bool take = (v > m) | std::isnan(v);
+                m = take ? v : m;
+                best = take ? off : best;
               }
             }
             dxp[best] += gv;
