@@ -167,8 +167,9 @@ StatusOr<Method> parse_method(const std::string& name) {
   if (name == "minmax") return Method::kMinMax;
   if (name == "entropy") return Method::kEntropy;
   if (name == "percentile") return Method::kPercentile;
+  if (name == "mse") return Method::kMse;
   if (name == "auto") return Method::kAuto;
-  return invalid_argument("--method '" + name + "' is not one of minmax, entropy, percentile, auto");
+  return invalid_argument("--method '" + name + "' is not one of minmax, entropy, percentile, mse, auto");
 }
 
 const char* method_name(Method m) {
@@ -176,6 +177,7 @@ const char* method_name(Method m) {
     case Method::kMinMax: return "minmax";
     case Method::kEntropy: return "entropy";
     case Method::kPercentile: return "percentile";
+    case Method::kMse: return "mse";
     case Method::kAuto: return "auto";
   }
   return "?";
@@ -281,6 +283,43 @@ bool RangeCollector::range(const std::string& name, Method method, float* lo, fl
     const float a0 = *lo;
     *lo = std::min(0.0f, static_cast<float>(a0 + l * width));
     *hi = std::max(0.0f, static_cast<float>(a0 + (r + 1) * width));
+    return true;
+  }
+  if (method == Method::kMse) {
+    // The range (each side shrunk towards 0 on its own, to 1/16 at most) whose uint8 quantization
+    // has the least expected squared error over the histogram: clipped values cost their distance
+    // to the edge squared, the others scale^2 / 12 (rounding to the nearest level).
+    std::vector<double> c(kBins + 1, 0.0), cx(kBins + 1, 0.0), cxx(kBins + 1, 0.0);
+    const double a0 = *lo;
+    for (int i = 0; i < kBins; ++i) {
+      const double h = s.hist[static_cast<size_t>(i)], x = a0 + (i + 0.5) * width;
+      c[static_cast<size_t>(i) + 1] = c[static_cast<size_t>(i)] + h;
+      cx[static_cast<size_t>(i) + 1] = cx[static_cast<size_t>(i)] + h * x;
+      cxx[static_cast<size_t>(i) + 1] = cxx[static_cast<size_t>(i)] + h * x * x;
+    }
+    auto clipped = [&](int b0, int b1, double edge) {  // sum over bins [b0, b1) of count * (x - edge)^2
+      const size_t u = static_cast<size_t>(b0), v = static_cast<size_t>(b1);
+      return std::max(0.0, (cxx[v] - cxx[u]) - 2 * edge * (cx[v] - cx[u]) + edge * edge * (c[v] - c[u]));
+    };
+    double best = std::numeric_limits<double>::infinity();
+    int best_l = 0, best_r = kBins;
+    for (int kl = 64; kl >= 4; --kl) {
+      const int l = zero - static_cast<int>(std::lround(zero * kl / 64.0));
+      for (int kr = 64; kr >= 4; --kr) {
+        const int r = zero + static_cast<int>(std::lround((kBins - zero) * kr / 64.0));
+        if (r <= l) continue;
+        const double lo_v = a0 + l * width, hi_v = a0 + r * width, step = (hi_v - lo_v) / 255.0;
+        const double err = clipped(0, l, lo_v) + clipped(r, kBins, hi_v) +
+                           (c[static_cast<size_t>(r)] - c[static_cast<size_t>(l)]) * step * step / 12.0;
+        if (err < best) {
+          best = err;
+          best_l = l;
+          best_r = r;
+        }
+      }
+    }
+    *lo = std::min(0.0f, static_cast<float>(a0 + best_l * width));
+    *hi = std::max(0.0f, static_cast<float>(a0 + best_r * width));
     return true;
   }
   // Entropy: the clipped range (both sides shrunk by the same fraction around 0) whose 255-level

@@ -33,9 +33,10 @@ struct CalibrationData {
 /// input's (the error names the input, the expected and the given shape).
 StatusOr<CalibrationData> load_calibration_data(const Model& model, const CalibrationDataOptions& options);
 
-/// kAuto: `ferry quantize` writes the file with each of the three and keeps the one with the best
+/// kMse: the range with the least expected squared error (clipping + rounding) over the histogram.
+/// kAuto: `ferry quantize` writes the file with each of the four and keeps the one with the best
 /// output cosine on the calibration data (ranges: treated as percentile).
-enum class Method { kMinMax, kEntropy, kPercentile, kAuto };
+enum class Method { kMinMax, kEntropy, kPercentile, kMse, kAuto };
 StatusOr<Method> parse_method(const std::string& name);
 const char* method_name(Method m);
 

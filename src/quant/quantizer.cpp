@@ -181,7 +181,7 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
     // Each method's file, measured on the calibration data; the best is kept (ties: the earlier).
     double best = -2;
     Method best_method = Method::kPercentile;
-    for (Method m : {Method::kPercentile, Method::kMinMax, Method::kEntropy}) {
+    for (Method m : {Method::kPercentile, Method::kMinMax, Method::kEntropy, Method::kMse}) {
       s.method = m;
       ASSIGN_OR_RETURN(QdqPlan p, s.plan(keep));
       double mean = 0, worst = 0;

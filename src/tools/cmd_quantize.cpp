@@ -148,7 +148,7 @@ const bool kRegistered = register_command({"quantize", 55, [](CLI::App& app) {
                   "or an image folder with --image-size")
       ->required();
   cmd->add_option("-o,--out", opt->out, "The quantized model to write (.onnx)")->required();
-  cmd->add_option("--method", opt->method, "Activation ranges: percentile (default: clip 0.001% of each tail), minmax, entropy, or auto "
+  cmd->add_option("--method", opt->method, "Activation ranges: percentile (default: clip 0.001% of each tail), minmax, entropy, mse (least squared error), or auto "
                   "(write the file with each, keep the best output cosine on the calibration data)");
   cmd->add_option("--image-size", opt->image_size, "The calibration folder holds images: eval transform to SxS")
       ->check(CLI::PositiveNumber);

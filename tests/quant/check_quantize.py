@@ -263,7 +263,7 @@ def main():
     check("'nope'" in p.stderr, "--keep-fp32 of an unknown node: exit 2, named")
     p = ferry("quantize", cnn, "--calibration", w("cnn_calib.npz"), "--out", cnn, expect=2)
     check("source model" in p.stderr, "--out the source model: refused")
-    p = ferry("quantize", cnn, "--calibration", w("cnn_calib.npz"), "--out", w("bad.onnx"), "--method", "mse",
+    p = ferry("quantize", cnn, "--calibration", w("cnn_calib.npz"), "--out", w("bad.onnx"), "--method", "kl",
               expect=2)
     check("minmax" in p.stderr, "an unknown --method: exit 2 with the choices")
 
