@@ -1,6 +1,6 @@
 // CPU kernel for com.ferry.Attention (f32, and bf16 computed in f32): the heads are gathered from
 // their strided views (the transposes the fusion absorbed) into dense [batch, rows, cols] blocks,
-// then two batched oneDNN matmuls (brgemm) run over all heads at once, with the row softmax (and the
+// K by its rows (brgemm takes K^T as acb weights, so no transpose), then two batched oneDNN matmuls (brgemm) run over all heads at once, with the row softmax (and the
 // additive mask) in between, and the result is scattered into the output's view. Gathering costs a
 // copy of Q, K and V; in exchange both products run as one large JIT kernel call each instead of
 // one small sgemm per head (which ran at a fraction of the core's peak).
@@ -60,10 +60,12 @@ FERRY_VEC void masked_softmax_row(float* x, const float* m, int64_t n, int64_t m
   float mx = -__builtin_inff();
 #pragma omp simd reduction(max : mx)
   for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
-  for (int64_t i = 0; i < n; ++i) x[i] = vec::exp(x[i] - mx);
   float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = vec::exp(x[i] - mx);
+    sum += x[i];
+  }
   const float inv = 1.f / sum;
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
@@ -143,7 +145,8 @@ class AttentionKernel : public Kernel {
       for (int64_t b = b0; b < b1; ++b) {
         gather_matrix(pq + es * batch_offset(vq.dims, vq.strides, b), bf16, sq, d, vq.strides[r - 2], vq.strides[r - 1],
                       qbuf_.data() + b * sq * d);
-        gather_matrix(pk + es * batch_offset(vk.dims, vk.strides, b), bf16, d, sk, vk.strides[r - 2], vk.strides[r - 1],
+        // K^T is kept as K's rows ([sk, d] dense, oneDNN's acb weights): row copies, not a transpose.
+        gather_matrix(pk + es * batch_offset(vk.dims, vk.strides, b), bf16, sk, d, vk.strides[r - 1], vk.strides[r - 2],
                       ktbuf_.data() + b * d * sk);
         gather_matrix(pv + es * batch_offset(vv.dims, vv.strides, b), bf16, sk, dv, vv.strides[r - 2], vv.strides[r - 1],
                       vbuf_.data() + b * sk * dv);
@@ -201,7 +204,7 @@ class AttentionKernel : public Kernel {
       const auto f32 = memory::data_type::f32;
       const auto abc = memory::format_tag::abc;
       p.q = memory::desc({batch, sq, d}, f32, abc);
-      p.kt = memory::desc({batch, d, sk}, f32, abc);
+      p.kt = memory::desc({batch, d, sk}, f32, memory::format_tag::acb);  // K's rows: brgemm takes it as is
       p.s = memory::desc({batch, sq, sk}, f32, abc);
       p.v = memory::desc({batch, sk, dv}, f32, abc);
       p.o = memory::desc({batch, sq, dv}, f32, abc);
