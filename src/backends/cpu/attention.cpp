@@ -1,7 +1,7 @@
 // CPU kernel for com.ferry.Attention (f32, and bf16 computed in f32): the heads are gathered from
-// their strided views (the transposes the fusion absorbed) into dense [batch, rows, cols] blocks,
-// K by its rows (brgemm takes K^T as acb weights, so no transpose), then two batched oneDNN matmuls (brgemm) run over all heads at once, with the row softmax (and the
-// additive mask) in between, and the result is scattered into the output's view. Gathering costs a
+// their strided views (the transposes the fusion absorbed) into dense [batch, rows, cols] blocks
+// (K by its rows: brgemm takes K^T as acb weights, so no transpose), then two batched oneDNN
+// matmuls (brgemm) run over all heads at once, with the row softmax (and the additive mask) in between, and the result is scattered into the output's view. Gathering costs a
 // copy of Q, K and V; in exchange both products run as one large JIT kernel call each instead of
 // one small sgemm per head (which ran at a fraction of the core's peak).
 #include <mutex>
