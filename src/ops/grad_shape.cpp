@@ -13,6 +13,7 @@
 
 #include "ops/data_movement.h"
 #include "ops/float_util.h"
+#include "ops/op_util.h"
 
 namespace ferry {
 namespace {
@@ -52,28 +53,6 @@ Status infer_slice_grad(InferContext& ctx) {
   return infer_from_shape_input(ctx, 1, dm::input_dtype(ctx, 0));
 }
 
-// First index and length of one sliced axis, clamped as Slice-10 defines (the same arithmetic as
-// the forward kernel, so the gradient lands where the forward read).
-void slice_range(int64_t start, int64_t end, int64_t step, int64_t dim, int64_t* first, int64_t* len) {
-  if (start < 0) start += dim;
-  if (end < 0) end += dim;
-  if (dim == 0) {
-    *first = 0;
-    *len = 0;
-    return;
-  }
-  if (step > 0) {
-    start = std::clamp<int64_t>(start, 0, dim);
-    end = std::clamp<int64_t>(end, 0, dim);
-    *len = end > start ? (end - start - 1) / step + 1 : 0;
-  } else {
-    start = std::clamp<int64_t>(start, 0, dim - 1);
-    end = std::clamp<int64_t>(end, -1, dim - 1);
-    *len = start > end ? (start - end - 1) / (-step) + 1 : 0;
-  }
-  *first = start;
-}
-
 Status k_slice_grad(KernelContext& ctx) {
   const Tensor& dy = ctx.input(0);
   vector<int64_t> dims, starts, ends, axes, steps;
@@ -108,7 +87,7 @@ Status k_slice_grad(KernelContext& ctx) {
     seen[static_cast<size_t>(a)] = true;
     if (steps[i] == 0) return ctx.error("steps " + shape_str(steps) + " contain 0");
     int64_t first = 0, len = 0;
-    slice_range(starts[i], ends[i], steps[i], dims[static_cast<size_t>(a)], &first, &len);
+    slice_axis_range(starts[i], ends[i], steps[i], dims[static_cast<size_t>(a)], &first, &len);
     slice_dims[static_cast<size_t>(a)] = len;
     base += first * out_strides[static_cast<size_t>(a)];
     strides[static_cast<size_t>(a)] = out_strides[static_cast<size_t>(a)] * steps[i];

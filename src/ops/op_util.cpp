@@ -49,6 +49,26 @@ bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out) {
   return true;
 }
 
+void slice_axis_range(int64_t start, int64_t end, int64_t step, int64_t dim, int64_t* first, int64_t* len) {
+  if (start < 0) start += dim;
+  if (end < 0) end += dim;
+  if (dim == 0) {
+    *first = 0;
+    *len = 0;
+    return;
+  }
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+    *len = end > start ? (end - start - 1) / step + 1 : 0;
+  } else {
+    start = std::clamp<int64_t>(start, 0, dim - 1);
+    end = std::clamp<int64_t>(end, -1, dim - 1);
+    *len = start > end ? (start - end - 1) / (-step) + 1 : 0;
+  }
+  *first = start;
+}
+
 bool normalize_axis(int64_t* axis, int64_t rank) {
   if (*axis < -rank || *axis >= rank) return false;
   if (*axis < 0) *axis += rank;

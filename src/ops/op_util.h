@@ -18,6 +18,9 @@ bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out);
 
 /// Maps axis in [-rank, rank) to [0, rank); false when out of range.
 bool normalize_axis(int64_t* axis, int64_t rank);
+/// One sliced axis clamped as Slice-10+ defines it: the first index read and how many are read
+/// (Slice's kernel and shape rule, and SliceGrad, which must land where the forward read).
+void slice_axis_range(int64_t start, int64_t end, int64_t step, int64_t dim, int64_t* first, int64_t* len);
 /// Row-major strides in elements.
 std::vector<int64_t> strides_of(const std::vector<int64_t>& dims);
 /// Strides of `in` (right-aligned to out's rank) with 0 where `in` is broadcast along a dim.

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "ops/data_movement.h"
+#include "ops/op_util.h"
 
 namespace ferry {
 namespace {
@@ -418,27 +419,6 @@ Status slice_axes(const Ctx& ctx, SliceParams* p, int64_t rank) {
   return Status::ok();
 }
 
-// Clamps one axis as the ONNX spec says; returns the first index and the output length.
-void slice_axis(int64_t start, int64_t end, int64_t step, int64_t dim, int64_t* first, int64_t* len) {
-  if (start < 0) start += dim;
-  if (end < 0) end += dim;
-  if (dim == 0) {
-    *first = 0;
-    *len = 0;
-    return;
-  }
-  if (step > 0) {
-    start = std::clamp<int64_t>(start, 0, dim);
-    end = std::clamp<int64_t>(end, 0, dim);
-    *len = end > start ? (end - start - 1) / step + 1 : 0;
-  } else {
-    start = std::clamp<int64_t>(start, 0, dim - 1);
-    end = std::clamp<int64_t>(end, -1, dim - 1);
-    *len = start > end ? (start - end - 1) / (-step) + 1 : 0;
-  }
-  *first = start;
-}
-
 Status k_slice(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   vector<const Tensor*> values(5, nullptr);
@@ -453,7 +433,7 @@ Status k_slice(KernelContext& ctx) {
   for (size_t i = 0; i < p.axes.size(); ++i) {
     const int64_t a = p.axes[i];
     int64_t first = 0, len = 0;
-    slice_axis(p.starts[i], p.ends[i], p.steps[i], x.dim(a), &first, &len);
+    slice_axis_range(p.starts[i], p.ends[i], p.steps[i], x.dim(a), &first, &len);
     dims[a] = len;
     base += first * xs[a];
     strides[a] = xs[a] * p.steps[i];
@@ -494,7 +474,7 @@ Status infer_slice(InferContext& ctx) {
     Dim& d = out.dims[p.axes[i]];
     if (d.is_known()) {
       int64_t first = 0, len = 0;
-      slice_axis(p.starts[i], p.ends[i], p.steps[i], d.value, &first, &len);
+      slice_axis_range(p.starts[i], p.ends[i], p.steps[i], d.value, &first, &len);
       d = Dim(len);
     } else if (!(p.steps[i] == 1 && p.starts[i] == 0 && p.ends[i] >= (int64_t(1) << 62))) {
       d = Dim();  // a full slice [0:INT64_MAX:1] keeps the symbol
