@@ -17,6 +17,7 @@
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
+#include "ir/dtype.h"
 #include "ops/conv_pool_util.h"
 
 namespace ferry {
@@ -161,14 +162,37 @@ bool winograd(const ConvShape& s, bool blocked) {
   return s.dst[2] * s.dst[3] >= 24 * 24 && s.src[1] >= 32 && s.dst[1] >= 16 && std::min(s.src[1], s.dst[1]) <= 128;
 }
 
-memory::desc layout_desc(const memory::dims& d, tag plain, bool blocked) {
-  return memory::desc(d, memory::data_type::f32, blocked ? tag::any : plain);
+using dt = memory::data_type;
+
+memory::desc layout_desc(const memory::dims& d, tag plain, bool blocked, dt type = dt::f32) {
+  return memory::desc(d, type, blocked ? tag::any : plain);
+}
+
+// --amp bf16 folded into the node (src/passes/amp_bf16_fold.cpp): amp_bf16 = 1 runs the oneDNN bf16
+// primitives (operands converted to bf16 by the reorders into the primitive's layout, f32
+// accumulation); bit i of amp_round_outputs: output i is written in bf16 (rounded), else in f32.
+struct AmpMode {
+  bool bf16 = false;
+  int64_t round = 0;
+  explicit AmpMode(const Node& n) {
+    NodeAttrs a(n);
+    bf16 = a.get_int("amp_bf16", 0) != 0;
+    round = bf16 ? a.get_int("amp_round_outputs", 0) : 0;
+  }
+  dt in() const { return bf16 ? dt::bf16 : dt::f32; }
+  dt out(int i) const { return (round >> i) & 1 ? dt::bf16 : dt::f32; }
+};
+
+Status amp_unsupported(const Node& node, const std::string& why) {
+  return unsupported(node.describe() + ": --amp bf16 folded into this convolution, but " + why +
+                     "; run with FERRY_AMP_NATIVE=0 (the emulated bf16 graph)");
 }
 
 dnnl::convolution_forward::primitive_desc forward_pd(const ConvShape& s, bool blocked, bool bias,
-                                                     const dnnl::primitive_attr& attr, dnnl::algorithm alg) {
-  const auto src = layout_desc(s.src, s.io_tag, blocked), dst = layout_desc(s.dst, s.io_tag, blocked),
-             wei = layout_desc(s.wei, s.wei_tag, blocked);
+                                                     const dnnl::primitive_attr& attr, dnnl::algorithm alg,
+                                                     dt in = dt::f32, dt out = dt::f32) {
+  const auto src = layout_desc(s.src, s.io_tag, blocked, in), dst = layout_desc(s.dst, s.io_tag, blocked, out),
+             wei = layout_desc(s.wei, s.wei_tag, blocked, in);
   const memory::desc b({s.dst[1]}, memory::data_type::f32, tag::x);
   const auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src, wei, b, dst,
                                                         s.strides, s.dil, s.pad_l, s.pad_r)
@@ -194,7 +218,8 @@ void split_key(const std::vector<int64_t>& key, std::vector<int64_t>* x, std::ve
 
 class TrainConvKernel : public Kernel {
  public:
-  TrainConvKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+  TrainConvKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback), amp_(node) {}
+  bool amp() const { return amp_.bf16; }
 
   bool init(const Graph& graph) {
     if (!cpu::maybe_f32(graph, node_.inputs[0]) || !cpu::maybe_f32(graph, node_.inputs[1])) return false;
@@ -207,12 +232,13 @@ class TrainConvKernel : public Kernel {
 
   Status compute(KernelContext& ctx) override {
     const Tensor &x = ctx.input(0), &w = ctx.input(1);
-    if (!f32(x) || !f32(w) || (has_b_ && !f32(ctx.input(2))) || (has_z_ && !f32(ctx.input(3)))) return fallback_(ctx);
+    const bool inputs_f32 = f32(x) && f32(w) && (!has_b_ || f32(ctx.input(2))) && (!has_z_ || f32(ctx.input(3)));
+    if (!inputs_f32) return amp() ? amp_unsupported(node_, "an input is not f32") : fallback_(ctx);
     auto plan = plans_.get(plan_key(x, w), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(k, p); });
-    if (!plan.is_ok()) return fallback_(ctx);
+    if (!plan.is_ok()) return amp() ? amp_unsupported(node_, plan.status().message()) : fallback_(ctx);
     const Plan* p = plan.value();
-    if (has_b_ && ctx.input(2).numel() != w.dim(0)) return fallback_(ctx);
-    if (has_z_ && ctx.input(3).dims() != p->out_dims) return fallback_(ctx);
+    if ((has_b_ && ctx.input(2).numel() != w.dim(0)) || (has_z_ && ctx.input(3).dims() != p->out_dims))
+      return amp() ? amp_unsupported(node_, "the bias or residual shape does not match") : fallback_(ctx);
     ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 3, DType::kF32, p->out_dims)
                                         : ctx.allocate_output(0, DType::kF32, p->out_dims, false));
     try {
@@ -254,6 +280,7 @@ class TrainConvKernel : public Kernel {
     split_key(key, &xd, &wd);
     ConvShape s;
     RETURN_IF_ERROR(conv_shape(node_, xd, wd, &s));
+    if (amp() && has_z_) return unsupported("a residual sum");  // would round conv + Z, not conv
     try {
       const bool blocked = blocked_layout(s);
       dnnl::post_ops ops;
@@ -264,12 +291,13 @@ class TrainConvKernel : public Kernel {
       bool made = false;
       if (winograd(s, blocked)) {
         try {
-          p->pd = forward_pd(s, blocked, has_b_, attr, dnnl::algorithm::convolution_winograd);
+          p->pd = forward_pd(s, blocked, has_b_, attr, dnnl::algorithm::convolution_winograd, amp_.in(), amp_.out(0));
           made = true;
         } catch (const dnnl::error&) {  // no Winograd kernel for this shape here
         }
       }
-      if (!made) p->pd = forward_pd(s, blocked, has_b_, attr, dnnl::algorithm::convolution_direct);
+      if (!made)
+        p->pd = forward_pd(s, blocked, has_b_, attr, dnnl::algorithm::convolution_direct, amp_.in(), amp_.out(0));
       p->prim = dnnl::convolution_forward(p->pd);
       const memory::desc user_x(s.src, memory::data_type::f32, s.io_tag), user_y(s.dst, memory::data_type::f32, s.io_tag),
           user_w(s.wei, memory::data_type::f32, s.wei_tag);
@@ -286,6 +314,7 @@ class TrainConvKernel : public Kernel {
 
   Node node_;
   KernelFn fallback_;
+  AmpMode amp_;
   bool has_b_ = false, has_z_ = false;
   FusedActivation act_;
   cpu::PlanCache<Plan> plans_;
@@ -295,18 +324,18 @@ class TrainConvKernel : public Kernel {
 
 class ConvGradKernel : public Kernel {
  public:
-  ConvGradKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {
+  ConvGradKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback), amp_(node) {
     for (size_t i = 0; i < 3; ++i) want_[i] = i < node.outputs.size() && !node.outputs[i].empty();
   }
 
   Status compute(KernelContext& ctx) override {
     const Tensor &dy = ctx.input(0), &x = ctx.input(1), &w = ctx.input(2);
     for (const Tensor* t : {&dy, &x, &w})
-      if (t->dtype() != DType::kF32) return fallback_(ctx);
+      if (t->dtype() != DType::kF32) return amp_.bf16 ? amp_unsupported(node_, "an input is not f32") : fallback_(ctx);
     auto plan = plans_.get(plan_key(x, w), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(k, p); });
-    if (!plan.is_ok()) return fallback_(ctx);
+    if (!plan.is_ok()) return amp_.bf16 ? amp_unsupported(node_, plan.status().message()) : fallback_(ctx);
     const Plan* p = plan.value();
-    if (dy.dims() != p->dy_dims) return fallback_(ctx);
+    if (dy.dims() != p->dy_dims) return amp_.bf16 ? amp_unsupported(node_, "dY's shape does not match") : fallback_(ctx);
     Tensor *dx = nullptr, *dw = nullptr, *db = nullptr;
     if (want_[0]) {
       ASSIGN_OR_RETURN(dx, ctx.allocate_output(0, DType::kF32, x.dims(), false));
@@ -331,6 +360,11 @@ class ConvGradKernel : public Kernel {
         if (db) args[DNNL_ARG_DIFF_BIAS] = wrap(p->bw_pd.diff_bias_desc(), *db);
         p->bw.execute(s, args);
         if (dw) p->dw_out.finish(dwm, dw, s);
+        if (dw && p->round_dw) {
+          s.wait();
+          float* v = dw->mutable_data<float>();
+          for (int64_t i = 0, n = dw->numel(); i < n; ++i) v[i] = bf16_to_f32(f32_to_bf16(v[i]));
+        }
       }
       if (want_[0]) {
         const bool reuse = (want_[1] || want_[2]) && p->dy_for_w.want == p->dy_for_d.want;
@@ -357,6 +391,7 @@ class ConvGradKernel : public Kernel {
     dnnl::convolution_backward_weights bw;
     LayoutChange dy_for_d, w_for_d, dx_out, dy_for_w, x_for_w, dw_out;
     std::vector<int64_t> dy_dims;
+    bool round_dw = false;  // dW computed in f32, rounded to bf16 after the layout change
   };
 
   Status make_plan(const std::vector<int64_t>& key, Plan* p) {
@@ -384,14 +419,15 @@ class ConvGradKernel : public Kernel {
 
   // The backward primitives and the layout changes around them (throws dnnl::error).
   void make_primitives(const ConvShape& s, bool blocked, dnnl::algorithm alg, Plan* p) {
-    const auto src = layout_desc(s.src, s.io_tag, blocked), dst = layout_desc(s.dst, s.io_tag, blocked),
-               wei = layout_desc(s.wei, s.wei_tag, blocked);
+    const dt in = amp_.in();
+    const auto dst = layout_desc(s.dst, s.io_tag, blocked, in), wei = layout_desc(s.wei, s.wei_tag, blocked, in);
     const auto attr = cpu::concurrent_attr();
-    const auto hint = forward_pd(s, blocked, want_[2], attr, alg);
+    const auto hint = forward_pd(s, blocked, want_[2], attr, alg, in, in);
     const memory::desc user_x(s.src, memory::data_type::f32, s.io_tag), user_y(s.dst, memory::data_type::f32, s.io_tag),
         user_w(s.wei, memory::data_type::f32, s.wei_tag);
     if (want_[0]) {
-      dnnl::convolution_backward_data::desc d(alg, src, wei, dst, s.strides, s.dil, s.pad_l, s.pad_r);
+      const auto dsrc = layout_desc(s.src, s.io_tag, blocked, amp_.out(0));
+      dnnl::convolution_backward_data::desc d(alg, dsrc, wei, dst, s.strides, s.dil, s.pad_l, s.pad_r);
       p->bd_pd = dnnl::convolution_backward_data::primitive_desc(d, attr, dnnl_engine(), hint);
       p->bd = dnnl::convolution_backward_data(p->bd_pd);
       p->dy_for_d.make(user_y, p->bd_pd.diff_dst_desc());
@@ -399,12 +435,18 @@ class ConvGradKernel : public Kernel {
       p->dx_out.make(p->bd_pd.diff_src_desc(), user_x);
     }
     if (want_[1] || want_[2]) {
+      static const int mode = [] { const char* e = std::getenv("FERRY_AMP_DW"); return e ? std::atoi(e) : 0; }();
+      const dt win = amp_.bf16 && mode == 2 ? dt::f32 : in;
+      p->round_dw = amp_.bf16 && mode != 0 && amp_.out(1) == dt::bf16;
+      const auto wsrc = layout_desc(s.src, s.io_tag, blocked, win), wdst = layout_desc(s.dst, s.io_tag, blocked, win);
       const memory::desc b({s.dst[1]}, memory::data_type::f32, tag::x);
-      const auto d = want_[2] ? dnnl::convolution_backward_weights::desc(alg, src, wei, b, dst, s.strides, s.dil,
+      const auto dwei = layout_desc(s.wei, s.wei_tag, blocked, mode != 0 ? dt::f32 : amp_.out(1));
+      const auto d = want_[2] ? dnnl::convolution_backward_weights::desc(alg, wsrc, dwei, b, wdst, s.strides, s.dil,
                                                                          s.pad_l, s.pad_r)
-                              : dnnl::convolution_backward_weights::desc(alg, src, wei, dst, s.strides, s.dil,
+                              : dnnl::convolution_backward_weights::desc(alg, wsrc, dwei, wdst, s.strides, s.dil,
                                                                          s.pad_l, s.pad_r);
-      p->bw_pd = dnnl::convolution_backward_weights::primitive_desc(d, attr, dnnl_engine(), hint);
+      const auto whint = win == in ? hint : forward_pd(s, blocked, want_[2], attr, alg, win, win);
+      p->bw_pd = dnnl::convolution_backward_weights::primitive_desc(d, attr, dnnl_engine(), whint);
       p->bw = dnnl::convolution_backward_weights(p->bw_pd);
       p->dy_for_w.make(user_y, p->bw_pd.diff_dst_desc());
       p->x_for_w.make(user_x, p->bw_pd.src_desc());
@@ -415,12 +457,16 @@ class ConvGradKernel : public Kernel {
   Node node_;
   KernelFn fallback_;
   bool want_[3] = {false, false, false};
+  AmpMode amp_;
   cpu::PlanCache<Plan> plans_;
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_train_conv(const Node& node, const OpSchema& schema, const Graph& graph) {
   auto k = std::make_unique<TrainConvKernel>(node, schema.kernel);
-  if (!k->init(graph)) return std::unique_ptr<Kernel>();
+  if (!k->init(graph)) {
+    if (k->amp()) return amp_unsupported(node, "oneDNN's training convolution does not take it (layout or activation)");
+    return std::unique_ptr<Kernel>();
+  }
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
