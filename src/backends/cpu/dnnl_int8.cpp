@@ -155,8 +155,8 @@ class DnnlQConvKernel : public Kernel {
       }
       std::unordered_map<int, memory> args = {
           {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, *p->weights}, {DNNL_ARG_DST, dst},
-          {DNNL_ARG_SCRATCHPAD, cpu::scratch_memory(p->pd.scratchpad_desc(), cpu::ScratchSlot::kScratchpad)},
-          {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, zp_memory(&dst_zp_)}};
+          {DNNL_ARG_SCRATCHPAD, cpu::scratch_memory(p->pd.scratchpad_desc(), cpu::ScratchSlot::kScratchpad)}};
+      if (dst_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = zp_memory(&dst_zp_);
       if (src_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = zp_memory(&src_zp_);
       if (b_.defined()) args[DNNL_ARG_BIAS] = wrap(p->bias_md, b_);
       p->conv.execute(s, args);
@@ -224,7 +224,7 @@ class DnnlQConvKernel : public Kernel {
       dnnl::primitive_attr attr = cpu::concurrent_attr();
       attr.set_post_ops(ops);
       attr.set_output_scales(scales_.size() == 1 ? 0 : 1 << 1, scales_);
-      attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      if (dst_zp_ != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});  // 0 (a Relu output): no epilogue add
       if (src_zp_ != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
       if (b_.defined()) plan->bias_md = memory::desc({w_.dim(0)}, memory::data_type::s32, tag::x);
       const memory::desc src_any(cpu::to_dnnl_dims(xd), xdt, tag::any), dst_any(cpu::to_dnnl_dims(yd), ydt, tag::any);
@@ -356,8 +356,8 @@ class DnnlQMatMulKernel : public Kernel {
     try {
       std::unordered_map<int, memory> args = {
           {DNNL_ARG_SRC, wrap(p->src, a)}, {DNNL_ARG_WEIGHTS, *p->weights}, {DNNL_ARG_DST, wrap(p->dst, *y)},
-          {DNNL_ARG_SCRATCHPAD, cpu::scratch_memory(p->pd.scratchpad_desc(), cpu::ScratchSlot::kScratchpad)},
-          {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, zp_memory(&dst_zp_)}};
+          {DNNL_ARG_SCRATCHPAD, cpu::scratch_memory(p->pd.scratchpad_desc(), cpu::ScratchSlot::kScratchpad)}};
+      if (dst_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = zp_memory(&dst_zp_);
       if (src_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = zp_memory(&src_zp_);
       if (bias_.defined()) args[DNNL_ARG_BIAS] = wrap(p->bias, bias_);
       p->prim.execute(dnnl_stream(), args);
@@ -396,7 +396,7 @@ class DnnlQMatMulKernel : public Kernel {
       dnnl::primitive_attr attr = cpu::concurrent_attr();
       attr.set_post_ops(ops);
       attr.set_output_scales(scales_.size() == 1 ? 0 : 1 << 1, scales_);
-      attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      if (dst_zp_ != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});  // 0 (a Relu output): no epilogue add
       if (src_zp_ != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
       if (bias_.defined()) plan->bias = memory::desc({1, N}, memory::data_type::s32, tag::ab);
       const auto d = bias_.defined() ? dnnl::matmul::desc(plan->src, w_any, plan->bias, plan->dst)
