@@ -11,7 +11,9 @@
 //       momentum = 0.9) -> (Y, running_mean, running_var, saved_mean, saved_inv_std): Y uses the
 //       biased batch variance (PyTorch train()); running_* = input_* * momentum + batch * (1 -
 //       momentum) with the unbiased batch variance; saved_inv_std = 1 / sqrt(biased var + eps).
-//   BatchNormTrainingGrad(dY, X, scale, saved_mean, saved_inv_std) -> (dX, dScale, dB).
+//       relu = 1: Y = Relu(BN(X)) (the training graph's fusion of BatchNormTraining -> Relu).
+//   BatchNormTrainingGrad(dY, X, scale, saved_mean, saved_inv_std[, Z]) -> (dX, dScale, dB); with Z
+//       (the output of a relu = 1 forward), dY is first masked as ReluGrad does: Z > 0 ? dY : 0.
 //   SyncBatchNormTraining / SyncBatchNormTrainingGrad: the same signatures with torch.nn.SyncBatchNorm's
 //       semantics over the ranks of a data-parallel job (ops/kernel_collectives.h): forward gathers
 //       every rank's count, mean and sum of squared deviations per channel and normalizes with the
@@ -298,6 +300,7 @@ Status k_bn_training(KernelContext& ctx) {
     return ctx.error("training needs more than one value per channel (X " + dims_to_string(x.dims()) +
                      "); use a batch of 2 or more, or run BatchNormalization in inference mode");
   const double eps = ctx.get_float("epsilon", 1e-5f), momentum = ctx.get_float("momentum", 0.9f);
+  const bool relu = ctx.get_int("relu", 0) != 0;
   const vector<double> xs = x.to_double_vector(), sc = scale.to_double_vector(), b = bias.to_double_vector(),
                        rm = rmean.to_double_vector(), rv = rvar.to_double_vector();
   vector<double> y(xs.size()), mean(static_cast<size_t>(C)), inv(static_cast<size_t>(C)),
@@ -321,6 +324,7 @@ Status k_bn_training(KernelContext& ctx) {
       for (int64_t s = 0; s < S; ++s) {
         const int64_t i = (n * C + c) * S + s;
         y[i] = (xs[i] - mu) * inv[c] * sc[c] + b[c];
+        if (relu && y[i] < 0) y[i] = 0;  // NaN stays NaN, as Relu
       }
   }
   const vector<double>* res[5] = {&y, &new_mean, &new_var, &mean, &inv};
@@ -346,8 +350,16 @@ Status k_bn_training_grad(KernelContext& ctx) {
   int64_t N, C, S;
   RETURN_IF_ERROR(bn_params(ctx, x, {{&scale, "scale"}, {&mean, "saved_mean"}, {&inv, "saved_inv_std"}}, &N, &C, &S));
   if (dy.dims() != x.dims()) return ctx.error("input dY " + dims_to_string(dy.dims()) + " must have X's shape " + dims_to_string(x.dims()));
-  const vector<double> g = dy.to_double_vector(), xs = x.to_double_vector(), sc = scale.to_double_vector(),
-                       mu = mean.to_double_vector(), is = inv.to_double_vector();
+  vector<double> g = dy.to_double_vector();
+  const vector<double> xs = x.to_double_vector(), sc = scale.to_double_vector(), mu = mean.to_double_vector(),
+                       is = inv.to_double_vector();
+  if (ctx.has_input(5)) {  // Z of a relu = 1 forward: ReluGrad's mask first
+    const Tensor& z = ctx.input(5);
+    if (z.dims() != x.dims()) return ctx.error("input Z " + dims_to_string(z.dims()) + " must have X's shape " + dims_to_string(x.dims()));
+    const vector<double> zs = z.to_double_vector();
+    for (size_t i = 0; i < g.size(); ++i)
+      if (!(zs[i] > 0)) g[i] = 0;
+  }
   const double count = static_cast<double>(N * S);
   vector<double> dx(xs.size()), dscale(static_cast<size_t>(C)), db(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {
@@ -520,9 +532,9 @@ void register_grad_norm_pool_ops(OpRegistry& r) {
                  .types = kTypes, .infer = infer_layernorm_grad, .kernel = k_layernorm_grad, .optional_input_mask = 1});
   r.add(OpSchema{.name = "BatchNormTraining", .domain = "com.ferry", .min_inputs = 5, .max_inputs = 5,
                  .min_outputs = 1, .max_outputs = 5,
-                 .attrs = {{"epsilon", AttrType::kFloat}, {"momentum", AttrType::kFloat}}, .types = kTypes,
-                 .infer = infer_bn_training, .kernel = k_bn_training});
-  r.add(OpSchema{.name = "BatchNormTrainingGrad", .domain = "com.ferry", .min_inputs = 5, .max_inputs = 5,
+                 .attrs = {{"epsilon", AttrType::kFloat}, {"momentum", AttrType::kFloat}, {"relu", AttrType::kInt}},
+                 .types = kTypes, .infer = infer_bn_training, .kernel = k_bn_training});
+  r.add(OpSchema{.name = "BatchNormTrainingGrad", .domain = "com.ferry", .min_inputs = 5, .max_inputs = 6,
                  .min_outputs = 1, .max_outputs = 3, .types = kTypes, .infer = infer_bn_training_grad,
                  .kernel = k_bn_training_grad});
   r.add(OpSchema{.name = "SyncBatchNormTraining", .domain = "com.ferry", .min_inputs = 5, .max_inputs = 5,

@@ -2,6 +2,7 @@
 #include "train/training_graph.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <regex>
 #include <set>
 #include <unordered_map>
@@ -158,6 +159,65 @@ Status rewrite_dropout(Model* m, Node* n, TrainGraph* tg) {
 }
 
 // Gives the data inputs the training batch; errors when an input's batch is fixed otherwise.
+// BatchNormTraining -> Relu and, in the backward, ReluGrad -> BatchNormTrainingGrad become one
+// node each (the CPU kernels then make one pass over the activation instead of two): the forward
+// takes relu = 1 and writes the Relu's output Z, the gradient takes dZ and Z (its mask) in place of
+// ReluGrad's result. Only where BN's Y is read by the Relu alone and ReluGrad's result by that BN's
+// gradient alone. Returns the number of pairs fused.
+int64_t fuse_bn_relu(Graph* g) {
+  std::unordered_map<std::string, std::vector<size_t>> readers;
+  for (size_t i = 0; i < g->nodes.size(); ++i)
+    for (const std::string& in : g->nodes[i].inputs)
+      if (!in.empty()) readers[in].push_back(i);
+  std::set<std::string> graph_outputs;
+  for (const ValueInfo& o : g->outputs) graph_outputs.insert(o.name);
+  auto only_reader = [&](const std::string& v) -> Node* {
+    auto it = readers.find(v);
+    if (graph_outputs.count(v) || it == readers.end() || it->second.size() != 1) return nullptr;
+    return &g->nodes[it->second[0]];
+  };
+  std::set<const Node*> dead;
+  int64_t fused = 0;
+  for (Node& bn : g->nodes) {
+    if (bn.domain != kFerry || bn.op_type != "BatchNormTraining" || bn.outputs.empty() || bn.attrs.count("relu")) continue;
+    Node* relu = only_reader(bn.outputs[0]);
+    if (!relu || !relu->domain.empty() || relu->op_type != "Relu" || relu->outputs.size() != 1) continue;
+    const std::string z = relu->outputs[0];
+    // The Relu's gradient: the one ReluGrad(dZ, Z); its dY read only by this BN's gradient.
+    Node* rg = nullptr;
+    int n_rg = 0;
+    for (size_t i : readers[z]) {
+      Node& r = g->nodes[i];
+      if (r.domain == kFerry && r.op_type == "ReluGrad" && r.inputs.size() == 2 && r.inputs[1] == z) {
+        rg = &r;
+        ++n_rg;
+      }
+    }
+    if (n_rg != 1 || rg->outputs.size() != 1 || rg->inputs[0].empty()) continue;
+    Node* bng = only_reader(rg->outputs[0]);
+    if (!bng || bng->domain != kFerry || bng->op_type != "BatchNormTrainingGrad" || bng->inputs.size() != 5 ||
+        bng->inputs[0] != rg->outputs[0] || bng->inputs[1] != bn.inputs[0])
+      continue;
+    g->value_types.erase(bn.outputs[0]);
+    g->value_types.erase(rg->outputs[0]);
+    bn.outputs[0] = z;
+    bn.attrs["relu"] = attr_int(1);
+    bng->inputs[0] = rg->inputs[0];
+    bng->inputs.push_back(z);
+    dead.insert(relu);
+    dead.insert(rg);
+    ++fused;
+  }
+  if (fused) {
+    std::vector<Node> kept;
+    kept.reserve(g->nodes.size() - dead.size());
+    for (Node& n : g->nodes)
+      if (!dead.count(&n)) kept.push_back(std::move(n));
+    g->nodes = std::move(kept);
+  }
+  return fused;
+}
+
 Status set_batch(Model* m, const TrainGraph& tg, int64_t batch) {
   for (auto& in : m->graph.inputs) {
     if (std::find(tg.data_inputs.begin(), tg.data_inputs.end(), in.name) == tg.data_inputs.end()) continue;
@@ -311,6 +371,10 @@ StatusOr<TrainGraph> build_train_graph(const Model& model, const TrainGraphOptio
     g.outputs.push_back({out, {}});
   }
   for (const auto& s : tg.state) g.outputs.push_back({s.output, {}});
+  // Not under --recompute (which clones forward segments) nor autocast (whose casts sit between).
+  const char* fuse_env = std::getenv("FERRY_TRAIN_FUSE_BN_RELU");
+  if (o.fuse_bn_relu && o.recompute_segments < 0 && o.amp == DType::kF32 && !(fuse_env && std::string(fuse_env) == "0"))
+    tg.fused_bn_relu = fuse_bn_relu(&g);
   if (o.recompute_segments >= 0) {
     ASSIGN_OR_RETURN(RecomputeReport r, apply_recompute(m, tg.loss, o.recompute_segments));
     tg.recompute_segments = r.segments;

@@ -42,6 +42,9 @@ struct TrainGraphOptions {
   /// SyncBatchNormTraining, whose statistics span every rank's batch (torch.nn.SyncBatchNorm; the
   /// kernels exchange them through ops/kernel_collectives.h). false: each rank's own batch.
   bool sync_bn = false;
+  /// Fuse BatchNormTraining -> Relu and ReluGrad -> BatchNormTrainingGrad (f32 without
+  /// --recompute; FERRY_TRAIN_FUSE_BN_RELU=0 also turns it off, to compare).
+  bool fuse_bn_relu = true;
 };
 
 /// A BatchNormalization's running statistic: fed as `input`, its update comes out as `output`.
@@ -76,6 +79,8 @@ struct TrainGraph {
   /// What --recompute did (segments 0 when off).
   int64_t recompute_segments = 0;
   int64_t recomputed_nodes = 0;
+  /// BatchNormTraining -> Relu pairs fused (TrainGraphOptions::fuse_bn_relu).
+  int64_t fused_bn_relu = 0;
   /// Nodes --amp runs in the low type (empty when off).
   std::vector<std::string> amp_nodes;
 };

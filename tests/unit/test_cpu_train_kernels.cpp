@@ -201,6 +201,81 @@ TEST(CpuTrainKernels, BatchNormTrainingMatchesReference) {
     grad.expect_matches_reference();
     grad.outputs = {true};
     grad.expect_matches_reference();
+    // relu = 1 and the Z input: BatchNormTraining -> Relu and ReluGrad -> BatchNormTrainingGrad fused.
+    OneNode bnr = bn;
+    bnr.attrs["relu"] = int_attr(1);
+    bnr.outputs = {true, false, false, true, true};
+    bnr.expect_matches_reference();
+    const auto zs = bnr.run("cpu-ref");
+    OneNode gz{"BatchNormTrainingGrad", "com.ferry", {}, {dy, x, randn({C}, 2), zs[1], zs[2], zs[0]}, {}, {true, true, true}};
+    gz.expect_matches_reference();
+    int64_t zeros = 0;  // the mask does something: a good part of Z is zero
+    for (int64_t i = 0; i < zs[0].numel(); ++i) zeros += zs[0].data<float>()[i] == 0.f;
+    EXPECT_GT(zeros, zs[0].numel() / 4);
+  }
+}
+
+// The training graph's BatchNormTraining -> Relu fusion: fused and unfused graphs give the same loss
+// and gradients (Conv -> BN -> Relu -> GlobalAveragePool -> Flatten -> Gemm, on the cpu backend).
+TEST(CpuTrainKernels, FusedBatchNormReluGraphMatchesUnfused) {
+  auto model = std::make_shared<Model>();
+  model->opset_imports[""] = 17;
+  Graph& g = model->graph;
+  const int64_t C = 6, K = 4;
+  g.inputs.push_back(ValueInfo{"x", TensorType{DType::kF32, Shape({Dim::symbolic("b"), 3, 9, 9})}});
+  g.initializers["w"] = randn({C, 3, 3, 3}, 1, 0.3f);
+  g.initializers["scale"] = randn({C}, 2);
+  g.initializers["bias"] = randn({C}, 3);
+  g.initializers["rmean"] = Tensor::from_vector<float>(std::vector<float>(C, 0.f), {C});
+  g.initializers["rvar"] = Tensor::from_vector<float>(std::vector<float>(C, 1.f), {C});
+  g.initializers["fcw"] = randn({K, C}, 4);
+  g.initializers["fcb"] = randn({K}, 5);
+  auto node = [&](const char* op, std::vector<std::string> in, std::string out) {
+    Node n;
+    n.name = std::string(op) + "_" + out;
+    n.op_type = op;
+    n.inputs = std::move(in);
+    n.outputs = {std::move(out)};
+    return n;
+  };
+  g.nodes.push_back(node("Conv", {"x", "w"}, "c"));
+  g.nodes.back().attrs["pads"] = ints_attr({1, 1, 1, 1});
+  g.nodes.push_back(node("BatchNormalization", {"c", "scale", "bias", "rmean", "rvar"}, "bn"));
+  g.nodes.push_back(node("Relu", {"bn"}, "r"));
+  g.nodes.push_back(node("GlobalAveragePool", {"r"}, "p"));
+  g.nodes.push_back(node("Flatten", {"p"}, "f"));
+  g.nodes.push_back(node("Gemm", {"f", "fcw", "fcb"}, "logits"));
+  g.nodes.back().attrs["transB"] = int_attr(1);
+  g.outputs.push_back(ValueInfo{"logits", {}});
+  std::vector<NamedTensors> results;
+  for (bool fuse : {false, true}) {
+    TrainGraphOptions o;
+    o.batch_size = 3;
+    o.fuse_bn_relu = fuse;
+    auto tg = build_train_graph(*model, o);
+    ASSERT_TRUE(tg.is_ok()) << tg.status().to_string();
+    EXPECT_EQ(tg.value().fused_bn_relu, fuse ? 1 : 0);
+    int64_t relus = 0;
+    for (const Node& n : tg.value().model->graph.nodes) relus += n.op_type == "Relu" || n.op_type == "ReluGrad";
+    EXPECT_EQ(relus, fuse ? 0 : 2);
+    ExecutorOptions eo;
+    eo.device = "cpu";
+    auto ex = Executor::create(tg.value().model, eo);
+    ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+    NamedTensors feeds = {{"x", randn({3, 3, 9, 9}, 9)},
+                          {tg.value().labels, Tensor::from_vector<int64_t>({0, 3, 1}, {3})}};
+    for (const auto& [name, t] : tg.value().initial) feeds.emplace_back(name, t);
+    NamedTensors outs;
+    Status st = ex.value()->run(feeds, &outs);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    std::sort(outs.begin(), outs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    results.push_back(outs);
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  ASSERT_GE(results[0].size(), 6u);  // loss, 5 gradients, running statistics
+  for (size_t i = 0; i < results[0].size(); ++i) {
+    EXPECT_EQ(results[0][i].first, results[1][i].first);
+    EXPECT_LE(rel_err(results[1][i].second, results[0][i].second), 1e-6) << results[0][i].first;
   }
 }
 

@@ -1,6 +1,7 @@
 // CPU kernels for the training ops that are not convolutions (f32; anything else runs the reference
 // kernel, which also reports the errors):
-//   com.ferry BatchNormTraining / BatchNormTrainingGrad: per-channel loops, threads over channels;
+//   com.ferry BatchNormTraining / BatchNormTrainingGrad: per-channel loops, threads over channels
+//       (relu = 1 / the Z input: the Relu / ReluGrad fused in, training_graph.cpp's rewrite);
 //       SyncBatchNormTraining / Grad the same with the sums exchanged between the passes;
 //       statistics accumulated in double (as the reference), in one pass shifted by the channel's
 //       first value, the elementwise parts in f32 as y = a[c] * x + b[c];
@@ -84,8 +85,44 @@ FERRY_VEC void affine(const float* x, float a, float b, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * a + b;
 }
 
+// affine then Relu (NaN stays NaN, as the Relu kernel).
+FERRY_VEC void affine_relu(const float* x, float a, float b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] * a + b;
+    y[i] = v < 0.f ? 0.f : v;
+  }
+}
+
+// grad_moments of g masked by z > 0 (ReluGrad fused into BatchNormTrainingGrad).
+FERRY_VEC void grad_moments_masked(const float* g, const float* z, const float* x, int64_t n, float mu, double* sg,
+                                   double* sgx) {
+  double a[kLanes] = {}, b[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const double gv = z[i + j] > 0.f ? g[i + j] : 0.f;
+      a[j] += gv;
+      b[j] += gv * static_cast<double>(x[i + j] - mu);
+    }
+  for (; i < n; ++i) {
+    const double gv = z[i] > 0.f ? g[i] : 0.f;
+    a[0] += gv;
+    b[0] += gv * static_cast<double>(x[i] - mu);
+  }
+  for (int j = 0; j < kLanes; ++j) {
+    *sg += a[j];
+    *sgx += b[j];
+  }
+}
+
 FERRY_VEC void affine2(const float* g, const float* x, float a, float b, float c, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] * a + x[i] * b + c;
+}
+
+// affine2 of g masked by z > 0.
+FERRY_VEC void affine2_masked(const float* g, const float* z, const float* x, float a, float b, float c, float* y,
+                              int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (z[i] > 0.f ? g[i] : 0.f) * a + x[i] * b + c;
 }
 
 bool f32_vector(const Tensor& t, int64_t C) { return t.dtype() == DType::kF32 && t.rank() == 1 && t.dim(0) == C; }
@@ -101,6 +138,7 @@ StatusOr<bool> run_bn_training(KernelContext& ctx) {
     if (!f32_vector(ctx.input(i), C)) return false;
   if (count <= 1 || x.numel() == 0) return false;  // the reference reports it
   const double eps = ctx.get_float("epsilon", 1e-5f), momentum = ctx.get_float("momentum", 0.9f);
+  const bool relu = ctx.get_int("relu", 0) != 0;
   Tensor* out[5] = {};
   for (int64_t k = 0; k < 5; ++k) {
     if (!wants(ctx, k)) continue;
@@ -126,18 +164,24 @@ StatusOr<bool> run_bn_training(KernelContext& ctx) {
     if (!py) return;
     const double a = inv * sc[c];
     const float fa = static_cast<float>(a), fb = static_cast<float>(bias[c] - mu * a);
-    for (int64_t n = 0; n < N; ++n) affine(px + (n * C + c) * S, fa, fb, py + (n * C + c) * S, S);
+    for (int64_t n = 0; n < N; ++n)
+      (relu ? affine_relu : affine)(px + (n * C + c) * S, fa, fb, py + (n * C + c) * S, S);
   });
   return true;
 }
 
-// BatchNormTrainingGrad(dY, X, scale, saved_mean, saved_inv_std) -> (dX, dScale, dB):
+// BatchNormTrainingGrad(dY, X, scale, saved_mean, saved_inv_std[, Z]) -> (dX, dScale, dB):
 // dX = k * (count * dY - dB - (X - mean) * inv * dScale), k = scale * inv / count, i.e.
-// dX = a * dY + b * X + c per channel.
+// dX = a * dY + b * X + c per channel; with Z (a relu = 1 forward's output) dY is Z > 0 ? dY : 0.
 StatusOr<bool> run_bn_training_grad(KernelContext& ctx) {
   if (!all_f32(ctx)) return false;
   const Tensor &dy = ctx.input(0), &x = ctx.input(1);
   if (x.rank() < 2 || dy.dims() != x.dims()) return false;
+  const float* pz = nullptr;
+  if (ctx.has_input(5)) {
+    if (ctx.input(5).dims() != x.dims()) return false;  // the reference reports it
+    pz = ctx.input(5).data<float>();
+  }
   const int64_t N = x.dim(0), C = x.dim(1), S = x.numel() / std::max<int64_t>(1, N * C);
   for (int64_t i = 2; i < 5; ++i)
     if (!f32_vector(ctx.input(i), C)) return false;
@@ -154,7 +198,11 @@ StatusOr<bool> run_bn_training_grad(KernelContext& ctx) {
   const double count = static_cast<double>(N * S);
   for_channels(C, 2 * N * S, [&](int64_t c) {
     double sg = 0, sgxm = 0;
-    for (int64_t n = 0; n < N; ++n) grad_moments(pg + (n * C + c) * S, px + (n * C + c) * S, S, mean[c], &sg, &sgxm);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t o = (n * C + c) * S;
+      if (pz) grad_moments_masked(pg + o, pz + o, px + o, S, mean[c], &sg, &sgxm);
+      else grad_moments(pg + o, px + o, S, mean[c], &sg, &sgxm);
+    }
     const double is = inv[c], sgx = sgxm * is;
     if (out[1]) out[1]->mutable_data<float>()[c] = static_cast<float>(sgx);
     if (out[2]) out[2]->mutable_data<float>()[c] = static_cast<float>(sg);
@@ -164,7 +212,8 @@ StatusOr<bool> run_bn_training_grad(KernelContext& ctx) {
     const float fa = static_cast<float>(a), fb = static_cast<float>(b), fc = static_cast<float>(cc);
     for (int64_t n = 0; n < N; ++n) {
       const int64_t o = (n * C + c) * S;
-      affine2(pg + o, px + o, fa, fb, fc, pdx + o, S);
+      if (pz) affine2_masked(pg + o, pz + o, px + o, fa, fb, fc, pdx + o, S);
+      else affine2(pg + o, px + o, fa, fb, fc, pdx + o, S);
     }
   });
   return true;
