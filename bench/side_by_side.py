@@ -23,6 +23,7 @@ import os
 import platform
 import shutil
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -106,7 +107,27 @@ def machine_info():
     except OSError:
         pass
     info["load_average_at_start"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    info["core_gflops_at_start"] = core_peak_gflops()
     return info
+
+
+def core_peak_gflops(bursts=3):
+    """One core's f32 FMA rate (bench/fma_probe.c, GFLOP/s per CPU-second, best burst), so that a
+    slower core (a shared host, a lower clock) can be told apart from a slower engine; None when
+    the probe cannot be built here."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fma_probe.c")
+    exe = os.path.join(tempfile.gettempdir(), f"ferry_fma_probe_{os.getpid()}")
+    try:
+        if subprocess.run(["gcc", "-O3", "-mavx512f", "-o", exe, src], capture_output=True).returncode != 0:
+            return None
+        out = subprocess.run([exe, str(bursts)], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    finally:
+        if os.path.exists(exe):
+            os.remove(exe)
+    rates = [float(line.split(":")[1].split()[0]) for line in out.splitlines() if line.startswith("burst")]
+    return max(rates) if rates else None
 
 
 def git_version():
@@ -286,6 +307,7 @@ class Bench:
             self.run_model(n)
         self.results["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
         self.results["load_average_at_end"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        self.results["core_gflops_at_end"] = core_peak_gflops()
         return self.results
 
 
@@ -352,6 +374,10 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
+def fmt_gflops(v):
+    return "?" if v is None else f"{v:.0f}"
+
+
 def render(results, args):
     m = results["machine"]
     lines = ["# Performance: ferry vs ONNX Runtime (CPU)", "",
@@ -365,6 +391,9 @@ def render(results, args):
              f"- memory {m.get('memory', '?')}; {m.get('platform')}",
              f"- load average at start: {m.get('load_average_at_start')}, at end: {results.get('load_average_at_end')} "
              "(the machine is shared with other jobs: figures are noisy; both engines see the same noise, interleaved)",
+             "- one core's f32 FMA peak (bench/fma_probe.c, best of 3 bursts): at start "
+             f"{fmt_gflops(m.get('core_gflops_at_start'))}, at end {fmt_gflops(results.get('core_gflops_at_end'))} GFLOP/s "
+             "(a lower figure means a slower core for both engines, not a slower engine)",
              f"- ferry {results['ferry']}; ONNX Runtime {results.get('ort_version', '?')} (onnxruntime-node, CPU EP)",
              f"- run {results['started']} to {results.get('finished', '?')}; rounds {args.rounds}, "
              f"{args.duration} s of timed runs per engine per round after {args.warmup} warm-up runs",
