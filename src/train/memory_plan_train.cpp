@@ -47,14 +47,14 @@ int64_t tensor_bytes(const Graph& g, const std::string& v) {
 }
 
 // A tensor's bytes in oneDNN's blocked layout (channels, and the output channels of weights,
-// padded to the 16-wide blocks of nChw16c / OIhw16i16o); f32.
-int64_t blocked_bytes(const Graph& g, const std::string& v, bool weights) {
+// padded to the 16-wide blocks of nChw16c / OIhw16i16o); f32, or bf16 (half) where `half`.
+int64_t blocked_bytes(const Graph& g, const std::string& v, bool weights, bool half = false) {
   const TensorType* t = g.find_type(v);
   if (!t || t->kind != ValueKind::kTensor || !t->shape || !t->shape->is_static() || t->shape->rank() < 3) return 0;
   std::vector<int64_t> d = t->shape->values();
   if (weights) d[0] = round_up(d[0], 16);
   if (d[1] >= 8) d[1] = round_up(d[1], 16);  // oneDNN keeps 3-channel images plain
-  int64_t n = 4;
+  int64_t n = half ? 2 : 4;
   for (int64_t x : d) n *= x;
   return n;
 }
@@ -62,7 +62,8 @@ int64_t blocked_bytes(const Graph& g, const std::string& v, bool weights) {
 // The training convolutions' layout buffers (backends/cpu/dnnl_conv_grad.cpp): one per role and
 // thread that runs the graph, as large as the largest tensor that role ever holds, kept for the
 // process's life. Forward Conv: src X, weights W, dst Y; ConvGrad(dY, X, W): src X, dst dY,
-// weights W, diff_src dX, diff_weights dW.
+// weights W, diff_src dX, diff_weights dW. A node with amp_bf16 (src/passes/amp_bf16_fold.cpp, --amp
+// bf16) holds its operands in bf16, and the outputs bit i of amp_round_outputs names.
 int64_t conv_layout_buffers(const Graph& g) {
   int64_t src = 0, wei = 0, dst = 0, diff_src = 0, diff_wei = 0;
   for (const Node& n : g.nodes) {
@@ -71,11 +72,16 @@ int64_t conv_layout_buffers(const Graph& g) {
     if ((!conv && !grad) || n.inputs.size() < (grad ? 3u : 2u) || n.outputs.empty()) continue;
     const std::string& x = n.inputs[grad ? 1 : 0];
     const std::string& w = n.inputs[grad ? 2 : 1];
-    src = std::max(src, blocked_bytes(g, x, false));
-    wei = std::max(wei, blocked_bytes(g, w, true));
-    dst = std::max(dst, blocked_bytes(g, grad ? n.inputs[0] : n.outputs[0], false));
-    if (grad && !n.outputs[0].empty()) diff_src = std::max(diff_src, blocked_bytes(g, x, false));
-    if (grad && n.outputs.size() > 1 && !n.outputs[1].empty()) diff_wei = std::max(diff_wei, blocked_bytes(g, w, true));
+    const Attribute* amp = n.attr("amp_bf16");
+    const Attribute* rounded = n.attr("amp_round_outputs");
+    const bool half = amp && amp->i != 0;
+    auto half_out = [&](int i) { return half && rounded && ((rounded->i >> i) & 1); };
+    src = std::max(src, blocked_bytes(g, x, false, half));
+    wei = std::max(wei, blocked_bytes(g, w, true, half));
+    dst = std::max(dst, blocked_bytes(g, grad ? n.inputs[0] : n.outputs[0], false, grad ? half : half_out(0)));
+    if (grad && !n.outputs[0].empty()) diff_src = std::max(diff_src, blocked_bytes(g, x, false, half_out(0)));
+    if (grad && n.outputs.size() > 1 && !n.outputs[1].empty())
+      diff_wei = std::max(diff_wei, blocked_bytes(g, w, true, half_out(1)));
   }
   return src + wei + dst + diff_src + diff_wei;
 }

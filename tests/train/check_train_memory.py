@@ -7,7 +7,8 @@ memory plan (issue 19), on the small models of train_models.py:
   for bit; --loss-scale keeps its scale.
 - --accumulate K x B == one batch of K*B (model without BatchNorm): weights within 1e-5.
 - --recompute gives the same losses and weights as without it.
-- --plan-memory against the measured peak RSS (within 15%); --memory-limit refuses with exit 2.
+- --plan-memory against the measured peak RSS (within 15%; also --recompute and --amp bf16);
+  --memory-limit refuses with exit 2.
 
 usage: check_train_memory.py FERRY WORKDIR"""
 import json
@@ -203,7 +204,7 @@ def memory_checks():
     common = [model, "--data", data, "--batch-size", 32, "--steps", 3, "--optimizer", "sgd", "--lr", 0.05,
               "--momentum", 0.9, "-q", "--threads", 1]
     parts = ["weights", "gradients", "optimizer_state", "activations", "workspace", "data_buffers", "runtime"]
-    for extra in ([], ["--recompute", "--recompute-segments", 2]):
+    for extra in ([], ["--recompute", "--recompute-segments", 2], ["--amp", "bf16"]):
         p = ferry(*common, *extra, "--plan-memory", "--json", "--memory-limit", "1G")
         plan = json.loads(p.stdout)
         check(all(k in plan for k in parts + ["startup_peak", "total", "largest_batch_that_fits"]), "--plan-memory --json fields")
