@@ -196,7 +196,7 @@ def main():
     check(cosine(ref, got) >= 0.995, "ln: held-out cosine to fp32 %.5f" % cosine(ref, got))
 
     # Methods and calibration sources.
-    for method in ("minmax", "entropy"):
+    for method in ("minmax", "entropy", "mse"):
         p = ferry("quantize", cnn, "--calibration", w("cnn_calib.npz"), "--out", w("cnn.%s.onnx" % method),
                   "--method", method, "--json")
         rep = json.loads(p.stdout)

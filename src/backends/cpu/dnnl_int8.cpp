@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <list>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/dnnl_plan_cache.h"
@@ -156,8 +155,8 @@ class DnnlQConvKernel : public Kernel {
       std::unordered_map<int, memory> args = {
           {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, *p->weights}, {DNNL_ARG_DST, dst},
           {DNNL_ARG_SCRATCHPAD, cpu::scratch_memory(p->pd.scratchpad_desc(), cpu::ScratchSlot::kScratchpad)}};
-      if (dst_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = zp_memory(&dst_zp_);
-      if (src_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = zp_memory(&src_zp_);
+      if (dst_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = cpu::s32_scalar_memory(&dst_zp_);
+      if (src_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = cpu::s32_scalar_memory(&src_zp_);
       if (b_.defined()) args[DNNL_ARG_BIAS] = wrap(p->bias_md, b_);
       p->conv.execute(s, args);
       if (p->reorder_dst) p->to_user.execute(s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(p->user_dst, *y)}});
@@ -178,10 +177,6 @@ class DnnlQConvKernel : public Kernel {
     const memory* weights = nullptr;
     std::vector<int64_t> out_dims;
   };
-
-  static memory zp_memory(const int32_t* v) {
-    return memory(memory::desc({1}, memory::data_type::s32, tag::x), dnnl_engine(), const_cast<int32_t*>(v));
-  }
 
   Status make_plan(const std::vector<int64_t>& x_dims, Plan* plan) {
     const int64_t nd = w_.rank() - 2;
@@ -236,14 +231,12 @@ class DnnlQConvKernel : public Kernel {
                                                            src_any, w_any, dst_any, strides, dilations, pad_l, pad_r);
       plan->pd = dnnl::convolution_forward::primitive_desc(d, attr, dnnl_engine());
       const auto& pd = plan->pd;
-      if (std::string(pd.impl_info_str()).find("ref") != std::string::npos)
+      if (cpu::is_reference_impl(pd))
         return unsupported("oneDNN offers only its reference int8 convolution here");
       plan->conv = dnnl::convolution_forward(pd);
       plan->reorder_src = pd.src_desc() != plan->user_src;
       plan->reorder_dst = pd.dst_desc() != plan->user_dst;
-      const auto reorder = [](const memory::desc& from, const memory::desc& to) {
-        return dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), from, dnnl_engine(), to));
-      };
+      const auto reorder = cpu::make_reorder;
       if (plan->reorder_src) plan->to_internal = reorder(plan->user_src, pd.src_desc());
       if (plan->reorder_dst) {
         plan->to_user = reorder(pd.dst_desc(), plan->user_dst);
@@ -274,15 +267,12 @@ class DnnlQConvKernel : public Kernel {
   // The weights in `want`'s layout, reordered once per layout (under the plan cache's lock), or the
   // bytes `ferry compile` stored on the node.
   const memory* packed_weights(const memory::desc& want) {
-    for (auto& [desc, mem] : packed_)
-      if (desc == want) return &mem;
-    const memory::dims wd = weight_dims();
-    const tag t = group_ > 1 ? (wd.size() == 4 ? tag::goiw : wd.size() == 5 ? tag::goihw : tag::goidhw)
-                             : (wd.size() == 3 ? tag::oiw : wd.size() == 4 ? tag::oihw : tag::oidhw);
-    memory user(memory::desc(wd, memory::data_type::s8, t), dnnl_engine(), const_cast<void*>(w_.raw()));
-    memory packed = cpu::packed_weights(node_, "dnnl_int8_conv", want, user);
-    packed_.emplace_back(want, packed);
-    return &packed_.back().second;
+    return packed_.get(node_, "dnnl_int8_conv", want, [this] {
+      const memory::dims wd = weight_dims();
+      const tag t = group_ > 1 ? (wd.size() == 4 ? tag::goiw : wd.size() == 5 ? tag::goihw : tag::goidhw)
+                               : (wd.size() == 3 ? tag::oiw : wd.size() == 4 ? tag::oihw : tag::oidhw);
+      return memory(memory::desc(wd, memory::data_type::s8, t), dnnl_engine(), const_cast<void*>(w_.raw()));
+    });
   }
 
   Node node_;
@@ -296,7 +286,7 @@ class DnnlQConvKernel : public Kernel {
   int64_t group_ = 1;
   SpatialAttrs attrs_;
   cpu::PlanCache<Plan> plans_;
-  std::list<std::pair<memory::desc, memory>> packed_;
+  cpu::PackedWeightsCache packed_;
 };
 
 // ---- QMatMulFused: oneDNN int8 matmul, a as [rows, K] x packed b [K, N] ------------------------
@@ -357,8 +347,8 @@ class DnnlQMatMulKernel : public Kernel {
       std::unordered_map<int, memory> args = {
           {DNNL_ARG_SRC, wrap(p->src, a)}, {DNNL_ARG_WEIGHTS, *p->weights}, {DNNL_ARG_DST, wrap(p->dst, *y)},
           {DNNL_ARG_SCRATCHPAD, cpu::scratch_memory(p->pd.scratchpad_desc(), cpu::ScratchSlot::kScratchpad)}};
-      if (dst_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = zp_memory(&dst_zp_);
-      if (src_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = zp_memory(&src_zp_);
+      if (dst_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = cpu::s32_scalar_memory(&dst_zp_);
+      if (src_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = cpu::s32_scalar_memory(&src_zp_);
       if (bias_.defined()) args[DNNL_ARG_BIAS] = wrap(p->bias, bias_);
       p->prim.execute(dnnl_stream(), args);
       dnnl_stream().wait();
@@ -376,10 +366,6 @@ class DnnlQMatMulKernel : public Kernel {
     const memory* weights = nullptr;
     std::vector<int64_t> out_dims;
   };
-
-  static memory zp_memory(const int32_t* v) {
-    return memory(memory::desc({1}, memory::data_type::s32, tag::x), dnnl_engine(), const_cast<int32_t*>(v));
-  }
 
   Status make_plan(const std::vector<int64_t>& a_dims, Plan* plan) {
     const int64_t K = b_.dim(0), N = b_.dim(1);
@@ -402,7 +388,7 @@ class DnnlQMatMulKernel : public Kernel {
       const auto d = bias_.defined() ? dnnl::matmul::desc(plan->src, w_any, plan->bias, plan->dst)
                                      : dnnl::matmul::desc(plan->src, w_any, plan->dst);
       plan->pd = dnnl::matmul::primitive_desc(d, attr, dnnl_engine());
-      if (std::string(plan->pd.impl_info_str()).find("ref") != std::string::npos)
+      if (cpu::is_reference_impl(plan->pd))
         return unsupported("oneDNN offers only its reference int8 matmul here");
       plan->prim = dnnl::matmul(plan->pd);
       plan->weights = packed_weights(plan->pd.weights_desc());
@@ -415,13 +401,10 @@ class DnnlQMatMulKernel : public Kernel {
   }
 
   const memory* packed_weights(const memory::desc& want) {
-    for (auto& [desc, mem] : packed_)
-      if (desc == want) return &mem;
-    memory user(memory::desc({b_.dim(0), b_.dim(1)}, memory::data_type::s8, tag::ab), dnnl_engine(),
-                const_cast<void*>(b_.raw()));
-    memory packed = cpu::packed_weights(node_, "dnnl_int8_matmul", want, user);
-    packed_.emplace_back(want, packed);
-    return &packed_.back().second;
+    return packed_.get(node_, "dnnl_int8_matmul", want, [this] {
+      return memory(memory::desc({b_.dim(0), b_.dim(1)}, memory::data_type::s8, tag::ab), dnnl_engine(),
+                    const_cast<void*>(b_.raw()));
+    });
   }
 
   Node node_;
@@ -432,7 +415,7 @@ class DnnlQMatMulKernel : public Kernel {
   int32_t src_zp_ = 0, dst_zp_ = 0;
   bool relu_ = false;
   cpu::PlanCache<Plan> plans_;
-  std::list<std::pair<memory::desc, memory>> packed_;
+  cpu::PackedWeightsCache packed_;
 };
 
 // ---- 8-bit MaxPool (NCHW, or NHWC as com.ferry.NhwcMaxPool) ----------------------------------
@@ -681,7 +664,7 @@ class Int8TransposeKernel : public Kernel {
     try {
       plan->src = memory::desc(yd, int8_type(dtype_), ys);
       plan->dst = memory::desc(yd, int8_type(dtype_), cpu::plain_tag(r));
-      plan->prim = dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), plan->src, dnnl_engine(), plan->dst));
+      plan->prim = cpu::make_reorder(plan->src, plan->dst);
     } catch (const dnnl::error& e) {
       return cpu::dnnl_error(node_, e);
     }

@@ -1,6 +1,8 @@
 // oneDNN plumbing for the cpu backend; see dnnl_util.h.
 #include "backends/cpu/dnnl_util.h"
 
+#include "backends/cpu/prepacked.h"
+
 #include "ops/registry.h"
 
 namespace ferry::cpu {
@@ -98,6 +100,27 @@ bool static_dims(const Graph& graph, const std::string& v, std::vector<int64_t>*
   if (!t || !t->shape || !t->shape->is_static()) return false;
   *dims = t->shape->values();
   return true;
+}
+
+dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+  return dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), from, dnnl_engine(), to));
+}
+
+dnnl::memory s32_scalar_memory(const int32_t* v) {
+  return dnnl::memory(dnnl::memory::desc({1}, dnnl::memory::data_type::s32, dnnl::memory::format_tag::x), dnnl_engine(),
+                      const_cast<int32_t*>(v));
+}
+
+bool is_reference_impl(const dnnl::primitive_desc_base& pd) {
+  return std::string(pd.impl_info_str()).find("ref") != std::string::npos;
+}
+
+const dnnl::memory* PackedWeightsCache::get(const Node& node, const char* kind, const dnnl::memory::desc& want,
+                                            const std::function<dnnl::memory()>& user) {
+  for (auto& [desc, mem] : packed_)
+    if (desc == want) return &mem;
+  packed_.emplace_back(want, packed_weights(node, kind, want, user()));
+  return &packed_.back().second;
 }
 
 }  // namespace ferry::cpu

@@ -1,11 +1,14 @@
-// oneDNN plumbing shared by the cpu backend's oneDNN kernels (dnnl_conv, dnnl_matmul, dnnl_pool):
+// oneDNN plumbing shared by the cpu backend's oneDNN kernels (dnnl_conv, dnnl_matmul, dnnl_pool, dnnl_int8):
 // the engine and stream, dtype mapping, fused activations as post-ops, wrapping ferry tensors as
 // oneDNN memory without copies, and error conversion (oneDNN throws; kernels return Status).
 #pragma once
 
 #include <dnnl.hpp>
 
+#include <functional>
+#include <list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.h"
@@ -44,5 +47,28 @@ const Tensor* constant_input(const Graph& graph, const Node& node, size_t i);
 
 /// Static dims of value `v` (false when unknown or symbolic).
 bool static_dims(const Graph& graph, const std::string& v, std::vector<int64_t>* dims);
+
+// Primitive-plan plumbing of the int8 kernels (dnnl_int8.cpp).
+
+/// A reorder primitive between two layouts on the CPU engine.
+dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
+
+/// An s32 scalar memory over `*v` (a run-time zero point); `*v` must outlive the primitive's run.
+dnnl::memory s32_scalar_memory(const int32_t* v);
+
+/// Whether oneDNN chose its reference implementation for `pd` (slow: the kernel runs ferry's own instead).
+bool is_reference_impl(const dnnl::primitive_desc_base& pd);
+
+/// A weight tensor packed into each oneDNN layout a plan asks for, once per layout: the bytes
+/// `ferry compile` stored on the node, else a reorder of `user()` (prepacked.h). Not thread-safe:
+/// call it where plans are made (under the plan cache's lock).
+class PackedWeightsCache {
+ public:
+  const dnnl::memory* get(const Node& node, const char* kind, const dnnl::memory::desc& want,
+                          const std::function<dnnl::memory()>& user);
+
+ private:
+  std::list<std::pair<dnnl::memory::desc, dnnl::memory>> packed_;
+};
 
 }  // namespace ferry::cpu
