@@ -179,7 +179,7 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   ASSIGN_OR_RETURN(QdqPlan plan, s.plan(keep));
   if (o.method == Method::kAuto) {
     // Each method's file, measured on the calibration data; the best is kept (ties: the earlier).
-    double best = -2;
+    double best = -2, best_worst = 0;
     Method best_method = Method::kPercentile;
     for (Method m : {Method::kPercentile, Method::kMinMax, Method::kEntropy, Method::kMse}) {
       s.method = m;
@@ -190,15 +190,20 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
       s.log(std::string("--method auto: ") + method_name(m) + " gives output cosine " + std::to_string(mean));
       if (mean > best) {
         best = mean;
+        best_worst = worst;
         best_method = m;
+        plan = std::move(p);
       }
     }
     s.method = best_method;
     s.log(std::string("--method auto: keeping ") + method_name(best_method));
-    ASSIGN_OR_RETURN(plan, s.plan(keep));
+    RETURN_IF_ERROR(write_edited_onnx(o.model_path, plan.edit, o.out_path));  // the best one (the last written is mse)
+    rep.cosine_mean = best;
+    rep.cosine_min = best_worst;
+  } else {
+    RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
   }
   rep.method = s.method;
-  RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
   rep.first_cosine = rep.cosine_mean;
   if (o.target_cosine > 0) {
     s.log("output cosine " + std::to_string(rep.cosine_mean) + " with every layer quantized; target " +
