@@ -179,9 +179,6 @@ Status Trainer::setup() {
                              (o.sync_bn ? "use the statistics of all " + std::to_string(c_.dist.world_size) + " ranks' batches"
                                         : "train as plain BatchNorm (a world of one rank, as torch.nn.SyncBatchNorm)"));
   }
-  if (o.amp != DType::kF32)
-    summary_.notes.push_back("--amp " + c_.amp + ": " + std::to_string(tg_.amp_nodes.size()) +
-                             " matrix ops autocast (emulated: f32 compute on operands and results rounded to " + c_.amp + ")");
   tg_options_ = o;
   values_ = tg_.initial;
   if (tg_.recompute_segments > 0)
@@ -228,6 +225,13 @@ Status Trainer::setup() {
   // 1164-1268 without. $FERRY_ARENA_HUGEPAGES=0 turns them off everywhere.
   eo.arena_huge_pages = false;
   ASSIGN_OR_RETURN(exec_, Executor::create(tg_.model, eo));
+  if (tg_options_.amp != DType::kF32) {  // native: nodes the amp_bf16_fold pass folded (src/passes/amp_bf16_fold.cpp)
+    int64_t native = 0;
+    for (const Node& n : exec_->model().graph.nodes) native += n.attr("amp_bf16") != nullptr;
+    summary_.notes.push_back("--amp " + c_.amp + ": " + std::to_string(tg_.amp_nodes.size()) + " matrix ops autocast (" +
+                             (native ? std::to_string(native) + " Conv/ConvGrad nodes native bf16, the rest " : std::string()) +
+                             "emulated: f32 compute on operands and results rounded to " + c_.amp + ")");
+  }
   if (ddp_) {
     RETURN_IF_ERROR(ddp_->plan(tg_.params, tg_.grads, values_));
     exec_->set_observer(ddp_->observer(), /*keeps_outputs=*/false);
