@@ -99,9 +99,11 @@ std::shared_ptr<Model> conv_model(const std::vector<int64_t>& x, const std::vect
   return m;
 }
 
-std::vector<Tensor> run(std::shared_ptr<Model> m, bool fold, int* amp_nodes, int* casts) {
+std::vector<Tensor> run(std::shared_ptr<Model> m, bool fold, int* amp_nodes, int* casts,
+                        const std::string& device = "cpu") {
   EXPECT_TRUE(infer_shapes(m.get()).is_ok());
   OptimizeOptions oo;
+  oo.device = device;
   if (!fold) oo.disabled = {"amp_bf16_fold"};
   Status s = optimize_model(m.get(), oo);
   EXPECT_TRUE(s.is_ok()) << s.to_string();
@@ -111,6 +113,7 @@ std::vector<Tensor> run(std::shared_ptr<Model> m, bool fold, int* amp_nodes, int
     *casts += n.op_type == "Cast";
   }
   ExecutorOptions eo;
+  eo.device = device;
   eo.opt_level = 0;
   eo.threads = 1;
   auto ex = Executor::create(m, eo);
@@ -172,6 +175,15 @@ TEST(AmpBf16, NativeConvMatchesEmulatedGraph) {
       }
     }
   }
+}
+
+// The reference backend has no bf16 convolution: the pass leaves its graph emulated.
+TEST(AmpBf16, EmulatedOnCpuRef) {
+  int amp = 0, casts = 0;
+  auto out = run(conv_model({1, 16, 6, 6}, {16, 16, 3, 3}, 1, true), true, &amp, &casts, "cpu-ref");
+  EXPECT_EQ(amp, 0);
+  EXPECT_EQ(casts, 12);
+  EXPECT_EQ(out.size(), 3u);
 }
 
 }  // namespace
