@@ -39,6 +39,35 @@ FERRY_BINARY_SPAN(div_span, x / z)
 
 using BinarySpan = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t);
 
+// y[r*inner + i] = a[r*ra + i] op b[r*rb + i] for rows r, ra/rb in {0, inner}: a [rows, inner] tensor
+// against a row vector broadcast over the rows (squeeze-excitation's NHWC x [1,1,1,C] scale), one
+// call over many rows instead of one span call (and index arithmetic) per row. EfficientNet-B0 b1,
+// 1 thread: its 16 SE Muls 0.289 -> 0.243 ms per run (`ferry profile`, per-node CPU-time minimum
+// over 4 interleaved rounds, loaded machine).
+#define FERRY_BINARY_ROWS(NAME, EXPR)                                                               \
+  FERRY_VEC void NAME(const float* a, int64_t ra, const float* b, int64_t rb, float* y, int64_t rows, \
+                      int64_t inner) {                                                              \
+    for (int64_t r = 0; r < rows; ++r, a += ra, b += rb, y += inner)                                \
+      for (int64_t i = 0; i < inner; ++i) { const float x = a[i], z = b[i]; y[i] = EXPR; }          \
+  }
+FERRY_BINARY_ROWS(add_rows, x + z)
+FERRY_BINARY_ROWS(sub_rows, x - z)
+FERRY_BINARY_ROWS(mul_rows, x * z)
+FERRY_BINARY_ROWS(div_rows, x / z)
+#undef FERRY_BINARY_ROWS
+
+using BinaryRows = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t);
+
+BinaryRows binary_rows(BinOp op) {
+  switch (op) {
+    case BinOp::kAdd: return add_rows;
+    case BinOp::kSub: return sub_rows;
+    case BinOp::kMul: return mul_rows;
+    case BinOp::kDiv: return div_rows;
+  }
+  return add_rows;
+}
+
 BinarySpan binary_span(BinOp op) {
   switch (op) {
     case BinOp::kAdd: return add_span;
@@ -123,6 +152,14 @@ StatusOr<bool> run_binary(KernelContext& ctx) {
   if (y->numel() == 0) return true;
   const float *pa = a.data<float>(), *pb = b.data<float>();
   float* py = y->mutable_data<float>();
+  if (r == 2 && c.sa[1] == 1 && c.sb[1] == 1 && (c.sa[0] == 0 || c.sa[0] == c.dims[1]) &&
+      (c.sb[0] == 0 || c.sb[0] == c.dims[1])) {  // [rows, inner] against a row, or two contiguous tensors
+    const int64_t rows = c.dims[0], inner = c.dims[1];
+    parallel_ranges(rows, inner, [&](int64_t s, int64_t e) {
+      binary_rows(kOp)(pa + s * c.sa[0], c.sa[0], pb + s * c.sb[0], c.sb[0], py + s * inner, e - s, inner);
+    });
+    return true;
+  }
   run_collapsed(c, y->numel(), [&](int64_t oa, int64_t sa, int64_t ob, int64_t sb, int64_t oy, int64_t n) {
     binary_span(kOp)(pa + oa, sa, pb + ob, sb, py + oy, n);
   });

@@ -1,0 +1,67 @@
+// The cpu backend's CNN fast paths of issue 22 against the reference kernels: f32 Add/Sub/Mul/Div of
+// a [rows, C] tensor and a row broadcast over it (elementwise.cpp's row loop: the NHWC
+// squeeze-excitation scale, either operand first), and a SiLU convolution large enough that the SiLU
+// pass after the oneDNN primitive (dnnl_conv.cpp, act_after_postop) splits over the threads, with a
+// residual, NCHW and channels-last.
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "op_tester.h"
+
+namespace ferry::testing {
+namespace {
+
+using std::vector;
+
+Tensor rnd_f32(vector<int64_t> dims, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-2.f, 2.f);
+  Tensor t = Tensor::allocate(DType::kF32, std::move(dims));
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
+  return t;
+}
+
+TEST(CpuCnnKernels, RowBroadcastBinaryOpsMatchReferenceBits) {
+  const vector<std::pair<vector<int64_t>, vector<int64_t>>> shapes = {
+      {{1, 40, 40, 32}, {1, 1, 1, 32}},  // SE scale, NHWC, big enough to split over threads
+      {{1, 1, 1, 32}, {1, 40, 40, 32}},  // the row first (Sub/Div order)
+      {{3, 4, 5}, {5}},                  // a short row
+      {{2, 7, 3}, {2, 1, 3}},            // per-sample rows: not a single row broadcast
+  };
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      SCOPED_TRACE(std::string(op) + " case " + std::to_string(i));
+      const Tensor a = rnd_f32(shapes[i].first, 1 + static_cast<uint32_t>(i));
+      const Tensor b = rnd_f32(shapes[i].second, 100 + static_cast<uint32_t>(i));
+      const Tensor want = OpTester(op).input(a).input(b).run("cpu-ref")[0];
+      const Tensor got = OpTester(op).input(a).input(b).run("cpu")[0];
+      ASSERT_EQ(got.dims(), want.dims());
+      EXPECT_EQ(std::memcmp(got.raw(), want.raw(), static_cast<size_t>(want.nbytes())), 0);
+    }
+  }
+}
+
+TEST(CpuCnnKernels, SiluConvolutionOnALargeImageMatchesReference) {
+  for (bool channels_last : {false, true}) {
+    for (bool residual : {false, true}) {
+      SCOPED_TRACE(std::string(channels_last ? "nhwc" : "nchw") + (residual ? " with Z" : ""));
+      const int64_t n = 1, c = 16, h = 24, w = 24, k = 32;
+      const Tensor x = rnd_f32(channels_last ? vector<int64_t>{n, h, w, c} : vector<int64_t>{n, c, h, w}, 1);
+      const Tensor wt = rnd_f32({k, c, 3, 3}, 2), b = rnd_f32({k}, 3);
+      const Tensor z = rnd_f32(channels_last ? vector<int64_t>{n, h, w, k} : vector<int64_t>{n, k, h, w}, 4);
+      const auto run = [&](const char* device) {
+        OpTester t("FusedConv", 1, "com.ferry");
+        t.attr("pads", vector<int64_t>{1, 1, 1, 1}).attr("activation", std::string("Silu"));
+        if (channels_last) t.attr("channels_last", int64_t(1));
+        t.input(x).const_input(wt).const_input(b);
+        if (residual) t.input(z);
+        return t.run(device)[0];
+      };
+      expect_near(run("cpu"), run("cpu-ref"), 1e-4, 1e-4);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ferry::testing
