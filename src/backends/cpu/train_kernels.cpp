@@ -98,12 +98,15 @@ FERRY_VEC void grad_moments_masked(const float* g, const float* z, const float* 
                                    double* sgx) {
   double a[kLanes] = {}, b[kLanes] = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
+  for (; i + kLanes <= n; i += kLanes) {
+    float m[kLanes];  // the masked gradient first, in f32 (mixing widths in one loop stops GCC)
+    for (int j = 0; j < kLanes; ++j) m[j] = z[i + j] > 0.f ? g[i + j] : 0.f;
     for (int j = 0; j < kLanes; ++j) {
-      const double gv = z[i + j] > 0.f ? g[i + j] : 0.f;
+      const double gv = m[j];
       a[j] += gv;
       b[j] += gv * static_cast<double>(x[i + j] - mu);
     }
+  }
   for (; i < n; ++i) {
     const double gv = z[i] > 0.f ? g[i] : 0.f;
     a[0] += gv;
@@ -122,7 +125,10 @@ FERRY_VEC void affine2(const float* g, const float* x, float a, float b, float c
 // affine2 of g masked by z > 0.
 FERRY_VEC void affine2_masked(const float* g, const float* z, const float* x, float a, float b, float c, float* y,
                               int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = (z[i] > 0.f ? g[i] : 0.f) * a + x[i] * b + c;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i], zi = z[i];
+    y[i] = (zi > 0.f ? gi : 0.f) * a + x[i] * b + c;
+  }
 }
 
 bool f32_vector(const Tensor& t, int64_t C) { return t.dtype() == DType::kF32 && t.rank() == 1 && t.dim(0) == C; }
