@@ -28,11 +28,13 @@ struct ScratchBuffer {
 
 }  // namespace
 
-dnnl::memory scratch_memory(const dnnl::memory::desc& desc, ScratchSlot slot) {
+void* scratch_data(size_t bytes, ScratchSlot slot) {
   thread_local ScratchBuffer slots[kScratchSlots];
-  const size_t bytes = desc.get_size();
-  if (bytes == 0) return dnnl::memory(desc, dnnl_engine(), nullptr);
-  return dnnl::memory(desc, dnnl_engine(), slots[static_cast<int>(slot)].reserve(bytes));
+  return bytes == 0 ? nullptr : slots[static_cast<int>(slot)].reserve(bytes);
+}
+
+dnnl::memory scratch_memory(const dnnl::memory::desc& desc, ScratchSlot slot) {
+  return dnnl::memory(desc, dnnl_engine(), scratch_data(desc.get_size(), slot));
 }
 
 dnnl::primitive_attr concurrent_attr() {

@@ -49,6 +49,10 @@ constexpr int kScratchSlots = 3;
 /// thread's next call for the same slot; an empty desc gives an empty memory.
 dnnl::memory scratch_memory(const dnnl::memory::desc& desc, ScratchSlot slot);
 
+/// The calling thread's slot as raw memory of at least `bytes` (grown when too small; nullptr for 0
+/// bytes), for a kernel that keeps its own oneDNN memory objects and only re-points them.
+void* scratch_data(size_t bytes, ScratchSlot slot);
+
 /// Primitive attributes with a user-managed scratchpad (pass scratch_memory(pd.scratchpad_desc(),
 /// kScratchpad) as DNNL_ARG_SCRATCHPAD), which makes a primitive safe to execute concurrently.
 dnnl::primitive_attr concurrent_attr();
