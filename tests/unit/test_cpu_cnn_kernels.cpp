@@ -2,7 +2,7 @@
 // a [rows, C] tensor and a row broadcast over it (elementwise.cpp's row loop: the NHWC
 // squeeze-excitation scale, either operand first), and a SiLU convolution large enough that the SiLU
 // pass after the oneDNN primitive (dnnl_conv.cpp, act_after_postop) splits over the threads, with a
-// residual, NCHW and channels-last.
+// residual, NCHW and channels-last; the f32 NHWC global average pool's own loop (dnnl_pool.cpp).
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -60,6 +60,18 @@ TEST(CpuCnnKernels, SiluConvolutionOnALargeImageMatchesReference) {
       };
       expect_near(run("cpu"), run("cpu-ref"), 1e-4, 1e-4);
     }
+  }
+}
+
+TEST(CpuCnnKernels, NhwcGlobalAveragePoolMatchesReference) {
+  for (const vector<int64_t>& dims : {vector<int64_t>{1, 56, 56, 24}, vector<int64_t>{3, 7, 7, 40}, vector<int64_t>{2, 1, 1, 5}}) {
+    SCOPED_TRACE(::testing::PrintToString(dims));
+    const Tensor x = rnd_f32(dims, 7);
+    OpTester t("NhwcGlobalAveragePool", 1, "com.ferry");
+    const Tensor got = t.input(x).run("cpu")[0];
+    const Tensor want = OpTester("NhwcGlobalAveragePool", 1, "com.ferry").input(x).run("cpu-ref")[0];
+    ASSERT_EQ(got.dims(), (vector<int64_t>{dims[0], 1, 1, dims[3]}));
+    expect_near(got, want, 1e-5, 1e-5);
   }
 }
 
