@@ -37,7 +37,9 @@ struct Planner {
   std::map<std::string, Params> params;
   std::vector<bool> kept;
 
-  Planner(const Model& m, const RangeFn& r) : model(m), g(m.graph), range(r) {}
+  const BiasShift* bias_shift;
+
+  Planner(const Model& m, const RangeFn& r, const BiasShift* bs) : model(m), g(m.graph), range(r), bias_shift(bs) {}
 
   bool is_init(const std::string& v) const { return g.initializers.count(v) > 0; }
   // The initializer `v` is, directly or through Identity nodes (exporters share equal tensors that way).
@@ -249,16 +251,24 @@ struct Planner {
     return weights[key] = {dqo, scales};
   }
 
-  // int32 bias with scale s_x * s_w[c].
-  std::string quantize_bias(const std::string& b_name, float s_x, const std::vector<float>& s_w) {
+  // int32 bias with scale s_x * s_w[c]; `out` (the biased output) names its bias correction, if any.
+  std::string quantize_bias(const std::string& b_name, float s_x, const std::vector<float>& s_w, const std::string& out,
+                            int channel_axis) {
     const Tensor& b = *init_of(b_name);
     const int64_t n = b.numel();
+    plan.biased_outputs.emplace_back(out, channel_axis);
+    const std::vector<float>* shift = nullptr;
+    if (bias_shift) {
+      auto it = bias_shift->find(out);
+      if (it != bias_shift->end() && static_cast<int64_t>(it->second.size()) == n) shift = &it->second;
+    }
     std::vector<float> scales(static_cast<size_t>(n));
     std::vector<int32_t> q(static_cast<size_t>(n));
     for (int64_t c = 0; c < n; ++c) {
       const float s = s_x * s_w[static_cast<size_t>(c)];
       scales[static_cast<size_t>(c)] = s > 0 ? s : 1.0f;
-      const double v = std::nearbyint(static_cast<double>(b.data<float>()[c]) / scales[static_cast<size_t>(c)]);
+      const double f = static_cast<double>(b.data<float>()[c]) - (shift ? (*shift)[static_cast<size_t>(c)] : 0.0);
+      const double v = std::nearbyint(f / scales[static_cast<size_t>(c)]);
       q[static_cast<size_t>(c)] = static_cast<int32_t>(std::clamp(v, double(INT_MIN), double(INT_MAX)));
     }
     const std::string qn = fresh(b_name + "_quantized"), sn = fresh(b_name + "_quantized_scale");
@@ -391,14 +401,15 @@ struct Planner {
         const Tensor* bias = n.inputs.size() > 2 ? init_of(n.inputs[2]) : nullptr;
         if (bias && bias->dtype() == DType::kF32 && gemm_plain && bias->rank() == 1 &&
             bias->numel() == static_cast<int64_t>(scales.size())) {
-          rewire(i, 2, quantize_bias(n.inputs[2], params_of(n.inputs[0]).scale, scales));
+          rewire(i, 2, quantize_bias(n.inputs[2], params_of(n.inputs[0]).scale, scales, n.outputs[0], 1));
           ++rewired_uses[n.inputs[2]];
         }
       } else if (r == Role::kBiasAdd) {
         const int slot = bias_of_matmul_cached(i);
         const Node& mm = g.nodes[static_cast<size_t>(producer.at(n.inputs[static_cast<size_t>(1 - slot)]))];
         auto [dq, scales] = quantize_weight(mm.inputs[1], 1);
-        rewire(i, slot, quantize_bias(n.inputs[static_cast<size_t>(slot)], params_of(mm.inputs[0]).scale, scales));
+        rewire(i, slot,
+               quantize_bias(n.inputs[static_cast<size_t>(slot)], params_of(mm.inputs[0]).scale, scales, n.outputs[0], -1));
         ++rewired_uses[n.inputs[static_cast<size_t>(slot)]];
       } else if (r == Role::kBinary) {
         for (size_t s = 0; s < n.inputs.size(); ++s)
@@ -435,11 +446,12 @@ void activation_params(float lo, float hi, float* scale, uint8_t* zero_point) {
   *zero_point = static_cast<uint8_t>(std::clamp(std::nearbyint(-lo / s), 0.0f, 255.0f));
 }
 
-StatusOr<QdqPlan> plan_qdq(const Model& model, const RangeFn& range, const std::set<std::string>& keep_fp32) {
+StatusOr<QdqPlan> plan_qdq(const Model& model, const RangeFn& range, const std::set<std::string>& keep_fp32,
+                           const BiasShift* bias_shift) {
   if (model.opset() < 13)
     return unsupported("model '" + model.path + "' imports ai.onnx opset " + std::to_string(model.opset()) +
                        "; per-channel DequantizeLinear needs opset >= 13: re-export the model at opset 13 or newer");
-  Planner p(model, range);
+  Planner p(model, range, bias_shift);
   RETURN_IF_ERROR(p.run(keep_fp32));
   return std::move(p.plan);
 }

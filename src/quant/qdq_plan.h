@@ -37,10 +37,19 @@ struct QdqPlan {
   int64_t qdq_pairs = 0;
   int64_t int8_weights = 0;
   int64_t int32_biases = 0;
+  /// The tensors whose bias became int32 (a Conv/Gemm output, or the Add of a MatMul + bias), with
+  /// the axis of their channels (1, or -1: the last): where bias correction measures.
+  std::vector<std::pair<std::string, int>> biased_outputs;
 };
 
+/// Bias correction: per biased output tensor (QdqPlan::biased_outputs), per channel, the amount to
+/// subtract from the float bias before it is quantized to int32.
+using BiasShift = std::map<std::string, std::vector<float>>;
+
 /// Plans the rewrite. `keep_fp32`: node names (or their first output's name) left in float.
-StatusOr<QdqPlan> plan_qdq(const Model& model, const RangeFn& range, const std::set<std::string>& keep_fp32);
+/// `bias_shift` (may be null): bias correction (docs/quantization.md, "Bias correction").
+StatusOr<QdqPlan> plan_qdq(const Model& model, const RangeFn& range, const std::set<std::string>& keep_fp32,
+                           const BiasShift* bias_shift = nullptr);
 
 /// Whether the model already holds quantization ops (QuantizeLinear, QLinearConv, ...): their count.
 int64_t count_quantization_ops(const Model& model);

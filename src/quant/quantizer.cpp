@@ -53,28 +53,65 @@ struct Session {
     if (o.log) o.log(line);
   }
 
+  BiasShift shift;  // bias correction in use (empty: none)
+
   StatusOr<QdqPlan> plan(const std::set<std::string>& keep) {
     RangeFn fn = [this](const std::string& v, float* lo, float* hi) { return ranges.range(v, method, lo, hi); };
-    return plan_qdq(*model, fn, keep);
+    return plan_qdq(*model, fn, keep, shift.empty() ? nullptr : &shift);
   }
 
-  // Writes the plan to the output and measures its output cosine on the calibration data.
-  Status write_and_measure(const QdqPlan& p, double* mean, double* worst) {
-    RETURN_IF_ERROR(write_edited_onnx(o.model_path, p.edit, o.out_path));
-    ASSIGN_OR_RETURN(auto q, load_onnx_model(o.out_path));
+  // Runs `m` over `d` (opt level `opt`, -1: the default): the output cosine to `ref` (mean over
+  // samples, worst output; worst sample) and, for `targets` (tensor, channel axis), per-channel means.
+  Status run_model(std::shared_ptr<const Model> m, const CalibrationData& d, const std::vector<NamedTensors>& ref,
+                   int opt, const std::vector<std::pair<std::string, int>>& targets,
+                   std::map<std::string, std::vector<double>>* means, double* mean, double* worst,
+                   const std::string& stage) {
     ExecutorOptions eo;
     eo.device = "cpu";
     eo.threads = o.threads;
-    ASSIGN_OR_RETURN(auto ex, Executor::create(q, eo));
+    if (opt >= 0) eo.opt_level = opt;
+    ASSIGN_OR_RETURN(auto ex, Executor::create(m, eo));
+    std::map<std::string, int> axis_of(targets.begin(), targets.end());
+    std::map<std::string, std::vector<double>> sums;
+    std::map<std::string, double> counts;
+    if (!targets.empty())
+      ex->set_observer(
+          [&](const Node& node, const std::vector<Value>& outs, double) {
+            for (size_t i = 0; i < outs.size() && i < node.outputs.size(); ++i) {
+              auto it = axis_of.find(node.outputs[i]);
+              if (it == axis_of.end() || !outs[i].is_tensor()) continue;
+              const Tensor& t = outs[i].tensor;
+              if (t.dtype() != DType::kF32 || t.rank() < 1) continue;
+              const int64_t a = it->second < 0 ? t.rank() - 1 : it->second;
+              if (a >= t.rank()) continue;
+              int64_t outer = 1, inner = 1;
+              for (int64_t k = 0; k < a; ++k) outer *= t.dim(k);
+              for (int64_t k = a + 1; k < t.rank(); ++k) inner *= t.dim(k);
+              const int64_t c = t.dim(a);
+              std::vector<double>& sum = sums[it->first];
+              if (sum.empty()) sum.assign(static_cast<size_t>(c), 0.0);
+              if (static_cast<int64_t>(sum.size()) != c) continue;
+              const float* p = t.data<float>();
+              for (int64_t u = 0; u < outer; ++u)
+                for (int64_t ch = 0; ch < c; ++ch) {
+                  double acc = 0;
+                  const float* q = p + (u * c + ch) * inner;
+                  for (int64_t v = 0; v < inner; ++v) acc += q[v];
+                  sum[static_cast<size_t>(ch)] += acc;
+                }
+              counts[it->first] += static_cast<double>(outer * inner);
+            }
+          },
+          false);
     std::vector<double> per_output_sum(model->graph.outputs.size(), 0.0);
     double worst_cos = 1.0;
     int64_t samples = 0;
-    for (size_t b = 0; b < data.batches.size(); ++b) {
+    for (size_t b = 0; b < d.batches.size(); ++b) {
       NamedTensors outs;
-      RETURN_IF_ERROR(ex->run(data.batches[b], &outs).with_context("running the quantized model '" + o.out_path + "'"));
+      RETURN_IF_ERROR(ex->run(d.batches[b], &outs).with_context("running the model (" + stage + ")"));
       int64_t n = 0;
-      for (size_t k = 0; k < outs.size() && k < float_outputs[b].size(); ++k) {
-        const std::vector<double> c = sample_cosines(float_outputs[b][k].second, outs[k].second);
+      for (size_t k = 0; k < outs.size() && b < ref.size() && k < ref[b].size(); ++k) {
+        const std::vector<double> c = sample_cosines(ref[b][k].second, outs[k].second);
         for (double x : c) {
           per_output_sum[k] += x;
           worst_cos = std::min(worst_cos, x);
@@ -82,11 +119,70 @@ struct Session {
         n = std::max<int64_t>(n, static_cast<int64_t>(c.size()));
       }
       samples += n;
-      if (o.progress) o.progress("measuring", static_cast<int64_t>(b) + 1, static_cast<int64_t>(data.batches.size()));
+      if (o.progress) o.progress(stage, static_cast<int64_t>(b) + 1, static_cast<int64_t>(d.batches.size()));
     }
-    *mean = 1.0;
-    for (double s : per_output_sum) *mean = std::min(*mean, samples > 0 ? s / static_cast<double>(samples) : 0.0);
-    *worst = worst_cos;
+    if (means) {
+      means->clear();
+      for (auto& [name, sum] : sums)
+        if (counts[name] > 0) {
+          std::vector<double>& m2 = (*means)[name];
+          for (double x : sum) m2.push_back(x / counts[name]);
+        }
+    }
+    if (mean) {
+      *mean = 1.0;
+      for (double x : per_output_sum) *mean = std::min(*mean, samples > 0 ? x / static_cast<double>(samples) : 0.0);
+    }
+    if (worst) *worst = worst_cos;
+    return Status::ok();
+  }
+
+  // Writes the plan to the output and measures its output cosine on the calibration data.
+  Status write_and_measure(const QdqPlan& p, double* mean, double* worst) {
+    RETURN_IF_ERROR(write_edited_onnx(o.model_path, p.edit, o.out_path));
+    ASSIGN_OR_RETURN(auto q, load_onnx_model(o.out_path));
+    return run_model(q, data, float_outputs, -1, {}, nullptr, mean, worst, "measuring");
+  }
+
+  // Empirical bias correction (Nagel et al. 2019, the empirical variant), sequential by blocks: the
+  // biased layers, in graph order, are cut into `bias_correction_rounds` blocks; round r runs the
+  // quantized model of the current plan (opt level 0: every Conv/Gemm/bias Add output under its
+  // ONNX name), in which the blocks before r are already corrected, and moves each int32 bias of
+  // block r by the per-channel mean of (quantized - float) output. One layer per block is the exact
+  // sequential variant; fewer blocks cost fewer runs. `*p` is replanned with the shifts.
+  Status correct_bias(QdqPlan* p, const std::set<std::string>& keep, QuantizeReport* rep) {
+    shift.clear();
+    const std::vector<std::pair<std::string, int>> targets = p->biased_outputs;
+    if (targets.empty() || o.bias_correction_rounds <= 0) return Status::ok();
+    std::map<std::string, std::vector<double>> fmean;
+    RETURN_IF_ERROR(run_model(model, data, {}, 0, targets, &fmean, nullptr, nullptr, "bias correction: float"));
+    const std::string path = o.out_path + ".bias.onnx";
+    const size_t n = targets.size();
+    const size_t blocks = std::min(n, static_cast<size_t>(o.bias_correction_rounds));
+    for (size_t round = 0; round < blocks; ++round) {
+      RETURN_IF_ERROR(write_edited_onnx(o.model_path, p->edit, path));
+      auto q = load_onnx_model(path);
+      std::remove(path.c_str());
+      if (!q.is_ok()) return q.status();
+      const size_t first = round * n / blocks, last = (round + 1) * n / blocks;
+      const std::vector<std::pair<std::string, int>> block(targets.begin() + static_cast<std::ptrdiff_t>(first),
+                                                           targets.begin() + static_cast<std::ptrdiff_t>(last));
+      std::map<std::string, std::vector<double>> qmean;
+      double cos = 0;
+      RETURN_IF_ERROR(run_model(q.value(), data, float_outputs, 0, block, &qmean, &cos, nullptr,
+                                "bias correction " + std::to_string(round + 1) + "/" + std::to_string(blocks)));
+      rep->bias_rounds.push_back(cos);
+      for (const auto& [name, axis] : block) {
+        auto f = fmean.find(name);
+        auto g = qmean.find(name);
+        if (f == fmean.end() || g == qmean.end() || f->second.size() != g->second.size()) continue;
+        std::vector<float>& d = shift[name];
+        d.assign(f->second.size(), 0.0f);
+        for (size_t c = 0; c < d.size(); ++c) d[c] = static_cast<float>(g->second[c] - f->second[c]);
+      }
+      ASSIGN_OR_RETURN(*p, plan(keep));
+    }
+    rep->biases_corrected = static_cast<int64_t>(shift.size());
     return Status::ok();
   }
 
@@ -204,6 +300,23 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
     RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
   }
   rep.method = s.method;
+  if (o.bias_correction) {
+    const double before = rep.cosine_mean, before_min = rep.cosine_min;
+    RETURN_IF_ERROR(s.correct_bias(&plan, keep, &rep));
+    RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
+    rep.bias_cosine_before = before;
+    s.log("bias correction: " + std::to_string(rep.biases_corrected) + " biases corrected in " +
+          std::to_string(rep.bias_rounds.size()) + " rounds; output cosine " + std::to_string(before) + " -> " +
+          std::to_string(rep.cosine_mean));
+    if (rep.cosine_mean < before) {  // it did not help on the calibration data: the plain file
+      s.shift.clear();
+      rep.biases_corrected = 0;
+      ASSIGN_OR_RETURN(plan, s.plan(keep));
+      RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
+      (void)before_min;
+      s.log("bias correction lowered the output cosine: written without it");
+    }
+  }
   rep.first_cosine = rep.cosine_mean;
   if (o.target_cosine > 0) {
     s.log("output cosine " + std::to_string(rep.cosine_mean) + " with every layer quantized; target " +
@@ -262,6 +375,41 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
       }
     }
     rep.target_reached = rep.cosine_mean >= o.target_cosine;
+  }
+  if (!o.holdout_path.empty()) {
+    // The written file and the float model on data the ranges and biases never saw.
+    CalibrationDataOptions hd = o.data;
+    hd.path = o.holdout_path;
+    hd.max_samples = 0;
+    auto h = load_calibration_data(*s.model, hd);
+    if (!h.is_ok()) return h.status().with_context("--holdout '" + o.holdout_path + "'");
+    std::vector<NamedTensors> href;
+    {
+      ExecutorOptions eo;
+      eo.device = "cpu";
+      eo.threads = o.threads;
+      ASSIGN_OR_RETURN(auto ex, Executor::create(s.model, eo));
+      for (const NamedTensors& feeds : h.value().batches) {
+        NamedTensors outs;
+        RETURN_IF_ERROR(ex->run(feeds, &outs).with_context("running the float model on the --holdout data"));
+        href.push_back(std::move(outs));
+      }
+    }
+    rep.holdout_samples = h.value().samples;
+    ASSIGN_OR_RETURN(auto q, load_onnx_model(o.out_path));
+    RETURN_IF_ERROR(s.run_model(q, h.value(), href, -1, {}, nullptr, &rep.holdout_mean, &rep.holdout_min, "held-out"));
+    rep.holdout_uncorrected = rep.holdout_mean;
+    if (!s.shift.empty()) {
+      s.shift.clear();
+      ASSIGN_OR_RETURN(QdqPlan plain, s.plan(std::set<std::string>(plan.kept.begin(), plan.kept.end())));
+      const std::string path = o.out_path + ".uncorrected.onnx";
+      RETURN_IF_ERROR(write_edited_onnx(o.model_path, plain.edit, path));
+      auto q2 = load_onnx_model(path);
+      std::remove(path.c_str());
+      if (!q2.is_ok()) return q2.status();
+      RETURN_IF_ERROR(s.run_model(q2.value(), h.value(), href, -1, {}, nullptr, &rep.holdout_uncorrected, nullptr,
+                                  "held-out, without bias correction"));
+    }
   }
   rep.quantized_nodes = static_cast<int64_t>(plan.quantized.size());
   rep.qdq_pairs = plan.qdq_pairs;

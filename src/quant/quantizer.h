@@ -21,6 +21,14 @@ struct QuantizeOptions {
   std::vector<std::string> keep_fp32;  // node names (or first output names)
   double target_cosine = 0;            // 0: no search
   int max_kept_layers = 24;            // the search gives up after keeping this many
+  /// Empirical bias correction (docs/quantization.md): each int32 bias absorbs the per-channel mean
+  /// error of its output measured on the calibration data, the quantized model's inputs coming from
+  /// the corrected layers before it: the biased layers in graph order cut into
+  /// `bias_correction_rounds` blocks, one run of the quantized model over the data per block.
+  bool bias_correction = false;
+  int bias_correction_rounds = 8;
+  /// Held-out data (same forms as `data.path`; empty: none): the output cosine is also reported on it.
+  std::string holdout_path;
   int threads = 0;
   Progress progress;
   std::function<void(const std::string&)> log;  // one line at a time, for the user
@@ -59,6 +67,15 @@ struct QuantizeReport {
   /// The layers were kept in graph order from the input (the sensitivity order did not reach the
   /// target); then a KeptLayer's cosines are the model's before and after keeping it.
   bool graph_order = false;
+  /// Bias correction: the biases corrected, and the calibration output cosine after each round
+  /// (the first entry: before any).
+  int64_t biases_corrected = 0;
+  std::vector<double> bias_rounds;  // the calibration cosine (opt level 0) at the start of each round
+  double bias_cosine_before = 0;    // the calibration cosine without it
+  /// --holdout: samples and the output cosine on them (mean, worst), of the written file, and of the
+  /// same file without bias correction (when it was on; else equal).
+  int64_t holdout_samples = 0;
+  double holdout_mean = 0, holdout_min = 0, holdout_uncorrected = 0;
 };
 
 /// kInvalidArgument for an already quantized model (nothing written), bad data or names.

@@ -25,6 +25,9 @@ struct QuantizeCliOptions {
   int max_kept = 24;
   int threads = 0;
   bool json = false;
+  bool bias_correction = false;
+  int bias_rounds = 8;
+  std::string holdout;
 };
 
 std::string join(const std::vector<std::string>& v, size_t max = 8) {
@@ -50,6 +53,9 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
   o.target_cosine = opt.target_cosine;
   o.max_kept_layers = opt.max_kept;
   o.threads = opt.threads;
+  o.bias_correction = opt.bias_correction;
+  o.bias_correction_rounds = opt.bias_rounds;
+  o.holdout_path = opt.holdout;
   ProgressBar bar;
   o.progress = [&bar](const std::string& stage, int64_t done, int64_t total) {
     bar.update(stage, done, total, "batches");
@@ -96,6 +102,10 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
     j["kept_for_target"] = kept;
     j["target_reached"] = r.target_reached;
     j["kept_in_graph_order"] = r.graph_order;
+    j["bias_correction"] = {{"on", opt.bias_correction}, {"biases", r.biases_corrected}, {"round_cosines", r.bias_rounds}};
+    if (!opt.holdout.empty())
+      j["holdout"] = {{"path", opt.holdout}, {"samples", r.holdout_samples}, {"mean", r.holdout_mean},
+                      {"worst_sample", r.holdout_min}, {"without_bias_correction", r.holdout_uncorrected}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     if (!r.method_cosines.empty()) {
@@ -131,6 +141,12 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
     }
     std::printf("  output cosine to fp32 on the calibration data: mean %.5f, worst sample %.5f\n", r.cosine_mean,
                 r.cosine_min);
+    if (!opt.holdout.empty()) {
+      std::printf("  output cosine to fp32 on the held-out data (%lld samples): mean %.5f, worst sample %.5f",
+                  static_cast<long long>(r.holdout_samples), r.holdout_mean, r.holdout_min);
+      if (r.biases_corrected > 0) std::printf(" (without bias correction: %.5f)", r.holdout_uncorrected);
+      std::printf("\n");
+    }
     if (opt.target_cosine > 0)
       std::printf("  target cosine %g: %s\n", opt.target_cosine, r.target_reached ? "reached" : "NOT reached");
     std::printf("  wrote %s\n", opt.out.c_str());
@@ -161,6 +177,15 @@ const bool kRegistered = register_command({"quantize", 55, [](CLI::App& app) {
                   "reaches this (e.g. 0.99); exit 2 when it cannot");
   cmd->add_option("--max-kept", opt->max_kept, "Most layers --target-cosine may keep in float (default 24)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--bias-correction", opt->bias_correction,
+                "Empirical bias correction: each int32 bias absorbs the per-channel mean error of its output on the "
+                "calibration data, measured with the corrected layers before it (off by default)");
+  cmd->add_option("--bias-rounds", opt->bias_rounds,
+                  "--bias-correction in this many sequential blocks of layers (default 8; each runs the quantized model over "
+                  "the calibration data; as many as the layers: one layer at a time)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--holdout", opt->holdout,
+                  "Held-out data (same forms as --calibration): also report the output cosine on it");
   cmd->add_flag("--json", opt->json, "Print a JSON report");
   cmd->add_option("-t,--threads", opt->threads, "Intra-op threads (default: the machine's cores)")->check(CLI::NonNegativeNumber);
   return CommandRun{cmd, [opt] { return cmd_quantize(*opt); }};

@@ -4,3 +4,9 @@
 add_test(NAME quantize_cli
          COMMAND ${FERRY_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_quantize.py $<TARGET_FILE:ferry> ${CMAKE_BINARY_DIR}/quantize_check)
 set_tests_properties(quantize_cli PROPERTIES LABELS "e2e;quant" TIMEOUT 120)
+# --bias-correction on a tiny conv model whose int8 rounding shifts each channel's mean
+# (tests/quant/check_bias_correction.py): the held-out cosine rises, the QDQ structure is the same.
+add_test(NAME quantize_bias_correction
+         COMMAND ${FERRY_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_bias_correction.py $<TARGET_FILE:ferry>
+                 ${CMAKE_BINARY_DIR}/quantize_bias_check)
+set_tests_properties(quantize_bias_correction PROPERTIES LABELS "e2e;quant" TIMEOUT 60)

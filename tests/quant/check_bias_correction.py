@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""`ferry quantize --bias-correction` on a tiny conv model (registered in tests/quant/ctest_snippet.cmake).
+
+    check_bias_correction.py FERRY WORKDIR
+
+The model (Conv 3x3 + Relu, Conv 1x1) has weights whose int8 rounding errors all have one sign
+(per output channel one weight sets the scale, the others are 0.45 of a step and round to 0), and
+inputs in [0, 1]: the int8 conv outputs are shifted by a per-channel constant, which bias
+correction measures on the calibration data and takes out of the int32 biases. Checks: the output
+cosine to fp32 on held-out data rises, and the QDQ file has the same structure (nodes, their
+inputs, the initializers and their shapes) with only int32 bias values changed.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+FERRY = sys.argv[1]
+WORK = sys.argv[2]
+os.makedirs(WORK, exist_ok=True)
+
+
+def w(name):
+    return os.path.join(WORK, name)
+
+
+def ferry(*args):
+    cmd = [FERRY] + [str(a) for a in args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        sys.exit("FAIL: %s\nexit %d\nstdout:\n%s\nstderr:\n%s" % (" ".join(cmd), p.returncode, p.stdout[-3000:],
+                                                              p.stderr[-3000:]))
+    return p
+
+
+def check(cond, what):
+    if not cond:
+        sys.exit("FAIL: " + what)
+    print("ok:", what)
+
+
+def make_model(path):
+    rng = np.random.default_rng(7)
+    c1 = 16
+    w1 = (np.full((c1, 3, 3, 3), 0.45 / 127) * rng.choice([1, 1, 1, -1], (c1, 3, 3, 3))).astype(np.float32)
+    w1[np.arange(c1), np.arange(c1) % 3, 1, 1] = 1.0
+    b1 = rng.uniform(-0.05, 0.05, c1).astype(np.float32)
+    # conv2: output c = 0.5 (r1[c] - r1[c + 4]) (zero mean, so that a constant shift costs cosine),
+    # plus small weights that all round to 0.
+    w2 = np.full((4, c1, 1, 1), 0.45 * 0.5 / 127, np.float32)
+    w2[np.arange(4), np.arange(4), 0, 0] = 0.5
+    w2[np.arange(4), np.arange(4) + 4, 0, 0] = -0.5
+    b2 = rng.uniform(-0.01, 0.01, 4).astype(np.float32)
+    inits = [numpy_helper.from_array(a, n) for a, n in [(w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2")]]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], name="conv2")]
+    g = helper.make_graph(nodes, "bias_shift", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def outputs(model, inp, tag):
+    out = w("out_" + tag)
+    ferry("run", model, "--input", "x=" + inp, "--output-dir", out)
+    return np.load(os.path.join(out, "y.npy"))
+
+
+def cosine(a, b):
+    a, b = a.reshape(a.shape[0], -1).astype(np.float64), b.reshape(b.shape[0], -1).astype(np.float64)
+    return float(np.mean(np.sum(a * b, 1) / np.sqrt(np.sum(a * a, 1) * np.sum(b * b, 1))))
+
+
+def structure(path):
+    m = onnx.load(path)
+    nodes = [(n.op_type, tuple(n.input), tuple(n.output)) for n in m.graph.node]
+    inits = {t.name: (t.data_type, tuple(t.dims)) for t in m.graph.initializer}
+    return nodes, inits, {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+
+
+def main():
+    model = w("bias_shift.onnx")
+    make_model(model)
+    rng = np.random.default_rng(1)
+    np.savez(w("calib.npz"), x=rng.uniform(0, 1, (32, 3, 8, 8)).astype(np.float32))
+    np.save(w("held.npy"), rng.uniform(0, 1, (16, 3, 8, 8)).astype(np.float32))
+    ferry("quantize", model, "--calibration", w("calib.npz"), "--out", w("plain.onnx"), "--method", "minmax", "--json")
+    p = ferry("quantize", model, "--calibration", w("calib.npz"), "--out", w("bc.onnx"), "--method", "minmax",
+              "--bias-correction", "--holdout", w("held.npy"), "--json")
+    rep = json.loads(p.stdout)
+    ref = outputs(model, w("held.npy"), "float")
+    c_plain = cosine(ref, outputs(w("plain.onnx"), w("held.npy"), "plain"))
+    c_bc = cosine(ref, outputs(w("bc.onnx"), w("held.npy"), "bc"))
+    check(rep["bias_correction"]["biases"] == 2, "--bias-correction: both biases corrected")
+    check(c_bc > c_plain + 0.001,
+          "held-out output cosine to fp32 (ferry run): %.5f without, %.5f with bias correction" % (c_plain, c_bc))
+    check(abs(rep["holdout"]["mean"] - c_bc) < 1e-4 and abs(rep["holdout"]["without_bias_correction"] - c_plain) < 1e-4,
+          "--holdout reports the same cosines (%.5f, %.5f)" % (rep["holdout"]["mean"],
+                                                               rep["holdout"]["without_bias_correction"]))
+    n0, i0, v0 = structure(w("plain.onnx"))
+    n1, i1, v1 = structure(w("bc.onnx"))
+    changed = sorted(k for k in v0 if not np.array_equal(v0[k], v1[k]))
+    check(n0 == n1 and i0 == i1 and len(changed) == 2 and all(i0[k][0] == TensorProto.INT32 for k in changed),
+          "same QDQ structure; only the int32 biases changed (%s)" % ", ".join(changed))
+    print("all bias correction checks passed")
+
+
+if __name__ == "__main__":
+    main()
