@@ -130,6 +130,7 @@ class DnnlConvKernel : public Kernel {
         a.src.set_data_handle(const_cast<void*>(x.raw()));
         a.dst.set_data_handle(y->mutable_raw());
         if (a.scratch_bytes) a.scratch.set_data_handle(cpu::scratch_data(a.scratch_bytes, cpu::ScratchSlot::kScratchpad));
+        const BoundArgs::Weights w(a, *p->weights);
         p->conv.execute(dnnl_stream(), a.args);
         dnnl_stream().wait();
       } catch (const dnnl::error& e) {
@@ -188,20 +189,28 @@ class DnnlConvKernel : public Kernel {
     memory src, dst, scratch;
     size_t scratch_bytes = 0;
     std::unordered_map<int, memory> args;
+    // Points args' weights entry at `w` for one call, and empties it again.
+    struct Weights {
+      memory& slot;
+      Weights(BoundArgs& a, const memory& w) : slot(a.args.at(DNNL_ARG_WEIGHTS)) { slot = w; }
+      ~Weights() { slot = memory(); }
+    };
   };
   BoundArgs& bound_args(const Plan& p) {
     // Keyed by the plan's process-unique id (a plan's address may be reused by a later kernel).
     thread_local std::unordered_map<uint64_t, BoundArgs> cache;
     auto it = cache.find(p.id);
     if (it != cache.end()) return it->second;
-    if (cache.size() >= 4096) cache.clear();  // bounded across models loaded and dropped
+    if (cache.size() >= 1024) cache.clear();  // bounded across models loaded and dropped
     BoundArgs a;
     a.src = memory(p.user_src, dnnl_engine(), nullptr);
     a.dst = memory(p.user_dst, dnnl_engine(), nullptr);
     const memory::desc sd = p.conv_pd.scratchpad_desc();
     a.scratch_bytes = sd.get_size();
     a.scratch = memory(sd, dnnl_engine(), nullptr);
-    a.args = {{DNNL_ARG_SRC, a.src}, {DNNL_ARG_WEIGHTS, *p.weights}, {DNNL_ARG_DST, a.dst}, {DNNL_ARG_SCRATCHPAD, a.scratch}};
+    // The weights slot holds the plan's packed weights only during a call (BoundArgs::weights), so a
+    // dropped kernel's weights are not kept alive by this cache.
+    a.args = {{DNNL_ARG_SRC, a.src}, {DNNL_ARG_WEIGHTS, memory()}, {DNNL_ARG_DST, a.dst}, {DNNL_ARG_SCRATCHPAD, a.scratch}};
     if (b_.defined()) a.args[DNNL_ARG_BIAS] = memory(p.bias_md, dnnl_engine(), const_cast<void*>(b_.raw()));
     return cache.emplace(p.id, std::move(a)).first->second;
   }
