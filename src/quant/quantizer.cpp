@@ -148,17 +148,19 @@ struct Session {
   // biased layers, in graph order, are cut into `bias_correction_rounds` blocks; round r runs the
   // quantized model of the current plan (opt level 0: every Conv/Gemm/bias Add output under its
   // ONNX name), in which the blocks before r are already corrected, and moves each int32 bias of
-  // block r by the per-channel mean of (quantized - float) output. One layer per block is the exact
-  // sequential variant; fewer blocks cost fewer runs. `*p` is replanned with the shifts.
+  // block r by the per-channel mean of (quantized - float) output. One layer per block (the
+  // default) is the exact sequential variant; fewer blocks cost fewer runs but overcorrect (a
+  // layer's measured error includes the shift its block's earlier layers are about to lose: on
+  // ResNet-50, 8 blocks take the cosine from 0.984 to 0.961). `*p` is replanned with the shifts.
   Status correct_bias(QdqPlan* p, const std::set<std::string>& keep, QuantizeReport* rep) {
     shift.clear();
     const std::vector<std::pair<std::string, int>> targets = p->biased_outputs;
-    if (targets.empty() || o.bias_correction_rounds <= 0) return Status::ok();
+    if (targets.empty()) return Status::ok();
     std::map<std::string, std::vector<double>> fmean;
     RETURN_IF_ERROR(run_model(model, data, {}, 0, targets, &fmean, nullptr, nullptr, "bias correction: float"));
     const std::string path = o.out_path + ".bias.onnx";
     const size_t n = targets.size();
-    const size_t blocks = std::min(n, static_cast<size_t>(o.bias_correction_rounds));
+    const size_t blocks = o.bias_correction_rounds > 0 ? std::min(n, static_cast<size_t>(o.bias_correction_rounds)) : n;
     for (size_t round = 0; round < blocks; ++round) {
       RETURN_IF_ERROR(write_edited_onnx(o.model_path, p->edit, path));
       auto q = load_onnx_model(path);

@@ -24,9 +24,10 @@ struct QuantizeOptions {
   /// Empirical bias correction (docs/quantization.md): each int32 bias absorbs the per-channel mean
   /// error of its output measured on the calibration data, the quantized model's inputs coming from
   /// the corrected layers before it: the biased layers in graph order cut into
-  /// `bias_correction_rounds` blocks, one run of the quantized model over the data per block.
+  /// `bias_correction_rounds` blocks (0: one layer per block, exactly sequential), one run of the
+  /// quantized model over the data per block.
   bool bias_correction = false;
-  int bias_correction_rounds = 8;
+  int bias_correction_rounds = 0;
   /// Held-out data (same forms as `data.path`; empty: none): the output cosine is also reported on it.
   std::string holdout_path;
   int threads = 0;

@@ -106,6 +106,14 @@ def main():
     changed = sorted(k for k in v0 if not np.array_equal(v0[k], v1[k]))
     check(n0 == n1 and i0 == i1 and len(changed) == 2 and all(i0[k][0] == TensorProto.INT32 for k in changed),
           "same QDQ structure; only the int32 biases changed (%s)" % ", ".join(changed))
+    # --target-cosine after bias correction: the corrected file already reaches what the plain one
+    # (0.998 here) would keep layers in float for.
+    p = ferry("quantize", model, "--calibration", w("calib.npz"), "--out", w("tc.onnx"), "--method", "minmax",
+              "--bias-correction", "--target-cosine", "0.9995", "--json")
+    rep = json.loads(p.stdout)
+    check(rep["target_reached"] and not rep["kept_for_target"] and rep["output_cosine"]["mean"] >= 0.9995,
+          "--bias-correction --target-cosine 0.9995: reached (%.5f) with no layer kept in float"
+          % rep["output_cosine"]["mean"])
     print("all bias correction checks passed")
 
 
