@@ -371,9 +371,10 @@ StatusOr<TrainGraph> build_train_graph(const Model& model, const TrainGraphOptio
     g.outputs.push_back({out, {}});
   }
   for (const auto& s : tg.state) g.outputs.push_back({s.output, {}});
-  // Not under --recompute (which clones forward segments) nor autocast (whose casts sit between).
+  // Not under --recompute (which clones forward segments). Under --amp the pattern holds where
+  // autocast left BN -> Relu without a Cast between (both stay f32; fuse_bn_relu checks the pattern).
   const char* fuse_env = std::getenv("FERRY_TRAIN_FUSE_BN_RELU");
-  if (o.fuse_bn_relu && o.recompute_segments < 0 && o.amp == DType::kF32 && !(fuse_env && std::string(fuse_env) == "0"))
+  if (o.fuse_bn_relu && o.recompute_segments < 0 && !(fuse_env && std::string(fuse_env) == "0"))
     tg.fused_bn_relu = fuse_bn_relu(&g);
   if (o.recompute_segments >= 0) {
     ASSIGN_OR_RETURN(RecomputeReport r, apply_recompute(m, tg.loss, o.recompute_segments));

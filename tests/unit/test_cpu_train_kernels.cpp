@@ -247,35 +247,40 @@ TEST(CpuTrainKernels, FusedBatchNormReluGraphMatchesUnfused) {
   g.nodes.push_back(node("Gemm", {"f", "fcw", "fcb"}, "logits"));
   g.nodes.back().attrs["transB"] = int_attr(1);
   g.outputs.push_back(ValueInfo{"logits", {}});
-  std::vector<NamedTensors> results;
-  for (bool fuse : {false, true}) {
-    TrainGraphOptions o;
-    o.batch_size = 3;
-    o.fuse_bn_relu = fuse;
-    auto tg = build_train_graph(*model, o);
-    ASSERT_TRUE(tg.is_ok()) << tg.status().to_string();
-    EXPECT_EQ(tg.value().fused_bn_relu, fuse ? 1 : 0);
-    int64_t relus = 0;
-    for (const Node& n : tg.value().model->graph.nodes) relus += n.op_type == "Relu" || n.op_type == "ReluGrad";
-    EXPECT_EQ(relus, fuse ? 0 : 2);
-    ExecutorOptions eo;
-    eo.device = "cpu";
-    auto ex = Executor::create(tg.value().model, eo);
-    ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
-    NamedTensors feeds = {{"x", randn({3, 3, 9, 9}, 9)},
-                          {tg.value().labels, Tensor::from_vector<int64_t>({0, 3, 1}, {3})}};
-    for (const auto& [name, t] : tg.value().initial) feeds.emplace_back(name, t);
-    NamedTensors outs;
-    Status st = ex.value()->run(feeds, &outs);
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
-    std::sort(outs.begin(), outs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    results.push_back(outs);
-  }
-  ASSERT_EQ(results[0].size(), results[1].size());
-  ASSERT_GE(results[0].size(), 6u);  // loss, 5 gradients, running statistics
-  for (size_t i = 0; i < results[0].size(); ++i) {
-    EXPECT_EQ(results[0][i].first, results[1][i].first);
-    EXPECT_LE(rel_err(results[1][i].second, results[0][i].second), 1e-6) << results[0][i].first;
+  // f32, and --amp bf16, whose autocast leaves BN -> Relu without a Cast between (the pair still fuses).
+  for (DType amp : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(amp == DType::kF32 ? "f32" : "--amp bf16");
+    std::vector<NamedTensors> results;
+    for (bool fuse : {false, true}) {
+      TrainGraphOptions o;
+      o.batch_size = 3;
+      o.amp = amp;
+      o.fuse_bn_relu = fuse;
+      auto tg = build_train_graph(*model, o);
+      ASSERT_TRUE(tg.is_ok()) << tg.status().to_string();
+      EXPECT_EQ(tg.value().fused_bn_relu, fuse ? 1 : 0);
+      int64_t relus = 0;
+      for (const Node& n : tg.value().model->graph.nodes) relus += n.op_type == "Relu" || n.op_type == "ReluGrad";
+      EXPECT_EQ(relus, fuse ? 0 : 2);
+      ExecutorOptions eo;
+      eo.device = "cpu";
+      auto ex = Executor::create(tg.value().model, eo);
+      ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+      NamedTensors feeds = {{"x", randn({3, 3, 9, 9}, 9)},
+                            {tg.value().labels, Tensor::from_vector<int64_t>({0, 3, 1}, {3})}};
+      for (const auto& [name, t] : tg.value().initial) feeds.emplace_back(name, t);
+      NamedTensors outs;
+      Status st = ex.value()->run(feeds, &outs);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+      std::sort(outs.begin(), outs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      results.push_back(outs);
+    }
+    ASSERT_EQ(results[0].size(), results[1].size());
+    ASSERT_GE(results[0].size(), 6u);  // loss, 5 gradients, running statistics
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      EXPECT_EQ(results[0][i].first, results[1][i].first);
+      EXPECT_LE(rel_err(results[1][i].second, results[0][i].second), 1e-6) << results[0][i].first;
+    }
   }
 }
 
