@@ -180,7 +180,8 @@ const bool kRegistered = register_command({"quantize", 55, [](CLI::App& app) {
   cmd->add_flag("--bias-correction", opt->bias_correction,
                 "Empirical bias correction: each int32 bias absorbs the per-channel mean error of its output on the "
                 "calibration data, measured with the corrected layers before it (off by default: on the zoo it adds "
-                "0.001-0.002 of cosine to ResNet-50 and nothing held-out elsewhere; docs/quantization.md)");
+                "0.001-0.002 of cosine on the calibration data, held out 0.001 to ResNet-50 and ~0 to the others; one "
+                "run of the quantized model per layer; docs/quantization.md)");
   cmd->add_option("--bias-rounds", opt->bias_rounds,
                   "--bias-correction in this many sequential blocks of layers, each one run of the quantized model over the "
                   "calibration data (default 0: one layer at a time, the most accurate; fewer blocks overcorrect)")
