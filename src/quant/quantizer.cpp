@@ -267,6 +267,15 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
     return invalid_argument("--target-cosine " + std::to_string(o.target_cosine) + " is not in (0, 1]");
   QuantizeReport rep;
   ASSIGN_OR_RETURN(s.data, load_calibration_data(*s.model, o.data));
+  CalibrationData holdout;  // checked before anything is written
+  if (!o.holdout_path.empty()) {
+    CalibrationDataOptions hd = o.data;
+    hd.path = o.holdout_path;
+    hd.max_samples = 0;
+    auto h = load_calibration_data(*s.model, hd);
+    if (!h.is_ok()) return h.status().with_context("--holdout '" + o.holdout_path + "'");
+    holdout = std::move(h.value());
+  }
   rep.samples = s.data.samples;
   rep.batches = static_cast<int64_t>(s.data.batches.size());
   if (rep.samples < kFewSamples)
@@ -380,26 +389,22 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   }
   if (!o.holdout_path.empty()) {
     // The written file and the float model on data the ranges and biases never saw.
-    CalibrationDataOptions hd = o.data;
-    hd.path = o.holdout_path;
-    hd.max_samples = 0;
-    auto h = load_calibration_data(*s.model, hd);
-    if (!h.is_ok()) return h.status().with_context("--holdout '" + o.holdout_path + "'");
+    const CalibrationData* h = &holdout;
     std::vector<NamedTensors> href;
     {
       ExecutorOptions eo;
       eo.device = "cpu";
       eo.threads = o.threads;
       ASSIGN_OR_RETURN(auto ex, Executor::create(s.model, eo));
-      for (const NamedTensors& feeds : h.value().batches) {
+      for (const NamedTensors& feeds : h->batches) {
         NamedTensors outs;
         RETURN_IF_ERROR(ex->run(feeds, &outs).with_context("running the float model on the --holdout data"));
         href.push_back(std::move(outs));
       }
     }
-    rep.holdout_samples = h.value().samples;
+    rep.holdout_samples = h->samples;
     ASSIGN_OR_RETURN(auto q, load_onnx_model(o.out_path));
-    RETURN_IF_ERROR(s.run_model(q, h.value(), href, -1, {}, nullptr, &rep.holdout_mean, &rep.holdout_min, "held-out"));
+    RETURN_IF_ERROR(s.run_model(q, *h, href, -1, {}, nullptr, &rep.holdout_mean, &rep.holdout_min, "held-out"));
     rep.holdout_uncorrected = rep.holdout_mean;
     if (!s.shift.empty()) {
       s.shift.clear();
@@ -409,7 +414,7 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
       auto q2 = load_onnx_model(path);
       std::remove(path.c_str());
       if (!q2.is_ok()) return q2.status();
-      RETURN_IF_ERROR(s.run_model(q2.value(), h.value(), href, -1, {}, nullptr, &rep.holdout_uncorrected, nullptr,
+      RETURN_IF_ERROR(s.run_model(q2.value(), *h, href, -1, {}, nullptr, &rep.holdout_uncorrected, nullptr,
                                   "held-out, without bias correction"));
     }
   }

@@ -114,6 +114,11 @@ def main():
     check(rep["target_reached"] and not rep["kept_for_target"] and rep["output_cosine"]["mean"] >= 0.9995,
           "--bias-correction --target-cosine 0.9995: reached (%.5f) with no layer kept in float"
           % rep["output_cosine"]["mean"])
+    np.save(w("bad.npy"), np.zeros((2, 3, 4, 4), np.float32))
+    p = subprocess.run([FERRY, "quantize", model, "--calibration", w("calib.npz"), "--out", w("bad.onnx"),
+                        "--holdout", w("bad.npy")], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "--holdout" in p.stderr and "'x'" in p.stderr and not os.path.exists(w("bad.onnx")),
+          "--holdout data of the wrong shape: exit 2, named, nothing written")
     print("all bias correction checks passed")
 
 
