@@ -312,7 +312,7 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   }
   rep.method = s.method;
   if (o.bias_correction) {
-    const double before = rep.cosine_mean, before_min = rep.cosine_min;
+    const double before = rep.cosine_mean;
     RETURN_IF_ERROR(s.correct_bias(&plan, keep, &rep));
     RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
     rep.bias_cosine_before = before;
@@ -324,7 +324,6 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
       rep.biases_corrected = 0;
       ASSIGN_OR_RETURN(plan, s.plan(keep));
       RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
-      (void)before_min;
       s.log("bias correction lowered the output cosine: written without it");
     }
   }
