@@ -219,16 +219,8 @@ StatusOr<std::unique_ptr<CudaOpKernel>> make_slice(const CudaKernelArgs& a) {
           if (!normalize_axis(&ax, rank)) return invalid_argument(node.describe() + ": axis out of range");
           const int64_t n = x.dims[ax], sp = steps[i];
           if (sp == 0) return invalid_argument(node.describe() + ": step 0");
-          int64_t b = starts[i] < 0 ? starts[i] + n : starts[i];
-          int64_t e = ends[i] < 0 ? ends[i] + n : ends[i];
-          if (sp > 0) {
-            b = std::clamp<int64_t>(b, 0, n);
-            e = std::clamp<int64_t>(e, 0, n);
-          } else {
-            b = std::clamp<int64_t>(b, 0, n - 1);
-            e = std::clamp<int64_t>(e, -1, n - 1);
-          }
-          const int64_t len = sp > 0 ? (e > b ? (e - b + sp - 1) / sp : 0) : (b > e ? (b - e - sp - 1) / -sp : 0);
+          int64_t b = 0, len = 0;
+          slice_axis_range(starts[i], ends[i], sp, n, &b, &len);  // the cpu kernels' clamping (an empty axis too)
           st[ax] = b;
           step[ax] = sp;
           dims[ax] = len;
