@@ -12,35 +12,17 @@ inputs, the initializers and their shapes) with only int32 bias values changed.
 """
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-FERRY = sys.argv[1]
-WORK = sys.argv[2]
-os.makedirs(WORK, exist_ok=True)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import quant_cli  # noqa: E402
+from quant_cli import check, ferry, w  # noqa: E402
 
-
-def w(name):
-    return os.path.join(WORK, name)
-
-
-def ferry(*args):
-    cmd = [FERRY] + [str(a) for a in args]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    if p.returncode != 0:
-        sys.exit("FAIL: %s\nexit %d\nstdout:\n%s\nstderr:\n%s" % (" ".join(cmd), p.returncode, p.stdout[-3000:],
-                                                              p.stderr[-3000:]))
-    return p
-
-
-def check(cond, what):
-    if not cond:
-        sys.exit("FAIL: " + what)
-    print("ok:", what)
+quant_cli.setup(sys.argv[1], sys.argv[2])
 
 
 def make_model(path):
@@ -115,8 +97,8 @@ def main():
           "--bias-correction --target-cosine 0.9995: reached (%.5f) with no layer kept in float"
           % rep["output_cosine"]["mean"])
     np.save(w("bad.npy"), np.zeros((2, 3, 4, 4), np.float32))
-    p = subprocess.run([FERRY, "quantize", model, "--calibration", w("calib.npz"), "--out", w("bad.onnx"),
-                        "--holdout", w("bad.npy")], capture_output=True, text=True, timeout=60)
+    p = ferry("quantize", model, "--calibration", w("calib.npz"), "--out", w("bad.onnx"), "--holdout", w("bad.npy"),
+              expect=2)
     check(p.returncode == 2 and "--holdout" in p.stderr and "'x'" in p.stderr and not os.path.exists(w("bad.onnx")),
           "--holdout data of the wrong shape: exit 2, named, nothing written")
     print("all bias correction checks passed")

@@ -14,7 +14,6 @@ Needs Debian's /usr/bin/python3 (numpy, onnx, PIL).
 """
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -24,28 +23,11 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_models  # noqa: E402
 
-FERRY = sys.argv[1]
-WORK = sys.argv[2]
-os.makedirs(WORK, exist_ok=True)
+import quant_cli  # noqa: E402
+from quant_cli import check, ferry, w  # noqa: E402
 
-
-def ferry(*args, expect=0):
-    cmd = [FERRY] + [str(a) for a in args]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if expect is not None and p.returncode != expect:
-        sys.exit("FAIL: %s\nexit %d (expected %d)\nstdout:\n%s\nstderr:\n%s" %
-                 (" ".join(cmd), p.returncode, expect, p.stdout[-4000:], p.stderr[-4000:]))
-    return p
-
-
-def check(cond, what):
-    if not cond:
-        sys.exit("FAIL: " + what)
-    print("ok:", what)
-
-
-def w(name):
-    return os.path.join(WORK, name)
+quant_cli.setup(sys.argv[1], sys.argv[2])
+WORK = quant_cli.WORK
 
 
 def run_outputs(model, inp):

@@ -5,22 +5,14 @@
 // residual, NCHW and channels-last; the f32 NHWC global average pool's own loop (dnnl_pool.cpp).
 #include <cmath>
 #include <cstring>
-#include <random>
 
+#include "graph_builder.h"
 #include "op_tester.h"
 
 namespace ferry::testing {
 namespace {
 
 using std::vector;
-
-Tensor rnd_f32(vector<int64_t> dims, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-2.f, 2.f);
-  Tensor t = Tensor::allocate(DType::kF32, std::move(dims));
-  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
-  return t;
-}
 
 TEST(CpuCnnKernels, RowBroadcastBinaryOpsMatchReferenceBits) {
   const vector<std::pair<vector<int64_t>, vector<int64_t>>> shapes = {
@@ -32,8 +24,8 @@ TEST(CpuCnnKernels, RowBroadcastBinaryOpsMatchReferenceBits) {
   for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       SCOPED_TRACE(std::string(op) + " case " + std::to_string(i));
-      const Tensor a = rnd_f32(shapes[i].first, 1 + static_cast<uint32_t>(i));
-      const Tensor b = rnd_f32(shapes[i].second, 100 + static_cast<uint32_t>(i));
+      const Tensor a = random_tensor(shapes[i].first, 1 + static_cast<uint32_t>(i));
+      const Tensor b = random_tensor(shapes[i].second, 100 + static_cast<uint32_t>(i));
       const Tensor want = OpTester(op).input(a).input(b).run("cpu-ref")[0];
       const Tensor got = OpTester(op).input(a).input(b).run("cpu")[0];
       ASSERT_EQ(got.dims(), want.dims());
@@ -47,9 +39,9 @@ TEST(CpuCnnKernels, SiluConvolutionOnALargeImageMatchesReference) {
     for (bool residual : {false, true}) {
       SCOPED_TRACE(std::string(channels_last ? "nhwc" : "nchw") + (residual ? " with Z" : ""));
       const int64_t n = 1, c = 16, h = 24, w = 24, k = 32;
-      const Tensor x = rnd_f32(channels_last ? vector<int64_t>{n, h, w, c} : vector<int64_t>{n, c, h, w}, 1);
-      const Tensor wt = rnd_f32({k, c, 3, 3}, 2), b = rnd_f32({k}, 3);
-      const Tensor z = rnd_f32(channels_last ? vector<int64_t>{n, h, w, k} : vector<int64_t>{n, k, h, w}, 4);
+      const Tensor x = random_tensor(channels_last ? vector<int64_t>{n, h, w, c} : vector<int64_t>{n, c, h, w}, 1);
+      const Tensor wt = random_tensor({k, c, 3, 3}, 2), b = random_tensor({k}, 3);
+      const Tensor z = random_tensor(channels_last ? vector<int64_t>{n, h, w, k} : vector<int64_t>{n, k, h, w}, 4);
       const auto run = [&](const char* device) {
         OpTester t("FusedConv", 1, "com.ferry");
         t.attr("pads", vector<int64_t>{1, 1, 1, 1}).attr("activation", std::string("Silu"));
@@ -66,7 +58,7 @@ TEST(CpuCnnKernels, SiluConvolutionOnALargeImageMatchesReference) {
 TEST(CpuCnnKernels, NhwcGlobalAveragePoolMatchesReference) {
   for (const vector<int64_t>& dims : {vector<int64_t>{1, 56, 56, 24}, vector<int64_t>{3, 7, 7, 40}, vector<int64_t>{2, 1, 1, 5}}) {
     SCOPED_TRACE(::testing::PrintToString(dims));
-    const Tensor x = rnd_f32(dims, 7);
+    const Tensor x = random_tensor(dims, 7);
     OpTester t("NhwcGlobalAveragePool", 1, "com.ferry");
     const Tensor got = t.input(x).run("cpu")[0];
     const Tensor want = OpTester("NhwcGlobalAveragePool", 1, "com.ferry").input(x).run("cpu-ref")[0];
