@@ -158,20 +158,16 @@ struct Session {
     if (targets.empty()) return Status::ok();
     std::map<std::string, std::vector<double>> fmean;
     RETURN_IF_ERROR(run_model(model, data, {}, 0, targets, &fmean, nullptr, nullptr, "bias correction: float"));
-    const std::string path = o.out_path + ".bias.onnx";
     const size_t n = targets.size();
     const size_t blocks = o.bias_correction_rounds > 0 ? std::min(n, static_cast<size_t>(o.bias_correction_rounds)) : n;
     for (size_t round = 0; round < blocks; ++round) {
-      RETURN_IF_ERROR(write_edited_onnx(o.model_path, p->edit, path));
-      auto q = load_onnx_model(path);
-      std::remove(path.c_str());
-      if (!q.is_ok()) return q.status();
+      ASSIGN_OR_RETURN(auto q, load_plan(*p, ".bias.onnx"));
       const size_t first = round * n / blocks, last = (round + 1) * n / blocks;
       const std::vector<std::pair<std::string, int>> block(targets.begin() + static_cast<std::ptrdiff_t>(first),
                                                            targets.begin() + static_cast<std::ptrdiff_t>(last));
       std::map<std::string, std::vector<double>> qmean;
       double cos = 0;
-      RETURN_IF_ERROR(run_model(q.value(), data, float_outputs, 0, block, &qmean, &cos, nullptr,
+      RETURN_IF_ERROR(run_model(q, data, float_outputs, 0, block, &qmean, &cos, nullptr,
                                 "bias correction " + std::to_string(round + 1) + "/" + std::to_string(blocks)));
       rep->bias_rounds.push_back(cos);
       for (const auto& [name, axis] : block) {
@@ -188,18 +184,23 @@ struct Session {
     return Status::ok();
   }
 
-  // Output cosine (mean over samples, worst output) of the plan on the first probe batches,
-  // written to a scratch file beside the output.
-  StatusOr<double> probe(const QdqPlan& p, size_t batches) {
-    const std::string path = o.out_path + ".probe.onnx";
+  // The plan as a model, through a scratch file beside the output (`suffix` names it; removed at once).
+  StatusOr<std::shared_ptr<Model>> load_plan(const QdqPlan& p, const std::string& suffix) const {
+    const std::string path = o.out_path + suffix;
     RETURN_IF_ERROR(write_edited_onnx(o.model_path, p.edit, path));
     auto q = load_onnx_model(path);
     std::remove(path.c_str());
-    if (!q.is_ok()) return q.status();
+    return q;
+  }
+
+  // Output cosine (mean over samples, worst output) of the plan on the first probe batches,
+  // written to a scratch file beside the output.
+  StatusOr<double> probe(const QdqPlan& p, size_t batches) {
+    ASSIGN_OR_RETURN(auto q, load_plan(p, ".probe.onnx"));
     ExecutorOptions eo;
     eo.device = "cpu";
     eo.threads = o.threads;
-    ASSIGN_OR_RETURN(auto ex, Executor::create(q.value(), eo));
+    ASSIGN_OR_RETURN(auto ex, Executor::create(q, eo));
     std::vector<double> sum(model->graph.outputs.size(), 0.0);
     int64_t samples = 0;
     for (size_t b = 0; b < batches && b < data.batches.size(); ++b) {
@@ -408,12 +409,8 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
     if (!s.shift.empty()) {
       s.shift.clear();
       ASSIGN_OR_RETURN(QdqPlan plain, s.plan(std::set<std::string>(plan.kept.begin(), plan.kept.end())));
-      const std::string path = o.out_path + ".uncorrected.onnx";
-      RETURN_IF_ERROR(write_edited_onnx(o.model_path, plain.edit, path));
-      auto q2 = load_onnx_model(path);
-      std::remove(path.c_str());
-      if (!q2.is_ok()) return q2.status();
-      RETURN_IF_ERROR(s.run_model(q2.value(), *h, href, -1, {}, nullptr, &rep.holdout_uncorrected, nullptr,
+      ASSIGN_OR_RETURN(auto q2, s.load_plan(plain, ".uncorrected.onnx"));
+      RETURN_IF_ERROR(s.run_model(q2, *h, href, -1, {}, nullptr, &rep.holdout_uncorrected, nullptr,
                                   "held-out, without bias correction"));
     }
   }
