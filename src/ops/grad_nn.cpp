@@ -31,17 +31,6 @@ namespace {
 
 using std::vector;
 
-template <class Ctx>
-Status check_f32_f64(Ctx& ctx, DType t, const char* name) {
-  if (t == DType::kUndefined || t == DType::kF32 || t == DType::kF64) return Status::ok();
-  return ctx.error(std::string("input '") + name + "' has element type " + dtype_name(t) +
-                   "; backward kernels support f32 and f64 (train in f32 and cast the model's weights)");
-}
-
-bool wants_output(KernelContext& ctx, int64_t i) {
-  return i < ctx.num_outputs() && !ctx.node().outputs[static_cast<size_t>(i)].empty();
-}
-
 // ---- convolution geometry -------------------------------------------------------------------
 
 struct TapTable {

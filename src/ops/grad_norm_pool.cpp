@@ -34,17 +34,6 @@ namespace {
 
 using std::vector;
 
-template <class Ctx>
-Status check_f32_f64(Ctx& ctx, DType t, const char* name) {
-  if (t == DType::kUndefined || t == DType::kF32 || t == DType::kF64) return Status::ok();
-  return ctx.error(std::string("input '") + name + "' has element type " + dtype_name(t) +
-                   "; backward and training kernels support f32 and f64 (train in f32)");
-}
-
-bool wants_output(KernelContext& ctx, int64_t i) {
-  return i < ctx.num_outputs() && !ctx.node().outputs[static_cast<size_t>(i)].empty();
-}
-
 template <typename F>
 void dispatch_f32_f64(DType t, F&& f) {
   if (t == DType::kF64) f(double{});

@@ -127,6 +127,22 @@ Status k_batchnorm(KernelContext& ctx) {
   return Status::ok();
 }
 
+// Mean and 1/sqrt(biased variance + eps) of one row of `len` values, in double (two passes, as the
+// reference normalizations define them).
+template <typename T>
+void row_moments(const T* xr, int64_t len, double eps, double* mu, double* invstd) {
+  double sum = 0;
+  for (int64_t j = 0; j < len; ++j) sum += xr[j];
+  const double m = sum / static_cast<double>(len);
+  double sq = 0;
+  for (int64_t j = 0; j < len; ++j) {
+    const double d = xr[j] - m;
+    sq += d * d;
+  }
+  *mu = m;
+  *invstd = 1.0 / std::sqrt(sq / static_cast<double>(len) + eps);
+}
+
 // ---- LayerNormalization ---------------------------------------------------------------------
 
 bool stash_type_ok(int64_t t) {
@@ -233,15 +249,8 @@ Status k_layernorm(KernelContext& ctx) {
     for (int64_t o = 0; o < outer; ++o) {
       const T* xr = px + o * inner;
       T* yr = py + o * inner;
-      double sum = 0;
-      for (int64_t j = 0; j < inner; ++j) sum += xr[j];
-      const double mu = sum / static_cast<double>(inner);
-      double sq = 0;
-      for (int64_t j = 0; j < inner; ++j) {
-        const double d = xr[j] - mu;
-        sq += d * d;
-      }
-      const double is = 1.0 / std::sqrt(sq / static_cast<double>(inner) + eps);
+      double mu = 0, is = 0;
+      row_moments(xr, inner, eps, &mu, &is);
       mean[o] = mu;
       inv[o] = is;
       const int64_t so = maps[1].outer[o];
@@ -273,15 +282,8 @@ void normalize_rows(const T* px, T* py, int64_t rows, int64_t len, double eps, c
   for (int64_t row = 0; row < rows; ++row) {
     const T* xr = px + row * len;
     T* yr = py + row * len;
-    double sum = 0;
-    for (int64_t j = 0; j < len; ++j) sum += xr[j];
-    const double mu = sum / static_cast<double>(len);
-    double sq = 0;
-    for (int64_t j = 0; j < len; ++j) {
-      const double d = xr[j] - mu;
-      sq += d * d;
-    }
-    const double is = 1.0 / std::sqrt(sq / static_cast<double>(len) + eps);
+    double mu = 0, is = 0;
+    row_moments(xr, len, eps, &mu, &is);
     for (int64_t j = 0; j < len; ++j) {
       const int64_t c = chan(row, j);
       yr[j] = static_cast<T>((xr[j] - mu) * is * scale[c] + bias[c]);

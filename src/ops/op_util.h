@@ -118,4 +118,17 @@ StatusOr<Tensor> doubles_to_tensor(const std::vector<double>& v, std::vector<int
 Dim dim_or_unknown(const TensorType& t, int64_t i);
 /// The value of dim i of a tensor type, or -1 when it is unknown.
 int64_t known_dim(const TensorType& t, int64_t i);
+/// Backward and training kernels run in f32 or f64: an error naming the input otherwise
+/// (kUndefined, an absent optional input, passes).
+template <class Ctx>
+Status check_f32_f64(Ctx& ctx, DType t, const char* name) {
+  if (t == DType::kUndefined || t == DType::kF32 || t == DType::kF64) return Status::ok();
+  return ctx.error(std::string("input '") + name + "' has element type " + dtype_name(t) +
+                   "; backward and training kernels support f32 and f64 (train in f32 and cast the model's weights)");
+}
+/// Whether the node has output i and something reads it (an empty name: the output is unused).
+template <class Ctx>
+bool wants_output(Ctx& ctx, int64_t i) {
+  return i < ctx.num_outputs() && !ctx.node().outputs[static_cast<size_t>(i)].empty();
+}
 }  // namespace ferry
