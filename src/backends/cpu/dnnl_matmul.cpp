@@ -5,13 +5,22 @@
 // product. Other products (both operands computed, batched, broadcast batch dims) run oneDNN's plain
 // batched matmul. Bias (FusedMatMul input 2, Gemm's C of N elements) is oneDNN's bias, a residual Z
 // is a sum post-op, the activation eltwise post-ops. Plans are cached per input shape.
-#include <mutex>
+//
+// A product of at most kGemvRows rows with constant f32 weights and no residual or activation (the
+// classifier Gemm after a global pool: 1x1280 x 1280x1000, 5 MB of weights read for 2.6 MFLOP) is
+// memory-bound: it runs as cpu::small_gemm_panels on the weights packed in column panels (each panel
+// one sequential stream), the panels split over the threads. See kGemvRows for the measurements.
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <string>
 #include <list>
 #include <map>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/small_gemm.h"
 #include "ops/op_util.h"
 #include "backends/cpu/prepacked.h"
 
@@ -23,6 +32,12 @@ using cpu::dnnl_stream;
 using cpu::wrap;
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
+
+// Most rows for the small_gemm path. Measured (bench/gemv_probe.cpp, 1x1280 or 8x1280 x 1280x1000 +
+// bias, best of 200 calls, the caches flushed by 48 MB of other traffic before each call as the rest
+// of a model does, 1 thread): 1 row 0.155-0.185 ms against oneDNN's packed brgemm 0.243-0.252 ms,
+// 8 rows 0.237-0.255 against 0.290-0.340; with warm caches both are equal (0.055 / 0.18 ms).
+constexpr int64_t kGemvRows = 8;
 
 class DnnlMatMulKernel : public Kernel {
  public:
@@ -84,6 +99,17 @@ class DnnlMatMulKernel : public Kernel {
     // The sum post-op adds what dst holds; dst may be the residual's own buffer (memory plan).
     ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 3, dtype_, p->out_dims)
                                         : ctx.allocate_output(0, dtype_, p->out_dims, false));
+    if (p->gemv) {
+      const float* ap = a.data<float>();
+      float* yp = y->mutable_data<float>();
+      const float* bias = bias_t_.defined() ? bias_t_.data<float>() : nullptr;
+      const int64_t m = p->gemv_rows, k = gemv_w_.rows, n = gemv_w_.cols;
+      const int64_t panels = (n + cpu::PanelMatrix::kPanel - 1) / cpu::PanelMatrix::kPanel;
+      parallel_ranges(panels, m * k * cpu::PanelMatrix::kPanel, [&](int64_t b, int64_t e) {
+        cpu::small_gemm_panels(m, ap, k, gemv_w_, bias, yp, n, b, e);
+      });
+      return Status::ok();
+    }
     if (has_z_ && ctx.input(3).raw() != y->raw())
       std::memcpy(y->mutable_raw(), ctx.input(3).raw(), static_cast<size_t>(y->nbytes()));
     try {
@@ -104,6 +130,8 @@ class DnnlMatMulKernel : public Kernel {
     memory::desc src, wei, dst, bias;
     const memory* weights = nullptr;  // packed constant weights
     std::vector<int64_t> out_dims;
+    bool gemv = false;       // computed by cpu::small_gemm_panels on gemv_w_ instead of the primitive
+    int64_t gemv_rows = 0;   // its M
   };
 
   // Builds the problem's dims: src [.., M, K], weights [.., K, N], dst; out_dims is the ONNX output shape.
@@ -159,6 +187,21 @@ class DnnlMatMulKernel : public Kernel {
       plan.out_dims = o;
     }
     if (bias_t_.defined() && bias_t_.numel() != dd.back()) return unsupported("bias");
+    static const bool gemv_enabled = [] {  // FERRY_MATMUL_SMALL_GEMM=0: always oneDNN (to compare)
+      const char* e = std::getenv("FERRY_MATMUL_SMALL_GEMM");
+      return !(e && std::string(e) == "0");
+    }();
+    if (gemv_enabled && w_.defined() && dtype_ == DType::kF32 && !has_z_ && act_.kind == ActKind::kNone && sd[0] <= kGemvRows &&
+        (!bias_t_.defined() || bias_t_.dtype() == DType::kF32)) {
+      const int64_t k = sd[1], n = dd[1];
+      // Packed once, under mu_; (k, n) of B is w_[n][k] with transB, w_[k][n] without.
+      if (gemv_w_.data.empty())
+        gemv_w_ = trans_b_ ? cpu::pack_panels(k, n, w_.data<float>(), 1, k) : cpu::pack_panels(k, n, w_.data<float>(), n, 1);
+      plan.gemv = true;
+      plan.gemv_rows = sd[0];
+      *out = &plans_.emplace(key, std::move(plan)).first->second;
+      return Status::ok();
+    }
     try {
       const tag plain = cpu::plain_tag(sd.size());
       plan.src = memory::desc(sd, dt, plain);
@@ -207,6 +250,7 @@ class DnnlMatMulKernel : public Kernel {
   Tensor bias_t_;  // bias as [N] / [1, N] (Gemm: beta * C in f32)
   bool trans_b_ = false, has_z_ = false;
   FusedActivation act_;
+  cpu::PanelMatrix gemv_w_;  // w_ as [K, N] column panels, packed by the first plan taking the small_gemm path
   std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, Plan> plans_;
   std::mutex mu_;  // guards plans_ and the plans' buffers (concurrent runs of one model)
   std::list<std::pair<memory::desc, memory>> packed_;

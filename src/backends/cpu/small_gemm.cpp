@@ -20,10 +20,10 @@ namespace {
 constexpr int64_t kP = PanelMatrix::kPanel;
 
 FERRY_VEC void small_gemm_generic(int64_t M, const float* A, int64_t lda, const PanelMatrix& B, const float* bias,
-                                  float* C, int64_t ldc) {
-  const int64_t K = B.rows, N = B.cols;
+                                  float* C, int64_t ldc, int64_t n_begin, int64_t N) {
+  const int64_t K = B.rows;
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t n0 = 0; n0 < N; n0 += kP) {
+    for (int64_t n0 = n_begin; n0 < N; n0 += kP) {
       const float* panel = B.data.data() + (n0 / kP) * K * kP;
       float acc[kP] = {};
       for (int64_t k = 0; k < K; ++k) {
@@ -71,9 +71,10 @@ __attribute__((target("avx512f"))) void block_avx512(int64_t K, int64_t width, c
 }
 
 template <int MR>
-void rows_avx512(const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C, int64_t ldc) {
-  const int64_t K = B.rows, N = B.cols;
-  for (int64_t n0 = 0; n0 < N; n0 += kP) {
+void rows_avx512(const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C, int64_t ldc,
+                 int64_t n_begin, int64_t N) {
+  const int64_t K = B.rows;
+  for (int64_t n0 = n_begin; n0 < N; n0 += kP) {
     const float* panel = B.data.data() + (n0 / kP) * K * kP;
     const float* bn = bias ? bias + n0 : nullptr;
     if constexpr (MR <= 4) {
@@ -87,20 +88,20 @@ void rows_avx512(const float* A, int64_t lda, const PanelMatrix& B, const float*
 }
 
 void small_gemm_avx512(int64_t M, const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C,
-                       int64_t ldc) {
+                       int64_t ldc, int64_t n_begin, int64_t n_end) {
   for (int64_t m0 = 0; m0 < M;) {
     const int64_t rows = std::min<int64_t>(8, M - m0);
     const float* a = A + m0 * lda;
     float* c = C + m0 * ldc;
     switch (rows) {
-      case 1: rows_avx512<1>(a, lda, B, bias, c, ldc); break;
-      case 2: rows_avx512<2>(a, lda, B, bias, c, ldc); break;
-      case 3: rows_avx512<3>(a, lda, B, bias, c, ldc); break;
-      case 4: rows_avx512<4>(a, lda, B, bias, c, ldc); break;
-      case 5: rows_avx512<5>(a, lda, B, bias, c, ldc); break;
-      case 6: rows_avx512<6>(a, lda, B, bias, c, ldc); break;
-      case 7: rows_avx512<7>(a, lda, B, bias, c, ldc); break;
-      default: rows_avx512<8>(a, lda, B, bias, c, ldc); break;
+      case 1: rows_avx512<1>(a, lda, B, bias, c, ldc, n_begin, n_end); break;
+      case 2: rows_avx512<2>(a, lda, B, bias, c, ldc, n_begin, n_end); break;
+      case 3: rows_avx512<3>(a, lda, B, bias, c, ldc, n_begin, n_end); break;
+      case 4: rows_avx512<4>(a, lda, B, bias, c, ldc, n_begin, n_end); break;
+      case 5: rows_avx512<5>(a, lda, B, bias, c, ldc, n_begin, n_end); break;
+      case 6: rows_avx512<6>(a, lda, B, bias, c, ldc, n_begin, n_end); break;
+      case 7: rows_avx512<7>(a, lda, B, bias, c, ldc, n_begin, n_end); break;
+      default: rows_avx512<8>(a, lda, B, bias, c, ldc, n_begin, n_end); break;
     }
     m0 += rows;
   }
@@ -123,14 +124,21 @@ PanelMatrix pack_panels(int64_t K, int64_t N, const float* src, int64_t stride_k
 
 void small_gemm(int64_t M, const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C,
                 int64_t ldc) {
+  small_gemm_panels(M, A, lda, B, bias, C, ldc, 0, (B.cols + kP - 1) / kP);
+}
+
+void small_gemm_panels(int64_t M, const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C,
+                       int64_t ldc, int64_t panel_begin, int64_t panel_end) {
+  const int64_t n_begin = std::min(panel_begin * kP, B.cols), n_end = std::min(panel_end * kP, B.cols);
+  if (n_begin >= n_end) return;
 #if defined(__x86_64__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   if (avx512) {
-    small_gemm_avx512(M, A, lda, B, bias, C, ldc);
+    small_gemm_avx512(M, A, lda, B, bias, C, ldc, n_begin, n_end);
     return;
   }
 #endif
-  small_gemm_generic(M, A, lda, B, bias, C, ldc);
+  small_gemm_generic(M, A, lda, B, bias, C, ldc, n_begin, n_end);
 }
 
 }  // namespace ferry::cpu

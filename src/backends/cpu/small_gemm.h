@@ -24,4 +24,10 @@ PanelMatrix pack_panels(int64_t K, int64_t N, const float* src, int64_t stride_k
 /// with leading dims lda / ldc. `bias` may be null (zero). C must not alias A.
 void small_gemm(int64_t M, const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C, int64_t ldc);
 
+/// small_gemm on the columns of panels [panel_begin, panel_end) only (each PanelMatrix::kPanel
+/// columns, the last one possibly fewer): C's other columns are not touched. Disjoint panel ranges
+/// may run on different threads at once.
+void small_gemm_panels(int64_t M, const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C,
+                       int64_t ldc, int64_t panel_begin, int64_t panel_end);
+
 }  // namespace ferry::cpu
