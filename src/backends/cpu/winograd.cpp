@@ -1,0 +1,246 @@
+// Winograd F(2x2, 3x3) on NHWC f32 (see winograd.h). Transforms (Lavin & Gray's matrices):
+//   U = G g G^T      G   = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]
+//   V = B^T d B      B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
+//   Y = A^T M A      A^T = [1 1 1 0; 0 1 -1 -1]
+// with d a 4x4 input patch (stride 2 between tiles) and M[e] = V[e] x U[e] for the 16 elements e.
+// The transforms run along the channels (contiguous in NHWC), 16 or 4 rows of pointers at a time.
+#include "backends/cpu/winograd.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <unordered_map>
+
+#include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/dnnl_plan_cache.h"
+#include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/vec_math.h"
+
+namespace ferry::cpu {
+namespace {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+
+// V and M of one block together stay under this many bytes: measured on 14x14x256 batch 8, one
+// thread, 196-tile blocks (6.3 MiB) ran as fast as 49 and faster than 392 or 16.
+constexpr int64_t kBlockBytes = int64_t{8} << 20;
+
+// v[e * estride + c] = (B^T d B)[e] for the 4x4 patch whose row i, column j, channel c is
+// rows[i * 4 + j][c].
+FERRY_VEC void input_tile(const float* const* rows, int64_t cin, float* v, int64_t estride) {
+#pragma omp simd
+  for (int64_t c = 0; c < cin; ++c) {
+    float t[16];
+    for (int j = 0; j < 4; ++j) {  // B^T d, one column j at a time
+      const float d0 = rows[j][c], d1 = rows[4 + j][c], d2 = rows[8 + j][c], d3 = rows[12 + j][c];
+      t[j] = d0 - d2;
+      t[4 + j] = d1 + d2;
+      t[8 + j] = d2 - d1;
+      t[12 + j] = d1 - d3;
+    }
+    for (int i = 0; i < 4; ++i) {  // (B^T d) B, row i
+      const float a0 = t[4 * i], a1 = t[4 * i + 1], a2 = t[4 * i + 2], a3 = t[4 * i + 3];
+      v[(4 * i) * estride + c] = a0 - a2;
+      v[(4 * i + 1) * estride + c] = a1 + a2;
+      v[(4 * i + 2) * estride + c] = a2 - a1;
+      v[(4 * i + 3) * estride + c] = a1 - a3;
+    }
+  }
+}
+
+// out[k][c] = max(lo, (A^T M A)[k] + bias[c] + z[k][c]) for the 2x2 outputs k = i * 2 + j, with
+// M[e][c] = m[e * estride + c].
+FERRY_VEC void output_tile(const float* m, int64_t estride, int64_t cout, const float* bias, const float* const* z,
+                           float* const* out, float lo) {
+#pragma omp simd
+  for (int64_t c = 0; c < cout; ++c) {
+    float s[8];
+    for (int j = 0; j < 4; ++j) {  // A^T M, one column j at a time
+      const float m0 = m[j * estride + c], m1 = m[(4 + j) * estride + c], m2 = m[(8 + j) * estride + c],
+                  m3 = m[(12 + j) * estride + c];
+      s[j] = m0 + m1 + m2;
+      s[4 + j] = m1 - m2 - m3;
+    }
+    for (int i = 0; i < 2; ++i) {  // (A^T M) A, row i
+      const float a0 = s[4 * i], a1 = s[4 * i + 1], a2 = s[4 * i + 2], a3 = s[4 * i + 3];
+      const float y0 = a0 + a1 + a2 + bias[c] + z[2 * i][c], y1 = a1 - a2 - a3 + bias[c] + z[2 * i + 1][c];
+      out[2 * i][c] = y0 < lo ? lo : y0;  // NaN stays NaN
+      out[2 * i + 1][c] = y1 < lo ? lo : y1;
+    }
+  }
+}
+
+}  // namespace
+
+WinogradConv3x3::WinogradConv3x3(const float* w, const float* bias, int64_t cout, int64_t cin)
+    : cout_(cout), cin_(cin), u_(static_cast<size_t>(16 * cin * cout)), bias_(static_cast<size_t>(cout), 0.f) {
+  if (bias) std::copy(bias, bias + cout, bias_.begin());
+  for (int64_t o = 0; o < cout; ++o)
+    for (int64_t i = 0; i < cin; ++i) {
+      const float* g = w + (o * cin + i) * 9;
+      float t[4][3];  // G g
+      for (int j = 0; j < 3; ++j) {
+        t[0][j] = g[j];
+        t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+        t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+        t[3][j] = g[6 + j];
+      }
+      for (int r = 0; r < 4; ++r) {  // (G g) G^T
+        const float u[4] = {t[r][0], 0.5f * (t[r][0] + t[r][1] + t[r][2]), 0.5f * (t[r][0] - t[r][1] + t[r][2]),
+                            t[r][2]};
+        for (int k = 0; k < 4; ++k) u_[static_cast<size_t>(((r * 4 + k) * cin + i) * cout + o)] = u[k];
+      }
+    }
+}
+
+const memory* WinogradConv3x3::packed_weights(const memory::desc& want) {
+  for (auto& [desc, mem] : packed_)
+    if (desc == want) return &mem;
+  memory user(memory::desc({16, cin_, cout_}, memory::data_type::f32, tag::abc), dnnl_engine(), u_.data());
+  memory packed(want, dnnl_engine());
+  dnnl::reorder(user, packed).execute(dnnl_stream(), user, packed);
+  dnnl_stream().wait();
+  packed_.emplace_back(want, packed);
+  return &packed_.back().second;
+}
+
+// The tiles [begin, end) of thread `i` of `threads`, and calls fn(first tile, count) for its blocks
+// of at most `block` tiles, split evenly (100 tiles at a 64-tile limit run as 50 + 50).
+template <typename F>
+void for_each_block(int64_t tiles, int threads, int i, int64_t block, F fn) {
+  const int64_t begin = tiles * i / threads, end = tiles * (i + 1) / threads, n = end - begin;
+  if (n <= 0) return;
+  const int64_t blocks = (n + block - 1) / block;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t lo = begin + n * b / blocks, hi = begin + n * (b + 1) / blocks;
+    fn(lo, hi - lo);
+  }
+}
+
+Status WinogradConv3x3::make_plan(int64_t n, int64_t h, int64_t w, Plan* plan, int64_t block_tiles) {
+  if (n < 1 || h < 1 || w < 1) return invalid_argument("winograd: empty input");
+  plan->n = n;
+  plan->h = h;
+  plan->w = w;
+  plan->tiles_h = (h + 1) / 2;
+  plan->tiles_w = (w + 1) / 2;
+  plan->tiles = n * plan->tiles_h * plan->tiles_w;
+  plan->block = block_tiles > 0 ? block_tiles : std::max<int64_t>(16, kBlockBytes / (16 * 4 * (cin_ + cout_)));
+  // Threads share the tiles, each with its own matmuls (made single-threaded below, as they run
+  // inside one parallel region): one fork-join per run, where a transform / matmul / transform
+  // sequence of oneDNN-threaded steps took three per block (measured far slower on a loaded machine).
+  plan->threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), plan->tiles / 8)));
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < plan->threads; ++i)
+    for_each_block(plan->tiles, plan->threads, i, plan->block, [&](int64_t, int64_t m) {
+      if (std::find(sizes.begin(), sizes.end(), m) == sizes.end()) sizes.push_back(m);
+    });
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(1);  // the matmuls are planned for one thread each
+  try {
+    plan->gemms.clear();
+    for (int64_t m : sizes) {
+      const memory::desc src({16, m, cin_}, memory::data_type::f32, tag::abc);
+      const memory::desc wd({16, cin_, cout_}, memory::data_type::f32, tag::any);
+      const memory::desc dst({16, m, cout_}, memory::data_type::f32, tag::abc);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wd, dst), concurrent_attr(), dnnl_engine());
+      Plan::Gemm g;
+      g.m = m;
+      g.prim = dnnl::matmul(pd);
+      g.weights = packed_weights(pd.weights_desc());
+      plan->gemms.push_back(std::move(g));
+      plan->scratchpad_bytes = std::max(plan->scratchpad_bytes, pd.scratchpad_desc().get_size());
+    }
+  } catch (const dnnl::error& e) {
+    omp_set_num_threads(saved_threads);
+    return internal_error(std::string("winograd matmul: ") + e.what());
+  }
+  omp_set_num_threads(saved_threads);
+  return Status::ok();
+}
+
+Status WinogradConv3x3::run(const Plan& p, const float* x, const float* z, float* y, bool relu) const {
+  const int64_t cin = cin_, cout = cout_;
+  const float lo = relu ? 0.f : -std::numeric_limits<float>::infinity();
+  const int64_t per_image = p.tiles_h * p.tiles_w;
+  const auto tile_origin = [&](int64_t t, int64_t* img, int64_t* oy, int64_t* ox) {
+    *img = t / per_image;
+    const int64_t r = t % per_image;
+    *oy = 2 * (r / p.tiles_w);
+    *ox = 2 * (r % p.tiles_w);
+  };
+  std::atomic<bool> failed{false};
+  std::string error;
+  // Inside another parallel region (or with fewer threads than planned), one thread runs every range.
+#pragma omp parallel for num_threads(p.threads) schedule(static)
+  for (int i = 0; i < p.threads; ++i) {
+    // This thread's V (then cin zeros: the padding's source) and M (then cout zeros, the residual
+    // when there is none, and a cout sink for the missing pixels of partial tiles).
+    float* v = static_cast<float*>(scratch_data(static_cast<size_t>(16 * p.block * cin + cin) * sizeof(float), ScratchSlot::kSrc));
+    float* zeros = v + 16 * p.block * cin;
+    std::fill(zeros, zeros + cin, 0.f);
+    float* m = static_cast<float*>(scratch_data(static_cast<size_t>(16 * p.block * cout + 2 * cout) * sizeof(float), ScratchSlot::kDst));
+    float* zero_out = m + 16 * p.block * cout;
+    float* sink = zero_out + cout;
+    std::fill(zero_out, zero_out + cout, 0.f);
+    void* pad = p.scratchpad_bytes ? scratch_data(p.scratchpad_bytes, ScratchSlot::kScratchpad) : nullptr;
+    for_each_block(p.tiles, p.threads, i, p.block, [&](int64_t t0, int64_t count) {
+      if (failed.load(std::memory_order_relaxed)) return;
+      const float* rows[16];
+      for (int64_t t = 0; t < count; ++t) {
+        int64_t img, oy, ox;
+        tile_origin(t0 + t, &img, &oy, &ox);
+        for (int r = 0; r < 4; ++r)
+          for (int c = 0; c < 4; ++c) {
+            const int64_t iy = oy - 1 + r, ix = ox - 1 + c;
+            rows[r * 4 + c] = iy < 0 || iy >= p.h || ix < 0 || ix >= p.w ? zeros : x + ((img * p.h + iy) * p.w + ix) * cin;
+          }
+        input_tile(rows, cin, v + t * cin, count * cin);
+      }
+      const Plan::Gemm* g = nullptr;
+      for (const auto& cand : p.gemms)
+        if (cand.m == count) g = &cand;
+      try {
+        if (!g) throw dnnl::error(dnnl_runtime_error, "no matmul planned for this block");
+        const memory sm({{16, count, cin}, memory::data_type::f32, tag::abc}, dnnl_engine(), v);
+        const memory dm({{16, count, cout}, memory::data_type::f32, tag::abc}, dnnl_engine(), m);
+        std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, *g->weights}, {DNNL_ARG_DST, dm}};
+        if (pad)
+          args[DNNL_ARG_SCRATCHPAD] =
+              memory({{static_cast<int64_t>(p.scratchpad_bytes)}, memory::data_type::u8, tag::a}, dnnl_engine(), pad);
+        dnnl::stream& s = dnnl_stream();
+        g->prim.execute(s, args);
+        s.wait();
+      } catch (const dnnl::error& e) {
+#pragma omp critical(ferry_winograd_error)
+        error = std::string("winograd matmul: ") + e.what();
+        failed.store(true);
+        return;
+      }
+      float* out[4];
+      const float* zr[4];
+      for (int64_t t = 0; t < count; ++t) {
+        int64_t img, oy, ox;
+        tile_origin(t0 + t, &img, &oy, &ox);
+        for (int r = 0; r < 2; ++r)
+          for (int c = 0; c < 2; ++c) {
+            const int64_t yy = oy + r, xx = ox + c;
+            const bool in = yy < p.h && xx < p.w;
+            const int64_t off = ((img * p.h + yy) * p.w + xx) * cout;
+            out[r * 2 + c] = in ? y + off : sink;
+            zr[r * 2 + c] = in && z ? z + off : zero_out;
+          }
+        output_tile(m + t * cout, count * cout, cout, bias_.data(), zr, out, lo);
+      }
+    });
+  }
+  if (failed.load()) return internal_error(error);
+  return Status::ok();
+}
+
+}  // namespace ferry::cpu
