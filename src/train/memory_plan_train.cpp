@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ops/conv_grad_link.h"
 #include "runtime/memory_estimate.h"
 #include "runtime/memory_plan.h"
 
@@ -63,7 +64,8 @@ int64_t blocked_bytes(const Graph& g, const std::string& v, bool weights, bool h
 // thread that runs the graph, as large as the largest tensor that role ever holds, kept for the
 // process's life. Forward Conv: src X, weights W, dst Y; ConvGrad(dY, X, W): src X, dst dY,
 // weights W, diff_src dX, diff_weights dW. A node with amp_bf16 (src/passes/amp_bf16_fold.cpp, --amp
-// bf16) holds its operands in bf16, and the outputs bit i of amp_round_outputs names.
+// bf16) holds its operands in bf16, and the outputs bit i of amp_round_outputs names. Besides, each
+// forward linked to its ConvGrad (ops/conv_grad_link.h) keeps its blocked X for the whole run.
 int64_t conv_layout_buffers(const Graph& g) {
   int64_t src = 0, wei = 0, dst = 0, diff_src = 0, diff_wei = 0;
   for (const Node& n : g.nodes) {
@@ -83,7 +85,15 @@ int64_t conv_layout_buffers(const Graph& g) {
     if (grad && n.outputs.size() > 1 && !n.outputs[1].empty())
       diff_wei = std::max(diff_wei, blocked_bytes(g, w, true, half_out(1)));
   }
-  return src + wei + dst + diff_src + diff_wei;
+  int64_t kept_x = 0;
+  for (const ConvGradLink& l : conv_grad_links(g)) {
+    const Node& n = g.nodes[l.forward];
+    const TensorType* t = g.find_type(n.inputs[0]);
+    if (!t || !t->shape || !t->shape->is_static() || t->shape->rank() < 3 || t->shape->values()[1] < 8) continue;
+    const Attribute* amp = n.attr("amp_bf16");  // a 3-channel image stays plain: nothing kept
+    kept_x += blocked_bytes(g, n.inputs[0], false, amp && amp->i != 0);
+  }
+  return src + wei + dst + diff_src + diff_wei + kept_x;
 }
 
 }  // namespace
@@ -199,7 +209,7 @@ std::string format_train_memory(const TrainMemoryPlan& p, int64_t limit, int64_t
   line("gradients", p.gradients, p.accumulate > 1 ? "sum and next micro-batch" : "");
   line("optimizer state", p.optimizer_state, "");
   line("activations", p.activations, "saved for backward + temporaries, peak at " + p.peak_node);
-  line("workspace", p.workspace, "convolutions' blocked-layout buffers");
+  line("workspace", p.workspace, "convolutions' blocked-layout buffers and kept blocked inputs");
   line("data buffers", p.data_buffers, "batches in flight");
   line("runtime", p.runtime, "the process when planning, less the weights: code, libraries, model");
   line("startup peak", p.startup_peak, "the process's peak before planning (loading, graphs)");

@@ -15,6 +15,7 @@
 #include <random>
 
 #include "onnx/onnx_import.h"
+#include "ops/conv_grad_link.h"
 #include "op_tester.h"
 #include "runtime/executor.h"
 #include "train/training_graph.h"
@@ -172,6 +173,68 @@ TEST(CpuTrainKernels, ConvWithRuntimeWeightsMatchesReference) {
     const Tensor x = randn(cc.x, seed), w = randn(cc.w, seed + 1, 0.3f), b = randn({cc.w[0]}, seed + 2);
     OneNode{"Conv", "", cc.attrs, {x, w, b}, {}, {true}}.expect_matches_reference();
     OneNode{"Conv", "", cc.attrs, {x, w}, {false, true}, {true}}.expect_matches_reference();
+    seed += 10;
+  }
+}
+
+// Conv(X, W) and ConvGrad(dY, X, W) in one graph: the forward keeps its blocked X for the
+// backward-weights (ops/conv_grad_link.h). Two runs of one executor, X's buffer rewritten in place
+// between them (same data pointer, new values): both match the reference.
+TEST(CpuTrainKernels, ConvGradReadsTheForwardsBlockedXOfTheSameRun) {
+  uint32_t seed = 200;
+  for (const ConvCase& cc : conv_cases()) {
+    if (cc.x.size() != 4 || cc.x[1] < 16 || cc.attrs.count("group")) continue;  // blocked, ungrouped 2-D
+    SCOPED_TRACE("X " + dims_to_string(cc.x) + " W " + dims_to_string(cc.w));
+    auto model = std::make_shared<Model>();
+    model->opset_imports[""] = 17;
+    model->opset_imports["com.ferry"] = 1;
+    Graph& g = model->graph;
+    Tensor x = randn(cc.x, seed), w = randn(cc.w, seed + 1, 0.3f);
+    Node conv, grad;
+    conv.name = "conv";
+    conv.op_type = "Conv";
+    conv.inputs = {"x", "w"};
+    conv.outputs = {"y"};
+    conv.attrs = cc.attrs;
+    OneNode fwd{"Conv", "", cc.attrs, {x, w}, {}, {true}};
+    const Tensor dy = randn(fwd.run("cpu-ref").at(0).dims(), seed + 2);
+    grad.name = "conv_grad";
+    grad.op_type = "ConvGrad";
+    grad.domain = "com.ferry";
+    grad.inputs = {"dy", "x", "w"};
+    grad.outputs = {"dx", "dw", "db"};
+    grad.attrs = cc.attrs;
+    g.nodes = {conv, grad};
+    for (const auto& [name, t] : std::vector<std::pair<std::string, const Tensor*>>{{"x", &x}, {"w", &w}, {"dy", &dy}}) {
+      g.inputs.push_back(ValueInfo{name, t->type()});
+      g.value_types[name] = t->type();
+    }
+    for (const char* o : {"y", "dx", "dw", "db"}) g.outputs.push_back(ValueInfo{o, {}});
+    ASSERT_TRUE(infer_shapes(model.get()).is_ok());
+    ASSERT_EQ(conv_grad_links(g).size(), 1u);
+    std::map<std::string, std::unique_ptr<Executor>> ex;
+    for (const char* device : {"cpu", "cpu-ref"}) {
+      ExecutorOptions eo;
+      eo.device = device;
+      eo.opt_level = 0;
+      auto e = Executor::create(model, eo);
+      ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+      ex[device] = std::move(e).value();
+    }
+    for (int run = 0; run < 2; ++run) {
+      if (run == 1) {  // new values in the same buffer
+        const Tensor x2 = randn(cc.x, seed + 3);
+        std::copy(x2.data<float>(), x2.data<float>() + x2.numel(), x.mutable_data<float>());
+      }
+      std::map<std::string, NamedTensors> outs;
+      for (auto& [device, e] : ex) {
+        Status st = e->run({{"x", x}, {"w", w}, {"dy", dy}}, &outs[device]);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+      }
+      ASSERT_EQ(outs["cpu"].size(), 4u);
+      for (size_t i = 0; i < 4; ++i)
+        EXPECT_LE(rel_err(outs["cpu"][i].second, outs["cpu-ref"][i].second), 1e-5) << "run " << run << " " << outs["cpu"][i].first;
+    }
     seed += 10;
   }
 }

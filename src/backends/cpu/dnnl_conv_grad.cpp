@@ -13,10 +13,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
+#include "ops/conv_grad_link.h"
 #include "ops/conv_pool_util.h"
 
 namespace ferry {
@@ -40,13 +42,14 @@ enum Buf { kBufSrc, kBufWei, kBufDst, kBufDiffSrc, kBufDiffWei, kBufDiffDst2, kB
 struct GrowBuffer {
   void* data = nullptr;
   size_t size = 0;
+  GrowBuffer() = default;
+  GrowBuffer(const GrowBuffer&) = delete;
+  GrowBuffer& operator=(const GrowBuffer&) = delete;
   ~GrowBuffer() { std::free(data); }
 };
 
-memory buf_memory(const memory::desc& d, Buf slot) {
-  thread_local GrowBuffer bufs[kBufs];
+memory grow_memory(const memory::desc& d, GrowBuffer& b) {
   const size_t bytes = d.get_size();
-  GrowBuffer& b = bufs[slot];
   if (bytes > b.size) {
     std::free(b.data);
     b.size = (bytes + 4095) / 4096 * 4096;
@@ -57,6 +60,39 @@ memory buf_memory(const memory::desc& d, Buf slot) {
     }
   }
   return memory(d, dnnl_engine(), bytes ? b.data : nullptr);
+}
+
+memory buf_memory(const memory::desc& d, Buf slot) {
+  thread_local GrowBuffer bufs[kBufs];
+  return grow_memory(d, bufs[slot]);
+}
+
+// The forward's X in the layout of its primitive, kept for the linked ConvGrad's backward-weights
+// (ops/conv_grad_link.h) so that X is reordered once per step, not twice. One per link and thread
+// (a run executes its nodes one after another on one thread): the forward clears it first thing and
+// fills it with the reorder it makes anyway; ConvGrad takes it when it is of the same data pointer
+// and layout, and clears it (read once). So a copy is only ever read by the ConvGrad that follows
+// the forward which made it, in the same run. The buffer is kept (not freed after the read): the
+// copies are all alive at the end of the forward pass, the step's peak, and returning them to the
+// system would page them in again every step (train/memory_plan_train.cpp counts them).
+struct KeptX {
+  GrowBuffer buf;
+  memory::desc md;
+  const void* x = nullptr;  // the data pointer it is a copy of; nullptr: nothing to read
+};
+
+KeptX& kept_x(const std::string& link) {
+  thread_local std::unordered_map<std::string, KeptX> kept;
+  return kept[link];
+}
+
+// The link key of the forward (`grad` false) or ConvGrad node `node` of `graph`; empty: none.
+std::string link_of(const Graph& graph, const Node& node, bool grad) {
+  for (const ConvGradLink& l : conv_grad_links(graph)) {
+    const Node& n = graph.nodes[grad ? l.grad : l.forward];
+    if (n.name == node.name && n.inputs == node.inputs && n.outputs == node.outputs) return l.key;
+  }
+  return {};
 }
 
 dnnl::reorder make_reorder(const memory::desc& from, const memory::desc& to) {
@@ -75,11 +111,11 @@ struct LayoutChange {
     needed = user != want;
     if (needed) prim = make_reorder(user, want);
   }
-  // Input side: the tensor as the primitive reads it.
-  memory in(const Tensor& t, Buf slot, dnnl::stream& s) const {
+  // Input side: the tensor as the primitive reads it (reordered into `to`, else into `slot`).
+  memory in(const Tensor& t, Buf slot, dnnl::stream& s, GrowBuffer* to = nullptr) const {
     memory m = wrap(user, t);
     if (!needed) return m;
-    memory b = buf_memory(want, slot);
+    memory b = to ? grow_memory(want, *to) : buf_memory(want, slot);
     prim.execute(s, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, b}});
     return b;
   }
@@ -217,7 +253,8 @@ void split_key(const std::vector<int64_t>& key, std::vector<int64_t>* x, std::ve
 
 class TrainConvKernel : public Kernel {
  public:
-  TrainConvKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback), amp_(node) {}
+  TrainConvKernel(const Node& node, const Graph& graph, KernelFn fallback)
+      : node_(node), fallback_(fallback), amp_(node), link_(link_of(graph, node, false)) {}
   bool amp() const { return amp_.bf16; }
 
   bool init(const Graph& graph) {
@@ -230,6 +267,8 @@ class TrainConvKernel : public Kernel {
   }
 
   Status compute(KernelContext& ctx) override {
+    KeptX* keep = link_.empty() ? nullptr : &kept_x(link_);
+    if (keep) keep->x = nullptr;  // whatever this node kept in an earlier run is stale now
     const Tensor &x = ctx.input(0), &w = ctx.input(1);
     const bool inputs_f32 = f32(x) && f32(w) && (!has_b_ || f32(ctx.input(2))) && (!has_z_ || f32(ctx.input(3)));
     if (!inputs_f32) return amp() ? amp_unsupported(node_, "an input is not f32") : fallback_(ctx);
@@ -243,7 +282,7 @@ class TrainConvKernel : public Kernel {
     try {
       dnnl::stream& s = dnnl_stream();
       std::unordered_map<int, memory> args = {
-          {DNNL_ARG_SRC, p->src.in(x, kBufSrc, s)},
+          {DNNL_ARG_SRC, p->src.in(x, kBufSrc, s, keep && p->src.needed ? &keep->buf : nullptr)},
           {DNNL_ARG_WEIGHTS, p->wei.in(w, kBufWei, s)},
           {DNNL_ARG_SCRATCHPAD, buf_memory(p->pd.scratchpad_desc(), kBufPad)}};
       memory dst = p->dst.out(y, kBufDst);
@@ -259,6 +298,10 @@ class TrainConvKernel : public Kernel {
       s.wait();
     } catch (const dnnl::error& e) {
       return cpu::dnnl_error(node_, e);
+    }
+    if (keep && p->src.needed) {
+      keep->md = p->src.want;
+      keep->x = x.raw();
     }
     return Status::ok();
   }
@@ -314,6 +357,7 @@ class TrainConvKernel : public Kernel {
   Node node_;
   KernelFn fallback_;
   AmpMode amp_;
+  std::string link_;  // conv_grad_links key: X is kept for that ConvGrad
   bool has_b_ = false, has_z_ = false;
   FusedActivation act_;
   cpu::PlanCache<Plan> plans_;
@@ -323,11 +367,16 @@ class TrainConvKernel : public Kernel {
 
 class ConvGradKernel : public Kernel {
  public:
-  ConvGradKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback), amp_(node) {
+  ConvGradKernel(const Node& node, const Graph& graph, KernelFn fallback)
+      : node_(node), fallback_(fallback), amp_(node), link_(link_of(graph, node, true)) {
     for (size_t i = 0; i < 3; ++i) want_[i] = i < node.outputs.size() && !node.outputs[i].empty();
   }
 
   Status compute(KernelContext& ctx) override {
+    // The forward's copy of X (read once: cleared whatever happens below).
+    KeptX* kept = link_.empty() ? nullptr : &kept_x(link_);
+    const void* kept_of = kept ? kept->x : nullptr;
+    if (kept) kept->x = nullptr;
     const Tensor &dy = ctx.input(0), &x = ctx.input(1), &w = ctx.input(2);
     for (const Tensor* t : {&dy, &x, &w})
       if (t->dtype() != DType::kF32) return amp_.bf16 ? amp_unsupported(node_, "an input is not f32") : fallback_(ctx);
@@ -350,8 +399,9 @@ class ConvGradKernel : public Kernel {
       memory dy_w;  // dY as backward-weights reads it
       if (want_[1] || want_[2]) {
         dy_w = p->dy_for_w.in(dy, kBufDst, s);
+        const bool reuse_x = p->x_for_w.needed && kept_of == x.raw() && kept->md == p->x_for_w.want;
         std::unordered_map<int, memory> args = {
-            {DNNL_ARG_SRC, p->x_for_w.in(x, kBufSrc, s)},
+            {DNNL_ARG_SRC, reuse_x ? memory(kept->md, dnnl_engine(), kept->buf.data) : p->x_for_w.in(x, kBufSrc, s)},
             {DNNL_ARG_DIFF_DST, dy_w},
             {DNNL_ARG_SCRATCHPAD, buf_memory(p->bw_pd.scratchpad_desc(), kBufPad)}};
         memory dwm = dw ? p->dw_out.out(dw, kBufDiffWei) : buf_memory(p->bw_pd.diff_weights_desc(), kBufDiffWei);
@@ -450,11 +500,12 @@ class ConvGradKernel : public Kernel {
   KernelFn fallback_;
   bool want_[3] = {false, false, false};
   AmpMode amp_;
+  std::string link_;  // conv_grad_links key: X as the forward kept it
   cpu::PlanCache<Plan> plans_;
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_train_conv(const Node& node, const OpSchema& schema, const Graph& graph) {
-  auto k = std::make_unique<TrainConvKernel>(node, schema.kernel);
+  auto k = std::make_unique<TrainConvKernel>(node, graph, schema.kernel);
   if (!k->init(graph)) {
     if (k->amp()) return amp_unsupported(node, "oneDNN's training convolution does not take it (layout or activation)");
     return std::unique_ptr<Kernel>();
@@ -462,8 +513,8 @@ StatusOr<std::unique_ptr<Kernel>> make_train_conv(const Node& node, const OpSche
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
-StatusOr<std::unique_ptr<Kernel>> make_conv_grad(const Node& node, const OpSchema& schema, const Graph&) {
-  return std::unique_ptr<Kernel>(std::make_unique<ConvGradKernel>(node, schema.kernel));
+StatusOr<std::unique_ptr<Kernel>> make_conv_grad(const Node& node, const OpSchema& schema, const Graph& graph) {
+  return std::unique_ptr<Kernel>(std::make_unique<ConvGradKernel>(node, graph, schema.kernel));
 }
 
 }  // namespace

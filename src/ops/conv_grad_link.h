@@ -1,0 +1,50 @@
+// Which forward convolutions of a training graph hand their input X, in the backend's layout, to
+// the ConvGrad that reads the same X and W (backends/cpu/dnnl_conv_grad.cpp keeps the forward's
+// blocked copy of X for ConvGrad's backward-weights instead of reordering X twice per step;
+// train/memory_plan_train.cpp counts the copies). One rule for both.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace ferry {
+
+/// One link: the forward Conv / FusedConv (inputs X, W) and the ConvGrad(dY, X, W) after it.
+struct ConvGradLink {
+  size_t forward = 0, grad = 0;  // node indices
+  std::string key;               // the forward's output Y and X: unique within the graph
+};
+
+/// The links of `g`: a pair where exactly one forward node and exactly one ConvGrad read (X, W)
+/// and the forward comes first. None under --recompute (nodes named ".../recompute"): a clone
+/// runs just before its ConvGrad, and holding every copy would undo what recompute saves.
+/// $FERRY_TRAIN_CONV_KEEP_X=0: none (to compare).
+inline std::vector<ConvGradLink> conv_grad_links(const Graph& g) {
+  std::vector<ConvGradLink> links;
+  const char* off = std::getenv("FERRY_TRAIN_CONV_KEEP_X");
+  if (off && std::string(off) == "0") return links;
+  std::map<std::pair<std::string, std::string>, std::pair<std::vector<size_t>, std::vector<size_t>>> by_xw;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.name.size() >= 10 && n.name.compare(n.name.size() - 10, 10, "/recompute") == 0) return {};
+    const bool conv = (n.domain.empty() && n.op_type == "Conv") || (n.domain == "com.ferry" && n.op_type == "FusedConv");
+    const bool grad = n.domain == "com.ferry" && n.op_type == "ConvGrad";
+    if (conv && n.inputs.size() >= 2 && !n.outputs.empty() && !n.outputs[0].empty() && !n.inputs[0].empty())
+      by_xw[{n.inputs[0], n.inputs[1]}].first.push_back(i);
+    if (grad && n.inputs.size() >= 3 && !n.inputs[1].empty()) by_xw[{n.inputs[1], n.inputs[2]}].second.push_back(i);
+  }
+  for (const auto& [xw, nodes] : by_xw) {
+    if (nodes.first.size() != 1 || nodes.second.size() != 1 || nodes.first[0] > nodes.second[0]) continue;
+    const size_t f = nodes.first[0];
+    links.push_back({f, nodes.second[0], g.nodes[f].outputs[0] + "\n" + xw.first});
+  }
+  return links;
+}
+
+}  // namespace ferry
