@@ -9,13 +9,15 @@
 // source is still NCHW, reordered in the kernel) run directly on NHWC tensors, which is also the layout oneDNN 2.6 itself picks for them when
 // free to choose (format_tag::any gives NHWC brgconv kernels, f32 and bf16); plain NCHW nodes reorder
 // in and out of the blocked layout inside the kernel (measured: oneDNN's NCHW convolutions fall back
-// to a slow gemm path). f32 3x3 convolutions on large images run Winograd (see use_winograd); an
+// to a slow gemm path). f32 3x3 convolutions on large images run oneDNN's Winograd (see use_winograd),
+// on small channels-last ones ferry's own (cpu/winograd.h, see use_own_winograd); an
 // f32 SiLU is applied after the primitive rather than as its post-op (see act_after_postop).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <list>
+#include <memory>
 #include <unordered_map>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -25,6 +27,7 @@
 #include "backends/cpu/prepacked.h"
 #include "backends/cpu/small_gemm.h"
 #include "backends/cpu/vec_math.h"
+#include "backends/cpu/winograd.h"
 #include "ops/conv_pool_util.h"
 
 namespace ferry {
@@ -108,6 +111,13 @@ class DnnlConvKernel : public Kernel {
     if (!plan.is_ok()) return fallback_(ctx);
     const Plan* p = plan.value();
     if (has_z_ && (ctx.input(3).dims() != p->out_dims || ctx.input(3).dtype() != dtype_)) return fallback_(ctx);
+    if (p->own_winograd) {  // y = act(conv(x) + bias + z) in one pass of cpu::WinogradConv3x3
+      ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 3, dtype_, p->out_dims)
+                                          : ctx.allocate_output(0, dtype_, p->out_dims, false));
+      const Status st = winograd_->run(p->winograd, x.data<float>(), has_z_ ? ctx.input(3).data<float>() : nullptr,
+                                       y->mutable_data<float>(), act_.kind == ActKind::kRelu);
+      return st.is_ok() ? st : internal_error(node_.describe() + ": " + st.message());
+    }
     if (p->gemv) {  // [N, Cin] x [Cin, Cout] + bias, then the activation (no residual: see make_plan)
       ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, p->out_dims, false));
       const int64_t rows = x.dim(0), cout = w_.dim(0);
@@ -175,6 +185,8 @@ class DnnlConvKernel : public Kernel {
     memory::desc user_src, user_dst, bias_md;
     bool reorder_src = false, reorder_dst = false;
     bool gemv = false;  // computed by cpu::small_gemm on gemv_w_ instead of the primitives
+    bool own_winograd = false;  // computed by winograd_ (cpu/winograd.h) instead of the primitives
+    cpu::WinogradConv3x3::Plan winograd;
     bool act_after = false;  // the activation runs after the primitive (activate_in_place), not as a post-op
     uint64_t id = 0;         // unique in the process (bound_args' key)
     dnnl::reorder to_internal, to_user, z_to_internal;
@@ -244,6 +256,15 @@ class DnnlConvKernel : public Kernel {
       dilations.push_back(attrs_.dilations[i] - 1);
       pad_l.push_back(g.pad_begin);
       pad_r.push_back(g.pad_end);
+    }
+    if (use_own_winograd(xd, yd, pad_l, pad_r)) {
+      if (!winograd_)  // made once, under the plan cache's lock, like the packed weights
+        winograd_ = std::make_unique<cpu::WinogradConv3x3>(w_.data<float>(), b_.defined() ? b_.data<float>() : nullptr,
+                                                           w_.dim(0), w_.dim(1));
+      RETURN_IF_ERROR(winograd_->make_plan(xd[0], xd[2], xd[3], &plan->winograd));
+      plan->own_winograd = true;
+      plan->out_dims = {yd[0], yd[2], yd[3], yd[1]};
+      return Status::ok();
     }
     try {
       memory::data_type dt;
@@ -323,17 +344,42 @@ class DnnlConvKernel : public Kernel {
   // faster from 24x24 outputs with 32+ input channels and up to 128 channels on the smaller side
   // (ResNet-50 layer1/2, UNet); slower with 16 input channels or with 256+ channels on 14x14, even
   // at 256 channels on 24x24. Its rounding differs from the direct kernel's by ~1e-6 relative.
-  // FERRY_CONV_WINOGRAD=0 turns it off (to compare).
+  // FERRY_CONV_WINOGRAD=0 turns it off (to compare), =dnnl keeps only oneDNN's, =own only ferry's.
   bool use_winograd(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd) const {
-    static const bool enabled = [] {
+    if (!winograd_mode().dnnl || !winograd_shape()) return false;
+    return yd[2] * yd[3] >= 24 * 24 && xd[1] >= 32 && yd[1] >= 16 && std::min(xd[1], yd[1]) <= 128;
+  }
+  struct WinogradMode {
+    bool dnnl = true, own = true;
+  };
+  static WinogradMode winograd_mode() {
+    static const WinogradMode mode = [] {
       const char* e = std::getenv("FERRY_CONV_WINOGRAD");
-      return !(e && std::string(e) == "0");
+      const std::string v = e ? e : "";
+      return WinogradMode{v != "0" && v != "own", v != "0" && v != "dnnl"};
     }();
-    if (!enabled || dtype_ != DType::kF32 || group_ != 1 || w_.rank() != 4 || w_.dim(2) != 3 || w_.dim(3) != 3)
-      return false;
+    return mode;
+  }
+  // f32, ungrouped, 2-D 3x3, stride 1, dilation 1.
+  bool winograd_shape() const {
+    if (dtype_ != DType::kF32 || group_ != 1 || w_.rank() != 4 || w_.dim(2) != 3 || w_.dim(3) != 3) return false;
     for (size_t i = 0; i < 2; ++i)
       if (attrs_.strides[i] != 1 || attrs_.dilations[i] != 1) return false;
-    return yd[2] * yd[3] >= 24 * 24 && xd[1] >= 32 && yd[1] >= 16 && std::min(xd[1], yd[1]) <= 128;
+    return true;
+  }
+  // ferry's own Winograd (cpu/winograd.h: NHWC, pads 1, bias / residual / ReLU fused) where oneDNN's
+  // is not used: the small images of deep layers. Measured against the direct NHWC kernel
+  // (test_cpu_winograd DISABLED_Timing, 1 thread): 14x14x256 1.9x at batch 1 and 8; 7x7x512 0.73x
+  // at batch 1 (16 tiles: streaming the 1.8x larger transformed weights dominates), 1.26x at batch 8.
+  bool use_own_winograd(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const memory::dims& pad_l,
+                        const memory::dims& pad_r) const {
+    if (!winograd_mode().own || !winograd_shape() || !channels_last_ || nchw_input_ || use_winograd(xd, yd)) return false;
+    if (b_.defined() && b_.dtype() != DType::kF32) return false;
+    if (act_.kind != ActKind::kNone && act_.kind != ActKind::kRelu) return false;
+    for (size_t i = 0; i < 2; ++i)
+      if (pad_l[i] != 1 || pad_r[i] != 1) return false;
+    const int64_t tiles = xd[0] * ((xd[2] + 1) / 2) * ((xd[3] + 1) / 2);
+    return tiles >= 32 && std::min(xd[1], yd[1]) >= 64;
   }
 
   // f32 SiLU runs after the primitive, as one vectorized pass over the output (activate_in_place,
@@ -380,6 +426,7 @@ class DnnlConvKernel : public Kernel {
   FusedActivation act_;
   SpatialAttrs attrs_;
   cpu::PlanCache<Plan> plans_;
+  std::unique_ptr<cpu::WinogradConv3x3> winograd_;  // made by the first plan that takes that path
   std::list<std::pair<memory::desc, memory>> packed_;  // a list: plans point at its elements
 };
 
