@@ -126,22 +126,24 @@ double seconds_per_run(const std::function<void()>& f) {
 TEST(CpuWinograd, DISABLED_Timing) {
   using dnnl::memory;
   using tag = memory::format_tag;
-  std::vector<std::vector<int64_t>> shapes = {{1, 14, 256, 256}, {1, 7, 512, 512}, {8, 14, 256, 256},
-                                              {8, 7, 512, 512}, {1, 28, 128, 128}, {1, 56, 64, 64}};
-  if (const char* only = std::getenv("WINOGRAD_SHAPE")) {  // "n,hw,cin,cout"
-    shapes.assign(1, std::vector<int64_t>(4));
-    std::sscanf(only, "%ld,%ld,%ld,%ld", &shapes[0][0], &shapes[0][1], &shapes[0][2], &shapes[0][3]);
+  // n, h, w, cin, cout: ResNet-50's layer3 / layer4, UNet's 12x16 and 6x8 stages, ResNet's layer2 / layer1.
+  std::vector<std::vector<int64_t>> shapes = {{1, 14, 14, 256, 256}, {1, 7, 7, 512, 512}, {8, 14, 14, 256, 256},
+                                              {8, 7, 7, 512, 512},   {1, 12, 16, 384, 128}, {1, 6, 8, 256, 256},
+                                              {1, 28, 28, 128, 128}, {1, 56, 56, 64, 64}};
+  if (const char* only = std::getenv("WINOGRAD_SHAPE")) {  // "n,h,w,cin,cout"
+    shapes.assign(1, std::vector<int64_t>(5));
+    std::sscanf(only, "%ld,%ld,%ld,%ld,%ld", &shapes[0][0], &shapes[0][1], &shapes[0][2], &shapes[0][3], &shapes[0][4]);
   }
   for (const auto& s : shapes) {
-    const int64_t n = s[0], hw = s[1], cin = s[2], cout = s[3];
-    const auto x = random_floats(static_cast<size_t>(n * hw * hw * cin), 1);
+    const int64_t n = s[0], hh = s[1], ww = s[2], cin = s[3], cout = s[4];
+    const auto x = random_floats(static_cast<size_t>(n * hh * ww * cin), 1);
     const auto w = random_floats(static_cast<size_t>(cout * cin * 9), 2);
     const auto b = random_floats(static_cast<size_t>(cout), 3);
-    std::vector<float> y(static_cast<size_t>(n * hw * hw * cout)), y2(y.size());
+    std::vector<float> y(static_cast<size_t>(n * hh * ww * cout)), y2(y.size());
     auto& eng = cpu::dnnl_engine();
     auto& strm = cpu::dnnl_stream();
-    const memory::desc src({n, cin, hw, hw}, memory::data_type::f32, tag::nhwc);
-    const memory::desc dst({n, cout, hw, hw}, memory::data_type::f32, tag::nhwc);
+    const memory::desc src({n, cin, hh, ww}, memory::data_type::f32, tag::nhwc);
+    const memory::desc dst({n, cout, hh, ww}, memory::data_type::f32, tag::nhwc);
     const memory::desc wany({cout, cin, 3, 3}, memory::data_type::f32, tag::any);
     const memory::desc bmd({cout}, memory::data_type::f32, tag::x);
     dnnl::post_ops ops;
@@ -160,7 +162,7 @@ TEST(CpuWinograd, DISABLED_Timing) {
     cpu::WinogradConv3x3 wg(w.data(), b.data(), cout, cin);
     cpu::WinogradConv3x3::Plan plan;
     const char* block = std::getenv("WINOGRAD_BLOCK");  // tiles per matmul call (default: winograd.cpp's rule)
-    ASSERT_TRUE(wg.make_plan(n, hw, hw, &plan, block ? std::atoll(block) : 0).is_ok());
+    ASSERT_TRUE(wg.make_plan(n, hh, ww, &plan, block ? std::atoll(block) : 0).is_ok());
     const auto run_direct = [&] {
       conv.execute(strm, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wp}, {DNNL_ARG_BIAS, bm}, {DNNL_ARG_DST, ym}});
       strm.wait();
@@ -177,7 +179,7 @@ TEST(CpuWinograd, DISABLED_Timing) {
       max_ref = std::max(max_ref, double(std::fabs(y[i])));
     }
     std::printf("n %ld %ldx%ld %ld->%ld block %ld: direct %.3f ms, winograd %.3f ms (%.2fx), max err %.2e of %.2e\n",
-                long(n), long(hw), long(hw), long(cin), long(cout), long(plan.block), direct * 1e3, wino * 1e3,
+                long(n), long(hh), long(ww), long(cin), long(cout), long(plan.block), direct * 1e3, wino * 1e3,
                 direct / wino, max_err, max_ref);
   }
 }

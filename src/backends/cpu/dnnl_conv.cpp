@@ -369,8 +369,11 @@ class DnnlConvKernel : public Kernel {
   }
   // ferry's own Winograd (cpu/winograd.h: NHWC, pads 1, bias / residual / ReLU fused) where oneDNN's
   // is not used: the small images of deep layers. Measured against the direct NHWC kernel
-  // (test_cpu_winograd DISABLED_Timing, 1 thread): 14x14x256 1.9x at batch 1 and 8; 7x7x512 0.73x
-  // at batch 1 (16 tiles: streaming the 1.8x larger transformed weights dominates), 1.26x at batch 8.
+  // (test_cpu_winograd DISABLED_Timing, 1 thread, n x h x w cin->cout): up to 256x256 channels it wins
+  // from 4 tiles of 2x2 (1x4x4 256->256 1.31x, 1x6x8 256->256 1.77x, 1x12x16 384->128 1.60x, 1x14x14
+  // 256->256 1.9-2.0x, 8x14x14 1.6-1.8x) and loses on one tile (1x2x2 0.50x); with 512x512 channels
+  // the transformed weights (16.8 MB) dominate on few tiles: 1x7x7 (16 tiles) 0.61-0.73x, 2x7x7 0.95x,
+  // 1x14x14 (49) 1.26x, 4x7x7 (64) 1.14x, 8x7x7 1.15-1.26x.
   bool use_own_winograd(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const memory::dims& pad_l,
                         const memory::dims& pad_r) const {
     if (!winograd_mode().own || !winograd_shape() || !channels_last_ || nchw_input_ || use_winograd(xd, yd)) return false;
@@ -379,7 +382,7 @@ class DnnlConvKernel : public Kernel {
     for (size_t i = 0; i < 2; ++i)
       if (pad_l[i] != 1 || pad_r[i] != 1) return false;
     const int64_t tiles = xd[0] * ((xd[2] + 1) / 2) * ((xd[3] + 1) / 2);
-    return tiles >= 32 && std::min(xd[1], yd[1]) >= 64;
+    return std::min(xd[1], yd[1]) >= 64 && tiles >= (xd[1] * yd[1] <= 256 * 256 ? 4 : 48);
   }
 
   // f32 SiLU runs after the primitive, as one vectorized pass over the output (activate_in_place,
