@@ -192,6 +192,25 @@ TEST(QdqFusion, ResidualAddWithMidQuantization) {
   check_case(qc);
 }
 
+// 1x1 (oneDNN's brgconv_1x1) with the residual: the Relus left to the u8 saturation or to a mid clip
+// with lower bound 0, and a mid clip with a negative lower bound (mid zero point 128).
+TEST(QdqFusion, PointwiseResidualEpilogues) {
+  QdqCase qc;
+  qc.k = 1;
+  qc.pad = 0;
+  qc.c = 16;
+  qc.m = 32;
+  qc.residual = true;
+  check_case(qc);
+  qc.conv_relu = false;
+  qc.seed = 5;
+  check_case(qc);
+  qc.pow2 = false;
+  qc.x_zp = 9;
+  qc.seed = 6;
+  check_case(qc);
+}
+
 TEST(QdqFusion, StridedPointwiseGroupedAndDepthwise) {
   QdqCase qc;
   qc.k = 1;
