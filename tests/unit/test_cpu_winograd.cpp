@@ -2,6 +2,7 @@
 // FusedConv kernel against the reference backend. DISABLED_Timing compares it with oneDNN's direct
 // NHWC convolution (run with --gtest_also_run_disabled_tests; OMP_NUM_THREADS sets the threads).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <dnnl.hpp>
 
@@ -57,10 +58,11 @@ std::vector<float> reference(const std::vector<float>& x, const std::vector<floa
 }
 
 void check(int64_t n, int64_t h, int64_t wd, int64_t cin, int64_t cout, bool bias, bool residual, bool relu,
-           int64_t block_tiles = 0) {
+           int64_t block_tiles = 0, int slices = 0) {
   SCOPED_TRACE(std::to_string(n) + "x" + std::to_string(h) + "x" + std::to_string(wd) + " " + std::to_string(cin) + "->" +
                std::to_string(cout) + (bias ? " bias" : "") + (residual ? " sum" : "") + (relu ? " relu" : "") +
-               " block " + std::to_string(block_tiles));
+               " block " + std::to_string(block_tiles) + " slices " + std::to_string(slices) + " threads " +
+               std::to_string(omp_get_max_threads()));
   const auto x = random_floats(static_cast<size_t>(n * h * wd * cin), 1);
   const auto w = random_floats(static_cast<size_t>(cout * cin * 9), 2);
   const auto b = bias ? random_floats(static_cast<size_t>(cout), 3) : std::vector<float>();
@@ -68,7 +70,7 @@ void check(int64_t n, int64_t h, int64_t wd, int64_t cin, int64_t cout, bool bia
   const auto expect = reference(x, w, b, residual ? z.data() : nullptr, n, h, wd, cin, cout, relu);
   cpu::WinogradConv3x3 conv(w.data(), bias ? b.data() : nullptr, cout, cin);
   cpu::WinogradConv3x3::Plan plan;
-  ASSERT_TRUE(conv.make_plan(n, h, wd, &plan, block_tiles).is_ok());
+  ASSERT_TRUE(conv.make_plan(n, h, wd, &plan, block_tiles, slices).is_ok());
   // The residual is summed in place (y's buffer holds z), as the executor does when z dies here.
   std::vector<float> y = residual ? z : std::vector<float>(expect.size(), 7.f);
   ASSERT_TRUE(conv.run(plan, x.data(), residual ? y.data() : nullptr, y.data(), relu).is_ok());
@@ -89,6 +91,16 @@ TEST(CpuWinograd, MatchesDirectConvolution) {
 TEST(CpuWinograd, BlocksOfTilesGiveTheSameResult) {
   check(2, 7, 6, 16, 16, true, true, true, 5);
   check(1, 6, 6, 16, 16, false, false, true, 9);
+}
+
+// Two threads: the tiles split in two ranges, or the output channels in two slices (48 = 16 + 32).
+TEST(CpuWinograd, ThreadsSplitTilesOrOutputChannels) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  check(2, 7, 7, 16, 48, true, true, true, 0, 1);
+  check(2, 7, 7, 16, 48, true, true, true, 7, 2);
+  check(1, 5, 5, 16, 32, false, false, false, 0, 2);
+  omp_set_num_threads(saved);
 }
 
 // Through the conv kernel (FusedConv channels_last, the layout ResNet's convolutions get), against
@@ -162,7 +174,8 @@ TEST(CpuWinograd, DISABLED_Timing) {
     cpu::WinogradConv3x3 wg(w.data(), b.data(), cout, cin);
     cpu::WinogradConv3x3::Plan plan;
     const char* block = std::getenv("WINOGRAD_BLOCK");  // tiles per matmul call (default: winograd.cpp's rule)
-    ASSERT_TRUE(wg.make_plan(n, hh, ww, &plan, block ? std::atoll(block) : 0).is_ok());
+    const char* slices = std::getenv("WINOGRAD_SLICES");  // output-channel slices (default: winograd.cpp's rule)
+    ASSERT_TRUE(wg.make_plan(n, hh, ww, &plan, block ? std::atoll(block) : 0, slices ? std::atoi(slices) : 0).is_ok());
     const auto run_direct = [&] {
       conv.execute(strm, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wp}, {DNNL_ARG_BIAS, bm}, {DNNL_ARG_DST, ym}});
       strm.wait();
@@ -178,8 +191,8 @@ TEST(CpuWinograd, DISABLED_Timing) {
       max_err = std::max(max_err, double(std::fabs(y[i] - y2[i])));
       max_ref = std::max(max_ref, double(std::fabs(y[i])));
     }
-    std::printf("n %ld %ldx%ld %ld->%ld block %ld: direct %.3f ms, winograd %.3f ms (%.2fx), max err %.2e of %.2e\n",
-                long(n), long(hh), long(ww), long(cin), long(cout), long(plan.block), direct * 1e3, wino * 1e3,
+    std::printf("n %ld %ldx%ld %ld->%ld block %ld slices %d: direct %.3f ms, winograd %.3f ms (%.2fx), max err %.2e of %.2e\n",
+                long(n), long(hh), long(ww), long(cin), long(cout), long(plan.block), plan.slices, direct * 1e3, wino * 1e3,
                 direct / wino, max_err, max_ref);
   }
 }

@@ -98,18 +98,20 @@ WinogradConv3x3::WinogradConv3x3(const float* w, const float* bias, int64_t cout
     }
 }
 
-const memory* WinogradConv3x3::packed_weights(const memory::desc& want) {
-  for (auto& [desc, mem] : packed_)
-    if (desc == want) return &mem;
-  memory user(memory::desc({16, cin_, cout_}, memory::data_type::f32, tag::abc), dnnl_engine(), u_.data());
+const memory* WinogradConv3x3::packed_weights(const memory::desc& want, int64_t n0) {
+  for (auto& p : packed_)
+    if (p.desc == want && p.n0 == n0) return &p.mem;
+  const int64_t n = want.dims()[2];
+  memory user(memory::desc({16, cin_, n}, memory::data_type::f32, memory::dims{cin_ * cout_, cout_, 1}), dnnl_engine(),
+              u_.data() + n0);
   memory packed(want, dnnl_engine());
   dnnl::reorder(user, packed).execute(dnnl_stream(), user, packed);
   dnnl_stream().wait();
-  packed_.emplace_back(want, packed);
-  return &packed_.back().second;
+  packed_.push_back(Packed{want, n0, packed});
+  return &packed_.back().mem;
 }
 
-// The tiles [begin, end) of thread `i` of `threads`, and calls fn(first tile, count) for its blocks
+// The tiles [begin, end) of range `i` of `threads`, and calls fn(first tile, count) for its blocks
 // of at most `block` tiles, split evenly (100 tiles at a 64-tile limit run as 50 + 50).
 template <typename F>
 void for_each_block(int64_t tiles, int threads, int i, int64_t block, F fn) {
@@ -122,7 +124,14 @@ void for_each_block(int64_t tiles, int threads, int i, int64_t block, F fn) {
   }
 }
 
-Status WinogradConv3x3::make_plan(int64_t n, int64_t h, int64_t w, Plan* plan, int64_t block_tiles) {
+// Output channels [n0, n0 + n) of slice `s` of `slices` (multiples of 16 when split).
+void slice_range(int64_t cout, int slices, int s, int64_t* n0, int64_t* n) {
+  const int64_t groups = slices > 1 ? cout / 16 : 1, unit = slices > 1 ? 16 : cout;
+  *n0 = groups * s / slices * unit;
+  *n = s + 1 == slices ? cout - *n0 : groups * (s + 1) / slices * unit - *n0;
+}
+
+Status WinogradConv3x3::make_plan(int64_t n, int64_t h, int64_t w, Plan* plan, int64_t block_tiles, int slices) {
   if (n < 1 || h < 1 || w < 1) return invalid_argument("winograd: empty input");
   plan->n = n;
   plan->h = h;
@@ -134,25 +143,35 @@ Status WinogradConv3x3::make_plan(int64_t n, int64_t h, int64_t w, Plan* plan, i
   // Threads share the tiles, each with its own matmuls (made single-threaded below, as they run
   // inside one parallel region): one fork-join per run, where a transform / matmul / transform
   // sequence of oneDNN-threaded steps took three per block (measured far slower on a loaded machine).
-  plan->threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), plan->tiles / 8)));
-  std::vector<int64_t> sizes;
+  // Fewer than 64 tiles a thread: the threads split the output channels instead (each streams its
+  // part of U once and keeps every row of the products).
+  const int threads = std::max(1, omp_get_max_threads());
+  if (slices <= 0) slices = threads > 1 && plan->tiles < 64 * threads && cout_ % 16 == 0 && cout_ >= 64 * threads ? threads : 1;
+  if (slices > 1 && (cout_ % 16 != 0 || cout_ / 16 < slices))
+    return invalid_argument("winograd: " + std::to_string(cout_) + " output channels in " + std::to_string(slices) + " slices");
+  plan->slices = slices;
+  const int64_t ranges = std::max<int64_t>(1, std::min<int64_t>(threads / slices, plan->tiles / 8));
+  plan->threads = static_cast<int>(ranges) * slices;
+  std::vector<std::pair<int64_t, int>> sizes;  // (m, slice)
   for (int i = 0; i < plan->threads; ++i)
-    for_each_block(plan->tiles, plan->threads, i, plan->block, [&](int64_t, int64_t m) {
-      if (std::find(sizes.begin(), sizes.end(), m) == sizes.end()) sizes.push_back(m);
+    for_each_block(plan->tiles, static_cast<int>(ranges), i / slices, plan->block, [&](int64_t, int64_t m) {
+      const std::pair<int64_t, int> key(m, i % slices);
+      if (std::find(sizes.begin(), sizes.end(), key) == sizes.end()) sizes.push_back(key);
     });
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(1);  // the matmuls are planned for one thread each
   try {
     plan->gemms.clear();
-    for (int64_t m : sizes) {
-      const memory::desc src({16, m, cin_}, memory::data_type::f32, tag::abc);
-      const memory::desc wd({16, cin_, cout_}, memory::data_type::f32, tag::any);
-      const memory::desc dst({16, m, cout_}, memory::data_type::f32, tag::abc);
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wd, dst), concurrent_attr(), dnnl_engine());
+    for (const auto& [m, slice] : sizes) {
       Plan::Gemm g;
       g.m = m;
+      slice_range(cout_, slices, slice, &g.n0, &g.n);
+      const memory::desc src({16, m, cin_}, memory::data_type::f32, tag::abc);
+      const memory::desc wd({16, cin_, g.n}, memory::data_type::f32, tag::any);
+      const memory::desc dst({16, m, g.n}, memory::data_type::f32, tag::abc);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wd, dst), concurrent_attr(), dnnl_engine());
       g.prim = dnnl::matmul(pd);
-      g.weights = packed_weights(pd.weights_desc());
+      g.weights = packed_weights(pd.weights_desc(), g.n0);
       plan->gemms.push_back(std::move(g));
       plan->scratchpad_bytes = std::max(plan->scratchpad_bytes, pd.scratchpad_desc().get_size());
     }
@@ -189,7 +208,10 @@ Status WinogradConv3x3::run(const Plan& p, const float* x, const float* z, float
     float* sink = zero_out + cout;
     std::fill(zero_out, zero_out + cout, 0.f);
     void* pad = p.scratchpad_bytes ? scratch_data(p.scratchpad_bytes, ScratchSlot::kScratchpad) : nullptr;
-    for_each_block(p.tiles, p.threads, i, p.block, [&](int64_t t0, int64_t count) {
+    const int slice = i % p.slices;
+    int64_t n0, nn;
+    slice_range(cout, p.slices, slice, &n0, &nn);
+    for_each_block(p.tiles, p.threads / p.slices, i / p.slices, p.block, [&](int64_t t0, int64_t count) {
       if (failed.load(std::memory_order_relaxed)) return;
       const float* rows[16];
       for (int64_t t = 0; t < count; ++t) {
@@ -204,11 +226,11 @@ Status WinogradConv3x3::run(const Plan& p, const float* x, const float* z, float
       }
       const Plan::Gemm* g = nullptr;
       for (const auto& cand : p.gemms)
-        if (cand.m == count) g = &cand;
+        if (cand.m == count && cand.n0 == n0) g = &cand;
       try {
         if (!g) throw dnnl::error(dnnl_runtime_error, "no matmul planned for this block");
         const memory sm({{16, count, cin}, memory::data_type::f32, tag::abc}, dnnl_engine(), v);
-        const memory dm({{16, count, cout}, memory::data_type::f32, tag::abc}, dnnl_engine(), m);
+        const memory dm({{16, count, nn}, memory::data_type::f32, tag::abc}, dnnl_engine(), m);
         std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, *g->weights}, {DNNL_ARG_DST, dm}};
         if (pad)
           args[DNNL_ARG_SCRATCHPAD] =
@@ -232,10 +254,10 @@ Status WinogradConv3x3::run(const Plan& p, const float* x, const float* z, float
             const int64_t yy = oy + r, xx = ox + c;
             const bool in = yy < p.h && xx < p.w;
             const int64_t off = ((img * p.h + yy) * p.w + xx) * cout;
-            out[r * 2 + c] = in ? y + off : sink;
-            zr[r * 2 + c] = in && z ? z + off : zero_out;
+            out[r * 2 + c] = in ? y + off + n0 : sink;
+            zr[r * 2 + c] = in && z ? z + off + n0 : zero_out;
           }
-        output_tile(m + t * cout, count * cout, cout, bias_.data(), zr, out, lo);
+        output_tile(m + t * nn, count * nn, nn, bias_.data() + n0, zr, out, lo);
       }
     });
   }

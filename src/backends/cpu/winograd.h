@@ -30,19 +30,21 @@ class WinogradConv3x3 {
     int64_t n = 0, h = 0, w = 0;   // input (= output) batch and spatial size
     int64_t tiles_h = 0, tiles_w = 0, tiles = 0;  // 2x2 output tiles per column / row / in all
     int64_t block = 0;             // most tiles per matmul call
-    int threads = 1;               // the tiles are split into this many contiguous ranges, one per thread
-    struct Gemm {                  // [16, m, Cin] x [16, Cin, Cout], made for one thread
-      int64_t m = 0;
-      dnnl::matmul prim;
-      const dnnl::memory* weights = nullptr;  // U packed for it
+    // Thread i computes output channels slice (i % slices) of tile range (i / slices): few tiles
+    // split over the output channels, so that each thread's matmuls keep all the rows.
+    int threads = 1, slices = 1;
+    struct Gemm {                  // [16, m, Cin] x [16, Cin, n] for output channels [n0, n0 + n)
+      int64_t m = 0, n0 = 0, n = 0;
+      dnnl::matmul prim;           // planned for one thread
+      const dnnl::memory* weights = nullptr;  // U's columns [n0, n0 + n) packed for it
     };
     std::vector<Gemm> gemms;       // one per distinct block size the split gives
     size_t scratchpad_bytes = 0;
   };
   /// Makes the plan for an input [n, h, w, Cin], split over omp_get_max_threads() threads. Not
   /// thread-safe (packs weights): call it under the caller's plan lock. `block_tiles` > 0 sets the
-  /// most tiles per matmul call (tests, measurements).
-  Status make_plan(int64_t n, int64_t h, int64_t w, Plan* plan, int64_t block_tiles = 0);
+  /// most tiles per matmul call (tests, measurements); `slices` > 0 the output-channel slices.
+  Status make_plan(int64_t n, int64_t h, int64_t w, Plan* plan, int64_t block_tiles = 0, int slices = 0);
 
   /// y[n, h, w, Cout] = relu?(conv(x) + bias + z); x [n, h, w, Cin], z (the residual) null or the
   /// output's shape and may be y itself. Thread-safe for concurrent calls on one plan.
@@ -52,12 +54,17 @@ class WinogradConv3x3 {
   int64_t cout() const { return cout_; }
 
  private:
-  const dnnl::memory* packed_weights(const dnnl::memory::desc& want);
+  const dnnl::memory* packed_weights(const dnnl::memory::desc& want, int64_t n0);
 
   int64_t cout_, cin_;
   std::vector<float> u_;     // [16][Cin][Cout], the transformed weights before packing
   std::vector<float> bias_;  // [Cout] (zeros when the node has none)
-  std::list<std::pair<dnnl::memory::desc, dnnl::memory>> packed_;
+  struct Packed {
+    dnnl::memory::desc desc;
+    int64_t n0;
+    dnnl::memory mem;
+  };
+  std::list<Packed> packed_;  // a list: plans point at its elements
 };
 
 }  // namespace ferry::cpu
