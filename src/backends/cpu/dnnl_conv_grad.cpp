@@ -18,7 +18,6 @@
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
-#include "backends/cpu/nchw16c.h"
 #include "ops/conv_grad_link.h"
 #include "ops/conv_pool_util.h"
 
@@ -30,7 +29,6 @@ using cpu::dnnl_stream;
 using cpu::wrap;
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
-using dt = memory::data_type;
 
 struct NodeAttrs : AttrReader {
   using AttrReader::AttrReader;
@@ -52,9 +50,9 @@ struct GrowBuffer {
 
 memory grow_memory(const memory::desc& d, GrowBuffer& b) {
   const size_t bytes = d.get_size();
-  if (bytes + 64 > b.size) {  // 64 bytes to spare: nchw16c_to_nchw's bf16 gathers read past the end
+  if (bytes > b.size) {
     std::free(b.data);
-    b.size = (bytes + 64 + 4095) / 4096 * 4096;
+    b.size = (bytes + 4095) / 4096 * 4096;
     b.data = std::aligned_alloc(64, b.size);
     if (!b.data) {
       b.size = 0;
@@ -101,69 +99,30 @@ dnnl::reorder make_reorder(const memory::desc& from, const memory::desc& to) {
   return dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), from, dnnl_engine(), to));
 }
 
-// Whether ferry's own NCHW <-> nChw16c layout change (nchw16c.h) replaces oneDNN's reorder between
-// `from` and `to`: 4-D, f32 NCHW on one side, nChw16c f32 or bf16 on the other, channels a
-// multiple of 16, an AVX-512 CPU. Measured on ResNet-50 b8, 2 threads (interleaved, see
-// docs/performance.md "Training"). $FERRY_TRAIN_CONV_OWN_REORDER=0 keeps oneDNN's.
-enum class OwnReorder { kNone, kToBlocked, kFromBlocked };
-
-OwnReorder own_reorder(const memory::desc& from, const memory::desc& to) {
-  static const bool enabled = [] {
-    const char* e = std::getenv("FERRY_TRAIN_CONV_OWN_REORDER");
-    return !(e && std::string(e) == "0");
-  }();
-  const memory::dims d = from.dims();
-  if (!enabled || d.size() != 4 || to.dims() != d || !cpu::nchw16c_supported(d[1])) return OwnReorder::kNone;
-  const memory::desc plain(d, dt::f32, tag::abcd);
-  auto blocked = [&](const memory::desc& m) {
-    return m == memory::desc(d, dt::f32, tag::aBcd16b) || m == memory::desc(d, dt::bf16, tag::aBcd16b);
-  };
-  if (from == plain && blocked(to)) return OwnReorder::kToBlocked;
-  if (blocked(from) && to == plain) return OwnReorder::kFromBlocked;
-  return OwnReorder::kNone;
-}
-
 // A tensor in the layout a primitive wants: the user's memory, or a reorder of it into `slot`.
 struct LayoutChange {
   memory::desc user, want;
   bool needed = false;
-  OwnReorder own = OwnReorder::kNone;
   dnnl::reorder prim;
 
   void make(const memory::desc& user_desc, const memory::desc& want_desc) {
     user = user_desc;
     want = want_desc;
     needed = user != want;
-    if (needed) own = own_reorder(user, want);
-    if (needed && own == OwnReorder::kNone) prim = make_reorder(user, want);
+    if (needed) prim = make_reorder(user, want);
   }
   // Input side: the tensor as the primitive reads it (reordered into `to`, else into `slot`).
   memory in(const Tensor& t, Buf slot, dnnl::stream& s, GrowBuffer* to = nullptr) const {
     memory m = wrap(user, t);
     if (!needed) return m;
     memory b = to ? grow_memory(want, *to) : buf_memory(want, slot);
-    run(m, b, s);
+    prim.execute(s, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, b}});
     return b;
   }
   // Output side (user = the primitive's layout, want = the tensor's): where the primitive writes.
   memory out(Tensor* t, Buf slot) const { return needed ? buf_memory(user, slot) : wrap(want, *t); }
   void finish(const memory& written, Tensor* t, dnnl::stream& s) const {
-    if (needed) run(written, wrap(want, *t), s);
-  }
-
- private:
-  void run(const memory& from, const memory& to, dnnl::stream& s) const {
-    if (own == OwnReorder::kNone) {
-      prim.execute(s, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
-      return;
-    }
-    const memory::dims d = user.dims();
-    if (own == OwnReorder::kToBlocked)
-      cpu::nchw_to_nchw16c(static_cast<const float*>(from.get_data_handle()), to.get_data_handle(),
-                           want.data_type() == dt::bf16, d[0], d[1], d[2] * d[3]);
-    else
-      cpu::nchw16c_to_nchw(from.get_data_handle(), user.data_type() == dt::bf16,
-                           static_cast<float*>(to.get_data_handle()), d[0], d[1], d[2] * d[3]);
+    if (needed) prim.execute(s, {{DNNL_ARG_FROM, written}, {DNNL_ARG_TO, wrap(want, *t)}});
   }
 };
 
@@ -237,6 +196,8 @@ bool winograd(const ConvShape& s, bool blocked) {
     if (s.strides[i] != 1 || s.dil[i] != 0) return false;
   return s.dst[2] * s.dst[3] >= 24 * 24 && s.src[1] >= 32 && s.dst[1] >= 16 && std::min(s.src[1], s.dst[1]) <= 128;
 }
+
+using dt = memory::data_type;
 
 memory::desc layout_desc(const memory::dims& d, tag plain, bool blocked, dt type = dt::f32) {
   return memory::desc(d, type, blocked ? tag::any : plain);
