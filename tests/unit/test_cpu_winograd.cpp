@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <functional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "backends/cpu/dnnl_util.h"
@@ -101,6 +102,27 @@ TEST(CpuWinograd, ThreadsSplitTilesOrOutputChannels) {
   check(2, 7, 7, 16, 48, true, true, true, 7, 2);
   check(1, 5, 5, 16, 32, false, false, false, 0, 2);
   omp_set_num_threads(saved);
+}
+
+// One plan run from two threads at once (the executor's concurrent runs share plans): each run's
+// V, M and matmul scratchpad are its thread's own.
+TEST(CpuWinograd, ConcurrentRunsOfOnePlanAgree) {
+  const int64_t n = 1, h = 7, w = 9, cin = 32, cout = 32;
+  const auto x = random_floats(static_cast<size_t>(n * h * w * cin), 1);
+  const auto wt = random_floats(static_cast<size_t>(cout * cin * 9), 2);
+  cpu::WinogradConv3x3 conv(wt.data(), nullptr, cout, cin);
+  cpu::WinogradConv3x3::Plan plan;
+  ASSERT_TRUE(conv.make_plan(n, h, w, &plan).is_ok());
+  std::vector<float> expect(static_cast<size_t>(n * h * w * cout));
+  ASSERT_TRUE(conv.run(plan, x.data(), nullptr, expect.data(), true).is_ok());
+  std::vector<std::vector<float>> ys(2, std::vector<float>(expect.size()));
+  std::vector<std::thread> threads;
+  for (auto& y : ys)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) EXPECT_TRUE(conv.run(plan, x.data(), nullptr, y.data(), true).is_ok());
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& y : ys) EXPECT_EQ(y, expect);
 }
 
 // Through the conv kernel (FusedConv channels_last, the layout ResNet's convolutions get), against
