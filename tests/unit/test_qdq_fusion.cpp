@@ -27,6 +27,7 @@ struct QdqCase {
   bool conv_relu = true;
   bool residual = false;  // Conv [Relu] -> Q -> DQ -> Add(DQ(z)) -> Relu -> Q
   bool bias = true;
+  bool nhwc = false;  // oneDNN side through the nhwc_layout pass (channels_last QConvFused)
   uint32_t seed = 1;
 };
 
@@ -147,7 +148,16 @@ void check_case(const QdqCase& qc) {
   const NamedTensors feeds = u8_feeds(*model, qc.seed + 100);
   const NamedTensors unfused_ref = run_model(model, feeds, "cpu-ref");
   const NamedTensors fused_ref = run_model(fused, feeds, "cpu-ref");
-  const NamedTensors fused_cpu = run_model(fused, feeds, "cpu");
+  std::shared_ptr<Model> fast = fused;
+  if (qc.nhwc) {
+    fast = run_pass(*fused, "nhwc_layout");
+    int channels_last = 0;
+    for (const Node& node : fast->graph.nodes)
+      if (const Attribute* a = node.attr("channels_last"); node.op_type == "QConvFused" && a) channels_last += a->i != 0;
+    EXPECT_EQ(channels_last, 1);
+    EXPECT_TRUE(fast_kernels_taken(*fast, &n));
+  }
+  const NamedTensors fused_cpu = run_model(fast, feeds, "cpu");
   ASSERT_EQ(unfused_ref.size(), 1u);
   ASSERT_EQ(fused_ref.size(), 1u);
   ASSERT_EQ(fused_cpu.size(), 1u);
@@ -208,6 +218,29 @@ TEST(QdqFusion, PointwiseResidualEpilogues) {
   qc.pow2 = false;
   qc.x_zp = 9;
   qc.seed = 6;
+  check_case(qc);
+}
+
+// Few input channels (an image network's first convolution): the kernel's taps packed into channels
+// (dnnl_int8.cpp, init_tap_packing), the zero point moved into the bias, padded borders included.
+TEST(QdqFusion, FewChannelsTapPacking) {
+  QdqCase qc;
+  qc.c = 3;
+  qc.k = 7;
+  qc.pad = 3;
+  qc.stride = 2;
+  qc.hw = 15;
+  qc.x_zp = 128;
+  qc.conv_relu = false;
+  qc.nhwc = true;
+  check_case(qc);
+  qc.pow2 = false;
+  qc.seed = 7;
+  check_case(qc);
+  qc = QdqCase{};
+  qc.c = 1;
+  qc.x_zp = 3;
+  qc.nhwc = true;
   check_case(qc);
 }
 
