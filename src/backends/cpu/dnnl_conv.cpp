@@ -11,7 +11,8 @@
 // in and out of the blocked layout inside the kernel (measured: oneDNN's NCHW convolutions fall back
 // to a slow gemm path). f32 3x3 convolutions on large images run oneDNN's Winograd (see use_winograd),
 // on small channels-last ones ferry's own (cpu/winograd.h, see use_own_winograd); an
-// f32 SiLU is applied after the primitive rather than as its post-op (see act_after_postop).
+// f32 SiLU is applied after the primitive rather than as its post-op (see act_after_postop; on
+// AVX-512 by silu16).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -30,6 +31,10 @@
 #include "backends/cpu/winograd.h"
 #include "ops/conv_pool_util.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace ferry {
 namespace {
 
@@ -45,6 +50,44 @@ struct NodeAttrs : AttrReader {
   Status error(const std::string& msg) const { return invalid_model(node().describe() + ": " + msg); }
 };
 
+#if defined(__x86_64__)
+// SiLU of 16 floats: x / (1 + e^-x), e^-x as vec::exp computes it (the same Cephes polynomial) but
+// with AVX-512's rounding and scalef instead of the float tricks, and a division (faster here than
+// a reciprocal estimate plus a Newton step). Measured on 1.2M floats (EfficientNet-B0's largest
+// SiLU, 112x112x96), 1 thread: 0.331 ms against 0.458 for the vec::sigmoid loop; 64K floats (in
+// cache): 0.018 against 0.025 ms; max relative error 1.5e-7 against double precision.
+__attribute__((target("avx512f"))) inline __m512 silu16(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.f), lo = _mm512_set1_ps(-88.3762626647949f);
+  // t: x clamped so that e^-t is a finite normal float (NaN stays NaN: max/min return their second operand then)
+  const __m512 t = _mm512_maskz_min_ps(0xFFFF, _mm512_set1_ps(87.3365447505531f), _mm512_maskz_max_ps(0xFFFF, lo, x));
+  const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(t, _mm512_set1_ps(-1.44269504088896341f)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmsub_ps(n, _mm512_set1_ps(0.693359375f), t);  // -t - n ln2, in two parts
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  p = _mm512_fmadd_ps(p, r, one);
+  // 1 + e^-t. (maskz forms throughout: gcc 12 warns that the unmasked ones read an undefined vector.)
+  const __m512 d = _mm512_add_ps(_mm512_maskz_scalef_ps(0xFFFF, _mm512_fmadd_ps(p, r, one), n), one);
+  const __m512 y = _mm512_div_ps(x, d);
+  // Below the clamp x * sigmoid(x) is x * 0 (-0, and NaN for -inf), as vec::sigmoid gives.
+  return _mm512_mask_mul_ps(y, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), x, _mm512_setzero_ps());
+}
+
+__attribute__((target("avx512f"))) void silu_avx512(float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, silu16(_mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, silu16(_mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+#endif
+
 // act(y) in place, one vectorized loop per activation kind.
 FERRY_VEC void activate_in_place(float* y, int64_t n, ActKind kind, float alpha, float beta) {
   switch (kind) {
@@ -58,7 +101,12 @@ FERRY_VEC void activate_in_place(float* y, int64_t n, ActKind kind, float alpha,
       for (int64_t i = 0; i < n; ++i) y[i] = y[i] * vec::clampf(y[i] * (1.f / 6.f) + 0.5f, 0.f, 1.f);
       return;
     case ActKind::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = vec::tanh(y[i]); return;
-    case ActKind::kSilu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] * vec::sigmoid(y[i]); return;
+    case ActKind::kSilu:
+#if defined(__x86_64__)
+      if (__builtin_cpu_supports("avx512f")) return silu_avx512(y, n);
+#endif
+      for (int64_t i = 0; i < n; ++i) y[i] = y[i] * vec::sigmoid(y[i]);
+      return;
     case ActKind::kGelu: for (int64_t i = 0; i < n; ++i) y[i] = vec::gelu_erf(y[i]); return;
     case ActKind::kGeluTanh: for (int64_t i = 0; i < n; ++i) y[i] = vec::gelu_tanh(y[i]); return;
   }
