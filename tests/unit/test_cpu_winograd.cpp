@@ -81,11 +81,11 @@ void check(int64_t n, int64_t h, int64_t wd, int64_t cin, int64_t cout, bool bia
   EXPECT_LT(max_err, 2e-5 * std::sqrt(9.0 * cin)) << "max abs error";
 }
 
-TEST(CpuWinograd, MatchesDirectConvolution) {
+TEST(CpuWinograd, MatchesPlainLoopConvolution) {
   check(1, 8, 8, 16, 16, false, false, false);
   check(1, 7, 7, 32, 24, true, false, true);     // odd size: partial tiles on the right and bottom
   check(2, 5, 9, 16, 48, true, true, true);      // batch 2, bias + residual + relu
-  check(2, 14, 14, 32, 32, true, true, false, 10);  // blocks of 10 tiles over 98: a short last block
+  check(2, 14, 14, 32, 32, true, true, false, 10);  // 98 tiles in blocks of at most 10 (9 or 10 rows)
   check(1, 1, 1, 8, 8, true, false, false);      // one pixel: only the kernel's centre counts
 }
 

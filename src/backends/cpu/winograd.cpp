@@ -75,11 +75,9 @@ FERRY_VEC void output_tile(const float* m, int64_t estride, int64_t cout, const 
   }
 }
 
-}  // namespace
-
-WinogradConv3x3::WinogradConv3x3(const float* w, const float* bias, int64_t cout, int64_t cin)
-    : cout_(cout), cin_(cin), u_(static_cast<size_t>(16 * cin * cout)), bias_(static_cast<size_t>(cout), 0.f) {
-  if (bias) std::copy(bias, bias + cout, bias_.begin());
+// U = G g G^T of OIHW weights, as [16][cin][cout].
+std::vector<float> transform_weights(const float* w, int64_t cout, int64_t cin) {
+  std::vector<float> out(static_cast<size_t>(16 * cin * cout));
   for (int64_t o = 0; o < cout; ++o)
     for (int64_t i = 0; i < cin; ++i) {
       const float* g = w + (o * cin + i) * 9;
@@ -93,17 +91,26 @@ WinogradConv3x3::WinogradConv3x3(const float* w, const float* bias, int64_t cout
       for (int r = 0; r < 4; ++r) {  // (G g) G^T
         const float u[4] = {t[r][0], 0.5f * (t[r][0] + t[r][1] + t[r][2]), 0.5f * (t[r][0] - t[r][1] + t[r][2]),
                             t[r][2]};
-        for (int k = 0; k < 4; ++k) u_[static_cast<size_t>(((r * 4 + k) * cin + i) * cout + o)] = u[k];
+        for (int k = 0; k < 4; ++k) out[static_cast<size_t>(((r * 4 + k) * cin + i) * cout + o)] = u[k];
       }
     }
+  return out;
+}
+
+}  // namespace
+
+WinogradConv3x3::WinogradConv3x3(const float* w, const float* bias, int64_t cout, int64_t cin)
+    : cout_(cout), cin_(cin), w_(w), bias_(static_cast<size_t>(cout), 0.f) {
+  if (bias) std::copy(bias, bias + cout, bias_.begin());
 }
 
 const memory* WinogradConv3x3::packed_weights(const memory::desc& want, int64_t n0) {
   for (auto& p : packed_)
     if (p.desc == want && p.n0 == n0) return &p.mem;
   const int64_t n = want.dims()[2];
+  std::vector<float> u = transform_weights(w_, cout_, cin_);  // made per packing: plans are few, U is large
   memory user(memory::desc({16, cin_, n}, memory::data_type::f32, memory::dims{cin_ * cout_, cout_, 1}), dnnl_engine(),
-              u_.data() + n0);
+              u.data() + n0);
   memory packed(want, dnnl_engine());
   dnnl::reorder(user, packed).execute(dnnl_stream(), user, packed);
   dnnl_stream().wait();

@@ -22,7 +22,8 @@ namespace ferry::cpu {
 /// One convolution's transformed weights; plans (per input shape) are made from it.
 class WinogradConv3x3 {
  public:
-  /// w: [Cout, Cin, 3, 3] (OIHW) f32; bias: [Cout] or null. Both are copied/transformed here.
+  /// w: [Cout, Cin, 3, 3] (OIHW) f32, kept by the caller while this object lives (plans transform
+  /// and pack it; the transformed copy is not kept); bias: [Cout] or null, copied.
   WinogradConv3x3(const float* w, const float* bias, int64_t cout, int64_t cin);
 
   /// What a run needs for one input shape: immutable once made, shared by concurrent runs.
@@ -57,7 +58,7 @@ class WinogradConv3x3 {
   const dnnl::memory* packed_weights(const dnnl::memory::desc& want, int64_t n0);
 
   int64_t cout_, cin_;
-  std::vector<float> u_;     // [16][Cin][Cout], the transformed weights before packing
+  const float* w_;           // the caller's OIHW weights
   std::vector<float> bias_;  // [Cout] (zeros when the node has none)
   struct Packed {
     dnnl::memory::desc desc;
