@@ -137,6 +137,7 @@ std::vector<ConvCase> conv_cases() {
   c.push_back({{2, 8, 9, 9}, {16, 1, 3, 3},  // depthwise, channel multiplier 2, stride 2
                {{"group", int_attr(8)}, {"strides", ints_attr({2, 2})}, {"pads", ints_attr({1, 1, 1, 1})}}});
   c.push_back({{2, 32, 24, 24}, {32, 32, 3, 3}, {{"pads", ints_attr({1, 1, 1, 1})}}});  // Winograd
+  c.push_back({{1, 256, 7, 7}, {256, 256, 3, 3}, {{"pads", ints_attr({1, 1, 1, 1})}}});  // Winograd (training only)
   c.push_back({{3, 16, 7, 7}, {32, 16, 1, 1}, {}});
   c.push_back({{2, 16, 8, 8}, {8, 16, 1, 1}, {{"strides", ints_attr({2, 2})}}});
   c.push_back({{2, 3, 17}, {5, 3, 4}, {{"strides", ints_attr({2})}, {"pads", ints_attr({1, 2})}}});  // 1-D

@@ -184,16 +184,22 @@ bool blocked_layout(const ConvShape& s) {
 // Winograd F(4x4, 3x3) for 3x3 stride-1 ungrouped convolutions on large images, forward and
 // backward, on the shapes dnnl_conv.cpp measured for inference. ResNet-50 b8 (2 threads, oneDNN's
 // timings): its six 3x3 convolutions of layer1/2 take 74 ms per step (forward + both backward)
-// instead of ~200 ms direct; rounding differs by ~1e-6 relative. $FERRY_TRAIN_CONV_WINOGRAD=0 turns
-// it off. Blocked layouts only.
+// instead of ~200 ms direct; rounding differs by ~1e-6 relative. Also for the wide 3x3s of layer3/4
+// (>= 256 channels in and out, >= 7x7 out), which the inference measurements left direct: oneDNN's
+// timings of one step each way, same load (3.3-3.6, so ~2.8x quiet times): the five 14x14x256
+// convolutions 338 -> 226 ms, the two 7x7x512 135 -> 116 ms (forward + both backward).
+// $FERRY_TRAIN_CONV_WINOGRAD=0 turns it off, =all takes every 3x3 stride-1 shape (to measure).
+// Blocked layouts only.
 bool winograd(const ConvShape& s, bool blocked) {
-  static const bool enabled = [] {
+  static const int enabled = [] {
     const char* e = std::getenv("FERRY_TRAIN_CONV_WINOGRAD");
-    return !(e && std::string(e) == "0");
+    return e && std::string(e) == "0" ? 0 : e && std::string(e) == "all" ? 2 : 1;
   }();
   if (!enabled || !blocked || s.group != 1 || s.src.size() != 4 || s.wei[2] != 3 || s.wei[3] != 3) return false;
   for (size_t i = 0; i < 2; ++i)
     if (s.strides[i] != 1 || s.dil[i] != 0) return false;
+  if (enabled == 2) return true;
+  if (s.dst[2] * s.dst[3] >= 7 * 7 && s.src[1] >= 256 && s.dst[1] >= 256) return true;  // training: see above
   return s.dst[2] * s.dst[3] >= 24 * 24 && s.src[1] >= 32 && s.dst[1] >= 16 && std::min(s.src[1], s.dst[1]) <= 128;
 }
 
