@@ -402,13 +402,18 @@ class DnnlQConvKernel : public Kernel {
           continue;
         }
         const int64_t row = (n * H + ih) * W * C;
+        // Interior pixels [lo, hi): every tap inside x and kTapBytes readable from the first one.
+        const int64_t pl = plan.pad_left;
+        int64_t lo = (pl + SW - 1) / SW, hi = OW;
+        while (hi > lo && ((hi - 1) * SW - pl + KW > W || row + ((hi - 1) * SW - pl) * C + kTapBytes > x_bytes)) --hi;
         for (int64_t ow = 0; ow < OW; ++ow, d += CP) {
-          const int64_t iw0 = ow * SW - plan.pad_left;
-          if (iw0 >= 0 && iw0 + KW <= W && row + iw0 * C + kTapBytes <= x_bytes) {
+          if (ow == lo && lo < hi) {
             // kTapBytes at once (the bytes past KW*C meet zero weights; the next pixel overwrites them)
-            std::memcpy(d, x + row + iw0 * C, kTapBytes);
-            continue;
+            const uint8_t* src = x + row + (lo * SW - pl) * C;
+            for (; ow < hi; ++ow, d += CP, src += SW * C) std::memcpy(d, src, kTapBytes);
+            if (ow == OW) break;
           }
+          const int64_t iw0 = ow * SW - pl;
           for (int64_t kw = 0; kw < KW; ++kw)
             for (int64_t c = 0; c < C; ++c) {
               const int64_t iw = iw0 + kw;
