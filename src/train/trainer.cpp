@@ -15,6 +15,7 @@
 #include "format/checkpoint.h"
 #include "onnx/onnx_export.h"
 #include "onnx/onnx_import.h"
+#include "ops/conv_grad_link.h"
 #include "ops/kernel_collectives.h"
 #include "passes/pipeline.h"
 #include "train/autocast.h"
@@ -357,6 +358,9 @@ Status Trainer::check_memory() {
                      "activations), a smaller --batch-size";
   if (largest > 0) help += " (" + std::to_string(largest) + " fits) with --accumulate " +
                            std::to_string((c_.batch_size + largest - 1) / largest) + " to keep the batch per step";
+  if (!conv_grad_links(exec_->model().graph).empty())
+    help += "; FERRY_TRAIN_CONV_KEEP_X=0 (the forward convolutions stop keeping their blocked inputs for backward: "
+            "a few percent slower, their share of the plan's convolution layouts freed)";
   return resource_exhausted("the training run needs about " + format_bytes(plan.total()) + " but the memory limit is " +
                             format_bytes(limit) + (c_.memory_limit > 0 ? "" : " (memory available now)") + "\n" + text +
                             help);
