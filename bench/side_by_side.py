@@ -108,6 +108,7 @@ def machine_info():
         pass
     info["load_average_at_start"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
     info["core_gflops_at_start"] = core_peak_gflops()
+    info["bandwidth_gbs_at_start"] = memory_bandwidth_gbs()
     return info
 
 
@@ -128,6 +129,40 @@ def core_peak_gflops(bursts=3):
             os.remove(exe)
     rates = [float(line.split(":")[1].split()[0]) for line in out.splitlines() if line.startswith("burst")]
     return max(rates) if rates else None
+
+
+def memory_bandwidth_gbs(bursts=4):
+    """Triad bandwidth (bench/bw_probe.c, GB/s, best burst): one process alone, then the sum of two
+    at once. A two-copy sum near one copy's figure means the two cores share one core's memory
+    bandwidth (other tenants streaming on the host): 2-thread rows of memory-heavy models then slow
+    down for either engine. (None, None) when the probe cannot be built here."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bw_probe.c")
+    exe = os.path.join(tempfile.gettempdir(), f"ferry_bw_probe_{os.getpid()}")
+
+    def best(out):
+        rates = [float(line.split(":")[1].split()[0]) for line in out.splitlines() if line.startswith("burst")]
+        return max(rates) if rates else None
+
+    try:
+        if subprocess.run(["gcc", "-O2", "-o", exe, src], capture_output=True).returncode != 0:
+            return None, None
+        one = best(subprocess.run([exe, str(bursts)], capture_output=True, text=True, timeout=120).stdout)
+        procs = [subprocess.Popen([exe, str(bursts)], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+        rates = [best(o) for o in outs]
+        two = sum(rates) if all(r is not None for r in rates) else None
+        return one, two
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    finally:
+        if os.path.exists(exe):
+            os.remove(exe)
+
+
+def fmt_bandwidth(v):
+    if not v or v[0] is None:
+        return "?"
+    return f"{v[0]:.0f} / {v[1]:.0f}" if v[1] is not None else f"{v[0]:.0f} / ?"
 
 
 def git_version():
@@ -308,6 +343,7 @@ class Bench:
         self.results["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
         self.results["load_average_at_end"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
         self.results["core_gflops_at_end"] = core_peak_gflops()
+        self.results["bandwidth_gbs_at_end"] = memory_bandwidth_gbs()
         return self.results
 
 
@@ -394,6 +430,10 @@ def render(results, args):
              "- one core's f32 FMA peak (bench/fma_probe.c, best of 3 bursts): at start "
              f"{fmt_gflops(m.get('core_gflops_at_start'))}, at end {fmt_gflops(results.get('core_gflops_at_end'))} GFLOP/s "
              "(a lower figure means a slower core for both engines, not a slower engine)",
+             "- memory bandwidth (bench/bw_probe.c triad, GB/s, one process / two at once, summed): at start "
+             f"{fmt_bandwidth(m.get('bandwidth_gbs_at_start'))}, at end {fmt_bandwidth(results.get('bandwidth_gbs_at_end'))} "
+             "(a two-process sum near the one-process figure: the cores share one core's bandwidth, and "
+             "2-thread rows of memory-heavy models slow down)",
              f"- ferry {results['ferry']}; ONNX Runtime {results.get('ort_version', '?')} (onnxruntime-node, CPU EP)",
              f"- run {results['started']} to {results.get('finished', '?')}; rounds {args.rounds}, "
              f"{args.duration} s of timed runs per engine per round after {args.warmup} warm-up runs",
