@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ops/blocked_layout.h"
 
 namespace ferry {
 
@@ -33,8 +34,13 @@ inline std::vector<ConvGradLink> conv_grad_links(const Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (n.name.size() >= 10 && n.name.compare(n.name.size() - 10, 10, "/recompute") == 0) return {};
-    const bool conv = (n.domain.empty() && n.op_type == "Conv") || (n.domain == "com.ferry" && n.op_type == "FusedConv");
-    const bool grad = n.domain == "com.ferry" && n.op_type == "ConvGrad";
+    // com.ferry Blocked (train_blocked_layout) wraps them: an X held blocked needs no copy in f32,
+    // but under --amp bf16 the forward's bf16 copy is kept as for a plain X.
+    const bool wrapped = n.domain == "com.ferry" && n.op_type == "Blocked";
+    const std::string op = inner_op(n);
+    const bool conv = (n.domain.empty() && op == "Conv") || ((n.domain == "com.ferry") && op == "FusedConv") ||
+                      (wrapped && op == "Conv");
+    const bool grad = n.domain == "com.ferry" && op == "ConvGrad";
     if (conv && n.inputs.size() >= 2 && !n.outputs.empty() && !n.outputs[0].empty() && !n.inputs[0].empty())
       by_xw[{n.inputs[0], n.inputs[1]}].first.push_back(i);
     if (grad && n.inputs.size() >= 3 && !n.inputs[1].empty()) by_xw[{n.inputs[1], n.inputs[2]}].second.push_back(i);

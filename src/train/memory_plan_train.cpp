@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ops/blocked_layout.h"
 #include "ops/conv_grad_link.h"
 #include "runtime/memory_estimate.h"
 #include "runtime/memory_plan.h"
@@ -66,11 +67,14 @@ int64_t blocked_bytes(const Graph& g, const std::string& v, bool weights, bool h
 // weights W, diff_src dX, diff_weights dW. A node with amp_bf16 (src/passes/amp_bf16_fold.cpp, --amp
 // bf16) holds its operands in bf16, and the outputs bit i of amp_round_outputs names. Besides, each
 // forward linked to its ConvGrad (ops/conv_grad_link.h) keeps its blocked X for the whole run.
+// A com.ferry Blocked node (train_blocked_layout) reads and writes its blocked activations in place:
+// no buffer for them in f32, a bf16 one (half) where the operand is converted.
 int64_t conv_layout_buffers(const Graph& g) {
   int64_t src = 0, wei = 0, dst = 0, diff_src = 0, diff_wei = 0;
   for (const Node& n : g.nodes) {
-    const bool conv = n.op_type == "Conv" || n.op_type == "FusedConv";
-    const bool grad = n.op_type == "ConvGrad";
+    const std::string op = inner_op(n);
+    const bool conv = op == "Conv" || op == "FusedConv";
+    const bool grad = op == "ConvGrad";
     if ((!conv && !grad) || n.inputs.size() < (grad ? 3u : 2u) || n.outputs.empty()) continue;
     const std::string& x = n.inputs[grad ? 1 : 0];
     const std::string& w = n.inputs[grad ? 2 : 1];
@@ -78,10 +82,16 @@ int64_t conv_layout_buffers(const Graph& g) {
     const Attribute* rounded = n.attr("amp_round_outputs");
     const bool half = amp && amp->i != 0;
     auto half_out = [&](int i) { return half && rounded && ((rounded->i >> i) & 1); };
-    src = std::max(src, blocked_bytes(g, x, false, half));
+    // An activation's buffer: none when held blocked in f32 on both sides.
+    auto act = [&](const std::string& v, bool held_blocked, bool h) {
+      if (!held_blocked) return blocked_bytes(g, v, false, h);
+      return h ? tensor_bytes(g, v) / 2 : int64_t{0};
+    };
+    src = std::max(src, act(x, input_blocked(n, grad ? 1 : 0), half));
     wei = std::max(wei, blocked_bytes(g, w, true, half));
-    dst = std::max(dst, blocked_bytes(g, grad ? n.inputs[0] : n.outputs[0], false, grad ? half : half_out(0)));
-    if (grad && !n.outputs[0].empty()) diff_src = std::max(diff_src, blocked_bytes(g, x, false, half_out(0)));
+    dst = std::max(dst, grad ? act(n.inputs[0], input_blocked(n, 0), half)
+                             : act(n.outputs[0], output_blocked(n, 0), half_out(0)));
+    if (grad && !n.outputs[0].empty()) diff_src = std::max(diff_src, act(x, output_blocked(n, 0), half_out(0)));
     if (grad && n.outputs.size() > 1 && !n.outputs[1].empty())
       diff_wei = std::max(diff_wei, blocked_bytes(g, w, true, half_out(1)));
   }
@@ -89,9 +99,12 @@ int64_t conv_layout_buffers(const Graph& g) {
   for (const ConvGradLink& l : conv_grad_links(g)) {
     const Node& n = g.nodes[l.forward];
     const TensorType* t = g.find_type(n.inputs[0]);
-    if (!t || !t->shape || !t->shape->is_static() || t->shape->rank() < 3 || t->shape->values()[1] < 8) continue;
+    if (!t || !t->shape || !t->shape->is_static() || t->shape->rank() < 3) continue;
+    if (!input_blocked(n, 0) && t->shape->values()[1] < 8) continue;
     const Attribute* amp = n.attr("amp_bf16");  // a 3-channel image stays plain: nothing kept
-    kept_x += blocked_bytes(g, n.inputs[0], false, amp && amp->i != 0);
+    const bool h = amp && amp->i != 0;
+    if (input_blocked(n, 0)) kept_x += h ? tensor_bytes(g, n.inputs[0]) / 2 : 0;  // f32: X itself is read
+    else kept_x += blocked_bytes(g, n.inputs[0], false, h);
   }
   return src + wei + dst + diff_src + diff_wei + kept_x;
 }

@@ -7,8 +7,12 @@
 //       convolution_backward_weights (with the bias gradient), created with the forward primitive
 //       descriptor as hint; outputs given as "" are not computed.
 // Plans (primitives and the layout changes around them) are made once per (X, W) shape and cached
-// (dnnl_plan_cache.h). The graph is plain NCHW; see conv_layout() for when the primitives run on
+// (dnnl_plan_cache.h). The graph is plain NCHW, except where the pass train_blocked_layout made a
+// node com.ferry Blocked (ops/grad_blocked.cpp): its activations marked blocked are nChw16c
+// tensors [N, C/16, H, W, 16] (ops/blocked_layout.h), read and written by the primitives directly
+// when they run on nChw16c (no reorder); see blocked_layout() for when the primitives run on
 // oneDNN's blocked layouts (reorders in and out inside the kernel) and when directly on NCHW.
+// Also com.ferry ToBlocked / FromBlocked (the blocked region's edges): oneDNN reorders.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +22,7 @@
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
+#include "ops/blocked_layout.h"
 #include "ops/conv_grad_link.h"
 #include "ops/conv_pool_util.h"
 
@@ -242,8 +247,16 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvShape& s, bool bl
   return dnnl::convolution_forward::primitive_desc(d, attr, dnnl_engine());
 }
 
-std::vector<int64_t> plan_key(const Tensor& x, const Tensor& w) {
-  std::vector<int64_t> k = x.dims();
+// The plain dims of an activation held blocked (`blocked`) or plain.
+std::vector<int64_t> logical_dims(const Tensor& t, bool blocked) { return blocked ? plain_dims(t.dims()) : t.dims(); }
+
+// The user's (the graph's) memory descriptor of an activation: nChw16c when held blocked.
+memory::desc user_desc(const memory::dims& d, tag plain, bool blocked) {
+  return memory::desc(d, memory::data_type::f32, blocked ? tag::nChw16c : plain);
+}
+
+std::vector<int64_t> plan_key(const Tensor& x, bool x_blocked, const Tensor& w) {
+  std::vector<int64_t> k = logical_dims(x, x_blocked);
   k.push_back(-1);
   k.insert(k.end(), w.dims().begin(), w.dims().end());
   return k;
@@ -260,7 +273,8 @@ void split_key(const std::vector<int64_t>& key, std::vector<int64_t>* x, std::ve
 class TrainConvKernel : public Kernel {
  public:
   TrainConvKernel(const Node& node, const Graph& graph, KernelFn fallback)
-      : node_(node), fallback_(fallback), amp_(node), link_(link_of(graph, node, false)) {}
+      : node_(node), fallback_(fallback), amp_(node), link_(link_of(graph, node, false)),
+        bx_(input_blocked(node, 0)), by_(output_blocked(node, 0)) {}
   bool amp() const { return amp_.bf16; }
 
   bool init(const Graph& graph) {
@@ -278,7 +292,8 @@ class TrainConvKernel : public Kernel {
     const Tensor &x = ctx.input(0), &w = ctx.input(1);
     const bool inputs_f32 = f32(x) && f32(w) && (!has_b_ || f32(ctx.input(2))) && (!has_z_ || f32(ctx.input(3)));
     if (!inputs_f32) return amp() ? amp_unsupported(node_, "an input is not f32") : fallback_(ctx);
-    auto plan = plans_.get(plan_key(x, w), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(k, p); });
+    if (bx_ && (x.rank() != 5 || x.dims().back() != kLayoutBlock)) return fallback_(ctx);  // it reports it
+    auto plan = plans_.get(plan_key(x, bx_, w), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(k, p); });
     if (!plan.is_ok()) return amp() ? amp_unsupported(node_, plan.status().message()) : fallback_(ctx);
     const Plan* p = plan.value();
     if ((has_b_ && ctx.input(2).numel() != w.dim(0)) || (has_z_ && ctx.input(3).dims() != p->out_dims))
@@ -347,8 +362,9 @@ class TrainConvKernel : public Kernel {
       if (!made)
         p->pd = forward_pd(s, blocked, has_b_, attr, dnnl::algorithm::convolution_direct, amp_.in(), amp_.out(0));
       p->prim = dnnl::convolution_forward(p->pd);
-      const memory::desc user_x(s.src, memory::data_type::f32, s.io_tag), user_y(s.dst, memory::data_type::f32, s.io_tag),
-          user_w(s.wei, memory::data_type::f32, s.wei_tag);
+      if (by_ && s.dst[1] % kLayoutBlock != 0) return unsupported("blocked output channels");
+      const memory::desc user_x = user_desc(s.src, s.io_tag, bx_), user_y = user_desc(s.dst, s.io_tag, by_),
+                         user_w(s.wei, memory::data_type::f32, s.wei_tag);
       p->src.make(user_x, p->pd.src_desc());
       p->wei.make(user_w, p->pd.weights_desc());
       p->dst.make(p->pd.dst_desc(), user_y);
@@ -357,6 +373,7 @@ class TrainConvKernel : public Kernel {
       return cpu::dnnl_error(node_, e);
     }
     p->out_dims.assign(s.dst.begin(), s.dst.end());
+    if (by_) p->out_dims = blocked_dims(p->out_dims);
     return Status::ok();
   }
 
@@ -364,6 +381,7 @@ class TrainConvKernel : public Kernel {
   KernelFn fallback_;
   AmpMode amp_;
   std::string link_;  // conv_grad_links key: X is kept for that ConvGrad
+  bool bx_ = false, by_ = false;  // X; Y and Z held blocked (com.ferry Blocked)
   bool has_b_ = false, has_z_ = false;
   FusedActivation act_;
   cpu::PlanCache<Plan> plans_;
@@ -374,7 +392,8 @@ class TrainConvKernel : public Kernel {
 class ConvGradKernel : public Kernel {
  public:
   ConvGradKernel(const Node& node, const Graph& graph, KernelFn fallback)
-      : node_(node), fallback_(fallback), amp_(node), link_(link_of(graph, node, true)) {
+      : node_(node), fallback_(fallback), amp_(node), link_(link_of(graph, node, true)),
+        bdy_(input_blocked(node, 0)), bx_(input_blocked(node, 1)), bdx_(output_blocked(node, 0)) {
     for (size_t i = 0; i < 3; ++i) want_[i] = i < node.outputs.size() && !node.outputs[i].empty();
   }
 
@@ -386,13 +405,15 @@ class ConvGradKernel : public Kernel {
     const Tensor &dy = ctx.input(0), &x = ctx.input(1), &w = ctx.input(2);
     for (const Tensor* t : {&dy, &x, &w})
       if (t->dtype() != DType::kF32) return amp_.bf16 ? amp_unsupported(node_, "an input is not f32") : fallback_(ctx);
-    auto plan = plans_.get(plan_key(x, w), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(k, p); });
+    if (bx_ && (x.rank() != 5 || x.dims().back() != kLayoutBlock)) return fallback_(ctx);  // it reports it
+    auto plan = plans_.get(plan_key(x, bx_, w), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(k, p); });
     if (!plan.is_ok()) return amp_.bf16 ? amp_unsupported(node_, plan.status().message()) : fallback_(ctx);
     const Plan* p = plan.value();
     if (dy.dims() != p->dy_dims) return amp_.bf16 ? amp_unsupported(node_, "dY's shape does not match") : fallback_(ctx);
     Tensor *dx = nullptr, *dw = nullptr, *db = nullptr;
     if (want_[0]) {
-      ASSIGN_OR_RETURN(dx, ctx.allocate_output(0, DType::kF32, x.dims(), false));
+      const std::vector<int64_t> xd = logical_dims(x, bx_);
+      ASSIGN_OR_RETURN(dx, ctx.allocate_output(0, DType::kF32, bdx_ ? blocked_dims(xd) : xd, false));
     }
     if (want_[1]) {
       ASSIGN_OR_RETURN(dw, ctx.allocate_output(1, DType::kF32, w.dims(), false));
@@ -463,6 +484,7 @@ class ConvGradKernel : public Kernel {
       return cpu::dnnl_error(node_, e);
     }
     p->dy_dims.assign(s.dst.begin(), s.dst.end());
+    if (bdy_) p->dy_dims = blocked_dims(p->dy_dims);
     return Status::ok();
   }
 
@@ -472,8 +494,10 @@ class ConvGradKernel : public Kernel {
     const auto dst = layout_desc(s.dst, s.io_tag, blocked, in), wei = layout_desc(s.wei, s.wei_tag, blocked, in);
     const auto attr = cpu::concurrent_attr();
     const auto hint = forward_pd(s, blocked, want_[2], attr, alg, in, in);
-    const memory::desc user_x(s.src, memory::data_type::f32, s.io_tag), user_y(s.dst, memory::data_type::f32, s.io_tag),
-        user_w(s.wei, memory::data_type::f32, s.wei_tag);
+    if ((bdy_ && s.dst[1] % kLayoutBlock != 0) || ((bx_ || bdx_) && s.src[1] % kLayoutBlock != 0))
+      throw dnnl::error(dnnl_invalid_arguments, "blocked operands without whole blocks of channels");
+    const memory::desc user_x = user_desc(s.src, s.io_tag, bx_), user_y = user_desc(s.dst, s.io_tag, bdy_),
+                       user_dx = user_desc(s.src, s.io_tag, bdx_), user_w(s.wei, memory::data_type::f32, s.wei_tag);
     if (want_[0]) {
       const auto dsrc = layout_desc(s.src, s.io_tag, blocked, amp_.out(0));
       dnnl::convolution_backward_data::desc d(alg, dsrc, wei, dst, s.strides, s.dil, s.pad_l, s.pad_r);
@@ -481,7 +505,7 @@ class ConvGradKernel : public Kernel {
       p->bd = dnnl::convolution_backward_data(p->bd_pd);
       p->dy_for_d.make(user_y, p->bd_pd.diff_dst_desc());
       p->w_for_d.make(user_w, p->bd_pd.weights_desc());
-      p->dx_out.make(p->bd_pd.diff_src_desc(), user_x);
+      p->dx_out.make(p->bd_pd.diff_src_desc(), user_dx);
     }
     if (want_[1] || want_[2]) {
       // --amp bf16: measured on ResNet-50 b8 (2 threads, interleaved, loaded machine), f32
@@ -507,6 +531,7 @@ class ConvGradKernel : public Kernel {
   bool want_[3] = {false, false, false};
   AmpMode amp_;
   std::string link_;  // conv_grad_links key: X as the forward kept it
+  bool bdy_ = false, bx_ = false, bdx_ = false;  // dY, X, dX held blocked (com.ferry Blocked)
   cpu::PlanCache<Plan> plans_;
 };
 
@@ -523,6 +548,62 @@ StatusOr<std::unique_ptr<Kernel>> make_conv_grad(const Node& node, const OpSchem
   return std::unique_ptr<Kernel>(std::make_unique<ConvGradKernel>(node, graph, schema.kernel));
 }
 
+// com.ferry ToBlocked / FromBlocked of 4-D f32 tensors: one oneDNN reorder nchw <-> nChw16c.
+class LayoutKernel : public Kernel {
+ public:
+  LayoutKernel(const Node& node, KernelFn fallback, bool to_plain) : node_(node), fallback_(fallback), to_plain_(to_plain) {}
+
+  Status compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const bool ok = x.dtype() == DType::kF32 &&
+                    (to_plain_ ? x.rank() == 5 && x.dims().back() == kLayoutBlock : x.rank() == 4 && x.dim(1) % kLayoutBlock == 0);
+    if (!ok || x.numel() == 0) return fallback_(ctx);  // the reference reports a bad shape
+    const std::vector<int64_t> plain = to_plain_ ? plain_dims(x.dims()) : x.dims();
+    auto plan = plans_.get(plain, [this](const std::vector<int64_t>& d, dnnl::reorder* r) {
+      try {
+        const memory::desc p(cpu::to_dnnl_dims(d), memory::data_type::f32, tag::nchw),
+            b(cpu::to_dnnl_dims(d), memory::data_type::f32, tag::nChw16c);
+        *r = to_plain_ ? make_reorder(b, p) : make_reorder(p, b);
+      } catch (const dnnl::error& e) {
+        return cpu::dnnl_error(node_, e);
+      }
+      return Status::ok();
+    });
+    if (!plan.is_ok()) return plan.status();
+    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DType::kF32, to_plain_ ? plain : blocked_dims(plain), false));
+    try {
+      const memory::dims d = cpu::to_dnnl_dims(plain);
+      const memory::desc p(d, memory::data_type::f32, tag::nchw), b(d, memory::data_type::f32, tag::nChw16c);
+      dnnl::stream& s = dnnl_stream();
+      plan.value()->execute(s, {{DNNL_ARG_FROM, wrap(to_plain_ ? b : p, x)}, {DNNL_ARG_TO, wrap(to_plain_ ? p : b, *y)}});
+      s.wait();
+    } catch (const dnnl::error& e) {
+      return cpu::dnnl_error(node_, e);
+    }
+    return Status::ok();
+  }
+
+ private:
+  Node node_;
+  KernelFn fallback_;
+  bool to_plain_;
+  cpu::PlanCache<dnnl::reorder> plans_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_layout(const Node& node, const OpSchema& schema, const Graph& graph, bool to_plain) {
+  if (!cpu::maybe_f32(graph, node.inputs[0])) return std::unique_ptr<Kernel>();
+  return std::unique_ptr<Kernel>(std::make_unique<LayoutKernel>(node, schema.kernel, to_plain));
+}
+
+// com.ferry Blocked (ops/grad_blocked.cpp) wrapping a training convolution; other ops it wraps
+// (BatchNormTraining...) are train_kernels.cpp's.
+StatusOr<std::unique_ptr<Kernel>> make_blocked(const Node& node, const OpSchema& schema, const Graph& graph) {
+  const std::string op = inner_op(node);
+  if (op == "Conv" || op == "FusedConv") return make_train_conv(node, schema, graph);
+  if (op == "ConvGrad") return make_conv_grad(node, schema, graph);
+  return std::unique_ptr<Kernel>();
+}
+
 }  // namespace
 
 void register_cpu_dnnl_conv_grad_kernels(CpuKernelTable& t) {
@@ -530,6 +611,9 @@ void register_cpu_dnnl_conv_grad_kernels(CpuKernelTable& t) {
   t.add("", "Conv", make_train_conv);
   t.add("com.ferry", "FusedConv", make_train_conv);
   t.add("com.ferry", "ConvGrad", make_conv_grad);
+  t.add("com.ferry", "Blocked", make_blocked);
+  t.add("com.ferry", "ToBlocked", [](const Node& n, const OpSchema& s, const Graph& g) { return make_layout(n, s, g, false); });
+  t.add("com.ferry", "FromBlocked", [](const Node& n, const OpSchema& s, const Graph& g) { return make_layout(n, s, g, true); });
 }
 
 }  // namespace ferry

@@ -9,7 +9,10 @@
 //       count_include_pad, global): direct loops over each plane, threads over planes;
 //   com.ferry ReluGrad, LeakyReluGrad, SigmoidGrad, TanhGrad, HardSwishGrad: vectorized, written
 //       over dY when the memory plan allows;
-//   Sum of equally shaped inputs (the accumulation of gradients of values read several times).
+//   Sum of equally shaped inputs (the accumulation of gradients of values read several times);
+//   com.ferry Blocked wrapping BatchNormTraining / BatchNormTrainingGrad on nChw16c activations
+//       [N, C/16, H, W, 16] (the pass train_blocked_layout): the same arithmetic, 16 channels at a
+//       time across the block's lanes, threads over channel blocks.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -18,6 +21,7 @@
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/vec_math.h"
+#include "ops/blocked_layout.h"
 #include "ops/conv_pool_util.h"
 #include "ops/kernel_collectives.h"
 #include "ops/op_util.h"
@@ -220,6 +224,198 @@ StatusOr<bool> run_bn_training_grad(KernelContext& ctx) {
       const int64_t o = (n * C + c) * S;
       if (pz) affine2_masked(pg + o, pz + o, px + o, fa, fb, fc, pdx + o, S);
       else affine2(pg + o, px + o, fa, fb, fc, pdx + o, S);
+    }
+  });
+  return true;
+}
+
+// ---- the same on nChw16c: 16 channels per block, lane j = channel cb * 16 + j ------------------
+
+constexpr int64_t kB = kLayoutBlock;
+
+// shifted_moments of the 16 lanes over S positions (x[s * 16 + j]), two accumulator sets.
+FERRY_VEC void shifted_moments16(const float* x, int64_t S, const float* k, double* s1, double* s2) {
+  double a0[kB] = {}, b0[kB] = {}, a1[kB] = {}, b1[kB] = {};
+  int64_t s = 0;
+  for (; s + 2 <= S; s += 2) {
+    for (int64_t j = 0; j < kB; ++j) {
+      const double d = static_cast<double>(x[s * kB + j] - k[j]);
+      a0[j] += d;
+      b0[j] += d * d;
+    }
+    for (int64_t j = 0; j < kB; ++j) {
+      const double d = static_cast<double>(x[(s + 1) * kB + j] - k[j]);
+      a1[j] += d;
+      b1[j] += d * d;
+    }
+  }
+  for (; s < S; ++s)
+    for (int64_t j = 0; j < kB; ++j) {
+      const double d = static_cast<double>(x[s * kB + j] - k[j]);
+      a0[j] += d;
+      b0[j] += d * d;
+    }
+  for (int64_t j = 0; j < kB; ++j) {
+    s1[j] += a0[j] + a1[j];
+    s2[j] += b0[j] + b1[j];
+  }
+}
+
+// grad_moments (masked by z > 0 when z) of the 16 lanes over S positions.
+template <bool kMasked>
+FERRY_VEC void grad_moments16(const float* g, const float* z, const float* x, int64_t S, const float* mu, double* sg,
+                              double* sgx) {
+  double a0[kB] = {}, b0[kB] = {}, a1[kB] = {}, b1[kB] = {};
+  int64_t s = 0;
+  for (; s + 2 <= S; s += 2) {
+    float m0[kB], m1[kB];  // the masked gradient first, in f32 (mixing widths in one loop stops GCC)
+    for (int64_t j = 0; j < kB; ++j) {
+      m0[j] = kMasked ? (z[s * kB + j] > 0.f ? g[s * kB + j] : 0.f) : g[s * kB + j];
+      m1[j] = kMasked ? (z[(s + 1) * kB + j] > 0.f ? g[(s + 1) * kB + j] : 0.f) : g[(s + 1) * kB + j];
+    }
+    for (int64_t j = 0; j < kB; ++j) {
+      const double g0 = m0[j], g1 = m1[j];
+      a0[j] += g0;
+      b0[j] += g0 * static_cast<double>(x[s * kB + j] - mu[j]);
+      a1[j] += g1;
+      b1[j] += g1 * static_cast<double>(x[(s + 1) * kB + j] - mu[j]);
+    }
+  }
+  for (; s < S; ++s)
+    for (int64_t j = 0; j < kB; ++j) {
+      const double gv = kMasked ? (z[s * kB + j] > 0.f ? g[s * kB + j] : 0.f) : g[s * kB + j];
+      a0[j] += gv;
+      b0[j] += gv * static_cast<double>(x[s * kB + j] - mu[j]);
+    }
+  for (int64_t j = 0; j < kB; ++j) {
+    sg[j] += a0[j] + a1[j];
+    sgx[j] += b0[j] + b1[j];
+  }
+}
+
+template <bool kRelu>
+FERRY_VEC void affine16(const float* x, const float* a, const float* b, float* y, int64_t S) {
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t j = 0; j < kB; ++j) {
+      const float v = x[s * kB + j] * a[j] + b[j];
+      y[s * kB + j] = kRelu ? (v < 0.f ? 0.f : v) : v;
+    }
+}
+
+template <bool kMasked>
+FERRY_VEC void affine2_16(const float* g, const float* z, const float* x, const float* a, const float* b,
+                          const float* c, float* y, int64_t S) {
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t j = 0; j < kB; ++j) {
+      const int64_t i = s * kB + j;
+      const float gi = kMasked ? (z[i] > 0.f ? g[i] : 0.f) : g[i];
+      y[i] = gi * a[j] + x[i] * b[j] + c[j];
+    }
+}
+
+bool blocked_activation(const Tensor& t) { return t.rank() == 5 && t.dim(4) == kB; }
+
+// com.ferry Blocked(BatchNormTraining) with X and Y blocked: run_bn_training's arithmetic.
+StatusOr<bool> run_bn_training_blocked(KernelContext& ctx) {
+  if (!all_f32(ctx) || !input_blocked(ctx.node(), 0) || !output_blocked(ctx.node(), 0)) return false;
+  const Tensor& x = ctx.input(0);
+  if (!blocked_activation(x)) return false;
+  const int64_t N = x.dim(0), CB = x.dim(1), S = x.dim(2) * x.dim(3), C = CB * kB, count = N * S;
+  for (int64_t i = 1; i < 5; ++i)
+    if (!f32_vector(ctx.input(i), C)) return false;
+  if (count <= 1 || x.numel() == 0) return false;  // the reference reports it
+  const double eps = ctx.get_float("epsilon", 1e-5f), momentum = ctx.get_float("momentum", 0.9f);
+  const bool relu = ctx.get_int("relu", 0) != 0;
+  Tensor* out[5] = {};
+  for (int64_t k = 0; k < 5; ++k) {
+    if (!wants(ctx, k)) continue;
+    ASSIGN_OR_RETURN(out[k], ctx.allocate_output(k, DType::kF32, k == 0 ? x.dims() : std::vector<int64_t>{C}, false));
+  }
+  const float *px = x.data<float>(), *sc = ctx.input(1).data<float>(), *bias = ctx.input(2).data<float>(),
+              *rm = ctx.input(3).data<float>(), *rv = ctx.input(4).data<float>();
+  float* py = out[0] ? out[0]->mutable_data<float>() : nullptr;
+  const int64_t plane = S * kB;  // one (n, cb) block
+  for_channels(CB, 2 * count * kB, [&](int64_t cb) {
+    const float* k = px + cb * plane;  // each channel's first value (n = 0, s = 0)
+    double s1[kB] = {}, s2[kB] = {};
+    for (int64_t n = 0; n < N; ++n) shifted_moments16(px + (n * CB + cb) * plane, S, k, s1, s2);
+    float fa[kB], fb[kB];
+    for (int64_t j = 0; j < kB; ++j) {
+      const int64_t c = cb * kB + j;
+      const double dmean = s1[j] / static_cast<double>(count);
+      const double ss = std::max(0.0, s2[j] - s1[j] * dmean);
+      const double mu = k[j] + dmean, var = ss / static_cast<double>(count);
+      const double inv = 1.0 / std::sqrt(var + eps);
+      if (out[1]) out[1]->mutable_data<float>()[c] = static_cast<float>(rm[c] * momentum + mu * (1.0 - momentum));
+      if (out[2])
+        out[2]->mutable_data<float>()[c] =
+            static_cast<float>(rv[c] * momentum + ss / static_cast<double>(count - 1) * (1.0 - momentum));
+      if (out[3]) out[3]->mutable_data<float>()[c] = static_cast<float>(mu);
+      if (out[4]) out[4]->mutable_data<float>()[c] = static_cast<float>(inv);
+      const double a = inv * sc[c];
+      fa[j] = static_cast<float>(a);
+      fb[j] = static_cast<float>(bias[c] - mu * a);
+    }
+    if (!py) return;
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t o = (n * CB + cb) * plane;
+      (relu ? affine16<true> : affine16<false>)(px + o, fa, fb, py + o, S);
+    }
+  });
+  return true;
+}
+
+// com.ferry Blocked(BatchNormTrainingGrad) with dY, X, (Z) and dX blocked: run_bn_training_grad's.
+StatusOr<bool> run_bn_training_grad_blocked(KernelContext& ctx) {
+  if (!all_f32(ctx)) return false;
+  const Node& node = ctx.node();
+  const bool has_z = ctx.has_input(5);
+  if (!input_blocked(node, 0) || !input_blocked(node, 1) || (has_z && !input_blocked(node, 5)) ||
+      (wants(ctx, 0) && !output_blocked(node, 0)))
+    return false;
+  const Tensor &dy = ctx.input(0), &x = ctx.input(1);
+  if (!blocked_activation(x) || dy.dims() != x.dims() || (has_z && ctx.input(5).dims() != x.dims())) return false;
+  const float* pz = has_z ? ctx.input(5).data<float>() : nullptr;
+  const int64_t N = x.dim(0), CB = x.dim(1), S = x.dim(2) * x.dim(3), C = CB * kB;
+  for (int64_t i = 2; i < 5; ++i)
+    if (!f32_vector(ctx.input(i), C)) return false;
+  if (x.numel() == 0) return false;
+  Tensor* out[3] = {};
+  for (int64_t k = 0; k < 3; ++k) {
+    if (!wants(ctx, k)) continue;
+    ASSIGN_OR_RETURN(out[k], k == 0 ? ctx.allocate_output_over(0, 0, DType::kF32, x.dims())
+                                    : ctx.allocate_output(k, DType::kF32, {C}, false));
+  }
+  const float *pg = dy.data<float>(), *px = x.data<float>(), *sc = ctx.input(2).data<float>(),
+              *mean = ctx.input(3).data<float>(), *inv = ctx.input(4).data<float>();
+  float* pdx = out[0] ? out[0]->mutable_data<float>() : nullptr;
+  const double count = static_cast<double>(N * S);
+  const int64_t plane = S * kB;
+  for_channels(CB, 2 * N * plane, [&](int64_t cb) {
+    double sg[kB] = {}, sgxm[kB] = {};
+    const float* mu = mean + cb * kB;
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t o = (n * CB + cb) * plane;
+      if (pz) grad_moments16<true>(pg + o, pz + o, px + o, S, mu, sg, sgxm);
+      else grad_moments16<false>(pg + o, nullptr, px + o, S, mu, sg, sgxm);
+    }
+    float fa[kB], fb[kB], fc[kB];
+    for (int64_t j = 0; j < kB; ++j) {
+      const int64_t c = cb * kB + j;
+      const double is = inv[c], sgx = sgxm[j] * is;
+      if (out[1]) out[1]->mutable_data<float>()[c] = static_cast<float>(sgx);
+      if (out[2]) out[2]->mutable_data<float>()[c] = static_cast<float>(sg[j]);
+      const double k = sc[c] * is / count;
+      const double a = k * count, b = -k * is * sgx, cc = -k * sg[j] - b * mean[c];
+      fa[j] = static_cast<float>(a);
+      fb[j] = static_cast<float>(b);
+      fc[j] = static_cast<float>(cc);
+    }
+    if (!pdx) return;
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t o = (n * CB + cb) * plane;
+      if (pz) affine2_16<true>(pg + o, pz + o, px + o, fa, fb, fc, pdx + o, S);
+      else affine2_16<false>(pg + o, nullptr, px + o, fa, fb, fc, pdx + o, S);
     }
   });
   return true;
@@ -551,5 +747,12 @@ void register_cpu_train_kernels_kernels(CpuKernelTable& t) {
   t.add("com.ferry", "TanhGrad", factory(run_pair_grad<tanh_grad_span>));
   t.add("com.ferry", "HardSwishGrad", factory(run_pair_grad<hard_swish_grad_span>));
   t.add("", "Sum", factory(run_sum));
+  // com.ferry Blocked: the BN forms here, the convolutions' in dnnl_conv_grad.cpp (registered first).
+  t.add("com.ferry", "Blocked", [](const Node& node, const OpSchema& schema, const Graph& g) {
+    const std::string op = inner_op(node);
+    if (op == "BatchNormTraining") return factory(run_bn_training_blocked)(node, schema, g);
+    if (op == "BatchNormTrainingGrad") return factory(run_bn_training_grad_blocked)(node, schema, g);
+    return StatusOr<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>());
+  });
 }
 }  // namespace ferry
