@@ -416,6 +416,60 @@ TEST(QdqFusion, MatMulAndGemmBecomeQMatMulFused) {
   check_matmul_case(mc);
 }
 
+// v = acc * s just above a rounding tie, with a destination zero point: the op rounds v and then adds
+// the zero point; v + 128 in f32 would land on the tie (v = k/2 + k * 2^-20 for odd k: 128 + v has no
+// bits below 2^-16) and round to even, one step off. QConvFused (1x1, each output channel reading one
+// input channel with weight 1) and QMatMulFused, oneDNN against the reference, bit for bit.
+TEST(QdqFusion, DestinationZeroPointAddedAfterRounding) {
+  const float s = 0.5f + std::ldexp(1.f, -20);  // x_scale; w_scale = y_scale = 1: v = x * s
+  for (bool matmul : {false, true}) {
+    SCOPED_TRACE(matmul ? "QMatMulFused" : "QConvFused");
+    const int64_t C = 4, M = 16;
+    ModelBuilder b(13);
+    auto x = b.input("x", matmul ? vector<int64_t>{6, C} : vector<int64_t>{1, C, 5, 5}, DType::kU8);
+    auto dqx = b.node("DequantizeLinear", {x, b.scalar(s), b.constant(u8_scalar(0))});
+    Tensor w = Tensor::allocate(DType::kI8, matmul ? vector<int64_t>{C, M} : vector<int64_t>{M, C, 1, 1});
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t c = 0; c < C; ++c) w.mutable_data<int8_t>()[matmul ? c * M + m : m * C + c] = c == m % C ? 1 : 0;
+    Tensor ws = Tensor::allocate(DType::kF32, {M});
+    for (int64_t m = 0; m < M; ++m) ws.mutable_data<float>()[m] = 1.f;
+    auto dqw = b.node("DequantizeLinear", {b.constant(w), b.constant(ws)}, {{"axis", int_attr(matmul ? 1 : 0)}});
+    auto y = matmul ? b.node("MatMul", {dqx, dqw}) : b.node("Conv", {dqx, dqw});
+    b.output(b.node("QuantizeLinear", {y, b.scalar(1.f), b.constant(u8_scalar(128))}));
+    auto model = b.build();
+    int changes = 0;
+    auto fused = run_pass(*model, "qdq_fusion", &changes);
+    ASSERT_EQ(changes, 1);
+    ASSERT_EQ(count_ops(*fused, matmul ? "QMatMulFused" : "QConvFused"), 1);
+    int n = 0;
+    if (!matmul) {
+      EXPECT_TRUE(fast_kernels_taken(*fused, &n));
+    }
+    // x over 0..255, many small odd values (odd x is next to a tie; for x < 8 oneDNN used to land on it).
+    Tensor xt = Tensor::allocate(DType::kU8, model->graph.inputs[0].type.shape->values());
+    for (int64_t i = 0; i < xt.numel(); ++i)
+      xt.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(i % 2 ? (i / 2) % 9 : (i * 37) % 256);
+    const NamedTensors feeds = {{"x", xt}};
+    const NamedTensors ref = run_model(fused, feeds, "cpu-ref");
+    const NamedTensors cpu = run_model(fused, feeds, "cpu");
+    ASSERT_EQ(ref.size(), 1u);
+    ASSERT_EQ(cpu.size(), 1u);
+    double exact = 0;
+    EXPECT_EQ(max_step_diff(cpu[0].second, ref[0].second, &exact), 0);
+    // The reference rounds x * s up for odd x: y = 128 + (x + 1) / 2 (saturated).
+    const Tensor& r = ref[0].second;
+    int odd = 0;
+    for (int64_t i = 0; i < r.numel(); ++i) {
+      const int xv = xt.data<uint8_t>()[matmul ? (i / M) * C + (i % M) % C : ((i / 25) % C) * 25 + i % 25];
+      if (xv % 2 == 1 && xv < 253) {
+        ++odd;
+        EXPECT_EQ(r.data<uint8_t>()[i], 128 + (xv + 1) / 2) << "element " << i << " x " << xv;
+      }
+    }
+    EXPECT_GT(odd, 10);
+  }
+}
+
 // The cpu backend's QuantizeLinear / DequantizeLinear / 8-bit Transpose kernels: bit for bit the reference
 // (ties of x / scale included: inputs on exact half steps).
 TEST(QdqFusion, QuantizeDequantizeTransposeKernelsMatchReference) {

@@ -5,7 +5,8 @@
 //   mid Q/DQ   -> eltwise round, clip [lo - mid_zp, hi - mid_zp], linear s1 / y_scale
 //   residual z -> sum (scale z_scale / y_scale, zero point z_zp), read from the output buffer
 //   relu       -> eltwise relu
-// then the destination zero point, round half to even and saturation. The source zero point is a
+// then (where the destination zero point is not 0) eltwise round, the zero point and saturation, so
+// the rounding comes before the zero point as in the op (round(v + zp) in f32 is not round(v) + zp). The source zero point is a
 // runtime zero point (oneDNN handles the padded border itself). The integer accumulation is exact; the
 // f32 steps are the reference's, but oneDNN may fuse a multiply and an add (one rounding fewer), so a
 // value next to a rounding tie can land one step of y away from the reference: the tests allow that
@@ -294,6 +295,11 @@ class DnnlQConvKernel : public Kernel {
         ops.append_sum(z_to_y_, static_cast<int32_t>(zz_), zdt);
       }
       if (relu_ && !saturation_relus) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      // oneDNN adds the destination zero point before it rounds (round(v + zp)); the op rounds first
+      // (round(v) + zp). v + zp is inexact in f32 where v has bits below zp's ulp, which moves a value
+      // next to a tie onto it (ResNet-50: 2 of 802816 values of layer1.0's downsample differed, and 53
+      // layers amplified them). A round post-op makes v integral, so the add and the conversion are exact.
+      if (dst_zp_ != 0) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_round, 0.f, 0.f);
       dnnl::primitive_attr attr = cpu::concurrent_attr();
       attr.set_post_ops(ops);
       attr.set_output_scales(scales_.size() == 1 ? 0 : 1 << 1, scales_);
@@ -558,6 +564,7 @@ class DnnlQMatMulKernel : public Kernel {
       const memory::desc w_any({K, N}, memory::data_type::s8, tag::any);
       dnnl::post_ops ops;
       if (relu_) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      if (dst_zp_ != 0) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_round, 0.f, 0.f);  // as in the conv
       dnnl::primitive_attr attr = cpu::concurrent_attr();
       attr.set_post_ops(ops);
       attr.set_output_scales(scales_.size() == 1 ? 0 : 1 << 1, scales_);
