@@ -1,7 +1,8 @@
 // The cpu convolution's SiLU pass (dnnl_conv.cpp: activate_in_place, the AVX-512 silu16 loop where
 // the CPU has it) against the reference kernel, on values chosen for it: a 1x1 convolution with one
 // channel and weight 1 passes its input through unchanged, so the activation sees a sweep over
-// [-95, 95], the clamp edges (-88.38, 87.34), +-0, denormals, +-inf and NaN, with a 13-float tail.
+// [-95, 95] (dense over [-30, 30], where an error in the exponent's reduction would show), the
+// clamp edge 104 and the old ones (-88.38, 87.34), +-0, denormals, +-inf and NaN, with a 13-float tail.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -17,9 +18,10 @@ using std::vector;
 TEST(CpuConvSilu, SpecialValuesAndSweepMatchReference) {
   const float inf = std::numeric_limits<float>::infinity();
   vector<float> v = {0.f, -0.f, 1e-40f, -1e-40f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
-                     -88.3f, -88.4f, -88.5f, 87.3f, 87.4f, 88.5f, -1e30f, 1e30f};
+                     -88.3f, -88.4f, -88.5f, 87.3f, 87.4f, 88.5f, 103.9f, 104.f, 104.1f, -1e30f, 1e30f};
   for (float x = -95.f; x <= 95.f; x += 6.1f) v.push_back(x);
   for (float x = -3.f; x <= 3.f; x += 0.4f) v.push_back(x);
+  for (float x = -30.f; x <= 30.f; x += 0.0137f) v.push_back(x);  // dense where the polynomial's error shows
   while (v.size() % 16 != 13) v.push_back(0.37f * static_cast<float>(v.size()) - 9.f);  // a masked tail
   for (bool channels_last : {false, true}) {
     SCOPED_TRACE(channels_last ? "nhwc" : "nchw");
