@@ -1,4 +1,4 @@
-// Op family 'quantize_fused' (domain com.ferry, opset 1): QConvFused (and QMatMulFused, below), the node the qdq_fusion pass
+// Op family 'quantize_fused' (domain com.ferry, opset 1): QConvFused (and QMatMulFused, QGlobalAveragePool / NhwcQGlobalAveragePool, below), the node the qdq_fusion pass
 // (src/passes/qdq_fusion.cpp) makes of a QDQ convolution region
 //   DQ(x) , DQ(w per-channel) [, DQ(B int32)] -> Conv [-> Relu] [-> Q -> DQ] [-> Add(DQ(z))] [-> Relu] -> Q
 // so that 8-bit tensors flow from one fused node to the next with no float tensor in between.
@@ -250,9 +250,83 @@ Status k_qmatmul_fused(KernelContext& ctx) {
   return Status::ok();
 }
 
+// ---- QGlobalAveragePool / NhwcQGlobalAveragePool ------------------------------------------------
+// Made by qdq_fusion of DQ(x) -> GlobalAveragePool -> Q (per-tensor parameters); the nhwc_layout pass
+// turns it into NhwcQGlobalAveragePool inside an NHWC region (x N x H x W x C, y N x 1 x 1 x C).
+// Inputs: x (8-bit), x_scale, x_zero_point, y_scale, y_zero_point. Integer semantics (as ONNX Runtime's
+// com.microsoft.QLinearGlobalAveragePool): with S the number of spatial positions,
+//   acc = sum(x) - S * x_zp                                      exact
+//   v   = float(acc) * (x_scale / (y_scale * float(S)))           one rounding for the scale, one here
+//   y   = saturate(round_half_even(v) + y_zp)
+// The QDQ nodes compute the mean of dequantized values in f32: the two differ only where a value lands
+// next to a rounding tie (one step of y).
+
+enum QPoolInput : int64_t { kPX = 0, kPXScale, kPXZp, kPYScale, kPYZp, kNumPoolInputs };
+
+template <bool kNhwc>
+Status infer_qgap(InferContext& ctx) {
+  const TensorType& x = ctx.input_type(kPX);
+  RETURN_IF_ERROR(check_8bit(ctx, x.dtype, "x"));
+  const DType yt = ctx.input_type(kPYZp).dtype;
+  RETURN_IF_ERROR(check_8bit(ctx, yt, "y_zero_point"));
+  for (int64_t i : {kPXScale, kPYScale}) RETURN_IF_ERROR(check_float_scale(ctx, ctx.input_type(i).dtype, "scale input " + std::to_string(i)));
+  if (!x.shape) {
+    ctx.set_output(0, TensorType{yt, std::nullopt});
+    return Status::ok();
+  }
+  const int64_t r = x.shape->rank();
+  if (r < 3 || (kNhwc && r != 4))
+    return ctx.error("input 'x' must be " + std::string(kNhwc ? "4-D (N x H x W x C)" : "at least 3-D (N x C x spatial)") +
+                     ", got " + x.shape->to_string());
+  Shape s = *x.shape;
+  for (int64_t i = kNhwc ? 1 : 2; i < (kNhwc ? 3 : r); ++i) s.dims[i] = Dim(int64_t{1});
+  ctx.set_output(0, TensorType{yt, s});
+  return Status::ok();
+}
+
+template <bool kNhwc>
+Status k_qgap(KernelContext& ctx) {
+  const Tensor& x = ctx.input(kPX);
+  RETURN_IF_ERROR(check_8bit(ctx, x.dtype(), "x"));
+  if (x.rank() < 3 || (kNhwc && x.rank() != 4))
+    return ctx.error("input 'x' has shape " + dims_to_string(x.dims()) + "; expected " +
+                     (kNhwc ? "N x H x W x C" : "N x C x spatial"));
+  float xs = 0, xz = 0, ys = 0, yz = 0;
+  RETURN_IF_ERROR(scalar_input(ctx, kPXScale, "x_scale", &xs));
+  RETURN_IF_ERROR(scalar_input(ctx, kPXZp, "x_zero_point", &xz));
+  RETURN_IF_ERROR(scalar_input(ctx, kPYScale, "y_scale", &ys));
+  RETURN_IF_ERROR(scalar_input(ctx, kPYZp, "y_zero_point", &yz));
+  const DType yt = ctx.input(kPYZp).dtype();
+  float lo = 0, hi = 0;
+  if (!quant_range(yt, &lo, &hi)) return ctx.error("input 'y_zero_point' must be uint8 or int8");
+  const int64_t N = x.dim(0), C = kNhwc ? x.dim(3) : x.dim(1);
+  int64_t S = 1;
+  for (int64_t i = kNhwc ? 1 : 2; i < (kNhwc ? 3 : x.rank()); ++i) S *= x.dim(i);
+  vector<int64_t> od = x.dims();
+  for (int64_t i = kNhwc ? 1 : 2; i < (kNhwc ? 3 : x.rank()); ++i) od[i] = 1;
+  const vector<int32_t> xv = to_int32(x);
+  const float scale = xs / (ys * static_cast<float>(S));
+  vector<float> q(static_cast<size_t>(N * C));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      int64_t acc = -S * static_cast<int64_t>(xz);
+      for (int64_t i = 0; i < S; ++i) acc += xv[kNhwc ? (n * S + i) * C + c : (n * C + c) * S + i];
+      q[n * C + c] = quantize_value(static_cast<float>(acc) * scale, yz, lo, hi);
+    }
+  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, yt, od, false));
+  store_quantized(q, y);
+  return Status::ok();
+}
+
 }  // namespace
 
 void register_quantize_fused_ops(OpRegistry& r) {
+  r.add(OpSchema{.name = "QGlobalAveragePool", .domain = "com.ferry", .since_version = 1, .min_inputs = kNumPoolInputs,
+                 .max_inputs = kNumPoolInputs, .types = {DType::kU8, DType::kI8}, .infer = infer_qgap<false>,
+                 .kernel = k_qgap<false>});
+  r.add(OpSchema{.name = "NhwcQGlobalAveragePool", .domain = "com.ferry", .since_version = 1,
+                 .min_inputs = kNumPoolInputs, .max_inputs = kNumPoolInputs, .types = {DType::kU8, DType::kI8},
+                 .infer = infer_qgap<true>, .kernel = k_qgap<true>});
   r.add(OpSchema{.name = "QMatMulFused", .domain = "com.ferry", .since_version = 1, .min_inputs = 8,
                  .max_inputs = kNumMatMulInputs, .attrs = {{"relu", AttrType::kInt}}, .types = {DType::kU8, DType::kI8},
                  .infer = infer_qmatmul_fused, .kernel = k_qmatmul_fused});

@@ -102,6 +102,8 @@ Kind kind_of(const Graph& g, const Node& n) {
     return Kind::kQConv;
   }
   if (n.domain == kFerryDomain && n.op_type == "Gelu") return Kind::kUnary;
+  if (n.domain == kFerryDomain && n.op_type == "QGlobalAveragePool")  // int8 (qdq_fusion): -> NhwcQGlobalAveragePool
+    return rank_of(g, n.inputs[0]) == 4 ? Kind::kPool : Kind::kNone;
   if (!is_onnx(n)) return Kind::kNone;
   if (unary.count(n.op_type)) return Kind::kUnary;
   if (binary.count(n.op_type)) return Kind::kBinary;

@@ -9,8 +9,10 @@
 //   [-> Relu] -> Q                            -> com.ferry.QMatMulFused (W kept as [K, N])
 //   DQ(x) -> MaxPool | Flatten | Reshape | Squeeze | Unsqueeze -> Q with the same scale and zero point
 //                                             -> the op on the 8-bit x (exact: max commutes with a monotone
-//                                                map, the others move values). GlobalAveragePool stays
-//                                                float (its mean would round differently in uint8).
+//                                                map, the others move values)
+//   DQ(x) -> GlobalAveragePool -> Q           -> com.ferry.QGlobalAveragePool (integer sum, one requantization:
+//                                                ONNX Runtime's QLinearGlobalAveragePool; the f32 mean of the
+//                                                QDQ nodes differs only next to a rounding tie)
 // A DQ whose output other nodes also read stays for them. Runs before constant_folding, which would
 // otherwise turn the weights' DQ into float constants (and before shape_folding, which folds small ones).
 #include <algorithm>
@@ -384,6 +386,30 @@ bool fuse_data_movement(PatternContext& pc, long i) {
   return true;
 }
 
+// DQ(x 8-bit) -> GlobalAveragePool -> Q: com.ferry.QGlobalAveragePool (integer sum, one requantization;
+// src/ops/quantize_fused.cpp), which the nhwc_layout pass runs on the NHWC region's uint8 tensor.
+bool fuse_qgap(PatternContext& pc, long i) {
+  Graph& g = pc.g;
+  const Node& n = g.nodes[i];
+  if (n.inputs.size() != 1 || n.outputs.size() != 1) return false;
+  QParams xp, yp;
+  const long dx = dq_per_tensor(pc, n.inputs[0], &xp);
+  const long q = pc.sole_reader(n.outputs[0]);
+  if (dx < 0 || q < 0 || !is_onnx(g.nodes[q], "QuantizeLinear") || !per_tensor_params(g, g.nodes[q], &yp)) return false;
+  const TensorType* xt = g.find_type(g.nodes[dx].inputs[0]);
+  if (!xt || !xt->shape || xt->shape->rank() < 3) return false;
+  Node fused;
+  fused.name = n.name;
+  fused.op_type = "QGlobalAveragePool";
+  fused.domain = kFerryDomain;
+  fused.inputs = {g.nodes[dx].inputs[0], xp.scale, zp_name(&g, xp), yp.scale, zp_name(&g, yp)};
+  fused.outputs = {g.nodes[q].outputs[0]};
+  std::vector<long> covered = {i, q};
+  cover_if_sole(pc, dx, i, &covered);
+  pc.replace(covered, std::move(fused));
+  return true;
+}
+
 bool is_data_movement(const Node& n) {
   return is_onnx(n, "MaxPool") || is_onnx(n, "Flatten") || is_onnx(n, "Reshape") || is_onnx(n, "Squeeze") ||
          is_onnx(n, "Unsqueeze");
@@ -397,7 +423,8 @@ Status run_qdq_fusion(Model* model, PassContext& ctx) {
     const Node& n = pc.g.nodes[i];
     const long k = static_cast<long>(i);
     if ((is_onnx(n, "Conv") && fuse_qconv(pc, k)) || (is_data_movement(n) && fuse_data_movement(pc, k)) ||
-        ((is_onnx(n, "MatMul") || is_onnx(n, "Gemm")) && fuse_qmatmul(pc, k)))
+        ((is_onnx(n, "MatMul") || is_onnx(n, "Gemm")) && fuse_qmatmul(pc, k)) ||
+        (is_onnx(n, "GlobalAveragePool") && fuse_qgap(pc, k)))
       ++ctx.changes;
   }
   pc.finish();
@@ -409,7 +436,8 @@ Status run_qdq_fusion(Model* model, PassContext& ctx) {
 
 GraphPass qdq_fusion_pass() {
   return {"qdq_fusion", 2,
-          "DequantizeLinear -> Conv|MatMul|Gemm [-> Relu] [-> Add] -> QuantizeLinear become QConvFused / QMatMulFused (int8)",
+          "DequantizeLinear -> Conv|MatMul|Gemm [-> Relu] [-> Add] | GlobalAveragePool -> QuantizeLinear become QConvFused / "
+          "QMatMulFused / QGlobalAveragePool (int8)",
           run_qdq_fusion};
 }
 

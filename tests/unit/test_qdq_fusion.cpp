@@ -316,6 +316,49 @@ TEST(QdqFusion, Int8RegionStaysInt8) {
   EXPECT_GE(exact, 0.95);
 }
 
+// DQ -> Conv (power-of-two scales: exact) -> Q -> DQ -> GlobalAveragePool -> Q (awkward scales, zero points
+// on both sides): qdq_fusion makes the pool a QGlobalAveragePool, nhwc_layout an NhwcQGlobalAveragePool on
+// the region's uint8 tensor. The cpu kernels (NCHW and NHWC) are bit for bit the reference's integer
+// semantics; the QDQ nodes' f32 mean is within one step.
+TEST(QdqFusion, GlobalAveragePoolRunsOnUint8) {
+  std::mt19937 rng(31);
+  ModelBuilder b(13);
+  auto x = b.input("x", {2, 16, 6, 5}, DType::kU8);
+  auto dqx = b.node("DequantizeLinear", {x, b.scalar(std::ldexp(1.f, -6)), b.constant(u8_scalar(3))});
+  Tensor ws = Tensor::allocate(DType::kF32, {24});
+  for (int64_t i = 0; i < 24; ++i) ws.mutable_data<float>()[i] = std::ldexp(1.f, -7 - static_cast<int>(i % 2));
+  auto dqw = b.node("DequantizeLinear", {b.constant(i8_tensor({24, 16, 1, 1}, rng, -127, 127, DType::kI8)), b.constant(ws)},
+                    {{"axis", axis0()}});
+  const float s1 = std::ldexp(1.f, -2);
+  auto q1 = b.node("QuantizeLinear", {b.node("Conv", {dqx, dqw}), b.scalar(s1), b.constant(u8_scalar(128))});
+  auto gap = b.node("GlobalAveragePool", {b.node("DequantizeLinear", {q1, b.scalar(s1), b.constant(u8_scalar(128))})});
+  b.output(b.node("QuantizeLinear", {gap, b.scalar(0.0137f), b.constant(u8_scalar(120))}));
+  auto model = b.build();
+  int changes = 0;
+  auto fused = run_pass(*model, "qdq_fusion", &changes);
+  EXPECT_EQ(changes, 2);
+  EXPECT_EQ(count_ops(*fused, "QGlobalAveragePool"), 1);
+  EXPECT_EQ(count_ops(*fused, "GlobalAveragePool"), 0);
+  auto opt = model->clone();
+  OptimizeOptions oo;
+  oo.device = "cpu";
+  ASSERT_TRUE(optimize_model(opt.get(), oo).is_ok());
+  EXPECT_EQ(count_ops(*opt, "NhwcQGlobalAveragePool"), 1);
+  EXPECT_EQ(count_ops(*opt, "DequantizeLinear") + count_ops(*opt, "QuantizeLinear"), 0);
+  const NamedTensors feeds = u8_feeds(*model, 32);
+  const Tensor unfused_ref = run_model(model, feeds, "cpu-ref")[0].second;
+  const Tensor fused_ref = run_model(fused, feeds, "cpu-ref")[0].second;
+  double exact = 0;
+  EXPECT_EQ(max_step_diff(run_model(fused, feeds, "cpu")[0].second, fused_ref, &exact), 0) << "QGlobalAveragePool (NCHW)";
+  EXPECT_EQ(max_step_diff(run_model(opt, feeds, "cpu")[0].second, fused_ref, &exact), 0) << "NhwcQGlobalAveragePool";
+  EXPECT_EQ(max_step_diff(run_model(opt, feeds, "cpu-ref")[0].second, fused_ref, &exact), 0) << "its reference kernel";
+  EXPECT_LE(max_step_diff(fused_ref, unfused_ref, &exact), 1) << "the QDQ nodes";
+  EXPECT_GE(exact, 0.9);
+  int64_t interior = 0;
+  for (int64_t i = 0; i < fused_ref.numel(); ++i) interior += fused_ref.data<uint8_t>()[i] > 0 && fused_ref.data<uint8_t>()[i] < 255;
+  EXPECT_GT(interior, fused_ref.numel() / 2);
+}
+
 // DQ(a), DQ(W) -> MatMul -> Add(DQ(B)) [-> Relu] -> Q, or the Gemm form (transB: W is [N, K]).
 struct QdqMatMulCase {
   bool gemm = false, trans_b = false, relu = true, bias = true, pow2 = true;
@@ -472,10 +515,14 @@ TEST(QdqFusion, DestinationZeroPointAddedAfterRounding) {
 
 // The cpu backend's QuantizeLinear / DequantizeLinear / 8-bit Transpose kernels: bit for bit the reference
 // (ties of x / scale included: inputs on exact half steps).
+// Transposes: oneDNN's reorder (6 channels), the image interleave (3 channels), a copy (only dims of
+// size 1 move: an NHWC pooled [N,1,1,C] leaving the region).
 TEST(QdqFusion, QuantizeDequantizeTransposeKernelsMatchReference) {
+  for (const vector<int64_t>& shape : {vector<int64_t>{2, 3, 5, 7}, vector<int64_t>{2, 6, 5, 7}, vector<int64_t>{2, 9, 1, 1}})
   for (DType dt : {DType::kU8, DType::kI8}) {
+    SCOPED_TRACE(dims_to_string(shape));
     ModelBuilder b(13);
-    auto x = b.input("x", {2, 3, 5, 7});
+    auto x = b.input("x", shape);
     Tensor zp = Tensor::allocate(dt, {});
     if (dt == DType::kU8) zp.mutable_data<uint8_t>()[0] = 100;
     else zp.mutable_data<int8_t>()[0] = -3;

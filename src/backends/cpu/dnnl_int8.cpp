@@ -696,6 +696,94 @@ class Int8MaxPoolKernel : public Kernel {
   cpu::PlanCache<Plan> plans_;
 };
 
+// ---- QGlobalAveragePool / NhwcQGlobalAveragePool (src/ops/quantize_fused.cpp) ------------------------
+// The reference's integer semantics: per (n, c) the exact int32 sum of x minus S * x_zp, times
+// x_scale / (y_scale * S), round half to even, plus y_zp, saturated. NHWC adds whole rows of C channels
+// (vectorized u8 -> s32 adds); ResNet-50's 7x7x2048: the float path it replaces (Transpose to NCHW,
+// DequantizeLinear, f32 GlobalAveragePool, QuantizeLinear) took ~60 us.
+
+template <class T>
+FERRY_VEC void add_rows_nhwc(const T* x, int64_t S, int64_t C, int32_t* acc) {
+  for (int64_t c = 0; c < C; ++c) acc[c] = 0;
+  for (int64_t i = 0; i < S; ++i, x += C)
+    for (int64_t c = 0; c < C; ++c) acc[c] += x[c];
+}
+
+template <class T>
+FERRY_VEC int32_t sum_plane(const T* x, int64_t S) {
+  int32_t acc = 0;
+  for (int64_t i = 0; i < S; ++i) acc += x[i];
+  return acc;
+}
+
+class QGapKernel : public Kernel {
+ public:
+  QGapKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+
+  bool init(const Graph& graph) {
+    nhwc_ = node_.op_type == "NhwcQGlobalAveragePool";
+    if (node_.inputs.size() != 5 || node_.outputs.size() != 1) return false;
+    const TensorType* xt = graph.find_type(node_.inputs[0]);
+    const Tensor* yzt = cpu::constant_input(graph, node_, 4);
+    const Tensor* xst = cpu::constant_input(graph, node_, 1);
+    const Tensor* yst = cpu::constant_input(graph, node_, 3);
+    if (!xt || !is_8bit(xt->dtype) || !yzt || !is_8bit(yzt->dtype()) || !xst || xst->dtype() != DType::kF32 || !yst ||
+        yst->dtype() != DType::kF32)
+      return false;
+    x_dt_ = xt->dtype;
+    y_dt_ = yzt->dtype();
+    float xz = 0, yz = 0;
+    if (!scalar(graph, node_, 1, &xs_) || !scalar(graph, node_, 2, &xz) || !scalar(graph, node_, 3, &ys_) ||
+        !scalar(graph, node_, 4, &yz))
+      return false;
+    xz_ = static_cast<int32_t>(xz);
+    yz_ = yz;
+    return quant_range(y_dt_, &lo_, &hi_);
+  }
+
+  Status compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    if (x.dtype() != x_dt_ || x.rank() < 3 || (nhwc_ && x.rank() != 4)) return fallback_(ctx);
+    const int64_t N = x.dim(0), C = nhwc_ ? x.dim(3) : x.dim(1);
+    int64_t S = 1;
+    std::vector<int64_t> od = x.dims();
+    for (int64_t i = nhwc_ ? 1 : 2; i < (nhwc_ ? 3 : x.rank()); ++i) {
+      S *= x.dim(i);
+      od[i] = 1;
+    }
+    if (S >= (int64_t{1} << 23)) return fallback_(ctx);  // the int32 sum could overflow
+    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, y_dt_, od, false));
+    const float scale = xs_ / (ys_ * static_cast<float>(S));
+    const int32_t bias = -static_cast<int32_t>(S) * xz_;
+    std::vector<int32_t> acc(static_cast<size_t>(N * C));
+    const bool u8 = x_dt_ == DType::kU8;
+    for (int64_t n = 0; n < N; ++n) {
+      int32_t* a = acc.data() + n * C;
+      if (nhwc_) {
+        if (u8) add_rows_nhwc(x.data<uint8_t>() + n * S * C, S, C, a);
+        else add_rows_nhwc(x.data<int8_t>() + n * S * C, S, C, a);
+      } else {
+        for (int64_t c = 0; c < C; ++c)
+          a[c] = u8 ? sum_plane(x.data<uint8_t>() + (n * C + c) * S, S) : sum_plane(x.data<int8_t>() + (n * C + c) * S, S);
+      }
+    }
+    for (int64_t i = 0; i < N * C; ++i) {
+      const float q = quantize_value(static_cast<float>(acc[i] + bias) * scale, yz_, lo_, hi_);
+      if (y_dt_ == DType::kU8) y->mutable_data<uint8_t>()[i] = static_cast<uint8_t>(q);
+      else y->mutable_data<int8_t>()[i] = static_cast<int8_t>(q);
+    }
+    return Status::ok();
+  }
+
+ private:
+  Node node_;
+  KernelFn fallback_;
+  bool nhwc_ = false;
+  DType x_dt_ = DType::kU8, y_dt_ = DType::kU8;
+  float xs_ = 1, ys_ = 1, yz_ = 0, lo_ = 0, hi_ = 255;
+  int32_t xz_ = 0;
+};
+
 // ---- QuantizeLinear f32 -> u8/s8, per-tensor constant scale and zero point ---------------------
 
 // The reference's formula (ops/quantize.cpp): saturate(round_half_even(x / scale) + zp), in f32.
@@ -820,6 +908,17 @@ class Int8TransposeKernel : public Kernel {
     const Plan* p = plan.value();
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, p->out_dims, false));
     if (x.numel() == 0) return Status::ok();
+    if (p->copy) {  // only dims of size 1 move: the bytes stay in order
+      std::memcpy(y->mutable_raw(), x.raw(), static_cast<size_t>(x.nbytes()));
+      return Status::ok();
+    }
+    if (p->few_channels) {  // NCHW -> NHWC of an image (3 channels): interleave the planes
+      const int64_t N = x.dim(0), C = x.dim(1), S = x.dim(2) * x.dim(3);
+      const auto* src = static_cast<const uint8_t*>(x.raw());
+      auto* dst = static_cast<uint8_t*>(y->mutable_raw());
+      for (int64_t n = 0; n < N; ++n, src += C * S, dst += C * S) interleave_planes(src, C, S, dst);
+      return Status::ok();
+    }
     try {
       p->prim.execute(dnnl_stream(), {{DNNL_ARG_FROM, wrap(p->src, x)}, {DNNL_ARG_TO, wrap(p->dst, *y)}});
       dnnl_stream().wait();
@@ -834,7 +933,24 @@ class Int8TransposeKernel : public Kernel {
     dnnl::reorder prim;
     memory::desc src, dst;
     std::vector<int64_t> out_dims;
+    bool copy = false, few_channels = false;
   };
+
+  // dst[s * C + c] = src[c * S + s] for C <= 4 (oneDNN's reorder of a [1,3,224,224] u8 image to NHWC
+  // took ~45 us, ResNet-50's int8 input).
+  static void interleave_planes(const uint8_t* src, int64_t C, int64_t S, uint8_t* dst) {
+    if (C == 3) {
+      const uint8_t *a = src, *b = src + S, *c = src + 2 * S;
+      for (int64_t s = 0; s < S; ++s) {
+        dst[3 * s] = a[s];
+        dst[3 * s + 1] = b[s];
+        dst[3 * s + 2] = c[s];
+      }
+      return;
+    }
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t c = 0; c < C; ++c) dst[s * C + c] = src[c * S + s];
+  }
 
   // y[i...] = x[perm(i...)]: the same logical tensor (y's dims) described over x's memory with
   // permuted strides, reordered into a dense y.
@@ -847,6 +963,14 @@ class Int8TransposeKernel : public Kernel {
       yd.push_back(xd[p]);
       ys.push_back(xs[p]);
     }
+    plan->out_dims.assign(yd.begin(), yd.end());
+    // The dims other than 1 in the same order: a copy.
+    std::vector<int64_t> moved;
+    for (int64_t p : perm_)
+      if (xd[p] != 1) moved.push_back(p);
+    plan->copy = std::is_sorted(moved.begin(), moved.end());
+    plan->few_channels = r == 4 && perm_ == std::vector<int64_t>{0, 2, 3, 1} && xd[1] <= 4;
+    if (plan->copy || plan->few_channels) return Status::ok();
     try {
       plan->src = memory::desc(yd, int8_type(dtype_), ys);
       plan->dst = memory::desc(yd, int8_type(dtype_), cpu::plain_tag(r));
@@ -854,7 +978,6 @@ class Int8TransposeKernel : public Kernel {
     } catch (const dnnl::error& e) {
       return cpu::dnnl_error(node_, e);
     }
-    plan->out_dims.assign(yd.begin(), yd.end());
     return Status::ok();
   }
 
@@ -885,6 +1008,8 @@ void register_cpu_dnnl_int8_kernels(CpuKernelTable& t) {
   t.add("com.ferry", "QMatMulFused", make_simple<DnnlQMatMulKernel>);
   t.add("", "MaxPool", make_simple<Int8MaxPoolKernel>);  // 8-bit inputs only; dnnl_pool takes f32/bf16
   t.add("com.ferry", "NhwcMaxPool", make_simple<Int8MaxPoolKernel>);
+  t.add("com.ferry", "QGlobalAveragePool", make_simple<QGapKernel>);
+  t.add("com.ferry", "NhwcQGlobalAveragePool", make_simple<QGapKernel>);
   t.add("", "QuantizeLinear", make_simple<QuantizeKernel>);
   t.add("", "DequantizeLinear", make_simple<DequantizeKernel>);
   t.add("", "Transpose", make_simple<Int8TransposeKernel>);  // 8-bit only; data_movement takes the rest
