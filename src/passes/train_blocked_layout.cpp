@@ -16,6 +16,11 @@
 // follows its producer or a FromBlocked precedes its first plain reader.
 // Only Conv / FusedConv whose weights are fed at run time (training; constant weights are inference
 // convolutions, dnnl_conv.cpp) and only 2-D ones.
+// The graph stays plain when the region would be cut up by ops with no blocked form (more than one
+// edge per two wrapped nodes: --sync-bn's SyncBatchNormTraining, the emulated --amp graph's Cast
+// pairs under FERRY_AMP_NATIVE=0), as each edge costs the reorder a wrapped node saves.
+// ResNet-50 b8 (2 threads): 368 -> 164 oneDNN reorders per step (what remains: the weights'), six
+// edges (the stem's MaxPool and GlobalAveragePool, forward and backward).
 // $FERRY_TRAIN_BLOCKED=0 (read at each run of the pass) or --disable-pass train_blocked_layout
 // turn it off.
 #include <cstdlib>
@@ -240,7 +245,13 @@ Status run_train_blocked_layout(Model* model, PassContext& ctx) {
     out.push_back(std::move(n));
     for (Node& a : after) out.push_back(std::move(a));
   }
-  if (!wrapped) return Status::ok();  // nothing runs blocked: leave the graph as it was
+  // Nothing runs blocked, or the region is cut up by ops with no blocked form (each edge is a
+  // reorder, as each wrapped node saves about one: e.g. --sync-bn's SyncBatchNormTraining, or the
+  // emulated --amp graph's Cast pairs, FERRY_AMP_NATIVE=0): leave the graph as it was.
+  if (!wrapped || edges * 2 > wrapped) {
+    for (const auto& [v, p] : plain_name) g.value_types.erase(p);
+    return Status::ok();
+  }
   g.nodes = std::move(out);
   for (const auto& [v, t] : old_types) {
     TensorType b = t;
