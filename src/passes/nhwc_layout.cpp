@@ -17,9 +17,12 @@
 // takes it as it is (FusedConv nchw_input = 1) and changes the layout inside its kernel (measured:
 // oneDNN's reorder of a [1,3,224,224] image takes 0.04 ms, the reference Transpose 0.1-0.2 ms).
 // Measured (ResNet-50 layers, 1 thread): oneDNN NCHW convolutions take 1.3-2x the NHWC / blocked time.
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "passes/graph_edit.h"
 #include "passes/pipeline.h"
@@ -167,6 +170,38 @@ bool convertible_inputs(const Graph& g, const Node& n, Kind k) {
   return true;
 }
 
+// A shape every dim of which is a number or a named symbol (two unknown dims compare equal as Dims).
+bool definite_shape(const TensorType* t) {
+  if (!t || !t->shape) return false;
+  for (const Dim& d : t->shape->dims)
+    if (!d.is_known() && d.symbol.empty()) return false;
+  return true;
+}
+
+// Add / Mul whose input 0 is broadcast (squeeze-excitation's [N,C,1,1] scale times the [N,C,H,W]
+// activation, as PyTorch exports it) and whose input 1 has the output's shape: the inputs are swapped
+// (exact for IEEE floats and for integers), so that the output can take input 1's buffer in place (the
+// memory plan writes an elementwise output over input 0 only: runtime/memory_plan.cpp) instead of a
+// second activation-sized buffer. True when swapped.
+// FERRY_NHWC_SWAP_OPERANDS=0 keeps the order (to compare).
+bool swap_operands_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("FERRY_NHWC_SWAP_OPERANDS");
+    return !(e && std::string(e) == "0");
+  }();
+  return enabled;
+}
+
+bool put_full_operand_first(const Graph& g, Node* n) {
+  if (!is_onnx(*n) || (n->op_type != "Mul" && n->op_type != "Add") || n->inputs.size() != 2 || n->outputs.size() != 1)
+    return false;
+  const TensorType *a = g.find_type(n->inputs[0]), *b = g.find_type(n->inputs[1]), *y = g.find_type(n->outputs[0]);
+  if (!definite_shape(a) || !definite_shape(b) || !definite_shape(y) || a->dtype != b->dtype) return false;
+  if (*a->shape == *y->shape || !(*b->shape == *y->shape)) return false;
+  std::swap(n->inputs[0], n->inputs[1]);
+  return true;
+}
+
 Node make_transpose(const std::string& in, const std::string& out, const std::vector<int64_t>& perm) {
   Node t;
   t.op_type = "Transpose";
@@ -226,6 +261,7 @@ Status run_nhwc_layout(Model* model, PassContext& ctx) {
       continue;
     }
     const Kind k = kinds[i];
+    if (k == Kind::kBinary && swap_operands_enabled()) put_full_operand_first(g, &n);
     for (size_t j = 0; j < n.inputs.size(); ++j) {
       std::string& in = n.inputs[j];
       if (in.empty() || !layout_input(k, j)) continue;

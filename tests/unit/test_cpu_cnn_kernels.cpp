@@ -1,6 +1,6 @@
 // The cpu backend's CNN fast paths of issue 22 against the reference kernels: f32 Add/Sub/Mul/Div of
 // a [rows, C] tensor and a row broadcast over it (elementwise.cpp's row loop: the NHWC
-// squeeze-excitation scale, either operand first), and a SiLU convolution large enough that the SiLU
+// squeeze-excitation scale, either operand first, and per batch row), and a SiLU convolution large enough that the SiLU
 // pass after the oneDNN primitive (dnnl_conv.cpp, act_after_postop) splits over the threads, with a
 // residual, NCHW and channels-last; the f32 NHWC global average pool's own loop (dnnl_pool.cpp).
 #include <cmath>
@@ -20,6 +20,9 @@ TEST(CpuCnnKernels, RowBroadcastBinaryOpsMatchReferenceBits) {
       {{1, 1, 1, 32}, {1, 40, 40, 32}},  // the row first (Sub/Div order)
       {{3, 4, 5}, {5}},                  // a short row
       {{2, 7, 3}, {2, 1, 3}},            // per-sample rows: not a single row broadcast
+      {{3, 20, 20, 32}, {3, 1, 1, 32}},  // batched SE scale: rows per batch, split over threads across batches
+      {{3, 1, 1, 32}, {3, 20, 20, 32}},  // the same, the rows first
+      {{4, 1, 6}, {4, 9, 6}},            // one row per batch, the other operand full
   };
   for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
     for (size_t i = 0; i < shapes.size(); ++i) {

@@ -204,6 +204,39 @@ TEST(NhwcLayout, ResizeWithConstantScalesStaysInTheRegion) {
   }
 }
 
+// Squeeze-excitation as PyTorch exports it: Mul(scale, x) with the [N,C,1,1] scale first. In the
+// region the full operand goes first (so the output can be written over it in place); Sub keeps
+// its order.
+TEST(NhwcLayout, SqueezeExcitationMulTakesTheFullOperandFirst) {
+  ModelBuilder b(13);
+  auto x = b.input("x", {2, 3, 6, 6});
+  auto c = b.node("Conv", {x, b.constant(rnd({8, 3, 3, 3}, 1))}, {{"pads", ints_attr({1, 1, 1, 1})}});
+  auto g = b.node("GlobalAveragePool", {c});
+  auto s = b.node("Sigmoid", {b.node("Conv", {g, b.constant(rnd({8, 8, 1, 1}, 2))})});
+  auto m = b.node("Mul", {s, c});
+  auto d = b.node("Sub", {s, m});
+  b.output(b.node("Conv", {d, b.constant(rnd({4, 8, 1, 1}, 3))}));
+  auto model = b.build();
+  auto opt = run_pass(*model, "nhwc_layout");
+  int muls = 0, subs = 0;
+  for (const Node& n : opt->graph.nodes) {
+    if (n.op_type != "Mul" && n.op_type != "Sub") continue;
+    const TensorType* t0 = opt->graph.find_type(n.inputs[0]);
+    ASSERT_TRUE(t0 && t0->shape);
+    const int64_t h = t0->shape->dims[1].value;  // NHWC: H is 6 for the activation, 1 for the scale
+    if (n.op_type == "Mul") {
+      ++muls;
+      EXPECT_EQ(h, 6) << "Mul input 0 " << n.inputs[0];
+    } else {
+      ++subs;
+      EXPECT_EQ(h, 1) << "Sub input 0 " << n.inputs[0];
+    }
+  }
+  EXPECT_EQ(muls, 1);
+  EXPECT_EQ(subs, 1);
+  expect_same_outputs(model, opt, 1e-5);
+}
+
 TEST(NhwcLayout, OnlyForTheCpuDevice) {
   ModelBuilder b(13);
   auto x = b.input("x", {1, 3, 4, 4});

@@ -2,6 +2,7 @@
 // so the inner loop is a contiguous span against a span or a scalar), and unary Relu, Sigmoid,
 // Tanh, Erf, Exp, Neg, Sqrt, Abs. Vectorized loops, threads over chunks of the output.
 // (bf16 operands and f32<->bf16 Casts: bf16.cpp.)
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -157,6 +158,20 @@ StatusOr<bool> run_binary(KernelContext& ctx) {
     const int64_t rows = c.dims[0], inner = c.dims[1];
     parallel_ranges(rows, inner, [&](int64_t s, int64_t e) {
       binary_rows(kOp)(pa + s * c.sa[0], c.sa[0], pb + s * c.sb[0], c.sb[0], py + s * inner, e - s, inner);
+    });
+    return true;
+  }
+  if (r == 3 && c.sa[2] == 1 && c.sb[2] == 1 && (c.sa[1] == 0 || c.sa[1] == c.dims[2]) &&
+      (c.sb[1] == 0 || c.sb[1] == c.dims[2])) {  // the same per batch row: [batch, rows, inner] against [batch, 1, inner]
+    const int64_t batch = c.dims[0], rows = c.dims[1], inner = c.dims[2];
+    // Threads over batch x rows, each range cut at batch boundaries into binary_rows calls.
+    parallel_ranges(batch * rows, inner, [&](int64_t s, int64_t e) {
+      while (s < e) {
+        const int64_t bi = s / rows, r0 = s % rows, r1 = std::min(rows, r0 + (e - s));
+        binary_rows(kOp)(pa + bi * c.sa[0] + r0 * c.sa[1], c.sa[1], pb + bi * c.sb[0] + r0 * c.sb[1], c.sb[1],
+                         py + (bi * rows + r0) * inner, r1 - r0, inner);
+        s += r1 - r0;
+      }
     });
     return true;
   }
