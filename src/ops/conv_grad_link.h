@@ -53,4 +53,20 @@ inline std::vector<ConvGradLink> conv_grad_links(const Graph& g) {
   return links;
 }
 
+/// --amp bf16: whether a ConvGrad's backward-weights runs in f32 on bf16-rounded operands instead of
+/// oneDNN's bf16 kernel (backends/cpu/dnnl_conv_grad.cpp measured why; train/memory_plan_train.cpp
+/// counts its buffers): kernels wider than 1 with 128 input channels or more, ungrouped.
+/// $FERRY_AMP_WGRAD = bf16 | f32 forces one for every shape.
+inline bool amp_wgrad_f32(int64_t group, int64_t in_channels, const std::vector<int64_t>& kernel) {
+  static const int forced = [] {
+    const char* e = std::getenv("FERRY_AMP_WGRAD");
+    if (!e) return -1;
+    return std::string(e) == "f32" ? 1 : std::string(e) == "bf16" ? 0 : -1;
+  }();
+  if (forced >= 0) return forced == 1;
+  bool wide = false;
+  for (int64_t k : kernel) wide |= k > 1;
+  return wide && group == 1 && in_channels >= 128;
+}
+
 }  // namespace ferry

@@ -70,7 +70,7 @@ int64_t blocked_bytes(const Graph& g, const std::string& v, bool weights, bool h
 // A com.ferry Blocked node (train_blocked_layout) reads and writes its blocked activations in place:
 // no buffer for them in f32, a bf16 one (half) where the operand is converted.
 int64_t conv_layout_buffers(const Graph& g) {
-  int64_t src = 0, wei = 0, dst = 0, diff_src = 0, diff_wei = 0;
+  int64_t src = 0, wei = 0, dst = 0, diff_src = 0, diff_wei = 0, round_x = 0, round_dy = 0, round_dw = 0;
   for (const Node& n : g.nodes) {
     const std::string op = inner_op(n);
     const bool conv = op == "Conv" || op == "FusedConv";
@@ -94,6 +94,24 @@ int64_t conv_layout_buffers(const Graph& g) {
     if (grad && !n.outputs[0].empty()) diff_src = std::max(diff_src, act(x, output_blocked(n, 0), half_out(0)));
     if (grad && n.outputs.size() > 1 && !n.outputs[1].empty())
       diff_wei = std::max(diff_wei, blocked_bytes(g, w, true, half_out(1)));
+    // --amp bf16 backward-weights in f32 (ops/conv_grad_link.h): X and dY in f32 in the primitive's
+    // layout, their bf16 copies and dW's.
+    const TensorType* wt = g.find_type(w);
+    const TensorType* xt = g.find_type(x);
+    if (grad && half && wt && wt->shape && wt->shape->is_static() && xt && xt->shape && xt->shape->is_static()) {
+      const std::vector<int64_t> wd = wt->shape->values(), xd = xt->shape->values();
+      const int64_t ic = input_blocked(n, 1) && xd.size() > 2 ? xd[1] * xd.back() : (xd.size() > 1 ? xd[1] : 0);
+      const Attribute* ga = n.attr("group");
+      if (wd.size() > 2 && amp_wgrad_f32(ga ? ga->i : 1, ic, std::vector<int64_t>(wd.begin() + 2, wd.end()))) {
+        const int64_t xf = input_blocked(n, 1) ? tensor_bytes(g, x) : blocked_bytes(g, x, false, false);
+        const int64_t yf = input_blocked(n, 0) ? tensor_bytes(g, n.inputs[0]) : blocked_bytes(g, n.inputs[0], false, false);
+        src = std::max(src, xf);
+        dst = std::max(dst, yf);
+        round_x = std::max(round_x, xf / 2);
+        round_dy = std::max(round_dy, yf / 2);
+        round_dw = std::max(round_dw, blocked_bytes(g, w, true, true));
+      }
+    }
   }
   int64_t kept_x = 0;
   for (const ConvGradLink& l : conv_grad_links(g)) {
@@ -106,7 +124,7 @@ int64_t conv_layout_buffers(const Graph& g) {
     if (input_blocked(n, 0)) kept_x += h ? tensor_bytes(g, n.inputs[0]) / 2 : 0;  // f32: X itself is read
     else kept_x += blocked_bytes(g, n.inputs[0], false, h);
   }
-  return src + wei + dst + diff_src + diff_wei + kept_x;
+  return src + wei + dst + diff_src + diff_wei + round_x + round_dy + round_dw + kept_x;
 }
 
 }  // namespace

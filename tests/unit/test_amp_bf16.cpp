@@ -145,8 +145,13 @@ int64_t beyond_one_step(const Tensor& a, const Tensor& b, int64_t* differ) {
 
 TEST(AmpBf16, NativeConvMatchesEmulatedGraph) {
   if (!cpu_has_bf16()) GTEST_SKIP() << "no avx512_bf16 on this CPU: the pass leaves the emulated graph";
+  // 128 input channels: the f32 backward-weights on rounded operands (ops/conv_grad_link.h's
+  // amp_wgrad_f32), also within one bf16 step of the emulated graph.
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes = {
+      {{2, 32, 10, 10}, {48, 32, 3, 3}}, {{2, 128, 6, 6}, {32, 128, 3, 3}}};
+  for (const auto& [x, w] : shapes)
   for (int64_t stride : {1, 2}) {
-    const std::vector<int64_t> x = {2, 32, 10, 10}, w = {48, 32, 3, 3};
+    SCOPED_TRACE("input channels " + std::to_string(x[1]));
     int amp = 0, casts = 0, amp_e = 0, casts_e = 0, amp_f = 0, casts_f = 0;
     auto native = run(conv_model(x, w, stride, true), true, &amp, &casts);
     auto emulated = run(conv_model(x, w, stride, true), false, &amp_e, &casts_e);

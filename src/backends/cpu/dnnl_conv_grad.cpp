@@ -42,7 +42,7 @@ struct NodeAttrs : AttrReader {
 
 // Per-thread buffers for the tensors in oneDNN's layouts, one per role (as cpu::scratch_memory:
 // a run executes its nodes one after another on one thread, so each run owns its buffers).
-enum Buf { kBufSrc, kBufWei, kBufDst, kBufDiffSrc, kBufDiffWei, kBufDiffDst2, kBufPad, kBufs };
+enum Buf { kBufSrc, kBufWei, kBufDst, kBufDiffSrc, kBufDiffWei, kBufDiffDst2, kBufPad, kBufRoundX, kBufRoundDy, kBufRoundDw, kBufs };
 
 struct GrowBuffer {
   void* data = nullptr;
@@ -228,6 +228,20 @@ struct AmpMode {
   dt in() const { return bf16 ? dt::bf16 : dt::f32; }
   dt out(int i) const { return (round >> i) & 1 ? dt::bf16 : dt::f32; }
 };
+
+// --amp bf16, backward-weights of the 3x3 (any kernel wider than 1) convolutions with 128 input
+// channels or more: oneDNN 2.6's bf16 kernel (jit_bf16) is 5-10x slower there than the f32 one on
+// the same shape (ResNet-50 b8, 2 threads, oneDNN's timings in one step, same load: the 13 such
+// convolutions 735 ms bf16 against 109 ms f32, Winograd for the stride-1 ones), while the 1x1 and
+// 64-channel ones are even. Those run f32 backward-weights on the operands rounded to bf16 (a
+// reorder f32 -> bf16 -> f32 each), dW rounded afterwards where the graph rounds it: the autocast
+// specification (f32 compute on rounded operands). $FERRY_AMP_WGRAD = bf16 | f32 forces one for
+// every shape (to compare). ResNet-50 b8 --amp bf16, 2 threads, 3 interleaved rounds (loaded
+// machine, load 4.1-4.7): median step 2316-2521 / 1614 ms all bf16, 1418-1695 / 960 ms with this.
+// The rule: ops/conv_grad_link.h (the memory plan counts its buffers).
+bool wgrad_in_f32(const ConvShape& s) {
+  return amp_wgrad_f32(s.group, s.src[1], std::vector<int64_t>(s.wei.end() - (s.src.size() - 2), s.wei.end()));
+}
 
 Status amp_unsupported(const Node& node, const std::string& why) {
   return unsupported(node.describe() + ": --amp bf16 folded into this convolution, but " + why +
@@ -424,7 +438,37 @@ class ConvGradKernel : public Kernel {
     try {
       dnnl::stream& s = dnnl_stream();
       memory dy_w;  // dY as backward-weights reads it
-      if (want_[1] || want_[2]) {
+      if ((want_[1] || want_[2]) && p->wgrad_f32) {
+        // The kept bf16 X of the forward when it is the layout wanted here, else user -> bf16.
+        memory xb;
+        if (kept_of == x.raw() && kept->md == p->x_b) {
+          xb = memory(kept->md, dnnl_engine(), kept->buf.data);
+        } else {
+          xb = buf_memory(p->x_b, kBufRoundX);
+          p->x_to_b.execute(s, {{DNNL_ARG_FROM, wrap(p->user_x, x)}, {DNNL_ARG_TO, xb}});
+        }
+        memory xf = buf_memory(p->bw_pd.src_desc(), kBufSrc);
+        p->x_from_b.execute(s, {{DNNL_ARG_FROM, xb}, {DNNL_ARG_TO, xf}});
+        memory dyb = buf_memory(p->dy_b, kBufRoundDy);
+        p->dy_to_b.execute(s, {{DNNL_ARG_FROM, wrap(p->user_dy, dy)}, {DNNL_ARG_TO, dyb}});
+        memory dyf = buf_memory(p->bw_pd.diff_dst_desc(), kBufDst);
+        p->dy_from_b.execute(s, {{DNNL_ARG_FROM, dyb}, {DNNL_ARG_TO, dyf}});
+        memory dwm = buf_memory(p->bw_pd.diff_weights_desc(), kBufDiffWei);
+        std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, xf},
+                                                {DNNL_ARG_DIFF_DST, dyf},
+                                                {DNNL_ARG_DIFF_WEIGHTS, dwm},
+                                                {DNNL_ARG_SCRATCHPAD, buf_memory(p->bw_pd.scratchpad_desc(), kBufPad)}};
+        if (db) args[DNNL_ARG_DIFF_BIAS] = wrap(p->bw_pd.diff_bias_desc(), *db);
+        p->bw.execute(s, args);
+        if (dw && p->round_dw) {
+          memory dwb = buf_memory(p->dw_b, kBufRoundDw);
+          p->dw_to_b.execute(s, {{DNNL_ARG_FROM, dwm}, {DNNL_ARG_TO, dwb}});
+          p->dw_b_out.finish(dwb, dw, s);
+        } else if (dw) {
+          p->dw_out.finish(dwm, dw, s);
+          if (!p->dw_out.needed) std::memcpy(dw->mutable_raw(), dwm.get_data_handle(), static_cast<size_t>(dw->nbytes()));
+        }
+      } else if (want_[1] || want_[2]) {
         dy_w = p->dy_for_w.in(dy, kBufDst, s);
         const bool reuse_x = p->x_for_w.needed && kept_of == x.raw() && kept->md == p->x_for_w.want;
         std::unordered_map<int, memory> args = {
@@ -438,7 +482,7 @@ class ConvGradKernel : public Kernel {
         if (dw) p->dw_out.finish(dwm, dw, s);
       }
       if (want_[0]) {
-        const bool reuse = (want_[1] || want_[2]) && p->dy_for_w.want == p->dy_for_d.want;
+        const bool reuse = (want_[1] || want_[2]) && !p->wgrad_f32 && p->dy_for_w.want == p->dy_for_d.want;
         memory dy_d = reuse ? dy_w : p->dy_for_d.in(dy, kBufDiffDst2, s);
         memory dxm = p->dx_out.out(dx, kBufDiffSrc);
         p->bd.execute(s, {{DNNL_ARG_DIFF_DST, dy_d},
@@ -461,6 +505,13 @@ class ConvGradKernel : public Kernel {
     dnnl::convolution_backward_weights::primitive_desc bw_pd;
     dnnl::convolution_backward_weights bw;
     LayoutChange dy_for_d, w_for_d, dx_out, dy_for_w, x_for_w, dw_out;
+    // --amp bf16 with f32 backward-weights (wgrad_in_f32): X and dY rounded through bf16 copies in
+    // the primitive's layout (user -> bf16 -> f32), dW rounded the same way before dw_out.
+    bool wgrad_f32 = false;
+    memory::desc user_x, user_dy, x_b, dy_b, dw_b;
+    dnnl::reorder x_to_b, x_from_b, dy_to_b, dy_from_b, dw_to_b;
+    LayoutChange dw_b_out;
+    bool round_dw = false;
     std::vector<int64_t> dy_dims;
   };
 
@@ -507,10 +558,12 @@ class ConvGradKernel : public Kernel {
       p->w_for_d.make(user_w, p->bd_pd.weights_desc());
       p->dx_out.make(p->bd_pd.diff_src_desc(), user_dx);
     }
-    if (want_[1] || want_[2]) {
+    if ((want_[1] || want_[2]) && amp_.bf16 && wgrad_in_f32(s)) {
+      make_wgrad_f32(s, blocked, user_x, user_y, user_w, p);
+    } else if (want_[1] || want_[2]) {
       // --amp bf16: measured on ResNet-50 b8 (2 threads, interleaved, loaded machine), f32
-      // backward-weights on the bf16-valued operands (rounding dW afterwards) made the step
-      // 1.26-1.33x slower than oneDNN's bf16 backward-weights.
+      // backward-weights on the bf16-valued operands (rounding dW afterwards) for every shape made
+      // the step 1.26-1.33x slower than oneDNN's bf16 backward-weights (but see amp_wgrad_f32).
       const auto wsrc = layout_desc(s.src, s.io_tag, blocked, in), wdst = dst;
       const memory::desc b({s.dst[1]}, memory::data_type::f32, tag::x);
       const auto dwei = layout_desc(s.wei, s.wei_tag, blocked, amp_.out(1));
@@ -524,6 +577,53 @@ class ConvGradKernel : public Kernel {
       p->x_for_w.make(user_x, p->bw_pd.src_desc());
       p->dw_out.make(p->bw_pd.diff_weights_desc(), user_w);
     }
+  }
+
+  // wgrad_in_f32's backward-weights: f32 primitive (Winograd where winograd() takes the shape)
+  // and the rounding reorders around it (throws dnnl::error).
+  void make_wgrad_f32(const ConvShape& s, bool blocked, const memory::desc& user_x, const memory::desc& user_y,
+                      const memory::desc& user_w, Plan* p) {
+    const auto attr = cpu::concurrent_attr();
+    const memory::desc b({s.dst[1]}, dt::f32, tag::x);
+    auto make = [&](dnnl::algorithm alg) {
+      const auto hint = forward_pd(s, blocked, want_[2], attr, alg, dt::f32, dt::f32);
+      const auto wsrc = layout_desc(s.src, s.io_tag, blocked), wdst = layout_desc(s.dst, s.io_tag, blocked),
+                 dwei = layout_desc(s.wei, s.wei_tag, blocked);
+      const auto d = want_[2] ? dnnl::convolution_backward_weights::desc(alg, wsrc, dwei, b, wdst, s.strides, s.dil,
+                                                                         s.pad_l, s.pad_r)
+                              : dnnl::convolution_backward_weights::desc(alg, wsrc, dwei, wdst, s.strides, s.dil,
+                                                                         s.pad_l, s.pad_r);
+      p->bw_pd = dnnl::convolution_backward_weights::primitive_desc(d, attr, dnnl_engine(), hint);
+    };
+    bool made = false;
+    if (winograd(s, blocked)) {
+      try {
+        make(dnnl::algorithm::convolution_winograd);
+        made = true;
+      } catch (const dnnl::error&) {  // no Winograd kernel for this shape here
+      }
+    }
+    if (!made) make(dnnl::algorithm::convolution_direct);
+    p->bw = dnnl::convolution_backward_weights(p->bw_pd);
+    auto bf16_of = [](const memory::desc& d) {
+      memory::desc c = d;
+      c.data.data_type = dnnl_bf16;
+      return c;
+    };
+    p->wgrad_f32 = true;
+    p->user_x = user_x;
+    p->user_dy = user_y;
+    p->x_b = bf16_of(p->bw_pd.src_desc());
+    p->dy_b = bf16_of(p->bw_pd.diff_dst_desc());
+    p->dw_b = bf16_of(p->bw_pd.diff_weights_desc());
+    p->x_to_b = make_reorder(user_x, p->x_b);
+    p->x_from_b = make_reorder(p->x_b, p->bw_pd.src_desc());
+    p->dy_to_b = make_reorder(user_y, p->dy_b);
+    p->dy_from_b = make_reorder(p->dy_b, p->bw_pd.diff_dst_desc());
+    p->round_dw = amp_.out(1) == dt::bf16;
+    p->dw_to_b = make_reorder(p->bw_pd.diff_weights_desc(), p->dw_b);
+    p->dw_b_out.make(p->dw_b, user_w);
+    p->dw_out.make(p->bw_pd.diff_weights_desc(), user_w);
   }
 
   Node node_;
