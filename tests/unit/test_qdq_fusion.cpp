@@ -6,6 +6,7 @@
 // and within one quantization step with arbitrary scales (f32 rounding next to a tie; see the op's header).
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -594,6 +595,50 @@ TEST(QdqFusion, QuantizeDequantizeTransposeKernelsMatchReference) {
       EXPECT_EQ(std::memcmp(cpu[i].second.raw(), ref[i].second.raw(), static_cast<size_t>(ref[i].second.nbytes())), 0);
     }
   }
+}
+
+// The cpu QuantizeLinear multiplies by 1 / scale where that rounds like the division: values on, next
+// to and between half steps of awkward scales, large, infinite and NaN values: bit for bit the reference.
+TEST(QdqFusion, QuantizeLinearNextToTies) {
+  for (float scale : {0.0173f, 0.3f, 1.f / 3.f, 7.1e-5f})
+    for (DType dt : {DType::kU8, DType::kI8}) {
+      SCOPED_TRACE(::testing::Message() << "scale " << scale << " " << dtype_name(dt));
+      const int64_t n = 4099;
+      ModelBuilder b(13);
+      auto x = b.input("x", {n});
+      Tensor zp = Tensor::allocate(dt, {});
+      if (dt == DType::kU8) zp.mutable_data<uint8_t>()[0] = 7;
+      else zp.mutable_data<int8_t>()[0] = -5;
+      b.output(b.node("QuantizeLinear", {x, b.scalar(scale), b.constant(zp)}));
+      auto model = b.build();
+      Tensor xt = Tensor::allocate(DType::kF32, {n});
+      float* px = xt.mutable_data<float>();
+      std::mt19937 rng(11);
+      std::normal_distribution<float> nd(0.f, 60.f * scale);
+      for (int64_t i = 0; i < n; ++i) {
+        const float k = static_cast<float>(i % 300) - 150.f;
+        const float tie = (k + 0.5f) * scale;
+        switch (i % 5) {
+          case 0: px[i] = tie; break;
+          case 1: px[i] = std::nextafter(tie, 1e30f); break;
+          case 2: px[i] = std::nextafter(tie, -1e30f); break;
+          case 3: px[i] = nd(rng); break;
+          default: px[i] = k * scale; break;
+        }
+      }
+      px[7] = std::numeric_limits<float>::quiet_NaN();
+      px[8] = std::numeric_limits<float>::infinity();
+      px[9] = -1e30f;
+      px[10] = 3e9f * scale;
+      const NamedTensors feeds = {{"x", xt}};
+      const NamedTensors ref = run_model(model, feeds, "cpu-ref"), cpu = run_model(model, feeds, "cpu");
+      ASSERT_EQ(ref.size(), 1u);
+      ASSERT_EQ(cpu.size(), 1u);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < n; ++i)
+        differ += static_cast<const uint8_t*>(cpu[0].second.raw())[i] != static_cast<const uint8_t*>(ref[0].second.raw())[i];
+      EXPECT_EQ(differ, 0);
+    }
 }
 
 // `ferry compile` keeps the int8 path: the .ferry file holds the QConvFused nodes with their int8
