@@ -32,7 +32,9 @@ StatusOr<PrepackReport> prepack_weights(const std::shared_ptr<Model>& model, con
       auto w = g.initializers.find(in);
       if (w != g.initializers.end() && w->second.raw() == it->second.source) own = true;
     }
-    if (!own) continue;
+    // The few-channel int8 convolution packs a copy of its own weights made at load (KW taps as channels:
+    // backends/cpu/dnnl_int8.cpp, init_tap_packing); its kind says so, and the key still checks the layout.
+    if (!own && it->second.key.rfind("dnnl_int8_conv_taps|", 0) != 0) continue;
     Attribute bytes;
     bytes.type = AttrType::kTensor;
     bytes.t = it->second.bytes;

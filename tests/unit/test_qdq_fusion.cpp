@@ -677,6 +677,49 @@ TEST(QdqFusion, CompiledModelKeepsInt8PathAndPrepackedWeights) {
   EXPECT_EQ(std::memcmp(got[0].second.raw(), want[0].second.raw(), static_cast<size_t>(want[0].second.nbytes())), 0);
 }
 
+// The same for the few-channel convolution whose taps are packed into channels from a copy of its
+// weights (an image network's first layer): the .ferry file holds that copy's packed layout.
+TEST(QdqFusion, CompiledModelStoresPackedTaps) {
+  QdqCase qc;
+  qc.c = 3;
+  qc.k = 7;
+  qc.pad = 3;
+  qc.stride = 2;
+  qc.hw = 15;
+  qc.x_zp = 128;
+  qc.conv_relu = false;
+  auto model = qdq_conv_model(qc);
+  CompileOptions o;
+  o.prepack = true;
+  CompileReport report;
+  auto spec = compile_model(*model, o, &report);
+  ASSERT_TRUE(spec.is_ok()) << spec.status().message();
+  const Model& compiled = *spec.value().gears[0].model;
+  int64_t packed = 0;
+  for (const Node& n : compiled.graph.nodes)
+    if (const Attribute* k = n.attr(cpu::kPackedKeyAttr); n.op_type == "QConvFused" && k)
+      packed += k->s.rfind("dnnl_int8_conv_taps|", 0) == 0;
+  EXPECT_EQ(packed, 1);
+  auto bytes = serialize_compiled_model(spec.value());
+  ASSERT_TRUE(bytes.is_ok()) << bytes.status().message();
+  auto cm = parse_compiled_model_copy(bytes.value().data(), bytes.value().size(), "taps.ferry");
+  ASSERT_TRUE(cm.is_ok()) << cm.status().message();
+  const cpu::PackCounts before = cpu::pack_counts();
+  auto session = Session::open(std::move(cm).value());
+  ASSERT_TRUE(session.is_ok()) << session.status().message();
+  const cpu::PackCounts after = cpu::pack_counts();
+  EXPECT_EQ(after.stored - before.stored, 1);
+  EXPECT_EQ(after.reordered - before.reordered, 0);
+  const NamedTensors feeds = u8_feeds(*model, 12);
+  NamedTensors got;
+  ASSERT_TRUE(session.value()->run(feeds, &got).is_ok());
+  const NamedTensors want = run_model(model, feeds, "cpu", -1);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(want.size(), 1u);
+  ASSERT_EQ(got[0].second.dims(), want[0].second.dims());
+  EXPECT_EQ(std::memcmp(got[0].second.raw(), want[0].second.raw(), static_cast<size_t>(want[0].second.nbytes())), 0);
+}
+
 // DQ -> Flatten / Reshape -> Q with the same parameters run on the uint8 tensor (bit for bit the QDQ graph).
 TEST(QdqFusion, FlattenAndReshapeRunOnUint8) {
   ModelBuilder b(13);

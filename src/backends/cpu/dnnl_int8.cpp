@@ -22,7 +22,6 @@
 #include <array>
 #include <cmath>
 #include <cstring>
-#include <immintrin.h>
 #include <memory>
 #include <mutex>
 
@@ -33,6 +32,10 @@
 #include "backends/cpu/vec_math.h"
 #include "ops/conv_pool_util.h"
 #include "ops/quantize_util.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace ferry {
 namespace {
@@ -364,7 +367,7 @@ class DnnlQConvKernel : public Kernel {
   //   P[n][r][ow][kw*C + c] = x[n][r - pad_top][ow*SW - pad_left + kw][c]   (the zero point outside x),
   // turns it into a KHx1 convolution on round_up(KW*C, 4) channels without padding or zero point:
   // the bias takes the zero point's share, b[m] - zp * sum(w[m]), so the integer sums are the same.
-  // (`ferry compile` stores no pre-packed weights for these: they are packed from a copy at load.)
+  // (`ferry compile` stores the packed copy's oneDNN layout too: compiler/prepack.cpp.)
   // ResNet-50's conv1: oneDNN alone 0.64 ms instead of 0.77; the node with the packing 0.70 ms, was 0.80.
   void init_tap_packing(std::vector<int64_t>* bias) {
     const int64_t C = w_.dim(1), KH = w_.dim(2), KW = w_.rank() == 4 ? w_.dim(3) : 0;
@@ -801,6 +804,7 @@ FERRY_VEC void quantize_f32(const float* x, int64_t n, float scale, float zp, fl
   }
 }
 
+#if defined(__x86_64__)
 // The same where AVX-512 runs. The division is most of the time (ResNet-50's [1,3,224,224] input:
 // ~45 us); x * (1 / scale) is within 2 ulp of x / scale, so the two round to the same integer unless
 // the product lies within a few ulp of a half-integer (or is not finite, or so large that its ulp is
@@ -815,19 +819,20 @@ __attribute__((target("avx512f"))) void quantize_f32_avx512(const float* x, int6
   for (; i + 16 <= n; i += 16) {
     const __m512 xv = _mm512_loadu_ps(x + i);
     __m512 r = _mm512_mul_ps(xv, inv);
-    // (the masked form of roundscale: gcc 12 warns that the unmasked one reads an uninitialized value)
-    const __m512 frac = _mm512_sub_ps(r, _mm512_mask_roundscale_ps(r, 0xFFFF, r, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+    // (maskz forms throughout: gcc 12 warns that the unmasked ones read an undefined vector)
+    const __m512 frac = _mm512_sub_ps(r, _mm512_maskz_roundscale_ps(0xFFFF, r, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
     const __m512 d = _mm512_abs_ps(_mm512_sub_ps(frac, half));
-    const __m512 tol = _mm512_mul_ps(_mm512_max_ps(_mm512_abs_ps(r), one), rel);
+    const __m512 tol = _mm512_mul_ps(_mm512_maskz_max_ps(0xFFFF, _mm512_abs_ps(r), one), rel);
     if (_mm512_cmp_ps_mask(d, tol, _CMP_GT_OQ) != 0xFFFF) r = _mm512_div_ps(xv, vs);  // NaN, inf: not GT
     r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);                  // NaN quantizes like 0
-    __m512 q = _mm512_add_ps(_mm512_mask_roundscale_ps(r, 0xFFFF, r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vzp);
-    q = _mm512_min_ps(_mm512_max_ps(q, vlo), vhi);
-    const __m128i b = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q));  // integral and in range: the low byte
+    __m512 q = _mm512_add_ps(_mm512_maskz_roundscale_ps(0xFFFF, r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vzp);
+    q = _mm512_maskz_min_ps(0xFFFF, _mm512_maskz_max_ps(0xFFFF, q, vlo), vhi);
+    const __m128i b = _mm512_maskz_cvtepi32_epi8(0xFFFF, _mm512_maskz_cvtps_epi32(0xFFFF, q));  // integral and in range: the low byte
     _mm_storeu_si128(reinterpret_cast<__m128i*>(u8 ? static_cast<void*>(u8 + i) : static_cast<void*>(s8 + i)), b);
   }
   if (i < n) quantize_f32(x + i, n - i, scale, zp, lo, hi, u8 ? u8 + i : nullptr, u8 ? nullptr : s8 + i);
 }
+#endif
 
 class QuantizeKernel : public Kernel {
  public:
@@ -852,10 +857,13 @@ class QuantizeKernel : public Kernel {
     if (x.dtype() != DType::kF32) return fallback_(ctx);
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, x.dims(), false));
     const bool u8 = dtype_ == DType::kU8;
+    auto* fn = quantize_f32;
+#if defined(__x86_64__)
     static const bool avx512 = __builtin_cpu_supports("avx512f");
-    (avx512 ? quantize_f32_avx512 : quantize_f32)(x.data<float>(), x.numel(), scale_, zp_, lo_, hi_,
-                                                  u8 ? y->mutable_data<uint8_t>() : nullptr,
-                                                  u8 ? nullptr : y->mutable_data<int8_t>());
+    if (avx512) fn = quantize_f32_avx512;
+#endif
+    fn(x.data<float>(), x.numel(), scale_, zp_, lo_, hi_, u8 ? y->mutable_data<uint8_t>() : nullptr,
+       u8 ? nullptr : y->mutable_data<int8_t>());
     return Status::ok();
   }
 
@@ -968,6 +976,7 @@ class Int8TransposeKernel : public Kernel {
     bool copy = false, few_channels = false;
   };
 
+#if defined(__x86_64__)
   // Three planes into RGB triples, 16 pixels (48 bytes) per step: each output chunk of 16 bytes is three
   // byte shuffles of the planes' 16 bytes, or-ed. Returns the pixels done.
   __attribute__((target("ssse3"))) static int64_t interleave3_ssse3(const uint8_t* a, const uint8_t* b, const uint8_t* c,
@@ -993,14 +1002,18 @@ class Int8TransposeKernel : public Kernel {
     }
     return s;
   }
+#endif
 
   // dst[s * C + c] = src[c * S + s] for C <= 4 (oneDNN's reorder of a [1,3,224,224] u8 image to NHWC
   // took ~45 us, ResNet-50's int8 input).
   static void interleave_planes(const uint8_t* src, int64_t C, int64_t S, uint8_t* dst) {
     if (C == 3) {
       const uint8_t *a = src, *b = src + S, *c = src + 2 * S;
+      int64_t s = 0;
+#if defined(__x86_64__)
       static const bool ssse3 = __builtin_cpu_supports("ssse3");
-      int64_t s = ssse3 ? interleave3_ssse3(a, b, c, S, dst) : 0;
+      if (ssse3) s = interleave3_ssse3(a, b, c, S, dst);
+#endif
       for (; s < S; ++s) {
         dst[3 * s] = a[s];
         dst[3 * s + 1] = b[s];
