@@ -438,6 +438,7 @@ class ConvGradKernel : public Kernel {
     try {
       dnnl::stream& s = dnnl_stream();
       memory dy_w;  // dY as backward-weights reads it
+      memory dy_round;  // wgrad_f32: dY rounded to bf16 in backward-weights' layout
       if ((want_[1] || want_[2]) && p->wgrad_f32) {
         // The kept bf16 X of the forward when it is the layout wanted here, else user -> bf16.
         memory xb;
@@ -451,6 +452,7 @@ class ConvGradKernel : public Kernel {
         p->x_from_b.execute(s, {{DNNL_ARG_FROM, xb}, {DNNL_ARG_TO, xf}});
         memory dyb = buf_memory(p->dy_b, kBufRoundDy);
         p->dy_to_b.execute(s, {{DNNL_ARG_FROM, wrap(p->user_dy, dy)}, {DNNL_ARG_TO, dyb}});
+        dy_round = dyb;
         memory dyf = buf_memory(p->bw_pd.diff_dst_desc(), kBufDst);
         p->dy_from_b.execute(s, {{DNNL_ARG_FROM, dyb}, {DNNL_ARG_TO, dyf}});
         memory dwm = buf_memory(p->bw_pd.diff_weights_desc(), kBufDiffWei);
@@ -483,7 +485,9 @@ class ConvGradKernel : public Kernel {
       }
       if (want_[0]) {
         const bool reuse = (want_[1] || want_[2]) && !p->wgrad_f32 && p->dy_for_w.want == p->dy_for_d.want;
-        memory dy_d = reuse ? dy_w : p->dy_for_d.in(dy, kBufDiffDst2, s);
+        // wgrad_f32: the bf16 dY made for backward-weights when backward-data wants that layout.
+        const bool reuse_round = p->wgrad_f32 && (want_[1] || want_[2]) && p->dy_b == p->dy_for_d.want;
+        memory dy_d = reuse ? dy_w : reuse_round ? dy_round : p->dy_for_d.in(dy, kBufDiffDst2, s);
         memory dxm = p->dx_out.out(dx, kBufDiffSrc);
         p->bd.execute(s, {{DNNL_ARG_DIFF_DST, dy_d},
                           {DNNL_ARG_WEIGHTS, p->w_for_d.in(w, kBufWei, s)},
