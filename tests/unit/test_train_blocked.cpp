@@ -105,13 +105,15 @@ struct TrainRun {
 };
 
 // `steps` SGD steps (lr 0.05) of the training graph on `device`, with the pass on or off.
-TrainRun train(bool blocked, int steps, const std::string& device = "cpu", std::shared_ptr<const Model> given = nullptr) {
+TrainRun train(bool blocked, int steps, const std::string& device = "cpu", std::shared_ptr<const Model> given = nullptr,
+               bool sync_bn = false) {
   TrainRun out;
   const int64_t batch = 4;
   if (blocked) unsetenv("FERRY_TRAIN_BLOCKED");
   else setenv("FERRY_TRAIN_BLOCKED", "0", 1);
   TrainGraphOptions o;
   o.batch_size = batch;
+  o.sync_bn = sync_bn;
   auto tg = build_train_graph(*tiny_resnet(batch), o);
   EXPECT_TRUE(tg.is_ok()) << tg.status().message();
   if (!tg.is_ok()) return out;
@@ -200,6 +202,21 @@ TEST(TrainBlockedLayout, ReferenceKernelsMatchCpu) {
   const TrainRun cpu = train(true, 2), ref = train(true, 2, "cpu-ref", optimized);
   EXPECT_GE(ref.blocked_nodes, 15);
   expect_same(ref, cpu, 2e-5);
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// --sync-bn's SyncBatchNormTraining has no blocked form: every convolution's output would need a
+// reorder at the region's edge, so the pass leaves the graph plain (and the steps still run).
+TEST(TrainBlockedLayout, SyncBatchNormLeavesTheGraphPlain) {
+  const TrainRun r = train(true, 1, "cpu", nullptr, /*sync_bn=*/true);
+  EXPECT_EQ(r.blocked_nodes, 0);
+  EXPECT_EQ(r.layout_nodes, 0);
+  EXPECT_EQ(r.losses.size(), 1u);
 }
 
 }  // namespace
