@@ -85,6 +85,17 @@ std::string permuted_axis_constant(Graph& g, const std::string& v) {
   return name;
 }
 
+// QuantizeLinear / DequantizeLinear with a constant scalar scale and zero point (no block quantization).
+bool scalar_qparams(const Graph& g, const Node& n) {
+  if (n.inputs.size() < 2 || n.attr("block_size")) return false;
+  for (size_t i = 1; i < n.inputs.size() && i < 3; ++i) {
+    if (n.inputs[i].empty()) continue;
+    const Tensor* c = constant_value(g, n.inputs[i]);
+    if (!c || c->numel() != 1) return false;
+  }
+  return true;
+}
+
 enum class Kind { kNone, kConv, kQConv, kPool, kUnary, kBinary, kConcat, kResize };
 
 Kind kind_of(const Graph& g, const Node& n) {
@@ -110,6 +121,8 @@ Kind kind_of(const Graph& g, const Node& n) {
     return rank_of(g, n.inputs[0]) == 4 ? Kind::kPool : Kind::kNone;
   if (!is_onnx(n)) return Kind::kNone;
   if (unary.count(n.op_type)) return Kind::kUnary;
+  if ((n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear") && scalar_qparams(g, n))
+    return Kind::kUnary;  // per-tensor: elementwise (an int8 region's float islands, e.g. SiLU, stay NHWC)
   if (binary.count(n.op_type)) return Kind::kBinary;
   if (n.op_type == "Concat") return Kind::kConcat;
   if (n.op_type == "Resize" && resize_convertible(g, n)) return Kind::kResize;

@@ -365,6 +365,53 @@ TEST(QdqFusion, GlobalAveragePoolRunsOnUint8) {
   EXPECT_GT(interior, fused_ref.numel() / 2);
 }
 
+// A float island between int8 convolutions (SiLU of EfficientNet: DQ -> Sigmoid, Mul -> Q): per-tensor
+// QuantizeLinear / DequantizeLinear are elementwise, so the island stays channels-last with the
+// convolutions and the only Transposes are at the model's edges; the bytes are those of the NCHW run.
+TEST(QdqFusion, FloatIslandStaysChannelsLast) {
+  std::mt19937 rng(41);
+  ModelBuilder b(13);
+  auto x = b.input("x", {1, 8, 6, 6}, DType::kU8);
+  std::string v = x;
+  float s = 0.031f;
+  uint8_t zp = 3;
+  for (int layer = 0; layer < 2; ++layer) {
+    auto dq = b.node("DequantizeLinear", {v, b.scalar(s), b.constant(u8_scalar(zp))});
+    Tensor ws = Tensor::allocate(DType::kF32, {8});
+    for (int i = 0; i < 8; ++i) ws.mutable_data<float>()[i] = 0.004f + 0.0007f * i;
+    auto dqw = b.node("DequantizeLinear", {b.constant(i8_tensor({8, 8, 3, 3}, rng, -127, 127, DType::kI8)), b.constant(ws)},
+                      {{"axis", axis0()}});
+    auto y = b.node("Conv", {dq, dqw}, {{"pads", ints_attr({1, 1, 1, 1})}});
+    s = 0.043f;
+    zp = 128;
+    v = b.node("QuantizeLinear", {y, b.scalar(s), b.constant(u8_scalar(zp))});
+    if (layer == 0) {  // SiLU in float
+      auto d = b.node("DequantizeLinear", {v, b.scalar(s), b.constant(u8_scalar(zp))});
+      s = 0.021f;
+      zp = 17;
+      v = b.node("QuantizeLinear", {b.node("Mul", {d, b.node("Sigmoid", {d})}), b.scalar(s), b.constant(u8_scalar(zp))});
+    }
+  }
+  b.output(v);
+  auto model = b.build();
+  auto opt = model->clone();
+  OptimizeOptions oo;
+  oo.device = "cpu";
+  ASSERT_TRUE(optimize_model(opt.get(), oo).is_ok());
+  EXPECT_EQ(count_ops(*opt, "QConvFused"), 2);
+  EXPECT_EQ(count_ops(*opt, "Transpose"), 2);
+  for (const Node& n : opt->graph.nodes) {
+    if (n.op_type == "QConvFused") {
+      EXPECT_NE(n.attr("channels_last"), nullptr);
+    }
+  }
+  const NamedTensors feeds = u8_feeds(*model, 42);
+  const Tensor nchw = run_model(run_pass(*model, "qdq_fusion"), feeds, "cpu")[0].second;  // opt level 0: NCHW
+  const Tensor nhwc = run_model(opt, feeds, "cpu")[0].second;
+  double exact = 0;
+  EXPECT_EQ(max_step_diff(nhwc, nchw, &exact), 0);
+}
+
 // DQ(a), DQ(W) -> MatMul -> Add(DQ(B)) [-> Relu] -> Q, or the Gemm form (transB: W is [N, K]).
 struct QdqMatMulCase {
   bool gemm = false, trans_b = false, relu = true, bias = true, pow2 = true;
