@@ -2,7 +2,8 @@
 // a [rows, C] tensor and a row broadcast over it (elementwise.cpp's row loop: the NHWC
 // squeeze-excitation scale, either operand first, and per batch row), and a SiLU convolution large enough that the SiLU
 // pass after the oneDNN primitive (dnnl_conv.cpp, act_after_postop) splits over the threads, with a
-// residual, NCHW and channels-last; the f32 NHWC global average pool's own loop (dnnl_pool.cpp).
+// residual, NCHW and channels-last; strided 1x1 channels-last convolutions (dnnl_conv.cpp's
+// subsampled source); the f32 NHWC global average pool's own loop (dnnl_pool.cpp).
 #include <cmath>
 #include <cstring>
 
@@ -55,6 +56,42 @@ TEST(CpuCnnKernels, SiluConvolutionOnALargeImageMatchesReference) {
       };
       expect_near(run("cpu"), run("cpu-ref"), 1e-4, 1e-4);
     }
+  }
+}
+
+// Strided 1x1 convolutions, channels-last: dnnl_conv.cpp's use_subsample copies every stride-th
+// pixel and runs a stride-1 kernel (odd sizes so the last row and column are read, unequal strides,
+// a residual with ReLU, several images); a one-pixel image (the small-GEMM path) and a padded one
+// (not subsampled) for the bounds of the rule.
+TEST(CpuCnnKernels, StridedPointwiseConvolutionMatchesReference) {
+  struct Case {
+    vector<int64_t> x, strides, pads;
+    bool residual;
+  };
+  const vector<Case> cases = {{{2, 9, 11, 32}, {2, 2}, {0, 0, 0, 0}, false},
+                              {{1, 10, 7, 48}, {3, 2}, {0, 0, 0, 0}, true},
+                              {{3, 1, 1, 16}, {2, 2}, {0, 0, 0, 0}, false},
+                              {{1, 8, 8, 16}, {2, 2}, {1, 1, 1, 1}, true}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    SCOPED_TRACE("case " + std::to_string(i));
+    const int64_t k = 64;
+    const auto out = [&](int64_t d, int64_t s, int64_t p) { return (d + p - 1) / s + 1; };
+    const vector<int64_t> yd = {c.x[0], out(c.x[1], c.strides[0], c.pads[0] + c.pads[2]),
+                                out(c.x[2], c.strides[1], c.pads[1] + c.pads[3]), k};
+    const Tensor x = random_tensor(c.x, 20 + static_cast<uint32_t>(i));
+    const Tensor wt = random_tensor({k, c.x[3], 1, 1}, 30), b = random_tensor({k}, 31), z = random_tensor(yd, 32);
+    const auto run = [&](const char* device) {
+      OpTester t("FusedConv", 1, "com.ferry");
+      t.attr("strides", c.strides).attr("pads", c.pads).attr("channels_last", int64_t(1));
+      if (c.residual) t.attr("activation", std::string("Relu"));
+      t.input(x).const_input(wt).const_input(b);
+      if (c.residual) t.input(z);
+      return t.run(device)[0];
+    };
+    const Tensor got = run("cpu");
+    ASSERT_EQ(got.dims(), yd);
+    expect_near(got, run("cpu-ref"), 1e-4, 1e-4);
   }
 }
 
