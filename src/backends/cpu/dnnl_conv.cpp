@@ -453,17 +453,17 @@ class DnnlConvKernel : public Kernel {
   }
 
   // A strided 1x1 convolution without padding (ResNet's downsample projections) reads only every
-  // stride-th pixel: copying those into a dense NHWC tensor and running oneDNN's stride-1 1x1 kernel
-  // on it beats its strided kernel. Measured here (1 thread, oneDNN 2.6 brgconv_1x1 both ways, the
-  // two forms interleaved, copy included): 1x28x28 512->1024 s2 0.89-0.90x the time, 1x14x14
-  // 1024->2048 0.95-0.97x, 8x28x28 512->1024 0.91-0.94x, 1x56x56 256->512 0.96-1.03x.
-  // Channels-last 2-D nodes with a plain NHWC source only. FERRY_CONV_SUBSAMPLE=0 turns it off.
+  // stride-th pixel: it can run as oneDNN's stride-1 1x1 kernel on those pixels copied into a dense
+  // NHWC tensor. Off by default, FERRY_CONV_SUBSAMPLE=1 turns it on (read at each plan). Measured
+  // (1 thread): alone (oneDNN 2.6 brgconv_1x1 both ways, interleaved in one process, copy included)
+  // 1x28x28 512->1024 s2 0.89-0.90x the time, 1x14x14 1024->2048 0.95-0.97x, 8x28x28 512->1024
+  // 0.91-0.94x, 1x56x56 256->512 0.96-1.03x; `ferry profile` of ResNet-50 b1, layer3.0's projection
+  // 1.11-1.12 -> 0.97-1.01 ms, the others unchanged; but whole-model `ferry bench` p50 of ResNet-50
+  // b1 came out 0.5-1 ms slower in 10 of 12 interleaved pairs (a loaded machine: not resolved).
+  // Channels-last 2-D nodes with a plain NHWC source only.
   bool use_subsample(const std::vector<int64_t>& xd, const memory::dims& pad_l, const memory::dims& pad_r) const {
-    static const bool enabled = [] {
-      const char* e = std::getenv("FERRY_CONV_SUBSAMPLE");
-      return !(e && std::string(e) == "0");
-    }();
-    if (!enabled || !channels_last_ || nchw_input_ || group_ != 1 || w_.rank() != 4 || w_.dim(2) != 1 || w_.dim(3) != 1)
+    const char* e = std::getenv("FERRY_CONV_SUBSAMPLE");
+    if (!(e && std::string(e) == "1") || !channels_last_ || nchw_input_ || group_ != 1 || w_.rank() != 4 || w_.dim(2) != 1 || w_.dim(3) != 1)
       return false;
     if (attrs_.strides[0] == 1 && attrs_.strides[1] == 1) return false;
     if (xd[2] == 1 && xd[3] == 1) return false;  // one pixel: nothing to skip (and the small-GEMM path may take it)
