@@ -412,18 +412,28 @@ class DnnlConvKernel : public Kernel {
   // (ResNet-50 layer1/2, UNet); slower with 16 input channels or with 256+ channels on 14x14, even
   // at 256 channels on 24x24. Its rounding differs from the direct kernel's by ~1e-6 relative.
   // FERRY_CONV_WINOGRAD=0 turns it off (to compare), =dnnl keeps only oneDNN's, =own only ferry's.
+  //
+  // On more than one thread it is used only when asked for (FERRY_CONV_WINOGRAD=dnnl): there the
+  // direct kernel, or ferry's own Winograd where use_own_winograd takes the shape, came out faster.
+  // bench/ab_vs_ort.py, 2 threads, this rule against the previous build interleaved with ORT, load
+  // average 1.0-1.6 from other work on the 2 cores (p50 median over 4-5 rounds, ratio to ORT): UNet
+  // b1 4.57 -> 3.45 ms (1.22 -> 0.94, 5 of 5 rounds), UNet b8 25.9 -> 23.8 ms (0.90 -> 0.84, 5 of 5),
+  // ResNet-50 b1 19.7 -> 19.7 ms (0.95 -> 0.92), b8 138.6 -> 141.3 ms (0.97 -> 0.99, 2 of 4: noise).
+  // `ferry profile -t 2` of UNet b8 had oneDNN's Winograd convolutions barely faster on two threads
+  // than on one (32->32 on 48x64: 1.53 -> 1.49 ms per run) while the direct ones scale.
   bool use_winograd(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd) const {
     if (!winograd_mode().dnnl || !winograd_shape()) return false;
+    if (!winograd_mode().dnnl_forced && omp_get_max_threads() > 1) return false;
     return yd[2] * yd[3] >= 24 * 24 && xd[1] >= 32 && yd[1] >= 16 && std::min(xd[1], yd[1]) <= 128;
   }
   struct WinogradMode {
-    bool dnnl = true, own = true;
+    bool dnnl = true, own = true, dnnl_forced = false;
   };
   static WinogradMode winograd_mode() {
     static const WinogradMode mode = [] {
       const char* e = std::getenv("FERRY_CONV_WINOGRAD");
       const std::string v = e ? e : "";
-      return WinogradMode{v != "0" && v != "own", v != "0" && v != "dnnl"};
+      return WinogradMode{v != "0" && v != "own", v != "0" && v != "dnnl", v == "dnnl"};
     }();
     return mode;
   }
