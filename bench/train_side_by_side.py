@@ -7,7 +7,9 @@ set, then for each thread count runs, interleaved (`--rounds` times):
   PyTorch 1.13: the same model, SGD momentum, cross entropy, torch.set_num_threads(T), S steps
         (step 1 warm-up, steps 2..S timed)
 and prints the median ms/step of each (ferry's forward + backward, the log's compute_ms, too), the
-ratio ferry / PyTorch and the load average. The machine may be shared:
+ratio ferry / PyTorch and the load average; and the steady step time of each (median of steps 3..S:
+ferry's step 2 is the first on its planned arena and first-touches its pages, ~1 s per GB on this
+VM, once per run). The machine may be shared:
 compare the ratio of interleaved runs, not absolute times across runs.
 
 usage: /usr/bin/python3 bench/train_side_by_side.py [--ferry build/ferry] [--threads 1,2]
@@ -60,7 +62,13 @@ def ferry_ms(ferry, model, data, batch, steps, threads, work, variant="fp32"):
         rows = [json.loads(line) for line in f if line.strip()]
     step = statistics.mean(r["time_ms"] for r in rows[1:])
     compute = statistics.mean(r.get("compute_ms", float("nan")) for r in rows[1:])
-    return step, compute
+    return step, compute, steady_ms([r["time_ms"] for r in rows])
+
+
+def steady_ms(ts):
+    """Median of steps 3..S: after the warm-up step and the first step on the planned arena (ferry's
+    step 2 first-touches its arena's pages: ~1 s per GB on this VM), where PyTorch's allocator is warm."""
+    return statistics.median(ts[2:]) if len(ts) >= 3 else float("nan")
 
 
 # PyTorch's loop in a child process, so each run sets its own thread count from a clean start.
@@ -90,13 +98,15 @@ for _ in range(steps):
     opt.step()
     ts.append((time.perf_counter() - t0) * 1000)
 print(sum(ts[1:]) / len(ts[1:]))
+print(" ".join("%.3f" % t for t in ts))
 """
 
 
 def torch_ms(batch, steps, threads, variant="fp32"):
     p = subprocess.run([sys.executable, "-c", TORCH_LOOP, str(threads), str(batch), str(steps), variant],
                        check=True, capture_output=True, text=True)
-    return float(p.stdout.strip().splitlines()[-1])
+    lines = p.stdout.strip().splitlines()
+    return float(lines[-2]), steady_ms([float(v) for v in lines[-1].split()])
 
 
 def main():
@@ -124,23 +134,30 @@ def main():
     print(f"ResNet-50 (100 classes), batch {a.batch}, SGD momentum, {a.steps} steps per run "
           f"(first is warm-up), {a.rounds} interleaved round(s)")
     for t in [int(v) for v in a.threads.split(",")]:
-        runs = {v: ([], [], []) for v in variants}  # ferry step, ferry forward+backward, PyTorch
+        runs = {v: ([], [], [], [], []) for v in variants}  # ferry step, forward+backward, PyTorch, steady ferry, steady PyTorch
         for _ in range(a.rounds):
             for variant in variants:  # interleaved: the variants' ratios to fp32 see the same load
-                fs, cs, ps = runs[variant]
-                step, compute = ferry_ms(a.ferry, model, data, a.batch, a.steps, t, a.work, variant)
+                fs, cs, ps, fss, pss = runs[variant]
+                step, compute, steady = ferry_ms(a.ferry, model, data, a.batch, a.steps, t, a.work, variant)
                 fs.append(step)
                 cs.append(compute)
-                ps.append(torch_ms(a.batch, a.steps, t, variant))
+                fss.append(steady)
+                pstep, psteady = torch_ms(a.batch, a.steps, t, variant)
+                ps.append(pstep)
+                pss.append(psteady)
         for variant in variants:
-            fs, cs, ps = runs[variant]
+            fs, cs, ps, fss, pss = runs[variant]
             f, c, p = statistics.median(fs), statistics.median(cs), statistics.median(ps)
+            fst, pst = statistics.median(fss), statistics.median(pss)
             results.append({"threads": t, "variant": variant, "ferry_ms": f, "ferry_compute_ms": c, "torch_ms": p,
                             "ratio": f / p, "ferry_runs": fs, "ferry_compute_runs": cs, "torch_runs": ps,
+                            "ferry_steady_ms": fst, "torch_steady_ms": pst, "steady_ratio": fst / pst,
                             "load": os.getloadavg()[0]})
             print(f"threads {t}{'' if variant == 'fp32' else ' ' + variant}: ferry {f:8.1f} ms/step (forward+backward {c:.1f})   "
                   f"PyTorch {p:8.1f} ms/step   ratio {f / p:.3f}   load {os.getloadavg()[0]:.2f}", flush=True)
             print(f"           runs: ferry {[round(v) for v in fs]}  PyTorch {[round(v) for v in ps]}", flush=True)
+            print(f"           steady (median of steps 3..{a.steps}): ferry {fst:.1f}  PyTorch {pst:.1f}  ratio {fst / pst:.3f}"
+                  f"   runs: ferry {[round(v) for v in fss]}  PyTorch {[round(v) for v in pss]}", flush=True)
     if a.json:
         with open(a.json, "w") as out:
             json.dump({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "batch": a.batch, "results": results}, out, indent=1)
