@@ -1,5 +1,7 @@
 #include "runtime/arena.h"
 
+#include "runtime/page_blocks.h"
+
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -36,13 +38,16 @@ struct AllocationRecorder::State {
   int32_t step = 0;
   std::vector<Record> records;
   std::unordered_map<const void*, int32_t> live;  // buffer start -> record
+  std::shared_ptr<PageBlocks> blocks;  // while open: the large tensors' pages go back here
 };
 
 namespace {
 // The recording run's large tensors are mapped pages of their own, unmapped when released: from
 // the heap they would leave it fragmented (glibc's mmap threshold rises to 32 MiB as large blocks
 // are freed), and that heap stays resident under the arena of the runs that follow (ResNet-50 b8
-// training: 1.49 GiB peak in the recording run against 1.31 with mapped tensors).
+// training: 1.49 GiB peak in the recording run against 1.31 with mapped tensors). With PageBlocks
+// (the default) a released tensor's pages stay mapped for the next large tensor, and for the arena
+// after the run: first touches cost a fault each, several microseconds on a VM (issue 18).
 constexpr int64_t kRecordMapBytes = int64_t(256) << 10;
 
 /// Frees (unmaps) a recorded buffer and notes the step at which its last reference went away.
@@ -55,17 +60,23 @@ struct ReleaseRecorded {
 }  // namespace
 
 void ReleaseRecorded::operator()(void* p) const {
+  std::shared_ptr<PageBlocks> blocks;
   {
     std::lock_guard<std::mutex> lock(state->mu);
     auto& r = state->records[static_cast<size_t>(id)];
     if (state->open) r.last = state->step;
     state->live.erase(r.data);
+    blocks = state->blocks;
   }
-  if (mapped) munmap(p, mapped);
+  if (mapped && blocks) blocks->give(p, mapped);
+  else if (mapped) munmap(p, mapped);
   else std::free(p);
 }
 
-AllocationRecorder::AllocationRecorder(int32_t num_steps) : state_(std::make_shared<State>()), num_steps_(num_steps) {}
+AllocationRecorder::AllocationRecorder(int32_t num_steps, std::shared_ptr<PageBlocks> blocks)
+    : state_(std::make_shared<State>()), num_steps_(num_steps) {
+  state_->blocks = std::move(blocks);
+}
 AllocationRecorder::~AllocationRecorder() = default;
 
 void AllocationRecorder::begin_step(int32_t step, const Node& node, const std::vector<const Value*>* inputs) {
@@ -122,7 +133,12 @@ bool AllocationRecorder::record(int64_t index, int64_t over, bool elementwise, D
   const size_t size = static_cast<size_t>(aligned_size(nbytes));
   size_t mapped = 0;
   void* mem = nullptr;
-  if (nbytes >= kRecordMapBytes) {
+  if (nbytes >= kRecordMapBytes && st.blocks) {
+    bool reused = false;
+    mem = st.blocks->take(size, &mapped, &reused);
+    if (!mem) return false;
+    if (reused && zero_fill) std::memset(mem, 0, static_cast<size_t>(nbytes));
+  } else if (nbytes >= kRecordMapBytes) {
     void* m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return false;  // the heap path tries again and reports the size when it fails too
     mem = m, mapped = size;             // zero pages: no fill needed
@@ -193,6 +209,17 @@ std::shared_ptr<const ArenaPlan> AllocationRecorder::finish() {
   return plan;
 }
 
+std::shared_ptr<PageBlocks> AllocationRecorder::take_blocks(int64_t keep_bytes) {
+  std::shared_ptr<PageBlocks> blocks;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    blocks = std::move(state_->blocks);
+    state_->blocks = nullptr;
+  }
+  if (blocks) blocks->trim(static_cast<size_t>(std::max<int64_t>(keep_bytes, 0)));
+  return blocks;
+}
+
 // ---- serving from the arena ---------------------------------------------------------------
 
 // The run arena: 2 MiB aligned and marked for transparent huge pages when it spans several of
@@ -222,13 +249,22 @@ ArenaAllocator::~ArenaAllocator() = default;
 Status ArenaAllocator::bind(std::shared_ptr<const ArenaPlan> plan) {
   bool reusable = arena_ && arena_bytes_ >= plan->arena_bytes && tokens_.size() >= plan->allocs.size();
   for (const auto& t : tokens_) reusable = reusable && t.use_count() == 1;
+  std::shared_ptr<PageBlocks> spare = std::move(spare_);  // unmapped on return, what is left of it
   if (!reusable) {
     const int64_t bytes = std::max<int64_t>(aligned_size(plan->arena_bytes), kArenaAlignment);
-    void* mem = allocate_arena(bytes, huge_pages_);
+    void* mem = nullptr;
+    size_t mapped = 0;
+    if (spare && spare->kept_bytes() > 0) {  // the recording run's pages, moved into place, then fresh ones
+      bool reused = false;
+      mem = spare->take(static_cast<size_t>(bytes), &mapped, &reused);
+    } else {
+      mem = allocate_arena(bytes, huge_pages_);
+    }
     if (!mem)
       return resource_exhausted("out of memory: cannot allocate the run's arena of " + std::to_string(bytes) +
                                 " bytes (try a smaller batch, or --memory-limit to see what fits)");
-    arena_.reset(static_cast<uint8_t*>(mem), [](uint8_t* p) { std::free(p); });
+    if (mapped) arena_.reset(static_cast<uint8_t*>(mem), [mapped](uint8_t* p) { munmap(p, mapped); });
+    else arena_.reset(static_cast<uint8_t*>(mem), [](uint8_t* p) { std::free(p); });
     arena_bytes_ = bytes;
     tokens_.clear();
   }

@@ -17,6 +17,8 @@
 
 namespace ferry {
 
+class PageBlocks;  // runtime/page_blocks.h
+
 /// One output allocation the plan serves from the arena.
 struct PlannedAllocation {
   int32_t step = 0;    // index of the node in the main graph
@@ -43,7 +45,9 @@ struct ArenaPlan {
 /// main graph's nodes.
 class AllocationRecorder : public OutputAllocator {
  public:
-  explicit AllocationRecorder(int32_t num_steps);
+  /// blocks: where the large tensors are taken from and given back to while recording (they
+  /// are mapped and unmapped one by one without).
+  explicit AllocationRecorder(int32_t num_steps, std::shared_ptr<PageBlocks> blocks = nullptr);
   ~AllocationRecorder() override;
   /// Call before node `step` runs; `inputs` (the node's input values) must outlive the step.
   void begin_step(int32_t step, const Node& node, const std::vector<const Value*>* inputs);
@@ -51,6 +55,10 @@ class AllocationRecorder : public OutputAllocator {
   bool allocate_over(int64_t index, int64_t input, DType dtype, std::vector<int64_t>* dims, Tensor* out) override;
   /// Ends recording (buffers still referenced now escape the plan) and builds the plan.
   std::shared_ptr<const ArenaPlan> finish();
+  /// After finish(): the blocks the run gave back, trimmed to `keep_bytes` (the plan's arena: the
+  /// rest is unmapped), for the arena of the next run (ArenaAllocator::set_spare). Tensors
+  /// released from now on are unmapped.
+  std::shared_ptr<PageBlocks> take_blocks(int64_t keep_bytes);
 
   struct State;  // shared with the buffers' release callbacks, which may outlive the recorder
 
@@ -73,6 +81,11 @@ class ArenaAllocator : public OutputAllocator {
   Status bind(std::shared_ptr<const ArenaPlan> plan);
   /// Whether a new arena is marked for transparent huge pages (default true; see ExecutorOptions).
   void set_huge_pages(bool on) { huge_pages_ = on; }
+  bool huge_pages() const { return huge_pages_; }
+  /// Pages touched by a recording run: the next bind() that needs a new arena builds it from
+  /// them (moved, not faulted in again). Any bind() drops (unmaps) what it did not use.
+  void set_spare(std::shared_ptr<PageBlocks> blocks) { spare_ = std::move(blocks); }
+  std::shared_ptr<PageBlocks> take_spare() { return std::move(spare_); }
   void begin_step(int32_t step);
   bool allocate(int64_t index, DType dtype, std::vector<int64_t>* dims, bool zero_fill, Tensor* out) override;
   /// After the step's values are released: false when a tensor the plan releases at this step is
@@ -91,6 +104,7 @@ class ArenaAllocator : public OutputAllocator {
   int64_t arena_bytes_ = 0;
   std::vector<std::shared_ptr<Token>> tokens_;  // one per planned allocation: its references
   std::vector<uint8_t> served_;
+  std::shared_ptr<PageBlocks> spare_;
   const uint8_t* range_begin_ = nullptr;  // the last arena bound (kept across abandon())
   const uint8_t* range_end_ = nullptr;
   int32_t step_ = 0;

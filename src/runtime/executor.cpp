@@ -1,5 +1,7 @@
 #include "runtime/executor.h"
 
+#include "runtime/page_blocks.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -367,7 +369,14 @@ Status Executor::run_whole(const NamedValues& feeds, NamedValues* outputs) {
       }
       memory.arena = &state->arena;
     } else {
-      recorder = std::make_unique<AllocationRecorder>(static_cast<int32_t>(g.nodes.size()));
+      // The recording run's large tensors reuse each other's pages, and leave them to the arena
+      // of the next run (runtime/page_blocks.h; FERRY_ARENA_REUSE=0: mapped one by one).
+      std::shared_ptr<PageBlocks> blocks;
+      if (page_reuse_enabled()) {
+        blocks = state->arena.take_spare();
+        if (!blocks) blocks = std::make_shared<PageBlocks>(state->arena.huge_pages() && huge_pages_allowed());
+      }
+      recorder = std::make_unique<AllocationRecorder>(static_cast<int32_t>(g.nodes.size()), std::move(blocks));
       memory.recorder = recorder.get();
     }
   }
@@ -389,7 +398,11 @@ Status Executor::run_whole(const NamedValues& feeds, NamedValues* outputs) {
   }
   if (recorder) {
     std::shared_ptr<const ArenaPlan> plan = recorder->finish();  // before the slots go: what is left escapes
-    if (st.is_ok()) store_plan(shapes_key, std::move(plan));
+    std::shared_ptr<PageBlocks> spare = recorder->take_blocks(plan->arena_bytes);  // the rest is unmapped
+    if (st.is_ok()) {
+      state->arena.set_spare(std::move(spare));
+      store_plan(shapes_key, std::move(plan));
+    }
   }
   if (memory.violated) store_plan(shapes_key, nullptr);  // the plan did not hold: record again next run
   for (Value& v : state->slots) v = Value();
