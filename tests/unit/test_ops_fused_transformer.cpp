@@ -1,6 +1,7 @@
 // com.ferry LayerNorm, Gelu and Attention (op family fused_transformer): reference kernels
 // against hand-computed values, shape rules, and the optimized cpu kernels against the reference.
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "op_tester.h"
@@ -134,6 +135,27 @@ TEST(FusedAttention, BroadcastsBatchDimsOnCpu) {
   auto cpu = make().run("cpu");
   EXPECT_EQ(ref[0].dims(), (std::vector<int64_t>{2, 3, 5, 8}));
   expect_near(cpu[0], ref[0], 1e-5, 1e-4);
+}
+
+// The cpu kernel runs the heads in chunks (FERRY_ATTENTION_CHUNK heads each here: 2, 2, 1 of 5),
+// the chunks split over the threads: every chunk, the short last one included, must match.
+TEST(FusedAttention, ChunksOfHeadsMatchReferenceOnCpu) {
+  for (const char* chunk : {"2", "1", "64"}) {
+    setenv("FERRY_ATTENTION_CHUNK", chunk, 1);
+    auto make = [] {
+      OpTester t("Attention", 1, "com.ferry");
+      t.input(random_tensor({33, 5, 16}, 11)).input(random_tensor({40, 5, 16}, 12)).input(random_tensor({40, 5, 24}, 13));
+      t.input(random_tensor({5, 1, 40}, 14)).attr("scale", 0.25f);
+      t.attr("q_perm", std::vector<int64_t>{1, 0, 2}).attr("k_perm", std::vector<int64_t>{1, 2, 0});
+      t.attr("v_perm", std::vector<int64_t>{1, 0, 2}).attr("out_perm", std::vector<int64_t>{1, 0, 2});
+      return t;
+    };
+    auto ref = make().run("cpu-ref");
+    auto cpu = make().run("cpu");
+    unsetenv("FERRY_ATTENTION_CHUNK");
+    EXPECT_EQ(cpu[0].dims(), (std::vector<int64_t>{33, 5, 24}));
+    expect_near(cpu[0], ref[0], 1e-5, 1e-4);
+  }
 }
 
 // bf16 tensors: the cpu kernels compute in f32 rows and round once, as the reference does; the

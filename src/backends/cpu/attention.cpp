@@ -1,17 +1,26 @@
 // CPU kernel for com.ferry.Attention (f32, and bf16 computed in f32): the heads are gathered from
-// their strided views (the transposes the fusion absorbed) into dense [batch, rows, cols] blocks
+// their strided views (the transposes the fusion absorbed) into dense [heads, rows, cols] blocks
 // (K by its rows: brgemm takes K^T as acb weights, so no transpose), then two batched oneDNN
-// matmuls (brgemm) run over all heads at once, with the row softmax (and the additive mask) in between, and the result is scattered into the output's view. Gathering costs a
-// copy of Q, K and V; in exchange both products run as one large JIT kernel call each instead of
-// one small sgemm per head (which ran at a fraction of the core's peak).
-#include <mutex>
+// matmuls (brgemm) run over a chunk of heads at a time, with the row softmax (and the additive
+// mask) in between, and the result is scattered into the output's view. A chunk's scores fit in
+// L2 (kChunkBytes); each thread runs whole chunks with its own single-thread plans, so the node is
+// one parallel region. Gathering costs a copy of Q, K and V; in exchange both products run as one
+// JIT kernel call per chunk instead of one small sgemm per head (which ran at a fraction of peak).
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <map>
+#include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "backends/cpu/bf16_span.h"
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/vec_math.h"
 #include "ops/attention_view.h"
@@ -21,6 +30,10 @@ namespace ferry::cpu {
 namespace {
 
 using dnnl::memory;
+
+// Bytes of one chunk of heads (Q, K, V, scores, output in f32): half of a Zen 4/5 or Ice Lake
+// core's L2 (1 MB / 1.25 MB), so the scores written by the first product are read back from L2.
+constexpr int64_t kChunkBytes = 512 << 10;
 
 // Copies the matrix view (rows x cols, element strides rs / cs) at `src` into dense row-major f32.
 void gather_matrix(const void* src, bool bf16, int64_t rows, int64_t cols, int64_t rs, int64_t cs, float* dst) {
@@ -84,7 +97,7 @@ class AttentionKernel : public Kernel {
  private:
   struct Plan {
     dnnl::matmul scores, weighted;  // [B,sq,d] x [B,d,sk] (scaled); [B,sq,sk] x [B,sk,dv]
-    memory::desc q, kt, s, v, o;
+    memory::desc q, kt, s, v, o, scores_pad, weighted_pad;
   };
 
   StatusOr<bool> run(KernelContext& ctx) {
@@ -131,64 +144,91 @@ class AttentionKernel : public Kernel {
     int64_t batch = 1;
     for (int64_t b : batch_dims) batch *= b;
     const float scale = ctx.get_float("scale", 1.0f);
-    Plan* plan = nullptr;
-    if (!plan_for(batch, sq, d, sk, dv, scale, &plan).is_ok()) return false;
-    qbuf_.resize(static_cast<size_t>(batch * sq * d));
-    ktbuf_.resize(static_cast<size_t>(batch * d * sk));
-    vbuf_.resize(static_cast<size_t>(batch * sk * dv));
-    sbuf_.resize(static_cast<size_t>(batch * sq * sk));
-    obuf_.resize(static_cast<size_t>(batch * sq * dv));
-    const size_t es = bf16 ? 2 : 4;
-    const char *pq = static_cast<const char*>(q.raw()), *pk = static_cast<const char*>(k.raw()),
-               *pv = static_cast<const char*>(v.raw());
-    parallel_ranges(batch, sq * d + d * sk + sk * dv, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        gather_matrix(pq + es * batch_offset(vq.dims, vq.strides, b), bf16, sq, d, vq.strides[r - 2], vq.strides[r - 1],
-                      qbuf_.data() + b * sq * d);
-        // K^T is kept as K's rows ([sk, d] dense, oneDNN's acb weights): row copies, not a transpose.
-        gather_matrix(pk + es * batch_offset(vk.dims, vk.strides, b), bf16, sk, d, vk.strides[r - 1], vk.strides[r - 2],
-                      ktbuf_.data() + b * d * sk);
-        gather_matrix(pv + es * batch_offset(vv.dims, vv.strides, b), bf16, sk, dv, vv.strides[r - 2], vv.strides[r - 1],
-                      vbuf_.data() + b * sk * dv);
-      }
-    });
-    try {
-      auto mem = [](const memory::desc& md, std::vector<float>& buf) { return memory(md, dnnl_engine(), buf.data()); };
-      plan->scores.execute(dnnl_stream(), {{DNNL_ARG_SRC, mem(plan->q, qbuf_)}, {DNNL_ARG_WEIGHTS, mem(plan->kt, ktbuf_)},
-                                           {DNNL_ARG_DST, mem(plan->s, sbuf_)}});
-      dnnl_stream().wait();
-      parallel_ranges(batch * sq, sk * 8, [&](int64_t r0, int64_t r1) {
-        for (int64_t row = r0; row < r1; ++row) {
-          const int64_t b = row / sq, i = row % sq;
-          const float* mrow = mask ? mask + batch_offset(score_dims, mst, b) + i * mst[r - 2] : nullptr;
-          masked_softmax_row(sbuf_.data() + row * sk, mrow, sk, mask ? mst[r - 1] : 1);
-        }
-      });
-      plan->weighted.execute(dnnl_stream(), {{DNNL_ARG_SRC, mem(plan->s, sbuf_)}, {DNNL_ARG_WEIGHTS, mem(plan->v, vbuf_)},
-                                             {DNNL_ARG_DST, mem(plan->o, obuf_)}});
-      dnnl_stream().wait();
-    } catch (const dnnl::error& e) {
-      return dnnl_error(node_, e);
-    }
+    // Heads run in chunks small enough that a chunk's scores stay in the core's L2 between the two
+    // products and the softmax (all heads at once: ViT-B/16's 12 x 197 x 197 scores are 1.9 MB per
+    // image); each thread takes whole chunks, so one parallel region covers the node.
+    const int64_t item_floats = sq * d + d * sk + sk * dv + sq * sk + sq * dv;
+    const int max_threads = omp_in_parallel() ? 1 : std::max(1, omp_get_max_threads());
+    int64_t chunk = std::max<int64_t>(1, kChunkBytes / (item_floats * 4));
+    if (const char* e = std::getenv("FERRY_ATTENTION_CHUNK")) chunk = std::max<long>(1, std::atol(e));
+    chunk = std::min(chunk, (batch + max_threads - 1) / max_threads);
+    const int64_t chunks = (batch + chunk - 1) / chunk, tail = batch - (chunks - 1) * chunk;
+    // Too little work to wake the second thread: one thread (as parallel_ranges decides).
+    const int threads = batch * item_floats * std::max<int64_t>(d, 8) < (int64_t{1} << 15) ? 1
+                        : static_cast<int>(std::min<int64_t>(max_threads, chunks));
+    Plan *plan = nullptr, *tail_plan = nullptr;
+    if (!plan_for(chunk, sq, d, sk, dv, scale, &plan).is_ok() || !plan_for(tail, sq, d, sk, dv, scale, &tail_plan).is_ok())
+      return false;
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dt, stored, false));
     char* py = static_cast<char*>(y->mutable_raw());
     const int64_t row_stride = ost[r - 2], col_stride = ost[r - 1];
-    parallel_ranges(batch * sq, dv, [&](int64_t r0, int64_t r1) {
-      for (int64_t row = r0; row < r1; ++row) {
-        const int64_t b = row / sq, i = row % sq;
-        const float* o = obuf_.data() + row * dv;
+    if (bufs_.size() < static_cast<size_t>(threads)) bufs_.resize(static_cast<size_t>(threads));
+    for (int t = 0; t < threads; ++t) bufs_[static_cast<size_t>(t)].resize(static_cast<size_t>(chunk * item_floats));
+    const size_t es = bf16 ? 2 : 4;
+    const char *pq = static_cast<const char*>(q.raw()), *pk = static_cast<const char*>(k.raw()),
+               *pv = static_cast<const char*>(v.raw());
+    std::atomic<bool> failed{false};
+    std::string error;
+    std::mutex error_mu;
+    auto run_chunk = [&](int t, int64_t c) {
+      const int64_t b0 = c * chunk, n = std::min(chunk, batch - b0);
+      const Plan& p = n == chunk ? *plan : *tail_plan;
+      float* qb = bufs_[static_cast<size_t>(t)].data();
+      float* kb = qb + n * sq * d;
+      float* vb = kb + n * d * sk;
+      float* sb = vb + n * sk * dv;
+      float* ob = sb + n * sq * sk;
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t b = b0 + j;
+        gather_matrix(pq + es * batch_offset(vq.dims, vq.strides, b), bf16, sq, d, vq.strides[r - 2], vq.strides[r - 1],
+                      qb + j * sq * d);
+        // K^T is kept as K's rows ([sk, d] dense, oneDNN's acb weights): row copies, not a transpose.
+        gather_matrix(pk + es * batch_offset(vk.dims, vk.strides, b), bf16, sk, d, vk.strides[r - 1], vk.strides[r - 2],
+                      kb + j * d * sk);
+        gather_matrix(pv + es * batch_offset(vv.dims, vv.strides, b), bf16, sk, dv, vv.strides[r - 2], vv.strides[r - 1],
+                      vb + j * sk * dv);
+      }
+      try {
+        auto mem = [](const memory::desc& md, float* buf) { return memory(md, dnnl_engine(), buf); };
+        p.scores.execute(dnnl_stream(), {{DNNL_ARG_SRC, mem(p.q, qb)}, {DNNL_ARG_WEIGHTS, mem(p.kt, kb)},
+                                         {DNNL_ARG_DST, mem(p.s, sb)},
+                                         {DNNL_ARG_SCRATCHPAD, scratch_memory(p.scores_pad, ScratchSlot::kScratchpad)}});
+        for (int64_t row = 0; row < n * sq; ++row) {
+          const int64_t b = b0 + row / sq, i = row % sq;
+          const float* mrow = mask ? mask + batch_offset(score_dims, mst, b) + i * mst[r - 2] : nullptr;
+          masked_softmax_row(sb + row * sk, mrow, sk, mask ? mst[r - 1] : 1);
+        }
+        p.weighted.execute(dnnl_stream(), {{DNNL_ARG_SRC, mem(p.s, sb)}, {DNNL_ARG_WEIGHTS, mem(p.v, vb)},
+                                           {DNNL_ARG_DST, mem(p.o, ob)},
+                                           {DNNL_ARG_SCRATCHPAD, scratch_memory(p.weighted_pad, ScratchSlot::kScratchpad)}});
+        dnnl_stream().wait();
+      } catch (const dnnl::error& e) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (!failed.exchange(true)) error = e.what();
+        return;
+      }
+      for (int64_t row = 0; row < n * sq; ++row) {
+        const int64_t b = b0 + row / sq, i = row % sq;
+        const float* o = ob + row * dv;
         const int64_t off = batch_offset(logical_out, ost, b) + i * row_stride;
         if (bf16 && col_stride == 1) {
           narrow_bf16(o, reinterpret_cast<uint16_t*>(py) + off, dv);
         } else if (bf16) {
-          for (int64_t c = 0; c < dv; ++c) reinterpret_cast<uint16_t*>(py)[off + c * col_stride] = f32_to_bf16(o[c]);
+          for (int64_t cc = 0; cc < dv; ++cc) reinterpret_cast<uint16_t*>(py)[off + cc * col_stride] = f32_to_bf16(o[cc]);
         } else if (col_stride == 1) {
           std::copy(o, o + dv, reinterpret_cast<float*>(py) + off);
         } else {
-          for (int64_t c = 0; c < dv; ++c) reinterpret_cast<float*>(py)[off + c * col_stride] = o[c];
+          for (int64_t cc = 0; cc < dv; ++cc) reinterpret_cast<float*>(py)[off + cc * col_stride] = o[cc];
         }
       }
-    });
+    };
+    if (threads <= 1) {
+      for (int64_t c = 0; c < chunks; ++c) run_chunk(0, c);
+    } else {
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (int64_t c = 0; c < chunks; ++c) run_chunk(omp_get_thread_num(), c);
+    }
+    if (failed) return internal_error("node '" + node_.name + "' (Attention): oneDNN matmul: " + error);
     return true;
   }
 
@@ -200,6 +240,13 @@ class AttentionKernel : public Kernel {
       return Status::ok();
     }
     Plan p;
+    // Each chunk runs on one thread: plan for one (oneDNN sizes its work split at creation).
+    const int saved_threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    struct Restore {
+      int n;
+      ~Restore() { omp_set_num_threads(n); }
+    } restore{saved_threads};
     try {
       const auto f32 = memory::data_type::f32;
       const auto abc = memory::format_tag::abc;
@@ -208,10 +255,14 @@ class AttentionKernel : public Kernel {
       p.s = memory::desc({batch, sq, sk}, f32, abc);
       p.v = memory::desc({batch, sk, dv}, f32, abc);
       p.o = memory::desc({batch, sq, dv}, f32, abc);
-      dnnl::primitive_attr scaled;
+      dnnl::primitive_attr scaled = concurrent_attr();
       if (scale != 1.0f) scaled.set_output_scales(0, {scale});
-      p.scores = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(p.q, p.kt, p.s), scaled, dnnl_engine()));
-      p.weighted = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(p.s, p.v, p.o), dnnl_engine()));
+      const dnnl::matmul::primitive_desc spd(dnnl::matmul::desc(p.q, p.kt, p.s), scaled, dnnl_engine());
+      const dnnl::matmul::primitive_desc wpd(dnnl::matmul::desc(p.s, p.v, p.o), concurrent_attr(), dnnl_engine());
+      p.scores = dnnl::matmul(spd);
+      p.weighted = dnnl::matmul(wpd);
+      p.scores_pad = spd.scratchpad_desc();
+      p.weighted_pad = wpd.scratchpad_desc();
     } catch (const dnnl::error& e) {
       return dnnl_error(node_, e);
     }
@@ -223,7 +274,8 @@ class AttentionKernel : public Kernel {
   KernelFn fallback_;
   std::mutex mu_;  // guards plans_ and the buffers (concurrent runs of one model)
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, float>, Plan> plans_;
-  std::vector<float> qbuf_, ktbuf_, vbuf_, sbuf_, obuf_, mask_;
+  std::vector<std::vector<float>> bufs_;  // per thread: one chunk's Q, K rows, V, scores, output
+  std::vector<float> mask_;
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_attention(const Node& node, const OpSchema& schema, const Graph& g) {
