@@ -114,7 +114,8 @@ StatusOr<Node> inner_node(const Node& n) {
   in.domain = dom ? dom->s : "";
   if (in.domain == "com.ferry" && in.op_type == "Blocked")
     return invalid_model(n.describe() + ": com.ferry Blocked cannot wrap itself");
-  for (const char* a : {"op", "op_domain", "op_opset", "blocked_inputs", "blocked_outputs"}) in.attrs.erase(a);
+  for (const char* a : {"op", "op_domain", "op_opset", "blocked_inputs", "blocked_outputs", "bf16_inputs", "bf16_outputs"})
+    in.attrs.erase(a);
   return in;
 }
 
@@ -139,13 +140,25 @@ Status infer_blocked(InferContext& ctx) {
     const bool b = input_blocked(ctx.node(), static_cast<size_t>(i));
     if (b) RETURN_IF_ERROR(check_blocked(ctx, ctx.input_type(i), ("input " + std::to_string(i)).c_str()));
     plain[static_cast<size_t>(i)] = b ? plain_type(ctx.input_type(i)) : ctx.input_type(i);
+    if (blocked_bit(ctx.node(), "bf16_inputs", static_cast<size_t>(i))) {
+      if (ctx.input_type(i).dtype != DType::kBF16)
+        return ctx.error("input " + std::to_string(i) + " is marked bf16 (bf16_inputs) but has element type " +
+                         dtype_name(ctx.input_type(i).dtype));
+      plain[static_cast<size_t>(i)].dtype = DType::kF32;
+    }
     types.push_back(&plain[static_cast<size_t>(i)]);
     values.push_back(b ? nullptr : ctx.input_value(i));
   }
   InferContext ic(in, opset, types, values);
   if (schema->infer) RETURN_IF_ERROR(schema->infer(ic));
   for (int64_t j = 0; j < ctx.num_outputs(); ++j) {
-    const TensorType& t = ic.outputs()[static_cast<size_t>(j)];
+    TensorType t = ic.outputs()[static_cast<size_t>(j)];
+    if (blocked_bit(ctx.node(), "bf16_outputs", static_cast<size_t>(j))) {
+      if (t.dtype != DType::kF32 && t.dtype != DType::kUndefined)
+        return ctx.error("output " + std::to_string(j) + " is marked bf16 (bf16_outputs) but the op makes " +
+                         dtype_name(t.dtype));
+      t.dtype = DType::kBF16;
+    }
     if (output_blocked(ctx.node(), static_cast<size_t>(j))) {
       RETURN_IF_ERROR(check_plain(ctx, t, ("output " + std::to_string(j)).c_str()));
       ctx.set_output(j, blocked_type(t));
@@ -168,8 +181,18 @@ Status k_blocked(KernelContext& ctx) {
       ptrs.push_back(nullptr);
       continue;
     }
+    const bool widen = blocked_bit(ctx.node(), "bf16_inputs", static_cast<size_t>(i));
+    if (widen && ctx.input(i).dtype() != DType::kBF16)
+      return ctx.error("input " + std::to_string(i) + " is marked bf16 (bf16_inputs) but is " +
+                       dtype_name(ctx.input(i).dtype()));
     if (!input_blocked(ctx.node(), static_cast<size_t>(i))) {
-      ptrs.push_back(&ctx.input_value(i));
+      if (!widen) {
+        ptrs.push_back(&ctx.input_value(i));
+        continue;
+      }
+      ASSIGN_OR_RETURN(Tensor w, cast_tensor(ctx.input(i), DType::kF32));
+      copies[static_cast<size_t>(i)] = Value(std::move(w));
+      ptrs.push_back(&copies[static_cast<size_t>(i)]);
       continue;
     }
     const Tensor& t = ctx.input(i);
@@ -177,6 +200,9 @@ Status k_blocked(KernelContext& ctx) {
       return ctx.error("input " + std::to_string(i) + " " + dims_to_string(t.dims()) +
                        " is not blocked [N, C/16, spatial..., 16]");
     ASSIGN_OR_RETURN(Tensor p, convert(t, true));
+    if (widen) {
+      ASSIGN_OR_RETURN(p, cast_tensor(p, DType::kF32));
+    }
     copies[static_cast<size_t>(i)] = Value(std::move(p));
     ptrs.push_back(&copies[static_cast<size_t>(i)]);
   }
@@ -187,6 +213,9 @@ Status k_blocked(KernelContext& ctx) {
   for (int64_t j = 0; j < ctx.num_outputs(); ++j) {
     Value& r = results[static_cast<size_t>(j)];
     if (!r.is_tensor() || !r.tensor.defined()) continue;
+    if (blocked_bit(ctx.node(), "bf16_outputs", static_cast<size_t>(j)) && r.tensor.dtype() != DType::kBF16) {
+      ASSIGN_OR_RETURN(r.tensor, cast_tensor(r.tensor, DType::kBF16));
+    }
     const Tensor& t = r.tensor;
     const bool b = output_blocked(ctx.node(), static_cast<size_t>(j));
     if (b && (t.rank() < 3 || t.dim(1) % kLayoutBlock != 0))
@@ -216,7 +245,9 @@ void register_grad_blocked_ops(OpRegistry& r) {
                            {"op_domain", AttrType::kString},
                            {"op_opset", AttrType::kInt},
                            {"blocked_inputs", AttrType::kInt},
-                           {"blocked_outputs", AttrType::kInt}},
+                           {"blocked_outputs", AttrType::kInt},
+                           {"bf16_inputs", AttrType::kInt},
+                           {"bf16_outputs", AttrType::kInt}},
                  .infer = infer_blocked,
                  .kernel = k_blocked});
 }

@@ -115,6 +115,94 @@ bool disabled_by_env() {
   return e && std::strcmp(e, "0") == 0;
 }
 
+bool bf16_activations_off() {
+  const char* e = std::getenv("FERRY_AMP_BF16_ACT");
+  return e && std::strcmp(e, "0") == 0;
+}
+
+// --amp bf16: an output that holds bf16 values in f32 is stored in bf16 where each of its readers
+// would convert it to bf16, or reads it in bf16 as well, anyway (as torch.autocast's bf16
+// convolution returns a bf16 tensor, which BatchNorm reads and computes its statistics of in f32):
+//   - a Conv / FusedConv's Y (amp_bf16 with amp_round_outputs bit 0, src/passes/amp_bf16_fold.cpp)
+//     read only by BatchNormTraining (X) and BatchNormTrainingGrad (X, the saved input): the
+//     convolution writes it with no bf16 -> f32 reorder and the BN kernels read half the bytes;
+//   - a ConvGrad's dX (amp_bf16, amp_round_outputs bit 0) read only by BatchNormTrainingGrad (dY);
+//   - a BatchNormTrainingGrad's dX read only by amp_bf16 ConvGrads as their dY, which they round to
+//     bf16 first thing: the BN kernel rounds it as it writes it (to nearest even, as the reorder).
+// All of them blocked and wrapped (com.ferry Blocked). Bit i of `bf16_outputs` / `bf16_inputs` on
+// the Blocked node says output / input i is such a bf16 tensor that its op sees as f32
+// (grad_blocked.cpp's rules and reference kernel; cpu: dnnl_conv_grad.cpp, train_kernels.cpp).
+// Same values as in f32. $FERRY_AMP_BF16_ACT=0 keeps them in f32.
+void bf16_activations(Graph* graph) {
+  if (bf16_activations_off()) return;
+  Graph& g = *graph;
+  const GraphUses uses(g);
+  std::set<std::string> outputs;
+  for (const ValueInfo& v : g.outputs) outputs.insert(v.name);
+  auto amp_rounded = [](const Node& n) {
+    const Attribute *amp = n.attr("amp_bf16"), *round = n.attr("amp_round_outputs");
+    return amp && amp->i != 0 && round && (round->i & 1) != 0;
+  };
+  struct Plan {
+    size_t producer;
+    std::string value;
+    std::vector<std::pair<size_t, size_t>> reads;  // (node, input)
+  };
+  std::vector<Plan> plans;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (!is(n, kFerryDomain, "Blocked") || n.outputs.empty() || n.outputs[0].empty() || !output_blocked(n, 0)) continue;
+    const std::string op = inner_op(n);
+    // Which reader (op, input index) may take output 0 in bf16.
+    std::string reader_op;
+    size_t reader_input = 0;
+    bool reader_amp = false;
+    if ((op == "Conv" || op == "FusedConv") && amp_rounded(n)) {
+      reader_op = "BatchNorm";  // BatchNormTraining input 0 or BatchNormTrainingGrad input 1
+    } else if (op == "ConvGrad" && amp_rounded(n)) {
+      reader_op = "BatchNormTrainingGrad";
+    } else if (op == "BatchNormTrainingGrad") {
+      reader_op = "ConvGrad";
+      reader_amp = true;
+    } else {
+      continue;
+    }
+    const std::string& y = n.outputs[0];
+    const TensorType* t = g.find_type(y);
+    if (!t || t->dtype != DType::kF32 || uses.pinned.count(y) || outputs.count(y) || !uses.num_readers(y)) continue;
+    Plan plan{i, y, {}};
+    bool ok = true;
+    for (size_t r : uses.readers.at(y)) {
+      const Node& m = g.nodes[r];
+      const std::string mop = is(m, kFerryDomain, "Blocked") ? inner_op(m) : "";
+      for (size_t k = 0; k < m.inputs.size(); ++k) {
+        if (m.inputs[k] != y) continue;
+        bool fits = false;
+        if (reader_op == "BatchNorm")
+          fits = (mop == "BatchNormTraining" && k == 0) || (mop == "BatchNormTrainingGrad" && k == 1);
+        else
+          fits = mop == reader_op && k == reader_input;
+        if (reader_amp) {
+          const Attribute* a = m.attr("amp_bf16");
+          fits = fits && a && a->i != 0;
+        }
+        ok = ok && fits && input_blocked(m, k);
+        plan.reads.push_back({r, k});
+      }
+    }
+    if (ok && !plan.reads.empty()) plans.push_back(std::move(plan));
+  }
+  for (const Plan& p : plans) {
+    for (const auto& [r, k] : p.reads) {
+      Node& m = g.nodes[r];
+      const Attribute* a = m.attr("bf16_inputs");
+      set_attr(&m, "bf16_inputs", (a ? a->i : 0) | (int64_t{1} << k));
+    }
+    set_attr(&g.nodes[p.producer], "bf16_outputs", int64_t{1});
+    g.value_types[p.value].dtype = DType::kBF16;
+  }
+}
+
 Status run_train_blocked_layout(Model* model, PassContext& ctx) {
   if (ctx.options.device != "cpu" || disabled_by_env()) return Status::ok();
   Graph& g = model->graph;
@@ -258,6 +346,7 @@ Status run_train_blocked_layout(Model* model, PassContext& ctx) {
     b.shape = Shape::of(blocked_dims(t.shape->values()));
     g.value_types[v] = b;
   }
+  bf16_activations(&g);
   use_ferry_domain(model);
   ctx.changes += static_cast<int>(wrapped + edges);
   return Status::ok();

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -32,7 +33,18 @@ Tensor randn(std::vector<int64_t> dims, uint32_t seed, float scale = 1.f) {
 }
 
 // max |a - b| / max(1, max |b|): relative to the tensor's scale.
+// bf16 tensors (--amp bf16 activations) are compared as their f32 values; both must be bf16 then.
 double rel_err(const Tensor& a, const Tensor& b) {
+  if (a.dtype() == DType::kBF16 || b.dtype() == DType::kBF16) {
+    EXPECT_EQ(a.dtype(), b.dtype());
+    if (a.dtype() != b.dtype()) return 1e9;
+    auto widened = [](const Tensor& h) {
+      Tensor t = Tensor::allocate(DType::kF32, h.dims());
+      for (int64_t i = 0; i < h.numel(); ++i) t.mutable_data<float>()[i] = bf16_to_f32(h.data<uint16_t>()[i]);
+      return t;
+    };
+    return rel_err(widened(a), widened(b));
+  }
   EXPECT_EQ(a.dims(), b.dims());
   if (a.dims() != b.dims() || a.dtype() != DType::kF32 || b.dtype() != DType::kF32) return 1e9;
   double m = 1.0, d = 0.0;
@@ -277,6 +289,124 @@ TEST(CpuTrainKernels, BatchNormTrainingMatchesReference) {
     for (int64_t i = 0; i < zs[0].numel(); ++i) zeros += zs[0].data<float>()[i] == 0.f;
     EXPECT_GT(zeros, zs[0].numel() / 4);
   }
+}
+
+// ---- --amp bf16 activations (train_blocked_layout's bf16_activations) --------------------------
+
+Attribute str_attr(const std::string& v) {
+  Attribute a;
+  a.type = AttrType::kString;
+  a.s = v;
+  return a;
+}
+
+// `t` rounded to bf16 (a bf16 tensor), and a bf16 tensor widened back to f32.
+Tensor to_bf16(const Tensor& t) {
+  Tensor b = Tensor::allocate(DType::kBF16, t.dims());
+  for (int64_t i = 0; i < t.numel(); ++i) b.mutable_data<uint16_t>()[i] = f32_to_bf16(t.data<float>()[i]);
+  return b;
+}
+Tensor to_f32(const Tensor& b) {
+  Tensor t = Tensor::allocate(DType::kF32, b.dims());
+  for (int64_t i = 0; i < b.numel(); ++i) t.mutable_data<float>()[i] = bf16_to_f32(b.data<uint16_t>()[i]);
+  return t;
+}
+
+// com.ferry Blocked(op) on nChw16c operands; bf16_inputs / bf16_outputs as given.
+OneNode blocked_node(const std::string& op, std::map<std::string, Attribute> attrs, std::vector<Tensor> inputs,
+                     std::vector<bool> outputs, int64_t in_mask, int64_t out_mask, int64_t bf16_in, int64_t bf16_out) {
+  attrs["op"] = str_attr(op);
+  attrs["op_domain"] = str_attr(op == "Conv" ? "" : "com.ferry");
+  attrs["op_opset"] = int_attr(op == "Conv" ? 17 : 1);
+  attrs["blocked_inputs"] = int_attr(in_mask);
+  attrs["blocked_outputs"] = int_attr(out_mask);
+  if (bf16_in) attrs["bf16_inputs"] = int_attr(bf16_in);
+  if (bf16_out) attrs["bf16_outputs"] = int_attr(bf16_out);
+  return OneNode{"Blocked", "com.ferry", attrs, std::move(inputs), {}, std::move(outputs)};
+}
+
+// BatchNormTraining / BatchNormTrainingGrad reading a bf16 X (train_kernels.cpp's bf16 loads) give
+// the reference's results, and the f32 kernel's on the same values widened to f32.
+TEST(CpuTrainKernels, BlockedBatchNormReadsBf16X) {
+  const int64_t N = 2, C = 32, H = 5, W = 3;
+  Tensor xf = randn({N, C / 16, H, W, 16}, 11, 2.f);
+  for (int64_t i = 0; i < xf.numel(); ++i) xf.mutable_data<float>()[i] += 1.f + static_cast<float>(i % 5);
+  const Tensor xb = to_bf16(xf), xw = to_f32(xb);
+  Tensor var = randn({C}, 12);
+  for (int64_t i = 0; i < C; ++i) var.mutable_data<float>()[i] = std::fabs(var.data<float>()[i]) + 0.5f;
+  const std::map<std::string, Attribute> bn_attrs = {{"epsilon", float_attr(1e-3f)}, {"momentum", float_attr(0.8f)}};
+  for (int relu = 0; relu < 2; ++relu) {
+    SCOPED_TRACE(relu ? "relu" : "no relu");
+    std::map<std::string, Attribute> a = bn_attrs;
+    if (relu) a["relu"] = int_attr(1);
+    const std::vector<Tensor> rest = {randn({C}, 13), randn({C}, 14), randn({C}, 15), var};
+    std::vector<Tensor> in_b = {xb}, in_f = {xw};
+    in_b.insert(in_b.end(), rest.begin(), rest.end());
+    in_f.insert(in_f.end(), rest.begin(), rest.end());
+    const OneNode bn_b = blocked_node("BatchNormTraining", a, in_b, {true, true, true, true, true}, 1, 1, 1, 0);
+    const OneNode bn_f = blocked_node("BatchNormTraining", a, in_f, {true, true, true, true, true}, 1, 1, 0, 0);
+    bn_b.expect_matches_reference();
+    const auto got = bn_b.run("cpu"), want = bn_f.run("cpu");
+    ASSERT_EQ(got.size(), 5u);
+    ASSERT_EQ(want.size(), 5u);
+    for (size_t i = 0; i < 5; ++i) EXPECT_LE(rel_err(got[i], want[i]), 1e-6) << "output " << i;
+    // The gradient with the saved X in bf16 (input 1), with and without the fused ReluGrad's Z.
+    const Tensor dy = randn(xf.dims(), 16);
+    std::vector<Tensor> g_b = {dy, xb, rest[0], got[3], got[4]}, g_f = {dy, xw, rest[0], got[3], got[4]};
+    int64_t mask = 3;
+    if (relu) {
+      g_b.push_back(got[0]);
+      g_f.push_back(got[0]);
+      mask |= 32;
+    }
+    const OneNode gr_b = blocked_node("BatchNormTrainingGrad", {}, g_b, {true, true, true}, mask, 1, 2, 0);
+    const OneNode gr_f = blocked_node("BatchNormTrainingGrad", {}, g_f, {true, true, true}, mask, 1, 0, 0);
+    gr_b.expect_matches_reference();
+    const auto gg = gr_b.run("cpu"), gw = gr_f.run("cpu");
+    ASSERT_EQ(gg.size(), 3u);
+    ASSERT_EQ(gw.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_LE(rel_err(gg[i], gw[i]), 1e-6) << "grad output " << i;
+    // dY in bf16 too (a ConvGrad's dX), and dX written in bf16 (a ConvGrad's dY): the f32 kernel's dX
+    // rounded, on dY widened.
+    const Tensor dyb = to_bf16(dy), dyw = to_f32(dyb);
+    std::vector<Tensor> h_b = g_b, h_f = g_f;
+    h_b[0] = dyb;
+    h_f[0] = dyw;
+    for (int out16 = 0; out16 < 2; ++out16) {
+      SCOPED_TRACE(out16 ? "bf16 dY and dX" : "bf16 dY");
+      const OneNode hb = blocked_node("BatchNormTrainingGrad", {}, h_b, {true, true, true}, mask, 1, 3, out16);
+      const OneNode hf = blocked_node("BatchNormTrainingGrad", {}, h_f, {true, true, true}, mask, 1, 0, 0);
+      hb.expect_matches_reference(1e-2);  // the reference rounds its f32 dX once more (to bf16)
+      const auto hg = hb.run("cpu"), hw = hf.run("cpu");
+      ASSERT_EQ(hg.size(), 3u);
+      ASSERT_EQ(hw.size(), 3u);
+      ASSERT_EQ(hg[0].dtype(), out16 ? DType::kBF16 : DType::kF32);
+      EXPECT_LE(rel_err(out16 ? to_f32(hg[0]) : hg[0], out16 ? to_f32(to_bf16(hw[0])) : hw[0]), out16 ? 8e-3 : 1e-6);
+      for (size_t i = 1; i < 3; ++i) EXPECT_LE(rel_err(hg[i], hw[i]), 1e-6) << "grad output " << i;
+    }
+  }
+}
+
+// A Blocked Conv with amp_bf16 writing its rounded output in bf16 (bf16_outputs): the values the
+// f32-stored output holds, and the reference's within bf16 rounding of the operands.
+TEST(CpuTrainKernels, BlockedAmpConvWritesBf16Output) {
+  const Tensor x = randn({2, 2, 6, 6, 16}, 21), w = randn({32, 32, 3, 3}, 22, 0.1f);
+  std::map<std::string, Attribute> a = {{"pads", ints_attr({1, 1, 1, 1})},
+                                        {"amp_bf16", int_attr(1)},
+                                        {"amp_round_outputs", int_attr(1)}};
+  const OneNode bf = blocked_node("Conv", a, {x, w}, {true}, 1, 1, 0, 1);
+  const OneNode f32 = blocked_node("Conv", a, {x, w}, {true}, 1, 1, 0, 0);
+  const auto yb = bf.run("cpu"), yf = f32.run("cpu"), yr = bf.run("cpu-ref");
+  ASSERT_EQ(yb.size(), 1u);
+  ASSERT_EQ(yf.size(), 1u);
+  ASSERT_EQ(yr.size(), 1u);
+  ASSERT_EQ(yb[0].dtype(), DType::kBF16);
+  ASSERT_EQ(yr[0].dtype(), DType::kBF16);
+  const Tensor wide = to_f32(yb[0]);
+  EXPECT_EQ(wide.dims(), yf[0].dims());
+  EXPECT_EQ(0, std::memcmp(wide.raw(), yf[0].raw(), static_cast<size_t>(wide.nbytes()))) << "not the f32 output's values";
+  EXPECT_LE(rel_err(wide, to_f32(yr[0])), 2e-2);
+  EXPECT_GT(rel_err(wide, to_f32(yr[0])), 0.0) << "the operands were not rounded (amp_bf16 not taken)";
 }
 
 // The training graph's BatchNormTraining -> Relu fusion: fused and unfused graphs give the same loss

@@ -265,8 +265,8 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvShape& s, bool bl
 std::vector<int64_t> logical_dims(const Tensor& t, bool blocked) { return blocked ? plain_dims(t.dims()) : t.dims(); }
 
 // The user's (the graph's) memory descriptor of an activation: nChw16c when held blocked.
-memory::desc user_desc(const memory::dims& d, tag plain, bool blocked) {
-  return memory::desc(d, memory::data_type::f32, blocked ? tag::nChw16c : plain);
+memory::desc user_desc(const memory::dims& d, tag plain, bool blocked, dt type = dt::f32) {
+  return memory::desc(d, type, blocked ? tag::nChw16c : plain);
 }
 
 std::vector<int64_t> plan_key(const Tensor& x, bool x_blocked, const Tensor& w) {
@@ -288,7 +288,8 @@ class TrainConvKernel : public Kernel {
  public:
   TrainConvKernel(const Node& node, const Graph& graph, KernelFn fallback)
       : node_(node), fallback_(fallback), amp_(node), link_(link_of(graph, node, false)),
-        bx_(input_blocked(node, 0)), by_(output_blocked(node, 0)) {}
+        bx_(input_blocked(node, 0)), by_(output_blocked(node, 0)),
+        y_bf16_(amp_.bf16 && (amp_.round & 1) && blocked_bit(node, "bf16_outputs", 0)) {}
   bool amp() const { return amp_.bf16; }
 
   bool init(const Graph& graph) {
@@ -312,8 +313,9 @@ class TrainConvKernel : public Kernel {
     const Plan* p = plan.value();
     if ((has_b_ && ctx.input(2).numel() != w.dim(0)) || (has_z_ && ctx.input(3).dims() != p->out_dims))
       return amp() ? amp_unsupported(node_, "the bias or residual shape does not match") : fallback_(ctx);
+    if (y_bf16_ && has_z_) return amp_unsupported(node_, "a bf16 output with a residual sum");
     ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 3, DType::kF32, p->out_dims)
-                                        : ctx.allocate_output(0, DType::kF32, p->out_dims, false));
+                                        : ctx.allocate_output(0, y_bf16_ ? DType::kBF16 : DType::kF32, p->out_dims, false));
     try {
       dnnl::stream& s = dnnl_stream();
       std::unordered_map<int, memory> args = {
@@ -377,7 +379,9 @@ class TrainConvKernel : public Kernel {
         p->pd = forward_pd(s, blocked, has_b_, attr, dnnl::algorithm::convolution_direct, amp_.in(), amp_.out(0));
       p->prim = dnnl::convolution_forward(p->pd);
       if (by_ && s.dst[1] % kLayoutBlock != 0) return unsupported("blocked output channels");
-      const memory::desc user_x = user_desc(s.src, s.io_tag, bx_), user_y = user_desc(s.dst, s.io_tag, by_),
+      if (y_bf16_ && !by_) return unsupported("a bf16 output not held blocked");
+      const memory::desc user_x = user_desc(s.src, s.io_tag, bx_),
+                         user_y = user_desc(s.dst, s.io_tag, by_, y_bf16_ ? dt::bf16 : dt::f32),
                          user_w(s.wei, memory::data_type::f32, s.wei_tag);
       p->src.make(user_x, p->pd.src_desc());
       p->wei.make(user_w, p->pd.weights_desc());
@@ -396,6 +400,7 @@ class TrainConvKernel : public Kernel {
   AmpMode amp_;
   std::string link_;  // conv_grad_links key: X is kept for that ConvGrad
   bool bx_ = false, by_ = false;  // X; Y and Z held blocked (com.ferry Blocked)
+  bool y_bf16_ = false;           // Y stored in bf16 (bf16_outputs, train_blocked_layout's bf16_activations)
   bool has_b_ = false, has_z_ = false;
   FusedActivation act_;
   cpu::PlanCache<Plan> plans_;
@@ -407,7 +412,9 @@ class ConvGradKernel : public Kernel {
  public:
   ConvGradKernel(const Node& node, const Graph& graph, KernelFn fallback)
       : node_(node), fallback_(fallback), amp_(node), link_(link_of(graph, node, true)),
-        bdy_(input_blocked(node, 0)), bx_(input_blocked(node, 1)), bdx_(output_blocked(node, 0)) {
+        bdy_(input_blocked(node, 0)), bx_(input_blocked(node, 1)), bdx_(output_blocked(node, 0)),
+        dy_bf16_(amp_.bf16 && bdy_ && blocked_bit(node, "bf16_inputs", 0)),
+        dx_bf16_(amp_.bf16 && (amp_.round & 1) && bdx_ && blocked_bit(node, "bf16_outputs", 0)) {
     for (size_t i = 0; i < 3; ++i) want_[i] = i < node.outputs.size() && !node.outputs[i].empty();
   }
 
@@ -417,8 +424,8 @@ class ConvGradKernel : public Kernel {
     const void* kept_of = kept ? kept->x : nullptr;
     if (kept) kept->x = nullptr;
     const Tensor &dy = ctx.input(0), &x = ctx.input(1), &w = ctx.input(2);
-    for (const Tensor* t : {&dy, &x, &w})
-      if (t->dtype() != DType::kF32) return amp_.bf16 ? amp_unsupported(node_, "an input is not f32") : fallback_(ctx);
+    if (dy.dtype() != (dy_bf16_ ? DType::kBF16 : DType::kF32) || x.dtype() != DType::kF32 || w.dtype() != DType::kF32)
+      return amp_.bf16 ? amp_unsupported(node_, "an input is not f32 (dY: bf16 where bf16_inputs says so)") : fallback_(ctx);
     if (bx_ && (x.rank() != 5 || x.dims().back() != kLayoutBlock)) return fallback_(ctx);  // it reports it
     auto plan = plans_.get(plan_key(x, bx_, w), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(k, p); });
     if (!plan.is_ok()) return amp_.bf16 ? amp_unsupported(node_, plan.status().message()) : fallback_(ctx);
@@ -427,7 +434,7 @@ class ConvGradKernel : public Kernel {
     Tensor *dx = nullptr, *dw = nullptr, *db = nullptr;
     if (want_[0]) {
       const std::vector<int64_t> xd = logical_dims(x, bx_);
-      ASSIGN_OR_RETURN(dx, ctx.allocate_output(0, DType::kF32, bdx_ ? blocked_dims(xd) : xd, false));
+      ASSIGN_OR_RETURN(dx, ctx.allocate_output(0, dx_bf16_ ? DType::kBF16 : DType::kF32, bdx_ ? blocked_dims(xd) : xd, false));
     }
     if (want_[1]) {
       ASSIGN_OR_RETURN(dw, ctx.allocate_output(1, DType::kF32, w.dims(), false));
@@ -450,8 +457,13 @@ class ConvGradKernel : public Kernel {
         }
         memory xf = buf_memory(p->bw_pd.src_desc(), kBufSrc);
         p->x_from_b.execute(s, {{DNNL_ARG_FROM, xb}, {DNNL_ARG_TO, xf}});
-        memory dyb = buf_memory(p->dy_b, kBufRoundDy);
-        p->dy_to_b.execute(s, {{DNNL_ARG_FROM, wrap(p->user_dy, dy)}, {DNNL_ARG_TO, dyb}});
+        memory dyb;  // dY in bf16 as it comes (bf16_inputs), or rounded into a copy
+        if (p->dy_is_b) {
+          dyb = wrap(p->dy_b, dy);
+        } else {
+          dyb = buf_memory(p->dy_b, kBufRoundDy);
+          p->dy_to_b.execute(s, {{DNNL_ARG_FROM, wrap(p->user_dy, dy)}, {DNNL_ARG_TO, dyb}});
+        }
         dy_round = dyb;
         memory dyf = buf_memory(p->bw_pd.diff_dst_desc(), kBufDst);
         p->dy_from_b.execute(s, {{DNNL_ARG_FROM, dyb}, {DNNL_ARG_TO, dyf}});
@@ -516,6 +528,7 @@ class ConvGradKernel : public Kernel {
     dnnl::reorder x_to_b, x_from_b, dy_to_b, dy_from_b, dw_to_b;
     LayoutChange dw_b_out;
     bool round_dw = false;
+    bool dy_is_b = false;  // dY comes in bf16 in dy_b's layout (bf16_inputs): no rounding copy
     std::vector<int64_t> dy_dims;
   };
 
@@ -551,8 +564,10 @@ class ConvGradKernel : public Kernel {
     const auto hint = forward_pd(s, blocked, want_[2], attr, alg, in, in);
     if ((bdy_ && s.dst[1] % kLayoutBlock != 0) || ((bx_ || bdx_) && s.src[1] % kLayoutBlock != 0))
       throw dnnl::error(dnnl_invalid_arguments, "blocked operands without whole blocks of channels");
-    const memory::desc user_x = user_desc(s.src, s.io_tag, bx_), user_y = user_desc(s.dst, s.io_tag, bdy_),
-                       user_dx = user_desc(s.src, s.io_tag, bdx_), user_w(s.wei, memory::data_type::f32, s.wei_tag);
+    const memory::desc user_x = user_desc(s.src, s.io_tag, bx_),
+                       user_y = user_desc(s.dst, s.io_tag, bdy_, dy_bf16_ ? dt::bf16 : dt::f32),
+                       user_dx = user_desc(s.src, s.io_tag, bdx_, dx_bf16_ ? dt::bf16 : dt::f32),
+                       user_w(s.wei, memory::data_type::f32, s.wei_tag);
     if (want_[0]) {
       const auto dsrc = layout_desc(s.src, s.io_tag, blocked, amp_.out(0));
       dnnl::convolution_backward_data::desc d(alg, dsrc, wei, dst, s.strides, s.dil, s.pad_l, s.pad_r);
@@ -622,7 +637,8 @@ class ConvGradKernel : public Kernel {
     p->dw_b = bf16_of(p->bw_pd.diff_weights_desc());
     p->x_to_b = make_reorder(user_x, p->x_b);
     p->x_from_b = make_reorder(p->x_b, p->bw_pd.src_desc());
-    p->dy_to_b = make_reorder(user_y, p->dy_b);
+    p->dy_is_b = user_y == p->dy_b;
+    if (!p->dy_is_b) p->dy_to_b = make_reorder(user_y, p->dy_b);
     p->dy_from_b = make_reorder(p->dy_b, p->bw_pd.diff_dst_desc());
     p->round_dw = amp_.out(1) == dt::bf16;
     p->dw_to_b = make_reorder(p->bw_pd.diff_weights_desc(), p->dw_b);
@@ -636,6 +652,7 @@ class ConvGradKernel : public Kernel {
   AmpMode amp_;
   std::string link_;  // conv_grad_links key: X as the forward kept it
   bool bdy_ = false, bx_ = false, bdx_ = false;  // dY, X, dX held blocked (com.ferry Blocked)
+  bool dy_bf16_ = false, dx_bf16_ = false;      // dY / dX stored in bf16 (train_blocked_layout's bf16_activations)
   cpu::PlanCache<Plan> plans_;
 };
 

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_kernel_util.h"
@@ -233,25 +234,44 @@ StatusOr<bool> run_bn_training_grad(KernelContext& ctx) {
 
 constexpr int64_t kB = kLayoutBlock;
 
+// An activation element as f32: f32 as it is, bf16 (its bits, uint16_t) widened exactly. The
+// blocked BN kernels read X in bf16 where train_blocked_layout stored the convolution's output so
+// (--amp bf16, the Blocked node's bf16_inputs).
+inline float widen(float v) { return v; }
+inline float widen(uint16_t v) { return __builtin_bit_cast(float, static_cast<uint32_t>(v) << 16); }
+// v as an element of type Y: f32, or bf16 rounded to nearest even (ir/dtype.h's f32_to_bf16, in a
+// form the vectorizer takes).
+template <typename Y>
+inline Y narrow(float v) {
+  if constexpr (std::is_same_v<Y, float>) {
+    return v;
+  } else {
+    const uint32_t u = __builtin_bit_cast(uint32_t, v);
+    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
+  }
+}
+
 // shifted_moments of the 16 lanes over S positions (x[s * 16 + j]), two accumulator sets.
-FERRY_VEC void shifted_moments16(const float* x, int64_t S, const float* k, double* s1, double* s2) {
+template <typename X>
+FERRY_VEC void shifted_moments16(const X* x, int64_t S, const float* k, double* s1, double* s2) {
   double a0[kB] = {}, b0[kB] = {}, a1[kB] = {}, b1[kB] = {};
   int64_t s = 0;
   for (; s + 2 <= S; s += 2) {
     for (int64_t j = 0; j < kB; ++j) {
-      const double d = static_cast<double>(x[s * kB + j] - k[j]);
+      const double d = static_cast<double>(widen(x[s * kB + j]) - k[j]);
       a0[j] += d;
       b0[j] += d * d;
     }
     for (int64_t j = 0; j < kB; ++j) {
-      const double d = static_cast<double>(x[(s + 1) * kB + j] - k[j]);
+      const double d = static_cast<double>(widen(x[(s + 1) * kB + j]) - k[j]);
       a1[j] += d;
       b1[j] += d * d;
     }
   }
   for (; s < S; ++s)
     for (int64_t j = 0; j < kB; ++j) {
-      const double d = static_cast<double>(x[s * kB + j] - k[j]);
+      const double d = static_cast<double>(widen(x[s * kB + j]) - k[j]);
       a0[j] += d;
       b0[j] += d * d;
     }
@@ -262,30 +282,30 @@ FERRY_VEC void shifted_moments16(const float* x, int64_t S, const float* k, doub
 }
 
 // grad_moments (masked by z > 0 when z) of the 16 lanes over S positions.
-template <bool kMasked>
-FERRY_VEC void grad_moments16(const float* g, const float* z, const float* x, int64_t S, const float* mu, double* sg,
+template <bool kMasked, typename X, typename G>
+FERRY_VEC void grad_moments16(const G* g, const float* z, const X* x, int64_t S, const float* mu, double* sg,
                               double* sgx) {
   double a0[kB] = {}, b0[kB] = {}, a1[kB] = {}, b1[kB] = {};
   int64_t s = 0;
   for (; s + 2 <= S; s += 2) {
     float m0[kB], m1[kB];  // the masked gradient first, in f32 (mixing widths in one loop stops GCC)
     for (int64_t j = 0; j < kB; ++j) {
-      m0[j] = kMasked ? (z[s * kB + j] > 0.f ? g[s * kB + j] : 0.f) : g[s * kB + j];
-      m1[j] = kMasked ? (z[(s + 1) * kB + j] > 0.f ? g[(s + 1) * kB + j] : 0.f) : g[(s + 1) * kB + j];
+      m0[j] = kMasked ? (z[s * kB + j] > 0.f ? widen(g[s * kB + j]) : 0.f) : widen(g[s * kB + j]);
+      m1[j] = kMasked ? (z[(s + 1) * kB + j] > 0.f ? widen(g[(s + 1) * kB + j]) : 0.f) : widen(g[(s + 1) * kB + j]);
     }
     for (int64_t j = 0; j < kB; ++j) {
       const double g0 = m0[j], g1 = m1[j];
       a0[j] += g0;
-      b0[j] += g0 * static_cast<double>(x[s * kB + j] - mu[j]);
+      b0[j] += g0 * static_cast<double>(widen(x[s * kB + j]) - mu[j]);
       a1[j] += g1;
-      b1[j] += g1 * static_cast<double>(x[(s + 1) * kB + j] - mu[j]);
+      b1[j] += g1 * static_cast<double>(widen(x[(s + 1) * kB + j]) - mu[j]);
     }
   }
   for (; s < S; ++s)
     for (int64_t j = 0; j < kB; ++j) {
-      const double gv = kMasked ? (z[s * kB + j] > 0.f ? g[s * kB + j] : 0.f) : g[s * kB + j];
+      const double gv = kMasked ? (z[s * kB + j] > 0.f ? widen(g[s * kB + j]) : 0.f) : widen(g[s * kB + j]);
       a0[j] += gv;
-      b0[j] += gv * static_cast<double>(x[s * kB + j] - mu[j]);
+      b0[j] += gv * static_cast<double>(widen(x[s * kB + j]) - mu[j]);
     }
   for (int64_t j = 0; j < kB; ++j) {
     sg[j] += a0[j] + a1[j];
@@ -293,31 +313,42 @@ FERRY_VEC void grad_moments16(const float* g, const float* z, const float* x, in
   }
 }
 
-template <bool kRelu>
-FERRY_VEC void affine16(const float* x, const float* a, const float* b, float* y, int64_t S) {
+template <bool kRelu, typename X>
+FERRY_VEC void affine16(const X* x, const float* a, const float* b, float* y, int64_t S) {
   for (int64_t s = 0; s < S; ++s)
     for (int64_t j = 0; j < kB; ++j) {
-      const float v = x[s * kB + j] * a[j] + b[j];
+      const float v = widen(x[s * kB + j]) * a[j] + b[j];
       y[s * kB + j] = kRelu ? (v < 0.f ? 0.f : v) : v;
     }
 }
 
-template <bool kMasked>
-FERRY_VEC void affine2_16(const float* g, const float* z, const float* x, const float* a, const float* b,
-                          const float* c, float* y, int64_t S) {
+template <bool kMasked, typename X, typename G, typename Y>
+FERRY_VEC void affine2_16(const G* g, const float* z, const X* x, const float* a, const float* b,
+                          const float* c, Y* y, int64_t S) {
   for (int64_t s = 0; s < S; ++s)
     for (int64_t j = 0; j < kB; ++j) {
       const int64_t i = s * kB + j;
-      const float gi = kMasked ? (z[i] > 0.f ? g[i] : 0.f) : g[i];
-      y[i] = gi * a[j] + x[i] * b[j] + c[j];
+      const float gi = kMasked ? (z[i] > 0.f ? widen(g[i]) : 0.f) : widen(g[i]);
+      y[i] = narrow<Y>(gi * a[j] + widen(x[i]) * b[j] + c[j]);
     }
 }
 
 bool blocked_activation(const Tensor& t) { return t.rank() == 5 && t.dim(4) == kB; }
 
-// com.ferry Blocked(BatchNormTraining) with X and Y blocked: run_bn_training's arithmetic.
-StatusOr<bool> run_bn_training_blocked(KernelContext& ctx) {
-  if (!all_f32(ctx) || !input_blocked(ctx.node(), 0) || !output_blocked(ctx.node(), 0)) return false;
+// Every given input is an f32 tensor, or a bf16 one where bit i of the node's bf16_inputs says so.
+bool f32_or_marked_bf16(const KernelContext& ctx) {
+  for (int64_t i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has_input(i)) continue;
+    const DType want = blocked_bit(ctx.node(), "bf16_inputs", static_cast<size_t>(i)) ? DType::kBF16 : DType::kF32;
+    if (!ctx.input_value(i).is_tensor() || ctx.input(i).dtype() != want) return false;
+  }
+  return true;
+}
+
+// com.ferry Blocked(BatchNormTraining) with X and Y blocked: run_bn_training's arithmetic. X is
+// f32, or bf16 (uint16_t) where bf16_inputs says so; Y and the statistics are f32.
+template <typename X>
+StatusOr<bool> bn_training_blocked(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   if (!blocked_activation(x)) return false;
   const int64_t N = x.dim(0), CB = x.dim(1), S = x.dim(2) * x.dim(3), C = CB * kB, count = N * S;
@@ -331,12 +362,14 @@ StatusOr<bool> run_bn_training_blocked(KernelContext& ctx) {
     if (!wants(ctx, k)) continue;
     ASSIGN_OR_RETURN(out[k], ctx.allocate_output(k, DType::kF32, k == 0 ? x.dims() : std::vector<int64_t>{C}, false));
   }
-  const float *px = x.data<float>(), *sc = ctx.input(1).data<float>(), *bias = ctx.input(2).data<float>(),
+  const X* px = static_cast<const X*>(x.raw());
+  const float *sc = ctx.input(1).data<float>(), *bias = ctx.input(2).data<float>(),
               *rm = ctx.input(3).data<float>(), *rv = ctx.input(4).data<float>();
   float* py = out[0] ? out[0]->mutable_data<float>() : nullptr;
   const int64_t plane = S * kB;  // one (n, cb) block
   for_channels(CB, 2 * count * kB, [&](int64_t cb) {
-    const float* k = px + cb * plane;  // each channel's first value (n = 0, s = 0)
+    float k[kB];  // each channel's first value (n = 0, s = 0)
+    for (int64_t j = 0; j < kB; ++j) k[j] = widen(px[cb * plane + j]);
     double s1[kB] = {}, s2[kB] = {};
     for (int64_t n = 0; n < N; ++n) shifted_moments16(px + (n * CB + cb) * plane, S, k, s1, s2);
     float fa[kB], fb[kB];
@@ -359,15 +392,26 @@ StatusOr<bool> run_bn_training_blocked(KernelContext& ctx) {
     if (!py) return;
     for (int64_t n = 0; n < N; ++n) {
       const int64_t o = (n * CB + cb) * plane;
-      (relu ? affine16<true> : affine16<false>)(px + o, fa, fb, py + o, S);
+      (relu ? affine16<true, X> : affine16<false, X>)(px + o, fa, fb, py + o, S);
     }
   });
   return true;
 }
 
+StatusOr<bool> run_bn_training_blocked(KernelContext& ctx) {
+  if (!f32_or_marked_bf16(ctx) || !input_blocked(ctx.node(), 0) || !output_blocked(ctx.node(), 0) ||
+      ctx.node().attr("bf16_outputs"))
+    return false;
+  for (int64_t i = 1; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i) && ctx.input(i).dtype() != DType::kF32) return false;
+  return ctx.input(0).dtype() == DType::kBF16 ? bn_training_blocked<uint16_t>(ctx) : bn_training_blocked<float>(ctx);
+}
+
 // com.ferry Blocked(BatchNormTrainingGrad) with dY, X, (Z) and dX blocked: run_bn_training_grad's.
-StatusOr<bool> run_bn_training_grad_blocked(KernelContext& ctx) {
-  if (!all_f32(ctx)) return false;
+// dY (G), X (the saved input) f32, or bf16 (uint16_t) where bf16_inputs says so; dX (Y) f32, or
+// bf16 where bf16_outputs says so (rounded to nearest even); the rest f32.
+template <typename X, typename G, typename Y>
+StatusOr<bool> bn_training_grad_blocked(KernelContext& ctx) {
   const Node& node = ctx.node();
   const bool has_z = ctx.has_input(5);
   if (!input_blocked(node, 0) || !input_blocked(node, 1) || (has_z && !input_blocked(node, 5)) ||
@@ -383,12 +427,16 @@ StatusOr<bool> run_bn_training_grad_blocked(KernelContext& ctx) {
   Tensor* out[3] = {};
   for (int64_t k = 0; k < 3; ++k) {
     if (!wants(ctx, k)) continue;
-    ASSIGN_OR_RETURN(out[k], k == 0 ? ctx.allocate_output_over(0, 0, DType::kF32, x.dims())
+    constexpr bool same = std::is_same_v<G, float> && std::is_same_v<Y, float>;  // dX over dY
+    ASSIGN_OR_RETURN(out[k], k == 0 ? (same ? ctx.allocate_output_over(0, 0, DType::kF32, x.dims())
+                                            : ctx.allocate_output(0, std::is_same_v<Y, float> ? DType::kF32 : DType::kBF16, x.dims(), false))
                                     : ctx.allocate_output(k, DType::kF32, {C}, false));
   }
-  const float *pg = dy.data<float>(), *px = x.data<float>(), *sc = ctx.input(2).data<float>(),
-              *mean = ctx.input(3).data<float>(), *inv = ctx.input(4).data<float>();
-  float* pdx = out[0] ? out[0]->mutable_data<float>() : nullptr;
+  const G* pg = static_cast<const G*>(dy.raw());
+  const X* px = static_cast<const X*>(x.raw());
+  const float *sc = ctx.input(2).data<float>(), *mean = ctx.input(3).data<float>(),
+              *inv = ctx.input(4).data<float>();
+  Y* pdx = out[0] ? static_cast<Y*>(out[0]->mutable_raw()) : nullptr;
   const double count = static_cast<double>(N * S);
   const int64_t plane = S * kB;
   for_channels(CB, 2 * N * plane, [&](int64_t cb) {
@@ -396,8 +444,8 @@ StatusOr<bool> run_bn_training_grad_blocked(KernelContext& ctx) {
     const float* mu = mean + cb * kB;
     for (int64_t n = 0; n < N; ++n) {
       const int64_t o = (n * CB + cb) * plane;
-      if (pz) grad_moments16<true>(pg + o, pz + o, px + o, S, mu, sg, sgxm);
-      else grad_moments16<false>(pg + o, nullptr, px + o, S, mu, sg, sgxm);
+      if (pz) grad_moments16<true, X, G>(pg + o, pz + o, px + o, S, mu, sg, sgxm);
+      else grad_moments16<false, X, G>(pg + o, nullptr, px + o, S, mu, sg, sgxm);
     }
     float fa[kB], fb[kB], fc[kB];
     for (int64_t j = 0; j < kB; ++j) {
@@ -414,11 +462,27 @@ StatusOr<bool> run_bn_training_grad_blocked(KernelContext& ctx) {
     if (!pdx) return;
     for (int64_t n = 0; n < N; ++n) {
       const int64_t o = (n * CB + cb) * plane;
-      if (pz) affine2_16<true>(pg + o, pz + o, px + o, fa, fb, fc, pdx + o, S);
-      else affine2_16<false>(pg + o, nullptr, px + o, fa, fb, fc, pdx + o, S);
+      if (pz) affine2_16<true, X, G, Y>(pg + o, pz + o, px + o, fa, fb, fc, pdx + o, S);
+      else affine2_16<false, X, G, Y>(pg + o, nullptr, px + o, fa, fb, fc, pdx + o, S);
     }
   });
   return true;
+}
+
+StatusOr<bool> run_bn_training_grad_blocked(KernelContext& ctx) {
+  if (!f32_or_marked_bf16(ctx)) return false;
+  for (int64_t i = 2; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i) && ctx.input(i).dtype() != DType::kF32) return false;
+  const bool g16 = ctx.input(0).dtype() == DType::kBF16, x16 = ctx.input(1).dtype() == DType::kBF16,
+             y16 = blocked_bit(ctx.node(), "bf16_outputs", 0);
+  if (blocked_bit(ctx.node(), "bf16_outputs", 1) || blocked_bit(ctx.node(), "bf16_outputs", 2)) return false;
+  using B = uint16_t;
+  if (x16) {
+    if (g16) return y16 ? bn_training_grad_blocked<B, B, B>(ctx) : bn_training_grad_blocked<B, B, float>(ctx);
+    return y16 ? bn_training_grad_blocked<B, float, B>(ctx) : bn_training_grad_blocked<B, float, float>(ctx);
+  }
+  if (g16) return y16 ? bn_training_grad_blocked<float, B, B>(ctx) : bn_training_grad_blocked<float, B, float>(ctx);
+  return y16 ? bn_training_grad_blocked<float, float, B>(ctx) : bn_training_grad_blocked<float, float, float>(ctx);
 }
 
 // SyncBatchNormTraining / SyncBatchNormTrainingGrad (--sync-bn): the loops above with the
@@ -729,6 +793,18 @@ CpuKernelFactory factory(StatusOr<bool> (*fn)(KernelContext&)) {
   };
 }
 
+// factory() for com.ferry Blocked nodes: an input marked bf16 (bf16_inputs) may be bf16.
+CpuKernelFactory blocked_factory(StatusOr<bool> (*fn)(KernelContext&)) {
+  return [fn](const Node& node, const OpSchema& schema, const Graph& g) -> StatusOr<std::unique_ptr<Kernel>> {
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const std::string& in = node.inputs[i];
+      if (in.empty() || maybe_f32(g, in) || g.find_type(in)->dtype == DType::kI64) continue;
+      if (!(blocked_bit(node, "bf16_inputs", i) && g.find_type(in)->dtype == DType::kBF16)) return std::unique_ptr<Kernel>();
+    }
+    return make_fn_kernel(fn, schema);
+  };
+}
+
 }  // namespace
 }  // namespace ferry::cpu
 
@@ -750,8 +826,8 @@ void register_cpu_train_kernels_kernels(CpuKernelTable& t) {
   // com.ferry Blocked: the BN forms here, the convolutions' in dnnl_conv_grad.cpp (registered first).
   t.add("com.ferry", "Blocked", [](const Node& node, const OpSchema& schema, const Graph& g) {
     const std::string op = inner_op(node);
-    if (op == "BatchNormTraining") return factory(run_bn_training_blocked)(node, schema, g);
-    if (op == "BatchNormTrainingGrad") return factory(run_bn_training_grad_blocked)(node, schema, g);
+    if (op == "BatchNormTraining") return blocked_factory(run_bn_training_blocked)(node, schema, g);
+    if (op == "BatchNormTrainingGrad") return blocked_factory(run_bn_training_grad_blocked)(node, schema, g);
     return StatusOr<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>());
   });
 }
