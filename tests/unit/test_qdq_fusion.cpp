@@ -5,6 +5,7 @@
 // bit for bit with power-of-two scales (every f32 step is then exact, so only the integer math counts),
 // and within one quantization step with arbitrary scales (f32 rounding next to a tie; see the op's header).
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -266,6 +267,35 @@ TEST(QdqFusion, StridedPointwiseGroupedAndDepthwise) {
   qc.nhwc = true;
   qc.seed = 8;
   check_case(qc);
+}
+
+// A 1x1 residual convolution on a short reduction (ResNet-50's layer1/layer2 conv3) runs on oneDNN's
+// jit_int8_1x1 (dnnl_int8.cpp, preferred_impl), the others on brgconv_1x1: each, forced with
+// FERRY_QCONV_IMPL (a name oneDNN does not offer leaves the node to the reference: the fast-kernel check
+// fails), is the reference bit for bit, with and without the mid Relu and a source zero point.
+TEST(QdqFusion, PointwiseResidualOnEitherOneDnnKernel) {
+  struct Restore {
+    ~Restore() { unsetenv("FERRY_QCONV_IMPL"); }
+  } restore;
+  for (const char* impl : {"auto", "jit_int8_1x1", "brgconv_1x1"}) {
+    SCOPED_TRACE(impl);
+    ASSERT_EQ(setenv("FERRY_QCONV_IMPL", impl, 1), 0);
+    QdqCase qc;
+    qc.k = 1;
+    qc.pad = 0;
+    qc.c = 64;
+    qc.m = 64;
+    qc.hw = 28;
+    qc.residual = true;
+    qc.nhwc = true;
+    qc.pow2 = false;
+    qc.seed = 11;
+    check_case(qc);
+    qc.conv_relu = false;
+    qc.x_zp = 9;
+    qc.seed = 12;
+    check_case(qc);
+  }
 }
 
 // DQ -> Conv -> Relu -> Q, then DQ -> MaxPool -> Q -> DQ -> Conv -> Relu -> Q on a uint8 input.
