@@ -45,7 +45,7 @@ bool huge_pages_allowed() {
   return on;
 }
 
-PageBlocks::PageBlocks(bool huge_pages) : huge_(huge_pages) {}
+PageBlocks::PageBlocks(Huge huge) : huge_(huge) {}
 
 PageBlocks::~PageBlocks() {
   for (Pool* pool : {&huge_pool_, &small_pool_})
@@ -53,7 +53,7 @@ PageBlocks::~PageBlocks() {
 }
 
 size_t PageBlocks::rounded(size_t bytes) const {
-  const size_t g = huge_ && bytes >= kHugePage ? kHugePage : kPage;
+  const size_t g = whole(bytes) ? kHugePage : kPage;
   return (bytes + g - 1) / g * g;
 }
 
@@ -109,12 +109,11 @@ void* PageBlocks::take(size_t bytes, size_t* mapped, bool* reused) {
     *reused = true;
     return p;
   }
-  const bool huge = huge_ && n >= kHugePage;
-  auto* base = static_cast<uint8_t*>(map_fresh_pages(n, huge));
+  auto* base = static_cast<uint8_t*>(map_fresh_pages(n, whole(n)));
   if (!base) return nullptr;
   std::vector<size_t> pieces;
   size_t filled = fill(base, n, pool, &pieces);
-  if (huge && filled < n) filled += fill(base + filled, n - filled, small_pool_, &pieces);  // 4 KiB pages at the end
+  if (whole(n) && filled < n) filled += fill(base + filled, n - filled, small_pool_, &pieces);  // 4 KiB pages at the end
   if (filled < n) pieces.push_back(n - filled);  // the fresh rest
   if (pieces.size() > 1) pieces_[base] = std::move(pieces);
   else pieces_.erase(base);
@@ -125,7 +124,7 @@ void* PageBlocks::take(size_t bytes, size_t* mapped, bool* reused) {
 
 void PageBlocks::keep(uint8_t* p, size_t size) {
   const bool aligned = reinterpret_cast<uintptr_t>(p) % kHugePage == 0 && size % kHugePage == 0;
-  Pool& pool = huge_ && aligned ? huge_pool_ : small_pool_;
+  Pool& pool = huge_ == Huge::kWhole && aligned ? huge_pool_ : small_pool_;
   pool.free.emplace(size, p);
   pool.bytes += size;
 }

@@ -20,9 +20,15 @@ class PageBlocks {
   static constexpr size_t kHugePage = size_t{2} << 20;
   static constexpr size_t kPage = size_t{4} << 10;
 
-  /// huge_pages: requests of 2 MiB or more are 2 MiB aligned multiples of 2 MiB, marked for
-  /// transparent huge pages; smaller ones (or all, when false) are multiples of 4 KiB.
-  explicit PageBlocks(bool huge_pages);
+  enum class Huge {
+    kNone,   // multiples of 4 KiB, no transparent huge pages
+    kWhole,  // requests of 2 MiB or more are 2 MiB aligned multiples of 2 MiB, marked for
+             // transparent huge pages, and stay so when moved; smaller ones multiples of 4 KiB.
+             // (Huge pages split at 4 KiB offsets instead went onto the kernel's deferred split
+             // list, whose shrinker dropped their zero-filled 4 KiB parts: ResNet-50 training
+             // then faulted ~20K pages back in every step, 4x slower steps.)
+  };
+  explicit PageBlocks(Huge huge);
   ~PageBlocks();  // unmaps every kept block
   PageBlocks(const PageBlocks&) = delete;
   PageBlocks& operator=(const PageBlocks&) = delete;
@@ -47,12 +53,13 @@ class PageBlocks {
     std::multimap<size_t, uint8_t*> free;  // size -> start
     size_t bytes = 0;
   };
-  Pool& pool_for(size_t rounded_bytes) { return huge_ && rounded_bytes >= kHugePage ? huge_pool_ : small_pool_; }
+  bool whole(size_t rounded_bytes) const { return huge_ == Huge::kWhole && rounded_bytes >= kHugePage; }
+  Pool& pool_for(size_t rounded_bytes) { return whole(rounded_bytes) ? huge_pool_ : small_pool_; }
   size_t fill(uint8_t* base, size_t n, Pool& pool, std::vector<size_t>* pieces);
   void keep(uint8_t* p, size_t size);  // into the pool its alignment suits
 
   mutable std::mutex mu_;
-  bool huge_;
+  Huge huge_;
   Pool huge_pool_;   // 2 MiB aligned multiples of 2 MiB
   Pool small_pool_;  // multiples of 4 KiB
   // Regions take() assembled from several blocks: the sizes of their pieces, each one mapping,
