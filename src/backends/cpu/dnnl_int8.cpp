@@ -372,9 +372,6 @@ class DnnlQConvKernel : public Kernel {
     return Status::ok();
   }
 
-  // FERRY_QCONV_IMPL: unset or "auto": the rule below; "first": oneDNN's first choice everywhere; any
-  // other text: the first implementation whose name contains it, everywhere (a node without one is
-  // left to the reference kernel: for tests and per-layer timing). Read when a plan is made.
   static const char* impl_env() {
     const char* e = std::getenv("FERRY_QCONV_IMPL");
     return e && *e ? e : "auto";
@@ -384,24 +381,29 @@ class DnnlQConvKernel : public Kernel {
     return e != "auto" && e != "first";
   }
 
-  // oneDNN 2.6 ranks brgconv_1x1 first for every 1x1 int8 convolution; on a short reduction (K <= 128)
-  // with the residual sum post-op its epilogue is the larger half of the work, and jit_int8_1x1 runs it
-  // faster: ResNet-50's layer1 conv3 (56x56, 64 -> 256 + residual) 0.86-0.93x, layer2 conv3 (28x28,
-  // 128 -> 512) ~0.96x of brgconv_1x1 per node, in the graph (both alternating run by run, thread CPU time,
-  // medians of 130-190 runs, AMD EPYC Zen 5). Not taken elsewhere: on the 1x1s without the sum, with longer
-  // reductions or 14x14 and 7x7 images it is level or 3-10% slower, and jit_int8 on the 3x3s is
-  // 0.93-1.01x on 56x56/28x28 and 1.03-1.14x on 14x14/7x7. Same integer sums and f32 epilogue steps:
-  // bit for bit the same outputs.
+  // oneDNN 2.6 ranks brgconv_1x1 / brgconv first for every int8 convolution here. Measured per node in
+  // ResNet-50's graph (both alternating run by run, thread CPU time, medians of 130-190 runs per node, AMD
+  // EPYC Zen 5, 1 thread), jit_int8_1x1 / jit_int8 run faster on the large images with few channels:
+  //  - 1x1 with the residual sum post-op on a short reduction (K <= 128; its epilogue is the larger half
+  //    of the work): layer1 conv3 (56x56, 64 -> 256) 0.85-0.93x, layer2 conv3 (28x28, 128 -> 512) ~0.96x;
+  //  - 3x3 on <= 128 channels, output >= 28x28 (layer1/layer2 conv2): 0.91-1.01x, mean ~0.96x (3 runs).
+  // Not elsewhere: on the 1x1s without the sum, with longer reductions, and on 14x14 / 7x7 images they are
+  // level or 3-15% slower. Same integer sums and f32 epilogue steps: the same output bytes.
+  // FERRY_QCONV_IMPL: unset or "auto": this rule; "first": oneDNN's first choice everywhere; any other
+  // text: the first implementation whose name contains it, everywhere (a node without one is left to the
+  // reference kernel: for tests and per-layer timing). Read when a plan is made.
   std::string preferred_impl(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const memory::dims& strides,
                              bool tap_packed) const {
     const std::string e = impl_env();
     if (e == "first") return "";
     if (e != "auto") return e;
-    bool pointwise = w_.rank() == 4 && w_.dim(2) == 1 && w_.dim(3) == 1;
+    if (!channels_last_ || tap_packed || group_ != 1 || w_.rank() != 4 || yd.size() != 4 || xd[1] > 128 ||
+        yd[2] * yd[3] < 28 * 28)
+      return "";
+    bool pointwise = w_.dim(2) == 1 && w_.dim(3) == 1;
     for (int64_t s : strides) pointwise = pointwise && s == 1;
-    const bool rule = channels_last_ && !tap_packed && group_ == 1 && pointwise && has_z_ && xd[1] <= 128 &&
-                      yd.size() == 4 && yd[2] * yd[3] >= 28 * 28;
-    return rule ? "jit_int8_1x1" : "";
+    if (pointwise) return has_z_ ? "jit_int8_1x1" : "";
+    return w_.dim(2) == 3 && w_.dim(3) == 3 ? "jit_int8:" : "";
   }
 
   // Few input channels (the first convolution of an image network: 3): oneDNN's int8 kernels multiply
