@@ -91,9 +91,10 @@ size_t PageBlocks::fill(uint8_t* base, size_t n, Pool& pool, std::vector<size_t>
 }
 
 void* PageBlocks::take(size_t bytes, size_t* mapped, bool* reused) {
+  const bool w = whole(bytes);
   const size_t n = rounded(bytes);
   std::lock_guard<std::mutex> lock(mu_);
-  Pool& pool = pool_for(n);
+  Pool& pool = w ? huge_pool_ : small_pool_;
   auto it = pool.free.lower_bound(n);
   if (it != pool.free.end()) {  // the smallest block that fits; its tail stays kept
     const size_t s = it->first;
@@ -109,11 +110,11 @@ void* PageBlocks::take(size_t bytes, size_t* mapped, bool* reused) {
     *reused = true;
     return p;
   }
-  auto* base = static_cast<uint8_t*>(map_fresh_pages(n, whole(n)));
+  auto* base = static_cast<uint8_t*>(map_fresh_pages(n, w));
   if (!base) return nullptr;
   std::vector<size_t> pieces;
   size_t filled = fill(base, n, pool, &pieces);
-  if (whole(n) && filled < n) filled += fill(base + filled, n - filled, small_pool_, &pieces);  // 4 KiB pages at the end
+  if (w && filled < n) filled += fill(base + filled, n - filled, small_pool_, &pieces);  // 4 KiB pages at the end
   if (filled < n) pieces.push_back(n - filled);  // the fresh rest
   if (pieces.size() > 1) pieces_[base] = std::move(pieces);
   else pieces_.erase(base);

@@ -98,20 +98,20 @@ TEST(PageBlocks, WholeHugePagesStayAligned) {
   PageBlocks pb(PageBlocks::Huge::kWhole);
   size_t m = 0, ms = 0;
   bool reused = false;
-  void* a = pb.take(3 * kMiB, &m, &reused);
+  void* a = pb.take(15 * kMiB + 1, &m, &reused);
   ASSERT_NE(a, nullptr);
-  EXPECT_EQ(m, 4 * kMiB);
+  EXPECT_EQ(m, 16 * kMiB);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % PageBlocks::kHugePage, 0u);
-  void* s = pb.take(300 << 10, &ms, &reused);  // small: 4 KiB pages
+  void* s = pb.take(3 * kMiB + 1, &ms, &reused);  // 4 MiB would add a third: 4 KiB pages
   ASSERT_NE(s, nullptr);
-  EXPECT_EQ(ms, size_t{300} << 10);
+  EXPECT_EQ(ms, 3 * kMiB + 4096);
   pb.give(a, m);
   pb.give(s, ms);
   size_t m2 = 0;
-  void* b = pb.take(10 * kMiB, &m2, &reused);
+  void* b = pb.take(20 * kMiB, &m2, &reused);
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % PageBlocks::kHugePage, 0u);
-  EXPECT_EQ(m2, 10 * kMiB);
+  EXPECT_EQ(m2, 20 * kMiB);
   EXPECT_TRUE(reused);
   EXPECT_EQ(pb.kept_bytes(), 0u);  // the huge block at the front, the small one after it
   munmap(b, m2);
@@ -135,7 +135,9 @@ TEST(PageBlocks, ArenaAfterRecordingReusesTheRunsPages) {
       std::vector<int64_t> dims = {n};
       ASSERT_TRUE(rec.allocate(0, DType::kF32, &dims, true, &t[s]));
       if (s == 0) first = t[s].raw();
-      if (s == 2) EXPECT_EQ(t[s].raw(), first) << "step 2 reuses step 0's pages";
+      if (s == 2) {
+        EXPECT_EQ(t[s].raw(), first) << "step 2 reuses step 0's pages";
+      }
       for (int64_t i = 0; i < n; i += 1024) EXPECT_EQ(t[s].data<float>()[i], 0.f) << "zero_fill over reused pages";
       std::memset(t[s].mutable_raw(), 0x7F, static_cast<size_t>(n) * 4);
       if (s >= 1) t[s - 1] = Tensor();  // a chain: each tensor dies when the next is made
