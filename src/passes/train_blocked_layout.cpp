@@ -128,7 +128,11 @@ bool bf16_activations_off() {
 //     convolution writes it with no bf16 -> f32 reorder and the BN kernels read half the bytes;
 //   - a ConvGrad's dX (amp_bf16, amp_round_outputs bit 0) read only by BatchNormTrainingGrad (dY);
 //   - a BatchNormTrainingGrad's dX read only by amp_bf16 ConvGrads as their dY, which they round to
-//     bf16 first thing: the BN kernel rounds it as it writes it (to nearest even, as the reorder).
+//     bf16 first thing: the BN kernel rounds it as it writes it (to nearest even, as the reorder);
+//   - a BatchNormTraining's Y (ResNet's BN + Relu, relu = 1) read only by amp_bf16 convolutions as
+//     their X (Conv / FusedConv input 0, ConvGrad input 1), which round it, and by
+//     BatchNormTrainingGrad as its Relu mask Z (input 5): rounding keeps the sign of every value
+//     but the positive ones below 2^-134 (bf16's smallest subnormal halved), which become 0.
 // All of them blocked and wrapped (com.ferry Blocked). Bit i of `bf16_outputs` / `bf16_inputs` on
 // the Blocked node says output / input i is such a bf16 tensor that its op sees as f32
 // (grad_blocked.cpp's rules and reference kernel; cpu: dnnl_conv_grad.cpp, train_kernels.cpp).
@@ -164,6 +168,8 @@ void bf16_activations(Graph* graph) {
     } else if (op == "BatchNormTrainingGrad") {
       reader_op = "ConvGrad";
       reader_amp = true;
+    } else if (op == "BatchNormTraining") {
+      reader_op = "ConvInput";  // Conv / FusedConv input 0, ConvGrad input 1 (amp_bf16); BN grad's Z
     } else {
       continue;
     }
@@ -178,10 +184,16 @@ void bf16_activations(Graph* graph) {
       for (size_t k = 0; k < m.inputs.size(); ++k) {
         if (m.inputs[k] != y) continue;
         bool fits = false;
-        if (reader_op == "BatchNorm")
+        if (reader_op == "BatchNorm") {
           fits = (mop == "BatchNormTraining" && k == 0) || (mop == "BatchNormTrainingGrad" && k == 1);
-        else
+        } else if (reader_op == "ConvInput") {
+          const Attribute* a = m.attr("amp_bf16");
+          const bool amp = a && a->i != 0;
+          fits = ((mop == "Conv" || mop == "FusedConv") && k == 0 && amp) || (mop == "ConvGrad" && k == 1 && amp) ||
+                 (mop == "BatchNormTrainingGrad" && k == 5);
+        } else {
           fits = mop == reader_op && k == reader_input;
+        }
         if (reader_amp) {
           const Attribute* a = m.attr("amp_bf16");
           fits = fits && a && a->i != 0;

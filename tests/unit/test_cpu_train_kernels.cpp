@@ -350,6 +350,14 @@ TEST(CpuTrainKernels, BlockedBatchNormReadsBf16X) {
     ASSERT_EQ(got.size(), 5u);
     ASSERT_EQ(want.size(), 5u);
     for (size_t i = 0; i < 5; ++i) EXPECT_LE(rel_err(got[i], want[i]), 1e-6) << "output " << i;
+    // Y written in bf16 (bf16_outputs: a BN + Relu read only by amp convolutions): the f32 Y rounded.
+    const OneNode bn_y = blocked_node("BatchNormTraining", a, in_b, {true, true, true, true, true}, 1, 1, 1, 1);
+    bn_y.expect_matches_reference(1e-2);
+    const auto got_y = bn_y.run("cpu");
+    ASSERT_EQ(got_y.size(), 5u);
+    ASSERT_EQ(got_y[0].dtype(), DType::kBF16);
+    EXPECT_LE(rel_err(to_f32(got_y[0]), to_f32(to_bf16(want[0]))), 8e-3);
+    for (size_t i = 1; i < 5; ++i) EXPECT_LE(rel_err(got_y[i], want[i]), 1e-6) << "output " << i;
     // The gradient with the saved X in bf16 (input 1), with and without the fused ReluGrad's Z.
     const Tensor dy = randn(xf.dims(), 16);
     std::vector<Tensor> g_b = {dy, xb, rest[0], got[3], got[4]}, g_f = {dy, xw, rest[0], got[3], got[4]};
@@ -366,6 +374,15 @@ TEST(CpuTrainKernels, BlockedBatchNormReadsBf16X) {
     ASSERT_EQ(gg.size(), 3u);
     ASSERT_EQ(gw.size(), 3u);
     for (size_t i = 0; i < 3; ++i) EXPECT_LE(rel_err(gg[i], gw[i]), 1e-6) << "grad output " << i;
+    if (relu) {  // the Relu mask Z in bf16 (the bf16 Y above): the same mask
+      std::vector<Tensor> z_b = g_b;
+      z_b[5] = to_bf16(got[0]);
+      const OneNode gr_z = blocked_node("BatchNormTrainingGrad", {}, z_b, {true, true, true}, mask, 1, 2 | 32, 0);
+      gr_z.expect_matches_reference();
+      const auto gz = gr_z.run("cpu");
+      ASSERT_EQ(gz.size(), 3u);
+      for (size_t i = 0; i < 3; ++i) EXPECT_LE(rel_err(gz[i], gw[i]), 1e-6) << "grad output " << i << " (bf16 Z)";
+    }
     // dY in bf16 too (a ConvGrad's dX), and dX written in bf16 (a ConvGrad's dY): the f32 kernel's dX
     // rounded, on dY widened.
     const Tensor dyb = to_bf16(dy), dyw = to_f32(dyb);
@@ -407,6 +424,27 @@ TEST(CpuTrainKernels, BlockedAmpConvWritesBf16Output) {
   EXPECT_EQ(0, std::memcmp(wide.raw(), yf[0].raw(), static_cast<size_t>(wide.nbytes()))) << "not the f32 output's values";
   EXPECT_LE(rel_err(wide, to_f32(yr[0])), 2e-2);
   EXPECT_GT(rel_err(wide, to_f32(yr[0])), 0.0) << "the operands were not rounded (amp_bf16 not taken)";
+  // X in bf16 (bf16_inputs: a BN + Relu's Y): the same output as X in f32 (the kernel rounds it).
+  const OneNode xb = blocked_node("Conv", a, {to_bf16(x), w}, {true}, 1, 1, 1, 1);
+  const auto yx = xb.run("cpu");
+  ASSERT_EQ(yx.size(), 1u);
+  ASSERT_EQ(yx[0].dtype(), DType::kBF16);
+  EXPECT_EQ(0, std::memcmp(yx[0].raw(), yb[0].raw(), static_cast<size_t>(yb[0].nbytes())));
+  EXPECT_LE(rel_err(yx[0], xb.run("cpu-ref")[0]), 2e-2);
+  // ConvGrad with dY and X in bf16 and dX written in bf16: as with f32 dY and X (rounded by the
+  // kernel) and dX rounded.
+  const Tensor dy = randn({2, 2, 6, 6, 16}, 23);
+  std::map<std::string, Attribute> ga = a;
+  ga["amp_round_outputs"] = int_attr(3);
+  const OneNode g16 = blocked_node("ConvGrad", ga, {to_bf16(dy), to_bf16(x), w}, {true, true, false}, 3, 1, 3, 1);
+  const OneNode g32 = blocked_node("ConvGrad", ga, {dy, x, w}, {true, true, false}, 3, 1, 0, 0);
+  const auto r16 = g16.run("cpu"), r32 = g32.run("cpu");
+  ASSERT_EQ(r16.size(), 2u);
+  ASSERT_EQ(r32.size(), 2u);
+  ASSERT_EQ(r16[0].dtype(), DType::kBF16);
+  EXPECT_EQ(0, std::memcmp(to_f32(r16[0]).raw(), r32[0].raw(), static_cast<size_t>(r32[0].nbytes())));
+  EXPECT_LE(rel_err(r16[1], r32[1]), 1e-6);
+  EXPECT_LE(rel_err(r16[0], g16.run("cpu-ref")[0]), 2e-2);
 }
 
 // The training graph's BatchNormTraining -> Relu fusion: fused and unfused graphs give the same loss

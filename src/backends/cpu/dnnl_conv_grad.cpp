@@ -289,11 +289,12 @@ class TrainConvKernel : public Kernel {
   TrainConvKernel(const Node& node, const Graph& graph, KernelFn fallback)
       : node_(node), fallback_(fallback), amp_(node), link_(link_of(graph, node, false)),
         bx_(input_blocked(node, 0)), by_(output_blocked(node, 0)),
-        y_bf16_(amp_.bf16 && (amp_.round & 1) && blocked_bit(node, "bf16_outputs", 0)) {}
+        y_bf16_(amp_.bf16 && (amp_.round & 1) && blocked_bit(node, "bf16_outputs", 0)),
+        x_bf16_(amp_.bf16 && bx_ && blocked_bit(node, "bf16_inputs", 0)) {}
   bool amp() const { return amp_.bf16; }
 
   bool init(const Graph& graph) {
-    if (!cpu::maybe_f32(graph, node_.inputs[0]) || !cpu::maybe_f32(graph, node_.inputs[1])) return false;
+    if ((!x_bf16_ && !cpu::maybe_f32(graph, node_.inputs[0])) || !cpu::maybe_f32(graph, node_.inputs[1])) return false;
     NodeAttrs attrs(node_);
     if (attrs.get_int("channels_last", 0) != 0) return false;
     has_b_ = node_.inputs.size() > 2 && !node_.inputs[2].empty();
@@ -305,7 +306,8 @@ class TrainConvKernel : public Kernel {
     KeptX* keep = link_.empty() ? nullptr : &kept_x(link_);
     if (keep) keep->x = nullptr;  // whatever this node kept in an earlier run is stale now
     const Tensor &x = ctx.input(0), &w = ctx.input(1);
-    const bool inputs_f32 = f32(x) && f32(w) && (!has_b_ || f32(ctx.input(2))) && (!has_z_ || f32(ctx.input(3)));
+    const bool inputs_f32 = (x_bf16_ ? x.dtype() == DType::kBF16 : f32(x)) && f32(w) && (!has_b_ || f32(ctx.input(2))) &&
+                            (!has_z_ || f32(ctx.input(3)));
     if (!inputs_f32) return amp() ? amp_unsupported(node_, "an input is not f32") : fallback_(ctx);
     if (bx_ && (x.rank() != 5 || x.dims().back() != kLayoutBlock)) return fallback_(ctx);  // it reports it
     auto plan = plans_.get(plan_key(x, bx_, w), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(k, p); });
@@ -380,7 +382,7 @@ class TrainConvKernel : public Kernel {
       p->prim = dnnl::convolution_forward(p->pd);
       if (by_ && s.dst[1] % kLayoutBlock != 0) return unsupported("blocked output channels");
       if (y_bf16_ && !by_) return unsupported("a bf16 output not held blocked");
-      const memory::desc user_x = user_desc(s.src, s.io_tag, bx_),
+      const memory::desc user_x = user_desc(s.src, s.io_tag, bx_, x_bf16_ ? dt::bf16 : dt::f32),
                          user_y = user_desc(s.dst, s.io_tag, by_, y_bf16_ ? dt::bf16 : dt::f32),
                          user_w(s.wei, memory::data_type::f32, s.wei_tag);
       p->src.make(user_x, p->pd.src_desc());
@@ -401,6 +403,7 @@ class TrainConvKernel : public Kernel {
   std::string link_;  // conv_grad_links key: X is kept for that ConvGrad
   bool bx_ = false, by_ = false;  // X; Y and Z held blocked (com.ferry Blocked)
   bool y_bf16_ = false;           // Y stored in bf16 (bf16_outputs, train_blocked_layout's bf16_activations)
+  bool x_bf16_ = false;           // X stored in bf16 (bf16_inputs)
   bool has_b_ = false, has_z_ = false;
   FusedActivation act_;
   cpu::PlanCache<Plan> plans_;
@@ -414,6 +417,7 @@ class ConvGradKernel : public Kernel {
       : node_(node), fallback_(fallback), amp_(node), link_(link_of(graph, node, true)),
         bdy_(input_blocked(node, 0)), bx_(input_blocked(node, 1)), bdx_(output_blocked(node, 0)),
         dy_bf16_(amp_.bf16 && bdy_ && blocked_bit(node, "bf16_inputs", 0)),
+        x_bf16_(amp_.bf16 && bx_ && blocked_bit(node, "bf16_inputs", 1)),
         dx_bf16_(amp_.bf16 && (amp_.round & 1) && bdx_ && blocked_bit(node, "bf16_outputs", 0)) {
     for (size_t i = 0; i < 3; ++i) want_[i] = i < node.outputs.size() && !node.outputs[i].empty();
   }
@@ -424,7 +428,8 @@ class ConvGradKernel : public Kernel {
     const void* kept_of = kept ? kept->x : nullptr;
     if (kept) kept->x = nullptr;
     const Tensor &dy = ctx.input(0), &x = ctx.input(1), &w = ctx.input(2);
-    if (dy.dtype() != (dy_bf16_ ? DType::kBF16 : DType::kF32) || x.dtype() != DType::kF32 || w.dtype() != DType::kF32)
+    if (dy.dtype() != (dy_bf16_ ? DType::kBF16 : DType::kF32) || x.dtype() != (x_bf16_ ? DType::kBF16 : DType::kF32) ||
+        w.dtype() != DType::kF32)
       return amp_.bf16 ? amp_unsupported(node_, "an input is not f32 (dY: bf16 where bf16_inputs says so)") : fallback_(ctx);
     if (bx_ && (x.rank() != 5 || x.dims().back() != kLayoutBlock)) return fallback_(ctx);  // it reports it
     auto plan = plans_.get(plan_key(x, bx_, w), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(k, p); });
@@ -449,7 +454,9 @@ class ConvGradKernel : public Kernel {
       if ((want_[1] || want_[2]) && p->wgrad_f32) {
         // The kept bf16 X of the forward when it is the layout wanted here, else user -> bf16.
         memory xb;
-        if (kept_of == x.raw() && kept->md == p->x_b) {
+        if (p->x_is_b) {
+          xb = wrap(p->x_b, x);
+        } else if (kept_of == x.raw() && kept->md == p->x_b) {
           xb = memory(kept->md, dnnl_engine(), kept->buf.data);
         } else {
           xb = buf_memory(p->x_b, kBufRoundX);
@@ -529,6 +536,7 @@ class ConvGradKernel : public Kernel {
     LayoutChange dw_b_out;
     bool round_dw = false;
     bool dy_is_b = false;  // dY comes in bf16 in dy_b's layout (bf16_inputs): no rounding copy
+    bool x_is_b = false;   // X likewise
     std::vector<int64_t> dy_dims;
   };
 
@@ -564,7 +572,7 @@ class ConvGradKernel : public Kernel {
     const auto hint = forward_pd(s, blocked, want_[2], attr, alg, in, in);
     if ((bdy_ && s.dst[1] % kLayoutBlock != 0) || ((bx_ || bdx_) && s.src[1] % kLayoutBlock != 0))
       throw dnnl::error(dnnl_invalid_arguments, "blocked operands without whole blocks of channels");
-    const memory::desc user_x = user_desc(s.src, s.io_tag, bx_),
+    const memory::desc user_x = user_desc(s.src, s.io_tag, bx_, x_bf16_ ? dt::bf16 : dt::f32),
                        user_y = user_desc(s.dst, s.io_tag, bdy_, dy_bf16_ ? dt::bf16 : dt::f32),
                        user_dx = user_desc(s.src, s.io_tag, bdx_, dx_bf16_ ? dt::bf16 : dt::f32),
                        user_w(s.wei, memory::data_type::f32, s.wei_tag);
@@ -635,7 +643,8 @@ class ConvGradKernel : public Kernel {
     p->x_b = bf16_of(p->bw_pd.src_desc());
     p->dy_b = bf16_of(p->bw_pd.diff_dst_desc());
     p->dw_b = bf16_of(p->bw_pd.diff_weights_desc());
-    p->x_to_b = make_reorder(user_x, p->x_b);
+    p->x_is_b = user_x == p->x_b;
+    if (!p->x_is_b) p->x_to_b = make_reorder(user_x, p->x_b);
     p->x_from_b = make_reorder(p->x_b, p->bw_pd.src_desc());
     p->dy_is_b = user_y == p->dy_b;
     if (!p->dy_is_b) p->dy_to_b = make_reorder(user_y, p->dy_b);
@@ -652,7 +661,7 @@ class ConvGradKernel : public Kernel {
   AmpMode amp_;
   std::string link_;  // conv_grad_links key: X as the forward kept it
   bool bdy_ = false, bx_ = false, bdx_ = false;  // dY, X, dX held blocked (com.ferry Blocked)
-  bool dy_bf16_ = false, dx_bf16_ = false;      // dY / dX stored in bf16 (train_blocked_layout's bf16_activations)
+  bool dy_bf16_ = false, x_bf16_ = false, dx_bf16_ = false;  // dY / X / dX stored in bf16 (bf16_activations)
   cpu::PlanCache<Plan> plans_;
 };
 

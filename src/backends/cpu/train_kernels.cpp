@@ -14,6 +14,7 @@
 //       [N, C/16, H, W, 16] (the pass train_blocked_layout): the same arithmetic, 16 channels at a
 //       time across the block's lanes, threads over channel blocks.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -282,16 +283,16 @@ FERRY_VEC void shifted_moments16(const X* x, int64_t S, const float* k, double* 
 }
 
 // grad_moments (masked by z > 0 when z) of the 16 lanes over S positions.
-template <bool kMasked, typename X, typename G>
-FERRY_VEC void grad_moments16(const G* g, const float* z, const X* x, int64_t S, const float* mu, double* sg,
+template <bool kMasked, typename X, typename G, typename Z>
+FERRY_VEC void grad_moments16(const G* g, const Z* z, const X* x, int64_t S, const float* mu, double* sg,
                               double* sgx) {
   double a0[kB] = {}, b0[kB] = {}, a1[kB] = {}, b1[kB] = {};
   int64_t s = 0;
   for (; s + 2 <= S; s += 2) {
     float m0[kB], m1[kB];  // the masked gradient first, in f32 (mixing widths in one loop stops GCC)
     for (int64_t j = 0; j < kB; ++j) {
-      m0[j] = kMasked ? (z[s * kB + j] > 0.f ? widen(g[s * kB + j]) : 0.f) : widen(g[s * kB + j]);
-      m1[j] = kMasked ? (z[(s + 1) * kB + j] > 0.f ? widen(g[(s + 1) * kB + j]) : 0.f) : widen(g[(s + 1) * kB + j]);
+      m0[j] = kMasked ? (widen(z[s * kB + j]) > 0.f ? widen(g[s * kB + j]) : 0.f) : widen(g[s * kB + j]);
+      m1[j] = kMasked ? (widen(z[(s + 1) * kB + j]) > 0.f ? widen(g[(s + 1) * kB + j]) : 0.f) : widen(g[(s + 1) * kB + j]);
     }
     for (int64_t j = 0; j < kB; ++j) {
       const double g0 = m0[j], g1 = m1[j];
@@ -303,7 +304,7 @@ FERRY_VEC void grad_moments16(const G* g, const float* z, const X* x, int64_t S,
   }
   for (; s < S; ++s)
     for (int64_t j = 0; j < kB; ++j) {
-      const double gv = kMasked ? (z[s * kB + j] > 0.f ? widen(g[s * kB + j]) : 0.f) : widen(g[s * kB + j]);
+      const double gv = kMasked ? (widen(z[s * kB + j]) > 0.f ? widen(g[s * kB + j]) : 0.f) : widen(g[s * kB + j]);
       a0[j] += gv;
       b0[j] += gv * static_cast<double>(widen(x[s * kB + j]) - mu[j]);
     }
@@ -313,22 +314,22 @@ FERRY_VEC void grad_moments16(const G* g, const float* z, const X* x, int64_t S,
   }
 }
 
-template <bool kRelu, typename X>
-FERRY_VEC void affine16(const X* x, const float* a, const float* b, float* y, int64_t S) {
+template <bool kRelu, typename X, typename Y>
+FERRY_VEC void affine16(const X* x, const float* a, const float* b, Y* y, int64_t S) {
   for (int64_t s = 0; s < S; ++s)
     for (int64_t j = 0; j < kB; ++j) {
       const float v = widen(x[s * kB + j]) * a[j] + b[j];
-      y[s * kB + j] = kRelu ? (v < 0.f ? 0.f : v) : v;
+      y[s * kB + j] = narrow<Y>(kRelu ? (v < 0.f ? 0.f : v) : v);
     }
 }
 
-template <bool kMasked, typename X, typename G, typename Y>
-FERRY_VEC void affine2_16(const G* g, const float* z, const X* x, const float* a, const float* b,
+template <bool kMasked, typename X, typename G, typename Y, typename Z>
+FERRY_VEC void affine2_16(const G* g, const Z* z, const X* x, const float* a, const float* b,
                           const float* c, Y* y, int64_t S) {
   for (int64_t s = 0; s < S; ++s)
     for (int64_t j = 0; j < kB; ++j) {
       const int64_t i = s * kB + j;
-      const float gi = kMasked ? (z[i] > 0.f ? widen(g[i]) : 0.f) : widen(g[i]);
+      const float gi = kMasked ? (widen(z[i]) > 0.f ? widen(g[i]) : 0.f) : widen(g[i]);
       y[i] = narrow<Y>(gi * a[j] + widen(x[i]) * b[j] + c[j]);
     }
 }
@@ -346,8 +347,9 @@ bool f32_or_marked_bf16(const KernelContext& ctx) {
 }
 
 // com.ferry Blocked(BatchNormTraining) with X and Y blocked: run_bn_training's arithmetic. X is
-// f32, or bf16 (uint16_t) where bf16_inputs says so; Y and the statistics are f32.
-template <typename X>
+// f32, or bf16 (uint16_t) where bf16_inputs says so; Y f32, or bf16 (rounded to nearest even) where
+// bf16_outputs says so; the statistics f32.
+template <typename X, typename Y>
 StatusOr<bool> bn_training_blocked(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   if (!blocked_activation(x)) return false;
@@ -360,12 +362,13 @@ StatusOr<bool> bn_training_blocked(KernelContext& ctx) {
   Tensor* out[5] = {};
   for (int64_t k = 0; k < 5; ++k) {
     if (!wants(ctx, k)) continue;
-    ASSIGN_OR_RETURN(out[k], ctx.allocate_output(k, DType::kF32, k == 0 ? x.dims() : std::vector<int64_t>{C}, false));
+    const DType t = k == 0 && !std::is_same_v<Y, float> ? DType::kBF16 : DType::kF32;
+    ASSIGN_OR_RETURN(out[k], ctx.allocate_output(k, t, k == 0 ? x.dims() : std::vector<int64_t>{C}, false));
   }
   const X* px = static_cast<const X*>(x.raw());
   const float *sc = ctx.input(1).data<float>(), *bias = ctx.input(2).data<float>(),
               *rm = ctx.input(3).data<float>(), *rv = ctx.input(4).data<float>();
-  float* py = out[0] ? out[0]->mutable_data<float>() : nullptr;
+  Y* py = out[0] ? static_cast<Y*>(out[0]->mutable_raw()) : nullptr;
   const int64_t plane = S * kB;  // one (n, cb) block
   for_channels(CB, 2 * count * kB, [&](int64_t cb) {
     float k[kB];  // each channel's first value (n = 0, s = 0)
@@ -392,25 +395,29 @@ StatusOr<bool> bn_training_blocked(KernelContext& ctx) {
     if (!py) return;
     for (int64_t n = 0; n < N; ++n) {
       const int64_t o = (n * CB + cb) * plane;
-      (relu ? affine16<true, X> : affine16<false, X>)(px + o, fa, fb, py + o, S);
+      (relu ? affine16<true, X, Y> : affine16<false, X, Y>)(px + o, fa, fb, py + o, S);
     }
   });
   return true;
 }
 
 StatusOr<bool> run_bn_training_blocked(KernelContext& ctx) {
+  const Attribute* b16 = ctx.node().attr("bf16_outputs");
   if (!f32_or_marked_bf16(ctx) || !input_blocked(ctx.node(), 0) || !output_blocked(ctx.node(), 0) ||
-      ctx.node().attr("bf16_outputs"))
+      (b16 && b16->i != 0 && b16->i != 1))
     return false;
   for (int64_t i = 1; i < ctx.num_inputs(); ++i)
     if (ctx.has_input(i) && ctx.input(i).dtype() != DType::kF32) return false;
-  return ctx.input(0).dtype() == DType::kBF16 ? bn_training_blocked<uint16_t>(ctx) : bn_training_blocked<float>(ctx);
+  using B = uint16_t;
+  const bool x16 = ctx.input(0).dtype() == DType::kBF16, y16 = b16 && b16->i == 1;
+  if (x16) return y16 ? bn_training_blocked<B, B>(ctx) : bn_training_blocked<B, float>(ctx);
+  return y16 ? bn_training_blocked<float, B>(ctx) : bn_training_blocked<float, float>(ctx);
 }
 
 // com.ferry Blocked(BatchNormTrainingGrad) with dY, X, (Z) and dX blocked: run_bn_training_grad's.
 // dY (G), X (the saved input) f32, or bf16 (uint16_t) where bf16_inputs says so; dX (Y) f32, or
 // bf16 where bf16_outputs says so (rounded to nearest even); the rest f32.
-template <typename X, typename G, typename Y>
+template <typename X, typename G, typename Y, typename Z>
 StatusOr<bool> bn_training_grad_blocked(KernelContext& ctx) {
   const Node& node = ctx.node();
   const bool has_z = ctx.has_input(5);
@@ -419,7 +426,7 @@ StatusOr<bool> bn_training_grad_blocked(KernelContext& ctx) {
     return false;
   const Tensor &dy = ctx.input(0), &x = ctx.input(1);
   if (!blocked_activation(x) || dy.dims() != x.dims() || (has_z && ctx.input(5).dims() != x.dims())) return false;
-  const float* pz = has_z ? ctx.input(5).data<float>() : nullptr;
+  const Z* pz = has_z ? static_cast<const Z*>(ctx.input(5).raw()) : nullptr;
   const int64_t N = x.dim(0), CB = x.dim(1), S = x.dim(2) * x.dim(3), C = CB * kB;
   for (int64_t i = 2; i < 5; ++i)
     if (!f32_vector(ctx.input(i), C)) return false;
@@ -444,8 +451,8 @@ StatusOr<bool> bn_training_grad_blocked(KernelContext& ctx) {
     const float* mu = mean + cb * kB;
     for (int64_t n = 0; n < N; ++n) {
       const int64_t o = (n * CB + cb) * plane;
-      if (pz) grad_moments16<true, X, G>(pg + o, pz + o, px + o, S, mu, sg, sgxm);
-      else grad_moments16<false, X, G>(pg + o, nullptr, px + o, S, mu, sg, sgxm);
+      if (pz) grad_moments16<true, X, G, Z>(pg + o, pz + o, px + o, S, mu, sg, sgxm);
+      else grad_moments16<false, X, G, Z>(pg + o, nullptr, px + o, S, mu, sg, sgxm);
     }
     float fa[kB], fb[kB], fc[kB];
     for (int64_t j = 0; j < kB; ++j) {
@@ -462,27 +469,30 @@ StatusOr<bool> bn_training_grad_blocked(KernelContext& ctx) {
     if (!pdx) return;
     for (int64_t n = 0; n < N; ++n) {
       const int64_t o = (n * CB + cb) * plane;
-      if (pz) affine2_16<true, X, G, Y>(pg + o, pz + o, px + o, fa, fb, fc, pdx + o, S);
-      else affine2_16<false, X, G, Y>(pg + o, nullptr, px + o, fa, fb, fc, pdx + o, S);
+      if (pz) affine2_16<true, X, G, Y, Z>(pg + o, pz + o, px + o, fa, fb, fc, pdx + o, S);
+      else affine2_16<false, X, G, Y, Z>(pg + o, nullptr, px + o, fa, fb, fc, pdx + o, S);
     }
   });
   return true;
 }
 
+// bn_training_grad_blocked<X, G, Y, Z> with each type bf16 (uint16_t) where its flag says so.
+template <typename... T>
+StatusOr<bool> bn_grad_dispatch(KernelContext& ctx, std::array<bool, 4> bf16) {
+  if constexpr (sizeof...(T) == 4) {
+    return bn_training_grad_blocked<T...>(ctx);
+  } else {
+    return bf16[sizeof...(T)] ? bn_grad_dispatch<T..., uint16_t>(ctx, bf16) : bn_grad_dispatch<T..., float>(ctx, bf16);
+  }
+}
+
 StatusOr<bool> run_bn_training_grad_blocked(KernelContext& ctx) {
-  if (!f32_or_marked_bf16(ctx)) return false;
-  for (int64_t i = 2; i < ctx.num_inputs(); ++i)
-    if (ctx.has_input(i) && ctx.input(i).dtype() != DType::kF32) return false;
+  if (!f32_or_marked_bf16(ctx)) return false;  // dY, X and Z may be bf16 where marked, the rest f32
   const bool g16 = ctx.input(0).dtype() == DType::kBF16, x16 = ctx.input(1).dtype() == DType::kBF16,
              y16 = blocked_bit(ctx.node(), "bf16_outputs", 0);
   if (blocked_bit(ctx.node(), "bf16_outputs", 1) || blocked_bit(ctx.node(), "bf16_outputs", 2)) return false;
-  using B = uint16_t;
-  if (x16) {
-    if (g16) return y16 ? bn_training_grad_blocked<B, B, B>(ctx) : bn_training_grad_blocked<B, B, float>(ctx);
-    return y16 ? bn_training_grad_blocked<B, float, B>(ctx) : bn_training_grad_blocked<B, float, float>(ctx);
-  }
-  if (g16) return y16 ? bn_training_grad_blocked<float, B, B>(ctx) : bn_training_grad_blocked<float, B, float>(ctx);
-  return y16 ? bn_training_grad_blocked<float, float, B>(ctx) : bn_training_grad_blocked<float, float, float>(ctx);
+  const bool z16 = ctx.has_input(5) && ctx.input(5).dtype() == DType::kBF16;
+  return bn_grad_dispatch<>(ctx, {x16, g16, y16, z16});
 }
 
 // SyncBatchNormTraining / SyncBatchNormTrainingGrad (--sync-bn): the loops above with the
