@@ -386,7 +386,9 @@ class DnnlQConvKernel : public Kernel {
   // EPYC Zen 5, 1 thread), jit_int8_1x1 / jit_int8 run faster on the large images with few channels:
   //  - 1x1 with the residual sum post-op on a short reduction (K <= 128; its epilogue is the larger half
   //    of the work): layer1 conv3 (56x56, 64 -> 256) 0.85-0.93x, layer2 conv3 (28x28, 128 -> 512) ~0.96x;
-  //  - 3x3 on <= 128 channels, output >= 28x28 (layer1/layer2 conv2): 0.91-1.01x, mean ~0.96x (3 runs).
+  //  - 3x3 on <= 128 channels, output >= 28x28 (layer1/layer2 conv2): 0.91-1.01x, mean ~0.96x (3 runs);
+  //  - the tap-packed few-channel convolution (conv1 as a 7x1 on 24 channels, init_tap_packing): 0.92x
+  //    (0.42-0.44 against 0.46-0.49 ms, ferry profile, 5 alternating pairs).
   // Not elsewhere: on the 1x1s without the sum, with longer reductions, and on 14x14 / 7x7 images they are
   // level or 3-15% slower. Same integer sums and f32 epilogue steps: the same output bytes.
   // FERRY_QCONV_IMPL: unset or "auto": this rule; "first": oneDNN's first choice everywhere; any other
@@ -397,7 +399,8 @@ class DnnlQConvKernel : public Kernel {
     const std::string e = impl_env();
     if (e == "first") return "";
     if (e != "auto") return e;
-    if (!channels_last_ || tap_packed || group_ != 1 || w_.rank() != 4 || yd.size() != 4 || xd[1] > 128 ||
+    if (tap_packed) return "jit_int8:";
+    if (!channels_last_ || group_ != 1 || w_.rank() != 4 || yd.size() != 4 || xd[1] > 128 ||
         yd[2] * yd[3] < 28 * 28)
       return "";
     bool pointwise = w_.dim(2) == 1 && w_.dim(3) == 1;
