@@ -158,6 +158,33 @@ TEST(FusedAttention, ChunksOfHeadsMatchReferenceOnCpu) {
   }
 }
 
+// Key padding: -inf on a run of keys crossing a 16-lane boundary (and the row tail) gives them
+// exactly zero weight in the cpu kernel's vector softmax, as in the reference.
+TEST(FusedAttention, InfiniteMaskOnCpuMatchesReference) {
+  std::vector<float> m(2 * 37, 0.f);
+  for (int k = 12; k < 20; ++k) m[static_cast<size_t>(k)] = -INFINITY;
+  for (int k = 30; k < 37; ++k) m[static_cast<size_t>(37 + k)] = -INFINITY;
+  auto make = [&] {
+    OpTester t("Attention", 1, "com.ferry");
+    t.input(random_tensor({2, 21, 8}, 21)).input(random_tensor({2, 8, 37}, 22)).input(random_tensor({2, 37, 8}, 23));
+    t.input(T_(m, {2, 1, 37}));
+    return t;
+  };
+  auto ref = make().run("cpu-ref");
+  auto cpu = make().run("cpu");
+  expect_near(cpu[0], ref[0], 1e-5, 1e-4);
+  // The padded keys' values do not matter: change them and the output stays.
+  auto changed = [&] {
+    OpTester t("Attention", 1, "com.ferry");
+    Tensor v = random_tensor({2, 37, 8}, 23);
+    for (int k = 12; k < 20; ++k)
+      for (int j = 0; j < 8; ++j) v.mutable_data<float>()[k * 8 + j] = 1e3f;
+    t.input(random_tensor({2, 21, 8}, 21)).input(random_tensor({2, 8, 37}, 22)).input(v).input(T_(m, {2, 1, 37}));
+    return t;
+  };
+  expect_near(changed().run("cpu")[0], cpu[0], 0, 0);
+}
+
 // bf16 tensors: the cpu kernels compute in f32 rows and round once, as the reference does; the
 // results may differ by an ulp of bf16 (their exp/erf are approximations), hence the tolerance.
 Tensor bf16(const Tensor& t) { return cast_tensor(t, DType::kBF16).value(); }

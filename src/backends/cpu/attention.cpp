@@ -7,6 +7,9 @@
 // one parallel region. Gathering costs a copy of Q, K and V; in exchange both products run as one
 // JIT kernel call per chunk instead of one small sgemm per head (which ran at a fraction of peak).
 #include <omp.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -63,7 +66,7 @@ void gather_matrix(const void* src, bool bf16, int64_t rows, int64_t cols, int64
   }
 }
 
-FERRY_VEC void masked_softmax_row(float* x, const float* m, int64_t n, int64_t mstride) {
+FERRY_VEC void masked_softmax_row_plain(float* x, const float* m, int64_t n, int64_t mstride) {
   if (m) {
     if (mstride == 1)
       for (int64_t i = 0; i < n; ++i) x[i] += m[i];
@@ -81,6 +84,89 @@ FERRY_VEC void masked_softmax_row(float* x, const float* m, int64_t n, int64_t m
   }
   const float inv = 1.f / sum;
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+#if defined(__x86_64__)
+// Masked forms throughout: gcc 12 warns (-Wmaybe-uninitialized) on the unmasked ones' undefined
+// pass-through operand.
+constexpr __mmask16 kAll = 0xFFFF;
+
+__attribute__((target("avx512f"))) inline float lane_max(__m512 v) {
+  alignas(64) float a[16];
+  _mm512_store_ps(a, v);
+  float m = a[0];
+  for (int i = 1; i < 16; ++i) m = a[i] > m ? a[i] : m;
+  return m;
+}
+__attribute__((target("avx512f"))) inline float lane_sum(__m512 v) {
+  alignas(64) float a[16];
+  _mm512_store_ps(a, v);
+  float s = 0.f;
+  for (int i = 0; i < 16; ++i) s += a[i];
+  return s;
+}
+
+// e^x for 16 lanes: vec::exp's polynomial (0 below -87.3, NaN stays NaN; the argument of a softmax
+// is <= 0, so no overflow).
+__attribute__((target("avx512f"))) inline __m512 exp16(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.3365447505531f), hi = _mm512_set1_ps(88.3762626647949f);
+  const __m512 magic = _mm512_set1_ps(12582912.f);
+  const __m512 xc = _mm512_maskz_min_ps(kAll, _mm512_maskz_max_ps(kAll, x, lo), hi);
+  const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), magic), magic);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.f));
+  const __m512i e = _mm512_maskz_slli_epi32(kAll, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(kAll, n), _mm512_set1_epi32(127)), 23);
+  __m512 v = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+  v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), v, _mm512_setzero_ps());
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), v, x);
+}
+
+// masked_softmax_row_plain in three AVX-512 passes (mask add + max, exp + sum, scale), tails masked.
+__attribute__((target("avx512f"))) void masked_softmax_row_avx512(float* x, const float* m, int64_t n, int64_t mstride) {
+  if (m && mstride != 1) {
+    for (int64_t i = 0; i < n; ++i) x[i] += m[i * mstride];
+    m = nullptr;
+  }
+  __m512 vmax = _mm512_set1_ps(-__builtin_inff());
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    __m512 v = _mm512_maskz_loadu_ps(k, x + i);
+    if (m) {
+      v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, m + i));
+      _mm512_mask_storeu_ps(x + i, k, v);
+    }
+    vmax = _mm512_mask_max_ps(vmax, k, vmax, v);
+  }
+  const __m512 mx = _mm512_set1_ps(lane_max(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mx));
+    _mm512_mask_storeu_ps(x + i, k, e);
+    vsum = _mm512_mask_add_ps(vsum, k, vsum, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.f / lane_sum(vsum));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
+  }
+}
+#endif
+
+// Adds the mask row (element stride mstride; none when null) to x[0..n) and replaces it by its softmax.
+void masked_softmax_row(float* x, const float* m, int64_t n, int64_t mstride) {
+#if defined(__x86_64__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && !std::getenv("FERRY_ATTENTION_PLAIN_SOFTMAX");
+  if (avx512) return masked_softmax_row_avx512(x, m, n, mstride);
+#endif
+  masked_softmax_row_plain(x, m, n, mstride);
 }
 
 class AttentionKernel : public Kernel {
