@@ -239,10 +239,12 @@ Status Trainer::setup() {
   eo.threads = c_.threads;
   eo.opt_level = c_.opt_level;
   eo.batch_split_rows = 0;  // the loss mixes the batch's rows
-  // The arena is bound once, on step 2; huge pages for it come from memory never touched before,
-  // which this VM backs at ~1 s per 1.5 GB. ResNet-50 b8, 2 threads, 5 quiet interleaved rounds of
-  // 7 steps: step 2 2044-2396 ms with huge pages, 1334-2077 without; steps 3-7 1178-1351 ms with,
-  // 1164-1268 without. $FERRY_ARENA_HUGEPAGES=0 turns them off everywhere.
+  // The arena is bound once, on step 2. A fresh arena stays on 4 KiB pages here: huge pages from
+  // memory never touched before cost this VM ~1 s per 1.5 GB (ResNet-50 b8, 2 threads, 5 quiet
+  // interleaved rounds of 7 steps: step 2 2044-2396 ms with huge pages, 1334-2077 without). Since
+  // runtime/page_blocks the arena is assembled from the recording run's pages (2 MiB blocks where
+  // they fit) and this flag applies only when there are none ($FERRY_ARENA_REUSE=0).
+  // $FERRY_ARENA_HUGEPAGES=0 turns huge pages off everywhere.
   eo.arena_huge_pages = false;
   keep_freed_heap_pages();
   ASSIGN_OR_RETURN(exec_, Executor::create(tg_.model, eo));
