@@ -300,7 +300,9 @@ TEST(QdqFusion, ConvolutionOnEitherOneDnnKernel) {
       if (k == 3) {  // conv1 of an image network: taps packed into channels, a 7x1 on 24 (jit_int8 by the rule;
         // oneDNN's first choice there is brgconv, which has no 7x7 with a source zero point for the unpacked
         // NCHW graph that check_case also runs)
-        if (std::string(impl) == "brgconv") ASSERT_EQ(setenv("FERRY_QCONV_IMPL", "first", 1), 0);
+        if (std::string(impl) == "brgconv") {
+          ASSERT_EQ(setenv("FERRY_QCONV_IMPL", "first", 1), 0);
+        }
         qc = QdqCase{};
         qc.c = 3;
         qc.k = 7;
