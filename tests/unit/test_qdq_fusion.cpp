@@ -226,7 +226,8 @@ TEST(QdqFusion, PointwiseResidualEpilogues) {
 
 // Few input channels (an image network's first convolution): the kernel's taps packed into channels
 // (dnnl_int8.cpp, init_tap_packing), the zero point moved into the bias, padded borders included.
-TEST(QdqFusion, FewChannelsTapPacking) {
+// An image network's conv1: 7x7/2 on 3 channels, uint8 zero point 128, channels-last.
+QdqCase conv1_case() {
   QdqCase qc;
   qc.c = 3;
   qc.k = 7;
@@ -236,6 +237,11 @@ TEST(QdqFusion, FewChannelsTapPacking) {
   qc.x_zp = 128;
   qc.conv_relu = false;
   qc.nhwc = true;
+  return qc;
+}
+
+TEST(QdqFusion, FewChannelsTapPacking) {
+  QdqCase qc = conv1_case();
   check_case(qc);
   qc.pow2 = false;
   qc.seed = 7;
@@ -303,15 +309,7 @@ TEST(QdqFusion, ConvolutionOnEitherOneDnnKernel) {
         if (std::string(impl) == "brgconv") {
           ASSERT_EQ(setenv("FERRY_QCONV_IMPL", "first", 1), 0);
         }
-        qc = QdqCase{};
-        qc.c = 3;
-        qc.k = 7;
-        qc.pad = 3;
-        qc.stride = 2;
-        qc.hw = 15;
-        qc.x_zp = 128;
-        qc.conv_relu = false;
-        qc.nhwc = true;
+        qc = conv1_case();
         qc.pow2 = false;
         qc.seed = 13;
         check_case(qc);
