@@ -15,8 +15,10 @@ struct InferState {
   const Model* model;
   std::unordered_map<std::string, Tensor>* constants;
   bool skip_unknown_ops;
-  /// Outputs of Shape nodes over partly known shapes (dynamic batch): their dims, so that
-  /// Gather picking known dims out of them folds to a constant.
+  /// Integer values made of dims (Shape of a partly known shape, a dynamic batch): their elements
+  /// as dims, numbers or named symbols. Gather picking known dims out of them folds to a constant;
+  /// Gather / Unsqueeze / Squeeze / Cast / Concat carry them on, so a Reshape whose target is
+  /// built from them at run time gets the dims it will produce ([batch, 197, 768], not [?, ?, ?]).
   std::unordered_map<std::string, std::vector<Dim>> shape_dims = {};
 };
 
@@ -53,6 +55,122 @@ std::optional<Tensor> fold_shape_gather(const InferState& st, const Node& node, 
     picked.push_back(dims[k].value);
   }
   return Tensor::from_vector<int64_t>(picked, idx.dims());
+}
+
+// Symbols that stand for negative elements in shape_dims (-1, any other); never a value's dim.
+const char kMinusOne[] = "#-1";
+const char kNegative[] = "#negative";
+
+// The elements of an integer value as dims: its known value, or the dims recorded for it.
+std::optional<std::vector<Dim>> value_dims(const InferState& st, const std::string& name, const Tensor* value) {
+  if (value) {
+    if ((value->dtype() != DType::kI64 && value->dtype() != DType::kI32) || value->rank() > 1 || value->numel() > 64)
+      return std::nullopt;
+    std::vector<Dim> dims;
+    for (int64_t i = 0; i < value->numel(); ++i) {
+      const auto v = static_cast<int64_t>(value->get_double(i));
+      // A negative number is no dim: kept as a marker symbol (Reshape's -1 in refine_reshape).
+      dims.push_back(v >= 0 ? Dim(v) : Dim::symbolic(v == -1 ? kMinusOne : kNegative));
+    }
+    return dims;
+  }
+  auto it = st.shape_dims.find(name);
+  if (it == st.shape_dims.end()) return std::nullopt;
+  return it->second;
+}
+
+// Carries dims through the integer ops that build Reshape targets from Shape (see shape_dims).
+void record_value_dims(InferState& st, const Node& node, const std::vector<const Tensor*>& values) {
+  if (!node.domain.empty() || node.outputs.size() != 1 || node.outputs[0].empty() || node.inputs.empty()) return;
+  if (st.constants->count(node.outputs[0])) return;
+  const std::string& op = node.op_type;
+  std::optional<std::vector<Dim>> out;
+  if (op == "Gather" && node.inputs.size() == 2 && values[1] && !values[0]) {
+    if (node.attr("axis") && node.attr("axis")->i != 0) return;
+    auto in = value_dims(st, node.inputs[0], nullptr);
+    const Tensor& idx = *values[1];
+    if (!in || (idx.dtype() != DType::kI64 && idx.dtype() != DType::kI32) || idx.rank() > 1 || idx.numel() > 64) return;
+    std::vector<Dim> picked;
+    for (int64_t i = 0; i < idx.numel(); ++i) {
+      int64_t k = static_cast<int64_t>(idx.get_double(i));
+      if (k < 0) k += static_cast<int64_t>(in->size());
+      if (k < 0 || k >= static_cast<int64_t>(in->size())) return;
+      picked.push_back((*in)[static_cast<size_t>(k)]);
+    }
+    out = picked;
+  } else if (op == "Unsqueeze" || op == "Squeeze" || op == "Identity" ||
+             (op == "Cast" && node.attr("to") &&
+              (node.attr("to")->i == static_cast<int64_t>(7) || node.attr("to")->i == static_cast<int64_t>(6)))) {
+    // Cast to int64 (7) or int32 (6) keeps the sizes; the other ops keep the elements.
+    if (values[0]) return;
+    out = value_dims(st, node.inputs[0], nullptr);
+  } else if (op == "Concat") {
+    if (!node.attr("axis") || (node.attr("axis")->i != 0 && node.attr("axis")->i != -1)) return;
+    std::vector<Dim> all;
+    bool any_symbolic = false;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (node.inputs[i].empty()) continue;
+      auto part = value_dims(st, node.inputs[i], values[i]);
+      if (!part) return;
+      any_symbolic = any_symbolic || !values[i];
+      all.insert(all.end(), part->begin(), part->end());
+    }
+    if (any_symbolic) out = all;
+  }
+  if (out) st.shape_dims[node.outputs[0]] = *out;
+}
+
+// Reshape whose target is only known as dims (shape_dims): the output dims it resolves to, each
+// dim kept where the shape rule already knew it.
+void refine_reshape(const InferState& st, const Node& node, int64_t opset, const std::vector<const TensorType*>& types,
+                    TensorType* out) {
+  auto it = st.shape_dims.find(node.inputs[1]);
+  if (it == st.shape_dims.end() || !out->shape) return;
+  const std::vector<Dim>& target = it->second;
+  Shape& s = *out->shape;
+  if (s.rank() != static_cast<int64_t>(target.size())) return;
+  const Shape* in = types[0] && types[0]->shape ? &*types[0]->shape : nullptr;
+  const bool allowzero = opset >= 14 && node.attr("allowzero") && node.attr("allowzero")->i != 0;
+  std::vector<Dim> dims(target.size());
+  int64_t infer_at = -1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    const Dim& t = target[i];
+    if (t.symbol == kMinusOne) {
+      if (infer_at >= 0) return;
+      infer_at = static_cast<int64_t>(i);
+    } else if (t.symbol == kNegative) {
+      return;  // an invalid dim: the kernel reports it at run time
+    } else if (t.is_known() && t.value == 0 && !allowzero) {
+      if (!in || static_cast<int64_t>(i) >= in->rank()) return;
+      dims[i] = in->dims[i];
+    } else {
+      dims[i] = t;
+    }
+  }
+  if (infer_at >= 0) {
+    // -1 = product(input) / product(other dims), once equal symbols cancel and the rest is known.
+    if (!in) return;
+    std::vector<Dim> num = in->dims;
+    int64_t den = 1, nk = 1;
+    bool solvable = true;
+    for (size_t i = 0; i < dims.size() && solvable; ++i) {
+      if (static_cast<int64_t>(i) == infer_at) continue;
+      if (dims[i].is_known()) {
+        den *= dims[i].value;
+        continue;
+      }
+      auto m = dims[i].symbol.empty() ? num.end() : std::find(num.begin(), num.end(), dims[i]);
+      if (m == num.end()) solvable = false;
+      else num.erase(m);
+    }
+    for (const Dim& d : num) {
+      if (d.is_known()) nk *= d.value;
+      else solvable = false;
+    }
+    if (solvable && den > 0 && nk % den == 0) dims[static_cast<size_t>(infer_at)] = Dim(nk / den);
+  }
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (!s.dims[i].is_known() && s.dims[i].symbol.empty()) s.dims[i] = dims[i];
 }
 
 // Ops whose output is a fresh random draw each run: never evaluated at load time.
@@ -145,6 +263,8 @@ Status infer_node(InferState& st, Graph* g, const Node& node) {
       (*st.constants)[node.outputs[0]] = *folded;
     }
   }
+  if (node.domain.empty() && node.op_type == "Reshape" && node.inputs.size() == 2 && !values[1] && !outs.empty())
+    refine_reshape(st, node, opset, types, &outs[0]);
   // Values the shape rule computed without running the kernel (Shape of a static shape) are constants too.
   const std::vector<Tensor>& known = ctx.output_values();
   for (size_t i = 0; i < known.size() && i < node.outputs.size(); ++i) {
@@ -171,6 +291,7 @@ Status infer_node(InferState& st, Graph* g, const Node& node) {
       }
     }
   }
+  record_value_dims(st, node, values);
   for (size_t i = 0; i < node.outputs.size(); ++i) {
     const std::string& name = node.outputs[i];
     if (name.empty()) continue;

@@ -10,6 +10,8 @@
 // Runs after conv_bn_fold, so Conv+BatchNormalization+Add+Relu becomes one FusedConv.
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "ops/fused_activation.h"
 #include "passes/graph_edit.h"
@@ -193,6 +195,15 @@ bool fuse_gemm(PatternContext& pc, long i) {
   return true;
 }
 
+// FERRY_MATMUL_RESIDUAL=0 leaves the residual Add after a MatMul unfused (to compare).
+bool matmul_residual_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("FERRY_MATMUL_RESIDUAL");
+    return !(e && std::string(e) == "0");
+  }();
+  return enabled;
+}
+
 bool fuse_matmul(PatternContext& pc, long i) {
   Node fused = pc.g.nodes[i];
   std::vector<long> covered = {i};
@@ -202,7 +213,7 @@ bool fuse_matmul(PatternContext& pc, long i) {
     covered.push_back(b);
     out = pc.g.nodes[b].outputs[0];
   }
-  const long r = match_residual(pc, out, &z);
+  const long r = matmul_residual_enabled() ? match_residual(pc, out, &z) : -1;
   if (r >= 0) {
     covered.push_back(r);
     out = pc.g.nodes[r].outputs[0];

@@ -127,6 +127,43 @@ TEST(ConvFusion, MatMulBiasResidualGelu) {
   expect_same_outputs(model, opt, 1e-5);
 }
 
+// A Reshape whose target is built at run time from Shape(x) of a dynamic batch (as PyTorch exports
+// transformers): shape inference proves its output [batch, 4, 8], so the residual Add after the
+// MatMul sees the same shape on both sides and becomes the FusedMatMul's sum input.
+TEST(ConvFusion, MatMulResidualAfterDynamicBatchReshape) {
+  ModelBuilder b(17);
+  const Shape xs({Dim::symbolic("batch"), Dim(4), Dim(8)});
+  b.graph().inputs.push_back(ValueInfo{"x", TensorType{DType::kF32, xs}});
+  b.graph().value_types["x"] = TensorType{DType::kF32, xs};
+  auto n = b.node("Gather", {b.node("Shape", {"x"}), b.constant(Tensor::scalar<int64_t>(0))});
+  auto u = b.node("Unsqueeze", {n, b.constant(Tensor::from_vector<int64_t>({0}, {1}))});
+  auto target = b.node("Concat", {u, b.constant(Tensor::from_vector<int64_t>({-1}, {1})),
+                                  b.constant(Tensor::from_vector<int64_t>({8}, {1}))},
+                       {{"axis", int_attr(0)}});
+  auto h = b.node("Reshape", {"x", target});
+  auto mm = b.node("MatMul", {h, b.constant(rnd({8, 8}, 1))});
+  auto a = b.node("Add", {b.constant(rnd({8}, 2)), mm});
+  b.output(b.node("Add", {a, "x"}));
+  auto model = b.build();
+  const TensorType* ht = model->graph.find_type(h);
+  ASSERT_TRUE(ht && ht->shape);
+  EXPECT_EQ(ht->shape->to_string(), xs.to_string());
+  auto opt = run_pass(*model, "conv_fusion");
+  ASSERT_EQ(count_ops(*opt, "FusedMatMul"), 1);
+  EXPECT_EQ(count_ops(*opt, "Add"), 0);
+  for (const Node& node : opt->graph.nodes)
+    if (node.op_type == "FusedMatMul") {
+      EXPECT_EQ(node.inputs.size(), 4u);
+    }
+  const NamedTensors feeds = {{"x", rnd({3, 4, 8}, 3)}};
+  const NamedTensors want = run_model(model, feeds);
+  for (const auto& [device, level] : {std::pair<std::string, int>{"cpu-ref", 0}, {"cpu", 2}}) {
+    const NamedTensors got = run_model(device == "cpu" ? model : opt, feeds, device, level);
+    ASSERT_EQ(got.size(), want.size());
+    expect_near(got[0].second, want[0].second, 1e-5, 1e-5);
+  }
+}
+
 TEST(ConvFusion, LeavesConvWhoseOutputIsReadTwice) {
   ModelBuilder b(13);
   auto x = b.input("x", {1, 2, 4, 4});
