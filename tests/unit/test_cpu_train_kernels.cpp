@@ -15,6 +15,7 @@
 #include <map>
 #include <random>
 
+#include "backends/cpu/train_kernels.h"
 #include "onnx/onnx_import.h"
 #include "ops/conv_grad_link.h"
 #include "op_tester.h"
@@ -325,6 +326,20 @@ OneNode blocked_node(const std::string& op, std::map<std::string, Attribute> att
   return OneNode{"Blocked", "com.ferry", attrs, std::move(inputs), {}, std::move(outputs)};
 }
 
+// Runs the Blocked BN node `n` on the cpu backend, checking that train_kernels.cpp's own nChw16c
+// loops ran it: the reference kernel it falls back to gives the same numbers (several times slower),
+// so only train_kernels.h's counts tell.
+std::vector<Tensor> run_fast_bn(const OneNode& n, bool grad) {
+  const cpu::BlockedBnCounts before = cpu::blocked_bn_counts();
+  std::vector<Tensor> out = n.run("cpu");
+  const cpu::BlockedBnCounts after = cpu::blocked_bn_counts();
+  EXPECT_EQ(grad ? after.grad - before.grad : after.forward - before.forward, 1)
+      << "the fast blocked BatchNorm" << (grad ? "Grad" : "") << " kernel did not run";
+  EXPECT_EQ(after.forward_fallback - before.forward_fallback + after.grad_fallback - before.grad_fallback, 0)
+      << "a blocked BatchNorm fell back to the reference kernel";
+  return out;
+}
+
 // BatchNormTraining / BatchNormTrainingGrad reading a bf16 X (train_kernels.cpp's bf16 loads) give
 // the reference's results, and the f32 kernel's on the same values widened to f32.
 TEST(CpuTrainKernels, BlockedBatchNormReadsBf16X) {
@@ -346,14 +361,14 @@ TEST(CpuTrainKernels, BlockedBatchNormReadsBf16X) {
     const OneNode bn_b = blocked_node("BatchNormTraining", a, in_b, {true, true, true, true, true}, 1, 1, 1, 0);
     const OneNode bn_f = blocked_node("BatchNormTraining", a, in_f, {true, true, true, true, true}, 1, 1, 0, 0);
     bn_b.expect_matches_reference();
-    const auto got = bn_b.run("cpu"), want = bn_f.run("cpu");
+    const auto got = run_fast_bn(bn_b, false), want = run_fast_bn(bn_f, false);
     ASSERT_EQ(got.size(), 5u);
     ASSERT_EQ(want.size(), 5u);
     for (size_t i = 0; i < 5; ++i) EXPECT_LE(rel_err(got[i], want[i]), 1e-6) << "output " << i;
     // Y written in bf16 (bf16_outputs: a BN + Relu read only by amp convolutions): the f32 Y rounded.
     const OneNode bn_y = blocked_node("BatchNormTraining", a, in_b, {true, true, true, true, true}, 1, 1, 1, 1);
     bn_y.expect_matches_reference(1e-2);
-    const auto got_y = bn_y.run("cpu");
+    const auto got_y = run_fast_bn(bn_y, false);
     ASSERT_EQ(got_y.size(), 5u);
     ASSERT_EQ(got_y[0].dtype(), DType::kBF16);
     EXPECT_LE(rel_err(to_f32(got_y[0]), to_f32(to_bf16(want[0]))), 8e-3);
@@ -370,7 +385,7 @@ TEST(CpuTrainKernels, BlockedBatchNormReadsBf16X) {
     const OneNode gr_b = blocked_node("BatchNormTrainingGrad", {}, g_b, {true, true, true}, mask, 1, 2, 0);
     const OneNode gr_f = blocked_node("BatchNormTrainingGrad", {}, g_f, {true, true, true}, mask, 1, 0, 0);
     gr_b.expect_matches_reference();
-    const auto gg = gr_b.run("cpu"), gw = gr_f.run("cpu");
+    const auto gg = run_fast_bn(gr_b, true), gw = run_fast_bn(gr_f, true);
     ASSERT_EQ(gg.size(), 3u);
     ASSERT_EQ(gw.size(), 3u);
     for (size_t i = 0; i < 3; ++i) EXPECT_LE(rel_err(gg[i], gw[i]), 1e-6) << "grad output " << i;
@@ -379,7 +394,7 @@ TEST(CpuTrainKernels, BlockedBatchNormReadsBf16X) {
       z_b[5] = to_bf16(got[0]);
       const OneNode gr_z = blocked_node("BatchNormTrainingGrad", {}, z_b, {true, true, true}, mask, 1, 2 | 32, 0);
       gr_z.expect_matches_reference();
-      const auto gz = gr_z.run("cpu");
+      const auto gz = run_fast_bn(gr_z, true);
       ASSERT_EQ(gz.size(), 3u);
       for (size_t i = 0; i < 3; ++i) EXPECT_LE(rel_err(gz[i], gw[i]), 1e-6) << "grad output " << i << " (bf16 Z)";
     }
@@ -394,7 +409,7 @@ TEST(CpuTrainKernels, BlockedBatchNormReadsBf16X) {
       const OneNode hb = blocked_node("BatchNormTrainingGrad", {}, h_b, {true, true, true}, mask, 1, 3, out16);
       const OneNode hf = blocked_node("BatchNormTrainingGrad", {}, h_f, {true, true, true}, mask, 1, 0, 0);
       hb.expect_matches_reference(1e-2);  // the reference rounds its f32 dX once more (to bf16)
-      const auto hg = hb.run("cpu"), hw = hf.run("cpu");
+      const auto hg = run_fast_bn(hb, true), hw = run_fast_bn(hf, true);
       ASSERT_EQ(hg.size(), 3u);
       ASSERT_EQ(hw.size(), 3u);
       ASSERT_EQ(hg[0].dtype(), out16 ? DType::kBF16 : DType::kF32);

@@ -15,13 +15,17 @@
 //       time across the block's lanes, threads over channel blocks.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/train_kernels.h"
 #include "backends/cpu/vec_math.h"
 #include "ops/blocked_layout.h"
 #include "ops/conv_pool_util.h"
@@ -356,6 +360,18 @@ inline const float* as_f32(const uint16_t* p, int64_t n, float* buf) {
   return buf;
 }
 
+// --amp bf16: the blocked BN kernels widen a bf16 X plane into f32 before their loops (as dY and Z
+// below): GCC's loops on bf16 X ran 1.3-2.3x the f32 loops' time (perf, ResNet-50 b8, 1 thread:
+// shifted_moments16 on bf16 2.3x its f32 time, on half the bytes). $FERRY_TRAIN_BN_WIDEN=0 reads
+// bf16 X in the loops directly (to compare). The widening is exact: the same sums either way.
+bool widen_bf16_x() {
+  static const bool on = [] {
+    const char* e = std::getenv("FERRY_TRAIN_BN_WIDEN");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
 // com.ferry Blocked(BatchNormTraining) with X and Y blocked: run_bn_training's arithmetic. X is
 // f32, or bf16 (uint16_t) where bf16_inputs says so; Y f32, or bf16 (rounded to nearest even) where
 // bf16_outputs says so; the statistics f32.
@@ -380,11 +396,19 @@ StatusOr<bool> bn_training_blocked(KernelContext& ctx) {
               *rm = ctx.input(3).data<float>(), *rv = ctx.input(4).data<float>();
   Y* py = out[0] ? static_cast<Y*>(out[0]->mutable_raw()) : nullptr;
   const int64_t plane = S * kB;  // one (n, cb) block
+  constexpr bool x16 = !std::is_same_v<X, float>;
+  const bool widen_x = x16 && widen_bf16_x();
   for_channels(CB, 2 * count * kB, [&](int64_t cb) {
     float k[kB];  // each channel's first value (n = 0, s = 0)
     for (int64_t j = 0; j < kB; ++j) k[j] = widen(px[cb * plane + j]);
+    thread_local std::vector<float> wide;  // a bf16 X plane widened (widen_bf16_x)
+    if (widen_x && wide.size() < static_cast<size_t>(plane)) wide.resize(static_cast<size_t>(plane));
     double s1[kB] = {}, s2[kB] = {};
-    for (int64_t n = 0; n < N; ++n) shifted_moments16(px + (n * CB + cb) * plane, S, k, s1, s2);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t o = (n * CB + cb) * plane;
+      if (widen_x) shifted_moments16(as_f32(px + o, plane, wide.data()), S, k, s1, s2);
+      else shifted_moments16(px + o, S, k, s1, s2);
+    }
     float fa[kB], fb[kB];
     for (int64_t j = 0; j < kB; ++j) {
       const int64_t c = cb * kB + j;
@@ -405,7 +429,10 @@ StatusOr<bool> bn_training_blocked(KernelContext& ctx) {
     if (!py) return;
     for (int64_t n = 0; n < N; ++n) {
       const int64_t o = (n * CB + cb) * plane;
-      (relu ? affine16<true, X, Y> : affine16<false, X, Y>)(px + o, fa, fb, py + o, S);
+      if (widen_x)
+        (relu ? affine16<true, float, Y> : affine16<false, float, Y>)(as_f32(px + o, plane, wide.data()), fa, fb, py + o, S);
+      else
+        (relu ? affine16<true, X, Y> : affine16<false, X, Y>)(px + o, fa, fb, py + o, S);
     }
   });
   return true;
@@ -456,23 +483,32 @@ StatusOr<bool> bn_training_grad_blocked(KernelContext& ctx) {
   Y* pdx = out[0] ? static_cast<Y*>(out[0]->mutable_raw()) : nullptr;
   const double count = static_cast<double>(N * S);
   const int64_t plane = S * kB;
+  const bool widen_x = !std::is_same_v<X, float> && widen_bf16_x();
   for_channels(CB, 2 * N * plane, [&](int64_t cb) {
     double sg[kB] = {}, sgxm[kB] = {};
     const float* mu = mean + cb * kB;
     // A bf16 dY or Z is widened into f32 planes first: GCC vectorizes the masked loops badly on
     // bf16 operands (5-10x the f32 loops' time on ResNet-50), the plain widening well.
+    // A bf16 X likewise where widen_bf16_x().
     thread_local std::vector<float> wide;
-    if (wide.size() < static_cast<size_t>(2 * plane)) wide.resize(static_cast<size_t>(2 * plane));
+    if (wide.size() < static_cast<size_t>(3 * plane)) wide.resize(static_cast<size_t>(3 * plane));
     auto planes = [&](int64_t o, const float** g, const float** z) {
       *g = as_f32(pg + o, plane, wide.data());
       *z = pz ? as_f32(pz + o, plane, wide.data() + plane) : nullptr;
     };
+    auto xf = [&](int64_t o) { return as_f32(px + o, plane, wide.data() + 2 * plane); };
     for (int64_t n = 0; n < N; ++n) {
       const int64_t o = (n * CB + cb) * plane;
       const float *g, *z;
       planes(o, &g, &z);
-      if (z) grad_moments16<true, X, float, float>(g, z, px + o, S, mu, sg, sgxm);
-      else grad_moments16<false, X, float, float>(g, nullptr, px + o, S, mu, sg, sgxm);
+      if (widen_x) {
+        if (z) grad_moments16<true, float, float, float>(g, z, xf(o), S, mu, sg, sgxm);
+        else grad_moments16<false, float, float, float>(g, nullptr, xf(o), S, mu, sg, sgxm);
+      } else if (z) {
+        grad_moments16<true, X, float, float>(g, z, px + o, S, mu, sg, sgxm);
+      } else {
+        grad_moments16<false, X, float, float>(g, nullptr, px + o, S, mu, sg, sgxm);
+      }
     }
     float fa[kB], fb[kB], fc[kB];
     for (int64_t j = 0; j < kB; ++j) {
@@ -491,8 +527,14 @@ StatusOr<bool> bn_training_grad_blocked(KernelContext& ctx) {
       const int64_t o = (n * CB + cb) * plane;
       const float *g, *z;
       planes(o, &g, &z);
-      if (z) affine2_16<true, X, float, Y, float>(g, z, px + o, fa, fb, fc, pdx + o, S);
-      else affine2_16<false, X, float, Y, float>(g, nullptr, px + o, fa, fb, fc, pdx + o, S);
+      if (widen_x) {
+        if (z) affine2_16<true, float, float, Y, float>(g, z, xf(o), fa, fb, fc, pdx + o, S);
+        else affine2_16<false, float, float, Y, float>(g, nullptr, xf(o), fa, fb, fc, pdx + o, S);
+      } else if (z) {
+        affine2_16<true, X, float, Y, float>(g, z, px + o, fa, fb, fc, pdx + o, S);
+      } else {
+        affine2_16<false, X, float, Y, float>(g, nullptr, px + o, fa, fb, fc, pdx + o, S);
+      }
     }
   });
   return true;
@@ -515,6 +557,17 @@ StatusOr<bool> run_bn_training_grad_blocked(KernelContext& ctx) {
   if (blocked_bit(ctx.node(), "bf16_outputs", 1) || blocked_bit(ctx.node(), "bf16_outputs", 2)) return false;
   const bool z16 = ctx.has_input(5) && ctx.input(5).dtype() == DType::kBF16;
   return bn_grad_dispatch<>(ctx, {x16, g16, y16, z16});
+}
+
+// train_kernels.h's counts: [0] forward, [1] grad, [2] forward fallback, [3] grad fallback.
+std::atomic<int64_t> g_blocked_bn_runs[4];
+
+// `fn` counted in g_blocked_bn_runs (slot `own`, or `own` + 2 when it hands the node to the reference).
+template <StatusOr<bool> (*fn)(KernelContext&), int own>
+StatusOr<bool> counted(KernelContext& ctx) {
+  StatusOr<bool> r = fn(ctx);
+  if (r.is_ok()) g_blocked_bn_runs[r.value() ? own : own + 2].fetch_add(1, std::memory_order_relaxed);
+  return r;
 }
 
 // SyncBatchNormTraining / SyncBatchNormTrainingGrad (--sync-bn): the loops above with the
@@ -838,6 +891,16 @@ CpuKernelFactory blocked_factory(StatusOr<bool> (*fn)(KernelContext&)) {
 }
 
 }  // namespace
+
+BlockedBnCounts blocked_bn_counts() {
+  BlockedBnCounts c;
+  c.forward = g_blocked_bn_runs[0].load();
+  c.grad = g_blocked_bn_runs[1].load();
+  c.forward_fallback = g_blocked_bn_runs[2].load();
+  c.grad_fallback = g_blocked_bn_runs[3].load();
+  return c;
+}
+
 }  // namespace ferry::cpu
 
 namespace ferry {
@@ -858,8 +921,8 @@ void register_cpu_train_kernels_kernels(CpuKernelTable& t) {
   // com.ferry Blocked: the BN forms here, the convolutions' in dnnl_conv_grad.cpp (registered first).
   t.add("com.ferry", "Blocked", [](const Node& node, const OpSchema& schema, const Graph& g) {
     const std::string op = inner_op(node);
-    if (op == "BatchNormTraining") return blocked_factory(run_bn_training_blocked)(node, schema, g);
-    if (op == "BatchNormTrainingGrad") return blocked_factory(run_bn_training_grad_blocked)(node, schema, g);
+    if (op == "BatchNormTraining") return blocked_factory(counted<run_bn_training_blocked, 0>)(node, schema, g);
+    if (op == "BatchNormTrainingGrad") return blocked_factory(counted<run_bn_training_grad_blocked, 1>)(node, schema, g);
     return StatusOr<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>());
   });
 }
