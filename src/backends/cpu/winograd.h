@@ -1,4 +1,4 @@
-// Winograd F(2x2, 3x3) convolution for f32 NHWC tensors (3x3 kernel, stride 1, dilation 1, one pixel
+// Winograd F(2x2, 3x3) and F(4x4, 3x3) convolution for f32 NHWC tensors (3x3 kernel, stride 1, dilation 1, one pixel
 // of zero padding on each side, group 1), for the small images where oneDNN's own Winograd is slower
 // than its direct kernel (ResNet-50's 14x14 and 7x7 stages). 2.25x fewer multiplications than the
 // direct convolution: the weights are transformed once (U[16][Cin][Cout], packed for a oneDNN batched
@@ -29,12 +29,14 @@ class WinogradConv3x3 {
   /// What a run needs for one input shape: immutable once made, shared by concurrent runs.
   struct Plan {
     int64_t n = 0, h = 0, w = 0;   // input (= output) batch and spatial size
-    int64_t tiles_h = 0, tiles_w = 0, tiles = 0;  // 2x2 output tiles per column / row / in all
+    int tile = 2;                  // output tile side: F(2x2, 3x3) or F(4x4, 3x3)
+    int64_t elems = 16;            // (tile + 2)^2: products per tile
+    int64_t tiles_h = 0, tiles_w = 0, tiles = 0;  // output tiles per column / row / in all
     int64_t block = 0;             // most tiles per matmul call
     // Thread i computes output channels slice (i % slices) of tile range (i / slices): few tiles
     // split over the output channels, so that each thread's matmuls keep all the rows.
     int threads = 1, slices = 1;
-    struct Gemm {                  // [16, m, Cin] x [16, Cin, n] for output channels [n0, n0 + n)
+    struct Gemm {                  // [E, m, Cin] x [E, Cin, n] for output channels [n0, n0 + n)
       int64_t m = 0, n0 = 0, n = 0;
       dnnl::matmul prim;           // planned for one thread
       const dnnl::memory* weights = nullptr;  // U's columns [n0, n0 + n) packed for it
@@ -44,8 +46,12 @@ class WinogradConv3x3 {
   };
   /// Makes the plan for an input [n, h, w, Cin], split over omp_get_max_threads() threads. Not
   /// thread-safe (packs weights): call it under the caller's plan lock. `block_tiles` > 0 sets the
-  /// most tiles per matmul call (tests, measurements); `slices` > 0 the output-channel slices.
-  Status make_plan(int64_t n, int64_t h, int64_t w, Plan* plan, int64_t block_tiles = 0, int slices = 0);
+  /// most tiles per matmul call (tests, measurements); `slices` > 0 the output-channel slices;
+  /// `tile` 2 or 4 the output tile (F(2x2, 3x3) or F(4x4, 3x3)), 0: default_tile's choice.
+  Status make_plan(int64_t n, int64_t h, int64_t w, Plan* plan, int64_t block_tiles = 0, int slices = 0, int tile = 0);
+  /// The output tile make_plan takes by default for an input [n, h, w, cin] and cout output
+  /// channels (FERRY_WINOGRAD_TILE=2 or 4 forces one).
+  static int default_tile(int64_t cin, int64_t cout, int64_t n, int64_t h, int64_t w);
 
   /// y[n, h, w, Cout] = relu?(conv(x) + bias + z); x [n, h, w, Cin], z (the residual) null or the
   /// output's shape and may be y itself. Thread-safe for concurrent calls on one plan.
