@@ -38,8 +38,10 @@ struct Planner {
   std::vector<bool> kept;
 
   const BiasShift* bias_shift;
+  const WeightValues* weight_values;
 
-  Planner(const Model& m, const RangeFn& r, const BiasShift* bs) : model(m), g(m.graph), range(r), bias_shift(bs) {}
+  Planner(const Model& m, const RangeFn& r, const BiasShift* bs, const WeightValues* wv)
+      : model(m), g(m.graph), range(r), bias_shift(bs), weight_values(wv) {}
 
   bool is_init(const std::string& v) const { return g.initializers.count(v) > 0; }
   // The initializer `v` is, directly or through Identity nodes (exporters share equal tensors that way).
@@ -225,22 +227,26 @@ struct Planner {
     for (int64_t i = 0; i < axis; ++i) outer *= d[static_cast<size_t>(i)];
     for (size_t i = static_cast<size_t>(axis) + 1; i < d.size(); ++i) inner *= d[i];
     const int64_t channels = d[static_cast<size_t>(axis)];
-    std::vector<float> scales(static_cast<size_t>(channels), 0.0f);
+    const std::vector<float> scales = weight_scales(w, axis);
     const float* p = w.data<float>();
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t c = 0; c < channels; ++c)
-        for (int64_t k = 0; k < inner; ++k)
-          scales[static_cast<size_t>(c)] = std::max(scales[static_cast<size_t>(c)], std::fabs(p[(o * channels + c) * inner + k]));
-    for (float& s : scales) s = s > 0 && std::isfinite(s) ? s / 127.0f : 1.0f;
     Tensor q = Tensor::allocate(DType::kI8, d);
     int8_t* qp = q.mutable_data<int8_t>();
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t c = 0; c < channels; ++c)
-        for (int64_t k = 0; k < inner; ++k) {
-          const int64_t i = (o * channels + c) * inner + k;
-          const float v = std::nearbyint(p[i] / scales[static_cast<size_t>(c)]);
-          qp[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
-        }
+    const std::vector<int8_t>* given = nullptr;
+    if (weight_values) {
+      auto wv = weight_values->find(w_name);
+      if (wv != weight_values->end() && static_cast<int64_t>(wv->second.size()) == w.numel()) given = &wv->second;
+    }
+    if (given) {
+      std::copy(given->begin(), given->end(), qp);
+    } else {
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t c = 0; c < channels; ++c)
+          for (int64_t k = 0; k < inner; ++k) {
+            const int64_t i = (o * channels + c) * inner + k;
+            const float v = std::nearbyint(p[i] / scales[static_cast<size_t>(c)]);
+            qp[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+          }
+    }
     const std::string qn = fresh(w_name + "_quantized"), sn = fresh(w_name + "_scale"), zn = fresh(w_name + "_zero_point");
     const std::string dqo = fresh(w_name + "_DequantizeLinear_Output");
     add_init(qn, std::move(q));
@@ -446,12 +452,28 @@ void activation_params(float lo, float hi, float* scale, uint8_t* zero_point) {
   *zero_point = static_cast<uint8_t>(std::clamp(std::nearbyint(-lo / s), 0.0f, 255.0f));
 }
 
+std::vector<float> weight_scales(const Tensor& w, int64_t axis) {
+  const auto& d = w.dims();
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= d[static_cast<size_t>(i)];
+  for (size_t i = static_cast<size_t>(axis) + 1; i < d.size(); ++i) inner *= d[i];
+  const int64_t channels = d[static_cast<size_t>(axis)];
+  std::vector<float> scales(static_cast<size_t>(channels), 0.0f);
+  const float* p = w.data<float>();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t k = 0; k < inner; ++k)
+        scales[static_cast<size_t>(c)] = std::max(scales[static_cast<size_t>(c)], std::fabs(p[(o * channels + c) * inner + k]));
+  for (float& s : scales) s = s > 0 && std::isfinite(s) ? s / 127.0f : 1.0f;
+  return scales;
+}
+
 StatusOr<QdqPlan> plan_qdq(const Model& model, const RangeFn& range, const std::set<std::string>& keep_fp32,
-                           const BiasShift* bias_shift) {
+                           const BiasShift* bias_shift, const WeightValues* weight_values) {
   if (model.opset() < 13)
     return unsupported("model '" + model.path + "' imports ai.onnx opset " + std::to_string(model.opset()) +
                        "; per-channel DequantizeLinear needs opset >= 13: re-export the model at opset 13 or newer");
-  Planner p(model, range, bias_shift);
+  Planner p(model, range, bias_shift, weight_values);
   RETURN_IF_ERROR(p.run(keep_fp32));
   return std::move(p.plan);
 }

@@ -46,10 +46,18 @@ struct QdqPlan {
 /// subtract from the float bias before it is quantized to int32.
 using BiasShift = std::map<std::string, std::vector<float>>;
 
+/// Data-aware weight rounding (--weight-rounding gptq): per float weight initializer name, its int8
+/// values (same shape, the per-channel scales of weight_scales unchanged) used instead of round to nearest.
+using WeightValues = std::map<std::string, std::vector<int8_t>>;
+
+/// The per-channel symmetric scales of a float weight along `axis`: max|W_c| / 127 (1 for an all-zero channel).
+std::vector<float> weight_scales(const Tensor& w, int64_t axis);
+
 /// Plans the rewrite. `keep_fp32`: node names (or their first output's name) left in float.
 /// `bias_shift` (may be null): bias correction (docs/quantization.md, "Bias correction").
+/// `weight_values` (may be null): int8 weight values to use (a size mismatch is ignored: round to nearest).
 StatusOr<QdqPlan> plan_qdq(const Model& model, const RangeFn& range, const std::set<std::string>& keep_fp32,
-                           const BiasShift* bias_shift = nullptr);
+                           const BiasShift* bias_shift = nullptr, const WeightValues* weight_values = nullptr);
 
 /// Whether the model already holds quantization ops (QuantizeLinear, QLinearConv, ...): their count.
 int64_t count_quantization_ops(const Model& model);

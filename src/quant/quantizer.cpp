@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "onnx/onnx_import.h"
+#include "quant/gptq.h"
 #include "quant/qdq_plan.h"
 
 namespace ferry::quant {
@@ -54,10 +55,168 @@ struct Session {
   }
 
   BiasShift shift;  // bias correction in use (empty: none)
+  WeightValues wvals;  // GPTQ-rounded weights in use (empty: round to nearest)
 
   StatusOr<QdqPlan> plan(const std::set<std::string>& keep) {
     RangeFn fn = [this](const std::string& v, float* lo, float* hi) { return ranges.range(v, method, lo, hi); };
-    return plan_qdq(*model, fn, keep, shift.empty() ? nullptr : &shift);
+    return plan_qdq(*model, fn, keep, shift.empty() ? nullptr : &shift, wvals.empty() ? nullptr : &wvals);
+  }
+
+  // A layer whose weight GPTQ rounds: the weight as [n, k] rows (transposed: the initializer is [k, n]),
+  // and for a Conv the patch geometry of its input (im2col rows in the weight's [C, kh, kw] order).
+  struct GptqLayer {
+    std::string node, weight;
+    bool conv = false, transposed = false;
+    int64_t n = 0, k = 0, kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, pt = 0, pl = 0, pb = 0, pr = 0;
+  };
+
+  std::vector<GptqLayer> gptq_layers(const QdqPlan& p) const {
+    std::vector<GptqLayer> out;
+    const Graph& g = model->graph;
+    std::set<std::string> seen;
+    auto ints = [](const Node& n, const char* name, std::vector<int64_t> dflt) {
+      const Attribute* a = n.attr(name);
+      return a && !a->ints.empty() ? a->ints : dflt;
+    };
+    for (size_t i = 0; i < g.nodes.size() && i < p.roles.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (p.roles[i] != Role::kCompute || n.inputs.size() < 2) continue;
+      const Tensor* w = g.find_initializer(n.inputs[1]);
+      if (!w || w->dtype() != DType::kF32 || seen.count(n.inputs[1])) continue;
+      GptqLayer l;
+      l.node = n.name;
+      l.weight = n.inputs[1];
+      if (n.op_type == "Conv") {
+        const Attribute* grp = n.attr("group");
+        const Attribute* ap = n.attr("auto_pad");
+        if (w->rank() != 4 || (grp && grp->i != 1) || (ap && !ap->s.empty() && ap->s != "NOTSET")) continue;
+        l.conv = true;
+        l.n = w->dim(0);
+        l.kh = w->dim(2);
+        l.kw = w->dim(3);
+        l.k = w->dim(1) * l.kh * l.kw;
+        const auto st = ints(n, "strides", {1, 1}), di = ints(n, "dilations", {1, 1}), pa = ints(n, "pads", {0, 0, 0, 0});
+        if (st.size() != 2 || di.size() != 2 || pa.size() != 4) continue;
+        l.sh = st[0], l.sw = st[1], l.dh = di[0], l.dw = di[1], l.pt = pa[0], l.pl = pa[1], l.pb = pa[2], l.pr = pa[3];
+      } else if (n.op_type == "Gemm" || n.op_type == "MatMul") {
+        if (w->rank() != 2) continue;
+        const Attribute* ta = n.attr("transA");
+        const Attribute* tb = n.attr("transB");
+        if (ta && ta->i) continue;
+        l.transposed = !(n.op_type == "Gemm" && tb && tb->i);
+        l.n = l.transposed ? w->dim(1) : w->dim(0);
+        l.k = l.transposed ? w->dim(0) : w->dim(1);
+      } else {
+        continue;
+      }
+      seen.insert(l.weight);
+      out.push_back(l);
+    }
+    return out;
+  }
+
+  // Adds the rows (input patches) of one observed input tensor of `l` to `h`: at most kMaxRows a
+  // batch, evenly spaced.
+  static void add_rows(const GptqLayer& l, const Tensor& t, HessianAccumulator* h) {
+    constexpr int64_t kMaxRows = 8192;
+    const float* x = t.data<float>();
+    if (!l.conv) {
+      if (t.rank() < 1 || t.dim(t.rank() - 1) != l.k) return;
+      const int64_t rows = t.numel() / l.k;
+      const int64_t step = std::max<int64_t>(1, (rows + kMaxRows - 1) / kMaxRows);
+      std::vector<float> buf;
+      for (int64_t r = 0; r < rows; r += step) buf.insert(buf.end(), x + r * l.k, x + (r + 1) * l.k);
+      h->add(buf.data(), static_cast<int64_t>(buf.size()) / l.k);
+      return;
+    }
+    if (t.rank() != 4 || t.dim(1) * l.kh * l.kw != l.k) return;
+    const int64_t N = t.dim(0), C = t.dim(1), H = t.dim(2), W = t.dim(3);
+    const int64_t ho = (H + l.pt + l.pb - l.dh * (l.kh - 1) - 1) / l.sh + 1;
+    const int64_t wo = (W + l.pl + l.pr - l.dw * (l.kw - 1) - 1) / l.sw + 1;
+    if (ho <= 0 || wo <= 0) return;
+    const int64_t rows = N * ho * wo;
+    const int64_t step = std::max<int64_t>(1, (rows + kMaxRows - 1) / kMaxRows);
+    std::vector<float> buf;
+    buf.reserve(static_cast<size_t>((rows / step + 1) * l.k));
+    for (int64_t r = 0; r < rows; r += step) {
+      const int64_t b = r / (ho * wo), oy = (r / wo) % ho, ox = r % wo;
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t ky = 0; ky < l.kh; ++ky)
+          for (int64_t kx = 0; kx < l.kw; ++kx) {
+            const int64_t iy = oy * l.sh - l.pt + ky * l.dh, ix = ox * l.sw - l.pl + kx * l.dw;
+            buf.push_back(iy >= 0 && iy < H && ix >= 0 && ix < W ? x[((b * C + c) * H + iy) * W + ix] : 0.0f);
+          }
+    }
+    h->add(buf.data(), static_cast<int64_t>(buf.size()) / l.k);
+  }
+
+  // GPTQ weight rounding, sequential: each layer's inputs come from the quantized model in which the
+  // layers before it already have their GPTQ weights (one run over the first gptq_samples samples
+  // per layer). `*p` is replanned with the new weights.
+  Status gptq_weights(QdqPlan* p, const std::set<std::string>& keep, QuantizeReport* rep) {
+    wvals.clear();
+    const std::vector<GptqLayer> layers = gptq_layers(*p);
+    size_t batches = 0;
+    int64_t n = 0;
+    while (batches < data.batches.size() && n < std::max(1, o.gptq_samples)) n += data.batches[batches++][0].second.dim(0);
+    const Graph& g = model->graph;
+    double err_before = 0, err_after = 0;
+    for (size_t li = 0; li < layers.size(); ++li) {
+      const GptqLayer& l = layers[li];
+      ASSIGN_OR_RETURN(auto q, load_plan(*p, ".gptq.onnx"));
+      std::string input;
+      for (const Node& node : q->graph.nodes)
+        if (node.name == l.node && !node.inputs.empty()) input = node.inputs[0];
+      if (input.empty()) continue;
+      HessianAccumulator h(l.k);
+      ExecutorOptions eo;
+      eo.device = "cpu";
+      eo.threads = o.threads;
+      eo.opt_level = 0;
+      ASSIGN_OR_RETURN(auto ex, Executor::create(q, eo));
+      ex->set_observer(
+          [&](const Node& node, const std::vector<Value>& outs, double) {
+            for (size_t i = 0; i < outs.size() && i < node.outputs.size(); ++i)
+              if (node.outputs[i] == input && outs[i].is_tensor() && outs[i].tensor.dtype() == DType::kF32)
+                add_rows(l, outs[i].tensor, &h);
+          },
+          false);
+      for (size_t b = 0; b < batches; ++b) {
+        NamedTensors outs;
+        RETURN_IF_ERROR(ex->run(data.batches[b], &outs).with_context("GPTQ: running the quantized model for " + l.node));
+      }
+      const Tensor& w = *g.find_initializer(l.weight);
+      const std::vector<float> scales = weight_scales(w, l.transposed ? 1 : 0);
+      std::vector<float> wt;  // [n, k]
+      const float* wp = w.data<float>();
+      if (l.transposed) {
+        wt.resize(static_cast<size_t>(l.n * l.k));
+        for (int64_t a = 0; a < l.k; ++a)
+          for (int64_t c = 0; c < l.n; ++c) wt[static_cast<size_t>(c * l.k + a)] = wp[a * l.n + c];
+        wp = wt.data();
+      }
+      bool fell_back = false;
+      std::vector<int8_t> qv = gptq_round(wp, l.n, scales, h, 0.01, &fell_back);
+      if (fell_back) continue;
+      const std::vector<int8_t> nearest = nearest_round(wp, l.n, l.k, scales);
+      const double eb = output_error(wp, nearest.data(), l.n, scales, h), ea = output_error(wp, qv.data(), l.n, scales, h);
+      err_before += eb;
+      err_after += ea;
+      if (l.transposed) {
+        std::vector<int8_t> back(qv.size());
+        for (int64_t a = 0; a < l.k; ++a)
+          for (int64_t c = 0; c < l.n; ++c) back[static_cast<size_t>(a * l.n + c)] = qv[static_cast<size_t>(c * l.k + a)];
+        qv = std::move(back);
+      }
+      wvals[l.weight] = std::move(qv);
+      ASSIGN_OR_RETURN(*p, plan(keep));
+      if (o.progress) o.progress("GPTQ weight rounding", static_cast<int64_t>(li) + 1, static_cast<int64_t>(layers.size()));
+    }
+    rep->weights_gptq = static_cast<int64_t>(wvals.size());
+    log("GPTQ: " + std::to_string(wvals.size()) + " weights rounded on " + std::to_string(n) +
+        " samples; their output error on those samples (sum over layers) " + std::to_string(err_before) + " -> " +
+        std::to_string(err_after));
+    return Status::ok();
   }
 
   // Runs `m` over `d` (opt level `opt`, -1: the default): the output cosine to `ref` (mean over
@@ -253,6 +412,14 @@ struct Session {
 
 }  // namespace
 
+StatusOr<WeightRounding> parse_weight_rounding(const std::string& name) {
+  if (name == "nearest") return WeightRounding::kNearest;
+  if (name == "gptq") return WeightRounding::kGptq;
+  return invalid_argument("--weight-rounding '" + name + "': expected nearest or gptq");
+}
+
+const char* weight_rounding_name(WeightRounding r) { return r == WeightRounding::kGptq ? "gptq" : "nearest"; }
+
 StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   Session s(o);
   ASSIGN_OR_RETURN(s.model, load_onnx_model(o.model_path));
@@ -312,6 +479,20 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
     RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
   }
   rep.method = s.method;
+  rep.gptq_cosine_before = rep.cosine_mean;
+  if (o.weight_rounding == WeightRounding::kGptq) {
+    const double before = rep.cosine_mean;
+    RETURN_IF_ERROR(s.gptq_weights(&plan, keep, &rep));
+    RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
+    s.log("GPTQ weight rounding: output cosine " + std::to_string(before) + " -> " + std::to_string(rep.cosine_mean));
+    if (rep.cosine_mean < before) {  // it did not help on the calibration data: round to nearest
+      s.wvals.clear();
+      rep.weights_gptq = 0;
+      ASSIGN_OR_RETURN(plan, s.plan(keep));
+      RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
+      s.log("GPTQ weight rounding lowered the output cosine: written with round to nearest");
+    }
+  }
   if (o.bias_correction) {
     const double before = rep.cosine_mean;
     RETURN_IF_ERROR(s.correct_bias(&plan, keep, &rep));

@@ -13,6 +13,11 @@
 
 namespace ferry::quant {
 
+/// How the int8 weight values are chosen (the per-channel scales are max|W_c| / 127 either way).
+enum class WeightRounding { kNearest, kGptq };
+StatusOr<WeightRounding> parse_weight_rounding(const std::string& name);
+const char* weight_rounding_name(WeightRounding r);
+
 struct QuantizeOptions {
   std::string model_path;
   std::string out_path;
@@ -28,6 +33,11 @@ struct QuantizeOptions {
   /// quantized model over the data per block.
   bool bias_correction = false;
   int bias_correction_rounds = 0;
+  /// --weight-rounding gptq (docs/quantization.md, "Weight rounding"): every Conv (group 1), Gemm and
+  /// 2-D-weight MatMul, in graph order, rounds its weight by GPTQ on its inputs in the quantized model
+  /// of the layers before it, over the first `gptq_samples` calibration samples.
+  WeightRounding weight_rounding = WeightRounding::kNearest;
+  int gptq_samples = 8;
   /// Held-out data (same forms as `data.path`; empty: none): the output cosine is also reported on it.
   std::string holdout_path;
   int threads = 0;
@@ -73,6 +83,9 @@ struct QuantizeReport {
   int64_t biases_corrected = 0;
   std::vector<double> bias_rounds;  // the calibration cosine (opt level 0) at the start of each round
   double bias_cosine_before = 0;    // the calibration cosine without it
+  /// Weight rounding: the weights GPTQ rounded, and the calibration output cosine before it.
+  int64_t weights_gptq = 0;
+  double gptq_cosine_before = 0;
   /// --holdout: samples and the output cosine on them (mean, worst), of the written file, and of the
   /// same file without bias correction (when it was on; else equal).
   int64_t holdout_samples = 0;

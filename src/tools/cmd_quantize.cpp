@@ -28,6 +28,8 @@ struct QuantizeCliOptions {
   bool bias_correction = false;
   int bias_rounds = 0;
   std::string holdout;
+  std::string weight_rounding = "nearest";
+  int gptq_samples = 8;
 };
 
 std::string join(const std::vector<std::string>& v, size_t max = 8) {
@@ -56,6 +58,10 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
   o.bias_correction = opt.bias_correction;
   o.bias_correction_rounds = opt.bias_rounds;
   o.holdout_path = opt.holdout;
+  auto rounding = quant::parse_weight_rounding(opt.weight_rounding);
+  if (!rounding.is_ok()) return report(rounding.status());
+  o.weight_rounding = rounding.value();
+  o.gptq_samples = opt.gptq_samples;
   ProgressBar bar;
   o.progress = [&bar](const std::string& stage, int64_t done, int64_t total) {
     bar.update(stage, done, total, "batches");
@@ -102,6 +108,8 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
     j["kept_for_target"] = kept;
     j["target_reached"] = r.target_reached;
     j["kept_in_graph_order"] = r.graph_order;
+    j["weight_rounding"] = {{"method", opt.weight_rounding}, {"weights_gptq", r.weights_gptq},
+                            {"cosine_before", r.gptq_cosine_before}};
     j["bias_correction"] = {{"on", opt.bias_correction}, {"biases", r.biases_corrected}, {"round_cosines", r.bias_rounds}};
     if (!opt.holdout.empty())
       j["holdout"] = {{"path", opt.holdout}, {"samples", r.holdout_samples}, {"mean", r.holdout_mean},
@@ -186,6 +194,12 @@ const bool kRegistered = register_command({"quantize", 55, [](CLI::App& app) {
                   "--bias-correction in this many sequential blocks of layers, each one run of the quantized model over the "
                   "calibration data (default 0: one layer at a time, the most accurate; fewer blocks overcorrect)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--weight-rounding", opt->weight_rounding,
+                  "int8 weight values: nearest (default) or gptq (each Conv/Gemm/MatMul weight rounded to minimize its "
+                  "output error on its inputs in the quantized model, layer by layer; one run of the quantized model "
+                  "on --gptq-samples samples per layer; docs/quantization.md)");
+  cmd->add_option("--gptq-samples", opt->gptq_samples, "Calibration samples GPTQ measures each layer's inputs on (default 8)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--holdout", opt->holdout,
                   "Held-out data (same forms as --calibration): also report the output cosine on it");
   cmd->add_flag("--json", opt->json, "Print a JSON report");

@@ -10,3 +10,8 @@ add_test(NAME quantize_bias_correction
          COMMAND ${FERRY_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_bias_correction.py $<TARGET_FILE:ferry>
                  ${CMAKE_BINARY_DIR}/quantize_bias_check)
 set_tests_properties(quantize_bias_correction PROPERTIES LABELS "e2e;quant" TIMEOUT 60)
+# --weight-rounding gptq on a tiny model with correlated inputs (tests/quant/check_gptq.py): the
+# held-out cosine rises, the QDQ structure is the same, only int8 weight values change.
+add_test(NAME quantize_gptq
+         COMMAND ${FERRY_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_gptq.py $<TARGET_FILE:ferry> ${CMAKE_BINARY_DIR}/quantize_gptq_check)
+set_tests_properties(quantize_gptq PROPERTIES LABELS "e2e;quant" TIMEOUT 60)
