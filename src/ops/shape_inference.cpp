@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "ops/op_util.h"
 #include "ops/registry.h"
 
 namespace ferry {
@@ -79,8 +80,21 @@ std::optional<std::vector<Dim>> value_dims(const InferState& st, const std::stri
   return it->second;
 }
 
+// Whether dims a and b are the same number: 1 yes, 0 no, -1 not known at load time. A named or
+// unknown dim is a size (>= 0), so it differs from every negative number.
+int dims_equal(const Dim& a, const Dim& b) {
+  const bool neg_a = a.symbol == kMinusOne, neg_b = b.symbol == kMinusOne;
+  if (a.symbol == kNegative || b.symbol == kNegative) return -1;
+  if (neg_a || neg_b) return neg_a && neg_b ? 1 : 0;
+  if (a.is_known() && b.is_known()) return a.value == b.value ? 1 : 0;
+  return -1;
+}
+
 // Carries dims through the integer ops that build Reshape targets from Shape (see shape_dims).
-void record_value_dims(InferState& st, const Node& node, const std::vector<const Tensor*>& values) {
+// Equal(dims, constant) that is decided at load time becomes a constant (PyTorch's expand(n, -1, -1)
+// exports Where(Equal(shape, -1), 1, shape) in front of Expand).
+void record_value_dims(InferState& st, const Node& node, const std::vector<const Tensor*>& values,
+                       std::vector<TensorType>* outs) {
   if (!node.domain.empty() || node.outputs.size() != 1 || node.outputs[0].empty() || node.inputs.empty()) return;
   if (st.constants->count(node.outputs[0])) return;
   const std::string& op = node.op_type;
@@ -104,6 +118,29 @@ void record_value_dims(InferState& st, const Node& node, const std::vector<const
     // Cast to int64 (7) or int32 (6) keeps the sizes; the other ops keep the elements.
     if (values[0]) return;
     out = value_dims(st, node.inputs[0], nullptr);
+  } else if (op == "Reshape" && node.inputs.size() == 2 && values[1] && !values[0] && values[1]->numel() == 1 &&
+             !outs->empty() && (*outs)[0].shape && (*outs)[0].shape->rank() == 1) {
+    out = value_dims(st, node.inputs[0], nullptr);  // a 1-D value reshaped to 1-D: the same elements
+  } else if (op == "Equal" && node.inputs.size() == 2 && (!values[0] || !values[1])) {
+    auto a = value_dims(st, node.inputs[0], values[0]), b = value_dims(st, node.inputs[1], values[1]);
+    if (!a || !b || a->size() != b->size() || outs->empty() || !(*outs)[0].shape || (*outs)[0].shape->rank() != 1) return;
+    Tensor eq = Tensor::allocate(DType::kBool, {static_cast<int64_t>(a->size())});
+    for (size_t i = 0; i < a->size(); ++i) {
+      const int e = dims_equal((*a)[i], (*b)[i]);
+      if (e < 0) return;
+      eq.mutable_data<bool>()[i] = e == 1;
+    }
+    (*outs)[0] = eq.type();
+    (*st.constants)[node.outputs[0]] = eq;
+    return;
+  } else if (op == "Where" && node.inputs.size() == 3 && values[0] && values[0]->dtype() == DType::kBool &&
+             values[0]->rank() == 1 && (!values[1] || !values[2])) {
+    auto x = value_dims(st, node.inputs[1], values[1]), y = value_dims(st, node.inputs[2], values[2]);
+    const int64_t n = values[0]->numel();
+    if (!x || !y || static_cast<int64_t>(x->size()) != n || static_cast<int64_t>(y->size()) != n) return;
+    std::vector<Dim> picked;
+    for (int64_t i = 0; i < n; ++i) picked.push_back(values[0]->data<bool>()[i] ? (*x)[i] : (*y)[i]);
+    out = picked;
   } else if (op == "Concat") {
     if (!node.attr("axis") || (node.attr("axis")->i != 0 && node.attr("axis")->i != -1)) return;
     std::vector<Dim> all;
@@ -171,6 +208,18 @@ void refine_reshape(const InferState& st, const Node& node, int64_t opset, const
   }
   for (size_t i = 0; i < dims.size(); ++i)
     if (!s.dims[i].is_known() && s.dims[i].symbol.empty()) s.dims[i] = dims[i];
+}
+
+// Expand whose target shape is only known as dims: the broadcast of the input shape and those dims.
+void refine_expand(const InferState& st, const Node& node, const std::vector<const TensorType*>& types, TensorType* out) {
+  auto it = st.shape_dims.find(node.inputs[1]);
+  if (it == st.shape_dims.end() || !out->shape || !types[0] || !types[0]->shape) return;
+  for (const Dim& d : it->second)
+    if (d.symbol == kMinusOne || d.symbol == kNegative) return;  // the kernel reports it
+  Shape b;
+  if (!broadcast_shapes(*types[0]->shape, Shape(it->second), &b) || b.rank() != out->shape->rank()) return;
+  for (int64_t i = 0; i < b.rank(); ++i)
+    if (!out->shape->dims[i].is_known() && out->shape->dims[i].symbol.empty()) out->shape->dims[i] = b.dims[i];
 }
 
 // Ops whose output is a fresh random draw each run: never evaluated at load time.
@@ -291,7 +340,9 @@ Status infer_node(InferState& st, Graph* g, const Node& node) {
       }
     }
   }
-  record_value_dims(st, node, values);
+  record_value_dims(st, node, values, &outs);
+  if (node.domain.empty() && node.op_type == "Expand" && node.inputs.size() == 2 && !values[1] && !outs.empty())
+    refine_expand(st, node, types, &outs[0]);
   for (size_t i = 0; i < node.outputs.size(); ++i) {
     const std::string& name = node.outputs[i];
     if (name.empty()) continue;

@@ -164,6 +164,37 @@ TEST(ConvFusion, MatMulResidualAfterDynamicBatchReshape) {
   }
 }
 
+// ViT's class token: Expand(token, Where(Equal(shape, -1), 1, shape)) with shape [batch, -1, -1],
+// concatenated in front of the patches. Shape inference proves [batch, 5, 8] for the sequence, so
+// the residual Add after the MatMul fuses.
+TEST(ConvFusion, MatMulResidualAfterExpandToDynamicBatch) {
+  ModelBuilder b(17);
+  const Shape xs({Dim::symbolic("batch"), Dim(4), Dim(8)});
+  b.graph().inputs.push_back(ValueInfo{"x", TensorType{DType::kF32, xs}});
+  b.graph().value_types["x"] = TensorType{DType::kF32, xs};
+  auto ints = [&](std::vector<int64_t> v) { return b.constant(Tensor::from_vector<int64_t>(v, {static_cast<int64_t>(v.size())})); };
+  auto n = b.node("Unsqueeze", {b.node("Gather", {b.node("Shape", {"x"}), b.constant(Tensor::scalar<int64_t>(0))}), ints({0})});
+  auto target = b.node("Concat", {n, ints({-1}), ints({-1})}, {{"axis", int_attr(0)}});
+  auto shape = b.node("Where", {b.node("Equal", {target, ints({-1, -1, -1})}), ints({1, 1, 1}), target});
+  auto seq = b.node("Concat", {b.node("Expand", {b.constant(rnd({1, 1, 8}, 4)), shape}), "x"}, {{"axis", int_attr(1)}});
+  auto mm = b.node("MatMul", {seq, b.constant(rnd({8, 8}, 1))});
+  b.output(b.node("Add", {b.node("Add", {b.constant(rnd({8}, 2)), mm}), seq}));
+  auto model = b.build();
+  const TensorType* st = model->graph.find_type(seq);
+  ASSERT_TRUE(st && st->shape);
+  EXPECT_EQ(st->shape->to_string(), "[batch,5,8]");
+  auto opt = run_pass(*model, "conv_fusion");
+  EXPECT_EQ(count_ops(*opt, "FusedMatMul"), 1);
+  EXPECT_EQ(count_ops(*opt, "Add"), 0);
+  const NamedTensors feeds = {{"x", rnd({2, 4, 8}, 3)}};
+  const NamedTensors want = run_model(model, feeds);
+  for (const auto& [device, level] : {std::pair<std::string, int>{"cpu-ref", 0}, {"cpu", 2}}) {
+    const NamedTensors got = run_model(device == "cpu" ? model : opt, feeds, device, level);
+    ASSERT_EQ(got.size(), want.size());
+    expect_near(got[0].second, want[0].second, 1e-5, 1e-5);
+  }
+}
+
 TEST(ConvFusion, LeavesConvWhoseOutputIsReadTwice) {
   ModelBuilder b(13);
   auto x = b.input("x", {1, 2, 4, 4});
