@@ -9,8 +9,9 @@
 // source is still NCHW, reordered in the kernel) run directly on NHWC tensors, which is also the layout oneDNN 2.6 itself picks for them when
 // free to choose (format_tag::any gives NHWC brgconv kernels, f32 and bf16); plain NCHW nodes reorder
 // in and out of the blocked layout inside the kernel (measured: oneDNN's NCHW convolutions fall back
-// to a slow gemm path). f32 3x3 convolutions on large images run oneDNN's Winograd (see use_winograd),
-// on small channels-last ones ferry's own (cpu/winograd.h, see use_own_winograd); an
+// to a slow gemm path). f32 3x3 stride-1 convolutions run ferry's own Winograd where channels-last
+// with 64+ channels (cpu/winograd.h: F(4x4, 3x3) or F(2x2, 3x3) by shape, WinogradConv3x3::default_tile; see
+// use_own_winograd), else oneDNN's on large images at 1 thread (see use_winograd); an
 // f32 SiLU is applied after the primitive rather than as its post-op (see act_after_postop; on
 // AVX-512 by silu16).
 #include <algorithm>
