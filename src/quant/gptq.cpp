@@ -91,7 +91,7 @@ std::vector<int8_t> nearest_round(const float* w, int64_t n, int64_t k, const st
 }
 
 std::vector<int8_t> gptq_round(const float* w, int64_t n, const std::vector<float>& scales, const HessianAccumulator& acc,
-                               double damp, bool* fell_back) {
+                               double damp, bool act_order, bool* fell_back) {
   const int64_t k = acc.k();
   if (fell_back) *fell_back = false;
   if (acc.rows() == 0 || k == 0) {
@@ -103,7 +103,9 @@ std::vector<int8_t> gptq_round(const float* w, int64_t n, const std::vector<floa
   for (int64_t a = 0; a < k; ++a) diag[static_cast<size_t>(a)] = acc.h()[static_cast<size_t>(a * k + a)];
   std::vector<int64_t> perm(static_cast<size_t>(k));
   std::iota(perm.begin(), perm.end(), 0);
-  std::stable_sort(perm.begin(), perm.end(), [&](int64_t x, int64_t y) { return diag[static_cast<size_t>(x)] > diag[static_cast<size_t>(y)]; });
+  if (act_order)
+    std::stable_sort(perm.begin(), perm.end(),
+                     [&](int64_t x, int64_t y) { return diag[static_cast<size_t>(x)] > diag[static_cast<size_t>(y)]; });
   double mean_diag = 0;
   for (double d : diag) mean_diag += d;
   mean_diag /= static_cast<double>(k);

@@ -28,12 +28,13 @@ class HessianAccumulator {
 
 /// GPTQ: `w` is [n, k] row-major (n output channels, k the reduction: for a Conv the
 /// [C/group * kh * kw] patch in weight order), `scales` [n] the fixed per-row scales
-/// (int8 value v means v * scale). Columns are rounded one at a time (largest H diagonal first),
+/// (int8 value v means v * scale). Columns are rounded one at a time (in order; with `act_order`
+/// largest H diagonal first),
 /// each rounding error spread over the columns not yet rounded through the inverse of H + damp.
 /// Returns the int8 values in [-127, 127], [n, k]. An H that is not positive definite after
 /// damping (should not happen) falls back to round to nearest (`*fell_back` set).
 std::vector<int8_t> gptq_round(const float* w, int64_t n, const std::vector<float>& scales,
-                               const HessianAccumulator& h, double damp, bool* fell_back);
+                               const HessianAccumulator& h, double damp, bool act_order, bool* fell_back);
 
 /// Round to nearest (ties to even) with the same clamp: the default rounding.
 std::vector<int8_t> nearest_round(const float* w, int64_t n, int64_t k, const std::vector<float>& scales);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <unordered_map>
 
@@ -118,7 +119,7 @@ struct Session {
   // Adds the rows (input patches) of one observed input tensor of `l` to `h`: at most kMaxRows a
   // batch, evenly spaced.
   static void add_rows(const GptqLayer& l, const Tensor& t, HessianAccumulator* h) {
-    constexpr int64_t kMaxRows = 8192;
+    constexpr int64_t kMaxRows = 32768;
     const float* x = t.data<float>();
     if (!l.conv) {
       if (t.rank() < 1 || t.dim(t.rank() - 1) != l.k) return;
@@ -196,7 +197,7 @@ struct Session {
         wp = wt.data();
       }
       bool fell_back = false;
-      std::vector<int8_t> qv = gptq_round(wp, l.n, scales, h, 0.01, &fell_back);
+      std::vector<int8_t> qv = gptq_round(wp, l.n, scales, h, 0.01, std::getenv("FERRY_GPTQ_ACT_ORDER") != nullptr, &fell_back);
       if (fell_back) continue;
       const std::vector<int8_t> nearest = nearest_round(wp, l.n, l.k, scales);
       const double eb = output_error(wp, nearest.data(), l.n, scales, h), ea = output_error(wp, qv.data(), l.n, scales, h);
