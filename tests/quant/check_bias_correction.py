@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import quant_cli  # noqa: E402
-from quant_cli import check, ferry, w  # noqa: E402
+from quant_cli import check, ferry, mean_cosine as cosine, outputs, structure, w  # noqa: E402
 
 quant_cli.setup(sys.argv[1], sys.argv[2])
 
@@ -44,24 +44,6 @@ def make_model(path):
     g = helper.make_graph(nodes, "bias_shift", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])], inits)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
-
-
-def outputs(model, inp, tag):
-    out = w("out_" + tag)
-    ferry("run", model, "--input", "x=" + inp, "--output-dir", out)
-    return np.load(os.path.join(out, "y.npy"))
-
-
-def cosine(a, b):
-    a, b = a.reshape(a.shape[0], -1).astype(np.float64), b.reshape(b.shape[0], -1).astype(np.float64)
-    return float(np.mean(np.sum(a * b, 1) / np.sqrt(np.sum(a * a, 1) * np.sum(b * b, 1))))
-
-
-def structure(path):
-    m = onnx.load(path)
-    nodes = [(n.op_type, tuple(n.input), tuple(n.output)) for n in m.graph.node]
-    inits = {t.name: (t.data_type, tuple(t.dims)) for t in m.graph.initializer}
-    return nodes, inits, {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
 
 
 def main():
