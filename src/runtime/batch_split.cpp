@@ -1,8 +1,13 @@
 #include "runtime/batch_split.h"
+#include "runtime/batch_split_parts.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -369,5 +374,51 @@ int64_t last_level_cache_bytes() {
   }();
   return bytes;
 }
+
+}  // namespace ferry
+
+// ---- Parts side by side (batch_split_parts.h) ----
+
+namespace ferry {
+namespace {
+std::atomic<int64_t> g_concurrent_runs{0};
+// Off until measured faster on a quiet machine (issue 22): FERRY_SPLIT_LANES=2 turns it on.
+constexpr bool kSplitLanesByDefault = false;
+}  // namespace
+
+int batch_split_lanes(int64_t parts) {
+  if (parts < 2 || omp_in_parallel()) return 1;
+  int lanes = kSplitLanesByDefault ? omp_get_max_threads() : 1;
+  if (const char* e = std::getenv("FERRY_SPLIT_LANES"); e && *e) lanes = std::min(omp_get_max_threads(), std::max(1, std::atoi(e)));
+  if (lanes < 2 || parts % lanes != 0) return 1;
+  return lanes;
+}
+
+void run_batch_parts(int64_t parts, int lanes, const std::function<void(int64_t)>& job) {
+  if (lanes <= 1 || parts < 2) {
+    for (int64_t i = 0; i < parts; ++i) job(i);
+    return;
+  }
+  g_concurrent_runs.fetch_add(1);
+  const int outer = omp_get_max_threads();
+  std::exception_ptr thrown;
+#pragma omp parallel num_threads(lanes)
+  {
+    // The ICV is this implicit task's own: the kernels called below see one thread (and
+    // omp_in_parallel(), so parallel_ranges and oneDNN run serially on this lane).
+    omp_set_num_threads(1);
+    const int lane = omp_get_thread_num(), n = omp_get_num_threads();
+    try {
+      for (int64_t i = lane; i < parts; i += n) job(i);
+    } catch (...) {
+#pragma omp critical(ferry_batch_parts_error)
+      if (!thrown) thrown = std::current_exception();
+    }
+  }
+  omp_set_num_threads(outer);
+  if (thrown) std::rethrow_exception(thrown);
+}
+
+int64_t batch_split_concurrent_runs() { return g_concurrent_runs.load(); }
 
 }  // namespace ferry

@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include "runtime/batch_split_parts.h"
 #include "runtime/page_blocks.h"
 
 #include <algorithm>
@@ -301,12 +302,24 @@ Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
   RETURN_IF_ERROR(check_feeds(feeds));
   const int64_t rows = feeds[0].second.tensor.dim(0);
   outputs->clear();
-  for (int64_t begin = 0; begin < rows; begin += sub) {
-    const int64_t count = std::min(sub, rows - begin);
-    NamedValues part_feeds, part_out;
+  const int64_t parts = (rows + sub - 1) / sub;
+  // Parts side by side, one per intra-op thread (runtime/batch_split_parts.h), when the runs are
+  // not watched node by node (an observer is called from one thread at a time).
+  const int lanes = observer_ ? 1 : batch_split_lanes(parts);
+  std::vector<NamedValues> part_outs(static_cast<size_t>(parts));
+  std::vector<Status> part_status(static_cast<size_t>(parts), Status::ok());
+  run_batch_parts(parts, lanes, [&](int64_t p) {
+    const int64_t begin = p * sub, count = std::min(sub, rows - begin);
+    NamedValues part_feeds;
     for (const auto& [name, v] : feeds) part_feeds.emplace_back(name, Value(v.tensor.outer_slice(begin, count)));
-    if (!run_whole(part_feeds, &part_out).is_ok()) {  // a part fails where the batch may not: run it whole
+    part_status[static_cast<size_t>(p)] = run_whole(part_feeds, &part_outs[static_cast<size_t>(p)]);
+  });
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t begin = p * sub, count = std::min(sub, rows - begin);
+    const NamedValues& part_out = part_outs[static_cast<size_t>(p)];
+    if (!part_status[static_cast<size_t>(p)].is_ok()) {  // a part fails where the batch may not: run it whole
       last_split_rows_.store(0);
+      outputs->clear();
       return run_whole(feeds, outputs);
     }
     for (size_t i = 0; i < part_out.size(); ++i) {
@@ -316,6 +329,7 @@ Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
       if (!part_out[i].second.is_tensor() || t.rank() == 0 || t.dim(0) != count || t.dtype() == DType::kString ||
           (begin > 0 && (*outputs)[i].second.tensor.nbytes() / rows * count != t.nbytes())) {
         last_split_rows_.store(0);
+        outputs->clear();
         return run_whole(feeds, outputs);
       }
       if (begin == 0) {

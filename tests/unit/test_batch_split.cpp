@@ -1,10 +1,14 @@
 // Batch splitting (runtime/batch_split.h): which graphs keep batch rows apart, and that a batch
 // run in parts gives what the whole batch gives.
+#include <omp.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 
 #include "graph_builder.h"
 #include "runtime/batch_split.h"
+#include "runtime/batch_split_parts.h"
 #include "runtime/executor.h"
 
 namespace ferry {
@@ -113,10 +117,11 @@ TEST(BatchSplit, PartsAreSizedByTheCache) {
   EXPECT_EQ(batch_split_rows(info, 8, l3), 0);
 }
 
-std::unique_ptr<Executor> executor(std::shared_ptr<Model> m, int64_t split_rows) {
+std::unique_ptr<Executor> executor(std::shared_ptr<Model> m, int64_t split_rows, int threads = 0) {
   ExecutorOptions eo;
   eo.device = "cpu";
   eo.batch_split_rows = split_rows;
+  eo.threads = threads;
   auto ex = Executor::create(std::move(m), eo);
   EXPECT_TRUE(ex.is_ok()) << ex.status().to_string();
   return std::move(ex.value());
@@ -146,6 +151,44 @@ TEST(BatchSplit, PartsGiveTheWholeBatchsResult) {
     ASSERT_TRUE(ex_whole->run({{"x", x.outer_slice(row, 1).clone()}}, &one).is_ok());
     for (int64_t k = 0; k < 5; ++k) ASSERT_NEAR(one[0].second.data<float>()[k], parts[0].second.data<float>()[row * 5 + k], 1e-6);
   }
+}
+
+// With 2 intra-op threads and an even number of parts, the parts run side by side, one per thread
+// (batch_split_parts.h); the result is still the whole batch's, row for row.
+TEST(BatchSplit, PartsSideBySideGiveTheWholeBatchsResult) {
+  if (std::getenv("FERRY_BATCH_SPLIT") || std::getenv("FERRY_SPLIT_LANES"))
+    GTEST_SKIP() << "FERRY_BATCH_SPLIT / FERRY_SPLIT_LANES override the options under test";
+  struct Unset {
+    ~Unset() { unsetenv("FERRY_SPLIT_LANES"); }
+  } unset;
+  setenv("FERRY_SPLIT_LANES", "2", 1);
+  EXPECT_EQ(batch_split_lanes(1), 1);
+  auto model = small_cnn();
+  const Tensor x = random_tensor({8, 3, 8, 8}, 11);
+  NamedTensors whole, parts;
+  auto ex_whole = executor(model, 0, 2);
+  ASSERT_TRUE(ex_whole->run({{"x", x}}, &whole).is_ok());
+  auto ex_parts = executor(model, 2, 2);  // 4 parts of 2 rows: 2 at a time
+  EXPECT_EQ(batch_split_lanes(4), 2);
+  EXPECT_EQ(batch_split_lanes(3), 1);  // uneven: one part after the other
+  for (int rep = 0; rep < 3; ++rep) {  // the first runs record the parts' memory plans, then reuse them
+    const int64_t before = batch_split_concurrent_runs();
+    Status st = ex_parts->run({{"x", x}}, &parts);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(ex_parts->last_split_rows(), 2);
+    EXPECT_EQ(batch_split_concurrent_runs(), before + 1) << "the parts did not run side by side";
+    EXPECT_EQ(omp_get_max_threads(), 2) << "the caller's intra-op threads were not restored";
+    ASSERT_EQ(parts.size(), 1u);
+    ASSERT_EQ(parts[0].second.dims(), (std::vector<int64_t>{8, 5}));
+    for (int64_t i = 0; i < whole[0].second.numel(); ++i)
+      ASSERT_NEAR(parts[0].second.data<float>()[i], whole[0].second.data<float>()[i], 1e-6) << "element " << i;
+  }
+  // 6 rows in parts of 2: 3 parts, one after the other.
+  const int64_t before = batch_split_concurrent_runs();
+  ASSERT_TRUE(ex_parts->run({{"x", x.outer_slice(0, 6).clone()}}, &parts).is_ok());
+  EXPECT_EQ(batch_split_concurrent_runs(), before);
+  for (int64_t i = 0; i < parts[0].second.numel(); ++i)
+    ASSERT_NEAR(parts[0].second.data<float>()[i], whole[0].second.data<float>()[i], 1e-6) << "element " << i;
 }
 
 TEST(BatchSplit, GraphThatMixesRowsRunsWhole) {
