@@ -402,14 +402,16 @@ void run_batch_parts(int64_t parts, int lanes, const std::function<void(int64_t)
   g_concurrent_runs.fetch_add(1);
   const int outer = omp_get_max_threads();
   std::exception_ptr thrown;
+  std::atomic<int64_t> next{0};
 #pragma omp parallel num_threads(lanes)
   {
     // The ICV is this implicit task's own: the kernels called below see one thread (and
     // omp_in_parallel(), so parallel_ranges and oneDNN run serially on this lane).
     omp_set_num_threads(1);
-    const int lane = omp_get_thread_num(), n = omp_get_num_threads();
+    // Parts handed out in turn (not lane i every n-th part): a lane that lost its core for a while
+    // to another process takes fewer parts.
     try {
-      for (int64_t i = lane; i < parts; i += n) job(i);
+      for (int64_t i = next.fetch_add(1); i < parts; i = next.fetch_add(1)) job(i);
     } catch (...) {
 #pragma omp critical(ferry_batch_parts_error)
       if (!thrown) thrown = std::current_exception();
