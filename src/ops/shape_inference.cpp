@@ -141,6 +141,32 @@ void record_value_dims(InferState& st, const Node& node, const std::vector<const
     std::vector<Dim> picked;
     for (int64_t i = 0; i < n; ++i) picked.push_back(values[0]->data<bool>()[i] ? (*x)[i] : (*y)[i]);
     out = picked;
+  } else if ((op == "Mul" || op == "Div") && node.inputs.size() == 2 && (!values[0] || !values[1])) {
+    // dims * c, dims / c (torch's heads: batch * num_heads, embed / num_heads): known where both
+    // sides are, the other side where one is 1, else an unknown dim (the element count is kept, so a
+    // Concat of it still gives a Reshape target of known rank and its other dims).
+    auto a = value_dims(st, node.inputs[0], values[0]), b = value_dims(st, node.inputs[1], values[1]);
+    if (!a || !b || (a->size() != b->size() && a->size() != 1 && b->size() != 1)) return;
+    if (outs->empty() || !(*outs)[0].shape || (*outs)[0].shape->rank() > 1) return;
+    const size_t n = std::max(a->size(), b->size());
+    std::vector<Dim> res;
+    for (size_t i = 0; i < n; ++i) {
+      const Dim& x = (*a)[a->size() == 1 ? 0 : i];
+      const Dim& y = (*b)[b->size() == 1 ? 0 : i];
+      if (!x.symbol.empty() && x.symbol[0] == '#') return;
+      if (!y.symbol.empty() && y.symbol[0] == '#') return;
+      if (x.is_known() && y.is_known()) {
+        if (op == "Div" && y.value == 0) return;
+        res.push_back(Dim(op == "Mul" ? x.value * y.value : x.value / y.value));
+      } else if (y.is_known() && y.value == 1) {
+        res.push_back(x);
+      } else if (op == "Mul" && x.is_known() && x.value == 1) {
+        res.push_back(y);
+      } else {
+        res.push_back(Dim());
+      }
+    }
+    out = res;
   } else if (op == "Concat") {
     if (!node.attr("axis") || (node.attr("axis")->i != 0 && node.attr("axis")->i != -1)) return;
     std::vector<Dim> all;
