@@ -10,6 +10,10 @@
 // classifier Gemm after a global pool: 1x1280 x 1280x1000, 5 MB of weights read for 2.6 MFLOP) is
 // memory-bound: it runs as cpu::small_gemm_panels on the weights packed in column panels (each panel
 // one sequential stream), the panels split over the threads. See kGemvRows for the measurements.
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -19,6 +23,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/dnnl_matmul.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/small_gemm.h"
 #include "ops/op_util.h"
@@ -38,6 +43,24 @@ using tag = dnnl::memory::format_tag;
 // of a model does, 1 thread): 1 row 0.155-0.185 ms against oneDNN's packed brgemm 0.243-0.252 ms,
 // 8 rows 0.237-0.255 against 0.290-0.340; with warm caches both are equal (0.055 / 0.18 ms).
 constexpr int64_t kGemvRows = 8;
+
+// Products of at most this many rows with constant f32 weights run, with 2+ threads, as one
+// single-thread oneDNN primitive per thread over its own block of N columns (weights packed per
+// block) instead of one primitive splitting the rows. At BERT's M=128 a 64-row half runs oneDNN's
+// brgemm below the rate of a 128 x N/2 block (bench/matmul_probe.cpp, 1 thread, best of 3: 768x2304
+// 179 vs 189 GFLOP/s, 768x3072+GELU 183 vs 197, 3072x768 176 vs 206); BERT b1 at 2 threads
+// (bench/ab_vs_ort.py, 5 interleaved rounds, load 4.5-5.3): ferry CPU p50 median 86.3 -> 74.0 ms,
+// lower in 5 of 5 rounds. ViT's 197 rows (99-row halves) gained nothing (CPU 206.5 -> 216.0 ms,
+// load 4-5), so the limit is 128. FERRY_MATMUL_NSPLIT=0 turns it off, =ROWS sets the limit.
+std::atomic<int64_t> g_column_split_runs{0};
+
+int64_t nsplit_max_rows() {
+  static const int64_t rows = [] {
+    const char* e = std::getenv("FERRY_MATMUL_NSPLIT");
+    return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t{128};
+  }();
+  return rows;
+}
 
 class DnnlMatMulKernel : public Kernel {
  public:
@@ -112,6 +135,12 @@ class DnnlMatMulKernel : public Kernel {
     }
     if (has_z_ && ctx.input(3).raw() != y->raw())
       std::memcpy(y->mutable_raw(), ctx.input(3).raw(), static_cast<size_t>(y->nbytes()));
+    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (threads > 1 && p->weights && dtype_ == DType::kF32 && p->m <= nsplit_max_rows()) {
+      std::vector<Split>* splits = nullptr;
+      RETURN_IF_ERROR(splits_for(p, threads, &splits));
+      if (splits) return run_splits(*splits, a.data<float>(), y->mutable_data<float>());
+    }
     try {
       std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(p->src, a)}, {DNNL_ARG_DST, wrap(p->dst, *y)}};
       args[DNNL_ARG_WEIGHTS] = p->weights ? *p->weights : wrap(p->wei, *b);
@@ -125,6 +154,13 @@ class DnnlMatMulKernel : public Kernel {
   }
 
  private:
+  // One thread's part of a product split over N: columns [n0, n0 + n) with their own packed weights.
+  struct Split {
+    dnnl::matmul prim;
+    memory::desc src, dst, bias;
+    memory weights;
+    int64_t n0 = 0;
+  };
   struct Plan {
     dnnl::matmul prim;
     memory::desc src, wei, dst, bias;
@@ -132,7 +168,94 @@ class DnnlMatMulKernel : public Kernel {
     std::vector<int64_t> out_dims;
     bool gemv = false;       // computed by cpu::small_gemm_panels on gemv_w_ instead of the primitive
     int64_t gemv_rows = 0;   // its M
+    int64_t m = 0, k = 0, n = 0;  // the 2-D product (constant weights)
+    std::map<int, std::vector<Split>> splits;  // by thread count (nsplit_max_rows)
   };
+
+  // The per-thread column blocks of plan p for `threads` threads (64-column multiples), built once;
+  // *out stays null when N is too narrow to give each thread a block.
+  Status splits_for(Plan* p, int threads, std::vector<Split>** out) {
+    auto it = p->splits.find(threads);
+    if (it != p->splits.end()) {
+      *out = it->second.empty() ? nullptr : &it->second;
+      return Status::ok();
+    }
+    std::vector<Split>& v = p->splits[threads];
+    const int64_t blocks = (p->n + 63) / 64;
+    if (blocks < threads) return Status::ok();
+    // Single-thread primitives: they run inside our parallel region.
+    const int saved_threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    struct Restore {
+      int n;
+      ~Restore() { omp_set_num_threads(n); }
+    } restore{saved_threads};
+    try {
+      const memory::data_type f32 = memory::data_type::f32;
+      for (int t = 0; t < threads; ++t) {
+        const int64_t c0 = blocks * t / threads * 64, c1 = std::min(p->n, blocks * (t + 1) / threads * 64);
+        const int64_t nb = c1 - c0;
+        Split sp;
+        sp.n0 = c0;
+        sp.src = memory::desc({p->m, p->k}, f32, tag::ab);
+        sp.dst = memory::desc({p->m, nb}, f32, memory::dims{p->n, 1});
+        const memory::desc wei_any({p->k, nb}, f32, tag::any);
+        dnnl::post_ops ops;
+        if (has_z_) ops.append_sum(1.f);
+        if (!cpu::append_activation(act_, &ops)) return unsupported("activation");
+        dnnl::primitive_attr attr;
+        attr.set_post_ops(ops);
+        std::unique_ptr<dnnl::matmul::desc> d;
+        if (bias_t_.defined()) {
+          sp.bias = memory::desc({1, nb}, f32, tag::ab);
+          d = std::make_unique<dnnl::matmul::desc>(sp.src, wei_any, sp.bias, sp.dst);
+        } else {
+          d = std::make_unique<dnnl::matmul::desc>(sp.src, wei_any, sp.dst);
+        }
+        dnnl::matmul::primitive_desc pd(*d, attr, dnnl_engine());
+        sp.prim = dnnl::matmul(pd);
+        // Columns c0.. of B = w_ [K, N], or of w_ [N, K] read transposed (Gemm transB).
+        const memory::desc user_d = trans_b_ ? memory::desc({p->k, nb}, f32, memory::dims{1, p->k})
+                                             : memory::desc({p->k, nb}, f32, memory::dims{p->n, 1});
+        const float* w0 = w_.data<float>() + (trans_b_ ? c0 * p->k : c0);
+        memory user(user_d, dnnl_engine(), const_cast<float*>(w0));
+        sp.weights = memory(pd.weights_desc(), dnnl_engine());
+        dnnl::reorder(user, sp.weights).execute(dnnl_stream(), user, sp.weights);
+        dnnl_stream().wait();
+        v.push_back(std::move(sp));
+      }
+    } catch (const dnnl::error& e) {
+      v.clear();
+      return cpu::dnnl_error(node_, e);
+    }
+    *out = &v;
+    return Status::ok();
+  }
+
+  Status run_splits(std::vector<Split>& splits, const float* a, float* y) {
+    const int64_t parts = static_cast<int64_t>(splits.size());
+    ++g_column_split_runs;
+    const float* bias = bias_t_.defined() ? bias_t_.data<float>() : nullptr;
+    bool failed = false;
+#pragma omp parallel for num_threads(static_cast<int>(parts)) schedule(static)
+    for (int64_t t = 0; t < parts; ++t) {
+      Split& sp = splits[static_cast<size_t>(t)];
+      try {
+        std::unordered_map<int, memory> args = {
+            {DNNL_ARG_SRC, memory(sp.src, dnnl_engine(), const_cast<float*>(a))},
+            {DNNL_ARG_DST, memory(sp.dst, dnnl_engine(), y + sp.n0)},
+            {DNNL_ARG_WEIGHTS, sp.weights}};
+        if (bias) args[DNNL_ARG_BIAS] = memory(sp.bias, dnnl_engine(), const_cast<float*>(bias + sp.n0));
+        sp.prim.execute(dnnl_stream(), args);
+        dnnl_stream().wait();
+      } catch (const dnnl::error&) {
+#pragma omp atomic write
+        failed = true;
+      }
+    }
+    if (failed) return internal_error("node '" + node_.name + "' (" + node_.op_type + "): oneDNN matmul block failed");
+    return Status::ok();
+  }
 
   // Builds the problem's dims: src [.., M, K], weights [.., K, N], dst; out_dims is the ONNX output shape.
   Status plan_for(const std::vector<int64_t>& a_dims, const std::vector<int64_t>& b_dims, Plan** out) {
@@ -158,6 +281,9 @@ class DnnlMatMulKernel : public Kernel {
       sd = {m, k};
       wd = {k, n};
       dd = {m, n};
+      plan.m = m;
+      plan.k = k;
+      plan.n = n;
       plan.out_dims.assign(a_dims.begin(), a_dims.end() - 1);
       plan.out_dims.push_back(n);
     } else {
@@ -263,6 +389,8 @@ StatusOr<std::unique_ptr<Kernel>> make_matmul(const Node& node, const OpSchema& 
 }
 
 }  // namespace
+
+int64_t cpu::matmul_column_split_runs() { return g_column_split_runs.load(); }
 
 void register_cpu_dnnl_matmul_kernels(CpuKernelTable& t) {
   t.add("", "MatMul", make_matmul);

@@ -1,0 +1,197 @@
+// Micro-benchmark for the transformer matmuls (issue 22): oneDNN 2.6 f32 matmul with constant
+// weights, [M, K] x [K, N] + bias (+ optional GELU post-op), as dnnl_matmul.cpp runs it (weights
+// tag::any, reordered once) against alternatives:
+//   whole    one primitive for all M rows, the threads of the OpenMP team (ferry's path)
+//   wtag=T   weights forced to a given blocked tag instead of any
+//   rows=R   the caller cuts M into panels of R rows, one primitive call each
+//   nsplit   2+ threads: each thread runs a 1-thread primitive on its own N/T columns (weights
+//            packed per column block), instead of oneDNN splitting the work itself
+// Build:
+//   g++ -O2 -std=c++17 -fopenmp bench/matmul_probe.cpp -ldnnl -o /tmp/matmul_probe
+//   OMP_NUM_THREADS=1 /tmp/matmul_probe [M K N [gelu]]     (no args: the whole table)
+// Prints ms per call (median of 15 timed batches) and GFLOP/s.
+#include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace dnnl;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+static double time_ms(const std::function<void()>& f, double flop) {
+  f();
+  f();
+  // calls per batch so that one batch is ~20 ms
+  double t0 = now();
+  f();
+  double one = std::max(now() - t0, 1e-6);
+  int reps = std::max(1, static_cast<int>(0.02 / one));
+  std::vector<double> v;
+  for (int b = 0; b < 15; ++b) {
+    double t = now();
+    for (int r = 0; r < reps; ++r) f();
+    v.push_back((now() - t) / reps);
+  }
+  std::sort(v.begin(), v.end());
+  (void)flop;
+  return v[v.size() / 2] * 1e3;
+}
+
+struct Prob {
+  int64_t M, K, N;
+  bool gelu;
+};
+
+static engine eng(engine::kind::cpu, 0);
+static stream st(eng);
+
+struct Mm {
+  matmul prim;
+  memory w;
+  memory::desc sd, dd, bd;
+};
+
+// One primitive for [m, K] x W[:, n0:n0+n] with src/dst row strides ldA / ldC.
+static Mm make(const std::vector<float>& W, int64_t K, int64_t N, int64_t m, int64_t n0, int64_t n, int64_t lda,
+               int64_t ldc, bool gelu, tag wtag) {
+  Mm r;
+  r.sd = memory::desc({m, K}, dt::f32, memory::dims{lda, 1});
+  r.dd = memory::desc({m, n}, dt::f32, memory::dims{ldc, 1});
+  r.bd = memory::desc({1, n}, dt::f32, tag::ab);
+  memory::desc wd({K, n}, dt::f32, wtag);
+  post_ops ops;
+  if (gelu) ops.append_eltwise(1.f, algorithm::eltwise_gelu_erf, 0.f, 0.f);
+  primitive_attr attr;
+  attr.set_post_ops(ops);
+  matmul::primitive_desc pd(matmul::desc(r.sd, wd, r.bd, r.dd), attr, eng);
+  r.prim = matmul(pd);
+  // user weights: columns n0..n0+n of W [K, N] (row stride N)
+  memory::desc ud({K, n}, dt::f32, memory::dims{N, 1});
+  memory u(ud, eng, const_cast<float*>(W.data() + n0));
+  r.w = memory(pd.weights_desc(), eng);
+  reorder(u, r.w).execute(st, u, r.w);
+  st.wait();
+  return r;
+}
+
+static void exec(Mm& p, const float* x, const float* b, float* y) {
+  memory mx(p.sd, eng, const_cast<float*>(x)), mb(p.bd, eng, const_cast<float*>(b)), my(p.dd, eng, y);
+  p.prim.execute(st, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, p.w}, {DNNL_ARG_BIAS, mb}, {DNNL_ARG_DST, my}});
+  st.wait();
+}
+
+static void run(const Prob& pr, const char* only) {
+  const int64_t M = pr.M, K = pr.K, N = pr.N;
+  const int T = omp_get_max_threads();
+  std::vector<float> W(K * N), x(M * K), b(N), y(M * N), yref(M * N);
+  std::mt19937 g(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : W) v = u(g) * 0.05f;
+  for (auto& v : x) v = u(g);
+  for (auto& v : b) v = u(g);
+  const double flop = 2.0 * M * K * N;
+  auto report = [&](const char* name, double ms) {
+    double maxd = 0;
+    for (int64_t i = 0; i < M * N; ++i) maxd = std::max(maxd, (double)std::abs(y[i] - yref[i]));
+    std::printf("M=%5ld K=%4ld N=%4ld %s t=%d %-14s %8.3f ms %7.1f GFLOP/s  maxdiff %.1e\n", (long)M, (long)K, (long)N,
+                pr.gelu ? "gelu" : "    ", T, name, ms, flop / ms * 1e-6, maxd);
+    std::fflush(stdout);
+  };
+  auto want = [&](const char* n) { return !only || std::strstr(n, only); };
+  // whole (ferry's path)
+  {
+    Mm p = make(W, K, N, M, 0, N, K, N, pr.gelu, tag::any);
+    exec(p, x.data(), b.data(), yref.data());
+    double ms = time_ms([&] { exec(p, x.data(), b.data(), y.data()); }, flop);
+    report("whole", ms);
+  }
+  if (want("wtag")) {
+    const std::pair<const char*, tag> tags[] = {{"BA16a64b", tag::BA16a64b}, {"BA16a48b", tag::BA16a48b},
+                                                {"BA16a32b", tag::BA16a32b}, {"ab", tag::ab}};
+    for (auto& [nm, t] : tags) {
+      try {
+        Mm p = make(W, K, N, M, 0, N, K, N, pr.gelu, t);
+        double ms = time_ms([&] { exec(p, x.data(), b.data(), y.data()); }, flop);
+        report((std::string("wtag=") + nm).c_str(), ms);
+      } catch (const dnnl::error& e) {
+        std::printf("wtag=%s: %s\n", nm, e.what());
+      }
+    }
+  }
+  if (want("rows")) {
+    for (int64_t R : {32, 64, 96}) {
+      if (R >= M) continue;
+      std::vector<Mm> ps;
+      int64_t full = M / R, rem = M % R;
+      ps.push_back(make(W, K, N, R, 0, N, K, N, pr.gelu, tag::any));
+      if (rem) ps.push_back(make(W, K, N, rem, 0, N, K, N, pr.gelu, tag::any));
+      double ms = time_ms(
+          [&] {
+            for (int64_t i = 0; i < full; ++i) exec(ps[0], x.data() + i * R * K, b.data(), y.data() + i * R * N);
+            if (rem) exec(ps[1], x.data() + full * R * K, b.data(), y.data() + full * R * N);
+          },
+          flop);
+      report((std::string("rows=") + std::to_string(R)).c_str(), ms);
+    }
+  }
+  if (T > 1 && want("nsplit")) {
+    // N split in 64-column multiples, one 1-thread primitive per thread
+    std::vector<Mm> ps;
+    std::vector<int64_t> n0s;
+    omp_set_num_threads(1);
+    const int64_t blocks = (N + 63) / 64;
+    for (int t = 0; t < T; ++t) {
+      int64_t b0 = blocks * t / T, b1 = blocks * (t + 1) / T;
+      int64_t c0 = b0 * 64, c1 = std::min(N, b1 * 64);
+      n0s.push_back(c0);
+      ps.push_back(make(W, K, N, M, c0, c1 - c0, K, N, pr.gelu, tag::any));
+    }
+    omp_set_num_threads(T);
+    double ms = time_ms(
+        [&] {
+#pragma omp parallel num_threads(T)
+          { int t = omp_get_thread_num(); exec(ps[t], x.data(), b.data() + n0s[t], y.data() + n0s[t]); }
+        },
+        flop);
+    report("nsplit", ms);
+    // M split, one 1-thread primitive per thread (what oneDNN does, from the caller)
+    std::vector<Mm> pm;
+    std::vector<int64_t> m0s;
+    omp_set_num_threads(1);
+    for (int t = 0; t < T; ++t) {
+      int64_t r0 = M * t / T, r1 = M * (t + 1) / T;
+      m0s.push_back(r0);
+      pm.push_back(make(W, K, N, r1 - r0, 0, N, K, N, pr.gelu, tag::any));
+    }
+    omp_set_num_threads(T);
+    ms = time_ms(
+        [&] {
+#pragma omp parallel num_threads(T)
+          { int t = omp_get_thread_num(); exec(pm[t], x.data() + m0s[t] * K, b.data(), y.data() + m0s[t] * N); }
+        },
+        flop);
+    report("msplit", ms);
+  }
+}
+
+int main(int argc, char** argv) {
+  const char* only = std::getenv("ONLY");
+  if (argc >= 4) {
+    run({atol(argv[1]), atol(argv[2]), atol(argv[3]), argc > 4}, only);
+    return 0;
+  }
+  for (int64_t M : {128, 197, 1024, 1576})
+    for (auto kn : {std::pair<int64_t, int64_t>{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}})
+      run({M, kn.first, kn.second, kn.second == 3072}, only);
+}
