@@ -1,5 +1,6 @@
 // com.ferry LayerNorm, Gelu and Attention (op family fused_transformer): reference kernels
 // against hand-computed values, shape rules, and the optimized cpu kernels against the reference.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -155,6 +156,34 @@ TEST(FusedAttention, ChunksOfHeadsMatchReferenceOnCpu) {
     unsetenv("FERRY_ATTENTION_CHUNK");
     EXPECT_EQ(cpu[0].dims(), (std::vector<int64_t>{33, 5, 24}));
     expect_near(cpu[0], ref[0], 1e-5, 1e-4);
+  }
+}
+
+// A query of fewer rows than the keys (ViT's class token alone: 1 row against 197 keys), heads
+// read through permutations as the fusion leaves them: output row i depends only on query row i, so
+// the 1-row and 3-row queries give exactly rows of the full query's output, on cpu and cpu-ref.
+TEST(FusedAttention, FewQueryRowsMatchFullQueryRows) {
+  const Tensor q = random_tensor({1, 20, 3, 16}, 21), k = random_tensor({1, 20, 3, 16}, 22),
+               v = random_tensor({1, 20, 3, 16}, 23);
+  auto run = [&](const Tensor& query, const char* device) {
+    OpTester t("Attention", 1, "com.ferry");
+    t.input(query).input(k).input(v).attr("scale", 0.25f);
+    t.attr("q_perm", std::vector<int64_t>{0, 2, 1, 3}).attr("k_perm", std::vector<int64_t>{0, 2, 3, 1});
+    t.attr("v_perm", std::vector<int64_t>{0, 2, 1, 3}).attr("out_perm", std::vector<int64_t>{0, 2, 1, 3});
+    return t.run(device)[0];
+  };
+  for (const char* device : {"cpu", "cpu-ref"}) {
+    SCOPED_TRACE(device);
+    const Tensor full = run(q, device);
+    ASSERT_EQ(full.dims(), (std::vector<int64_t>{1, 20, 3, 16}));
+    for (int64_t rows : {1, 3}) {
+      // The first `rows` query rows: [1, rows, 3, 16], contiguous in q.
+      Tensor part = Tensor::allocate(DType::kF32, {1, rows, 3, 16});
+      std::copy(q.data<float>(), q.data<float>() + rows * 48, part.mutable_data<float>());
+      const Tensor got = run(part, device);
+      ASSERT_EQ(got.dims(), (std::vector<int64_t>{1, rows, 3, 16}));
+      for (int64_t i = 0; i < rows * 48; ++i) EXPECT_NEAR(got.data<float>()[i], full.data<float>()[i], 1e-5) << i;
+    }
   }
 }
 
