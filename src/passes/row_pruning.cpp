@@ -157,10 +157,10 @@ int64_t product(const Shape& s, int64_t from, int64_t to, bool* known) {
 std::optional<std::vector<int64_t>> constant_target(const Graph& g, const Node& reshape, const Shape& out) {
   if (const Tensor* t = constant_value(g, reshape.inputs[1])) {
     std::vector<int64_t> v = t->to_int64_vector();
-    for (int64_t x : v)
-      if (x == 0) return std::nullopt;
-    if (static_cast<int64_t>(v.size()) == out.rank()) return v;
-    return std::nullopt;
+    bool zero = false;
+    for (int64_t x : v) zero = zero || x == 0;
+    if (!zero && static_cast<int64_t>(v.size()) == out.rank()) return v;
+    // A 0 (copy the input's dim): the target from the output's dims below.
   }
   std::vector<int64_t> v;
   int unknown = 0;
@@ -242,11 +242,17 @@ bool plan_move(const Model& model, const Graph& g, const GraphUses& uses, const 
     const Dim& od = out->dims[sel.axis];
     if (!od.is_known()) return false;
     // The axis and what is before it are kept: the input axis a' of the same size with the same
-    // (static) number of elements before it.
+    // (static) number of elements before it, or the same axis after the same (symbolic) dims.
     bool known = true;
     const int64_t before = product(*out, 0, sel.axis, &known);
     int64_t ia = -1;
-    if (known) {
+    if (sel.axis < x->rank() && x->dims[sel.axis].is_known() && x->dims[sel.axis].value == od.value) {
+      bool same = true;
+      for (int64_t k = 0; k < sel.axis && same; ++k)
+        same = x->dims[k] == out->dims[k] && (x->dims[k].is_known() || !x->dims[k].symbol.empty());
+      if (same) ia = sel.axis;
+    }
+    if (known && ia < 0) {
       for (int64_t k = 0; k < x->rank() && ia < 0; ++k) {
         bool kk = true;
         const int64_t xb = product(*x, 0, k, &kk);

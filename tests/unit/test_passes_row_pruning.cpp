@@ -72,16 +72,17 @@ std::shared_ptr<Model> vit_like(bool extra_output = false) {
   return m;
 }
 
-std::shared_ptr<Model> optimized(const Model& m, bool prune, int* changes = nullptr) {
+std::shared_ptr<Model> optimized(const Model& m, bool prune, int* changes = nullptr, bool layout = true) {
   std::shared_ptr<Model> copy = m.clone();
   OptimizeOptions oo;
   oo.opt_level = 2;
-  if (!prune) oo.disabled = {"row_pruning"};
+  if (!prune) oo.disabled.push_back("row_pruning");
+  if (!layout) oo.disabled.push_back("attention_layout");
   OptimizeReport report;
   Status st = optimize_model(copy.get(), oo, &report);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   for (const PassRecord& r : report.passes)
-    if (r.name == "row_pruning" && changes) *changes = r.changes;
+    if (r.name == (prune ? "row_pruning" : "attention_layout") && changes) *changes = r.changes;
   return copy;
 }
 
@@ -89,6 +90,14 @@ const Node* find_op(const Model& m, const std::string& op) {
   for (const Node& n : m.graph.nodes)
     if (n.op_type == op) return &n;
   return nullptr;
+}
+
+// The token count of an activation: [S, B, ...] or [B, S, ...] with the batch the dim not known.
+int64_t tokens_of(const Model& m, const std::string& v) {
+  const TensorType* t = m.graph.find_type(v);
+  if (!t || !t->shape || t->shape->rank() < 2) return -1;
+  const Shape& s = *t->shape;
+  return s.dims[0].is_known() ? s.dims[0].value : s.dims[1].is_known() ? s.dims[1].value : -1;
 }
 
 int64_t dim_of(const Model& m, const std::string& v, int64_t axis) {
@@ -112,11 +121,11 @@ TEST(RowPruning, ViTBlockComputesTheClassTokenRowOnly) {
   // The attention's queries are the class token's row only; keys and values keep all rows.
   const Node* att = find_op(*pruned, "Attention");
   ASSERT_NE(att, nullptr);
-  EXPECT_EQ(dim_of(*pruned, att->inputs[0], 0), 1);
-  EXPECT_EQ(dim_of(*pruned, att->inputs[1], 0), kS);
+  EXPECT_EQ(tokens_of(*pruned, att->inputs[0]), 1);
+  EXPECT_EQ(tokens_of(*pruned, att->inputs[1]), kS);
   const Node* full_att = find_op(*full, "Attention");
   ASSERT_NE(full_att, nullptr);
-  EXPECT_EQ(dim_of(*full, full_att->inputs[0], 0), kS);
+  EXPECT_EQ(tokens_of(*full, full_att->inputs[0]), kS);
   // Every product after the attention (out-projection, MLP) has 1 token row; only QKV keeps kS.
   int full_rows = 0, one_row = 0;
   for (const Node& n : pruned->graph.nodes) {
@@ -148,6 +157,48 @@ TEST(RowPruning, ViTBlockComputesTheClassTokenRowOnly) {
   expect_near(cpu[0].second, cpu_full[0].second, 1e-5, 1e-4);
 }
 
+TEST(RowPruning, ViTBlockInTheSequenceFirstLayout) {
+  // Without attention_layout the block stays in torch's [S, B, E] (Gemm out-projection between
+  // Reshapes): the pass goes through it there too.
+  auto model = vit_like();
+  int changes = 0;
+  auto pruned = optimized(*model, true, &changes, /*layout=*/false);
+  EXPECT_GT(changes, 0);
+  const Node* att = find_op(*pruned, "Attention");
+  ASSERT_NE(att, nullptr);
+  EXPECT_EQ(dim_of(*pruned, att->inputs[0], 0), 1);
+  EXPECT_EQ(dim_of(*pruned, att->inputs[1], 0), kS);
+  EXPECT_EQ(count_ops(*pruned, "Gemm"), 1);  // the head; the out-projection is a 1-row FusedMatMul
+  NamedTensors feeds = feeds_for_batch();
+  NamedTensors want = run_model(model, feeds), got = run_model(pruned, feeds, "cpu");
+  ASSERT_EQ(got.size(), 1u);
+  expect_near(got[0].second, want[0].second, 1e-5, 1e-4);
+}
+
+TEST(AttentionLayout, RunsTheBlockInBatchFirstLayout) {
+  // The Transposes around the attention go, the out-projection takes bias and residual.
+  auto model = vit_like();
+  int changes = 0;
+  auto opt = optimized(*model, false, &changes);
+  auto before = optimized(*model, false, nullptr, /*layout=*/false);
+  EXPECT_EQ(changes, 1);
+  EXPECT_EQ(count_ops(*opt, "Transpose"), 0);
+  EXPECT_EQ(count_ops(*before, "Transpose"), 2);
+  EXPECT_EQ(count_ops(*opt, "Gemm"), 1);  // the head
+  int with_residual = 0;
+  for (const Node& n : opt->graph.nodes) with_residual += n.op_type == "FusedMatMul" && n.inputs.size() == 4;
+  EXPECT_EQ(with_residual, 2);  // out-projection and MLP down
+  const Node* att = find_op(*opt, "Attention");
+  ASSERT_NE(att, nullptr);
+  EXPECT_EQ(att->attr("out_perm")->ints, (std::vector<int64_t>{0, 2, 1, 3}));
+  NamedTensors feeds = feeds_for_batch();
+  NamedTensors want = run_model(model, feeds), ref = run_model(opt, feeds), cpu = run_model(opt, feeds, "cpu");
+  ASSERT_EQ(cpu.size(), 1u);
+  ASSERT_EQ(ref.size(), 1u);
+  expect_near(ref[0].second, want[0].second, 1e-5, 1e-5);
+  expect_near(cpu[0].second, want[0].second, 1e-5, 1e-4);
+}
+
 TEST(RowPruning, StopsAtAValueReadWhole) {
   // The residual after attention is also an output: the MLP shrinks, the attention does not.
   auto model = vit_like(/*extra_output=*/true);
@@ -156,7 +207,7 @@ TEST(RowPruning, StopsAtAValueReadWhole) {
   EXPECT_GT(changes, 0);
   const Node* att = find_op(*pruned, "Attention");
   ASSERT_NE(att, nullptr);
-  EXPECT_EQ(dim_of(*pruned, att->inputs[0], 0), kS);
+  EXPECT_EQ(tokens_of(*pruned, att->inputs[0]), kS);
   NamedTensors feeds = feeds_for_batch();
   NamedTensors want = run_model(model, feeds), got = run_model(pruned, feeds, "cpu");
   ASSERT_EQ(got.size(), 2u);
