@@ -9,7 +9,7 @@
 // Build:
 //   g++ -O2 -std=c++17 -fopenmp bench/matmul_probe.cpp -ldnnl -o /tmp/matmul_probe
 //   OMP_NUM_THREADS=1 /tmp/matmul_probe [M K N [gelu]]     (no args: the whole table)
-// Prints ms per call (median of 15 timed batches) and GFLOP/s.
+// Prints ms per call (median of 15 timed batches) and GFLOP/s. CPUTIME=1 (1 thread): thread CPU time.
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
@@ -20,6 +20,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,17 @@ using namespace dnnl;
 using tag = memory::format_tag;
 using dt = memory::data_type;
 
-static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+// CPUTIME=1: the calling thread's CPU time instead of wall time (1 thread on a loaded machine: the
+// time the thread was descheduled does not count; cache interference from others still does).
+static double now() {
+  static const bool cpu = std::getenv("CPUTIME") != nullptr;
+  if (cpu) {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 static double time_ms(const std::function<void()>& f, double flop) {
   f();
@@ -129,6 +140,14 @@ static void run(const Prob& pr, const char* only) {
       }
     }
   }
+  if (want("strided")) {
+    // dst rows padded by 16 floats: oneDNN 2.6 takes gemm:jit (sgemm) instead of brgemm
+    std::vector<float> ys(M * (N + 16));
+    Mm p = make(W, K, N, M, 0, N, K, N + 16, pr.gelu, tag::any);
+    double ms = time_ms([&] { exec(p, x.data(), b.data(), ys.data()); }, flop);
+    for (int64_t i = 0; i < M; ++i) std::copy(ys.data() + i * (N + 16), ys.data() + i * (N + 16) + N, y.data() + i * N);
+    report("strided(sgemm)", ms);
+  }
   if (want("rows")) {
     for (int64_t R : {32, 64, 96}) {
       if (R >= M) continue;
@@ -165,6 +184,29 @@ static void run(const Prob& pr, const char* only) {
         },
         flop);
     report("nsplit", ms);
+    // N split, each thread a dense-dst (brgemm) primitive into its own buffer, then copied into y
+    std::vector<Mm> pd2;
+    std::vector<std::vector<float>> bufs(T);
+    omp_set_num_threads(1);
+    for (int t = 0; t < T; ++t) {
+      const int64_t nb = (t + 1 < T ? n0s[t + 1] : N) - n0s[t];
+      bufs[t].resize(M * nb);
+      pd2.push_back(make(W, K, N, M, n0s[t], nb, K, nb, pr.gelu, tag::any));
+    }
+    omp_set_num_threads(T);
+    ms = time_ms(
+        [&] {
+#pragma omp parallel num_threads(T)
+          {
+            int t = omp_get_thread_num();
+            const int64_t nb = (t + 1 < T ? n0s[t + 1] : N) - n0s[t];
+            exec(pd2[t], x.data(), b.data() + n0s[t], bufs[t].data());
+            for (int64_t i = 0; i < M; ++i)
+              std::copy(bufs[t].data() + i * nb, bufs[t].data() + (i + 1) * nb, y.data() + i * N + n0s[t]);
+          }
+        },
+        flop);
+    report("nsplit-dense", ms);
     // M split, one 1-thread primitive per thread (what oneDNN does, from the caller)
     std::vector<Mm> pm;
     std::vector<int64_t> m0s;

@@ -74,6 +74,19 @@ TEST(CpuMatMulColumnSplit, FusedMatMulBiasResidualRelu) {
   expect_near(got, run_model(model, feeds, "cpu-ref", 1), 1e-4, 1e-4);
 }
 
+// A transformer-sized product (BERT's out-projection: 128 rows, 768 x 768 + bias), two blocks of 384.
+TEST(CpuMatMulColumnSplit, TransformerShapeBlocksMatchReference) {
+  GraphBuilder b(13);
+  const std::string a = b.input("a", DType::kF32, {128, 768});
+  b.output(b.node("Gemm", {a, b.initializer("w", random_tensor({768, 768}, 31)), b.initializer("c", random_tensor({768}, 32))}));
+  const auto model = b.build();
+  const NamedTensors feeds = {{"a", random_tensor({128, 768}, 33)}};
+  const int64_t runs = cpu::matmul_column_split_runs();
+  const Tensor got = run_model(model, feeds, "cpu", 2);
+  EXPECT_GT(cpu::matmul_column_split_runs(), runs) << "the column split did not run";
+  expect_near(got, run_model(model, feeds, "cpu-ref", 1), 2e-4, 1e-4);
+}
+
 TEST(CpuMatMulColumnSplit, OneThreadDoesNotSplit) {
   const auto model = fused_model();
   const NamedTensors feeds = {{"a", random_tensor({2, 30, 64}, 4)}, {"z", random_tensor({2, 30, 130}, 7)}};

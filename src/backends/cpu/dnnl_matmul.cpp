@@ -45,15 +45,14 @@ using tag = dnnl::memory::format_tag;
 constexpr int64_t kGemvRows = 8;
 
 // Products of at most this many rows with constant f32 weights run, with 2+ threads, as one
-// single-thread oneDNN primitive per thread over its own block of N columns (weights packed per
-// block) instead of one primitive splitting the rows. At BERT's M=128 a 64-row half runs oneDNN's
-// brgemm below the rate of a 128 x N/2 block (bench/matmul_probe.cpp, 1 thread, best of 3: 768x2304
-// 179 vs 189 GFLOP/s, 768x3072+GELU 183 vs 197, 3072x768 176 vs 206); BERT b1 at 2 threads
-// (bench/ab_vs_ort.py, 5 interleaved rounds, load 4.5-5.3): ferry CPU p50 median 86.3 -> 74.0 ms,
-// lower in 5 of 5 rounds. ViT's 197 rows (99-row halves) gained nothing (CPU 206.5 -> 216.0 ms,
-// load 4-5), so the limit is 128. FERRY_MATMUL_NSPLIT=0 turns it off, =ROWS sets the limit.
-std::atomic<int64_t> g_column_split_runs{0};
-
+// single-thread oneDNN primitive per thread over its own block of N columns (a 64-column multiple;
+// weights copied per block) instead of one 2-thread brgemm splitting the rows. The blocks' dst rows
+// are strided, so oneDNN 2.6 runs them as gemm:jit (sgemm), and that is the gain: BERT b1 at 2
+// threads (bench/ab_vs_ort.py bert_encoder 2 1 5 2, interleaved, load 3.4-4.8), ferry CPU p50
+// median 78.9 -> 69.5 ms, wall 152.8 -> 139.0, lower in 5 of 5 rounds; the same blocks as brgemm
+// into dense per-block buffers copied into y gave 78.5 (no gain, dropped). An earlier 5-round run
+// (load 4.5-5.3): 86.3 -> 74.0. ViT's 197 rows gained nothing (CPU 206.5 -> 216.0 ms, load 4-5),
+// so the limit is 128. FERRY_MATMUL_NSPLIT=0 turns it off, =ROWS sets the limit.
 int64_t nsplit_max_rows() {
   static const int64_t rows = [] {
     const char* e = std::getenv("FERRY_MATMUL_NSPLIT");
@@ -61,6 +60,8 @@ int64_t nsplit_max_rows() {
   }();
   return rows;
 }
+
+std::atomic<int64_t> g_column_split_runs{0};
 
 class DnnlMatMulKernel : public Kernel {
  public:
@@ -198,6 +199,8 @@ class DnnlMatMulKernel : public Kernel {
         Split sp;
         sp.n0 = c0;
         sp.src = memory::desc({p->m, p->k}, f32, tag::ab);
+        // The block's dst rows are strided (N apart): oneDNN 2.6 runs it as gemm:jit (sgemm) on plain
+        // weights (its brgemm wants a dense dst), which is where the gain comes from (see nsplit_max_rows).
         sp.dst = memory::desc({p->m, nb}, f32, memory::dims{p->n, 1});
         const memory::desc wei_any({p->k, nb}, f32, tag::any);
         dnnl::post_ops ops;
