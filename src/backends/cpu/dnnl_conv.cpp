@@ -148,7 +148,7 @@ class DnnlConvKernel : public Kernel {
     // Plan now for the shape known at load (packs the weights once); later shapes plan on first use.
     std::vector<int64_t> x_dims;
     if (cpu::static_dims(graph, node_.inputs[0], &x_dims)) {
-      auto p = plans_.get(x_dims, [this](const std::vector<int64_t>& d, Plan* plan) { return make_plan(d, plan); });
+      auto p = plans_.get(plan_key(x_dims), [this](const std::vector<int64_t>& k, Plan* plan) { return make_plan(dims_of(k), plan); });
       if (!p.is_ok()) return false;
     }
     return true;
@@ -157,7 +157,7 @@ class DnnlConvKernel : public Kernel {
   Status compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
     if (x.dtype() != dtype_ || x.rank() != w_.rank()) return fallback_(ctx);
-    auto plan = plans_.get(x.dims(), [this](const std::vector<int64_t>& d, Plan* p) { return make_plan(d, p); });
+    auto plan = plans_.get(plan_key(x.dims()), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(dims_of(k), p); });
     if (!plan.is_ok()) return fallback_(ctx);
     const Plan* p = plan.value();
     if (has_z_ && (ctx.input(3).dims() != p->out_dims || ctx.input(3).dtype() != dtype_)) return fallback_(ctx);
@@ -289,6 +289,17 @@ class DnnlConvKernel : public Kernel {
 
   bool gemv_ok_ = false;      // f32, ungrouped, 1x1 kernel: a plan may take the small-GEMM path
   cpu::PanelMatrix gemv_w_;  // its weights as [Cin, Cout] panels, packed by the first such plan
+
+  // A plan is made for the intra-op threads of the call that makes it (oneDNN primitives and the
+  // Winograd plan split their work for that many): the key is x's dims and the thread count, so a
+  // batch split's parts run side by side on one thread each (runtime/batch_split_parts.h) do not
+  // hand their one-thread plans to whole-batch runs of the same shape, nor take theirs.
+  static std::vector<int64_t> plan_key(const std::vector<int64_t>& x_dims) {
+    std::vector<int64_t> key = x_dims;
+    key.push_back(omp_in_parallel() ? 1 : omp_get_max_threads());
+    return key;
+  }
+  static std::vector<int64_t> dims_of(const std::vector<int64_t>& key) { return {key.begin(), key.end() - 1}; }
 
   Status make_plan(const std::vector<int64_t>& x_dims, Plan* plan) {
     const int64_t nd = w_.rank() - 2;
