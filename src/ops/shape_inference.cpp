@@ -340,6 +340,19 @@ Status infer_node(InferState& st, Graph* g, const Node& node) {
   }
   if (node.domain.empty() && node.op_type == "Reshape" && node.inputs.size() == 2 && !values[1] && !outs.empty())
     refine_reshape(st, node, opset, types, &outs[0]);
+  // ConstantOfShape(Shape(x)) of a partly symbolic x: x's dims (the mask exports build Where on it).
+  if (node.domain.empty() && node.op_type == "ConstantOfShape" && !node.inputs.empty() && !values.empty() && !values[0] &&
+      !outs.empty() && outs[0].shape) {
+    auto it = st.shape_dims.find(node.inputs[0]);
+    if (it != st.shape_dims.end() && static_cast<int64_t>(it->second.size()) == outs[0].shape->rank()) {
+      bool valid = true;
+      for (const Dim& d : it->second) valid = valid && !(!d.symbol.empty() && d.symbol[0] == '#');
+      for (size_t i = 0; valid && i < it->second.size(); ++i) {
+        Dim& o = outs[0].shape->dims[i];
+        if (!o.is_known() && o.symbol.empty()) o = it->second[i];
+      }
+    }
+  }
   // Values the shape rule computed without running the kernel (Shape of a static shape) are constants too.
   const std::vector<Tensor>& known = ctx.output_values();
   for (size_t i = 0; i < known.size() && i < node.outputs.size(); ++i) {

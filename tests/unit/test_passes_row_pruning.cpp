@@ -258,3 +258,27 @@ TEST(RowPruning, MovesASliceThroughBroadcastOperands) {
 
 }  // namespace
 }  // namespace ferry::testing
+
+namespace ferry::testing {
+namespace {
+
+TEST(ShapeInference, ConstantOfShapeOfAPartlySymbolicShape) {
+  // torch's attention-mask export: Where(.., ConstantOfShape(Shape(m))) keeps m's [batch, 1, 4].
+  ModelBuilder b(17);
+  auto m = b.input("m", {2, 1, 4});
+  auto z = b.node("ConstantOfShape", {b.node("Shape", {m})});
+  b.output(b.node("Add", {z, m}));
+  auto model = b.build();
+  ValueInfo& in = model->graph.inputs[0];
+  in.type.shape->dims[0] = Dim::symbolic("batch");
+  model->graph.value_types["m"] = in.type;
+  for (const Node& n : model->graph.nodes)
+    for (const std::string& out : n.outputs) model->graph.value_types.erase(out);
+  ASSERT_TRUE(infer_shapes(model.get()).is_ok());
+  const TensorType* t = model->graph.find_type(z);
+  ASSERT_TRUE(t && t->shape);
+  EXPECT_EQ(t->shape->to_string(), "[batch,1,4]");
+}
+
+}  // namespace
+}  // namespace ferry::testing
