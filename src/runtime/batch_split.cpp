@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -343,6 +345,80 @@ int64_t batch_split_rows(const BatchSplitInfo& info, int64_t rows, int64_t cache
   return 1;
 }
 
+std::vector<BatchSplitCut> batch_split_cuts(const Graph& g, const BatchSplitInfo& info) {
+  std::vector<BatchSplitCut> cuts;
+  if (!info.separable || g.nodes.size() < 2) return cuts;
+  constexpr int64_t kUnknown = std::numeric_limits<int64_t>::max();
+  // Bytes per row of a batched value (axis 0 the batch symbol, the rest known); 0: not batched
+  // (a shape, a value computed from weights); kUnknown: batched of unknown size.
+  const auto row_bytes = [&](const std::string& v) -> int64_t {
+    const TensorType* t = g.find_type(v);
+    if (!t || t->kind != ValueKind::kTensor || !t->shape) return kUnknown;
+    const Shape& s = *t->shape;
+    if (s.rank() == 0 || s.dims[0].is_known() || s.dims[0].symbol != info.symbol) return 0;
+    int64_t bytes = dtype_size(t->dtype);
+    if (bytes <= 0) return kUnknown;
+    for (int64_t i = 1; i < s.rank(); ++i) {
+      const Dim& d = s.dims[static_cast<size_t>(i)];
+      if (!d.is_known()) return kUnknown;
+      bytes *= d.value;
+    }
+    return bytes;
+  };
+  const int64_t n = static_cast<int64_t>(g.nodes.size());
+  std::unordered_map<std::string, int64_t> last_use;  // node index of the last reader; n: a graph output
+  for (int64_t i = 0; i < n; ++i) {
+    const Node& node = g.nodes[static_cast<size_t>(i)];
+    for (const std::string& in : node.inputs)
+      if (!in.empty()) last_use[in] = i;
+    for (const std::string& in : node.implicit_inputs) last_use[in] = i;
+  }
+  for (const ValueInfo& out : g.outputs) last_use[out.name] = n;
+  const auto last_of = [&](const std::string& v) {
+    auto it = last_use.find(v);
+    return it == last_use.end() ? int64_t{-1} : it->second;
+  };
+  // back[i]: the largest batched tensor nodes i.. read or make, per row.
+  std::vector<int64_t> back(static_cast<size_t>(n) + 1, 0);
+  for (int64_t i = n - 1; i >= 0; --i) {
+    int64_t m = back[static_cast<size_t>(i) + 1];
+    const Node& node = g.nodes[static_cast<size_t>(i)];
+    for (const std::string& v : node.outputs)
+      if (!v.empty()) m = std::max(m, row_bytes(v));
+    for (const std::string& v : node.inputs)
+      if (!v.empty() && !g.initializers.count(v)) m = std::max(m, row_bytes(v));
+    back[static_cast<size_t>(i)] = m;
+  }
+  std::set<std::string> live;  // values made so far (graph inputs included) that a later node or the graph's outputs need
+  for (const ValueInfo& in : g.inputs)
+    if (last_of(in.name) >= 0) live.insert(in.name);
+  for (int64_t i = 0; i + 1 < n; ++i) {
+    const Node& node = g.nodes[static_cast<size_t>(i)];
+    for (const std::string& v : node.outputs)
+      if (!v.empty() && last_of(v) > i) live.insert(v);
+    for (auto it = live.begin(); it != live.end();) it = last_of(*it) <= i ? live.erase(it) : std::next(it);
+    if (live.size() != 1) continue;
+    const std::string& v = *live.begin();
+    const int64_t rb = row_bytes(v);
+    if (rb <= 0 || rb == kUnknown || last_of(v) >= n) continue;  // not a batched tensor, or a graph output itself
+    if (std::any_of(g.inputs.begin(), g.inputs.end(), [&](const ValueInfo& in) { return in.name == v; })) continue;
+    BatchSplitCut c;
+    c.after = i;
+    c.value = v;
+    c.value_row_bytes = rb;
+    c.back_row_bytes = back[static_cast<size_t>(i) + 1];
+    cuts.push_back(std::move(c));
+  }
+  return cuts;
+}
+
+const BatchSplitCut* choose_front_cut(const std::vector<BatchSplitCut>& cuts, int64_t rows, int64_t back_bytes) {
+  if (rows <= 0 || back_bytes <= 0) return nullptr;
+  for (const BatchSplitCut& c : cuts)
+    if (c.back_row_bytes <= back_bytes / rows) return &c;
+  return nullptr;
+}
+
 int64_t last_level_cache_bytes() {
   // sysfs first: the size one core's cache domain has (what lscpu prints). sysconf's L3 figure
   // can be the whole host's (384 MiB inside a VM on a 32 MiB-per-CCX EPYC).
@@ -382,7 +458,11 @@ int64_t last_level_cache_bytes() {
 namespace ferry {
 namespace {
 std::atomic<int64_t> g_concurrent_runs{0};
-// Off until measured faster on a quiet machine (issue 22): FERRY_SPLIT_LANES=2 turns it on.
+// Off until measured faster on a quiet machine (issue 22): FERRY_SPLIT_LANES=2 turns it on. Under
+// load 4-6 on 2 cores (bench/ab_vs_ort.py MODEL 2 8 5 1.5, median of per-round ferry/ORT, off then
+// on): ResNet-50 0.683 -> 0.596 and 0.703 -> 0.661, EfficientNet-B0 0.781 -> 0.602, UNet 0.567 ->
+// 0.542, MobileNetV2 0.454 -> 0.579 (its direct pairs even); one unloaded ResNet-50 pair 197.5 ->
+// 176.6 ms.
 constexpr bool kSplitLanesByDefault = false;
 }  // namespace
 
