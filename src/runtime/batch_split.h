@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -32,6 +33,27 @@ BatchSplitInfo analyze_batch_split(const Graph& g);
 /// fits in `cache_bytes`, and that divide the batch evenly; split only when the whole batch's
 /// largest tensor exceeds half the cache.
 int64_t batch_split_rows(const BatchSplitInfo& info, int64_t rows, int64_t cache_bytes);
+
+/// A place in the node order where the graph can be cut for a split of only its front: nodes
+/// [0, after] run as batch parts, each part's `value` goes into one whole-batch tensor, and the
+/// nodes after run once on the whole batch. Exactly one value is live across it (produced at or
+/// before `after` or a graph input, read after it or a graph output): `value`, a batched tensor
+/// of known size whose axis 0 is the batch (every layout the runtime uses is batch-outermost and
+/// dense, so part i's rows are one contiguous block of the whole).
+struct BatchSplitCut {
+  int64_t after = -1;
+  std::string value;
+  int64_t value_row_bytes = 0;
+  /// The largest batched tensor the nodes after the cut read or make, bytes per row.
+  int64_t back_row_bytes = 0;
+};
+
+/// Every such place of a separable graph, in node order (empty when `info` is not separable).
+std::vector<BatchSplitCut> batch_split_cuts(const Graph& g, const BatchSplitInfo& info);
+
+/// The cut for a split batch of `rows`: the first (so the front keeps every larger tensor) whose
+/// back's largest tensor, at the whole batch, is at most `back_bytes`; nullptr when none is.
+const BatchSplitCut* choose_front_cut(const std::vector<BatchSplitCut>& cuts, int64_t rows, int64_t back_bytes);
 
 /// The last-level cache's size in bytes (sysconf), or 32 MiB when the system does not say.
 int64_t last_level_cache_bytes();

@@ -127,6 +127,9 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model
   if (const char* e = std::getenv("FERRY_BATCH_SPLIT"); e && *e) ex->split_rows_option_ = std::atoll(e);
   ex->split_enabled_ = ex->split_rows_option_ != 0 && is_host_backend(*ex->backend_) && ex->backend_->name() != "cpu-ref";
   if (ex->split_enabled_) ex->split_info_ = analyze_batch_split(ex->model_->graph);
+  ex->split_front_bytes_ = options.split_front_bytes;
+  if (const char* e = std::getenv("FERRY_SPLIT_FRONT"); e && *e) ex->split_front_bytes_ = std::atoll(e);
+  if (ex->split_front_bytes_ != 0) ex->split_cuts_ = batch_split_cuts(ex->model_->graph, ex->split_info_);
   ASSIGN_OR_RETURN(ex->plan_, plan_partitions(*ex->model_, *ex->backend_, ex->host_.get(), options.allow_fallback));
   for (const Crossing& c : ex->plan_.crossings) ++ex->crossing_count_[c.value];
   RETURN_IF_ERROR(ex->prepare_graph(ex->model_->graph, nullptr));
@@ -298,9 +301,18 @@ int64_t Executor::sub_batch(const NamedValues& feeds) const {
 Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
   const int64_t sub = sub_batch(feeds);
   last_split_rows_.store(sub);
+  last_split_cut_.store(-1);
   if (sub <= 0) return run_whole(feeds, outputs);
   RETURN_IF_ERROR(check_feeds(feeds));
   const int64_t rows = feeds[0].second.tensor.dim(0);
+  if (!split_cuts_.empty()) {
+    // Only the front as parts: the first place after which every tensor of the whole batch fits.
+    const int64_t back_bytes = split_front_bytes_ > 0 ? split_front_bytes_ : last_level_cache_bytes() / 3;
+    if (const BatchSplitCut* cut = choose_front_cut(split_cuts_, rows, back_bytes)) {
+      last_split_cut_.store(cut->after);
+      return run_split_front(feeds, sub, *cut, outputs);
+    }
+  }
   outputs->clear();
   const int64_t parts = (rows + sub - 1) / sub;
   // Parts side by side, one per intra-op thread (runtime/batch_split_parts.h), when the runs are
@@ -346,22 +358,76 @@ Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
   return Status::ok();
 }
 
+Status Executor::run_split_front(const NamedValues& feeds, int64_t sub, const BatchSplitCut& cut, NamedValues* outputs) {
+  const Graph& g = model_->graph;
+  const int64_t rows = feeds[0].second.tensor.dim(0);
+  const int64_t parts = (rows + sub - 1) / sub;
+  const TensorType* type = g.find_type(cut.value);
+  if (!type || !type->shape) return internal_error("the split's cut value '" + cut.value + "' has no known type");
+  std::vector<int64_t> dims{rows};
+  for (size_t i = 1; i < type->shape->dims.size(); ++i) dims.push_back(type->shape->dims[i].value);
+  ASSIGN_OR_RETURN(Tensor whole, Tensor::try_allocate(type->dtype, dims));
+  const int64_t row_bytes = whole.nbytes() / rows;
+  const Phase front{1, 0, static_cast<size_t>(cut.after) + 1, &cut};
+  const Phase back{2, static_cast<size_t>(cut.after) + 1, g.nodes.size(), &cut};
+  const int lanes = observer_ ? 1 : batch_split_lanes(parts);
+  std::vector<Status> part_status(static_cast<size_t>(parts), Status::ok());
+  std::vector<uint8_t> part_fits(static_cast<size_t>(parts), 0);
+  run_batch_parts(parts, lanes, [&](int64_t p) {
+    const int64_t begin = p * sub, count = std::min(sub, rows - begin);
+    NamedValues part_feeds, part_out;
+    for (const auto& [name, v] : feeds) part_feeds.emplace_back(name, Value(v.tensor.outer_slice(begin, count)));
+    Status st = run_phase(part_feeds, front, &part_out);
+    if (st.is_ok() && part_out.size() == 1 && part_out[0].second.is_tensor()) {
+      // The part's rows are one block of the whole (axis 0 outermost, dense): a copy, when the
+      // part came back with the type's shape for its rows.
+      const Tensor& t = part_out[0].second.tensor;
+      std::vector<int64_t> want = dims;
+      want[0] = count;
+      if (t.dtype() == whole.dtype() && t.dims() == want) {
+        std::memcpy(static_cast<uint8_t*>(whole.mutable_raw()) + row_bytes * begin, t.raw(), static_cast<size_t>(t.nbytes()));
+        part_fits[static_cast<size_t>(p)] = 1;
+      }
+    }
+    part_status[static_cast<size_t>(p)] = std::move(st);
+  });
+  for (int64_t p = 0; p < parts; ++p) {
+    if (!part_status[static_cast<size_t>(p)].is_ok() || !part_fits[static_cast<size_t>(p)]) {
+      // A part failed, or its cut value is not the type's (the analysis is conservative; should
+      // it still be wrong): the batch runs whole, the model's own result, only slower.
+      last_split_rows_.store(0);
+      last_split_cut_.store(-1);
+      outputs->clear();
+      return run_whole(feeds, outputs);
+    }
+  }
+  return run_phase({{cut.value, Value(std::move(whole))}}, back, outputs);
+}
+
 Status Executor::run_whole(const NamedValues& feeds, NamedValues* outputs) {
   RETURN_IF_ERROR(check_feeds(feeds));
+  return run_phase(feeds, Phase{0, 0, model_->graph.nodes.size(), nullptr}, outputs);
+}
+
+Status Executor::run_phase(const NamedValues& feeds, const Phase& phase, NamedValues* outputs) {
   const Graph& g = model_->graph;
   const PreparedGraph& pg = *graphs_.at(&g);
   std::unique_ptr<RunState> state = acquire_state();
   state->slots.resize(static_cast<size_t>(pg.num_slots));
-  std::vector<int64_t> shapes_key;
+  std::vector<int64_t> shapes_key{phase.tag};
   bool plannable = plan_memory_ && (!observer_ || !observer_keeps_outputs_);
-  for (size_t i = 0; i < g.inputs.size(); ++i) {
-    for (const auto& [name, v] : feeds) {
-      if (name != g.inputs[i].name) continue;
-      state->slots[static_cast<size_t>(pg.input_slots[i])] = v;
-      plannable = plannable && v.kind == ValueKind::kTensor;
-      shapes_key.push_back(v.tensor.rank());
-      shapes_key.insert(shapes_key.end(), v.tensor.dims().begin(), v.tensor.dims().end());
-    }
+  const auto bind = [&](int32_t slot, const Value& v) {
+    state->slots[static_cast<size_t>(slot)] = v;
+    plannable = plannable && v.kind == ValueKind::kTensor;
+    shapes_key.push_back(v.tensor.rank());
+    shapes_key.insert(shapes_key.end(), v.tensor.dims().begin(), v.tensor.dims().end());
+  };
+  if (phase.tag == 2) {
+    for (const auto& [name, v] : feeds) bind(pg.slot_of.at(name), v);
+  } else {
+    for (size_t i = 0; i < g.inputs.size(); ++i)
+      for (const auto& [name, v] : feeds)
+        if (name == g.inputs[i].name) bind(pg.input_slots[i], v);
   }
   RunMemory memory;
   for (const auto& [name, t] : feeds) {
@@ -400,8 +466,14 @@ Status Executor::run_whole(const NamedValues& feeds, NamedValues* outputs) {
   Frame frame;
   frame.graph = &pg;
   frame.slots = &state->slots;
-  Status st = run_graph(g, pg, frame, &memory);
-  if (st.is_ok()) {
+  Status st = run_graph(g, pg, frame, &memory, phase.begin, phase.end);
+  if (st.is_ok() && phase.tag == 1) {
+    outputs->clear();
+    Value& v = state->slots[static_cast<size_t>(pg.slot_of.at(phase.cut->value))];
+    if (!v.defined()) st = internal_error("the split's cut value '" + phase.cut->value + "' was not computed");
+    else outputs->emplace_back(phase.cut->value, v);  // alive past the run: the plan leaves it on the heap
+    if (st.is_ok()) copy_out_of_arena(state->arena, &outputs->back().second);
+  } else if (st.is_ok()) {
     outputs->clear();
     for (size_t i = 0; i < g.outputs.size(); ++i) {
       const Value* v = frame.get(pg.outputs[i]);
@@ -438,12 +510,14 @@ Status Executor::run_whole(const NamedValues& feeds, NamedValues* outputs) {
   return st;
 }
 
-Status Executor::run_graph(const Graph& g, const PreparedGraph& pg, Frame& frame, RunMemory* memory) {
+Status Executor::run_graph(const Graph& g, const PreparedGraph& pg, Frame& frame, RunMemory* memory, size_t begin,
+                           size_t end) {
   std::vector<Value>& slots = *frame.slots;
   std::vector<Value> results;
   std::vector<const Value*> recorded_inputs;
   const bool observe = memory != nullptr;  // the main graph
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
+  if (end == 0) end = g.nodes.size();
+  for (size_t i = begin; i < end; ++i) {
     const Node& node = g.nodes[i];
     const PreparedNode& pn = pg.nodes[i];
     std::vector<const Value*> inputs(pn.inputs.size(), nullptr);

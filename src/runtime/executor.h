@@ -45,6 +45,12 @@ struct ExecutorOptions {
   /// the reference one. Rows per part: -1 sized by the cache, 0 never split, N > 0 at most N.
   /// $FERRY_BATCH_SPLIT (same values) overrides it.
   int64_t batch_split_rows = -1;
+  /// A split batch runs only the graph's front as parts when one value alone crosses a place in
+  /// the node order after which every tensor, at the whole batch, fits `split_front_bytes`
+  /// (runtime/batch_split.h, BatchSplitCut): the rest runs once on the whole batch (its weights
+  /// read once, its GEMMs on every row). -1: a third of the last-level cache; 0: off (the whole
+  /// graph runs as parts). $FERRY_SPLIT_FRONT (same values) overrides it.
+  int64_t split_front_bytes = -1;
 };
 
 /// The memory plan of the last input shapes run (see Executor::memory_stats).
@@ -89,6 +95,9 @@ class Executor {
   const BatchSplitInfo& batch_split() const { return split_info_; }
   /// Rows per part of the last run that split its batch (0: the last run was whole).
   int64_t last_split_rows() const { return last_split_rows_.load(); }
+  /// The node after which the last split run went on with the whole batch (-1: its parts ran the
+  /// whole graph, or it did not split).
+  int64_t last_split_cut() const { return last_split_cut_.load(); }
 
   /// Checks feeds without running; the error names the input, the expected and the given type.
   Status check_feeds(const NamedValues& feeds) const;
@@ -129,10 +138,22 @@ class Executor {
   Status prepare_graph(const Graph& g, Backend* backend);
   /// One run of the main graph on `feeds` as given (run_values may split a batch into several).
   Status run_whole(const NamedValues& feeds, NamedValues* outputs);
+  /// Which nodes one run_phase call runs: the whole graph, a split's front (graph inputs in, the
+  /// cut's value out) or its back (the cut's value in, the graph outputs out).
+  struct Phase {
+    int tag = 0;  // 0 whole, 1 front, 2 back: keys the memory plans apart
+    size_t begin = 0, end = 0;
+    const BatchSplitCut* cut = nullptr;
+  };
+  /// Runs `phase` on `feeds` (checked by the caller); a front's output is its cut value.
+  Status run_phase(const NamedValues& feeds, const Phase& phase, NamedValues* outputs);
+  /// A split of the front only (see ExecutorOptions::split_front_bytes).
+  Status run_split_front(const NamedValues& feeds, int64_t sub, const BatchSplitCut& cut, NamedValues* outputs);
   /// Rows of the batch per run when run_values splits `feeds` (0: it runs them whole).
   int64_t sub_batch(const NamedValues& feeds) const;
-  /// Runs g's nodes; `memory` is non-null for the main graph only (arena, observer).
-  Status run_graph(const Graph& g, const PreparedGraph& pg, Frame& frame, RunMemory* memory);
+  /// Runs g's nodes [begin, end) (end 0: all); `memory` is non-null for the main graph only.
+  Status run_graph(const Graph& g, const PreparedGraph& pg, Frame& frame, RunMemory* memory, size_t begin = 0,
+                   size_t end = 0);
   Status run_body(const Graph& body, const Frame& outer, const std::vector<Value>& inputs, std::vector<Value>* outputs);
   static void copy_out_of_arena(const ArenaAllocator& arena, Value* v);
   std::shared_ptr<const ArenaPlan> find_plan(const std::vector<int64_t>& shapes_key);
@@ -163,6 +184,9 @@ class Executor {
   int64_t split_rows_option_ = -1;
   BatchSplitInfo split_info_;
   std::atomic<int64_t> last_split_rows_{0};
+  int64_t split_front_bytes_ = -1;
+  std::vector<BatchSplitCut> split_cuts_;
+  std::atomic<int64_t> last_split_cut_{-1};
   mutable std::mutex plans_mu_;
   std::map<std::vector<int64_t>, std::shared_ptr<const ArenaPlan>> plans_;  // input shapes -> plan
   std::shared_ptr<const ArenaPlan> last_plan_;

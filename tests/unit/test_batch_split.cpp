@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <map>
 
 #include "graph_builder.h"
 #include "runtime/batch_split.h"
@@ -206,6 +207,204 @@ TEST(BatchSplit, GraphThatMixesRowsRunsWhole) {
     double sum = 0;
     for (int64_t r = 0; r < 6; ++r) sum += out[0].second.data<float>()[r * 4 + c];
     EXPECT_NEAR(sum, 0.0, 1e-5);
+  }
+}
+
+// x[N,3,16,16] -> Conv(8, 3x3 pad 1) -> Relu -> Conv(8, 3x3 stride 2 pad 1) -> Relu -> a residual
+// block at 8x8 (Conv + Add of its input) -> GlobalAveragePool -> Flatten -> Gemm(8 -> 5): the 16x16
+// tensors take 8 KiB a row, the 8x8 ones 2 KiB.
+std::shared_ptr<Model> two_stage_cnn() {
+  GraphBuilder b(17);
+  std::string x = b.input("x", DType::kF32, {-1, 3, 16, 16});
+  std::string w1 = b.initializer("w1", random_tensor({8, 3, 3, 3}, 21));
+  std::string w2 = b.initializer("w2", random_tensor({8, 8, 3, 3}, 22));
+  std::string w3 = b.initializer("w3", random_tensor({8, 8, 3, 3}, 23));
+  std::string fc = b.initializer("fc", random_tensor({5, 8}, 24));
+  std::string c1 = b.node("Conv", {x, w1}, {{"pads", ints({1, 1, 1, 1})}});
+  std::string r1 = b.node("Relu", {c1});
+  std::string c2 = b.node("Conv", {r1, w2}, {{"pads", ints({1, 1, 1, 1})}, {"strides", ints({2, 2})}});
+  std::string r2 = b.node("Relu", {c2});
+  std::string c3 = b.node("Conv", {r2, w3}, {{"pads", ints({1, 1, 1, 1})}});
+  std::string a = b.node("Add", {c3, r2});
+  std::string p = b.node("GlobalAveragePool", {a});
+  std::string f = b.node("Flatten", {p}, {{"axis", GraphBuilder::i(1)}});
+  b.output(b.node("Gemm", {f, fc}, {{"transB", GraphBuilder::i(1)}}));
+  return b.build();
+}
+
+TEST(BatchSplitFront, CutsWhereOneValueIsLive) {
+  auto model = two_stage_cnn();
+  const Graph& g = model->graph;
+  const BatchSplitInfo info = analyze_batch_split(g);
+  ASSERT_TRUE(info.separable) << info.why_not;
+  const std::vector<BatchSplitCut> cuts = batch_split_cuts(g, info);
+  std::vector<int64_t> after;
+  for (const BatchSplitCut& c : cuts) {
+    after.push_back(c.after);
+    EXPECT_EQ(c.value, g.nodes[static_cast<size_t>(c.after)].outputs[0]) << "cut after node " << c.after;
+  }
+  // Not after the residual block's Conv (its input is live too), nor after the last node.
+  EXPECT_EQ(after, (std::vector<int64_t>{0, 1, 2, 3, 5, 6, 7}));
+  EXPECT_EQ(cuts[0].back_row_bytes, 8 * 16 * 16 * 4);
+  EXPECT_EQ(cuts[2].value_row_bytes, 8 * 8 * 8 * 4);
+  EXPECT_EQ(cuts[2].back_row_bytes, 8 * 8 * 8 * 4);
+  // 4 rows whose back must fit 4 x 2 KiB: the first cut after which only 8x8 tensors remain.
+  const BatchSplitCut* c = choose_front_cut(cuts, 4, 4 * 2048);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->after, 2);
+  EXPECT_EQ(choose_front_cut(cuts, 4, 4 * 2048 - 1)->after, 6);  // only after the pool has read its 8x8 input
+  EXPECT_EQ(choose_front_cut(cuts, 4, 4 * 32 - 1), nullptr);     // not even the pooled tensor fits
+  EXPECT_EQ(choose_front_cut(cuts, 4, 0), nullptr);
+}
+
+TEST(BatchSplitFront, NoSingleValueCutFindsNone) {
+  // x feeds both branches up to their Add, the last node: two values are live at every place.
+  GraphBuilder b(17);
+  std::string x = b.input("x", DType::kF32, {-1, 3, 8, 8});
+  std::string c1 = b.node("Conv", {x, b.initializer("w1", random_tensor({4, 3, 1, 1}, 31))});
+  std::string c2 = b.node("Conv", {x, b.initializer("w2", random_tensor({4, 3, 1, 1}, 32))});
+  b.output(b.node("Add", {c1, c2}));
+  auto model = b.build();
+  const BatchSplitInfo info = analyze_batch_split(model->graph);
+  ASSERT_TRUE(info.separable) << info.why_not;
+  EXPECT_TRUE(batch_split_cuts(model->graph, info).empty());
+  BatchSplitInfo mixed = info;
+  mixed.separable = false;
+  EXPECT_TRUE(batch_split_cuts(two_stage_cnn()->graph, mixed).empty()) << "a graph that mixes rows has no cut";
+}
+
+std::unique_ptr<Executor> front_executor(std::shared_ptr<Model> m, int64_t split_rows, int64_t front_bytes, int threads = 1,
+                                         int opt_level = -1) {
+  ExecutorOptions eo;
+  eo.opt_level = opt_level;
+  eo.device = "cpu";
+  eo.batch_split_rows = split_rows;
+  eo.split_front_bytes = front_bytes;
+  eo.threads = threads;
+  auto ex = Executor::create(std::move(m), eo);
+  EXPECT_TRUE(ex.is_ok()) << ex.status().to_string();
+  return std::move(ex.value());
+}
+
+void expect_same(const NamedTensors& got, const NamedTensors& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    ASSERT_EQ(got[k].second.dims(), want[k].second.dims());
+    for (int64_t i = 0; i < want[k].second.numel(); ++i)
+      ASSERT_NEAR(got[k].second.data<float>()[i], want[k].second.data<float>()[i], 1e-5) << "element " << i;
+  }
+}
+
+// The front as parts, the back on the whole batch: the unsplit run's result, with the memory plans
+// of both phases recorded, then reused.
+TEST(BatchSplitFront, FrontPartsThenWholeBatchGiveTheUnsplitResult) {
+  if (std::getenv("FERRY_BATCH_SPLIT") || std::getenv("FERRY_SPLIT_FRONT") || std::getenv("FERRY_SPLIT_LANES"))
+    GTEST_SKIP() << "FERRY_BATCH_SPLIT / FERRY_SPLIT_FRONT / FERRY_SPLIT_LANES override the options under test";
+  auto model = two_stage_cnn();
+  const Tensor x = random_tensor({8, 3, 16, 16}, 25);
+  NamedTensors whole, out;
+  auto ex_whole = front_executor(model, 0, 0);
+  ASSERT_TRUE(ex_whole->run({{"x", x}}, &whole).is_ok());
+  // 8 rows of 2 KiB at the back: the 8x8 tensors fit, the 16x16 ones do not.
+  auto ex = front_executor(model, 2, 8 * 2048);
+  const Graph& g = ex->model().graph;  // the optimized graph (Conv + Relu fused, NHWC)
+  const std::vector<BatchSplitCut> cuts = batch_split_cuts(g, ex->batch_split());
+  const BatchSplitCut* want = choose_front_cut(cuts, 8, 8 * 2048);
+  ASSERT_NE(want, nullptr);
+  for (int rep = 0; rep < 3; ++rep) {
+    Status st = ex->run({{"x", x}}, &out);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(ex->last_split_rows(), 2);
+    EXPECT_EQ(ex->last_split_cut(), want->after);
+    expect_same(out, whole);
+  }
+  EXPECT_TRUE(ex->memory_stats().planned);
+  // Off: the whole graph as parts, as before.
+  auto ex_off = front_executor(model, 2, 0);
+  ASSERT_TRUE(ex_off->run({{"x", x}}, &out).is_ok());
+  EXPECT_EQ(ex_off->last_split_rows(), 2);
+  EXPECT_EQ(ex_off->last_split_cut(), -1);
+  expect_same(out, whole);
+  // A back too small for any cut's tensors: the whole graph as parts.
+  auto ex_small = front_executor(model, 2, 16);
+  ASSERT_TRUE(ex_small->run({{"x", x}}, &out).is_ok());
+  EXPECT_EQ(ex_small->last_split_rows(), 2);
+  EXPECT_EQ(ex_small->last_split_cut(), -1);
+  expect_same(out, whole);
+}
+
+TEST(BatchSplitFront, NoCutFallsBackToTheWholeGraphAsParts) {
+  if (std::getenv("FERRY_BATCH_SPLIT") || std::getenv("FERRY_SPLIT_FRONT")) GTEST_SKIP() << "env overrides the options";
+  GraphBuilder b(17);
+  std::string x = b.input("x", DType::kF32, {-1, 3, 8, 8});
+  std::string c1 = b.node("Conv", {x, b.initializer("w1", random_tensor({4, 3, 1, 1}, 31))});
+  std::string c2 = b.node("Conv", {x, b.initializer("w2", random_tensor({4, 3, 1, 1}, 32))});
+  b.output(b.node("Mul", {c1, c2}));
+  auto model = b.build();
+  const Tensor x6 = random_tensor({6, 3, 8, 8}, 33);
+  NamedTensors whole, out;
+  ASSERT_TRUE(front_executor(model, 0, 0, 1, 1)->run({{"x", x6}}, &whole).is_ok());
+  // Opt level 1: no NHWC layout, whose Transpose back at the end would leave one value live before it.
+  auto ex = front_executor(model, 2, int64_t{1} << 30, 1, 1);
+  EXPECT_TRUE(batch_split_cuts(ex->model().graph, ex->batch_split()).empty());
+  ASSERT_TRUE(ex->run({{"x", x6}}, &out).is_ok());
+  EXPECT_EQ(ex->last_split_rows(), 2);
+  EXPECT_EQ(ex->last_split_cut(), -1);
+  expect_same(out, whole);
+}
+
+// An observer that only looks sees each front node once per part and each back node once; one
+// that keeps outputs gets whole-batch tensors: no split, every node once.
+TEST(BatchSplitFront, ObserverSeesFrontNodesPerPartAndBackNodesOnce) {
+  if (std::getenv("FERRY_BATCH_SPLIT") || std::getenv("FERRY_SPLIT_FRONT")) GTEST_SKIP() << "env overrides the options";
+  auto model = two_stage_cnn();
+  const Tensor x = random_tensor({8, 3, 16, 16}, 26);
+  auto ex = front_executor(model, 2, 8 * 2048);
+  const Graph& g = ex->model().graph;
+  std::map<const Node*, int> seen;
+  std::map<const Node*, int64_t> rows_seen;
+  ex->set_observer(
+      [&](const Node& n, const std::vector<Value>& outs, double) {
+        ++seen[&n];
+        rows_seen[&n] = outs[0].tensor.dim(0);
+      },
+      false);
+  NamedTensors out;
+  ASSERT_TRUE(ex->run({{"x", x}}, &out).is_ok());
+  const int64_t cut = ex->last_split_cut();
+  ASSERT_GE(cut, 0);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const bool front = static_cast<int64_t>(i) <= cut;
+    EXPECT_EQ(seen[&g.nodes[i]], front ? 4 : 1) << g.nodes[i].describe();
+    EXPECT_EQ(rows_seen[&g.nodes[i]], front ? 2 : 8) << g.nodes[i].describe();
+  }
+  seen.clear();
+  ex->set_observer([&](const Node& n, const std::vector<Value>&, double) { ++seen[&n]; }, true);
+  ASSERT_TRUE(ex->run({{"x", x}}, &out).is_ok());
+  EXPECT_EQ(ex->last_split_rows(), 0);
+  for (const Node& n : g.nodes) EXPECT_EQ(seen[&n], 1) << n.describe();
+}
+
+// Parts side by side (FERRY_SPLIT_LANES=2, 2 threads) for the front, then the back on both threads.
+TEST(BatchSplitFront, FrontPartsSideBySide) {
+  if (std::getenv("FERRY_BATCH_SPLIT") || std::getenv("FERRY_SPLIT_FRONT") || std::getenv("FERRY_SPLIT_LANES"))
+    GTEST_SKIP() << "env overrides the options";
+  struct Unset {
+    ~Unset() { unsetenv("FERRY_SPLIT_LANES"); }
+  } unset;
+  setenv("FERRY_SPLIT_LANES", "2", 1);
+  auto model = two_stage_cnn();
+  const Tensor x = random_tensor({8, 3, 16, 16}, 27);
+  NamedTensors whole, out;
+  ASSERT_TRUE(front_executor(model, 0, 0, 2)->run({{"x", x}}, &whole).is_ok());
+  auto ex = front_executor(model, 2, 8 * 2048, 2);
+  for (int rep = 0; rep < 2; ++rep) {
+    const int64_t before = batch_split_concurrent_runs();
+    ASSERT_TRUE(ex->run({{"x", x}}, &out).is_ok());
+    EXPECT_GE(ex->last_split_cut(), 0);
+    EXPECT_EQ(batch_split_concurrent_runs(), before + 1) << "the front's parts did not run side by side";
+    EXPECT_EQ(omp_get_max_threads(), 2);
+    expect_same(out, whole);
   }
 }
 
