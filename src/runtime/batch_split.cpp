@@ -405,6 +405,11 @@ std::vector<BatchSplitCut> batch_split_cuts(const Graph& g, const BatchSplitInfo
     BatchSplitCut c;
     c.after = i;
     c.value = v;
+    for (int64_t j = i; j >= 0 && c.producer < 0; --j) {
+      const std::vector<std::string>& outs = g.nodes[static_cast<size_t>(j)].outputs;
+      for (size_t k = 0; k < outs.size(); ++k)
+        if (outs[k] == v) c.producer = j, c.producer_output = static_cast<int64_t>(k);
+    }
     c.value_row_bytes = rb;
     c.back_row_bytes = back[static_cast<size_t>(i) + 1];
     cuts.push_back(std::move(c));

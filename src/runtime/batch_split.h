@@ -43,6 +43,8 @@ int64_t batch_split_rows(const BatchSplitInfo& info, int64_t rows, int64_t cache
 struct BatchSplitCut {
   int64_t after = -1;
   std::string value;
+  int64_t producer = -1;        // the node that makes `value` (at or before `after`)
+  int64_t producer_output = 0;  // and which of its outputs it is
   int64_t value_row_bytes = 0;
   /// The largest batched tensor the nodes after the cut read or make, bytes per row.
   int64_t back_row_bytes = 0;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -91,7 +92,38 @@ struct Executor::RunMemory {
   ArenaAllocator* arena = nullptr;         // a plan exists: serve from the arena
   bool violated = false;                   // a planned tensor outlived its step: heap from then on
   CrossingStats transfers;                 // this run's device<->host copies (published at the end)
+  int32_t rows_step = -1;                  // a split's front: node rows_step writes its output
+  int32_t rows_output = -1;                // rows_output into rows_dest (its part's rows of the
+  Tensor rows_dest;                        // whole-batch cut value) when the shapes agree
 };
+
+namespace {
+/// Serves one output from given memory (a part's rows of a whole-batch tensor), the rest from
+/// `inner` (the arena, the recorder, or the heap when null).
+class RowsAllocator : public OutputAllocator {
+ public:
+  RowsAllocator(OutputAllocator* inner, int64_t output, Tensor* dest) : inner_(inner), output_(output), dest_(dest) {}
+  bool allocate(int64_t index, DType dtype, std::vector<int64_t>* dims, bool zero_fill, Tensor* out) override {
+    if (index == output_ && !served_ && dtype == dest_->dtype() && *dims == dest_->dims()) {
+      served_ = true;
+      if (zero_fill) std::memset(dest_->mutable_raw(), 0, static_cast<size_t>(dest_->nbytes()));
+      *out = *dest_;
+      return true;
+    }
+    return inner_ && inner_->allocate(index, dtype, dims, zero_fill, out);
+  }
+  bool allocate_over(int64_t index, int64_t input, DType dtype, std::vector<int64_t>* dims, Tensor* out) override {
+    if (index == output_) return allocate(index, dtype, dims, false, out);  // never over an input: it is the whole's
+    return inner_ && inner_->allocate_over(index, input, dtype, dims, out);
+  }
+
+ private:
+  OutputAllocator* inner_;
+  int64_t output_;
+  Tensor* dest_;
+  bool served_ = false;
+};
+}  // namespace
 
 Executor::~Executor() = default;
 
@@ -366,7 +398,19 @@ Status Executor::run_split_front(const NamedValues& feeds, int64_t sub, const Ba
   if (!type || !type->shape) return internal_error("the split's cut value '" + cut.value + "' has no known type");
   std::vector<int64_t> dims{rows};
   for (size_t i = 1; i < type->shape->dims.size(); ++i) dims.push_back(type->shape->dims[i].value);
-  ASSIGN_OR_RETURN(Tensor whole, Tensor::try_allocate(type->dtype, dims));
+  Tensor whole;
+  {
+    std::lock_guard<std::mutex> lock(cut_mu_);
+    for (auto it = cut_spares_.begin(); it != cut_spares_.end(); ++it)
+      if (it->dtype() == type->dtype && it->dims() == dims) {
+        whole = std::move(*it);
+        cut_spares_.erase(it);
+        break;
+      }
+  }
+  if (!whole.raw()) {
+    ASSIGN_OR_RETURN(whole, Tensor::try_allocate(type->dtype, dims));
+  }
   const int64_t row_bytes = whole.nbytes() / rows;
   const Phase front{1, 0, static_cast<size_t>(cut.after) + 1, &cut};
   const Phase back{2, static_cast<size_t>(cut.after) + 1, g.nodes.size(), &cut};
@@ -377,15 +421,15 @@ Status Executor::run_split_front(const NamedValues& feeds, int64_t sub, const Ba
     const int64_t begin = p * sub, count = std::min(sub, rows - begin);
     NamedValues part_feeds, part_out;
     for (const auto& [name, v] : feeds) part_feeds.emplace_back(name, Value(v.tensor.outer_slice(begin, count)));
-    Status st = run_phase(part_feeds, front, &part_out);
+    const Tensor rows_of_part = whole.outer_slice(begin, count);
+    Status st = run_phase(part_feeds, front, &part_out, &rows_of_part);
     if (st.is_ok() && part_out.size() == 1 && part_out[0].second.is_tensor()) {
-      // The part's rows are one block of the whole (axis 0 outermost, dense): a copy, when the
-      // part came back with the type's shape for its rows.
+      // The part's rows are one block of the whole (axis 0 outermost, dense): made there by the
+      // producer, or copied when it made them elsewhere (a view op) with the type's shape.
       const Tensor& t = part_out[0].second.tensor;
-      std::vector<int64_t> want = dims;
-      want[0] = count;
-      if (t.dtype() == whole.dtype() && t.dims() == want) {
-        std::memcpy(static_cast<uint8_t*>(whole.mutable_raw()) + row_bytes * begin, t.raw(), static_cast<size_t>(t.nbytes()));
+      if (t.dtype() == whole.dtype() && t.dims() == rows_of_part.dims()) {
+        if (t.raw() != rows_of_part.raw())
+          std::memcpy(static_cast<uint8_t*>(whole.mutable_raw()) + row_bytes * begin, t.raw(), static_cast<size_t>(t.nbytes()));
         part_fits[static_cast<size_t>(p)] = 1;
       }
     }
@@ -401,7 +445,19 @@ Status Executor::run_split_front(const NamedValues& feeds, int64_t sub, const Ba
       return run_whole(feeds, outputs);
     }
   }
-  return run_phase({{cut.value, Value(std::move(whole))}}, back, outputs);
+  const Status st = run_phase({{cut.value, Value(whole)}}, back, outputs);
+  // Kept for the next run unless an output still points into it (a view of the cut value).
+  const auto* lo = static_cast<const uint8_t*>(whole.raw());
+  bool shared = false;
+  for (const auto& [name, v] : *outputs) {
+    const auto* q = v.is_tensor() ? static_cast<const uint8_t*>(v.tensor.raw()) : nullptr;
+    shared = shared || (q && q >= lo && q < lo + whole.nbytes());
+  }
+  if (st.is_ok() && !shared) {
+    std::lock_guard<std::mutex> lock(cut_mu_);
+    if (cut_spares_.size() < 4) cut_spares_.push_back(std::move(whole));
+  }
+  return st;
 }
 
 Status Executor::run_whole(const NamedValues& feeds, NamedValues* outputs) {
@@ -409,7 +465,7 @@ Status Executor::run_whole(const NamedValues& feeds, NamedValues* outputs) {
   return run_phase(feeds, Phase{0, 0, model_->graph.nodes.size(), nullptr}, outputs);
 }
 
-Status Executor::run_phase(const NamedValues& feeds, const Phase& phase, NamedValues* outputs) {
+Status Executor::run_phase(const NamedValues& feeds, const Phase& phase, NamedValues* outputs, const Tensor* cut_rows) {
   const Graph& g = model_->graph;
   const PreparedGraph& pg = *graphs_.at(&g);
   std::unique_ptr<RunState> state = acquire_state();
@@ -430,6 +486,11 @@ Status Executor::run_phase(const NamedValues& feeds, const Phase& phase, NamedVa
         if (name == g.inputs[i].name) bind(pg.input_slots[i], v);
   }
   RunMemory memory;
+  if (cut_rows && phase.cut && phase.cut->producer >= 0) {
+    memory.rows_step = static_cast<int32_t>(phase.cut->producer);
+    memory.rows_output = static_cast<int32_t>(phase.cut->producer_output);
+    memory.rows_dest = *cut_rows;
+  }
   for (const auto& [name, t] : feeds) {
     auto c = crossing_count_.find(name);
     if (c != crossing_count_.end() && t.is_tensor()) {
@@ -540,6 +601,11 @@ Status Executor::run_graph(const Graph& g, const PreparedGraph& pg, Frame& frame
     if (memory && memory->arena && memory->arena->active()) {
       memory->arena->begin_step(static_cast<int32_t>(i));
       ctx.allocator = memory->arena;
+    }
+    std::optional<RowsAllocator> rows;
+    if (memory && memory->rows_step == static_cast<int32_t>(i)) {
+      rows.emplace(ctx.allocator, memory->rows_output, &memory->rows_dest);
+      ctx.allocator = &*rows;
     }
     if (pn.has_subgraphs) {
       ctx.run_subgraph = [this, &frame](const Graph& body, const std::vector<Value>& body_inputs,

@@ -145,8 +145,9 @@ class Executor {
     size_t begin = 0, end = 0;
     const BatchSplitCut* cut = nullptr;
   };
-  /// Runs `phase` on `feeds` (checked by the caller); a front's output is its cut value.
-  Status run_phase(const NamedValues& feeds, const Phase& phase, NamedValues* outputs);
+  /// Runs `phase` on `feeds` (checked by the caller); a front's output is its cut value, made in
+  /// `cut_rows` (its part's rows of the whole-batch tensor) when the producer's shapes agree.
+  Status run_phase(const NamedValues& feeds, const Phase& phase, NamedValues* outputs, const Tensor* cut_rows = nullptr);
   /// A split of the front only (see ExecutorOptions::split_front_bytes).
   Status run_split_front(const NamedValues& feeds, int64_t sub, const BatchSplitCut& cut, NamedValues* outputs);
   /// Rows of the batch per run when run_values splits `feeds` (0: it runs them whole).
@@ -187,6 +188,8 @@ class Executor {
   int64_t split_front_bytes_ = -1;
   std::vector<BatchSplitCut> split_cuts_;
   std::atomic<int64_t> last_split_cut_{-1};
+  std::mutex cut_mu_;
+  std::vector<Tensor> cut_spares_;  // whole-batch cut values of finished runs, for the next ones
   mutable std::mutex plans_mu_;
   std::map<std::vector<int64_t>, std::shared_ptr<const ArenaPlan>> plans_;  // input shapes -> plan
   std::shared_ptr<const ArenaPlan> last_plan_;
