@@ -361,18 +361,27 @@ TEST(BatchSplitFront, ObserverSeesFrontNodesPerPartAndBackNodesOnce) {
   const Tensor x = random_tensor({8, 3, 16, 16}, 26);
   auto ex = front_executor(model, 2, 8 * 2048);
   const Graph& g = ex->model().graph;
+  const std::vector<BatchSplitCut> cuts = batch_split_cuts(g, ex->batch_split());
+  const BatchSplitCut* want = choose_front_cut(cuts, 8, 8 * 2048);
+  ASSERT_NE(want, nullptr);
   std::map<const Node*, int> seen;
   std::map<const Node*, int64_t> rows_seen;
+  std::vector<const uint8_t*> cut_rows;  // where each part's cut value was made
   ex->set_observer(
       [&](const Node& n, const std::vector<Value>& outs, double) {
         ++seen[&n];
         rows_seen[&n] = outs[0].tensor.dim(0);
+        if (&n == &g.nodes[static_cast<size_t>(want->producer)])
+          cut_rows.push_back(static_cast<const uint8_t*>(outs[static_cast<size_t>(want->producer_output)].tensor.raw()));
       },
       false);
   NamedTensors out;
   ASSERT_TRUE(ex->run({{"x", x}}, &out).is_ok());
   const int64_t cut = ex->last_split_cut();
-  ASSERT_GE(cut, 0);
+  ASSERT_EQ(cut, want->after);
+  // Each part made its cut value in its own rows of one whole-batch tensor: one after the other.
+  ASSERT_EQ(cut_rows.size(), 4u);
+  for (size_t p = 1; p < 4; ++p) EXPECT_EQ(cut_rows[p], cut_rows[0] + p * 2 * want->value_row_bytes) << "part " << p;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const bool front = static_cast<int64_t>(i) <= cut;
     EXPECT_EQ(seen[&g.nodes[i]], front ? 4 : 1) << g.nodes[i].describe();
