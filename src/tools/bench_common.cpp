@@ -206,6 +206,7 @@ StatusOr<BenchSetup> prepare_bench(const BenchOptions& opt) {
     b.gear = gear.gear;
     b.batched_outputs = gear.batched_outputs;
   }
+  apply_inference_malloc_defaults();
   ExecutorOptions eo;
   eo.device = opt.device;
   eo.opt_level = opt.opt_level;

@@ -2,9 +2,11 @@
 
 #include "runtime/memory_estimate.h"
 
+#include <malloc.h>
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 
 #include "format/compiled_model.h"
@@ -31,6 +33,21 @@ StatusOr<std::shared_ptr<Model>> load_model(const std::string& path, bool requir
 }
 
 std::string human_bytes(int64_t bytes) { return format_bytes(bytes); }
+
+void apply_inference_malloc_defaults() {
+#if defined(__GLIBC__)
+  static const bool done = [] {
+    const char* off = std::getenv("FERRY_MALLOC_DEFAULTS");
+    if (off && std::string(off) == "0") return false;
+    for (const char* user : {"GLIBC_TUNABLES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"})
+      if (std::getenv(user)) return false;
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    return true;
+  }();
+  (void)done;
+#endif
+}
 
 namespace {
 bool ends_with(const std::string& s, const std::string& suffix) {

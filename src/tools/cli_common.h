@@ -42,4 +42,16 @@ StatusOr<NamedTensors> load_inputs(const Model& model, const std::vector<std::st
 /// "1.2 MiB"
 std::string human_bytes(int64_t bytes);
 
+/// The inference commands' (run, bench, profile) malloc settings: allocations below 32 MiB from the
+/// heap and the heap's free top kept, instead of glibc's adaptive mmap / trim thresholds. A batch
+/// split of the front (runtime/executor.h) runs kernels on two batch sizes per run, and their
+/// temporaries (oneDNN scratchpads, kernel buffers) then went back and forth between mmap and the
+/// heap: freshly zeroed pages every run (MobileNetV2 b8 at 2 threads: minor faults growing ~450 a
+/// second, p90/p50 1.25-1.73 against 1.06-1.08 with these settings). The executor's own
+/// malloc_trim after a recording run still gives the heap back. Set once per process, before the
+/// executor is made; FERRY_MALLOC_DEFAULTS=0 (or the user's own GLIBC_TUNABLES /
+/// MALLOC_*_ environment) leaves glibc's defaults. `ferry train` keeps glibc's defaults (its
+/// --plan-memory is checked against the measured peak RSS).
+void apply_inference_malloc_defaults();
+
 }  // namespace ferry::cli

@@ -99,6 +99,7 @@ int cmd_run(const RunOptions& opt) {
     Status fits = check_memory_limit(*model, shapes, limit);
     if (!fits.is_ok()) return report(fits);
   }
+  apply_inference_malloc_defaults();
   ExecutorOptions eo;
   eo.device = opt.device;
   eo.opt_level = opt.opt_level;
