@@ -327,12 +327,7 @@ class AttentionKernel : public Kernel {
     }
     Plan p;
     // Each chunk runs on one thread: plan for one (oneDNN sizes its work split at creation).
-    const int saved_threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-    struct Restore {
-      int n;
-      ~Restore() { omp_set_num_threads(n); }
-    } restore{saved_threads};
+    const SingleThreadScope one_thread;
     try {
       const auto f32 = memory::data_type::f32;
       const auto abc = memory::format_tag::abc;

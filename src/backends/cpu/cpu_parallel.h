@@ -33,16 +33,25 @@ void parallel_ranges(int64_t n, int64_t cost_per_item, F fn) {
 /// split even when small: their input is already spread over both cores' caches.)
 constexpr int64_t kMinParallelBytes = int64_t{8} << 20;
 
+/// OpenMP regions limited to one thread for this scope (oneDNN primitives created here are planned
+/// for one thread: they run inside ferry's own parallel regions); the thread count is restored on exit.
+class SingleThreadScope {
+ public:
+  SingleThreadScope() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~SingleThreadScope() { omp_set_num_threads(saved_); }
+  SingleThreadScope(const SingleThreadScope&) = delete;
+  SingleThreadScope& operator=(const SingleThreadScope&) = delete;
+
+ private:
+  int saved_;
+};
+
 /// Runs fn() with OpenMP regions limited to one thread when `bytes` of memory-bound work is too
 /// small to split (for library calls such as oneDNN pooling that size their own teams).
 template <typename F>
 auto with_threads_for_bytes(int64_t bytes, F fn) {
   if (bytes >= kMinParallelBytes || omp_in_parallel() || omp_get_max_threads() <= 1) return fn();
-  struct Restore {
-    int n;
-    ~Restore() { omp_set_num_threads(n); }
-  } restore{omp_get_max_threads()};
-  omp_set_num_threads(1);
+  SingleThreadScope one;
   return fn();
 }
 

@@ -185,12 +185,7 @@ class DnnlMatMulKernel : public Kernel {
     const int64_t blocks = (p->n + 63) / 64;
     if (blocks < threads) return Status::ok();
     // Single-thread primitives: they run inside our parallel region.
-    const int saved_threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-    struct Restore {
-      int n;
-      ~Restore() { omp_set_num_threads(n); }
-    } restore{saved_threads};
+    const SingleThreadScope one_thread;
     try {
       const memory::data_type f32 = memory::data_type::f32;
       for (int t = 0; t < threads; ++t) {
