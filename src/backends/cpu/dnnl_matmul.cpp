@@ -67,6 +67,15 @@ class DnnlMatMulKernel : public Kernel {
  public:
   DnnlMatMulKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
 
+  // The fused residual (sum) and activation as oneDNN post-ops: one rule for every plan of the node.
+  Status post_op_attr(dnnl::primitive_attr* attr) const {
+    dnnl::post_ops ops;
+    if (has_z_) ops.append_sum(1.f);
+    if (!cpu::append_activation(act_, &ops)) return unsupported("activation");
+    attr->set_post_ops(ops);
+    return Status::ok();
+  }
+
   bool init(const Graph& graph) {
     const bool gemm = node_.op_type == "Gemm" || node_.op_type == "FusedGemm";
     if (!cpu::node_activation(node_, &act_)) return false;
@@ -198,11 +207,8 @@ class DnnlMatMulKernel : public Kernel {
         // weights (its brgemm wants a dense dst), which is where the gain comes from (see nsplit_max_rows).
         sp.dst = memory::desc({p->m, nb}, f32, memory::dims{p->n, 1});
         const memory::desc wei_any({p->k, nb}, f32, tag::any);
-        dnnl::post_ops ops;
-        if (has_z_) ops.append_sum(1.f);
-        if (!cpu::append_activation(act_, &ops)) return unsupported("activation");
         dnnl::primitive_attr attr;
-        attr.set_post_ops(ops);
+        RETURN_IF_ERROR(post_op_attr(&attr));
         std::unique_ptr<dnnl::matmul::desc> d;
         if (bias_t_.defined()) {
           sp.bias = memory::desc({1, nb}, f32, tag::ab);
@@ -332,11 +338,8 @@ class DnnlMatMulKernel : public Kernel {
       plan.dst = memory::desc(dd, dt, plain);
       plan.wei = memory::desc(wd, dt, trans_b_ ? tag::ba : plain);
       const memory::desc wei_md = w_.defined() ? memory::desc(wd, dt, tag::any) : plan.wei;
-      dnnl::post_ops ops;
-      if (has_z_) ops.append_sum(1.f);
-      if (!cpu::append_activation(act_, &ops)) return unsupported("activation");
       dnnl::primitive_attr attr;
-      attr.set_post_ops(ops);
+      RETURN_IF_ERROR(post_op_attr(&attr));
       std::unique_ptr<dnnl::matmul::desc> d;
       if (bias_t_.defined()) {
         memory::data_type bt;
