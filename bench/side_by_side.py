@@ -159,6 +159,39 @@ def memory_bandwidth_gbs(bursts=4):
             os.remove(exe)
 
 
+class HostNoise:
+    """The host's own run-to-run spread next to each row (bench/noise_probe.c): a pure FMA loop timed
+    in bursts as long as the row's runs, on as many threads, right after the row's round. An engine
+    cannot be steadier than this loop on the same cores in the same minutes."""
+
+    def __init__(self, seconds):
+        self.seconds, self.exe = seconds, None
+        if seconds <= 0:
+            return
+        src = os.path.join(HERE, "noise_probe.c")
+        exe = os.path.join(tempfile.gettempdir(), f"ferry_noise_probe_{os.getpid()}")
+        try:
+            if subprocess.run(["gcc", "-O3", "-mavx512f", "-pthread", "-o", exe, src], capture_output=True).returncode == 0:
+                self.exe = exe
+        except OSError:
+            pass
+
+    def spread(self, threads, burst_ms):
+        """p90/p50 of the loop's bursts of burst_ms on `threads` threads (at least 5 bursts), or None."""
+        if not self.exe or not burst_ms:
+            return None
+        try:
+            out = subprocess.run([self.exe, str(threads), f"{burst_ms:.3f}", str(self.seconds)], capture_output=True,
+                                 text=True, timeout=60 + 20 * burst_ms / 1000).stdout.split()
+            return float(out[out.index("spread") + 1])
+        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+            return None
+
+    def close(self):
+        if self.exe and os.path.exists(self.exe):
+            os.remove(self.exe)
+
+
 def fmt_bandwidth(v):
     if not v or v[0] is None:
         return "?"
@@ -177,6 +210,7 @@ def git_version():
 
 class Bench:
     def __init__(self, args):
+        self.noise = HostNoise(args.host_noise_seconds)
         self.args = args
         self.work = args.work
         # --no-spin: idle OpenMP threads (ferry) block at once, like ORT's with allow_spinning = 0.
@@ -258,7 +292,7 @@ class Bench:
         for batch in a.batch_list:
             bdir = os.path.join(mdir, f"b{batch}")
             for threads in a.thread_list:
-                row = {"batch": batch, "threads": threads, "ferry": [], "ort": [], "errors": []}
+                row = {"batch": batch, "threads": threads, "ferry": [], "ort": [], "host": [], "errors": []}
                 fout = os.path.join(a.work, name, f"ferry_b{batch}_t{threads}")
                 oout = os.path.join(a.work, name, f"ort_b{batch}_t{threads}")
                 for r in range(a.rounds):
@@ -268,9 +302,15 @@ class Bench:
                     idle = f" (idle threads: {j.get('idle_threads')})" if j and threads > 1 else ""
                     j, err = self.ort_bench(model, meta, bdir, threads, oout if first else None)
                     (row["ort"].append(j) if j else row["errors"].append("onnxruntime: " + err))
+                    # The host's spread in the same minutes, in bursts as long as this round's runs.
+                    p50s = [x["latency_ms"]["p50"] for x in (row["ferry"][-1:] + row["ort"][-1:]) if x]
+                    h = self.noise.spread(threads, sum(p50s) / len(p50s)) if p50s else None
+                    if h is not None:
+                        row["host"].append(h)
                     log(f"{name} b{batch} t{threads} round {r + 1}: ferry {best(row['ferry'])} ms{idle}, "
                         f"ORT {best(row['ort'])} ms; spread p90/p50 ferry {fmt_spread(worst_spread(row['ferry']), plain=True)}, "
-                        f"ORT {fmt_spread(worst_spread(row['ort']), plain=True)}")
+                        f"ORT {fmt_spread(worst_spread(row['ort']), plain=True)}, host "
+                        f"{fmt_spread(max(row['host']) if row['host'] else None, plain=True)}")
                 row["vs_ort"] = compare_dirs(oout, fout, meta["outputs"])
                 row["vs_ref"] = compare_dirs(ref_dir, fout, meta["outputs"]) if (ref_dir and batch == 1) else None
                 res["rows"].append(row)
@@ -344,6 +384,7 @@ class Bench:
         self.results["load_average_at_end"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
         self.results["core_gflops_at_end"] = core_peak_gflops()
         self.results["bandwidth_gbs_at_end"] = memory_bandwidth_gbs()
+        self.noise.close()
         return self.results
 
 
@@ -379,8 +420,9 @@ def unsteady_rows(results, limit=SPREAD_LIMIT):
                     continue
                 runs = [r for r in row[engine] if r and spread(r) == s]
                 on_cpu = runs[0].get("on_cpu_share") if runs else None
+                host = max(row["host"]) if row.get("host") else None
                 out.append({"model": res["title"], "batch": row["batch"], "threads": row["threads"], "engine": engine,
-                            "spread": s, "on_cpu_share": on_cpu})
+                            "spread": s, "on_cpu_share": on_cpu, "host_spread": host})
     return out
 
 
@@ -450,7 +492,7 @@ def render(results, args):
     worst = {t: (0, "") for t in args.thread_list}
     for threads in args.thread_list:
         lines += [f"## {threads} thread{'s' if threads > 1 else ''}", "",
-                  "| model | batch | ferry ms | ORT ms | ferry/ORT | spread ferry / ORT | ferry vs cpu-ref (cos / max abs) | ferry vs ORT (cos / max abs) | arena / tensors |",
+                  "| model | batch | ferry ms | ORT ms | ferry/ORT | spread ferry / ORT / host | ferry vs cpu-ref (cos / max abs) | ferry vs ORT (cos / max abs) | arena / tensors |",
                   "|---|---:|---:|---:|---:|---:|---|---|---|"]
         for name, res in results["models"].items():
             for row in res["rows"]:
@@ -468,7 +510,9 @@ def render(results, args):
                 note = f" ({'; '.join(row['errors'])})" if row["errors"] else ""
                 vs_ref = fmt_cmp(row["vs_ref"]) if row["batch"] == 1 else "(batch 1 only)"
                 ratio_s = f"{ratio:.2f}" if ratio else "—"
-                spreads = f"{fmt_spread(worst_spread(row['ferry']))} / {fmt_spread(worst_spread(row['ort']))}"
+                host = max(row["host"]) if row.get("host") else None
+                spreads = (f"{fmt_spread(worst_spread(row['ferry']))} / {fmt_spread(worst_spread(row['ort']))} / "
+                           f"{fmt_spread(host)}")
                 lines.append(f"| {res['title']}{note} | {row['batch']} | {fmt_ms(f)} | {fmt_ms(o)} | {ratio_s} | "
                              f"{spreads} | {vs_ref} | {fmt_cmp(row['vs_ort'])} | {mem} |")
         g = geomean(ratios[threads])
@@ -476,10 +520,15 @@ def render(results, args):
                   f"**{g:.2f}** over {len(ratios[threads])} rows; highest: {worst[threads][0]:.2f} ({worst[threads][1]})."
                   if g else "", ""]
         flagged = [u for u in unsteady_rows(results) if u["threads"] == threads]
-        lines += ["Spread is the highest p90/p50 over an engine's rounds; above " f"{SPREAD_LIMIT} (bold) the row is "
+        lines += ["Spread is the highest p90/p50 over an engine's rounds; host is the same measure for a pure FMA "
+                  "loop (bench/noise_probe.c: no memory traffic, the same work every burst) timed right after each "
+                  "round in bursts as long as that round's runs, on as many threads: the host's own floor in those "
+                  "minutes, which no engine can be steadier than. Above " f"{SPREAD_LIMIT} (bold) the row is "
                   "not steady enough to compare" + (": " + "; ".join(
                       f"{u['model']} b{u['batch']} {'ferry' if u['engine'] == 'ferry' else 'ORT'} {u['spread']:.2f}" +
-                      (f" (on a core {100 * u['on_cpu_share']:.0f}% of the wall time)" if u["on_cpu_share"] else "")
+                      (f" (on a core {100 * u['on_cpu_share']:.0f}% of the wall time" +
+                       (f"; host {u['host_spread']:.2f}" if u.get("host_spread") else "") + ")" if u["on_cpu_share"] else
+                       (f" (host {u['host_spread']:.2f})" if u.get("host_spread") else ""))
                       for u in flagged) + "." if flagged else ": none here."), ""]
     bf16_rows = [(res, r) for res in results["models"].values() for r in res["bf16"]]
     lines += ["## bf16 mode (ferry --precision bf16) against ORT fp32", ""]
@@ -535,6 +584,9 @@ def main():
                     help="make idle intra-op threads block at once in both engines (ORT "
                          "session.intra_op.allow_spinning=0, ferry OMP_WAIT_POLICY=PASSIVE); default: each "
                          "engine's own policy")
+    ap.add_argument("--host-noise-seconds", type=float, default=1.0,
+                    help="seconds of bench/noise_probe.c bursts after each round (the host's own spread "
+                         "column); 0: not measured")
     ap.add_argument("--no-bf16", dest="bf16", action="store_false")
     ap.add_argument("--no-compiled", dest="compiled", action="store_false")
     ap.add_argument("--quick", action="store_true", help="batch 1, one round, 1 s per engine: for iterating")
