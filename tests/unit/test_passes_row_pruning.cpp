@@ -22,8 +22,10 @@ Tensor random_tensor(std::vector<int64_t> dims, std::mt19937* rng, float scale =
 Tensor i64(std::vector<int64_t> v) { return Tensor::from_vector<int64_t>(v, {static_cast<int64_t>(v.size())}); }
 
 // One encoder block, a final LayerNorm, the class token and the head. `extra_output`: the residual
-// after attention is also a graph output (then its rows are needed whole).
-std::shared_ptr<Model> vit_like(bool extra_output = false) {
+// after attention is also a graph output (then its rows are needed whole). `shape_of_input_transpose`:
+// the residual stream is reshaped to [batch, -1, E] with the batch read from Shape of the block's input
+// Transpose (as BERT's export builds its mask shape).
+std::shared_ptr<Model> vit_like(bool extra_output = false, bool shape_of_input_transpose = false) {
   std::mt19937 rng(11);
   ModelBuilder b(17);
   auto x = b.input("x", {kB, kS, kE});
@@ -56,6 +58,12 @@ std::shared_ptr<Model> vit_like(bool extra_output = false) {
   auto f2 = b.node("Add", {b.constant(random_tensor({kE}, &rng)),
                            b.node("MatMul", {gelu, b.constant(random_tensor({4 * kE, kE}, &rng))})});
   auto r2 = b.node("Add", {r1, f2});
+  if (shape_of_input_transpose) {
+    auto batch = b.node("Gather", {b.node("Shape", {t}), b.constant(Tensor::scalar<int64_t>(1))}, {{"axis", int_attr(0)}});
+    auto target = b.node("Concat", {b.node("Unsqueeze", {batch, b.constant(i64({0}))}), b.constant(i64({-1, kE}))},
+                         {{"axis", int_attr(0)}});
+    r2 = b.node("Reshape", {r2, target});
+  }
   auto cls = b.node("Gather", {ln(r2), b.constant(Tensor::scalar<int64_t>(0))}, {{"axis", int_attr(1)}});
   b.output(b.node("Gemm", {cls, b.constant(random_tensor({kClasses, kE}, &rng)), b.constant(random_tensor({kClasses}, &rng))},
                   {{"transB", tb}}));
@@ -191,6 +199,23 @@ TEST(AttentionLayout, RunsTheBlockInBatchFirstLayout) {
   const Node* att = find_op(*opt, "Attention");
   ASSERT_NE(att, nullptr);
   EXPECT_EQ(att->attr("out_perm")->ints, (std::vector<int64_t>{0, 2, 1, 3}));
+  NamedTensors feeds = feeds_for_batch();
+  NamedTensors want = run_model(model, feeds), ref = run_model(opt, feeds), cpu = run_model(opt, feeds, "cpu");
+  ASSERT_EQ(cpu.size(), 1u);
+  ASSERT_EQ(ref.size(), 1u);
+  expect_near(ref[0].second, want[0].second, 1e-5, 1e-5);
+  expect_near(cpu[0].second, want[0].second, 1e-5, 1e-4);
+}
+
+TEST(AttentionLayout, InputTransposeReadByShapeGoes) {
+  // A Shape of the input Transpose (symbolic batch) reads Shape(X) permuted instead: no Transpose is left.
+  auto model = vit_like(false, /*shape_of_input_transpose=*/true);
+  int changes = 0;
+  auto opt = optimized(*model, false, &changes);
+  auto before = optimized(*model, false, nullptr, /*layout=*/false);
+  EXPECT_EQ(changes, 1);
+  EXPECT_EQ(count_ops(*opt, "Transpose"), 0);
+  EXPECT_EQ(count_ops(*before, "Transpose"), 2);
   NamedTensors feeds = feeds_for_batch();
   NamedTensors want = run_model(model, feeds), ref = run_model(opt, feeds), cpu = run_model(opt, feeds, "cpu");
   ASSERT_EQ(cpu.size(), 1u);
