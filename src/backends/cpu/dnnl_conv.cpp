@@ -20,12 +20,14 @@
 #include <cstring>
 #include <list>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/one_thread_rules.h"
 #include "backends/cpu/prepacked.h"
 #include "backends/cpu/small_gemm.h"
 #include "backends/cpu/vec_math.h"
@@ -148,6 +150,8 @@ class DnnlConvKernel : public Kernel {
     // Plan now for the shape known at load (packs the weights once); later shapes plan on first use.
     std::vector<int64_t> x_dims;
     if (cpu::static_dims(graph, node_.inputs[0], &x_dims)) {
+      std::optional<SingleThreadScope> one;
+      if (one_thread_depthwise(x_dims)) one.emplace();
       auto p = plans_.get(plan_key(x_dims), [this](const std::vector<int64_t>& k, Plan* plan) { return make_plan(dims_of(k), plan); });
       if (!p.is_ok()) return false;
     }
@@ -157,6 +161,8 @@ class DnnlConvKernel : public Kernel {
   Status compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
     if (x.dtype() != dtype_ || x.rank() != w_.rank()) return fallback_(ctx);
+    std::optional<SingleThreadScope> one;  // its plan is then keyed and made for one thread
+    if (one_thread_depthwise(x.dims())) one.emplace();
     auto plan = plans_.get(plan_key(x.dims()), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(dims_of(k), p); });
     if (!plan.is_ok()) return fallback_(ctx);
     const Plan* p = plan.value();
@@ -416,6 +422,15 @@ class DnnlConvKernel : public Kernel {
       plan->out_dims.push_back(yd[1]);
     }
     return Status::ok();
+  }
+
+  // Depthwise convolutions on small images run on one thread (one_thread_rules.h; issue 22,
+  // engineer D: this function and its two calls are the whole change in this file).
+  bool one_thread_depthwise(const std::vector<int64_t>& x_dims) const {
+    if (group_ <= 1 || w_.dim(1) != 1) return false;
+    int64_t bytes = dtype_size(dtype_);
+    for (int64_t d : x_dims) bytes *= d;
+    return cpu::depthwise_on_one_thread(bytes);
   }
 
   // Winograd F(4x4 or 2x2, 3x3) for f32 3x3 stride-1 convolutions on large images. Measured here

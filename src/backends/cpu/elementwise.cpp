@@ -4,10 +4,12 @@
 // (bf16 operands and f32<->bf16 Casts: bf16.cpp.)
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/one_thread_rules.h"
 #include "backends/cpu/vec_math.h"
 #include "ops/op_util.h"
 
@@ -151,6 +153,11 @@ StatusOr<bool> run_binary(KernelContext& ctx) {
   if ((c.sa[r - 1] != 0 && c.sa[r - 1] != 1) || (c.sb[r - 1] != 0 && c.sb[r - 1] != 1)) return false;
   ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DType::kF32, out, false));
   if (y->numel() == 0) return true;
+  // A small row broadcast (the NHWC squeeze-excitation scale after a one-thread global pool and
+  // small-GEMM FCs) runs on one thread: one_thread_rules.h.
+  std::optional<SingleThreadScope> one;
+  const bool row_broadcast = r >= 2 && r <= 3 && (c.sa[r - 2] == 0 || c.sb[r - 2] == 0);
+  if (row_broadcast && binary_on_one_thread(y->numel() * int64_t{4})) one.emplace();
   const float *pa = a.data<float>(), *pb = b.data<float>();
   float* py = y->mutable_data<float>();
   if (r == 2 && c.sa[1] == 1 && c.sb[1] == 1 && (c.sa[0] == 0 || c.sa[0] == c.dims[1]) &&
