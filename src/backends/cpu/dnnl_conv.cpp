@@ -11,7 +11,8 @@
 // in and out of the blocked layout inside the kernel (measured: oneDNN's NCHW convolutions fall back
 // to a slow gemm path). f32 3x3 stride-1 convolutions run ferry's own Winograd where channels-last
 // with 64+ channels (cpu/winograd.h: F(4x4, 3x3) or F(2x2, 3x3) by shape, WinogradConv3x3::default_tile; see
-// use_own_winograd), else oneDNN's on large images at 1 thread (see use_winograd); an
+// use_own_winograd), else oneDNN's on large images at 1 thread (see use_winograd); small outputs
+// with large weights at 1 thread run ferry's direct cpu::ConvRows (see use_rows); an
 // f32 SiLU is applied after the primitive rather than as its post-op (see act_after_postop; on
 // AVX-512 by silu16).
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include <unordered_map>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/conv_rows.h"
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
@@ -174,6 +176,13 @@ class DnnlConvKernel : public Kernel {
                                        y->mutable_data<float>(), act_.kind == ActKind::kRelu);
       return st.is_ok() ? st : internal_error(node_.describe() + ": " + st.message());
     }
+    if (p->rows) {  // y = act(conv(x) + bias + z) by cpu::ConvRows (see use_rows)
+      ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 3, dtype_, p->out_dims)
+                                          : ctx.allocate_output(0, dtype_, p->out_dims, false));
+      rows_->run(x.data<float>(), x.dim(0), x.dim(1), x.dim(2), has_z_ ? ctx.input(3).data<float>() : nullptr,
+                 y->mutable_data<float>(), act_.kind == ActKind::kRelu);
+      return Status::ok();
+    }
     if (p->gemv) {  // [N, Cin] x [Cin, Cout] + bias, then the activation (no residual: see make_plan)
       ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, p->out_dims, false));
       const int64_t rows = x.dim(0), cout = w_.dim(0);
@@ -242,6 +251,7 @@ class DnnlConvKernel : public Kernel {
     bool reorder_src = false, reorder_dst = false;
     bool gemv = false;  // computed by cpu::small_gemm on gemv_w_ instead of the primitives
     bool own_winograd = false;  // computed by winograd_ (cpu/winograd.h) instead of the primitives
+    bool rows = false;          // computed by rows_ (cpu/conv_rows.h) instead of the primitives
     cpu::WinogradConv3x3::Plan winograd;
     bool act_after = false;  // the activation runs after the primitive (activate_in_place), not as a post-op
     // A strided 1x1 convolution runs as a stride-1 one on x subsampled into scratch (see
@@ -337,6 +347,15 @@ class DnnlConvKernel : public Kernel {
         plan->out_dims = {yd[0], yd[2], yd[3], yd[1]};
         return Status::ok();
       }  // no matmul for this shape: oneDNN's direct kernel below
+    }
+    if (use_rows(xd, yd, pad_l, pad_r)) {
+      if (!rows_)  // made once, under the plan cache's lock, like the packed weights
+        rows_ = std::make_unique<cpu::ConvRows>(w_.data<float>(), b_.defined() ? b_.data<float>() : nullptr, w_.dim(0),
+                                                w_.dim(1), w_.dim(2), w_.dim(3), attrs_.strides[0], attrs_.strides[1],
+                                                pad_l[0], pad_l[1]);
+      plan->rows = true;
+      plan->out_dims = {yd[0], yd[2], yd[3], yd[1]};
+      return Status::ok();
     }
     if (use_subsample(xd, pad_l, pad_r)) {
       plan->subsample = true;
@@ -495,6 +514,34 @@ class DnnlConvKernel : public Kernel {
     return tile4 || !use_winograd(xd, yd);
   }
 
+  // cpu::ConvRows (one sequential pass over panel-packed weights, each panel reused from L2 by every
+  // block of 7 output pixels) for outputs of at most 49 pixels with 4+ MB of weights at 1 thread:
+  // ResNet-50 b1's layer4 (7x7 outputs, 4.2-9.4 MB of weights per node, read from DRAM each run),
+  // where oneDNN 2.6's brgconv runs 1.2-1.5x slower with cold caches than hot. FERRY_CONV_ROWS=0
+  // turns it off. Alone (bench/conv_prefetch_probe.cpp, 1 thread, p50 of 25 interleaved calls, caches
+  // flushed before each, load 4.4 on 2 cores), oneDNN -> ConvRows: 1x7x7 3x3 512->512 1.79 -> 1.52 ms
+  // (hot 1.40 -> 1.25), 1x14x14 3x3 s2 512->512 1.98 -> 1.61, 1x7x7 1x1 512->2048 0.67 -> 0.60,
+  // 2048->512 0.64 -> 0.61, 1x14x14 1x1 s2 1024->2048 1.24 -> 1.24; 1x14x14 1x1 1024->512 (2.1 MB,
+  // 196 pixels: not taken) 1.00 -> 1.09. ResNet-50 b1 (`ferry profile -t 1`, per-run CPU ms, median
+  // of 4 interleaved rounds, load 2.2-3.0): layer4's three 3x3s 5.29 -> 4.67, its six 7x7 1x1s
+  // 6.15 -> 5.98. Batch 8 and 2 threads do not take it.
+  bool use_rows(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const memory::dims& pad_l,
+                const memory::dims& pad_r) const {
+    static const bool enabled = [] {
+      const char* e = std::getenv("FERRY_CONV_ROWS");
+      return !(e && std::string(e) == "0");
+    }();
+    if (!enabled || dtype_ != DType::kF32 || group_ != 1 || w_.rank() != 4 || !channels_last_ || nchw_input_) return false;
+    if (b_.defined() && b_.dtype() != DType::kF32) return false;
+    if (act_.kind != ActKind::kNone && act_.kind != ActKind::kRelu) return false;
+    if (omp_in_parallel() || omp_get_max_threads() != 1 || !cpu::ConvRows::available()) return false;
+    if (w_.dim(0) % 64 != 0 || w_.numel() * 4 < (int64_t{4} << 20) || yd[0] * yd[2] * yd[3] > 49) return false;
+    for (size_t i = 0; i < 2; ++i)
+      if (attrs_.dilations[i] != 1 || pad_l[i] != pad_r[i]) return false;
+    return (xd[2] + 2 * pad_l[0] - w_.dim(2)) / attrs_.strides[0] + 1 == yd[2] &&
+           (xd[3] + 2 * pad_l[1] - w_.dim(3)) / attrs_.strides[1] + 1 == yd[3];
+  }
+
   // A strided 1x1 convolution without padding (ResNet's downsample projections) reads only every
   // stride-th pixel: it can run as oneDNN's stride-1 1x1 kernel on those pixels copied into a dense
   // NHWC tensor. Off by default, FERRY_CONV_SUBSAMPLE=1 turns it on (read at each plan). Measured
@@ -575,6 +622,7 @@ class DnnlConvKernel : public Kernel {
   SpatialAttrs attrs_;
   cpu::PlanCache<Plan> plans_;
   std::unique_ptr<cpu::WinogradConv3x3> winograd_;  // made by the first plan that takes that path
+  std::unique_ptr<cpu::ConvRows> rows_;              // the same
   std::list<std::pair<memory::desc, memory>> packed_;  // a list: plans point at its elements
 };
 

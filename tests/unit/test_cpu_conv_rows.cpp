@@ -1,0 +1,120 @@
+// cpu::ConvRows (direct NHWC convolution on panel-packed weights, dnnl_conv.cpp's path for small
+// outputs with large weights at 1 thread) against a plain-loop convolution, and through the FusedConv
+// kernel against the reference backend (checking that the path is taken).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/conv_rows.h"
+#include "graph_builder.h"
+#include "op_tester.h"
+#include "runtime/executor.h"
+
+namespace ferry {
+namespace {
+
+using testing::expect_near;
+using testing::OpTester;
+using testing::random_tensor;
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& f : v) f = d(gen);
+  return v;
+}
+
+struct Shape {
+  int64_t n, h, w, cin, cout, k, stride, pad;
+};
+
+// Plain loops in double: y = relu?(conv(x, w) + bias + z), NHWC x / y / z, OIHW w.
+std::vector<float> reference(const Shape& s, const std::vector<float>& x, const std::vector<float>& w,
+                             const std::vector<float>& bias, const std::vector<float>& z, bool relu) {
+  const int64_t oh = (s.h + 2 * s.pad - s.k) / s.stride + 1, ow = (s.w + 2 * s.pad - s.k) / s.stride + 1;
+  std::vector<float> y(static_cast<size_t>(s.n * oh * ow * s.cout));
+  for (int64_t b = 0; b < s.n; ++b)
+    for (int64_t r = 0; r < oh; ++r)
+      for (int64_t q = 0; q < ow; ++q)
+        for (int64_t o = 0; o < s.cout; ++o) {
+          const size_t at = static_cast<size_t>(((b * oh + r) * ow + q) * s.cout + o);
+          double acc = bias[o] + (z.empty() ? 0.0 : z[at]);
+          for (int64_t i = 0; i < s.k; ++i)
+            for (int64_t j = 0; j < s.k; ++j) {
+              const int64_t ih = r * s.stride - s.pad + i, iw = q * s.stride - s.pad + j;
+              if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
+              for (int64_t c = 0; c < s.cin; ++c)
+                acc += double(x[((b * s.h + ih) * s.w + iw) * s.cin + c]) * w[((o * s.cin + c) * s.k + i) * s.k + j];
+            }
+          y[at] = relu && acc < 0 ? 0.f : float(acc);
+        }
+  return y;
+}
+
+TEST(CpuConvRows, MatchesPlainLoopConvolution) {
+  if (!cpu::ConvRows::available()) GTEST_SKIP() << "no AVX-512F";
+  // 3x3 pad 1 with rows of 9 output pixels (blocks of 7 and 2) and a residual; stride 2; a 1x1 on
+  // 1024 input channels (two blocks of 512); an odd channel count; two images.
+  const Shape shapes[] = {{1, 5, 9, 40, 128, 3, 1, 1}, {1, 9, 9, 24, 64, 3, 2, 1}, {1, 3, 3, 1024, 64, 1, 1, 0},
+                          {2, 4, 3, 17, 64, 3, 1, 1}};
+  uint32_t seed = 1;
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(::testing::Message() << s.n << "x" << s.h << "x" << s.w << " " << s.cin << "->" << s.cout << " k" << s.k
+                                    << " s" << s.stride);
+    const auto x = random_floats(static_cast<size_t>(s.n * s.h * s.w * s.cin), seed++);
+    const auto w = random_floats(static_cast<size_t>(s.cout * s.cin * s.k * s.k), seed++);
+    const auto bias = random_floats(static_cast<size_t>(s.cout), seed++);
+    cpu::ConvRows conv(w.data(), bias.data(), s.cout, s.cin, s.k, s.k, s.stride, s.stride, s.pad, s.pad);
+    const int64_t oh = conv.out_h(s.h), ow = conv.out_w(s.w);
+    const size_t ny = static_cast<size_t>(s.n * oh * ow * s.cout);
+    const auto z = random_floats(ny, seed++);
+    for (int mode = 0; mode < 3; ++mode) {  // no residual; a residual in z; the residual already in y
+      SCOPED_TRACE(mode);
+      std::vector<float> y(ny, 123.f);
+      if (mode == 2) y = z;
+      conv.run(x.data(), s.n, s.h, s.w, mode == 0 ? nullptr : mode == 1 ? z.data() : y.data(), y.data(), mode != 0);
+      const auto want = reference(s, x, w, bias, mode == 0 ? std::vector<float>() : z, mode != 0);
+      ASSERT_EQ(y.size(), want.size());
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], want[i], 1e-4) << "at " << i;
+    }
+  }
+}
+
+// Through the conv kernel at 1 thread: a 7x7 3x3 256->512 convolution (4.7 MB of weights) with bias,
+// residual and ReLU takes cpu::ConvRows (dnnl_conv.cpp use_rows) and equals cpu-ref.
+TEST(CpuConvRows, FusedConvTakesThePathAndMatchesReference) {
+  if (!cpu::ConvRows::available()) GTEST_SKIP() << "no AVX-512F";
+  const char* e = std::getenv("FERRY_CONV_ROWS");
+  if (e && std::string(e) == "0") GTEST_SKIP() << "FERRY_CONV_ROWS=0";
+  Tensor x = random_tensor({1, 7, 7, 256}, 31);
+  Tensor w = random_tensor({512, 256, 3, 3}, 32);
+  Tensor b = random_tensor({512}, 33);
+  Tensor z = random_tensor({1, 7, 7, 512}, 34);
+  OpTester t("FusedConv", 1, "com.ferry");
+  t.attr("kernel_shape", std::vector<int64_t>{3, 3}).attr("pads", std::vector<int64_t>{1, 1, 1, 1});
+  t.attr("activation", std::string("Relu")).attr("channels_last", int64_t(1));
+  const Tensor want = t.input(x).const_input(w).const_input(b).input(z).run("cpu-ref")[0];
+  // The same model on the cpu backend at 1 thread (OpTester's executors take the machine's cores).
+  ExecutorOptions eo;
+  eo.device = "cpu";
+  eo.threads = 1;
+  auto ex = Executor::create(t.last_model(), eo);
+  ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+  const auto& in = t.last_model()->graph.inputs;
+  ASSERT_EQ(in.size(), 2u);
+  NamedTensors feeds = {{in[0].name, x}, {in[1].name, z}}, outs;
+  const int64_t before = cpu::ConvRows::calls();
+  const Status st = ex.value()->run(feeds, &outs);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_GT(cpu::ConvRows::calls(), before) << "the FusedConv kernel did not take cpu::ConvRows";
+  ASSERT_EQ(outs.size(), 1u);
+  // Sums of 2304 products of standard-normal values (scale ~48): 1e-4 relative.
+  expect_near(outs[0].second, want, 1e-3, 1e-4);
+}
+
+}  // namespace
+}  // namespace ferry
