@@ -95,10 +95,18 @@ class OutputAllocator {
 class KernelContext : public AttrReader {
  public:
   KernelContext(const Node& node, int64_t opset, std::vector<const Value*> inputs, std::vector<Value>* outputs)
-      : AttrReader(node), opset_(opset), inputs_(std::move(inputs)), outputs_(outputs) {}
+      : AttrReader(node), opset_(opset), owned_inputs_(std::move(inputs)), inputs_(owned_inputs_.data()),
+        num_inputs_(static_cast<int64_t>(owned_inputs_.size())), outputs_(outputs) {}
+  /// The same over `num_inputs` input pointers the caller keeps alive for the context's life (the
+  /// executor's per-run buffer: no allocation per node).
+  KernelContext(const Node& node, int64_t opset, const Value* const* inputs, size_t num_inputs, std::vector<Value>* outputs)
+      : AttrReader(node), opset_(opset), inputs_(inputs), num_inputs_(static_cast<int64_t>(num_inputs)), outputs_(outputs) {}
+  // inputs_ may point into owned_inputs_: not copyable.
+  KernelContext(const KernelContext&) = delete;
+  KernelContext& operator=(const KernelContext&) = delete;
 
   int64_t opset() const { return opset_; }
-  int64_t num_inputs() const { return static_cast<int64_t>(inputs_.size()); }
+  int64_t num_inputs() const { return num_inputs_; }
   int64_t num_outputs() const { return static_cast<int64_t>(outputs_->size()); }
   bool has_input(int64_t i) const { return i < num_inputs() && inputs_[i] != nullptr; }
   /// Tensor input i; call only when has_input(i).
@@ -130,7 +138,9 @@ class KernelContext : public AttrReader {
   StatusOr<Tensor*> allocate_on_heap(int64_t i, DType dtype, std::vector<int64_t> dims);
 
   int64_t opset_;
-  std::vector<const Value*> inputs_;
+  std::vector<const Value*> owned_inputs_;  // empty when the inputs are viewed
+  const Value* const* inputs_;
+  int64_t num_inputs_;
   std::vector<Value>* outputs_;
 };
 

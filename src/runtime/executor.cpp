@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string_view>
+#include <unordered_set>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -249,22 +251,50 @@ const char* kind_name(ValueKind k) {
 }  // namespace
 
 Status Executor::check_feeds(const NamedValues& feeds) const {
+  // Runs before every inference: the messages (and their strings) are built only on an error.
   const Graph& g = model_->graph;
-  std::string names;
-  for (const ValueInfo& v : g.inputs) names += (names.empty() ? "'" : ", '") + v.name + "' " + v.type.to_string();
-  std::unordered_map<std::string, const Value*> given;
-  for (const auto& [name, t] : feeds) {
+  const auto names = [&g] {
+    std::string list;
+    for (const ValueInfo& v : g.inputs) list += (list.empty() ? "'" : ", '") + v.name + "' " + v.type.to_string();
+    return list;
+  };
+  // Names matched by linear search for the usual few inputs; a map for many (training graphs take
+  // their parameters as inputs).
+  constexpr size_t kLinear = 16;
+  const bool few = feeds.size() <= kLinear && g.inputs.size() <= kLinear;
+  std::unordered_map<std::string, const Value*> given_map;
+  std::unordered_set<std::string_view> input_names;
+  if (!few)
+    for (const ValueInfo& v : g.inputs) input_names.insert(v.name);
+  for (size_t f = 0; f < feeds.size(); ++f) {
+    const std::string& name = feeds[f].first;
     bool known = false;
-    for (const ValueInfo& v : g.inputs) known |= v.name == name;
-    if (!known) return invalid_argument("'" + name + "' is not an input of the model; its inputs are: " + names);
-    if (!given.emplace(name, &t).second) return invalid_argument("input '" + name + "' is given twice");
+    if (few) {
+      for (const ValueInfo& v : g.inputs) known |= v.name == name;
+    } else {
+      known = input_names.count(name) != 0;
+    }
+    if (!known) return invalid_argument("'" + name + "' is not an input of the model; its inputs are: " + names());
+    bool twice = false;
+    if (few) {
+      for (size_t e = 0; e < f; ++e) twice |= feeds[e].first == name;
+    } else {
+      twice = !given_map.emplace(name, &feeds[f].second).second;
+    }
+    if (twice) return invalid_argument("input '" + name + "' is given twice");
   }
-  std::unordered_map<std::string, int64_t> symbols;
+  std::vector<std::pair<const std::string*, int64_t>> symbols;  // symbolic dim -> the size a feed binds
   for (const ValueInfo& v : g.inputs) {
-    auto it = given.find(v.name);
-    if (it == given.end())
-      return invalid_argument("input '" + v.name + "' (" + v.type.to_string() + ") was not given; the model's inputs are: " + names);
-    const Value& value = *it->second;
+    const Value* given = nullptr;
+    if (few) {
+      for (const auto& [name, t] : feeds)
+        if (name == v.name) given = &t;
+    } else if (auto it = given_map.find(v.name); it != given_map.end()) {
+      given = it->second;
+    }
+    if (!given)
+      return invalid_argument("input '" + v.name + "' (" + v.type.to_string() + ") was not given; the model's inputs are: " + names());
+    const Value& value = *given;
     if (value.kind != v.type.kind) {
       const bool optional_ok = (v.type.kind == ValueKind::kOptionalTensor && value.kind == ValueKind::kTensor) ||
                                (v.type.kind == ValueKind::kOptionalSequence && value.kind == ValueKind::kSequence);
@@ -274,29 +304,32 @@ Status Executor::check_feeds(const NamedValues& feeds) const {
     }
     if (!value.is_tensor()) continue;
     const Tensor& t = value.tensor;
-    const std::string expected = v.type.to_string();
-    const std::string got = t.type().to_string();
+    const auto expected = [&v] { return v.type.to_string(); };
+    const auto got = [&t] { return t.type().to_string(); };
     if (v.type.dtype != DType::kUndefined && t.dtype() != v.type.dtype)
-      return invalid_argument("input '" + v.name + "': the model expects " + expected + ", given " + got +
+      return invalid_argument("input '" + v.name + "': the model expects " + expected() + ", given " + got() +
                               " (element type differs: convert the data to " + dtype_numpy_name(v.type.dtype) + ")");
     if (!v.type.shape) continue;
     const Shape& s = *v.type.shape;
     if (s.rank() != t.rank())
-      return invalid_argument("input '" + v.name + "': the model expects " + expected + " (rank " +
-                              std::to_string(s.rank()) + "), given " + got + " (rank " + std::to_string(t.rank()) + ")");
+      return invalid_argument("input '" + v.name + "': the model expects " + expected() + " (rank " +
+                              std::to_string(s.rank()) + "), given " + got() + " (rank " + std::to_string(t.rank()) + ")");
     for (int64_t i = 0; i < s.rank(); ++i) {
       const Dim& d = s.dims[i];
       if (d.is_known() && d.value != t.dim(i))
-        return invalid_argument("input '" + v.name + "': the model expects " + expected + ", given " + got +
+        return invalid_argument("input '" + v.name + "': the model expects " + expected() + ", given " + got() +
                                 " (dimension " + std::to_string(i) + " is " + std::to_string(t.dim(i)) +
                                 ", the model fixes it at " + std::to_string(d.value) +
                                 "; resize the data, or re-export with dynamic_axes)");
       if (!d.is_known() && !d.symbol.empty()) {
-        auto [sit, fresh] = symbols.emplace(d.symbol, t.dim(i));
-        if (!fresh && sit->second != t.dim(i))
+        const auto sit = std::find_if(symbols.begin(), symbols.end(), [&d](const auto& e) { return *e.first == d.symbol; });
+        if (sit == symbols.end()) {
+          symbols.emplace_back(&d.symbol, t.dim(i));
+        } else if (sit->second != t.dim(i)) {
           return invalid_argument("input '" + v.name + "': dimension " + std::to_string(i) + " ('" + d.symbol +
                                   "') is " + std::to_string(t.dim(i)) + ", but another input binds '" + d.symbol +
                                   "' to " + std::to_string(sit->second));
+        }
       }
     }
   }
@@ -579,29 +612,38 @@ Status Executor::run_phase(const NamedValues& feeds, const Phase& phase, NamedVa
 Status Executor::run_graph(const Graph& g, const PreparedGraph& pg, Frame& frame, RunMemory* memory, size_t begin,
                            size_t end) {
   std::vector<Value>& slots = *frame.slots;
+  // Reused by every node (KernelContext views them): no allocation per node on the run path.
   std::vector<Value> results;
-  std::vector<const Value*> recorded_inputs;
+  std::vector<const Value*> inputs;
   const bool observe = memory != nullptr;  // the main graph
   if (end == 0) end = g.nodes.size();
   for (size_t i = begin; i < end; ++i) {
     const Node& node = g.nodes[i];
     const PreparedNode& pn = pg.nodes[i];
-    std::vector<const Value*> inputs(pn.inputs.size(), nullptr);
-    for (size_t k = 0; k < pn.inputs.size(); ++k) {
-      if (pn.inputs[k].index < 0) continue;
-      const Value* t = frame.get(pn.inputs[k]);
-      if (!t || !t->defined()) return internal_error(node.describe() + ": input '" + node.inputs[k] + "' is not available");
-      if (!t->is_tensor() && !pn.schema->accepts_sequences)
-        return invalid_argument(node.describe() + ": input " + std::to_string(k) + " ('" + node.inputs[k] + "') is " +
-                                t->describe() + ", but " + node.op_type + " takes tensors");
+    const size_t num_inputs = pn.inputs.size();
+    inputs.resize(num_inputs);
+    for (size_t k = 0; k < num_inputs; ++k) {
+      const ValueRef& ref = pn.inputs[k];
+      if (ref.index < 0) {
+        inputs[k] = nullptr;
+        continue;
+      }
+      const Value* t = ref.depth == 0 ? (ref.constant ? &pg.constants[static_cast<size_t>(ref.index)]
+                                                      : &slots[static_cast<size_t>(ref.index)])
+                                      : frame.get(ref);
+      // A plain tensor (nearly every edge) passes both checks below; the rest is checked in full.
+      if (!t || t->kind != ValueKind::kTensor || !t->tensor.defined()) {
+        if (!t || !t->defined()) return internal_error(node.describe() + ": input '" + node.inputs[k] + "' is not available");
+        if (!t->is_tensor() && !pn.schema->accepts_sequences)
+          return invalid_argument(node.describe() + ": input " + std::to_string(k) + " ('" + node.inputs[k] + "') is " +
+                                  t->describe() + ", but " + node.op_type + " takes tensors");
+      }
       inputs[k] = t;
     }
-    results.assign(node.outputs.size(), Value());
-    if (memory && memory->recorder) {
-      recorded_inputs = inputs;
-      memory->recorder->begin_step(static_cast<int32_t>(i), node, &recorded_inputs);
-    }
-    KernelContext ctx(node, pn.opset, std::move(inputs), &results);
+    const size_t num_outputs = pn.outputs.size();
+    results.resize(num_outputs);  // every entry empty: moved out, or reset, after the previous node
+    if (memory && memory->recorder) memory->recorder->begin_step(static_cast<int32_t>(i), node, &inputs);
+    KernelContext ctx(node, pn.opset, inputs.data(), num_inputs, &results);
     if (memory && memory->recorder) ctx.allocator = memory->recorder;
     if (memory && memory->arena && memory->arena->active()) {
       memory->arena->begin_step(static_cast<int32_t>(i));
@@ -626,19 +668,20 @@ Status Executor::run_graph(const Graph& g, const PreparedGraph& pg, Frame& frame
       if (st.message().rfind("node '", 0) != 0) st = st.with_context(node.describe());
       return st;
     }
-    for (size_t k = 0; k < node.outputs.size(); ++k) {
-      if (node.outputs[k].empty()) continue;
-      if (!results[k].defined())
-        return internal_error(node.describe() + ": the kernel did not produce output " + std::to_string(k) + " ('" +
-                              node.outputs[k] + "')");
+    for (size_t k = 0; k < num_outputs; ++k) {
+      if (pn.outputs[k] < 0 || results[k].defined()) continue;  // -1: an omitted output
+      return internal_error(node.describe() + ": the kernel did not produce output " + std::to_string(k) + " ('" +
+                            node.outputs[k] + "')");
     }
     if (timed) {
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       observer_(node, results, ms);
     }
     if (observe && !crossing_count_.empty()) count_crossings(node, results, &memory->transfers);
-    for (size_t k = 0; k < pn.outputs.size(); ++k)
+    for (size_t k = 0; k < num_outputs; ++k) {
       if (pn.outputs[k] >= 0) slots[static_cast<size_t>(pn.outputs[k])] = std::move(results[k]);
+      results[k] = Value();  // moved-from, or an omitted output a kernel may have set
+    }
     for (int32_t s : pn.frees) slots[static_cast<size_t>(s)] = Value();
     if (memory && memory->arena && memory->arena->active() && !memory->arena->end_step(static_cast<int32_t>(i))) {
       memory->arena->abandon();  // a tensor outlived its planned step: keep it intact, use the heap from here

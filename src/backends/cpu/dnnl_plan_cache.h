@@ -10,6 +10,7 @@
 
 #include <dnnl.hpp>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -28,17 +29,26 @@ class PlanCache {
 
   /// The plan for `key`, made with `make` on first use. The pointer stays valid for the cache's life.
   StatusOr<const Plan*> get(const std::vector<int64_t>& key, const Maker& make) {
+    // The entry found last, checked without the lock: a node nearly always sees one shape, and
+    // the run path then takes neither the lock nor the map walk (entries are never erased, and
+    // one is published only once its plan is made).
+    if (const Entry* e = last_.load(std::memory_order_acquire); e && e->first == key) return static_cast<const Plan*>(e->second.get());
     std::lock_guard<std::mutex> lock(mu_);
     auto it = plans_.find(key);
-    if (it != plans_.end()) return static_cast<const Plan*>(it->second.get());
-    auto plan = std::make_unique<Plan>();
-    RETURN_IF_ERROR(make(key, plan.get()));
-    return static_cast<const Plan*>(plans_.emplace(key, std::move(plan)).first->second.get());
+    if (it == plans_.end()) {
+      auto plan = std::make_unique<Plan>();
+      RETURN_IF_ERROR(make(key, plan.get()));
+      it = plans_.emplace(key, std::move(plan)).first;
+    }
+    last_.store(&*it, std::memory_order_release);
+    return static_cast<const Plan*>(it->second.get());
   }
 
  private:
+  using Entry = std::pair<const std::vector<int64_t>, std::unique_ptr<Plan>>;
   std::mutex mu_;
   std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans_;
+  std::atomic<const Entry*> last_{nullptr};
 };
 
 /// Scratch slots of the calling thread, one per role within a primitive's execution.
