@@ -46,6 +46,37 @@ bool permute_shape(const Shape& s, const std::vector<int64_t>& perm, Shape* out)
   return true;
 }
 
+namespace {
+bool valid_slice(const std::vector<int64_t>& slice, int64_t rank) {
+  return slice.size() == 3 && slice[0] >= 0 && slice[0] < rank && slice[1] >= 0 && slice[1] <= slice[2];
+}
+}  // namespace
+
+bool make_sliced_view(const std::vector<int64_t>& dims, const std::vector<int64_t>& slice,
+                      const std::vector<int64_t>& perm, PermutedView* view, int64_t* offset) {
+  *offset = 0;
+  if (slice.empty()) return make_permuted_view(dims, perm, view);
+  if (!valid_slice(slice, static_cast<int64_t>(dims.size())) || slice[2] > dims[slice[0]]) return false;
+  std::vector<int64_t> cut = dims;
+  cut[slice[0]] = slice[2] - slice[1];
+  if (!make_permuted_view(cut, perm, view)) return false;
+  // The strides are the whole tensor's.
+  const std::vector<int64_t> st = strides_of(dims);
+  for (size_t i = 0; i < view->strides.size(); ++i) view->strides[i] = st[perm.empty() ? i : perm[i]];
+  *offset = slice[1] * st[slice[0]];
+  return true;
+}
+
+bool slice_shape(const Shape& s, const std::vector<int64_t>& slice, Shape* out) {
+  *out = s;
+  if (slice.empty()) return true;
+  if (!valid_slice(slice, s.rank())) return false;
+  const Dim& d = s.dims[slice[0]];
+  if (d.is_known() && slice[2] > d.value) return false;
+  out->dims[slice[0]] = Dim(slice[2] - slice[1]);
+  return true;
+}
+
 bool make_output_view(const std::vector<int64_t>& logical_dims, const std::vector<int64_t>& out_perm,
                       std::vector<int64_t>* stored_dims, std::vector<int64_t>* logical_strides) {
   if (out_perm.empty()) {

@@ -23,6 +23,18 @@ bool make_permuted_view(const std::vector<int64_t>& dims, const std::vector<int6
 /// Symbolic version for shape rules: the logical shape; false when perm is invalid.
 bool permute_shape(const Shape& s, const std::vector<int64_t>& perm, Shape* out);
 
+/// An operand read as a slice of its input (attributes q_slice / k_slice / v_slice = [axis, start,
+/// end]: elements [start, end) of the stored input's `axis`, before the permutation; empty: the whole
+/// input). Lets one packed QKV tensor feed all three operands without Slice copies.
+/// View of that slice of a tensor with `dims` through `perm`; `offset` gets the element offset of
+/// the slice's first element. False when the slice or perm is invalid for dims.
+bool make_sliced_view(const std::vector<int64_t>& dims, const std::vector<int64_t>& slice,
+                      const std::vector<int64_t>& perm, PermutedView* view, int64_t* offset);
+
+/// Symbolic version: the shape of the slice (before the permutation). False when the slice is not
+/// [axis, start, end] with 0 <= start <= end <= the axis's dim (when known).
+bool slice_shape(const Shape& s, const std::vector<int64_t>& slice, Shape* out);
+
 /// The view through which a kernel writes its logical output O when the stored tensor is
 /// Transpose(O, out_perm): returns the stored tensor's dims and, per logical dim, its stride.
 bool make_output_view(const std::vector<int64_t>& logical_dims, const std::vector<int64_t>& out_perm,

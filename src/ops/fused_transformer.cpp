@@ -8,7 +8,9 @@
 //       Y = To(softmax(scale * Tq(Q) @ Tk(K) + Mask) @ Tv(V)), T*(X) = Transpose(X, *_perm)
 //       when the attribute is set. Tk(K) is K already transposed ([..., D, Sk]); Tq(Q) is
 //       [..., Sq, D], Tv(V) [..., Sk, Dv]; their batch dims broadcast as MatMul's do; Mask
-//       (additive, float) broadcasts to [..., Sq, Sk].
+//       (additive, float) broadcasts to [..., Sq, Sk]. q_slice / k_slice / v_slice = [axis, start,
+//       end]: the operand is Slice(input, start, end, axis) before its permutation (one packed QKV
+//       tensor read by all three: pass attention_qkv_views).
 // Reference kernels compute in double (f16/bf16 through f32); they are the oracle for the fast ones.
 #include <cmath>
 
@@ -132,9 +134,10 @@ Status k_gelu(KernelContext& ctx) {
 // ---- Attention -------------------------------------------------------------------------------
 
 struct AttentionPerms {
-  vector<int64_t> q, k, v, out;
+  vector<int64_t> q, k, v, out, q_slice, k_slice, v_slice;
   explicit AttentionPerms(const AttrReader& a)
-      : q(a.get_ints("q_perm")), k(a.get_ints("k_perm")), v(a.get_ints("v_perm")), out(a.get_ints("out_perm")) {}
+      : q(a.get_ints("q_perm")), k(a.get_ints("k_perm")), v(a.get_ints("v_perm")), out(a.get_ints("out_perm")),
+        q_slice(a.get_ints("q_slice")), k_slice(a.get_ints("k_slice")), v_slice(a.get_ints("v_slice")) {}
 };
 
 bool dims_match(const Dim& a, const Dim& b) { return !a.is_known() || !b.is_known() || a.value == b.value; }
@@ -148,9 +151,14 @@ Status infer_attention(InferContext& ctx) {
     ctx.set_output(0, TensorType{q.dtype, std::nullopt});
     return Status::ok();
   }
+  Shape cq, ck, cv;
+  if (!slice_shape(*q.shape, perms.q_slice, &cq) || !slice_shape(*ctx.input_type(1).shape, perms.k_slice, &ck) ||
+      !slice_shape(*ctx.input_type(2).shape, perms.v_slice, &cv))
+    return ctx.error("a q_slice/k_slice/v_slice attribute is not [axis, start, end] within its input " +
+                     q.shape->to_string() + ", " + ctx.input_type(1).shape->to_string() + ", " +
+                     ctx.input_type(2).shape->to_string());
   Shape sq, sk, sv;
-  if (!permute_shape(*q.shape, perms.q, &sq) || !permute_shape(*ctx.input_type(1).shape, perms.k, &sk) ||
-      !permute_shape(*ctx.input_type(2).shape, perms.v, &sv))
+  if (!permute_shape(cq, perms.q, &sq) || !permute_shape(ck, perms.k, &sk) || !permute_shape(cv, perms.v, &sv))
     return ctx.error("a q_perm/k_perm/v_perm attribute is not a permutation of its input's axes");
   const int64_t r = sq.rank();
   if (r < 2 || sk.rank() != r || sv.rank() != r)
@@ -176,9 +184,12 @@ Status k_attention(KernelContext& ctx) {
   if (q.dtype() != DType::kF32 || k.dtype() != DType::kF32 || v.dtype() != DType::kF32)
     return ctx.error("Q, K and V must be float tensors of one type");
   PermutedView vq, vk, vv;
-  if (!make_permuted_view(q.dims(), perms.q, &vq) || !make_permuted_view(k.dims(), perms.k, &vk) ||
-      !make_permuted_view(v.dims(), perms.v, &vv))
-    return ctx.error("a q_perm/k_perm/v_perm attribute is not a permutation of its input's axes");
+  int64_t q0 = 0, k0 = 0, v0 = 0;
+  if (!make_sliced_view(q.dims(), perms.q_slice, perms.q, &vq, &q0) ||
+      !make_sliced_view(k.dims(), perms.k_slice, perms.k, &vk, &k0) ||
+      !make_sliced_view(v.dims(), perms.v_slice, perms.v, &vv, &v0))
+    return ctx.error("a q_perm/k_perm/v_perm attribute is not a permutation of its input's axes, or a "
+                     "q_slice/k_slice/v_slice not [axis, start, end] within it");
   const size_t r = vq.dims.size();
   if (r < 2 || vk.dims.size() != r || vv.dims.size() != r)
     return ctx.error("Q, K and V must have the same rank >= 2");
@@ -212,7 +223,7 @@ Status k_attention(KernelContext& ctx) {
     mst = broadcast_strides(m.dims(), score_dims);
   }
   const double scale = ctx.get_float("scale", 1.0f);
-  const float *pq = q.data<float>(), *pk = k.data<float>(), *pv = v.data<float>();
+  const float *pq = q.data<float>() + q0, *pk = k.data<float>() + k0, *pv = v.data<float>() + v0;
   return with_f32_output(ctx, ctx.input(0).dtype(), stored, [&](float* py) {
     vector<double> s(static_cast<size_t>(sk));
     for (int64_t b = 0; b < batch; ++b) {
@@ -253,7 +264,8 @@ void register_fused_transformer_ops(OpRegistry& r) {
                  .types = kFloatTypes, .infer = infer_gelu, .kernel = k_gelu});
   r.add(OpSchema{.name = "Attention", .domain = "com.ferry", .since_version = 1, .min_inputs = 3, .max_inputs = 4,
                  .attrs = {{"scale", AttrType::kFloat}, {"q_perm", AttrType::kInts}, {"k_perm", AttrType::kInts},
-                           {"v_perm", AttrType::kInts}, {"out_perm", AttrType::kInts}},
+                           {"v_perm", AttrType::kInts}, {"out_perm", AttrType::kInts}, {"q_slice", AttrType::kInts},
+                           {"k_slice", AttrType::kInts}, {"v_slice", AttrType::kInts}},
                  .types = kFloatTypes, .infer = infer_attention, .kernel = k_attention});
 }
 

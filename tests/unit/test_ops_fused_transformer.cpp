@@ -126,6 +126,53 @@ TEST(FusedAttention, CpuMatchesReference) {
   }
 }
 
+TEST(FusedAttention, SlicedOperandsOfOnePackedTensor) {
+  // q_slice / k_slice / v_slice over the heads axis of one [B, S, 3H, D] tensor equal the three parts
+  // passed as separate tensors, on the reference and on the cpu kernel.
+  const int64_t b = 2, s = 7, h = 3, d = 4;
+  const Tensor packed = random_tensor({b, s, 3 * h, d}, 5);
+  auto part = [&](int64_t k) {
+    Tensor t = Tensor::allocate(DType::kF32, {b, s, h, d});
+    for (int64_t i = 0; i < b * s; ++i)
+      for (int64_t j = 0; j < h * d; ++j)
+        t.mutable_data<float>()[i * h * d + j] = packed.data<float>()[i * 3 * h * d + k * h * d + j];
+    return t;
+  };
+  auto perms = [](OpTester& t) {
+    t.attr("q_perm", std::vector<int64_t>{0, 2, 1, 3}).attr("k_perm", std::vector<int64_t>{0, 2, 3, 1});
+    t.attr("v_perm", std::vector<int64_t>{0, 2, 1, 3}).attr("out_perm", std::vector<int64_t>{0, 2, 1, 3});
+    t.attr("scale", 0.5f);
+  };
+  auto make_packed = [&] {
+    OpTester t("Attention", 1, "com.ferry");
+    t.input(packed).input(packed).input(packed);
+    perms(t);
+    t.attr("q_slice", std::vector<int64_t>{2, 0, h}).attr("k_slice", std::vector<int64_t>{2, h, 2 * h});
+    t.attr("v_slice", std::vector<int64_t>{2, 2 * h, 3 * h});
+    return t;
+  };
+  OpTester sep("Attention", 1, "com.ferry");
+  sep.input(part(0)).input(part(1)).input(part(2));
+  perms(sep);
+  auto want = sep.run("cpu-ref");
+  auto ref = make_packed().run("cpu-ref");
+  auto cpu = make_packed().run("cpu");
+  EXPECT_EQ(ref[0].dims(), (std::vector<int64_t>{b, s, h, d}));
+  expect_near(ref[0], want[0], 1e-6, 1e-6);
+  expect_near(cpu[0], want[0], 1e-5, 1e-4);
+}
+
+TEST(FusedAttention, RejectsSliceOutsideItsInput) {
+  auto r = OpTester("Attention", 1, "com.ferry")
+               .input(random_tensor({2, 3, 6, 4}, 1))
+               .input(random_tensor({2, 3, 6, 4}, 2))
+               .input(random_tensor({2, 3, 6, 4}, 3))
+               .attr("q_slice", std::vector<int64_t>{2, 4, 8})
+               .run_status();
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().to_string().find("q_slice"), std::string::npos) << r.status().to_string();
+}
+
 TEST(FusedAttention, BroadcastsBatchDimsOnCpu) {
   auto make = [] {
     OpTester t("Attention", 1, "com.ferry");

@@ -224,6 +224,34 @@ TEST(AttentionLayout, InputTransposeReadByShapeGoes) {
   expect_near(cpu[0].second, want[0].second, 1e-5, 1e-4);
 }
 
+TEST(AttentionQkvViews, AttentionReadsTheQkvProductInPlace) {
+  // After attention_layout the three Slices of the QKV product (and their Reshapes) become one
+  // Reshape read through q_slice / k_slice / v_slice; same outputs on the reference and cpu kernels.
+  auto model = vit_like();
+  auto opt = optimized(*model, false);
+  std::shared_ptr<Model> off = model->clone();
+  OptimizeOptions oo;
+  oo.disabled = {"row_pruning", "attention_qkv_views"};
+  ASSERT_TRUE(optimize_model(off.get(), oo).is_ok());
+  EXPECT_EQ(count_ops(*opt, "Slice"), 0);
+  EXPECT_EQ(count_ops(*off, "Slice"), 3);
+  const Node* att = find_op(*opt, "Attention");
+  ASSERT_NE(att, nullptr);
+  EXPECT_EQ(att->inputs[0], att->inputs[2]);
+  ASSERT_NE(att->attr("k_slice"), nullptr);
+  EXPECT_EQ(att->attr("k_slice")->ints, (std::vector<int64_t>{2, kH, 2 * kH}));
+  EXPECT_EQ(dim_of(*opt, att->inputs[0], 2), 3 * kH);
+  NamedTensors feeds = feeds_for_batch();
+  NamedTensors want = run_model(model, feeds), ref = run_model(opt, feeds), cpu = run_model(opt, feeds, "cpu"),
+               cpu_off = run_model(off, feeds, "cpu");
+  ASSERT_EQ(cpu.size(), 1u);
+  ASSERT_EQ(ref.size(), 1u);
+  ASSERT_EQ(cpu_off.size(), 1u);
+  expect_near(ref[0].second, want[0].second, 1e-5, 1e-5);
+  expect_near(cpu[0].second, want[0].second, 1e-5, 1e-4);
+  expect_near(cpu[0].second, cpu_off[0].second, 1e-6, 1e-6);
+}
+
 TEST(RowPruning, StopsAtAValueReadWhole) {
   // The residual after attention is also an output: the MLP shrinks, the attention does not.
   auto model = vit_like(/*extra_output=*/true);

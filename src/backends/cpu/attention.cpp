@@ -197,9 +197,12 @@ class AttentionKernel : public Kernel {
     }
     const bool bf16 = dt == DType::kBF16;
     const Tensor &q = ctx.input(0), &k = ctx.input(1), &v = ctx.input(2);
+    // q_slice / k_slice / v_slice: the operands are parts of one packed QKV tensor, read in place.
     PermutedView vq, vk, vv;
-    if (!make_permuted_view(q.dims(), ctx.get_ints("q_perm"), &vq) || !make_permuted_view(k.dims(), ctx.get_ints("k_perm"), &vk) ||
-        !make_permuted_view(v.dims(), ctx.get_ints("v_perm"), &vv))
+    int64_t q0 = 0, k0 = 0, v0 = 0;
+    if (!make_sliced_view(q.dims(), ctx.get_ints("q_slice"), ctx.get_ints("q_perm"), &vq, &q0) ||
+        !make_sliced_view(k.dims(), ctx.get_ints("k_slice"), ctx.get_ints("k_perm"), &vk, &k0) ||
+        !make_sliced_view(v.dims(), ctx.get_ints("v_slice"), ctx.get_ints("v_perm"), &vv, &v0))
       return false;
     const size_t r = vq.dims.size();
     std::vector<int64_t> batch_dims;
@@ -251,8 +254,8 @@ class AttentionKernel : public Kernel {
     if (bufs_.size() < static_cast<size_t>(threads)) bufs_.resize(static_cast<size_t>(threads));
     for (int t = 0; t < threads; ++t) bufs_[static_cast<size_t>(t)].resize(static_cast<size_t>(chunk * item_floats));
     const size_t es = bf16 ? 2 : 4;
-    const char *pq = static_cast<const char*>(q.raw()), *pk = static_cast<const char*>(k.raw()),
-               *pv = static_cast<const char*>(v.raw());
+    const char *pq = static_cast<const char*>(q.raw()) + es * q0, *pk = static_cast<const char*>(k.raw()) + es * k0,
+               *pv = static_cast<const char*>(v.raw()) + es * v0;
     std::atomic<bool> failed{false};
     std::string error;
     std::mutex error_mu;
