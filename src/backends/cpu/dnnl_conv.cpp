@@ -518,13 +518,14 @@ class DnnlConvKernel : public Kernel {
   // block of 7 output pixels) for outputs of at most 49 pixels with 4+ MB of weights at 1 thread:
   // ResNet-50 b1's layer4 (7x7 outputs, 4.2-9.4 MB of weights per node, read from DRAM each run),
   // where oneDNN 2.6's brgconv runs 1.2-1.5x slower with cold caches than hot. FERRY_CONV_ROWS=0
-  // turns it off. Alone (bench/conv_prefetch_probe.cpp, 1 thread, p50 of 25 interleaved calls, caches
-  // flushed before each, load 4.4 on 2 cores), oneDNN -> ConvRows: 1x7x7 3x3 512->512 1.79 -> 1.52 ms
-  // (hot 1.40 -> 1.25), 1x14x14 3x3 s2 512->512 1.98 -> 1.61, 1x7x7 1x1 512->2048 0.67 -> 0.60,
-  // 2048->512 0.64 -> 0.61, 1x14x14 1x1 s2 1024->2048 1.24 -> 1.24; 1x14x14 1x1 1024->512 (2.1 MB,
-  // 196 pixels: not taken) 1.00 -> 1.09. ResNet-50 b1 (`ferry profile -t 1`, per-run CPU ms, median
-  // of 4 interleaved rounds, load 2.2-3.0): layer4's three 3x3s 5.29 -> 4.67, its six 7x7 1x1s
-  // 6.15 -> 5.98. Batch 8 and 2 threads do not take it.
+  // turns it off. Alone (bench/conv_prefetch_probe.cpp, 1 thread, p50 of 15-25 interleaved calls,
+  // caches flushed before each, load 3.9-4.4 on 2 cores), oneDNN -> ConvRows: 1x7x7 3x3 512->512
+  // 1.46-1.55 -> 1.28-1.31 ms (hot 1.15-1.16), 1x14x14 3x3 s2 512->512 1.98 -> 1.61 (before the
+  // padding taps were skipped), 1x7x7 1x1 512->2048 0.67 -> 0.60, 2048->512 0.64 -> 0.61, 1x14x14
+  // 1x1 s2 1024->2048 1.24 -> 1.24; 1x14x14 1x1 1024->512 (2.1 MB, 196 pixels: not taken) 1.00 ->
+  // 1.09. ResNet-50 b1 (`ferry profile -t 1`, per-run CPU ms, median of 4 interleaved rounds, load
+  // 3.9-4.0): layer4's three 3x3s 5.52 -> 4.42, its six 7x7 1x1s 6.15 -> 5.98 (load 2.2-3.0).
+  // Batch 8 and 2 threads do not take it.
   bool use_rows(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const memory::dims& pad_l,
                 const memory::dims& pad_r) const {
     static const bool enabled = [] {
