@@ -1,5 +1,5 @@
 // cpu one_thread_rules.h (issue 22): small depthwise convolutions and small row-broadcast binary ops
-// run on one thread of two. The rules fire only below their byte limit and outside parallel
+// run on one thread of two (and, when asked for, small Concat / Resize outputs). The rules fire only below their byte limit and outside parallel
 // regions, and the one-thread runs give the reference's results (depthwise: the one-thread oneDNN
 // plan, made apart from the two-thread one of the same shape; binary: the same bits).
 #include <omp.h>
@@ -102,6 +102,38 @@ TEST(CpuOneThreadRules, RowBroadcastMulMatchesReferenceBitsEitherWay) {
       ASSERT_EQ(got.dims(), want.dims());
       EXPECT_EQ(std::memcmp(got.raw(), want.raw(), static_cast<size_t>(want.nbytes())), 0);
     }
+  }
+}
+
+// FERRY_MOVE_ONE_THREAD_BYTES (off by default): UNet's NHWC bilinear 2x Resize and its channel Concat.
+TEST(CpuOneThreadRules, ResizeAndConcatMatchReferenceEitherWay) {
+  {
+    Setting s(2, "FERRY_MOVE_ONE_THREAD_BYTES", nullptr);
+    EXPECT_FALSE(cpu::move_on_one_thread(10));  // off unless asked for
+  }
+  {
+    Setting s(2, "FERRY_MOVE_ONE_THREAD_BYTES", "100");
+    EXPECT_TRUE(cpu::move_on_one_thread(99));
+  }
+  const Tensor x = random_tensor({1, 12, 16, 64}, 80), skip = random_tensor({1, 24, 32, 32}, 81);
+  const Tensor scales = T_({1, 2, 2, 1}, {4});
+  const auto resize = [&](const char* device) {
+    OpTester t("Resize", 13);
+    t.attr("mode", std::string("linear")).input(x).no_input().const_input(scales);
+    return t.run(device)[0];
+  };
+  const Tensor up_want = resize("cpu-ref");
+  const auto concat = [&](const char* device) {
+    return OpTester("Concat").attr("axis", int64_t(3)).input(up_want).input(skip).run(device)[0];
+  };
+  const Tensor cat_want = concat("cpu-ref");
+  for (const char* limit : {"0", "1073741824"}) {
+    SCOPED_TRACE(std::string("FERRY_MOVE_ONE_THREAD_BYTES=") + limit);
+    Setting s(2, "FERRY_MOVE_ONE_THREAD_BYTES", limit);
+    expect_near(resize("cpu"), up_want, 1e-6, 1e-6);
+    const Tensor cat = concat("cpu");
+    ASSERT_EQ(cat.dims(), (vector<int64_t>{1, 24, 32, 96}));
+    EXPECT_EQ(std::memcmp(cat.raw(), cat_want.raw(), static_cast<size_t>(cat_want.nbytes())), 0);
   }
 }
 

@@ -8,10 +8,12 @@
 // Other cases (steps, strings, other dtypes, tf_crop_and_resize extrapolation) run the reference.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/one_thread_rules.h"
 #include "backends/cpu/vec_math.h"
 #include "ops/op_util.h"
 #include "ops/resize.h"
@@ -119,6 +121,8 @@ StatusOr<bool> run_concat(KernelContext& ctx) {
     row += block[i];
   }
   char* py = static_cast<char*>(y->mutable_raw());
+  std::optional<SingleThreadScope> one;  // a small output: one thread (one_thread_rules.h)
+  if (move_on_one_thread(y->nbytes())) one.emplace();
   parallel_ranges(outer * n, row / n + 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t o = b / n, i = b % n;
@@ -197,6 +201,8 @@ StatusOr<bool> run_resize(KernelContext& ctx) {
   const float* px = x.data<float>();
   float* py = y->mutable_data<float>();
   const int64_t ny = ty.n;
+  std::optional<SingleThreadScope> one;  // a small output: one thread (one_thread_rules.h)
+  if (move_on_one_thread(y->nbytes())) one.emplace();
   parallel_ranges(outer * oh, ow * inner * ny * tx.n, [&](int64_t r0, int64_t r1) {
     std::vector<const float*> rows(static_cast<size_t>(ny));
     for (int64_t r = r0; r < r1; ++r) {

@@ -52,4 +52,16 @@ inline bool binary_on_one_thread(int64_t out_bytes) {
   return one_thread_for(out_bytes, one_thread_limit("FERRY_ELTWISE_ONE_THREAD_BYTES", kBinaryOneThreadBytes));
 }
 
+/// Concat and Resize (data_movement.cpp) with a smaller output run on one thread: off by default
+/// (0), FERRY_MOVE_ONE_THREAD_BYTES=N turns it on. UNet b1 at 2 threads, per node (`ferry profile -t
+/// 2 --trace`, 25th percentile over two 2 s runs per setting, load 4.1 on the 2 cores) with N = 4
+/// MiB: its 4 Resizes 0.285 -> 0.244 ms per run, 4 Concats 0.261 -> 0.214 (the largest, 2.4 MB,
+/// 0.139 -> 0.128; on one thread at -t 1 they took 0.10-0.11 ms, so two threads gain nothing even
+/// there); whole-model runs at that load were too noisy to show the ~0.1 ms (wall twice the CPU
+/// time), so it stays off until an interleaved A/B on a quieter host shows it.
+constexpr int64_t kMoveOneThreadBytes = 0;
+inline bool move_on_one_thread(int64_t out_bytes) {
+  return one_thread_for(out_bytes, one_thread_limit("FERRY_MOVE_ONE_THREAD_BYTES", kMoveOneThreadBytes));
+}
+
 }  // namespace ferry::cpu
