@@ -5,7 +5,7 @@
 // matmul (stride 1). Variants run interleaved, one call each per round; p50 of ROUNDS (21) rounds.
 // Found (1 thread, load ~4): the burst prefetch gains on the 7x7 3x3 alone in some runs, nothing in
 // the model (FERRY_CONV_PREFETCH experiment, not kept); ConvRows 0.85-0.9x oneDNN's time on 7x7 outputs.
-// Build: g++ -O2 -std=c++17 -mavx512f -Isrc bench/conv_prefetch_probe.cpp src/backends/cpu/conv_rows.cpp -ldnnl -o /tmp/conv_prefetch_probe
+// Build: g++ -O2 -std=c++17 -mavx512f -fopenmp -Isrc bench/conv_prefetch_probe.cpp src/backends/cpu/conv_rows.cpp -ldnnl -o /tmp/conv_prefetch_probe
 // Run:   OMP_NUM_THREADS=1 /tmp/conv_prefetch_probe N H W CIN COUT K STRIDE [SUM]
 //        e.g. 1 7 7 512 512 3 1 0 (ResNet-50 layer4 3x3), 1 7 7 512 2048 1 1 1, 1 14 14 1024 2048 1 2 0
 #include <immintrin.h>
@@ -28,7 +28,8 @@ using dt = memory::data_type;
 
 static double now() {
   timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  static const bool wall = getenv("WALL") != nullptr;  // WALL=1: wall time (for several threads)
+  clock_gettime(wall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 static std::vector<float> junk(24 << 20);  // 96 MB

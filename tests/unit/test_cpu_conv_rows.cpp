@@ -2,6 +2,7 @@
 // outputs with large weights at 1 thread) against a plain-loop convolution, and through the FusedConv
 // kernel against the reference backend (checking that the path is taken).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cstdlib>
 #include <random>
@@ -59,7 +60,7 @@ TEST(CpuConvRows, MatchesPlainLoopConvolution) {
   if (!cpu::ConvRows::available()) GTEST_SKIP() << "no AVX-512F";
   // 3x3 pad 1 with rows of 9 output pixels (blocks of 7 and 2) and a residual; stride 2; a 1x1 on
   // 1024 input channels (two blocks of 512); an odd channel count; two images.
-  const Shape shapes[] = {{1, 5, 9, 40, 128, 3, 1, 1}, {1, 9, 9, 24, 64, 3, 2, 1}, {1, 3, 3, 1024, 64, 1, 1, 0},
+  const Shape shapes[] = {{1, 5, 9, 40, 192, 3, 1, 1}, {1, 9, 9, 24, 64, 3, 2, 1}, {1, 3, 3, 1024, 64, 1, 1, 0},
                           {2, 4, 3, 17, 64, 3, 1, 1}};
   uint32_t seed = 1;
   for (const Shape& s : shapes) {
@@ -72,11 +73,16 @@ TEST(CpuConvRows, MatchesPlainLoopConvolution) {
     const int64_t oh = conv.out_h(s.h), ow = conv.out_w(s.w);
     const size_t ny = static_cast<size_t>(s.n * oh * ow * s.cout);
     const auto z = random_floats(ny, seed++);
-    for (int mode = 0; mode < 3; ++mode) {  // no residual; a residual in z; the residual already in y
+    // No residual; a residual in z; the residual already in y; then the last on 2 threads (each a
+    // range of the 64-channel panels).
+    for (int mode = 0; mode < 4; ++mode) {
       SCOPED_TRACE(mode);
+      const int saved = omp_get_max_threads();
+      if (mode == 3) omp_set_num_threads(2);
       std::vector<float> y(ny, 123.f);
-      if (mode == 2) y = z;
+      if (mode >= 2) y = z;
       conv.run(x.data(), s.n, s.h, s.w, mode == 0 ? nullptr : mode == 1 ? z.data() : y.data(), y.data(), mode != 0);
+      omp_set_num_threads(saved);
       const auto want = reference(s, x, w, bias, mode == 0 ? std::vector<float>() : z, mode != 0);
       ASSERT_EQ(y.size(), want.size());
       for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], want[i], 1e-4) << "at " << i;

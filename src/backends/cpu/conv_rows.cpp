@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstring>
 
+#include <omp.h>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -104,15 +106,23 @@ void ConvRows::run(const float* x, int64_t n, int64_t h, int64_t w, const float*
   const int64_t row_blocks = (ow + 6) / 7, blocks = n * oh * row_blocks;
   const int64_t panel_floats = kc_ * 64, panel_lines = panel_floats / 16;
   const int64_t lines_per_block = std::min(kc_, (panel_lines + blocks - 1) / blocks);
-  const float* panel = packed_.data();
-  const float* end = packed_.data() + packed_.size();
+  // With several threads, each takes a range of the 64-channel panels (its share of the weights).
+  const int threads = static_cast<int>(std::min<int64_t>(std::max(1, omp_in_parallel() ? 1 : omp_get_max_threads()), nb));
+#pragma omp parallel num_threads(threads)
+  {
+  const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+  const int64_t b_lo = nb * tid / nt, b_hi = nb * (tid + 1) / nt;
   const float* a[7];
   for (int64_t c0 = 0; c0 < cb; ++c0)
     for (int64_t t = 0; t < taps; ++t) {
       const int64_t ki = t / kw_, kj = t % kw_;
       const bool last = relu && c0 == cb - 1 && t == taps - 1;
-      for (int64_t b = 0; b < nb; ++b, panel += panel_floats) {
-        const float* next = panel + panel_floats < end ? panel + panel_floats : nullptr;
+      const float* pass = packed_.data() + (c0 * taps + t) * nb * panel_floats;  // this (c0, tap)'s panels
+      for (int64_t b = b_lo; b < b_hi; ++b) {
+        const float* panel = pass + b * panel_floats;
+        // This thread's next panel: b + 1, or its first one of the next pass.
+        const float* next = b + 1 < b_hi ? panel + panel_floats
+                            : c0 * taps + t + 1 < cb * taps ? pass + (nb + b_lo) * panel_floats : nullptr;
         int64_t blk = 0;
         for (int64_t i = 0; i < n; ++i)
           for (int64_t r = 0; r < oh; ++r) {
@@ -143,6 +153,7 @@ void ConvRows::run(const float* x, int64_t n, int64_t h, int64_t w, const float*
           }
       }
     }
+  }
 }
 #else
 bool ConvRows::available() { return false; }

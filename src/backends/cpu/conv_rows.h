@@ -5,7 +5,8 @@
 // reused from L2 by every block of 7 output pixels, and the next panel is software-prefetched while
 // the current one is in use (oneDNN 2.6's brgconv runs 1.2-1.5x slower on these shapes with cold
 // caches than hot; this 1.1-1.2x: bench/conv_prefetch_probe.cpp). Microkernel: 7 output pixels x 64
-// channels in 28 accumulators. The bias, a residual and ReLU are applied in the last pass. One thread.
+// channels in 28 accumulators. The bias, a residual and ReLU are applied in the last pass. With
+// several OpenMP threads (outside a parallel region) each takes a range of the 64-channel panels.
 #pragma once
 
 #include <cstdint>

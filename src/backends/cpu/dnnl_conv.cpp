@@ -525,17 +525,18 @@ class DnnlConvKernel : public Kernel {
   // 1x1 s2 1024->2048 1.24 -> 1.24; 1x14x14 1x1 1024->512 (2.1 MB, 196 pixels: not taken) 1.00 ->
   // 1.09. ResNet-50 b1 (`ferry profile -t 1`, per-run CPU ms, median of 4 interleaved rounds, load
   // 3.9-4.0): layer4's three 3x3s 5.52 -> 4.42, its six 7x7 1x1s 6.15 -> 5.98 (load 2.2-3.0).
-  // Batch 8 and 2 threads do not take it.
+  // Batch 8 does not take it, nor 2 threads unless FERRY_CONV_ROWS=2 (each thread then takes a range
+  // of the 64-channel panels; not measured: at load ~4 two-thread timings here meant nothing).
   bool use_rows(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const memory::dims& pad_l,
                 const memory::dims& pad_r) const {
-    static const bool enabled = [] {
+    static const int mode = [] {  // 0 off, 1 at 1 thread (default), 2 also with several threads
       const char* e = std::getenv("FERRY_CONV_ROWS");
-      return !(e && std::string(e) == "0");
+      return e ? std::atoi(e) : 1;
     }();
-    if (!enabled || dtype_ != DType::kF32 || group_ != 1 || w_.rank() != 4 || !channels_last_ || nchw_input_) return false;
+    if (mode <= 0 || dtype_ != DType::kF32 || group_ != 1 || w_.rank() != 4 || !channels_last_ || nchw_input_) return false;
     if (b_.defined() && b_.dtype() != DType::kF32) return false;
     if (act_.kind != ActKind::kNone && act_.kind != ActKind::kRelu) return false;
-    if (omp_in_parallel() || omp_get_max_threads() != 1 || !cpu::ConvRows::available()) return false;
+    if (omp_in_parallel() || (omp_get_max_threads() != 1 && mode < 2) || !cpu::ConvRows::available()) return false;
     if (w_.dim(0) % 64 != 0 || w_.numel() * 4 < (int64_t{4} << 20) || yd[0] * yd[2] * yd[3] > 49) return false;
     for (size_t i = 0; i < 2; ++i)
       if (attrs_.dilations[i] != 1 || pad_l[i] != pad_r[i]) return false;
