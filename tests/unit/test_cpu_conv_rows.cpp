@@ -59,9 +59,10 @@ std::vector<float> reference(const Shape& s, const std::vector<float>& x, const 
 TEST(CpuConvRows, MatchesPlainLoopConvolution) {
   if (!cpu::ConvRows::available()) GTEST_SKIP() << "no AVX-512F";
   // 3x3 pad 1 with rows of 9 output pixels (blocks of 7 and 2) and a residual; stride 2; a 1x1 on
-  // 1024 input channels (two blocks of 512); an odd channel count; two images.
+  // 1024 input channels (two blocks of 512); an odd channel count; two images; a strided 1x1.
   const Shape shapes[] = {{1, 5, 9, 40, 192, 3, 1, 1}, {1, 9, 9, 24, 64, 3, 2, 1}, {1, 3, 3, 1024, 64, 1, 1, 0},
-                          {2, 4, 3, 17, 64, 3, 1, 1}};
+                          {2, 4, 3, 17, 64, 3, 1, 1},
+                          {1, 6, 6, 32, 64, 1, 2, 0}};
   uint32_t seed = 1;
   for (const Shape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << s.n << "x" << s.h << "x" << s.w << " " << s.cin << "->" << s.cout << " k" << s.k

@@ -525,6 +525,9 @@ class DnnlConvKernel : public Kernel {
   // 1x1 s2 1024->2048 1.24 -> 1.24; 1x14x14 1x1 1024->512 (2.1 MB, 196 pixels: not taken) 1.00 ->
   // 1.09. ResNet-50 b1 (`ferry profile -t 1`, per-run CPU ms, median of 4 interleaved rounds, load
   // 3.9-4.0): layer4's three 3x3s 5.52 -> 4.42, its six 7x7 1x1s 6.15 -> 5.98 (load 2.2-3.0).
+  // Not taken, measured: 14x14 1x1s (1 MB) alone 0.60-0.73 -> 0.68-0.77 ms cold; layer3.0's
+  // projection (28x28 512->1024 stride 2, 2.1 MB) alone 1.87 -> 1.40 ms cold but in the model
+  // (`ferry profile`, 4 rounds) 1.165 -> 1.15 ms (oneDNN's runs faster there than alone).
   // Batch 8 does not take it, nor 2 threads unless FERRY_CONV_ROWS=2 (each thread then takes a range
   // of the 64-channel panels; not measured: at load ~4 two-thread timings here meant nothing).
   bool use_rows(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const memory::dims& pad_l,
