@@ -1,7 +1,10 @@
 // Pass attention_qkv_views (level 2, cpu): after attention_layout, a block's q, k and v are
 //   q/k/v = Reshape(Slice(QKV, [a, b), last axis), [.., H, D])
-// of one fused QKV product: three copies of a third of QKV each (BERT b8: 18 Slices, 5-7 of 479 CPU ms
-// per run at 1 thread), which the Attention kernel then gathers again per head. Here the three
+// of one fused QKV product: three copies of a third of QKV each, which the Attention kernel then
+// gathers again per head (per-node CPU ms per run at 1 thread, `ferry profile -t 1 -b 8 --top 0`,
+// interleaved with FERRY_ATTENTION_QKV_VIEWS=0, load 1.0-4.6: Slices BERT b8 5.5-7.4 -> 0, ViT-B/16
+// b8 19.3-21.0 -> 1.7-2.0 (the last block's, cut by row_pruning); Attention unchanged within noise;
+// whole-model A/B within noise: BERT b8 CPU p50 median 487.5 off / 488.5 on). Here the three
 // operands become one Reshape of QKV to [.., N/D, D] (no copy) read through q_slice / k_slice /
 // v_slice = [heads axis, a/D, b/D]: the kernel reads Q, K and V in place. Runs after row_pruning (a
 // query cut to fewer rows, as ViT's last block, does not match and keeps its Slice).
