@@ -50,6 +50,13 @@ StatusOr<std::unique_ptr<CudaOpKernel>> make_attention(const CudaKernelArgs& a) 
   const float scale = r.get_float("scale", 1.0f);
   const std::vector<int64_t> pq = r.get_ints("q_perm"), pk = r.get_ints("k_perm"), pv = r.get_ints("v_perm"),
                              po = r.get_ints("out_perm");
+  // Operands read as slices of one packed QKV tensor are a cpu-only form (passes/attention_qkv_views
+  // runs for the cpu target only); this kernel reads whole operands, so it must not take them.
+  for (const char* attr : {"q_slice", "k_slice", "v_slice"})
+    if (!r.get_ints(attr).empty())
+      return unsupported(node.describe() + ": cuda attention does not read sliced operands (" + attr +
+                         ", made by the cpu-only attention_qkv_views pass); compile the model for the cuda target, "
+                         "or run with FERRY_ATTENTION_QKV_VIEWS=0");
   return make_fn_kernel([&node, scale, pq, pk, pv, po](CudaContext& ctx, KernelContext&, const Inputs& in,
                                                        Outputs& out) -> Status {
     const DeviceTensor &q = *in[0], &k = *in[1], &v = *in[2];
