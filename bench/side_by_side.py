@@ -27,6 +27,8 @@ import tempfile
 import sys
 import time
 
+import statistics
+
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -402,6 +404,15 @@ def spread(run):
     return p90 / p50 if p50 and p90 is not None and p50 > 0 else None
 
 
+def round_ratio(row):
+    """Median over the rounds of ferry's p50 / ORT's p50 in the same round, or None. Each round runs
+    the two engines back to back, seconds apart, so a slow phase of the host that lasts longer than
+    a round cancels out here, while best() picks each engine's best round on its own."""
+    pairs = [f["latency_ms"]["p50"] / o["latency_ms"]["p50"] for f, o in zip(row.get("ferry", []), row.get("ort", []))
+             if f and o and o["latency_ms"]["p50"]]
+    return statistics.median(pairs) if pairs else None
+
+
 def worst_spread(runs):
     """The highest p90/p50 over an engine's rounds, or None."""
     vals = [s for s in (spread(r) for r in runs) if s is not None]
@@ -489,17 +500,21 @@ def render(results, args):
              "runs as cache-sized parts when no node mixes batch rows (README, runtime/batch_split.h); the arena "
              "column then shows one part's plan. Rows per part here: " + split_summary(results), ""]
     ratios = {t: [] for t in args.thread_list}
+    per_round = {t: [] for t in args.thread_list}
     worst = {t: (0, "") for t in args.thread_list}
     for threads in args.thread_list:
         lines += [f"## {threads} thread{'s' if threads > 1 else ''}", "",
-                  "| model | batch | ferry ms | ORT ms | ferry/ORT | spread ferry / ORT / host | ferry vs cpu-ref (cos / max abs) | ferry vs ORT (cos / max abs) | arena / tensors |",
-                  "|---|---:|---:|---:|---:|---:|---|---|---|"]
+                  "| model | batch | ferry ms | ORT ms | ferry/ORT | per round | spread ferry / ORT / host | ferry vs cpu-ref (cos / max abs) | ferry vs ORT (cos / max abs) | arena / tensors |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
         for name, res in results["models"].items():
             for row in res["rows"]:
                 if row["threads"] != threads:
                     continue
                 f, o = best(row["ferry"]), best(row["ort"])
                 ratio = f / o if f and o else None
+                rr = round_ratio(row)
+                if rr:
+                    per_round[threads].append(rr)
                 if ratio:
                     ratios[threads].append(ratio)
                     if ratio > worst[threads][0]:
@@ -509,7 +524,7 @@ def render(results, args):
                        if plan.get("planned") else "—")
                 note = f" ({'; '.join(row['errors'])})" if row["errors"] else ""
                 vs_ref = fmt_cmp(row["vs_ref"]) if row["batch"] == 1 else "(batch 1 only)"
-                ratio_s = f"{ratio:.2f}" if ratio else "—"
+                ratio_s = f"{ratio:.2f} | {rr:.2f}" if ratio and rr else (f"{ratio:.2f} | —" if ratio else "— | —")
                 host = max(row["host"]) if row.get("host") else None
                 spreads = (f"{fmt_spread(worst_spread(row['ferry']))} / {fmt_spread(worst_spread(row['ort']))} / "
                            f"{fmt_spread(host)}")
@@ -519,6 +534,13 @@ def render(results, args):
         lines += ["", f"Geometric mean of ferry/ORT at {threads} thread{'s' if threads > 1 else ''}: "
                   f"**{g:.2f}** over {len(ratios[threads])} rows; highest: {worst[threads][0]:.2f} ({worst[threads][1]})."
                   if g else "", ""]
+        gr = geomean(per_round[threads])
+        if gr:
+            hi = max(per_round[threads])
+            lines += [f"Per round (ferry's p50 / ORT's p50 in the same round, the median over the rounds): geometric "
+                      f"mean **{gr:.2f}**, highest {hi:.2f}. The first figure takes each engine's best round on its "
+                      "own; this one compares the two engines seconds apart, so a slow phase of the host that "
+                      "lasts longer than a round does not land on one engine only.", ""]
         flagged = [u for u in unsteady_rows(results) if u["threads"] == threads]
         lines += ["Spread is the highest p90/p50 over an engine's rounds; host is the same measure for a pure FMA "
                   "loop (bench/noise_probe.c: no memory traffic, the same work every burst) timed right after each "
@@ -584,6 +606,9 @@ def main():
                     help="make idle intra-op threads block at once in both engines (ORT "
                          "session.intra_op.allow_spinning=0, ferry OMP_WAIT_POLICY=PASSIVE); default: each "
                          "engine's own policy")
+    ap.add_argument("--render-json", default="",
+                    help="write --out from a --json-out file of an earlier run instead of measuring (give that "
+                         "run's --rounds/--duration/--warmup/--threads/--batches so the header says them)")
     ap.add_argument("--host-noise-seconds", type=float, default=1.0,
                     help="seconds of bench/noise_probe.c bursts after each round (the host's own spread "
                          "column); 0: not measured")
@@ -604,6 +629,10 @@ def main():
     if not os.path.exists(args.ferry):
         print(f"side_by_side: ferry not found at {args.ferry} (build it, or pass --ferry)", file=sys.stderr)
         return 2
+    if args.render_json:
+        with open(args.render_json) as f:
+            results = json.load(f)
+        return write_report(results, args)
     os.makedirs(args.work, exist_ok=True)
     bench = Bench(args)
     ort_v = subprocess.run(["node", "-e", f"console.log(require('{HERE}/node_modules/onnxruntime-node').env.versions.common)"],
@@ -627,6 +656,11 @@ def main():
             print(f"| {res['title']} | {fmt_ms(o)} | {fmt_ms(ld.get('ferry_onnx_ms'))} | {fmt_ms(c)} | "
                   f"{f'{o / c:.1f}x' if c and o else '—'} |" + (f" {ld['compiled_error']}" if ld.get("compiled_error") else ""))
         return 0
+    return write_report(results, args)
+
+
+def write_report(results, args):
+    """Writes render(results) to args.out, keeping the hand-written part from "## Training" on."""
     text = render(results, args)
     # The "## Training" section (bench/train_side_by_side.py) is written by hand: keep it.
     if os.path.exists(args.out):
