@@ -60,6 +60,22 @@ def main():
     check("**3.61** / **1.32**" in doc and "1.15 / 1.01" in doc, "report: spreads per row, above 1.15 in bold")
     check("Model M b1 ferry 3.61" in doc and "Model M b1 ORT 1.32" in doc, "report: the flagged rows named")
 
+    # Per-round ratio: the median over rounds of ferry's p50 / ORT's p50 in the same round.
+    two = {"ferry": [run(90, 95), run(200, 210), run(95, 99)], "ort": [run(100, 101), run(100, 101), run(250, 260)]}
+    check(abs(sbs.round_ratio(two) - 0.9) < 1e-9, "per-round ratio: the median of 0.9, 2.0, 0.38")
+    check(sbs.round_ratio({"ferry": [None], "ort": [run(1, 1)]}) is None, "per-round ratio of failed rounds is None")
+    # The host's own spread (bench/noise_probe.c) shown as the row's third spread, its worst round.
+    hosted = dict(steady, host=[1.02, 1.20])
+    doc = sbs.render(results_with([hosted]), args)
+    check("1.15 / 1.01 / **1.20**" in doc, "report: the host's worst spread as the third figure, bold above 1.15")
+    check("Per round (ferry's p50 / ORT's p50 in the same round" in doc and "| 0.90 | 1.00 | 1.15 / 1.01" in doc,
+          "report: the per-round ratio per row (round 1 only: ORT ran one) and its geometric mean")
+    noise = sbs.HostNoise(0.3)
+    if noise.exe:  # gcc with AVX-512 intrinsics: built here
+        h = noise.spread(1, 2.0)
+        check(h is not None and 1.0 <= h < 10, f"noise_probe gives a plausible spread ({h})")
+    noise.close()
+
     # A real run: ferry's JSON spread is its p90 / p50, and the flag logic takes ferry's JSON as is.
     p = subprocess.run([ferry, "bench", model, "--json", "-n", "6", "-w", "1", "-t", "1"], capture_output=True,
                        text=True, timeout=120)
