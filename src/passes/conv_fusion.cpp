@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/env_switch.h"
 #include "ops/fused_activation.h"
 #include "passes/graph_edit.h"
 #include "passes/pipeline.h"
@@ -197,10 +198,7 @@ bool fuse_gemm(PatternContext& pc, long i) {
 
 // FERRY_MATMUL_RESIDUAL=0 leaves the residual Add after a MatMul unfused (to compare).
 bool matmul_residual_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("FERRY_MATMUL_RESIDUAL");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool enabled = env_switch_on("FERRY_MATMUL_RESIDUAL");
   return enabled;
 }
 

@@ -25,6 +25,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "common/env_switch.h"
 #include "passes/graph_edit.h"
 #include "passes/pipeline.h"
 
@@ -199,10 +200,7 @@ bool definite_shape(const TensorType* t) {
 // second activation-sized buffer. True when swapped.
 // FERRY_NHWC_SWAP_OPERANDS=0 keeps the order (to compare).
 bool swap_operands_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("FERRY_NHWC_SWAP_OPERANDS");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool enabled = env_switch_on("FERRY_NHWC_SWAP_OPERANDS");
   return enabled;
 }
 

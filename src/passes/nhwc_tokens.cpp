@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env_switch.h"
 #include "ops/shape_inference.h"
 #include "passes/graph_edit.h"
 #include "passes/pipeline.h"
@@ -17,10 +18,7 @@ namespace ferry {
 namespace {
 
 bool enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("FERRY_NHWC_TOKENS");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = env_switch_on("FERRY_NHWC_TOKENS");
   return on;
 }
 

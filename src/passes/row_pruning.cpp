@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env_switch.h"
 #include "ops/shape_inference.h"
 #include "passes/graph_edit.h"
 #include "passes/pipeline.h"
@@ -29,10 +30,7 @@ GraphPass dead_node_removal_pass();
 namespace {
 
 bool enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("FERRY_ROW_PRUNE");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = env_switch_on("FERRY_ROW_PRUNE");
   return on;
 }
 
