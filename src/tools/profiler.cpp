@@ -38,6 +38,7 @@ NodeObserver Profiler::observer() {
 }
 
 void Profiler::on_node(const Node& node, const std::vector<Value>& outputs, double ms) {
+  const Clock::time_point entered = Clock::now();
   if (graph_.nodes.empty() || &node < &graph_.nodes.front() || &node > &graph_.nodes.back()) return;
   const size_t i = static_cast<size_t>(&node - &graph_.nodes.front());
   NodeProfile& p = nodes_[i];
@@ -56,8 +57,9 @@ void Profiler::on_node(const Node& node, const std::vector<Value>& outputs, doub
   const double cpu = process_cpu_ms();  // nodes run one after the other: the CPU since the last one ended
   p.cpu_ms += cpu - cpu_mark_;
   cpu_mark_ = cpu;
-  const double end = now_us();
+  const double end = std::chrono::duration<double, std::micro>(entered - origin_).count();
   events_.push_back(Event{static_cast<int32_t>(i), end - ms * 1000.0, ms * 1000.0});
+  own_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - entered).count();
 }
 
 void Profiler::begin_run() {
@@ -83,6 +85,7 @@ void Profiler::reset() {
   runs_events_.clear();
   run_total_ms_ = 0;
   run_cpu_ms_ = 0;
+  own_ms_ = 0;
   runs_ = 0;
 }
 

@@ -125,9 +125,14 @@ def main():
     check(totals == sorted(totals, reverse=True), "profile rows sorted by total time")
     check(all(r["calls"] == 3 for r in rows), "every node ran once per run")
     check(all(r.get("output_shapes") for r in rows), "rows have output shapes")
+    own = prof.get("profiler_own_ms_per_run")
+    node_sum = sum(totals) / 3
+    check(own is not None and own > 0 and node_sum + own <= prof["run_mean_ms"] * 1.0001,
+          f"profiler's own time is reported apart and fits in the run ({own} + nodes {node_sum} <= {prof['run_mean_ms']})")
     check_trace(trace, len(rows), 3)
     p = run(ferry, "profile", model, "-n", "2")
     check("Op type" in p.stdout and "Total ms" in p.stdout, "profile prints the node and op-type tables")
+    check("(profiler's own bookkeeping)" in p.stdout, "profile prints its own bookkeeping time apart")
 
     print(f"{'FAILED' if FAILURES else 'OK'}: {len(FAILURES)} failure(s)")
     return 1 if FAILURES else 0
