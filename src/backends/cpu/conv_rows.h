@@ -30,10 +30,21 @@ class ConvRows {
   /// How many times run() was called in this process (tests check that a path fires).
   static int64_t calls();
 
+  /// Whether run() takes the pixel-major 1x1 form: a 1x1 kernel without padding, at most 512 input
+  /// channels and at most kPixelMajorWeightBytes of weights (they stay in L2 for the whole call).
+  /// Each block of 7 output pixels then runs every 64-channel panel with its accumulators started
+  /// from the bias and the residual and ReLU applied before the one store of y: no pass over y
+  /// before the products and no partial sums through memory (the few-pixel form above reads each
+  /// panel once and keeps y's partial sums in memory instead).
+  bool pixel_major() const;
+  static constexpr int64_t kPixelMajorWeightBytes = int64_t{512} << 10;
+
   int64_t out_h(int64_t h) const { return (h + 2 * pad_h_ - kh_) / sh_ + 1; }
   int64_t out_w(int64_t w) const { return (w + 2 * pad_w_ - kw_) / sw_ + 1; }
 
  private:
+  void run_1x1(const float* x, int64_t n, int64_t h, int64_t w, const float* z, float* y, bool relu) const;
+
   int64_t cout_, cin_, kh_, kw_, sh_, sw_, pad_h_, pad_w_, kc_;
   std::vector<float> packed_;  // [cin / kc][kh * kw][cout / 64][kc][64]
   std::vector<float> bias_;    // [cout], zeros when none

@@ -348,7 +348,7 @@ class DnnlConvKernel : public Kernel {
         return Status::ok();
       }  // no matmul for this shape: oneDNN's direct kernel below
     }
-    if (use_rows(xd, yd, pad_l, pad_r)) {
+    if (use_rows(xd, yd, pad_l, pad_r) || use_rows_1x1(xd, yd, pad_l, pad_r)) {
       if (!rows_)  // made once, under the plan cache's lock, like the packed weights
         rows_ = std::make_unique<cpu::ConvRows>(w_.data<float>(), b_.defined() ? b_.data<float>() : nullptr, w_.dim(0),
                                                 w_.dim(1), w_.dim(2), w_.dim(3), attrs_.strides[0], attrs_.strides[1],
@@ -545,6 +545,39 @@ class DnnlConvKernel : public Kernel {
       if (attrs_.dilations[i] != 1 || pad_l[i] != pad_r[i]) return false;
     return (xd[2] + 2 * pad_l[0] - w_.dim(2)) / attrs_.strides[0] + 1 == yd[2] &&
            (xd[3] + 2 * pad_l[1] - w_.dim(3)) / attrs_.strides[1] + 1 == yd[3];
+  }
+
+  // cpu::ConvRows' pixel-major 1x1 form (conv_rows.h pixel_major: every 64-channel panel per block of
+  // 7 output pixels, accumulators started from the bias, residual and ReLU before the one store) for
+  // 1x1 expansions from at most 64 input channels to 4x as many or more: ResNet-50's layer1 conv3
+  // (64->256 with the residual and ReLU) and its projection. oneDNN 2.6's brgconv_1x1 runs these
+  // with K = 64 at 150-160 GFLOP/s and its sum post-op costs it another 0.45-0.7 ms per 2x56x56
+  // call. /tmp probe (oneDNN conv and ConvRows interleaved, thread CPU time, p50 of 15, hot caches,
+  // 1 thread, load 3-5 on 2 cores): 2x56x56 64->256 1.30 -> 1.11 ms, with the residual 1.76 -> 1.34;
+  // not taken (measured no faster): 64->64 1.09x oneDNN's time, 256->64 1.16-1.28x, 256->128
+  // 1.05-1.12x, 128->512 1.01-1.04x, 512->128 / 512->256 1.0-1.1x, 256->512 stride 2 0.95-0.96x.
+  // At 1 thread (and inside a batch split's lanes) like use_rows; FERRY_CONV_ROWS=2 also at several
+  // threads (pixel blocks split over them; not measured quietly), FERRY_CONV_ROWS_1X1=0 turns it off.
+  bool use_rows_1x1(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const memory::dims& pad_l,
+                    const memory::dims& pad_r) const {
+    static const bool enabled = [] {
+      const char* e = std::getenv("FERRY_CONV_ROWS_1X1");
+      const char* r = std::getenv("FERRY_CONV_ROWS");
+      return !(e && std::string(e) == "0") && !(r && std::atoi(r) <= 0);
+    }();
+    static const bool threads_ok = [] {
+      const char* r = std::getenv("FERRY_CONV_ROWS");
+      return r && std::atoi(r) >= 2;
+    }();
+    if (!enabled || dtype_ != DType::kF32 || group_ != 1 || w_.rank() != 4 || !channels_last_ || nchw_input_) return false;
+    if (w_.dim(2) != 1 || w_.dim(3) != 1 || (b_.defined() && b_.dtype() != DType::kF32)) return false;
+    if (act_.kind != ActKind::kNone && act_.kind != ActKind::kRelu) return false;
+    if ((!omp_in_parallel() && omp_get_max_threads() != 1 && !threads_ok) || !cpu::ConvRows::available()) return false;
+    const int64_t cin = w_.dim(1), cout = w_.dim(0);
+    if (cin > 64 || cout % 64 != 0 || cout < 4 * cin || cin * cout * 4 > cpu::ConvRows::kPixelMajorWeightBytes) return false;
+    for (size_t i = 0; i < 2; ++i)
+      if (attrs_.dilations[i] != 1 || pad_l[i] != 0 || pad_r[i] != 0) return false;
+    return (xd[2] - 1) / attrs_.strides[0] + 1 == yd[2] && (xd[3] - 1) / attrs_.strides[1] + 1 == yd[3];
   }
 
   // A strided 1x1 convolution without padding (ResNet's downsample projections) reads only every
