@@ -37,7 +37,8 @@ const std::set<std::string> kElementwise = {
 const std::set<std::string> kPerSample = {
     "Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool",
     "GlobalLpPool", "BatchNormalization", "InstanceNormalization", "LRN", "SpaceToDepth", "DepthToSpace",
-    "Resize", "Upsample", "FusedConv", "NhwcMaxPool", "NhwcAveragePool", "NhwcGlobalAveragePool"};
+    "Resize", "Upsample", "FusedConv", "NhwcMaxPool", "NhwcAveragePool", "NhwcGlobalAveragePool",
+    "InvertedResidual"};
 
 // Ops that work along one axis (attribute `axis`, its default here; CumSum's is input 1): rows
 // stay apart when that axis is not 0.
@@ -220,8 +221,9 @@ class Analysis {
       return true;
     }
     if (kPerSample.count(op)) {
-      // FusedConv's fourth input is the residual added to its output: the same batch.
-      if (only_first_batched(op == "FusedConv" ? std::set<size_t>{3} : std::set<size_t>{}) && batched_inputs_full_rank())
+      // FusedConv's fourth input (InvertedResidual's eighth) is the residual added to its output: the same batch.
+      const std::set<size_t> z = op == "FusedConv" ? std::set<size_t>{3} : op == "InvertedResidual" ? std::set<size_t>{7} : std::set<size_t>{};
+      if (only_first_batched(z) && batched_inputs_full_rank())
         return true;
       *why = "its parameters depend on the batch";
       return false;

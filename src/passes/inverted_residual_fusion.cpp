@@ -1,0 +1,146 @@
+// Pass inverted_residual_fusion (level 2, cpu, after nhwc_layout): MobileNetV2's inverted-residual
+// block, three channels-last FusedConv nodes
+//   expand 1x1 (+ Relu / Clip) -> depthwise 3x3, stride 1 or 2, pad 1 (+ Relu / Clip) -> project 1x1 (+ Z)
+// with constant f32 weights and biases, each intermediate read only by the next, becomes one
+// com.ferry.InvertedResidual (src/ops/fused_block.cpp), which the cpu backend computes one output
+// row at a time with the expanded tensor kept in cache (src/backends/cpu/inverted_residual.h).
+// Only blocks whose input is at least kMinWidth pixels wide: there the three oneDNN convolutions
+// move the 6x-wide expanded tensor through memory; on 14x14 and 7x7 images they are compute-bound
+// and faster than the fused kernel (bench/inverted_residual_probe.cpp, figures there).
+// MobileNetV2: the 6 blocks at 112x112, 56x56 and 28x28 (18 of its 52 convolutions). Whole model,
+// `ferry bench --json` CPU p50 with FERRY_INVERTED_RESIDUAL=0 / 1 alternated (/tmp/a_ab/ab.sh in the
+// session's report), load 5-6 on the 2 cores (a sanitizer build and other benchmarks): 1 thread b1
+// median of 6 rounds 6.06 -> 5.84 ms (faster in 4 of 6), b8 median of 5 43.2 -> 38.7 ms (3 of 5)
+// with its CPU p90/p50 1.06-1.18 -> 1.02-1.05; 2 threads b8 42.5 -> 43.5 (within the noise).
+// Outputs against cpu-ref: max abs 2.9e-6 (as unfused).
+// FERRY_INVERTED_RESIDUAL=0: off. FERRY_INVERTED_RESIDUAL_MIN_WIDTH=N: another width limit.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/env_switch.h"
+#include "ops/shape_inference.h"
+#include "passes/graph_edit.h"
+#include "passes/pipeline.h"
+
+namespace ferry {
+namespace {
+
+constexpr int64_t kMinWidth = 28;
+
+bool enabled() {
+  static const bool on = env_switch_on("FERRY_INVERTED_RESIDUAL");
+  return on;
+}
+
+int64_t min_width() {
+  static const int64_t w = [] {
+    const char* e = std::getenv("FERRY_INVERTED_RESIDUAL_MIN_WIDTH");
+    return e && std::atoll(e) > 0 ? std::atoll(e) : kMinWidth;
+  }();
+  return w;
+}
+
+int64_t int_attr(const Node& n, const char* key, int64_t dflt) {
+  const Attribute* a = n.attr(key);
+  return a ? a->i : dflt;
+}
+
+// All entries of the ints attribute equal `v` (an absent attribute counts as `dflt`).
+bool ints_all(const Node& n, const char* key, int64_t v, int64_t dflt) {
+  const Attribute* a = n.attr(key);
+  if (!a) return v == dflt;
+  for (int64_t x : a->ints)
+    if (x != v) return false;
+  return true;
+}
+
+bool clamp_activation(const Node& n) {
+  const Attribute* a = n.attr("activation");
+  return !a || a->s.empty() || a->s == "Relu" || a->s == "Clip";
+}
+
+// A channels-last f32 FusedConv with constant weights [o, i, k, k] and bias, the given stride and
+// padding, no dilation, and no residual when `no_z`.
+const Tensor* conv_weights(const Graph& g, const Node& n, int64_t k, int64_t stride, int64_t pad, bool no_z) {
+  if (n.domain != kFerryDomain || n.op_type != "FusedConv" || n.inputs.size() < 3 || n.inputs[2].empty()) return nullptr;
+  if (no_z && n.inputs.size() > 3 && !n.inputs[3].empty()) return nullptr;
+  if (int_attr(n, "channels_last", 0) != 1 || int_attr(n, "nchw_input", 0) != 0) return nullptr;
+  const Attribute* ap = n.attr("auto_pad");
+  if (ap && !ap->s.empty() && ap->s != "NOTSET") return nullptr;
+  if (!ints_all(n, "strides", stride, 1) || !ints_all(n, "pads", pad, 0) || !ints_all(n, "dilations", 1, 1) ||
+      !ints_all(n, "kernel_shape", k, k) || !clamp_activation(n))
+    return nullptr;
+  const Tensor* w = constant_value(g, n.inputs[1]);
+  const Tensor* b = constant_value(g, n.inputs[2]);
+  if (!w || !b || w->dtype() != DType::kF32 || b->dtype() != DType::kF32 || w->rank() != 4 || w->dim(2) != k ||
+      w->dim(3) != k || b->numel() != w->dim(0))
+    return nullptr;
+  return w;
+}
+
+void copy_activation(const Node& from, const std::string& prefix, Node* to) {
+  if (const Attribute* a = from.attr("activation")) to->attrs[prefix + "activation"] = *a;
+  if (const Attribute* a = from.attr("activation_params")) to->attrs[prefix + "activation_params"] = *a;
+}
+
+bool rewrite(PatternContext& pc, long c) {
+  Graph& g = pc.g;
+  const Node& pn = g.nodes[c];
+  const Tensor* wp = conv_weights(g, pn, 1, 1, 0, false);
+  if (!wp || int_attr(pn, "group", 1) != 1) return false;
+  const long d = pc.uses.producer_of(pn.inputs[0]);
+  if (d < 0 || pc.dead[d] || !pc.uses.single_use(pn.inputs[0])) return false;
+  const Node& dn = g.nodes[d];
+  const int64_t stride = dn.attr("strides") && !dn.attr("strides")->ints.empty() ? dn.attr("strides")->ints[0] : 1;
+  if (stride != 1 && stride != 2) return false;
+  const Tensor* wd = conv_weights(g, dn, 3, stride, 1, true);
+  if (!wd || wd->dim(1) != 1 || int_attr(dn, "group", 1) != wd->dim(0) || wp->dim(1) != wd->dim(0)) return false;
+  const long e = pc.uses.producer_of(dn.inputs[0]);
+  if (e < 0 || pc.dead[e] || !pc.uses.single_use(dn.inputs[0])) return false;
+  const Node& en = g.nodes[e];
+  const Tensor* we = conv_weights(g, en, 1, 1, 0, true);
+  if (!we || int_attr(en, "group", 1) != 1 || we->dim(0) != wd->dim(0)) return false;
+  const TensorType* xt = g.find_type(en.inputs[0]);
+  if (!xt || xt->dtype != DType::kF32 || !xt->shape || xt->shape->rank() != 4) return false;
+  const Shape& xs = *xt->shape;
+  if (!xs.dims[1].is_known() || !xs.dims[2].is_known() || !xs.dims[3].is_known() || xs.dims[3].value != we->dim(1) ||
+      xs.dims[2].value < min_width())
+    return false;
+  Node f;
+  f.op_type = "InvertedResidual";
+  f.domain = kFerryDomain;
+  f.name = fresh_name(g, pn.name + "_block");
+  f.inputs = {en.inputs[0], en.inputs[1], en.inputs[2], dn.inputs[1], dn.inputs[2], pn.inputs[1], pn.inputs[2]};
+  if (pn.inputs.size() > 3 && !pn.inputs[3].empty()) f.inputs.push_back(pn.inputs[3]);
+  f.outputs = pn.outputs;
+  set_attr(&f, "stride", stride);
+  copy_activation(en, "expand_", &f);
+  copy_activation(dn, "dw_", &f);
+  copy_activation(pn, "", &f);
+  pc.replace({e, d, c}, std::move(f));
+  return true;
+}
+
+Status run_inverted_residual_fusion(Model* model, PassContext& ctx) {
+  if (!enabled() || ctx.options.device != "cpu") return Status::ok();
+  PatternContext pc(model->graph);
+  int changes = 0;
+  for (size_t i = 0; i < pc.g.nodes.size(); ++i)
+    if (!pc.dead[i] && pc.g.nodes[i].op_type == "FusedConv") changes += rewrite(pc, static_cast<long>(i));
+  if (!changes) return Status::ok();
+  pc.finish();
+  use_ferry_domain(model);
+  ctx.changes += changes;
+  return infer_shapes(model);
+}
+
+}  // namespace
+
+GraphPass inverted_residual_fusion_pass() {
+  return {"inverted_residual_fusion", 2,
+          "channels-last expand 1x1 -> depthwise 3x3 -> project 1x1 FusedConvs on wide images are one InvertedResidual",
+          run_inverted_residual_fusion};
+}
+
+}  // namespace ferry
