@@ -7,6 +7,7 @@
 //     E = expand_act(conv1x1(X, We) + Be)                     We [Cmid, Cin, 1, 1], Be [Cmid]
 //     D = dw_act(depthwise3x3(E, Wd, stride, pad 1) + Bd)     Wd [Cmid, 1, 3, 3], Bd [Cmid]
 //     Y = act(conv1x1(D, Wp) + Bp + Z)                        Wp [Cout, Cmid, 1, 1], Bp [Cout]
+//   We and Be may both be omitted (""): no expand, E = X (MobileNetV2's first block), Cmid = Cin.
 //   attributes: stride (1 or 2, both axes), expand_activation / expand_activation_params,
 //   dw_activation / dw_activation_params, activation / activation_params (src/ops/fused_activation.h).
 // The reference kernel is plain loops in double, rounded to f32 after each of the three convolutions
@@ -62,9 +63,12 @@ Status infer_inverted_residual(InferContext& ctx) {
   const TensorType& x = ctx.input_type(0);
   if (x.shape && x.shape->rank() != 4)
     return ctx.error("input 'X' must be 4-D (N x H x W x C), got " + x.shape->to_string());
-  const int64_t cin = known(x, 3), cmid = known(ctx.input_type(1), 0), cout = known(ctx.input_type(5), 0);
-  RETURN_IF_ERROR(check_dims(ctx, 1, "We", {cmid, cin, 1, 1}));
-  RETURN_IF_ERROR(check_dims(ctx, 2, "Be", {cmid}));
+  const bool expand = ctx.has_input(1) || ctx.has_input(2);
+  const int64_t cin = known(x, 3), cmid = expand ? known(ctx.input_type(1), 0) : cin, cout = known(ctx.input_type(5), 0);
+  if (expand) {
+    RETURN_IF_ERROR(check_dims(ctx, 1, "We", {cmid, cin, 1, 1}));
+    RETURN_IF_ERROR(check_dims(ctx, 2, "Be", {cmid}));
+  }
   RETURN_IF_ERROR(check_dims(ctx, 3, "Wd", {cmid, 1, 3, 3}));
   RETURN_IF_ERROR(check_dims(ctx, 4, "Bd", {cmid}));
   RETURN_IF_ERROR(check_dims(ctx, 5, "Wp", {cout, cmid, 1, 1}));
@@ -94,31 +98,36 @@ Status k_inverted_residual(KernelContext& ctx) {
   RETURN_IF_ERROR(read_act(ctx, "", &ap));
   const int64_t s = ctx.get_int("stride", 1);
   if (s != 1 && s != 2) return ctx.error("stride must be 1 or 2, got " + std::to_string(s));
+  const bool expand = ctx.has_input(1) || ctx.has_input(2);
   for (int64_t i = 0; i < 7; ++i)
-    if (!ctx.has_input(i) || ctx.input(i).dtype() != DType::kF32)
+    if ((expand || (i != 1 && i != 2)) && (!ctx.has_input(i) || ctx.input(i).dtype() != DType::kF32))
       return ctx.error("input " + std::to_string(i) + " must be an f32 tensor");
   const Tensor& x = ctx.input(0);
   if (x.rank() != 4) return ctx.error("input 'X' must be 4-D (N x H x W x C)");
   const int64_t n = x.dim(0), h = x.dim(1), w = x.dim(2), cin = x.dim(3);
-  const int64_t cmid = ctx.input(1).rank() == 4 ? ctx.input(1).dim(0) : -1;
+  const int64_t cmid = !expand ? cin : ctx.input(1).rank() == 4 ? ctx.input(1).dim(0) : -1;
   const int64_t cout = ctx.input(5).rank() == 4 ? ctx.input(5).dim(0) : -1;
   const auto is = [](const Tensor& t, vector<int64_t> d) { return t.dims() == d; };
-  if (cmid < 1 || cout < 1 || !is(ctx.input(1), {cmid, cin, 1, 1}) || !is(ctx.input(2), {cmid}) ||
+  if (cmid < 1 || cout < 1 || (expand && (!is(ctx.input(1), {cmid, cin, 1, 1}) || !is(ctx.input(2), {cmid}))) ||
       !is(ctx.input(3), {cmid, 1, 3, 3}) || !is(ctx.input(4), {cmid}) || !is(ctx.input(5), {cout, cmid, 1, 1}) ||
       !is(ctx.input(6), {cout}))
-    return ctx.error("weights must be We [Cmid, Cin, 1, 1], Be [Cmid], Wd [Cmid, 1, 3, 3], Bd [Cmid], Wp [Cout, Cmid, 1, "
-                     "1], Bp [Cout] for X with Cin = " + std::to_string(cin));
+    return ctx.error("weights must be We [Cmid, Cin, 1, 1], Be [Cmid] (or both omitted: Cmid = Cin), Wd [Cmid, 1, 3, 3], "
+                     "Bd [Cmid], Wp [Cout, Cmid, 1, 1], Bp [Cout] for X with Cin = " + std::to_string(cin));
   const int64_t ho = (h - 1) / s + 1, wo = (w - 1) / s + 1;
   const bool has_z = ctx.has_input(7);
   if (has_z && (ctx.input(7).dtype() != DType::kF32 || !is(ctx.input(7), {n, ho, wo, cout})))
     return ctx.error("input 'Z' must be f32 [N, Ho, Wo, Cout] = [" + std::to_string(n) + "," + std::to_string(ho) + "," +
                      std::to_string(wo) + "," + std::to_string(cout) + "]");
-  const float *px = x.data<float>(), *we = ctx.input(1).data<float>(), *be = ctx.input(2).data<float>(),
-              *wd = ctx.input(3).data<float>(), *bd = ctx.input(4).data<float>(), *wp = ctx.input(5).data<float>(),
+  const float *px = x.data<float>(), *we = expand ? ctx.input(1).data<float>() : nullptr,
+              *be = expand ? ctx.input(2).data<float>() : nullptr, *wd = ctx.input(3).data<float>(), *bd = ctx.input(4).data<float>(), *wp = ctx.input(5).data<float>(),
               *bp = ctx.input(6).data<float>();
   vector<float> e(static_cast<size_t>(n * h * w * cmid)), d(static_cast<size_t>(n * ho * wo * cmid));
   for (int64_t p = 0; p < n * h * w; ++p)
     for (int64_t m = 0; m < cmid; ++m) {
+      if (!expand) {
+        e[p * cmid + m] = px[p * cin + m];
+        continue;
+      }
       double acc = be[m];
       for (int64_t c = 0; c < cin; ++c) acc += static_cast<double>(px[p * cin + c]) * we[m * cin + c];
       e[p * cmid + m] = static_cast<float>(apply_fused_activation(ae, static_cast<float>(acc)));
@@ -161,7 +170,8 @@ void register_fused_block_ops(OpRegistry& r) {
                                   {"activation", AttrType::kString},
                                   {"activation_params", AttrType::kFloats}};
   r.add(OpSchema{.name = "InvertedResidual", .domain = "com.ferry", .since_version = 1, .min_inputs = 7, .max_inputs = 8,
-                 .attrs = attrs, .types = {DType::kF32}, .infer = infer_inverted_residual, .kernel = k_inverted_residual});
+                 .attrs = attrs, .types = {DType::kF32}, .infer = infer_inverted_residual, .kernel = k_inverted_residual,
+                 .optional_input_mask = 0b110});
 }
 
 }  // namespace ferry

@@ -1,6 +1,7 @@
 // Pass inverted_residual_fusion (level 2, cpu, after nhwc_layout): MobileNetV2's inverted-residual
 // block, three channels-last FusedConv nodes
 //   expand 1x1 (+ Relu / Clip) -> depthwise 3x3, stride 1 or 2, pad 1 (+ Relu / Clip) -> project 1x1 (+ Z)
+// (or the last two alone: MobileNetV2's first block has no expand)
 // with constant f32 weights and biases, each intermediate read only by the next, becomes one
 // com.ferry.InvertedResidual (src/ops/fused_block.cpp), which the cpu backend computes one output
 // row at a time with the expanded tensor kept in cache (src/backends/cpu/inverted_residual.h).
@@ -96,29 +97,35 @@ bool rewrite(PatternContext& pc, long c) {
   if (stride != 1 && stride != 2) return false;
   const Tensor* wd = conv_weights(g, dn, 3, stride, 1, true);
   if (!wd || wd->dim(1) != 1 || int_attr(dn, "group", 1) != wd->dim(0) || wp->dim(1) != wd->dim(0)) return false;
-  const long e = pc.uses.producer_of(dn.inputs[0]);
-  if (e < 0 || pc.dead[e] || !pc.uses.single_use(dn.inputs[0])) return false;
-  const Node& en = g.nodes[e];
-  const Tensor* we = conv_weights(g, en, 1, 1, 0, true);
-  if (!we || int_attr(en, "group", 1) != 1 || we->dim(0) != wd->dim(0)) return false;
-  const TensorType* xt = g.find_type(en.inputs[0]);
+  // The expand convolution, or none (MobileNetV2's first block: the depthwise reads the stem's output).
+  long e = pc.uses.producer_of(dn.inputs[0]);
+  const Tensor* we = nullptr;
+  if (e >= 0 && !pc.dead[e] && pc.uses.single_use(dn.inputs[0])) {
+    we = conv_weights(g, g.nodes[e], 1, 1, 0, true);
+    if (we && (int_attr(g.nodes[e], "group", 1) != 1 || we->dim(0) != wd->dim(0))) we = nullptr;
+  }
+  if (!we) e = -1;
+  const std::string& x = e >= 0 ? g.nodes[e].inputs[0] : dn.inputs[0];
+  const TensorType* xt = g.find_type(x);
   if (!xt || xt->dtype != DType::kF32 || !xt->shape || xt->shape->rank() != 4) return false;
   const Shape& xs = *xt->shape;
-  if (!xs.dims[1].is_known() || !xs.dims[2].is_known() || !xs.dims[3].is_known() || xs.dims[3].value != we->dim(1) ||
-      xs.dims[2].value < min_width())
+  if (!xs.dims[1].is_known() || !xs.dims[2].is_known() || !xs.dims[3].is_known() ||
+      xs.dims[3].value != (we ? we->dim(1) : wd->dim(0)) || xs.dims[2].value < min_width())
     return false;
   Node f;
   f.op_type = "InvertedResidual";
   f.domain = kFerryDomain;
   f.name = fresh_name(g, pn.name + "_block");
-  f.inputs = {en.inputs[0], en.inputs[1], en.inputs[2], dn.inputs[1], dn.inputs[2], pn.inputs[1], pn.inputs[2]};
+  f.inputs = {x, e >= 0 ? g.nodes[e].inputs[1] : "", e >= 0 ? g.nodes[e].inputs[2] : "", dn.inputs[1], dn.inputs[2],
+              pn.inputs[1], pn.inputs[2]};
   if (pn.inputs.size() > 3 && !pn.inputs[3].empty()) f.inputs.push_back(pn.inputs[3]);
   f.outputs = pn.outputs;
   set_attr(&f, "stride", stride);
-  copy_activation(en, "expand_", &f);
+  if (e >= 0) copy_activation(g.nodes[e], "expand_", &f);
   copy_activation(dn, "dw_", &f);
   copy_activation(pn, "", &f);
-  pc.replace({e, d, c}, std::move(f));
+  if (e >= 0) pc.replace({e, d, c}, std::move(f));
+  else pc.replace({d, c}, std::move(f));
   return true;
 }
 

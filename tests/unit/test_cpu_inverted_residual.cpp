@@ -1,7 +1,8 @@
 // inverted_residual_fusion + com.ferry.InvertedResidual: an expand 1x1 + Clip -> depthwise 3x3 + Clip
 // -> project 1x1 (+ residual Add) chain on a wide image becomes one node; its reference kernel and
 // the cpu kernel (cpu::InvertedResidual, checked to run) give the unfused graph's outputs, on one
-// thread and on two (bands of rows), at stride 1 with the residual and at stride 2 on an odd width.
+// thread and on two (bands of rows), at stride 1 with the residual, at stride 2 on an odd width, and
+// without the expand.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -22,13 +23,18 @@ Tensor rnd(std::vector<int64_t> dims, uint32_t seed, float scale) {
 
 // in [2, 8, h, w] -> stem 1x1 + Relu = x (the block then sits inside nhwc_layout's channels-last region,
 // whose first convolution reads NCHW) -> expand 1x1 -> Clip(0, 6) -> depthwise 3x3 (stride) -> Clip(0, 6)
-// -> project 1x1 (+ x)
+// -> project 1x1 (+ x); cmid 0: no expand
 std::shared_ptr<Model> block(int64_t cin, int64_t cmid, int64_t cout, int64_t h, int64_t w, int64_t stride) {
   ModelBuilder b(17);
   auto in = b.input("x", {2, 8, h, w});
   auto x = b.node("Relu", {b.node("Conv", {in, b.constant(rnd({cin, 8, 1, 1}, 7, 0.5f)), b.constant(rnd({cin}, 8, 0.5f))})});
-  auto e = b.node("Conv", {x, b.constant(rnd({cmid, cin, 1, 1}, 1, 0.5f)), b.constant(rnd({cmid}, 2, 0.5f))});
-  e = b.node("Clip", {e, b.scalar(0.f), b.scalar(6.f)});
+  std::string e = x;
+  if (cmid > 0) {
+    e = b.node("Conv", {x, b.constant(rnd({cmid, cin, 1, 1}, 1, 0.5f)), b.constant(rnd({cmid}, 2, 0.5f))});
+    e = b.node("Clip", {e, b.scalar(0.f), b.scalar(6.f)});
+  } else {  // no expand (MobileNetV2's first block)
+    cmid = cin;
+  }
   auto d = b.node("Conv", {e, b.constant(rnd({cmid, 1, 3, 3}, 3, 0.5f)), b.constant(rnd({cmid}, 4, 0.5f))},
                   {{"group", int_attr(cmid)}, {"pads", ints_attr({1, 1, 1, 1})}, {"strides", ints_attr({stride, stride})}});
   d = b.node("Clip", {d, b.scalar(0.f), b.scalar(6.f)});
@@ -94,6 +100,8 @@ void check(int64_t cin, int64_t cmid, int64_t cout, int64_t h, int64_t w, int64_
 TEST(CpuInvertedResidual, StrideOneWithResidualEqualsTheThreeConvolutions) { check(24, 144, 24, 6, 28, 1); }
 
 TEST(CpuInvertedResidual, StrideTwoOddWidthEqualsTheThreeConvolutions) { check(16, 40, 20, 7, 29, 2); }
+
+TEST(CpuInvertedResidual, DepthwiseAndProjectWithoutExpandEqualTheTwoConvolutions) { check(20, 0, 16, 5, 30, 1); }
 
 TEST(CpuInvertedResidual, NarrowImagesStayUnfused) {
   auto model = block(24, 48, 24, 6, 14, 1);  // 14 pixels wide: below the pass's limit

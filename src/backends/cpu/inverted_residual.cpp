@@ -42,9 +42,11 @@ InvertedResidual::InvertedResidual(const float* we, const float* be, int64_t cin
                                    const float* bp, int64_t cout, Clamp act_project)
     : cin_(cin), cmid_(cmid), cmid_pad_(round_up(cmid, 16)), cout_(cout), stride_(stride), act_e_(act_expand),
       act_d_(act_dw), act_p_(act_project) {
-  we_pv_ = panel_vectors(cmid_pad_);
-  we_ = pack_panels(we, cmid, cin, we_pv_);
-  be_ = padded_bias(be, cmid, round_up(cmid, 64));
+  if (we) {  // else no expand: the depthwise reads x (cmid == cin)
+    we_pv_ = panel_vectors(cmid_pad_);
+    we_ = pack_panels(we, cmid, cin, we_pv_);
+    be_ = padded_bias(be, cmid, round_up(cmid, 64));
+  }
   wd_.assign(static_cast<size_t>(cmid_pad_ * 9), 0.f);
   for (int64_t c = 0; c < cmid; ++c)
     for (int64_t t = 0; t < 9; ++t) wd_[((c / 16) * 9 + t) * 16 + c % 16] = wd[c * 9 + t];
@@ -249,8 +251,19 @@ void InvertedResidual::band(const float* x, int64_t h, int64_t w, const float* z
       }
       float* slot = ring + (ih % 3) * rowf;
       if (held[ih % 3] != ih) {
-        gemm(w, {x + ih * w * cin_, cin_, 16}, we_.data(), we_pv_, cin_, be_.data(), cp, {slot + 16, 16, strip, nullptr},
-             act_e_);
+        const float* xr = x + ih * w * cin_;
+        if (!we_.empty()) {
+          gemm(w, {xr, cin_, 16}, we_.data(), we_pv_, cin_, be_.data(), cp, {slot + 16, 16, strip, nullptr}, act_e_);
+        } else {  // no expand: x's row into the strips, channels past cin zero
+          for (int64_t j = 0; j < cp / 16; ++j) {
+            const int64_t n = std::min<int64_t>(16, cin_ - j * 16);
+            float* o = slot + j * strip + 16;
+            for (int64_t px = 0; px < w; ++px) {
+              std::memcpy(o + px * 16, xr + px * cin_ + j * 16, static_cast<size_t>(n) * sizeof(float));
+              if (n < 16) std::memset(o + px * 16 + n, 0, static_cast<size_t>(16 - n) * sizeof(float));
+            }
+          }
+        }
         held[ih % 3] = ih;
       }
       rows[ky] = slot;

@@ -19,7 +19,8 @@ class InvertedResidual {
     float lo, hi;
   };
   /// we: [cmid, cin] (the expand 1x1's OIHW weights), be: [cmid]; wd: [cmid, 1, 3, 3], bd: [cmid];
-  /// wp: [cout, cmid], bp: [cout]. Biases may be null (zeros).
+  /// wp: [cout, cmid], bp: [cout]. Biases may be null (zeros). we null: no expand (MobileNetV2's first
+  /// block: depthwise -> project), cmid == cin, act_expand unused.
   InvertedResidual(const float* we, const float* be, int64_t cin, int64_t cmid, Clamp act_expand, const float* wd,
                    const float* bd, int64_t stride, Clamp act_dw, const float* wp, const float* bp, int64_t cout,
                    Clamp act_project);
@@ -45,7 +46,7 @@ class InvertedResidual {
   int64_t cin_, cmid_, cmid_pad_, cout_, stride_;
   Clamp act_e_, act_d_, act_p_;
   int64_t we_pv_ = 4, wp_pv_ = 4;  // 16-column vectors per packed panel
-  std::vector<float> we_;  // [panels][cin][we_pv_ * 16], zero-padded columns
+  std::vector<float> we_;  // [panels][cin][we_pv_ * 16], zero-padded columns; empty: no expand
   std::vector<float> be_;  // [cmid_pad]
   std::vector<float> wd_;  // [cmid_pad / 16][9][16]
   std::vector<float> bd_;  // [cmid_pad]

@@ -38,27 +38,29 @@ class InvertedResidualKernel : public Kernel {
   InvertedResidualKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
 
   bool init(const Graph& graph) {
-    if (!cpu::InvertedResidual::available()) return false;
+    if (!cpu::InvertedResidual::available() || node_.inputs.size() < 7) return false;
+    const bool expand = !node_.inputs[1].empty() || !node_.inputs[2].empty();
     const Tensor* t[7] = {};
-    for (size_t i = 1; i < 7; ++i) {
+    for (size_t i = expand ? 1 : 3; i < 7; ++i) {
       t[i] = cpu::constant_input(graph, node_, i);
       if (!t[i] || t[i]->dtype() != DType::kF32) return false;
     }
-    if (t[1]->rank() != 4 || t[5]->rank() != 4) return false;
-    const int64_t cmid = t[1]->dim(0), cin = t[1]->dim(1), cout = t[5]->dim(0);
-    if (t[1]->dims() != std::vector<int64_t>{cmid, cin, 1, 1} || t[2]->numel() != cmid ||
+    if ((expand && t[1]->rank() != 4) || t[3]->rank() != 4 || t[5]->rank() != 4) return false;
+    const int64_t cmid = t[3]->dim(0), cin = expand ? t[1]->dim(1) : cmid, cout = t[5]->dim(0);
+    if ((expand && (t[1]->dims() != std::vector<int64_t>{cmid, cin, 1, 1} || t[2]->numel() != cmid)) ||
         t[3]->dims() != std::vector<int64_t>{cmid, 1, 3, 3} || t[4]->numel() != cmid ||
         t[5]->dims() != std::vector<int64_t>{cout, cmid, 1, 1} || t[6]->numel() != cout)
       return false;
     const Attribute* s = node_.attr("stride");
     const int64_t stride = s ? s->i : 1;
     if (stride != 1 && stride != 2) return false;
-    cpu::InvertedResidual::Clamp ae, ad, ap;
-    if (!activation(node_, "expand_", &ae) || !activation(node_, "dw_", &ad) || !activation(node_, "", &ap)) return false;
+    cpu::InvertedResidual::Clamp ae{-INFINITY, INFINITY}, ad, ap;
+    if ((expand && !activation(node_, "expand_", &ae)) || !activation(node_, "dw_", &ad) || !activation(node_, "", &ap)) return false;
     cin_ = cin;
     cout_ = cout;
     has_z_ = node_.inputs.size() > 7 && !node_.inputs[7].empty();
-    block_ = std::make_unique<cpu::InvertedResidual>(t[1]->data<float>(), t[2]->data<float>(), cin, cmid, ae,
+    block_ = std::make_unique<cpu::InvertedResidual>(expand ? t[1]->data<float>() : nullptr,
+                                                     expand ? t[2]->data<float>() : nullptr, cin, cmid, ae,
                                                      t[3]->data<float>(), t[4]->data<float>(), stride, ad,
                                                      t[5]->data<float>(), t[6]->data<float>(), cout, ap);
     return true;
