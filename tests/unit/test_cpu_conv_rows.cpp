@@ -64,9 +64,10 @@ TEST(CpuConvRows, MatchesPlainLoopConvolution) {
                           {2, 4, 3, 17, 64, 3, 1, 1},
                           {1, 6, 6, 32, 64, 1, 2, 0},
                           // pixel-major 1x1s (conv_rows.h pixel_major): 70 pixels (10 blocks of 7), 15
-                          // (a block of 1 last), stride 2 with 20 pixels, 512 channels in one block.
+                          // (a block of 1 last), stride 2 with 20 pixels, 512 channels in one block, 768 KB
+                          // of weights on 72 pixels (panel chunks of 4 and 2).
                           {2, 5, 7, 64, 256, 1, 1, 0}, {1, 3, 5, 48, 128, 1, 1, 0}, {1, 7, 9, 64, 192, 1, 2, 0},
-                          {1, 2, 4, 512, 128, 1, 1, 0}};
+                          {1, 2, 4, 512, 128, 1, 1, 0}, {1, 8, 9, 512, 384, 1, 1, 0}};
   uint32_t seed = 1;
   for (const Shape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << s.n << "x" << s.h << "x" << s.w << " " << s.cin << "->" << s.cout << " k" << s.k
@@ -75,8 +76,9 @@ TEST(CpuConvRows, MatchesPlainLoopConvolution) {
     const auto w = random_floats(static_cast<size_t>(s.cout * s.cin * s.k * s.k), seed++);
     const auto bias = random_floats(static_cast<size_t>(s.cout), seed++);
     cpu::ConvRows conv(w.data(), bias.data(), s.cout, s.cin, s.k, s.k, s.stride, s.stride, s.pad, s.pad);
-    EXPECT_EQ(conv.pixel_major(), s.k == 1 && s.cin <= 512 && s.cin * s.cout * 4 <= cpu::ConvRows::kPixelMajorWeightBytes);
     const int64_t oh = conv.out_h(s.h), ow = conv.out_w(s.w);
+    EXPECT_EQ(conv.pixel_major(s.n * oh * ow),
+              s.k == 1 && s.cin <= 2048 && (s.cin * s.cout * 4 <= cpu::ConvRows::kPixelMajorWeightBytes || s.n * oh * ow > 49));
     const size_t ny = static_cast<size_t>(s.n * oh * ow * s.cout);
     const auto z = random_floats(ny, seed++);
     // No residual; a residual in z; the residual already in y; then the last on 2 threads (each a
@@ -129,35 +131,49 @@ TEST(CpuConvRows, FusedConvTakesThePathAndMatchesReference) {
 }
 
 // Through the conv kernel at 1 thread: a 1x1 64->256 expansion with bias, residual and ReLU (ResNet-50's
-// layer1 conv3) takes cpu::ConvRows' pixel-major form (dnnl_conv.cpp use_rows_1x1) and equals cpu-ref.
-TEST(CpuConvRows, Expand1x1TakesThePixelMajorPathAndMatchesReference) {
+// layer1 conv3) and a stride-2 1x1 512->128 with bias (as layer3.0's projection) take cpu::ConvRows'
+// pixel-major form (dnnl_conv.cpp use_rows_1x1) and equal cpu-ref.
+TEST(CpuConvRows, Pixel1x1TakesThePathAndMatchesReference) {
   if (!cpu::ConvRows::available()) GTEST_SKIP() << "no AVX-512F";
   for (const char* v : {"FERRY_CONV_ROWS", "FERRY_CONV_ROWS_1X1"}) {
     const char* e = std::getenv(v);
     if (e && std::string(e) == "0") GTEST_SKIP() << v << "=0";
   }
-  Tensor x = random_tensor({2, 6, 5, 64}, 41);
-  Tensor w = random_tensor({256, 64, 1, 1}, 42);
-  Tensor b = random_tensor({256}, 43);
-  Tensor z = random_tensor({2, 6, 5, 256}, 44);
-  OpTester t("FusedConv", 1, "com.ferry");
-  t.attr("kernel_shape", std::vector<int64_t>{1, 1});
-  t.attr("activation", std::string("Relu")).attr("channels_last", int64_t(1));
-  const Tensor want = t.input(x).const_input(w).const_input(b).input(z).run("cpu-ref")[0];
-  ExecutorOptions eo;
-  eo.device = "cpu";
-  eo.threads = 1;
-  auto ex = Executor::create(t.last_model(), eo);
-  ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
-  const auto& in = t.last_model()->graph.inputs;
-  ASSERT_EQ(in.size(), 2u);
-  NamedTensors feeds = {{in[0].name, x}, {in[1].name, z}}, outs;
-  const int64_t before = cpu::ConvRows::calls();
-  const Status st = ex.value()->run(feeds, &outs);
-  ASSERT_TRUE(st.is_ok()) << st.to_string();
-  EXPECT_GT(cpu::ConvRows::calls(), before) << "the FusedConv kernel did not take cpu::ConvRows";
-  ASSERT_EQ(outs.size(), 1u);
-  expect_near(outs[0].second, want, 1e-4, 1e-5);
+  struct Case {
+    std::vector<int64_t> x;
+    int64_t cout, stride;
+    bool residual;
+  };
+  for (const Case& c : {Case{{2, 6, 5, 64}, 256, 1, true}, Case{{1, 9, 8, 512}, 128, 2, false}}) {
+    SCOPED_TRACE(c.cout);
+    const int64_t oh = (c.x[1] - 1) / c.stride + 1, ow = (c.x[2] - 1) / c.stride + 1;
+    Tensor x = random_tensor(c.x, 41);
+    Tensor w = random_tensor({c.cout, c.x[3], 1, 1}, 42);
+    Tensor b = random_tensor({c.cout}, 43);
+    Tensor z = random_tensor({c.x[0], oh, ow, c.cout}, 44);
+    OpTester t("FusedConv", 1, "com.ferry");
+    t.attr("kernel_shape", std::vector<int64_t>{1, 1}).attr("strides", std::vector<int64_t>{c.stride, c.stride});
+    t.attr("activation", std::string("Relu")).attr("channels_last", int64_t(1));
+    t.input(x).const_input(w).const_input(b);
+    if (c.residual) t.input(z);
+    const Tensor want = t.run("cpu-ref")[0];
+    ExecutorOptions eo;
+    eo.device = "cpu";
+    eo.threads = 1;
+    auto ex = Executor::create(t.last_model(), eo);
+    ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+    const auto& in = t.last_model()->graph.inputs;
+    ASSERT_EQ(in.size(), c.residual ? 2u : 1u);
+    NamedTensors feeds = {{in[0].name, x}}, outs;
+    if (c.residual) feeds.push_back({in[1].name, z});
+    const int64_t before = cpu::ConvRows::calls();
+    const Status st = ex.value()->run(feeds, &outs);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_GT(cpu::ConvRows::calls(), before) << "the FusedConv kernel did not take cpu::ConvRows";
+    ASSERT_EQ(outs.size(), 1u);
+    // Sums of up to 512 products of standard-normal values (scale ~23).
+    expect_near(outs[0].second, want, 1e-4, 1e-5);
+  }
 }
 
 }  // namespace

@@ -82,9 +82,12 @@ __attribute__((target("avx512f"))) void rows_kernel(const float* const* a, const
 // For 1x1 convolutions whose whole packed weights stay in L2 (run_1x1): c[r, 0:64] = relu?(bias + z[r] +
 // sum_k a[r][k] * b[k, 0:64]) for R rows, accumulators started from the bias, the residual and ReLU
 // applied before the only store (no pass over y before, no partial sums through memory).
+// The products run over cb blocks of kc input channels: block i's panel at b + i * pass, its
+// inputs at a[r] + i * kc.
 template <int R>
-__attribute__((target("avx512f"))) void pixels_kernel(const float* const* a, const float* b, int64_t kc, const float* bias,
-                                                      const float* z, float* c, int64_t ldc, bool relu) {
+__attribute__((target("avx512f"))) void pixels_kernel(const float* const* a, const float* b, int64_t kc, int64_t cb,
+                                                      int64_t pass, const float* bias, const float* z, float* c,
+                                                      int64_t ldc, bool relu) {
   __m512 acc[R][4];
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) {
@@ -95,18 +98,22 @@ __attribute__((target("avx512f"))) void pixels_kernel(const float* const* a, con
   const float* ar[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) ar[r] = a[r];
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_loadu_ps(b + 64 * k), b1 = _mm512_loadu_ps(b + 64 * k + 16),
-                 b2 = _mm512_loadu_ps(b + 64 * k + 32);
-    const __m512* b3 = reinterpret_cast<const __m512*>(b + 64 * k + 48);
+  for (int64_t i = 0; i < cb; ++i, b += pass) {
+    for (int64_t k = 0; k < kc; ++k) {
+      const __m512 b0 = _mm512_loadu_ps(b + 64 * k), b1 = _mm512_loadu_ps(b + 64 * k + 16),
+                   b2 = _mm512_loadu_ps(b + 64 * k + 32);
+      const __m512* b3 = reinterpret_cast<const __m512*>(b + 64 * k + 48);
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m512 v = _mm512_set1_ps(ar[r][k]);
-      acc[r][0] = _mm512_fmadd_ps(v, b0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(v, b1, acc[r][1]);
-      acc[r][2] = _mm512_fmadd_ps(v, b2, acc[r][2]);
-      __asm__("vfmadd231ps %[m], %[v], %[c]" : [c] "+v"(acc[r][3]) : [v] "v"(v), [m] "m"(*b3));  // as rows_kernel
+      for (int r = 0; r < R; ++r) {
+        const __m512 v = _mm512_set1_ps(ar[r][k]);
+        acc[r][0] = _mm512_fmadd_ps(v, b0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(v, b1, acc[r][1]);
+        acc[r][2] = _mm512_fmadd_ps(v, b2, acc[r][2]);
+        __asm__("vfmadd231ps %[m], %[v], %[c]" : [c] "+v"(acc[r][3]) : [v] "v"(v), [m] "m"(*b3));  // as rows_kernel
+      }
     }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) ar[r] += kc;
   }
   const __m512 zero = _mm512_setzero_ps();
 #pragma GCC unroll 8
@@ -119,7 +126,8 @@ __attribute__((target("avx512f"))) void pixels_kernel(const float* const* a, con
     }
 }
 
-using PixelsKernel = void (*)(const float* const*, const float*, int64_t, const float*, const float*, float*, int64_t, bool);
+using PixelsKernel = void (*)(const float* const*, const float*, int64_t, int64_t, int64_t, const float*, const float*, float*,
+                              int64_t, bool);
 constexpr PixelsKernel kPixelsKernels[8] = {nullptr,           pixels_kernel<1>, pixels_kernel<2>, pixels_kernel<3>,
                                             pixels_kernel<4>, pixels_kernel<5>, pixels_kernel<6>, pixels_kernel<7>};
 
@@ -129,33 +137,39 @@ constexpr RowsKernel kKernels[8] = {nullptr,         rows_kernel<1>, rows_kernel
 
 }  // namespace
 
-bool ConvRows::pixel_major() const {
-  return kh_ == 1 && kw_ == 1 && pad_h_ == 0 && pad_w_ == 0 && kc_ == cin_ && cin_ * cout_ * 4 <= kPixelMajorWeightBytes;
+bool ConvRows::pixel_major(int64_t pixels) const {
+  return kh_ == 1 && kw_ == 1 && pad_h_ == 0 && pad_w_ == 0 && cin_ <= 2048 &&
+         (cin_ * cout_ * 4 <= kPixelMajorWeightBytes || pixels > 49);
 }
 
 void ConvRows::run_1x1(const float* x, int64_t n, int64_t h, int64_t w, const float* z, float* y, bool relu) const {
   const int64_t oh = out_h(h), ow = out_w(w), nb = cout_ / 64, pixels = n * oh * ow, blocks = (pixels + 6) / 7;
+  // Panels in chunks of at most kPixelMajorWeightBytes (each chunk's weights stay in L2 while every
+  // pixel block runs it; x's rows are read once per chunk).
+  const int64_t cb = cin_ / kc_, pass = nb * kc_ * 64;  // the packing's blocks of kc_ <= 512 input channels
+  const int64_t chunk = std::max<int64_t>(1, std::min(nb, kPixelMajorWeightBytes / (cin_ * 64 * 4)));
   const int threads = static_cast<int>(std::min<int64_t>(std::max(1, omp_in_parallel() ? 1 : omp_get_max_threads()), blocks));
 #pragma omp parallel num_threads(threads)
   {
     const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
     const float* a[7];
-    for (int64_t blk = blocks * tid / nt, end = blocks * (tid + 1) / nt; blk < end; ++blk) {
-      const int64_t p0 = blk * 7, rows = std::min<int64_t>(7, pixels - p0);
-      for (int64_t q = 0; q < rows; ++q) {
-        const int64_t p = p0 + q, i = p / (oh * ow), r = p / ow % oh, c = p % ow;
-        a[q] = x + ((i * h + r * sh_) * w + c * sw_) * cin_;
+    for (int64_t b0 = 0; b0 < nb; b0 += chunk)
+      for (int64_t blk = blocks * tid / nt, end = blocks * (tid + 1) / nt; blk < end; ++blk) {
+        const int64_t p0 = blk * 7, rows = std::min<int64_t>(7, pixels - p0);
+        for (int64_t q = 0; q < rows; ++q) {
+          const int64_t p = p0 + q, i = p / (oh * ow), r = p / ow % oh, c = p % ow;
+          a[q] = x + ((i * h + r * sh_) * w + c * sw_) * cin_;
+        }
+        for (int64_t b = b0; b < std::min(nb, b0 + chunk); ++b)
+          kPixelsKernels[rows](a, packed_.data() + b * kc_ * 64, kc_, cb, pass, bias_.data() + b * 64,
+                               z ? z + p0 * cout_ + b * 64 : nullptr, y + p0 * cout_ + b * 64, cout_, relu);
       }
-      for (int64_t b = 0; b < nb; ++b)
-        kPixelsKernels[rows](a, packed_.data() + b * kc_ * 64, kc_, bias_.data() + b * 64,
-                             z ? z + p0 * cout_ + b * 64 : nullptr, y + p0 * cout_ + b * 64, cout_, relu);
-    }
   }
 }
 
 void ConvRows::run(const float* x, int64_t n, int64_t h, int64_t w, const float* z, float* y, bool relu) const {
   g_calls.fetch_add(1, std::memory_order_relaxed);
-  if (pixel_major()) return run_1x1(x, n, h, w, z, y, relu);
+  if (pixel_major(n * out_h(h) * out_w(w))) return run_1x1(x, n, h, w, z, y, relu);
   const int64_t oh = out_h(h), ow = out_w(w), taps = kh_ * kw_, nb = cout_ / 64, cb = cin_ / kc_;
   const int64_t pixels = n * oh * ow;
   // y = bias (+ z): the passes below accumulate into it.
@@ -227,7 +241,7 @@ void ConvRows::run(const float* x, int64_t n, int64_t h, int64_t w, const float*
 #else
 bool ConvRows::available() { return false; }
 void ConvRows::run(const float*, int64_t, int64_t, int64_t, const float*, float*, bool) const {}  // not available()
-bool ConvRows::pixel_major() const { return false; }
+bool ConvRows::pixel_major(int64_t) const { return false; }
 void ConvRows::run_1x1(const float*, int64_t, int64_t, int64_t, const float*, float*, bool) const {}
 #endif
 

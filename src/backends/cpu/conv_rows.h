@@ -30,13 +30,14 @@ class ConvRows {
   /// How many times run() was called in this process (tests check that a path fires).
   static int64_t calls();
 
-  /// Whether run() takes the pixel-major 1x1 form: a 1x1 kernel without padding, at most 512 input
-  /// channels and at most kPixelMajorWeightBytes of weights (they stay in L2 for the whole call).
-  /// Each block of 7 output pixels then runs every 64-channel panel with its accumulators started
-  /// from the bias and the residual and ReLU applied before the one store of y: no pass over y
-  /// before the products and no partial sums through memory (the few-pixel form above reads each
-  /// panel once and keeps y's partial sums in memory instead).
-  bool pixel_major() const;
+  /// Whether run() takes the pixel-major 1x1 form for `pixels` output pixels: a 1x1 kernel without
+  /// padding, at most 2048 input channels, and at most kPixelMajorWeightBytes of weights or more than
+  /// 49 output pixels (few pixels with large weights keep the form above: one stream over the
+  /// weights). The 64-channel panels run in chunks of at most kPixelMajorWeightBytes (they stay in
+  /// L2); each block of 7 output pixels runs every panel of a chunk with its accumulators started
+  /// from the bias, the residual and ReLU applied before the one store of y: no pass over y before
+  /// the products and no partial sums through memory.
+  bool pixel_major(int64_t pixels) const;
   static constexpr int64_t kPixelMajorWeightBytes = int64_t{512} << 10;
 
   int64_t out_h(int64_t h) const { return (h + 2 * pad_h_ - kh_) / sh_ + 1; }

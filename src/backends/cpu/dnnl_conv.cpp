@@ -549,13 +549,17 @@ class DnnlConvKernel : public Kernel {
 
   // cpu::ConvRows' pixel-major 1x1 form (conv_rows.h pixel_major: every 64-channel panel per block of
   // 7 output pixels, accumulators started from the bias, residual and ReLU before the one store) for
-  // 1x1 expansions from at most 64 input channels to 4x as many or more: ResNet-50's layer1 conv3
-  // (64->256 with the residual and ReLU) and its projection. oneDNN 2.6's brgconv_1x1 runs these
-  // with K = 64 at 150-160 GFLOP/s and its sum post-op costs it another 0.45-0.7 ms per 2x56x56
-  // call. /tmp probe (oneDNN conv and ConvRows interleaved, thread CPU time, p50 of 15, hot caches,
-  // 1 thread, load 3-5 on 2 cores): 2x56x56 64->256 1.30 -> 1.11 ms, with the residual 1.76 -> 1.34;
-  // not taken (measured no faster): 64->64 1.09x oneDNN's time, 256->64 1.16-1.28x, 256->128
-  // 1.05-1.12x, 128->512 1.01-1.04x, 512->128 / 512->256 1.0-1.1x, 256->512 stride 2 0.95-0.96x.
+  // 1x1 expansions from at most 64 input channels to 4x as many or more (ResNet-50's layer1 conv3,
+  // 64->256 with the residual and ReLU, and its projection) and strided 1x1s from 512 channels
+  // (layer3.0's projection, 512->1024 stride 2, where oneDNN 2.6's brgconv_1x1 runs at 100-160
+  // GFLOP/s). /tmp probe (oneDNN conv and ConvRows interleaved, thread CPU time, p50 of 11-31, hot
+  // caches, 1 thread, load 3-5 on 2 cores, ConvRows / oneDNN time): 1x28x28 512->1024 s2 0.68-0.69,
+  // 2x28x28 0.69-0.84; 2x56x56 64->256 0.85-0.95 (1.10 in one run), with the residual 0.76-1.23
+  // (oneDNN's sum post-op cost it 0.45-0.7 ms a call in some runs, nothing in others); in the
+  // model (`ferry profile -t 1 -b 8`, per-run CPU ms, 2 interleaved rounds, load 4.3) layer1's three
+  // conv3 6.6-8.6 -> 5.9-6.3 ms each. Not taken (no faster): 64->64 1.09x, 256->64 1.16-1.28x,
+  // 256->128 1.05-1.12x, 128->512 1.01-1.11x, 512->128 / 512->256 1.0-1.1x, 256->512 s2 0.95-1.14x,
+  // 8x14x14 1024->256 / 1024->512 1.18-1.20x, 8x7x7 2048->512 1.13x, 1024->2048 s2 1.02-1.04x.
   // At 1 thread (and inside a batch split's lanes) like use_rows; FERRY_CONV_ROWS=2 also at several
   // threads (pixel blocks split over them; not measured quietly), FERRY_CONV_ROWS_1X1=0 turns it off.
   bool use_rows_1x1(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const memory::dims& pad_l,
@@ -574,7 +578,10 @@ class DnnlConvKernel : public Kernel {
     if (act_.kind != ActKind::kNone && act_.kind != ActKind::kRelu) return false;
     if ((!omp_in_parallel() && omp_get_max_threads() != 1 && !threads_ok) || !cpu::ConvRows::available()) return false;
     const int64_t cin = w_.dim(1), cout = w_.dim(0);
-    if (cin > 64 || cout % 64 != 0 || cout < 4 * cin || cin * cout * 4 > cpu::ConvRows::kPixelMajorWeightBytes) return false;
+    if (cout % 64 != 0) return false;
+    const bool expand = cin <= 64 && cout >= 4 * cin && cin * cout * 4 <= cpu::ConvRows::kPixelMajorWeightBytes;
+    const bool strided = (attrs_.strides[0] > 1 || attrs_.strides[1] > 1) && cin == 512;
+    if (!expand && !strided) return false;
     for (size_t i = 0; i < 2; ++i)
       if (attrs_.dilations[i] != 1 || pad_l[i] != 0 || pad_r[i] != 0) return false;
     return (xd[2] - 1) / attrs_.strides[0] + 1 == yd[2] && (xd[3] - 1) / attrs_.strides[1] + 1 == yd[3];
