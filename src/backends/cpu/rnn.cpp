@@ -1,14 +1,14 @@
 // Optimized RNN, GRU and LSTM (f32, bf16) for the cpu backend.
 //
-// At creation the constant weights are packed once: W^T of every direction side by side
-// ([I, D*G*H]) and R^T per direction ([H, G*H]), biases split into the input part (Wb) and the
-// recurrent part (Rb). A run computes X * W^T for all time steps and directions in one oneDNN GEMM,
-// then per step H(t-1) * R^T + Rb for the batch rows (small_gemm, R^T resident in cache) followed by
+// At creation the constant weights are packed once: W^T and R^T per direction ([I, G*H] and
+// [H, G*H]), biases split into the input part (Wb) and the recurrent part (Rb). A run computes
+// X * W^T for all time steps in one oneDNN GEMM per direction, then per step H(t-1) * R^T + Rb for the batch rows (small_gemm, R^T resident in cache) followed by
 // the gate equations (vectorized sigmoid / tanh from vec_math.h; LSTM on AVX-512: lstm_row16, with
 // Wb folded into the product's bias), writing Y, Y_h and Y_c directly; each row's next-step projection
 // is prefetched between the rows' gate math (FERRY_RNN_PREFETCH=0 turns that off).
 // Directions and batch-row blocks are independent, so with several threads each one runs its whole
-// sequence on its own thread (no barrier per step).
+// sequence on its own thread (no barrier per step); a thread that runs a whole direction also
+// computes its projection (one parallel region per node).
 //
 // Covered: f32, and bf16 computed in f32 (rounded at the end, as the reference kernel does);
 // forward / reverse / bidirectional, layouts 0 and 1, B, initial_h / initial_c,
@@ -194,7 +194,7 @@ struct Direction {
 // Geometry and buffers of one run.
 struct Run {
   int64_t S, B, layout;
-  const float* xw;  // [S*B, D*G*H], rows in X's order
+  const float* xd;  // X (f32)
   const int64_t* lens;
   const float *h0, *c0;  // initial states (layout's order) or null
   float *y, *yh, *yc;    // outputs or null
@@ -212,7 +212,8 @@ class RnnKernel : public Kernel {
   int64_t state_offset(const Run& r, int64_t d, int64_t b) const {
     return (r.layout == 0 ? d * r.B + b : b * D_ + d) * H_;
   }
-  void run_rows(const Run& r, int64_t d, int64_t b0, int64_t nb) const;
+  // xw: direction d's X * W_d^T [S*B, G*H], rows in X's order.
+  void run_rows(const Run& r, int64_t d, const float* xw, int64_t b0, int64_t nb) const;
   // The checks of the reference kernel that this one relies on; false: let the reference run it.
   bool inputs_handled(const KernelContext& ctx, int64_t layout) const;
 
@@ -223,7 +224,7 @@ class RnnKernel : public Kernel {
   int64_t layout_attr_ = 0;
   float clip_ = std::numeric_limits<float>::infinity();
   bool input_forget_ = false, linear_before_reset_ = false;
-  std::unique_ptr<cpu::ConstWeightGemm> input_gemm_;  // X * W^T, W^T [I, D*G*H]
+  vector<std::unique_ptr<cpu::ConstWeightGemm>> input_gemm_;  // per direction X * W_d^T, W_d^T [I, G*H]
   vector<Direction> dirs_;
   vector<float> ones_;  // [H]
   cpu::LstmGatesFn lstm16_ = nullptr;  // LSTM gates on AVX-512 (null: lstm_row)
@@ -294,13 +295,15 @@ bool RnnKernel::init(const Graph& graph) {
   const Tensor* bias = bias_t ? &*bias_t : nullptr;
   const Tensor* peep = peep_t ? &*peep_t : nullptr;
 
-  // W^T of both directions side by side: one GEMM gives every direction's input projection.
-  const int64_t N = D_ * GH;
-  vector<float> wt(static_cast<size_t>(I_ * N));
-  const float* wd = w->data<float>();
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t i = 0; i < I_; ++i) wt[i * N + n] = wd[n * I_ + i];
-  input_gemm_ = std::make_unique<cpu::ConstWeightGemm>(std::move(wt), I_, N);
+  // W_d^T per direction: each direction's input projection is its own GEMM, so that a thread that
+  // runs a direction can compute it too (see compute).
+  for (int64_t d = 0; d < D_; ++d) {
+    vector<float> wt(static_cast<size_t>(I_ * GH));
+    const float* wd = w->data<float>() + d * GH * I_;
+    for (int64_t n = 0; n < GH; ++n)
+      for (int64_t i = 0; i < I_; ++i) wt[i * GH + n] = wd[n * I_ + i];
+    input_gemm_.push_back(std::make_unique<cpu::ConstWeightGemm>(std::move(wt), I_, GH));
+  }
   dirs_.resize(static_cast<size_t>(D_));
   for (int64_t d = 0; d < D_; ++d) {
     Direction& dr = dirs_[d];
@@ -365,8 +368,8 @@ bool RnnKernel::inputs_handled(const KernelContext& ctx, int64_t layout) const {
 }
 
 // Runs direction d for batch rows [b0, b0 + nb) over the whole sequence.
-void RnnKernel::run_rows(const Run& r, int64_t d, int64_t b0, int64_t nb) const {
-  const int64_t H = H_, GH = G_ * H_, ldx = D_ * GH;
+void RnnKernel::run_rows(const Run& r, int64_t d, const float* xw, int64_t b0, int64_t nb) const {
+  const int64_t H = H_, GH = G_ * H_;
   const Direction& dr = dirs_[d];
   vector<float> h(static_cast<size_t>(nb * H), 0.f), c(static_cast<size_t>(nb * H), 0.f);
   vector<float> g(static_cast<size_t>(nb * GH)), rh(static_cast<size_t>(nb * H), 0.f);
@@ -381,7 +384,7 @@ void RnnKernel::run_rows(const Run& r, int64_t d, int64_t b0, int64_t nb) const 
   const bool gru2 = cell_ == Cell::kGru && !linear_before_reset_;  // second product on r .* H(t-1)
   const int64_t n_first = gru2 ? 2 * H : GH;
   auto x_row = [&](int64_t t, int64_t b) {
-    return r.xw + (r.layout == 0 ? t * r.B + b : b * r.S + t) * ldx + d * GH;
+    return xw + (r.layout == 0 ? t * r.B + b : b * r.S + t) * GH;
   };
   auto time_of = [&](int64_t k, int64_t b) { return dr.reverse ? r.lens[b] - 1 - k : k; };
 
@@ -474,7 +477,7 @@ Status RnnKernel::compute(KernelContext& ctx) {
   r.layout = layout;
   r.S = x.dim(layout == 0 ? 0 : 1);
   r.B = x.dim(layout == 0 ? 1 : 0);
-  const int64_t S = r.S, B = r.B, GH = G_ * H_, N = D_ * GH;
+  const int64_t S = r.S, B = r.B, GH = G_ * H_;
   vector<int64_t> lens(static_cast<size_t>(B), S);
   bool padded = false;
   if (ctx.has_input(4)) {
@@ -523,37 +526,63 @@ Status RnnKernel::compute(KernelContext& ctx) {
     r.yc = f32_output(yc_t, &yc32);
   }
 
-  // Input projection of every step and direction: [S*B, I] x [I, D*G*H].
-  // A per-thread buffer kept between runs up to 16 MiB (a fresh one would be page-faulted in on every
-  // run); larger ones are freed after the run.
-  constexpr size_t kKeptFloats = size_t(1) << 22;
-  const size_t need = static_cast<size_t>(S * B * N);
-  thread_local vector<float> kept;
-  vector<float> once;
-  vector<float>& xw = need <= kKeptFloats ? kept : once;
-  if (xw.size() < need) xw.resize(need);
-  const Status st = input_gemm_->run(xd, S * B, xw.data());
-  if (!st.is_ok())
-    return internal_error(node_.describe() + ": " + st.message() +
-                          "; run with --device cpu-ref to use the reference kernel");
-  r.xw = xw.data();
+  r.xd = xd;
 
   // Independent work items: each direction's rows, split in blocks when there are threads to spare.
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const int64_t blocks = std::clamp<int64_t>((threads + D_ - 1) / D_, 1, B);
   const int64_t items = D_ * blocks;
   const bool worth = S * B * GH * H_ >= (int64_t(1) << 15);
+  const bool parallel = threads > 1 && items > 1 && worth;
+  // Where an item is a whole direction (1 thread, or a bidirectional node on 2), the item computes
+  // its direction's input projection [S*B, I] x [I, G*H] itself, on its own thread: no fork/join
+  // between the projection and the recurrence, and the projection is written in the cache of the
+  // core that reads it. Otherwise (row blocks) every direction's projection runs first, on all
+  // threads. FERRY_RNN_ITEM_PROJECTION=0: always first. BiLSTM, CPU ms p50 (median of 6 interleaved
+  // rounds, load 6): 2 threads b1 0.667 -> 0.605, b8 2.76 -> 2.66; 1 thread b8 3.07 / 3.11 (same).
+  static const bool item_projection_on = env_switch_on("FERRY_RNN_ITEM_PROJECTION");
+  const bool item_projection = blocks == 1 && item_projection_on;
+  // Projection buffers: per thread, kept between runs up to 16 MiB (a fresh one would be
+  // page-faulted in on every run); larger ones are freed after the run.
+  constexpr size_t kKeptFloats = size_t(1) << 22;
+  const size_t per_dir = static_cast<size_t>(S * B * GH);
+  vector<Status> failed(static_cast<size_t>(items), Status::ok());
+  auto project = [&](int64_t d, float* out) { return input_gemm_[d]->run(xd, S * B, out); };
+  thread_local vector<float> kept;
+  vector<float> all_once;
+  float* all = nullptr;  // [D][S*B, G*H] when the projections run first
+  if (!item_projection) {
+    vector<float>& buf = per_dir * D_ <= kKeptFloats ? kept : all_once;
+    if (buf.size() < per_dir * D_) buf.resize(per_dir * D_);
+    all = buf.data();
+    for (int64_t d = 0; d < D_ && failed[0].is_ok(); ++d) failed[0] = project(d, all + d * per_dir);
+  }
   auto item = [&](int64_t it) {
     const int64_t d = it / blocks, blk = it % blocks;
     const int64_t b0 = B * blk / blocks, b1 = B * (blk + 1) / blocks;
-    if (b1 > b0) run_rows(r, d, b0, b1 - b0);
+    if (b1 <= b0) return;
+    if (all) {
+      run_rows(r, d, all + d * per_dir, b0, b1 - b0);
+      return;
+    }
+    vector<float> once;
+    vector<float>& buf = per_dir <= kKeptFloats ? kept : once;
+    if (buf.size() < per_dir) buf.resize(per_dir);
+    failed[it] = project(d, buf.data());
+    if (failed[it].is_ok()) run_rows(r, d, buf.data(), b0, b1 - b0);
   };
-  if (threads > 1 && items > 1 && worth) {
+  if (failed[0].is_ok()) {
+    if (parallel) {
 #pragma omp parallel for num_threads(static_cast<int>(std::min<int64_t>(items, threads))) schedule(static)
-    for (int64_t it = 0; it < items; ++it) item(it);
-  } else {
-    for (int64_t it = 0; it < items; ++it) item(it);
+      for (int64_t it = 0; it < items; ++it) item(it);
+    } else {
+      for (int64_t it = 0; it < items; ++it) item(it);
+    }
   }
+  for (const Status& st : failed)
+    if (!st.is_ok())
+      return internal_error(node_.describe() + ": " + st.message() +
+                            "; run with --device cpu-ref to use the reference kernel");
   if (bf16) {
     if (y_t) cpu::store_f32(y_t, 0, y_t->numel(), y32.data());
     if (yh_t) cpu::store_f32(yh_t, 0, yh_t->numel(), yh32.data());
