@@ -2,10 +2,11 @@
 //
 // At creation the constant weights are packed once: W^T and R^T per direction ([I, G*H] and
 // [H, G*H]), biases split into the input part (Wb) and the recurrent part (Rb). A run computes
-// X * W^T for all time steps in one oneDNN GEMM per direction, then per step H(t-1) * R^T + Rb for the batch rows (small_gemm, R^T resident in cache) followed by
-// the gate equations (vectorized sigmoid / tanh from vec_math.h; LSTM on AVX-512: lstm_row16, with
-// Wb folded into the product's bias), writing Y, Y_h and Y_c directly; each row's next-step projection
-// is prefetched between the rows' gate math (FERRY_RNN_PREFETCH=0 turns that off).
+// X * W^T for all time steps in one oneDNN GEMM per direction, then per step H(t-1) * R^T + Rb for
+// the batch rows (small_gemm, R^T resident in cache) followed by the gate equations (vectorized
+// sigmoid / tanh from vec_math.h; LSTM on AVX-512: lstm_row16, with Wb folded into the product's
+// bias), writing Y, Y_h and Y_c directly; each row's next-step projection is prefetched between the
+// rows' gate math (FERRY_RNN_PREFETCH=0 turns that off).
 // Directions and batch-row blocks are independent, so with several threads each one runs its whole
 // sequence on its own thread (no barrier per step); a thread that runs a whole direction also
 // computes its projection (one parallel region per node).
@@ -84,7 +85,7 @@ FERRY_VEC void lstm_row(int64_t H, In x, In wb, In g, In pi, In po, In pf, float
 // steps, 1 thread: 36-52 ns per 16 floats -> 14-18 (bench/lstm_gates_probe.cpp);
 // max abs error of h and c against double precision 5.1e-7 (lstm_row: 4.8e-7).
 
-// 1 / (1 + e^-x): 0 for x below -104 (2^n overflows to inf), 1 above; NaN stays NaN.
+// 1 / (1 + e^-x): 0 where e^-x overflows (x below about -88.7), 1 for large x; NaN stays NaN.
 __attribute__((target("avx512f"))) inline __m512 sigmoid16(__m512 x) {
   const __m512 one = _mm512_set1_ps(1.f);
   // (maskz forms: gcc 12 warns that the unmasked ones read an undefined vector; min returns its
@@ -330,8 +331,8 @@ bool RnnKernel::init(const Graph& graph) {
     }
   }
   ones_.assign(static_cast<size_t>(H_), 1.f);
-  lstm16_ = cell_ == Cell::kLstm ? cpu::lstm_gates_avx512(peep != nullptr, clip_ != std::numeric_limits<float>::infinity())
-                                 : nullptr;
+  const bool clipped = clip_ != std::numeric_limits<float>::infinity();
+  lstm16_ = cell_ == Cell::kLstm ? cpu::lstm_gates_avx512(peep != nullptr, clipped) : nullptr;
   if (lstm16_) {
     for (Direction& dr : dirs_) {
       dr.wrb.resize(static_cast<size_t>(GH));
