@@ -137,7 +137,10 @@ __attribute__((target("avx512f"))) void gemm_tail(int64_t rem, Mat A, const floa
 template <int NV>
 __attribute__((target("avx512f"))) void gemm_panel(int64_t rows, Mat A, const float* b, int64_t ldb, int64_t k,
                                                    const float* bias, Out C, __mmask16 last, __m512 lo, __m512 hi) {
-  constexpr int R = NV >= 4 ? 6 : NV == 3 ? 8 : 12;  // up to 24 accumulators
+  // 21-24 accumulators. 8 rows x 3 vectors spilled a weight vector: 7 x 3 took the probe's wide blocks
+  // (bench/inverted_residual_probe.cpp, hot, against oneDNN in the same run) from 0.94-1.04x to
+  // 1.15-1.28x; 14 x 2 instead of 12 x 2 was slower.
+  constexpr int R = NV >= 4 ? 6 : NV == 3 ? 7 : 12;
   int64_t r = 0;
   const auto at = [&](int64_t r0) {
     Mat a = A;
