@@ -76,7 +76,11 @@ Status infer_inverted_residual(InferContext& ctx) {
   TensorType out{x.dtype, std::nullopt};
   if (x.shape) {
     Shape y = *x.shape;
-    for (int d = 1; d <= 2; ++d) y.dims[d] = y.dims[d].is_known() ? Dim((y.dims[d].value - 1) / s + 1) : Dim();
+    for (int d = 1; d <= 2; ++d) {
+      if (y.dims[d].is_known() && y.dims[d].value < 1)
+        return ctx.error("input 'X' must have at least one row and column, got " + x.shape->to_string());
+      y.dims[d] = y.dims[d].is_known() ? Dim((y.dims[d].value - 1) / s + 1) : Dim();
+    }
     y.dims[3] = cout >= 0 ? Dim(cout) : Dim();
     out.shape = y;
   }
@@ -113,6 +117,7 @@ Status k_inverted_residual(KernelContext& ctx) {
       !is(ctx.input(6), {cout}))
     return ctx.error("weights must be We [Cmid, Cin, 1, 1], Be [Cmid] (or both omitted: Cmid = Cin), Wd [Cmid, 1, 3, 3], "
                      "Bd [Cmid], Wp [Cout, Cmid, 1, 1], Bp [Cout] for X with Cin = " + std::to_string(cin));
+  if (h < 1 || w < 1) return ctx.error("input 'X' must have at least one row and column, got " + dims_to_string(x.dims()));
   const int64_t ho = (h - 1) / s + 1, wo = (w - 1) / s + 1;
   const bool has_z = ctx.has_input(7);
   if (has_z && (ctx.input(7).dtype() != DType::kF32 || !is(ctx.input(7), {n, ho, wo, cout})))
@@ -121,7 +126,10 @@ Status k_inverted_residual(KernelContext& ctx) {
   const float *px = x.data<float>(), *we = expand ? ctx.input(1).data<float>() : nullptr,
               *be = expand ? ctx.input(2).data<float>() : nullptr, *wd = ctx.input(3).data<float>(), *bd = ctx.input(4).data<float>(), *wp = ctx.input(5).data<float>(),
               *bp = ctx.input(6).data<float>();
-  vector<float> e(static_cast<size_t>(n * h * w * cmid)), d(static_cast<size_t>(n * ho * wo * cmid));
+  ASSIGN_OR_RETURN(Tensor et, Tensor::create(DType::kF32, {n, h, w, cmid}, "the expanded activation"));
+  ASSIGN_OR_RETURN(Tensor dt, Tensor::create(DType::kF32, {n, ho, wo, cmid}, "the depthwise output"));
+  float* e = et.mutable_data<float>();
+  float* d = dt.mutable_data<float>();
   for (int64_t p = 0; p < n * h * w; ++p)
     for (int64_t m = 0; m < cmid; ++m) {
       if (!expand) {

@@ -110,3 +110,39 @@ TEST(CpuInvertedResidual, NarrowImagesStayUnfused) {
 
 }  // namespace
 }  // namespace ferry::testing
+
+namespace ferry::testing {
+namespace {
+
+// A hand-made InvertedResidual with a depthwise weight of the wrong channel count: shape inference
+// names the input and the shape it wanted.
+TEST(CpuInvertedResidual, WrongWeightShapeIsAnErrorNamingTheInput) {
+  auto m = std::make_shared<Model>();
+  m->opset_imports[""] = 17;
+  m->opset_imports["com.ferry"] = 1;
+  Graph& g = m->graph;
+  g.inputs.push_back(ValueInfo{"x", TensorType{DType::kF32, Shape::of({1, 8, 8, 4})}});
+  g.value_types["x"] = g.inputs[0].type;
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> ws = {
+      {"we", {8, 4, 1, 1}}, {"be", {8}}, {"wd", {7, 1, 3, 3}}, {"bd", {8}}, {"wp", {4, 8, 1, 1}}, {"bp", {4}}};
+  Node n;
+  n.name = "block";
+  n.op_type = "InvertedResidual";
+  n.domain = "com.ferry";
+  n.inputs = {"x"};
+  for (const auto& [name, dims] : ws) {
+    g.initializers[name] = rnd(dims, 9, 1.f);
+    g.value_types[name] = g.initializers[name].type();
+    n.inputs.push_back(name);
+  }
+  n.outputs = {"y"};
+  g.nodes.push_back(n);
+  g.outputs.push_back(ValueInfo{"y", {}});
+  const Status st = infer_shapes(m.get());
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("'Wd'"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("[8,1,3,3]"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace ferry::testing

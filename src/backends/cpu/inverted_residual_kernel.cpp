@@ -68,7 +68,7 @@ class InvertedResidualKernel : public Kernel {
 
   Status compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
-    if (x.dtype() != DType::kF32 || x.rank() != 4 || x.dim(3) != cin_) return fallback_(ctx);
+    if (x.dtype() != DType::kF32 || x.rank() != 4 || x.dim(1) < 1 || x.dim(2) < 1 || x.dim(3) != cin_) return fallback_(ctx);
     const std::vector<int64_t> out = {x.dim(0), block_->out_size(x.dim(1)), block_->out_size(x.dim(2)), cout_};
     if (has_z_ && (ctx.input(7).dtype() != DType::kF32 || ctx.input(7).dims() != out)) return fallback_(ctx);
     ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 7, DType::kF32, out)
