@@ -547,21 +547,26 @@ class DnnlConvKernel : public Kernel {
            (xd[3] + 2 * pad_l[1] - w_.dim(3)) / attrs_.strides[1] + 1 == yd[3];
   }
 
-  // cpu::ConvRows' pixel-major 1x1 form (conv_rows.h pixel_major: every 64-channel panel per block of
-  // 7 output pixels, accumulators started from the bias, residual and ReLU before the one store) for
-  // 1x1 expansions from at most 64 input channels to 4x as many or more (ResNet-50's layer1 conv3,
-  // 64->256 with the residual and ReLU, and its projection) and strided 1x1s from 512 channels
-  // (layer3.0's projection, 512->1024 stride 2, where oneDNN 2.6's brgconv_1x1 runs at 100-160
-  // GFLOP/s). /tmp probe (oneDNN conv and ConvRows interleaved, thread CPU time, p50 of 11-31, hot
-  // caches, 1 thread, load 3-5 on 2 cores, ConvRows / oneDNN time): 1x28x28 512->1024 s2 0.68-0.69,
-  // 2x28x28 0.69-0.84; 2x56x56 64->256 0.85-0.95 (1.10 in one run), with the residual 0.76-1.23
-  // (oneDNN's sum post-op cost it 0.45-0.7 ms a call in some runs, nothing in others); in the
-  // model (`ferry profile -t 1 -b 8`, per-run CPU ms, 2 interleaved rounds, load 4.3) layer1's three
-  // conv3 6.6-8.6 -> 5.9-6.3 ms each. Not taken (no faster): 64->64 1.09x, 256->64 1.16-1.28x,
-  // 256->128 1.05-1.12x, 128->512 1.01-1.11x, 512->128 / 512->256 1.0-1.1x, 256->512 s2 0.95-1.14x,
-  // 8x14x14 1024->256 / 1024->512 1.18-1.20x, 8x7x7 2048->512 1.13x, 1024->2048 s2 1.02-1.04x.
-  // At 1 thread (and inside a batch split's lanes) like use_rows; FERRY_CONV_ROWS=2 also at several
-  // threads (pixel blocks split over them; not measured quietly), FERRY_CONV_ROWS_1X1=0 turns it off.
+  // cpu::ConvRows' pixel-major 1x1 form (conv_rows.h pixel_major: every 64-channel panel of an
+  // L2-sized chunk per block of 7 output pixels, accumulators started from the bias, the residual and
+  // ReLU applied before the one store of y). Taken for: on 2+ images (a batch, or a batch split's
+  // parts) every 1x1 with a residual (ResNet's conv3s: oneDNN 2.6's brgconv_1x1 with its sum post-op
+  // ran them at 130-150 GFLOP/s in the model), strided 1x1s (the projections) and 1x1s from 2048
+  // channels; on any batch 1x1 expansions from at most 64 channels to 4x as many (layer1's conv3 and
+  // projection) and strided 1x1s from 512 channels (layer3.0's projection). Measured in the model,
+  // ResNet-50 b8 1 thread (`FERRY_CONV_ROWS_1X1=0|1|all build/ferry profile -t 1 -b 8 --top 0
+  // --duration 3`, per-node CPU ms per run, min of 3 interleaved rounds, load 5.7-6.8 on 2 cores,
+  // ConvRows / oneDNN): conv3s with the residual 0.70-0.75 (layer1, layer2), 0.82-0.94 (layer3),
+  // 0.87-0.89 (layer4); projections 0.64 (layer3.0), 0.87 (layer4.0), 0.91 (layer2.0); 2048->512
+  // 0.90-0.92; all 1x1s 189.4 -> 166.5 ms per run. Not taken (no faster there): stride-1 1x1s without a
+  // residual from 64-1024 channels (256->128 / 256->64 1.02-1.08, 1024->512 1.06, 1024->256 /
+  // 512->128 / 512->256 0.98-1.05), and at batch 1 the 14x14 and 28x28 conv3s (1.01-1.13: oneDNN
+  // runs them at ~200 GFLOP/s there). Whole model (/tmp/c/ab.sh: `ferry bench -t 1 -b 8 --duration 2
+  // --json`, 6 interleaved rounds, runs_cpu_ms pooled, load 6.0-6.5): p25 303.6 -> 277.4 ms, min
+  // 281.9 -> 257.3. /tmp probe alone (hot caches): 2x56x56 64->256 0.85-0.95x oneDNN's time, 1x28x28
+  // 512->1024 s2 0.68-0.69x. At 1 thread (and inside a batch split's lanes) like use_rows;
+  // FERRY_CONV_ROWS=2 also at several threads (pixel blocks split over them); FERRY_CONV_ROWS_1X1=0
+  // turns it off, =all takes every 1x1 it can run (to measure shapes).
   bool use_rows_1x1(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const memory::dims& pad_l,
                     const memory::dims& pad_r) const {
     static const bool enabled = [] {
@@ -578,10 +583,15 @@ class DnnlConvKernel : public Kernel {
     if (act_.kind != ActKind::kNone && act_.kind != ActKind::kRelu) return false;
     if ((!omp_in_parallel() && omp_get_max_threads() != 1 && !threads_ok) || !cpu::ConvRows::available()) return false;
     const int64_t cin = w_.dim(1), cout = w_.dim(0);
-    if (cout % 64 != 0) return false;
+    if (cout % 64 != 0 || cin > 2048) return false;
+    static const bool all = [] {  // FERRY_CONV_ROWS_1X1=all: every 1x1 it can run (to measure shapes)
+      const char* e = std::getenv("FERRY_CONV_ROWS_1X1");
+      return e && std::string(e) == "all";
+    }();
+    const bool strided = attrs_.strides[0] > 1 || attrs_.strides[1] > 1;
     const bool expand = cin <= 64 && cout >= 4 * cin && cin * cout * 4 <= cpu::ConvRows::kPixelMajorWeightBytes;
-    const bool strided = (attrs_.strides[0] > 1 || attrs_.strides[1] > 1) && cin == 512;
-    if (!expand && !strided) return false;
+    const bool batched = xd[0] >= 2 && (has_z_ || strided || cin >= 2048);
+    if (!expand && !(strided && cin == 512) && !batched && !all) return false;
     for (size_t i = 0; i < 2; ++i)
       if (attrs_.dilations[i] != 1 || pad_l[i] != 0 || pad_r[i] != 0) return false;
     return (xd[2] - 1) / attrs_.strides[0] + 1 == yd[2] && (xd[3] - 1) / attrs_.strides[1] + 1 == yd[3];
