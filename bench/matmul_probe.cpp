@@ -4,14 +4,19 @@
 //   whole    one primitive for all M rows, the threads of the OpenMP team (ferry's path)
 //   wtag=T   weights forced to a given blocked tag instead of any
 //   rows=R   the caller cuts M into panels of R rows, one primitive call each
+//   rowgemm  1 thread: cpu::RowGemm (src/backends/cpu/row_gemm.h), ferry's own kernel with the
+//            next weight sliver prefetched (with COLD=1 also cold)
 //   nsplit   2+ threads: each thread runs a 1-thread primitive on its own N/T columns (weights
 //            packed per column block), instead of oneDNN splitting the work itself
 // Build:
-//   g++ -O2 -std=c++17 -fopenmp bench/matmul_probe.cpp -ldnnl -o /tmp/matmul_probe
+//   g++ -O2 -std=c++17 -fopenmp -Isrc bench/matmul_probe.cpp src/backends/cpu/row_gemm.cpp -ldnnl -o /tmp/matmul_probe
 //   OMP_NUM_THREADS=1 /tmp/matmul_probe [M K N [gelu]]     (no args: the whole table)
 // Prints ms per call (median of 15 timed batches) and GFLOP/s. CPUTIME=1 (1 thread): thread CPU time.
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
+
+#include "backends/cpu/row_gemm.h"
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -59,6 +64,41 @@ static double time_ms(const std::function<void()>& f, double flop) {
   return v[v.size() / 2] * 1e3;
 }
 
+// COLD=1: also the same call with the caches flushed before each call (96 MB of other traffic, not
+// timed), as in a model whose weights do not fit the last-level cache; median of 21 calls.
+static std::vector<float> g_junk;
+// The input x is read back into the caches after the flush (in a model the previous node just wrote it).
+static const float* g_warm = nullptr;
+static size_t g_warm_n = 0;
+static double time_cold_ms(const std::function<void()>& f) {
+  if (g_junk.empty()) g_junk.assign(24 << 20, 1.f);
+  std::vector<double> v;
+  float s = 0;
+  for (int r = 0; r < 41; ++r) {
+    for (size_t i = 0; i < g_junk.size(); i += 16) { g_junk[i] += 1.f; s += g_junk[i]; }
+    for (size_t i = 0; i < g_warm_n; i += 16) s += g_warm[i];
+    double t = now();
+    f();
+    v.push_back(now() - t);
+  }
+  if (s == 0.5f) std::printf(" ");
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2] * 1e3;
+}
+
+static double time_cold_once(const std::function<void()>& f) {
+  if (g_junk.empty()) g_junk.assign(24 << 20, 1.f);
+  float s = 0;
+  static const bool hot = std::string(std::getenv("ILV") ? std::getenv("ILV") : "") == "hot";  // ILV=hot: no flush
+  if (!hot)
+    for (size_t i = 0; i < g_junk.size(); i += 16) { g_junk[i] += 1.f; s += g_junk[i]; }
+  for (size_t i = 0; i < g_warm_n; i += 16) s += g_warm[i];
+  if (s == 0.5f) std::printf(" ");
+  const double t = now();
+  f();
+  return (now() - t) * 1e3;
+}
+
 struct Prob {
   int64_t M, K, N;
   bool gelu;
@@ -75,7 +115,7 @@ struct Mm {
 
 // One primitive for [m, K] x W[:, n0:n0+n] with src/dst row strides ldA / ldC.
 static Mm make(const std::vector<float>& W, int64_t K, int64_t N, int64_t m, int64_t n0, int64_t n, int64_t lda,
-               int64_t ldc, bool gelu, tag wtag) {
+               int64_t ldc, bool gelu, tag wtag, bool huge = std::getenv("HUGE") != nullptr) {
   Mm r;
   r.sd = memory::desc({m, K}, dt::f32, memory::dims{lda, 1});
   r.dd = memory::desc({m, n}, dt::f32, memory::dims{ldc, 1});
@@ -90,7 +130,15 @@ static Mm make(const std::vector<float>& W, int64_t K, int64_t N, int64_t m, int
   // user weights: columns n0..n0+n of W [K, N] (row stride N)
   memory::desc ud({K, n}, dt::f32, memory::dims{N, 1});
   memory u(ud, eng, const_cast<float*>(W.data() + n0));
-  r.w = memory(pd.weights_desc(), eng);
+  if (huge) {  // HUGE=1: packed weights on transparent huge pages (madvise)
+    const size_t bytes = (pd.weights_desc().get_size() + (2u << 20) - 1) & ~size_t((2u << 20) - 1);
+    void* mem = std::aligned_alloc(2u << 20, bytes);
+    madvise(mem, bytes, MADV_HUGEPAGE);
+    std::memset(mem, 0, bytes);
+    r.w = memory(pd.weights_desc(), eng, mem);
+  } else {
+    r.w = memory(pd.weights_desc(), eng);
+  }
   reorder(u, r.w).execute(st, u, r.w);
   st.wait();
   return r;
@@ -112,9 +160,22 @@ static void run(const Prob& pr, const char* only) {
   for (auto& v : x) v = u(g);
   for (auto& v : b) v = u(g);
   const double flop = 2.0 * M * K * N;
+  g_warm = x.data();
+  g_warm_n = x.size();
+  // DREF=1: max difference against a double-precision product instead of oneDNN's (no GELU).
+  std::vector<double> dref;
+  if (std::getenv("DREF") && !pr.gelu) {
+    dref.assign(M * N, 0.0);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < N; ++j) dref[i * N + j] += (double)x[i * K + k] * W[k * N + j];
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) dref[i * N + j] += b[j];
+  }
   auto report = [&](const char* name, double ms) {
     double maxd = 0;
-    for (int64_t i = 0; i < M * N; ++i) maxd = std::max(maxd, (double)std::abs(y[i] - yref[i]));
+    for (int64_t i = 0; i < M * N; ++i)
+      maxd = std::max(maxd, dref.empty() ? (double)std::abs(y[i] - yref[i]) : std::abs(y[i] - dref[i]));
     std::printf("M=%5ld K=%4ld N=%4ld %s t=%d %-14s %8.3f ms %7.1f GFLOP/s  maxdiff %.1e\n", (long)M, (long)K, (long)N,
                 pr.gelu ? "gelu" : "    ", T, name, ms, flop / ms * 1e-6, maxd);
     std::fflush(stdout);
@@ -126,6 +187,40 @@ static void run(const Prob& pr, const char* only) {
     exec(p, x.data(), b.data(), yref.data());
     double ms = time_ms([&] { exec(p, x.data(), b.data(), y.data()); }, flop);
     report("whole", ms);
+    if (std::getenv("COLD")) report("whole-cold", time_cold_ms([&] { exec(p, x.data(), b.data(), y.data()); }));
+  }
+  if (T == 1 && want("rowgemm") && ferry::cpu::RowGemm::supported(K, N)) {
+    ferry::cpu::RowGemm rg(W.data(), false, b.data(), K, N);
+    auto f = [&] { rg.run(x.data(), M, K, y.data(), false, pr.gelu); };
+    f();
+    double ms = time_ms(f, flop);
+    report("rowgemm", ms);
+    if (std::getenv("COLD")) report("rowgemm-cold", time_cold_ms(f));
+  }
+  if (T == 1 && std::getenv("ILV") && ferry::cpu::RowGemm::supported(K, N)) {
+    // ILV=1: oneDNN (ferry's path) and RowGemm alternated call by call, each after a flush (x warm):
+    // the per-round ratio is robust to a loaded machine's slow phases.
+    // 4 variants: oneDNN and RowGemm, each with its packed weights on 4 KiB and on huge pages.
+    Mm p = make(W, K, N, M, 0, N, K, N, pr.gelu, tag::any, false), ph = make(W, K, N, M, 0, N, K, N, pr.gelu, tag::any, true);
+    ferry::cpu::RowGemm rg(W.data(), false, b.data(), K, N, false), rgh(W.data(), false, b.data(), K, N, true);
+    const char* names[4] = {"oneDNN", "oneDNN-huge", "RowGemm", "RowGemm-huge"};
+    std::vector<double> t[4], ratio[4];
+    for (int r = 0; r < 41; ++r) {
+      double a[4];
+      a[0] = time_cold_once([&] { exec(p, x.data(), b.data(), y.data()); });
+      a[1] = time_cold_once([&] { exec(ph, x.data(), b.data(), y.data()); });
+      a[2] = time_cold_once([&] { rg.run(x.data(), M, K, y.data(), false, pr.gelu); });
+      a[3] = time_cold_once([&] { rgh.run(x.data(), M, K, y.data(), false, pr.gelu); });
+      for (int v = 0; v < 4; ++v) t[v].push_back(a[v]), ratio[v].push_back(a[v] / a[0]);
+    }
+    for (int v = 0; v < 4; ++v) {
+      std::sort(t[v].begin(), t[v].end());
+      std::sort(ratio[v].begin(), ratio[v].end());
+      std::printf("M=%5ld K=%4ld N=%4ld %s %s %-13s p50 %.3f ms, / oneDNN per round p25/p50/p75 %.3f %.3f %.3f\n",
+                  (long)M, (long)K, (long)N, pr.gelu ? "gelu" : "    ", std::getenv("ILV"), names[v], t[v][20],
+                  ratio[v][10], ratio[v][20], ratio[v][30]);
+    }
+    std::fflush(stdout);
   }
   if (want("wtag")) {
     const std::pair<const char*, tag> tags[] = {{"BA16a64b", tag::BA16a64b}, {"BA16a48b", tag::BA16a48b},

@@ -20,11 +20,13 @@
 #include <string>
 #include <list>
 #include <map>
+#include <memory>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/row_gemm.h"
 #include "backends/cpu/small_gemm.h"
 #include "ops/op_util.h"
 #include "backends/cpu/prepacked.h"
@@ -62,6 +64,23 @@ int64_t nsplit_max_rows() {
 }
 
 std::atomic<int64_t> g_column_split_runs{0};
+
+// FERRY_MATMUL_ROW_GEMM=1 (off by default): at 1 thread, products of kRowGemmMinRows..kRowGemmMaxRows
+// rows with constant f32 weights (N a multiple of 48, no activation but GELU) run as cpu::RowGemm:
+// the weights packed once more (on huge pages) in the order its loops read them, the next sliver
+// prefetched (row_gemm.h). Per call, cold weights, interleaved with oneDNN call by call
+// (bench/matmul_probe.cpp ILV=cold, 41 rounds, load 5.2-5.4), time / oneDNN's per round: 0.975
+// (128x768x2304), 0.928 (128x3072x768), 0.961 (128x768x3072 + GELU), 0.915 (128x768x768); 0.98-1.02 at
+// 197 rows (ViT); with 4 KiB pages RowGemm equals oneDNN. Whole BERT b1 at 1 thread under load 5.6-7
+// (bench/ab_vs_ort.py, 6 rounds): CPU p50 median 65.49 ms off, 65.37 on; 8 rounds of `ferry profile`:
+// the products 63.8 -> 62.9 ms: no whole-model gain shown beyond the noise, and it costs a second
+// copy of the weights (85 MB on BERT), so it stays off. More rows reuse each weight enough for oneDNN
+// (and the 768-column chunk of y would leave L2).
+constexpr int64_t kRowGemmMinRows = 16, kRowGemmMaxRows = 256;
+bool row_gemm_enabled() {  // read on each eligible call (tests turn it on)
+  const char* e = std::getenv("FERRY_MATMUL_ROW_GEMM");
+  return e && std::string(e) == "1";
+}
 
 class DnnlMatMulKernel : public Kernel {
  public:
@@ -146,6 +165,15 @@ class DnnlMatMulKernel : public Kernel {
     if (has_z_ && ctx.input(3).raw() != y->raw())
       std::memcpy(y->mutable_raw(), ctx.input(3).raw(), static_cast<size_t>(y->nbytes()));
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (threads == 1 && p->weights && dtype_ == DType::kF32 && p->m >= kRowGemmMinRows && p->m <= kRowGemmMaxRows &&
+        row_gemm_enabled() &&
+        (act_.kind == ActKind::kNone || act_.kind == ActKind::kGelu) && cpu::RowGemm::supported(p->k, p->n)) {
+      if (!row_gemm_)
+        row_gemm_ = std::make_unique<cpu::RowGemm>(w_.data<float>(), trans_b_,
+                                                   bias_t_.defined() ? bias_t_.data<float>() : nullptr, p->k, p->n);
+      row_gemm_->run(a.data<float>(), p->m, p->k, y->mutable_data<float>(), has_z_, act_.kind == ActKind::kGelu);
+      return Status::ok();
+    }
     if (threads > 1 && p->weights && dtype_ == DType::kF32 && p->m <= nsplit_max_rows()) {
       std::vector<Split>* splits = nullptr;
       RETURN_IF_ERROR(splits_for(p, threads, &splits));
@@ -377,6 +405,7 @@ class DnnlMatMulKernel : public Kernel {
   Tensor bias_t_;  // bias as [N] / [1, N] (Gemm: beta * C in f32)
   bool trans_b_ = false, has_z_ = false;
   FusedActivation act_;
+  std::unique_ptr<cpu::RowGemm> row_gemm_;  // made by the first run taking the RowGemm path
   cpu::PanelMatrix gemv_w_;  // w_ as [K, N] column panels, packed by the first plan taking the small_gemm path
   std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, Plan> plans_;
   std::mutex mu_;  // guards plans_ and the plans' buffers (concurrent runs of one model)

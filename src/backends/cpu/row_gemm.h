@@ -1,0 +1,46 @@
+// Single-thread f32 product y[M, N] = x[M, K] * W[K, N] (+ bias, + the residual already in y, GELU)
+// for a constant W that does not fit the last-level cache (the transformer matmuls: 2.4-9.4 MB of
+// weights per node, read from DRAM on every run). W is packed once into 48-column slivers of up to
+// kc rows, stored in the order the loops read them (one sequential stream per call); each sliver is
+// reused from L1 by every block of 8 rows of x, and the next sliver is software-prefetched while
+// the current one is in use. oneDNN 2.6's brgemm runs these shapes 7-13% slower with cold weights
+// than hot (bench/matmul_probe.cpp COLD=1), because its first row block of each weight panel waits
+// on memory. Microkernel: 8 rows x 48 columns in 24 accumulators.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace ferry::cpu {
+
+class RowGemm {
+ public:
+  /// w: [K, N] row-major, or [N, K] when trans_b (Gemm transB); bias: [N] or null (copied).
+  /// Requires supported(K, N).
+  /// huge_pages: the packed weights on transparent huge pages (madvise) where the system gives them.
+  RowGemm(const float* w, bool trans_b, const float* bias, int64_t k, int64_t n, bool huge_pages = true);
+
+  /// Whether this build and CPU can run it (AVX-512F) and the shape fits (N a multiple of 48).
+  static bool supported(int64_t k, int64_t n);
+
+  /// y = x * W + bias (+ y's own values when accumulate: the residual already in y), then GELU
+  /// (erf form) when gelu. x: [m, K] rows lda apart; y: [m, N] dense. One thread.
+  void run(const float* x, int64_t m, int64_t lda, float* y, bool accumulate, bool gelu) const;
+
+  /// How many times run() was called in this process (tests check that a path fires).
+  static int64_t calls();
+
+  static constexpr int64_t kCols = 48;  // sliver width
+  static constexpr int64_t kRows = 8;   // microkernel rows
+
+ private:
+  int64_t k_, n_, kc_, nc_;
+  struct Free {
+    void operator()(float* p) const;
+  };
+  std::unique_ptr<float[], Free> packed_;  // [N / nc][ceil(K / kc)][nc / 48][kc_b][48] (+ one sliver of slack)
+  std::vector<float> bias_;    // [N], zeros when none
+};
+
+}  // namespace ferry::cpu

@@ -1,0 +1,113 @@
+// cpu::RowGemm (single-thread product on sliver-packed constant weights, dnnl_matmul.cpp's path at 1
+// thread for 16..256 rows with FERRY_MATMUL_ROW_GEMM=1) against a plain-loop product in double, and through the FusedMatMul
+// kernel against the reference backend (checking that the path is taken).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/row_gemm.h"
+#include "graph_builder.h"
+#include "op_tester.h"
+#include "runtime/executor.h"
+
+namespace ferry {
+namespace {
+
+using testing::expect_near;
+using testing::OpTester;
+using testing::random_tensor;
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& f : v) f = d(gen);
+  return v;
+}
+
+TEST(CpuRowGemm, MatchesPlainLoopProduct) {
+  struct Case {
+    int64_t m, k, n, lda;
+    bool trans_b;
+  };
+  // K = 200 and 300: a last K block shorter than the 128 of the others; M = 21 and 37: a last row
+  // block of 5; rows 205 floats apart; transB; one row; N = 144: three slivers.
+  const Case cases[] = {{21, 200, 96, 200, false}, {8, 64, 48, 64, true}, {37, 300, 144, 305, false},
+                        {1, 130, 48, 130, true}, {16, 768, 96, 768, false}};
+  uint32_t seed = 1;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.m << "x" << c.k << "x" << c.n << (c.trans_b ? " transB" : ""));
+    if (!cpu::RowGemm::supported(c.k, c.n)) GTEST_SKIP() << "no AVX-512F";
+    const auto x = random_floats(static_cast<size_t>(c.m * c.lda), seed++);
+    const auto w = random_floats(static_cast<size_t>(c.k * c.n), seed++);
+    const auto bias = random_floats(static_cast<size_t>(c.n), seed++);
+    const auto z = random_floats(static_cast<size_t>(c.m * c.n), seed++);
+    cpu::RowGemm g(w.data(), c.trans_b, bias.data(), c.k, c.n);
+    // Without and with the residual already in y, without and with GELU.
+    for (int mode = 0; mode < 4; ++mode) {
+      SCOPED_TRACE(mode);
+      const bool accumulate = mode & 1, gelu = mode & 2;
+      std::vector<float> y = accumulate ? z : std::vector<float>(z.size(), 123.f);
+      const int64_t before = cpu::RowGemm::calls();
+      g.run(x.data(), c.m, c.lda, y.data(), accumulate, gelu);
+      EXPECT_EQ(cpu::RowGemm::calls(), before + 1);
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          double acc = 0;
+          for (int64_t kk = 0; kk < c.k; ++kk)
+            acc += double(x[i * c.lda + kk]) * (c.trans_b ? w[j * c.k + kk] : w[kk * c.n + j]);
+          acc += bias[j];
+          if (accumulate) acc += z[i * c.n + j];
+          if (gelu) acc = 0.5 * acc * (1.0 + std::erf(acc / std::sqrt(2.0)));
+          ASSERT_NEAR(y[i * c.n + j], acc, 2e-5 * (1.0 + std::sqrt(double(c.k)))) << "at " << i << "," << j;
+        }
+    }
+  }
+}
+
+// Through the FusedMatMul kernel at 1 thread with FERRY_MATMUL_ROW_GEMM=1: [1, 24, 200] x [200, 96] +
+// bias (+ residual), GELU, takes cpu::RowGemm and equals cpu-ref.
+TEST(CpuRowGemm, FusedMatMulTakesThePathAndMatchesReference) {
+  if (!cpu::RowGemm::supported(200, 96)) GTEST_SKIP() << "no AVX-512F";
+  const char* e = std::getenv("FERRY_MATMUL_ROW_GEMM");
+  const std::string saved = e ? e : "";
+  ::setenv("FERRY_MATMUL_ROW_GEMM", "1", 1);
+  struct Restore {
+    std::string v;
+    bool had;
+    ~Restore() { had ? ::setenv("FERRY_MATMUL_ROW_GEMM", v.c_str(), 1) : ::unsetenv("FERRY_MATMUL_ROW_GEMM"); }
+  } restore{saved, e != nullptr};
+  for (bool residual : {true, false}) {
+    SCOPED_TRACE(residual);
+    Tensor x = random_tensor({1, 24, 200}, 51);
+    Tensor w = random_tensor({200, 96}, 52);
+    Tensor b = random_tensor({96}, 53);
+    Tensor z = random_tensor({1, 24, 96}, 54);
+    OpTester t("FusedMatMul", 1, "com.ferry");
+    t.attr("activation", std::string("Gelu")).input(x).const_input(w).const_input(b);
+    if (residual) t.input(z);
+    const Tensor want = t.run("cpu-ref")[0];
+    ExecutorOptions eo;
+    eo.device = "cpu";
+    eo.threads = 1;
+    auto ex = Executor::create(t.last_model(), eo);
+    ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+    const auto& in = t.last_model()->graph.inputs;
+    ASSERT_EQ(in.size(), residual ? 2u : 1u);
+    NamedTensors feeds = {{in[0].name, x}}, outs;
+    if (residual) feeds.push_back({in[1].name, z});
+    const int64_t before = cpu::RowGemm::calls();
+    const Status st = ex.value()->run(feeds, &outs);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_GT(cpu::RowGemm::calls(), before) << "the FusedMatMul kernel did not take cpu::RowGemm";
+    ASSERT_EQ(outs.size(), 1u);
+    expect_near(outs[0].second, want, 1e-4, 1e-4);
+  }
+}
+
+}  // namespace
+}  // namespace ferry
