@@ -131,7 +131,7 @@ TEST(CpuConvRows, FusedConvTakesThePathAndMatchesReference) {
 }
 
 // Through the conv kernel at 1 thread: a 1x1 64->256 expansion with bias, residual and ReLU (ResNet-50's
-// layer1 conv3), a stride-2 1x1 512->128 with bias (as layer3.0's projection) and a 256->128 with a
+// layer1 conv3), a stride-2 1x1 512->128 with bias (as layer3.0's projection) and a 128->512 with a
 // residual on 2 images take cpu::ConvRows' pixel-major form (dnnl_conv.cpp use_rows_1x1) and equal
 // cpu-ref.
 TEST(CpuConvRows, Pixel1x1TakesThePathAndMatchesReference) {
@@ -146,7 +146,7 @@ TEST(CpuConvRows, Pixel1x1TakesThePathAndMatchesReference) {
     bool residual;
   };
   for (const Case& c : {Case{{2, 6, 5, 64}, 256, 1, true}, Case{{1, 9, 8, 512}, 128, 2, false},
-                        Case{{2, 4, 5, 256}, 128, 1, true}}) {
+                        Case{{2, 4, 5, 128}, 512, 1, true}}) {
     SCOPED_TRACE(c.cout);
     const int64_t oh = (c.x[1] - 1) / c.stride + 1, ow = (c.x[2] - 1) / c.stride + 1;
     Tensor x = random_tensor(c.x, 41);

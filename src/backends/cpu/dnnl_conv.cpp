@@ -550,8 +550,10 @@ class DnnlConvKernel : public Kernel {
   // cpu::ConvRows' pixel-major 1x1 form (conv_rows.h pixel_major: every 64-channel panel of an
   // L2-sized chunk per block of 7 output pixels, accumulators started from the bias, the residual and
   // ReLU applied before the one store of y). Taken for: on 2+ images (a batch, or a batch split's
-  // parts) every 1x1 with a residual (ResNet's conv3s: oneDNN 2.6's brgconv_1x1 with its sum post-op
-  // ran them at 130-150 GFLOP/s in the model), strided 1x1s (the projections) and 1x1s from 2048
+  // parts) every expanding 1x1 with a residual (ResNet's conv3s: oneDNN 2.6's brgconv_1x1 with its sum
+  // post-op ran them at 130-150 GFLOP/s in the model; not MobileNetV2's / EfficientNet-B0's narrowing
+  // ones with a residual: 384->64 on 8x14x14 0.35 -> 0.38 ms, 1152->192 on 8x7x7 0.81 -> 0.87 ms per
+  // run, 3 interleaved rounds), strided 1x1s (the projections) and 1x1s from 2048
   // channels; on any batch 1x1 expansions from at most 64 channels to 4x as many (layer1's conv3 and
   // projection) and strided 1x1s from 512 channels (layer3.0's projection). Measured in the model,
   // ResNet-50 b8 1 thread (`FERRY_CONV_ROWS_1X1=0|1|all build/ferry profile -t 1 -b 8 --top 0
@@ -590,7 +592,7 @@ class DnnlConvKernel : public Kernel {
     }();
     const bool strided = attrs_.strides[0] > 1 || attrs_.strides[1] > 1;
     const bool expand = cin <= 64 && cout >= 4 * cin && cin * cout * 4 <= cpu::ConvRows::kPixelMajorWeightBytes;
-    const bool batched = xd[0] >= 2 && (has_z_ || strided || cin >= 2048);
+    const bool batched = xd[0] >= 2 && ((has_z_ && cout >= 2 * cin) || strided || cin >= 2048);
     if (!expand && !(strided && cin == 512) && !batched && !all) return false;
     for (size_t i = 0; i < 2; ++i)
       if (attrs_.dilations[i] != 1 || pad_l[i] != 0 || pad_r[i] != 0) return false;
