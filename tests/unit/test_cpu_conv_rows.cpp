@@ -99,35 +99,44 @@ TEST(CpuConvRows, MatchesPlainLoopConvolution) {
 }
 
 // Through the conv kernel at 1 thread: a 7x7 3x3 256->512 convolution (4.7 MB of weights) with bias,
-// residual and ReLU takes cpu::ConvRows (dnnl_conv.cpp use_rows) and equals cpu-ref.
+// residual and ReLU takes cpu::ConvRows (dnnl_conv.cpp use_rows) and equals cpu-ref; so does a 3x3
+// stride 2 with as many weights on 98 output pixels (strided_kxk_any_pixels, ResNet-50 b8's layer4.0
+// conv2).
 TEST(CpuConvRows, FusedConvTakesThePathAndMatchesReference) {
   if (!cpu::ConvRows::available()) GTEST_SKIP() << "no AVX-512F";
   const char* e = std::getenv("FERRY_CONV_ROWS");
   if (e && std::string(e) == "0") GTEST_SKIP() << "FERRY_CONV_ROWS=0";
-  Tensor x = random_tensor({1, 7, 7, 256}, 31);
-  Tensor w = random_tensor({512, 256, 3, 3}, 32);
-  Tensor b = random_tensor({512}, 33);
-  Tensor z = random_tensor({1, 7, 7, 512}, 34);
-  OpTester t("FusedConv", 1, "com.ferry");
-  t.attr("kernel_shape", std::vector<int64_t>{3, 3}).attr("pads", std::vector<int64_t>{1, 1, 1, 1});
-  t.attr("activation", std::string("Relu")).attr("channels_last", int64_t(1));
-  const Tensor want = t.input(x).const_input(w).const_input(b).input(z).run("cpu-ref")[0];
-  // The same model on the cpu backend at 1 thread (OpTester's executors take the machine's cores).
-  ExecutorOptions eo;
-  eo.device = "cpu";
-  eo.threads = 1;
-  auto ex = Executor::create(t.last_model(), eo);
-  ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
-  const auto& in = t.last_model()->graph.inputs;
-  ASSERT_EQ(in.size(), 2u);
-  NamedTensors feeds = {{in[0].name, x}, {in[1].name, z}}, outs;
-  const int64_t before = cpu::ConvRows::calls();
-  const Status st = ex.value()->run(feeds, &outs);
-  ASSERT_TRUE(st.is_ok()) << st.to_string();
-  EXPECT_GT(cpu::ConvRows::calls(), before) << "the FusedConv kernel did not take cpu::ConvRows";
-  ASSERT_EQ(outs.size(), 1u);
-  // Sums of 2304 products of standard-normal values (scale ~48): 1e-4 relative.
-  expect_near(outs[0].second, want, 1e-3, 1e-4);
+  const char* s2 = std::getenv("FERRY_CONV_ROWS_S2");
+  for (const int64_t stride : {1, 2}) {
+    if (stride == 2 && s2 && std::string(s2) == "0") continue;
+    SCOPED_TRACE(stride);
+    const int64_t n = stride, hw = 7 * stride;
+    Tensor x = random_tensor({n, hw, hw, 256}, 31);
+    Tensor w = random_tensor({512, 256, 3, 3}, 32);
+    Tensor b = random_tensor({512}, 33);
+    Tensor z = random_tensor({n, 7, 7, 512}, 34);
+    OpTester t("FusedConv", 1, "com.ferry");
+    t.attr("kernel_shape", std::vector<int64_t>{3, 3}).attr("pads", std::vector<int64_t>{1, 1, 1, 1});
+    t.attr("strides", std::vector<int64_t>{stride, stride});
+    t.attr("activation", std::string("Relu")).attr("channels_last", int64_t(1));
+    const Tensor want = t.input(x).const_input(w).const_input(b).input(z).run("cpu-ref")[0];
+    // The same model on the cpu backend at 1 thread (OpTester's executors take the machine's cores).
+    ExecutorOptions eo;
+    eo.device = "cpu";
+    eo.threads = 1;
+    auto ex = Executor::create(t.last_model(), eo);
+    ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+    const auto& in = t.last_model()->graph.inputs;
+    ASSERT_EQ(in.size(), 2u);
+    NamedTensors feeds = {{in[0].name, x}, {in[1].name, z}}, outs;
+    const int64_t before = cpu::ConvRows::calls();
+    const Status st = ex.value()->run(feeds, &outs);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_GT(cpu::ConvRows::calls(), before) << "the FusedConv kernel did not take cpu::ConvRows";
+    ASSERT_EQ(outs.size(), 1u);
+    // Sums of 2304 products of standard-normal values (scale ~48): 1e-4 relative.
+    expect_near(outs[0].second, want, 1e-3, 1e-4);
+  }
 }
 
 // Through the conv kernel at 1 thread: a 1x1 64->256 expansion with bias, residual and ReLU (ResNet-50's

@@ -540,11 +540,26 @@ class DnnlConvKernel : public Kernel {
     if (b_.defined() && b_.dtype() != DType::kF32) return false;
     if (act_.kind != ActKind::kNone && act_.kind != ActKind::kRelu) return false;
     if (omp_in_parallel() || (omp_get_max_threads() != 1 && mode < 2) || !cpu::ConvRows::available()) return false;
-    if (w_.dim(0) % 64 != 0 || w_.numel() * 4 < (int64_t{4} << 20) || yd[0] * yd[2] * yd[3] > 49) return false;
+    if (w_.dim(0) % 64 != 0 || w_.numel() * 4 < (int64_t{4} << 20)) return false;
+    if (yd[0] * yd[2] * yd[3] > 49 && !strided_kxk_any_pixels()) return false;
     for (size_t i = 0; i < 2; ++i)
       if (attrs_.dilations[i] != 1 || pad_l[i] != pad_r[i]) return false;
     return (xd[2] + 2 * pad_l[0] - w_.dim(2)) / attrs_.strides[0] + 1 == yd[2] &&
            (xd[3] + 2 * pad_l[1] - w_.dim(3)) / attrs_.strides[1] + 1 == yd[3];
+  }
+
+  // Strided KxK convolutions with 4+ MB of weights take ConvRows at any output size (use_rows), not
+  // only up to 49 pixels: ResNet-50 b8's layer4.0 conv2 (3x3 stride 2, 8x14x14 512->512, 9.4 MB) runs
+  // there at 216 GFLOP/s hot and cold alike, oneDNN's brgconv at 194-216 hot and 170 with its weights
+  // cold (/tmp copy of bench/conv_prefetch_probe.cpp, 1 thread, p50 of 11, load 4: 10.88 -> 8.67 ms
+  // cold). Not for the smaller strided 3x3s (2x28x28 256->256 s2, 2.4 MB: 2.20 -> 2.32 ms cold;
+  // 2x56x56 128->128 s2: 2.26 -> 2.56). FERRY_CONV_ROWS_S2=0 keeps the 49-pixel limit for them.
+  bool strided_kxk_any_pixels() const {
+    static const bool enabled = [] {
+      const char* e = std::getenv("FERRY_CONV_ROWS_S2");
+      return !(e && std::string(e) == "0");
+    }();
+    return enabled && (w_.dim(2) > 1 || w_.dim(3) > 1) && (attrs_.strides[0] > 1 || attrs_.strides[1] > 1);
   }
 
   // cpu::ConvRows' pixel-major 1x1 form (conv_rows.h pixel_major: every 64-channel panel of an
