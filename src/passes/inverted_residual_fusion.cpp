@@ -8,12 +8,15 @@
 // Only blocks whose input is at least kMinWidth pixels wide: there the three oneDNN convolutions
 // move the 6x-wide expanded tensor through memory; on 14x14 and 7x7 images they are compute-bound
 // and faster than the fused kernel (bench/inverted_residual_probe.cpp, figures there).
-// MobileNetV2: the 6 blocks at 112x112, 56x56 and 28x28 (18 of its 52 convolutions). Whole model,
-// `ferry bench --json` CPU p50 with FERRY_INVERTED_RESIDUAL=0 / 1 alternated (/tmp/a_ab/ab.sh in the
-// session's report), load 5-6 on the 2 cores (a sanitizer build and other benchmarks): 1 thread b1
-// median of 6 rounds 6.06 -> 5.84 ms (faster in 4 of 6), b8 median of 5 43.2 -> 38.7 ms (3 of 5)
-// with its CPU p90/p50 1.06-1.18 -> 1.02-1.05; 2 threads b8 42.5 -> 43.5 (within the noise).
-// Outputs against cpu-ref: max abs 2.9e-6 (as unfused).
+// MobileNetV2: the 7 blocks at 112x112, 56x56 and 28x28 (20 of its 52 convolutions). Whole model,
+// interleaved with ORT, `bench/ab_vs_ort.py mobilenet_v2 T B R 2 "off=env FERRY_INVERTED_RESIDUAL=0
+// build/ferry" on=build/ferry` at load 3.7-6.8 on the 2 cores (a sanitizer build and other
+// benchmarks running), process-CPU p50 medians off -> on and ferry/ORT per round (wall p50):
+// 1 thread b1 (5 rounds) 4.92 -> 4.39 ms, 0.98 -> 0.89; b8 (4) 38.1 -> 33.8 ms, 0.94 -> 0.87;
+// 2 threads b1 (5) 5.63 -> 5.63 ms, 0.57 -> 0.60; b8 (4) 36.3 -> 36.5, 0.46 -> 0.47 (within the
+// noise at that load). `ferry bench` alone, alternated: 1 thread b1 median of 6 5.95 -> 5.33 ms CPU
+// (6 of 6), b8 median of 5 46.8 -> 41.1 (4 of 5), b8's CPU p90/p50 1.05-1.40 -> 1.02-1.10.
+// Outputs against cpu-ref: max abs 2.8e-6 at b1, 3.8e-6 at b8 (3.2e-6 unfused).
 // FERRY_INVERTED_RESIDUAL=0: off. FERRY_INVERTED_RESIDUAL_MIN_WIDTH=N: another width limit.
 #include <cstdlib>
 #include <string>

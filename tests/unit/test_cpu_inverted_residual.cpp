@@ -24,9 +24,10 @@ Tensor rnd(std::vector<int64_t> dims, uint32_t seed, float scale) {
 // in [2, 8, h, w] -> stem 1x1 + Relu = x (the block then sits inside nhwc_layout's channels-last region,
 // whose first convolution reads NCHW) -> expand 1x1 -> Clip(0, 6) -> depthwise 3x3 (stride) -> Clip(0, 6)
 // -> project 1x1 (+ x); cmid 0: no expand
-std::shared_ptr<Model> block(int64_t cin, int64_t cmid, int64_t cout, int64_t h, int64_t w, int64_t stride) {
+std::shared_ptr<Model> block(int64_t cin, int64_t cmid, int64_t cout, int64_t h, int64_t w, int64_t stride,
+                             int64_t batch = 2) {
   ModelBuilder b(17);
-  auto in = b.input("x", {2, 8, h, w});
+  auto in = b.input("x", {batch, 8, h, w});
   auto x = b.node("Relu", {b.node("Conv", {in, b.constant(rnd({cin, 8, 1, 1}, 7, 0.5f)), b.constant(rnd({cin}, 8, 0.5f))})});
   std::string e = x;
   if (cmid > 0) {
@@ -67,10 +68,12 @@ NamedTensors run_threads(std::shared_ptr<const Model> m, const NamedTensors& fee
   return out;
 }
 
-void check(int64_t cin, int64_t cmid, int64_t cout, int64_t h, int64_t w, int64_t stride) {
+// Batch 2 runs whole images per thread at 2 threads, batch 1 bands of rows.
+void check(int64_t cin, int64_t cmid, int64_t cout, int64_t h, int64_t w, int64_t stride, int64_t batch) {
   SCOPED_TRACE("cin " + std::to_string(cin) + " cmid " + std::to_string(cmid) + " cout " + std::to_string(cout) + " " +
-               std::to_string(h) + "x" + std::to_string(w) + " stride " + std::to_string(stride));
-  auto model = block(cin, cmid, cout, h, w, stride);
+               std::to_string(h) + "x" + std::to_string(w) + " stride " + std::to_string(stride) + " batch " +
+               std::to_string(batch));
+  auto model = block(cin, cmid, cout, h, w, stride, batch);
   auto on = optimized(*model, true), off = optimized(*model, false);
   EXPECT_EQ(count_ops(*on, "InvertedResidual"), 1);
   EXPECT_EQ(count_ops(*on, "FusedConv"), 1);  // the stem
@@ -97,11 +100,14 @@ void check(int64_t cin, int64_t cmid, int64_t cout, int64_t h, int64_t w, int64_
   }
 }
 
-TEST(CpuInvertedResidual, StrideOneWithResidualEqualsTheThreeConvolutions) { check(24, 144, 24, 6, 28, 1); }
+TEST(CpuInvertedResidual, StrideOneWithResidualEqualsTheThreeConvolutions) {
+  check(24, 144, 24, 6, 28, 1, 2);
+  check(24, 144, 24, 6, 28, 1, 1);
+}
 
-TEST(CpuInvertedResidual, StrideTwoOddWidthEqualsTheThreeConvolutions) { check(16, 40, 20, 7, 29, 2); }
+TEST(CpuInvertedResidual, StrideTwoOddWidthEqualsTheThreeConvolutions) { check(16, 40, 20, 7, 29, 2, 1); }
 
-TEST(CpuInvertedResidual, DepthwiseAndProjectWithoutExpandEqualTheTwoConvolutions) { check(20, 0, 16, 5, 30, 1); }
+TEST(CpuInvertedResidual, DepthwiseAndProjectWithoutExpandEqualTheTwoConvolutions) { check(20, 0, 16, 5, 30, 1, 1); }
 
 TEST(CpuInvertedResidual, NarrowImagesStayUnfused) {
   auto model = block(24, 48, 24, 6, 14, 1);  // 14 pixels wide: below the pass's limit

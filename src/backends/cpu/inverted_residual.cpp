@@ -292,8 +292,9 @@ void InvertedResidual::run(const float* x, int64_t n, int64_t h, int64_t w, cons
       band(x + i * in_img, h, w, z ? z + i * out_img : nullptr, y + i * out_img, 0, ho, scratch.data());
     return;
   }
-  // Bands of output rows, each with its own ring (the rows on a band's edge are expanded twice).
-  const int64_t bands = std::max<int64_t>(1, std::min<int64_t>(threads, ho / 2));
+  // Whole images per thread where there are enough of them; else each image in bands of output
+  // rows, each band with its own ring (the rows on a band's edge are expanded twice).
+  const int64_t bands = std::max<int64_t>(1, std::min<int64_t>((threads + n - 1) / n, ho / 2));
   const int64_t tasks = n * bands;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t t = 0; t < tasks; ++t) {
