@@ -1,5 +1,5 @@
 // cpu::RowGemm (single-thread product on sliver-packed constant weights, dnnl_matmul.cpp's path at 1
-// thread for 16..256 rows with FERRY_MATMUL_ROW_GEMM=1) against a plain-loop product in double, and through the FusedMatMul
+// thread for 16..256 rows unless FERRY_MATMUL_ROW_GEMM=0) against a plain-loop product in double, and through the FusedMatMul
 // kernel against the reference backend (checking that the path is taken).
 #include <gtest/gtest.h>
 
@@ -69,7 +69,7 @@ TEST(CpuRowGemm, MatchesPlainLoopProduct) {
   }
 }
 
-// Through the FusedMatMul kernel at 1 thread with FERRY_MATMUL_ROW_GEMM=1: [1, 24, 200] x [200, 96] +
+// Through the FusedMatMul kernel at 1 thread (FERRY_MATMUL_ROW_GEMM=1 set here): [1, 24, 200] x [200, 96] +
 // bias (+ residual), GELU, takes cpu::RowGemm and equals cpu-ref.
 TEST(CpuRowGemm, FusedMatMulTakesThePathAndMatchesReference) {
   if (!cpu::RowGemm::supported(200, 96)) GTEST_SKIP() << "no AVX-512F";
@@ -106,6 +106,39 @@ TEST(CpuRowGemm, FusedMatMulTakesThePathAndMatchesReference) {
     EXPECT_GT(cpu::RowGemm::calls(), before) << "the FusedMatMul kernel did not take cpu::RowGemm";
     ASSERT_EQ(outs.size(), 1u);
     expect_near(outs[0].second, want, 1e-4, 1e-4);
+  }
+}
+
+// One MatMul node at 1 thread with a dynamic row count: 24 rows take cpu::RowGemm (which drops
+// oneDNN's packed weights), then 300 rows (above the RowGemm limit) take oneDNN again, which packs
+// them anew, then 24 rows again; each equals cpu-ref.
+TEST(CpuRowGemm, OneDnnRepacksAfterRowGemm) {
+  if (!cpu::RowGemm::supported(200, 96)) GTEST_SKIP() << "no AVX-512F";
+  const char* e = std::getenv("FERRY_MATMUL_ROW_GEMM");
+  if (e && std::string(e) == "0") GTEST_SKIP() << "FERRY_MATMUL_ROW_GEMM=0";
+  testing::GraphBuilder b(13);
+  const std::string x = b.input("x", DType::kF32, {-1, 200});
+  b.output(b.node("MatMul", {x, b.initializer("w", random_tensor({200, 96}, 61))}));
+  const auto model = b.build();
+  auto make = [&](const std::string& device) {
+    ExecutorOptions eo;
+    eo.device = device;
+    eo.threads = 1;
+    return Executor::create(model, eo);
+  };
+  auto cpu = make("cpu"), ref = make("cpu-ref");
+  ASSERT_TRUE(cpu.is_ok()) << cpu.status().to_string();
+  ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+  for (int64_t rows : {24, 300, 24}) {
+    SCOPED_TRACE(rows);
+    const NamedTensors feeds = {{"x", random_tensor({rows, 200}, static_cast<uint32_t>(70 + rows))}};
+    NamedTensors got, want;
+    const int64_t before = cpu::RowGemm::calls();
+    ASSERT_TRUE(cpu.value()->run(feeds, &got).is_ok());
+    EXPECT_EQ(cpu::RowGemm::calls() > before, rows <= 256);
+    ASSERT_TRUE(ref.value()->run(feeds, &want).is_ok());
+    ASSERT_EQ(got.size(), 1u);
+    expect_near(got[0].second, want[0].second, 1e-4, 1e-4);
   }
 }
 

@@ -65,21 +65,22 @@ int64_t nsplit_max_rows() {
 
 std::atomic<int64_t> g_column_split_runs{0};
 
-// FERRY_MATMUL_ROW_GEMM=1 (off by default): at 1 thread, products of kRowGemmMinRows..kRowGemmMaxRows
-// rows with constant f32 weights (N a multiple of 48, no activation but GELU) run as cpu::RowGemm:
-// the weights packed once more (on huge pages) in the order its loops read them, the next sliver
-// prefetched (row_gemm.h). Per call, cold weights, interleaved with oneDNN call by call
-// (bench/matmul_probe.cpp ILV=cold, 41 rounds, load 5.2-5.4), time / oneDNN's per round: 0.975
-// (128x768x2304), 0.928 (128x3072x768), 0.961 (128x768x3072 + GELU), 0.915 (128x768x768); 0.98-1.02 at
-// 197 rows (ViT); with 4 KiB pages RowGemm equals oneDNN. Whole BERT b1 at 1 thread under load 5.6-7
-// (bench/ab_vs_ort.py, 6 rounds): CPU p50 median 65.49 ms off, 65.37 on; 8 rounds of `ferry profile`:
-// the products 63.8 -> 62.9 ms: no whole-model gain shown beyond the noise, and it costs a second
-// copy of the weights (85 MB on BERT), so it stays off. More rows reuse each weight enough for oneDNN
+// At 1 thread, products of kRowGemmMinRows..kRowGemmMaxRows rows with constant f32 weights (N a
+// multiple of 48, no activation but GELU) run as cpu::RowGemm: the weights packed once more (on huge
+// pages) in the order its loops read them, the next sliver prefetched (row_gemm.h); oneDNN's packed
+// copy is then dropped. FERRY_MATMUL_ROW_GEMM=0 keeps oneDNN. Per call, cold weights, interleaved with
+// oneDNN call by call (bench/matmul_probe.cpp ILV=cold, 41 rounds, load 5.2-5.4), time / oneDNN's per
+// round: 0.975 (128x768x2304), 0.928 (128x3072x768), 0.961 (128x768x3072 + GELU), 0.915 (128x768x768);
+// 0.98-1.02 at 197 rows; on 4 KiB pages RowGemm equals oneDNN. Whole model at 1 thread, batch 1
+// (bench/ab_vs_ort.py MODEL 1 1 6 1.5 "off=env FERRY_MATMUL_ROW_GEMM=0 ferry" "on=env
+// FERRY_MATMUL_ROW_GEMM=1 ferry", CPU p50 per round): BERT-like 65.5 -> 59.2 ms (medians; lower in
+// 6 of 6 rounds, load 3.9-4.2), ViT-B/16 186.1 -> 173.4 (5 of 6, load 4.3-5.6); an earlier BERT run
+// at load 5.6-6.4 showed no difference (65.5 / 65.4). More rows reuse each weight enough for oneDNN
 // (and the 768-column chunk of y would leave L2).
 constexpr int64_t kRowGemmMinRows = 16, kRowGemmMaxRows = 256;
 bool row_gemm_enabled() {  // read on each eligible call (tests turn it on)
   const char* e = std::getenv("FERRY_MATMUL_ROW_GEMM");
-  return e && std::string(e) == "1";
+  return !(e && std::string(e) == "0");
 }
 
 class DnnlMatMulKernel : public Kernel {
@@ -165,14 +166,26 @@ class DnnlMatMulKernel : public Kernel {
     if (has_z_ && ctx.input(3).raw() != y->raw())
       std::memcpy(y->mutable_raw(), ctx.input(3).raw(), static_cast<size_t>(y->nbytes()));
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if (threads == 1 && p->weights && dtype_ == DType::kF32 && p->m >= kRowGemmMinRows && p->m <= kRowGemmMaxRows &&
+    if (threads == 1 && w_.defined() && dtype_ == DType::kF32 && p->m >= kRowGemmMinRows && p->m <= kRowGemmMaxRows &&
         row_gemm_enabled() &&
         (act_.kind == ActKind::kNone || act_.kind == ActKind::kGelu) && cpu::RowGemm::supported(p->k, p->n)) {
-      if (!row_gemm_)
+      if (!row_gemm_) {
         row_gemm_ = std::make_unique<cpu::RowGemm>(w_.data<float>(), trans_b_,
                                                    bias_t_.defined() ? bias_t_.data<float>() : nullptr, p->k, p->n);
+        // oneDNN's packed copy is dropped (packed again by a later run that needs it): one copy of the
+        // weights per path in use, not two.
+        for (auto& [key, plan] : plans_) plan.weights = nullptr;
+        packed_.clear();
+      }
       row_gemm_->run(a.data<float>(), p->m, p->k, y->mutable_data<float>(), has_z_, act_.kind == ActKind::kGelu);
       return Status::ok();
+    }
+    if (w_.defined() && !p->weights) {
+      try {
+        p->weights = packed_weights(p->prim_wei, p->wei);
+      } catch (const dnnl::error& e) {
+        return cpu::dnnl_error(node_, e);
+      }
     }
     if (threads > 1 && p->weights && dtype_ == DType::kF32 && p->m <= nsplit_max_rows()) {
       std::vector<Split>* splits = nullptr;
@@ -202,7 +215,8 @@ class DnnlMatMulKernel : public Kernel {
   struct Plan {
     dnnl::matmul prim;
     memory::desc src, wei, dst, bias;
-    const memory* weights = nullptr;  // packed constant weights
+    const memory* weights = nullptr;  // packed constant weights (null while cpu::RowGemm has them)
+    memory::desc prim_wei;            // the layout prim reads them in
     std::vector<int64_t> out_dims;
     bool gemv = false;       // computed by cpu::small_gemm_panels on gemv_w_ instead of the primitive
     int64_t gemv_rows = 0;   // its M
@@ -381,7 +395,8 @@ class DnnlMatMulKernel : public Kernel {
       }
       dnnl::matmul::primitive_desc pd(*d, attr, dnnl_engine());
       plan.prim = dnnl::matmul(pd);
-      if (w_.defined()) plan.weights = packed_weights(pd.weights_desc(), plan.wei);
+      plan.prim_wei = pd.weights_desc();
+      if (w_.defined()) plan.weights = packed_weights(plan.prim_wei, plan.wei);
     } catch (const dnnl::error& e) {
       return cpu::dnnl_error(node_, e);
     }
