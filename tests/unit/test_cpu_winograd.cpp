@@ -134,6 +134,15 @@ TEST(CpuWinograd, DefaultTileFollowsShape) {
   EXPECT_EQ(W::default_tile(64, 64, 1, 8, 8), 2);
   EXPECT_EQ(W::default_tile(512, 512, 8, 7, 7), 2);
   EXPECT_EQ(W::default_tile(512, 512, 1, 14, 14), 2);
+  // A batch of 8 on 14x14 (128 tiles of 4x4, 1.36x fewer products) takes F(4x4) at 1 thread only.
+  const int saved = omp_get_max_threads();
+  const char* e = std::getenv("FERRY_WINOGRAD_TILE4_BATCH");
+  omp_set_num_threads(1);
+  EXPECT_EQ(W::default_tile(256, 256, 8, 14, 14), e && std::string(e) == "0" ? 2 : 4);
+  EXPECT_EQ(W::default_tile(256, 256, 4, 14, 14), 2);
+  omp_set_num_threads(2);
+  EXPECT_EQ(W::default_tile(256, 256, 8, 14, 14), 2);
+  omp_set_num_threads(saved);
 }
 
 // One plan run from two threads at once (the executor's concurrent runs share plans): each run's

@@ -219,7 +219,18 @@ int WinogradConv3x3::default_tile(int64_t cin, int64_t cout, int64_t n, int64_t 
   // 0.95-1.16 on 1 thread, 0.86-0.95 on 2; 2x14x14 64->64 0.76-0.82), on 512x512 channels (U 37.7
   // MB: 1x7x7 0.54, 8x7x7 1.00) and below 12x12 (not measured).
   const int64_t t2 = n * ((h + 1) / 2) * ((w + 1) / 2), t4 = n * ((h + 3) / 4) * ((w + 3) / 4);
-  return h >= 12 && w >= 12 && cin * cout <= 256 * 256 && t2 * 16 * 2 >= t4 * 36 * 3 ? 4 : 2;
+  if (h < 12 || w < 12 || cin * cout > 256 * 256) return 2;
+  if (t2 * 16 * 2 >= t4 * 36 * 3) return 4;
+  // At 1 thread with 128+ tiles of 4x4 (a batch of 8 on 14x14) 1.33x fewer products already pay:
+  // ResNet-50 b8's five layer3 3x3s (8x14x14 256->256, 1.36x) took 24.9-26.7 -> 22.6-24.0 ms per run
+  // (`ferry profile -t 1 -b 8`, CPU ms, 4 interleaved rounds, load 4.8-5.3 on 2 cores; F(4x4) was
+  // faster in every round). Not measured at 2 threads (there F(4x4) on 1x14x14 was 0.86-0.95x as fast,
+  // above); FERRY_WINOGRAD_TILE4_BATCH=0 keeps F(2x2) for these.
+  static const bool batch4 = [] {
+    const char* e = std::getenv("FERRY_WINOGRAD_TILE4_BATCH");
+    return !(e && std::string(e) == "0");
+  }();
+  return batch4 && omp_get_max_threads() == 1 && t4 >= 128 && t2 * 16 * 3 >= t4 * 36 * 4 ? 4 : 2;
 }
 
 Status WinogradConv3x3::make_plan(int64_t n, int64_t h, int64_t w, Plan* plan, int64_t block_tiles, int slices,
