@@ -76,7 +76,7 @@ std::atomic<int64_t> g_column_split_runs{0};
 // FERRY_MATMUL_ROW_GEMM=1 ferry", CPU p50 per round): BERT-like 65.5 -> 59.2 ms (medians; lower in
 // 6 of 6 rounds, load 3.9-4.2), ViT-B/16 186.1 -> 173.4 (5 of 6, load 4.3-5.6); an earlier BERT run
 // at load 5.6-6.4 showed no difference (65.5 / 65.4). More rows reuse each weight enough for oneDNN
-// (and the 768-column chunk of y would leave L2).
+// (and the column chunk of y would leave L2).
 constexpr int64_t kRowGemmMinRows = 16, kRowGemmMaxRows = 256;
 bool row_gemm_enabled() {  // read on each eligible call (tests turn it on)
   const char* e = std::getenv("FERRY_MATMUL_ROW_GEMM");

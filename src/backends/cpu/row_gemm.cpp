@@ -18,7 +18,10 @@ namespace {
 std::atomic<int64_t> g_calls{0};
 
 // Rows of K per sliver (the sliver, kc x 48 floats, stays in L1 while the row blocks use it) and
-// columns per chunk (the chunk of y, M x nc, stays in L2 over the K blocks).
+// columns per chunk (the chunk of y, M x nc, stays in L2 over the K blocks): FERRY_ROW_GEMM_KC /
+// FERRY_ROW_GEMM_NC, to measure. Whole model, 1 thread, `ferry bench --duration 1.5` CPU p50,
+// alternated, 4 rounds (load 4.2-5.5): nc 768 -> 384: ViT-B/16 b1 185.5 -> 177.9 ms (lower in all
+// rounds), BERT-like b1 65.3 -> 63.3; kc 192 was slower than 128 on BERT in 3 of 3 rounds, 96 no faster.
 int64_t env_or(const char* name, int64_t dflt) {
   const char* e = std::getenv(name);
   return e && std::atoll(e) > 0 ? std::atoll(e) : dflt;
@@ -31,7 +34,7 @@ int64_t RowGemm::calls() { return g_calls.load(std::memory_order_relaxed); }
 
 RowGemm::RowGemm(const float* w, bool trans_b, const float* bias, int64_t k, int64_t n, bool huge_pages)
     : k_(k), n_(n) {
-  static const int64_t kc = env_or("FERRY_ROW_GEMM_KC", 128), nc_max = env_or("FERRY_ROW_GEMM_NC", 768);
+  static const int64_t kc = env_or("FERRY_ROW_GEMM_KC", 128), nc_max = env_or("FERRY_ROW_GEMM_NC", 384);
   kc_ = std::min(kc, k);
   // The widest multiple of 48 up to nc_max that divides N.
   nc_ = kCols;
@@ -169,7 +172,6 @@ void RowGemm::run(const float* x, int64_t m, int64_t lda, float* y, bool accumul
   const bool staged = accumulate && kb_count > 1;
   static thread_local std::vector<float> scratch;
   if (staged && scratch.size() < static_cast<size_t>(m * nc_)) scratch.resize(static_cast<size_t>(m * nc_));
-  static const int64_t ahead = env_or("FERRY_ROW_GEMM_AHEAD", 1);
   const float* p = packed_.get();
   for (int64_t c0 = 0; c0 < n_; c0 += nc_)
     for (int64_t kb = 0; kb < kb_count; ++kb) {
@@ -180,7 +182,7 @@ void RowGemm::run(const float* x, int64_t m, int64_t lda, float* y, bool accumul
       for (int64_t s = c0; s < c0 + nc_; s += kCols) {
         const float* b = p;
         p += kcb * kCols;
-        const char* next = reinterpret_cast<const char*>(p + (ahead - 1) * kcb * kCols);
+        const char* next = reinterpret_cast<const char*>(p);  // (two slivers ahead measured no faster)
         for (int64_t rb = 0; rb < row_blocks; ++rb) {
           const int64_t r0 = rb * kRows, rows = std::min(kRows, m - r0);
           const int64_t pf_lines = std::max<int64_t>(0, std::min(per_block, lines - rb * per_block));
