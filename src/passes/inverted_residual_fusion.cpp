@@ -16,7 +16,10 @@
 // 2 threads b1 (5) 5.63 -> 5.63 ms, 0.57 -> 0.60; b8 (4) 36.3 -> 36.5, 0.46 -> 0.47 (within the
 // noise at that load). `ferry bench` alone, alternated: 1 thread b1 median of 6 5.95 -> 5.33 ms CPU
 // (6 of 6), b8 median of 5 46.8 -> 41.1 (4 of 5), b8's CPU p90/p50 1.05-1.40 -> 1.02-1.10.
-// Outputs against cpu-ref: max abs 2.8e-6 at b1, 3.8e-6 at b8 (3.2e-6 unfused).
+// Again at HEAD ac49e17 with the later ConvRows / RowGemm rules (23:15-23:19 UTC, load 4.3-5.7, same
+// command on a copy of the binary): 1 thread b1 (5 rounds) 4.93 -> 4.64 ms, 0.93 -> 0.86; b8 (4)
+// 35.4 -> 35.1, 0.83 -> 0.82; 2 threads b1 (5) 5.39 -> 5.35, 0.59 -> 0.57; b8 (4) 42.5 -> 38.2, 0.49
+// -> 0.40. Outputs against cpu-ref: max abs 2.8e-6 at b1, 3.8e-6 at b8 (3.2e-6 unfused).
 // FERRY_INVERTED_RESIDUAL=0: off. FERRY_INVERTED_RESIDUAL_MIN_WIDTH=N: another width limit.
 #include <cstdlib>
 #include <string>
