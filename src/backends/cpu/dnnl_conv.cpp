@@ -12,7 +12,8 @@
 // to a slow gemm path). f32 3x3 stride-1 convolutions run ferry's own Winograd where channels-last
 // with 64+ channels (cpu/winograd.h: F(4x4, 3x3) or F(2x2, 3x3) by shape, WinogradConv3x3::default_tile; see
 // use_own_winograd), else oneDNN's on large images at 1 thread (see use_winograd); small outputs
-// with large weights at 1 thread run ferry's direct cpu::ConvRows (see use_rows); an
+// with large weights run ferry's direct cpu::ConvRows (see use_rows), and so do most of ResNet's 1x1s
+// on 2+ images (its pixel-major form, see use_rows_1x1); an
 // f32 SiLU is applied after the primitive rather than as its post-op (see act_after_postop; on
 // AVX-512 by silu16).
 #include <algorithm>
@@ -528,13 +529,20 @@ class DnnlConvKernel : public Kernel {
   // Not taken, measured: 14x14 1x1s (1 MB) alone 0.60-0.73 -> 0.68-0.77 ms cold; layer3.0's
   // projection (28x28 512->1024 stride 2, 2.1 MB) alone 1.87 -> 1.40 ms cold but in the model
   // (`ferry profile`, 4 rounds) 1.165 -> 1.15 ms (oneDNN's runs faster there than alone).
-  // Batch 8 does not take it, nor 2 threads unless FERRY_CONV_ROWS=2 (each thread then takes a range
-  // of the 64-channel panels; not measured: at load ~4 two-thread timings here meant nothing).
+  // Batch 8 does not take it (but see strided_kxk_any_pixels). With several threads each thread takes
+  // a range of the 64-channel panels (use_rows_1x1's form: a range of the pixel blocks); on by default
+  // since ResNet-50 at 2 threads measured faster with it (`/tmp/c/ab2.sh`: `ferry bench -t 2
+  // --duration 1.5|2 --json`, FERRY_CONV_ROWS=1 and =2 alternated, runs pooled, load 5-6 on the 2
+  // cores, so wall times 2-4x the quiet ones): b1 faster in 8 of 8 rounds (wall p50 per round 82.5 ->
+  // 82.4, 89 -> 78, 85 -> 68, 103 -> 87, 93 -> 82, 65 -> 36, 66 -> 62, 74 -> 63 ms; CPU p25 42.5 ->
+  // 37.8), b8 in 5 of 6 (CPU p25 320 -> 312, p50 338 -> 316). FERRY_CONV_ROWS=1 keeps both to 1
+  // thread (as before), =0 turns ConvRows off. The other bench models never take it (outputs
+  // bit-identical with =1 and =2 at 2 threads: MobileNetV2, EfficientNet-B0, UNet, b1 and b8).
   bool use_rows(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const memory::dims& pad_l,
                 const memory::dims& pad_r) const {
-    static const int mode = [] {  // 0 off, 1 at 1 thread (default), 2 also with several threads
+    static const int mode = [] {  // 0 off, 1 at 1 thread only, 2 also with several threads (default)
       const char* e = std::getenv("FERRY_CONV_ROWS");
-      return e ? std::atoi(e) : 1;
+      return e ? std::atoi(e) : 2;
     }();
     if (mode <= 0 || dtype_ != DType::kF32 || group_ != 1 || w_.rank() != 4 || !channels_last_ || nchw_input_) return false;
     if (b_.defined() && b_.dtype() != DType::kF32) return false;
@@ -581,9 +589,9 @@ class DnnlConvKernel : public Kernel {
   // runs them at ~200 GFLOP/s there). Whole model (/tmp/c/ab.sh: `ferry bench -t 1 -b 8 --duration 2
   // --json`, 6 interleaved rounds, runs_cpu_ms pooled, load 6.0-6.5): p25 303.6 -> 277.4 ms, min
   // 281.9 -> 257.3. /tmp probe alone (hot caches): 2x56x56 64->256 0.85-0.95x oneDNN's time, 1x28x28
-  // 512->1024 s2 0.68-0.69x. At 1 thread (and inside a batch split's lanes) like use_rows;
-  // FERRY_CONV_ROWS=2 also at several threads (pixel blocks split over them); FERRY_CONV_ROWS_1X1=0
-  // turns it off, =all takes every 1x1 it can run (to measure shapes).
+  // 512->1024 s2 0.68-0.69x. Like use_rows also at several threads (pixel blocks split over them;
+  // FERRY_CONV_ROWS=1: 1 thread only); FERRY_CONV_ROWS_1X1=0 turns it off, =all takes every 1x1 it
+  // can run (to measure shapes).
   bool use_rows_1x1(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const memory::dims& pad_l,
                     const memory::dims& pad_r) const {
     static const bool enabled = [] {
@@ -593,7 +601,7 @@ class DnnlConvKernel : public Kernel {
     }();
     static const bool threads_ok = [] {
       const char* r = std::getenv("FERRY_CONV_ROWS");
-      return r && std::atoi(r) >= 2;
+      return !r || std::atoi(r) >= 2;
     }();
     if (!enabled || dtype_ != DType::kF32 || group_ != 1 || w_.rank() != 4 || !channels_last_ || nchw_input_) return false;
     if (w_.dim(2) != 1 || w_.dim(3) != 1 || (b_.defined() && b_.dtype() != DType::kF32)) return false;
