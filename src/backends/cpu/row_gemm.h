@@ -1,11 +1,14 @@
 // Single-thread f32 product y[M, N] = x[M, K] * W[K, N] (+ bias, + the residual already in y, GELU)
 // for a constant W that does not fit the last-level cache (the transformer matmuls: 2.4-9.4 MB of
-// weights per node, read from DRAM on every run). W is packed once into 48-column slivers of up to
-// kc rows, stored in the order the loops read them (one sequential stream per call); each sliver is
-// reused from L1 by every block of 8 rows of x, and the next sliver is software-prefetched while
-// the current one is in use. oneDNN 2.6's brgemm runs these shapes 7-13% slower with cold weights
-// than hot (bench/matmul_probe.cpp COLD=1), because its first row block of each weight panel waits
-// on memory. Microkernel: 8 rows x 48 columns in 24 accumulators.
+// weights per node, read from DRAM on every run). W is packed once, on transparent huge pages, into
+// 48-column slivers of up to kc rows, stored in the order the loops read them (one sequential stream
+// per call); each sliver is reused from L1 by every block of 8 rows of x, and the next sliver is
+// software-prefetched while the current one is in use. oneDNN 2.6's brgemm runs BERT's shapes 7-13%
+// slower with cold weights than hot (bench/matmul_probe.cpp COLD=1); RowGemm on huge pages takes back
+// about half of that (ILV=cold), on 4 KiB pages it is no faster than oneDNN: the page walks of the
+// cold weight stream cost more than the prefetch saves. Microkernel: 8 rows x 48 columns in 24
+// accumulators; with a residual and several K blocks the partial sums go through a scratch chunk
+// and the residual is added last, as oneDNN's sum post-op does.
 #pragma once
 
 #include <cstdint>
