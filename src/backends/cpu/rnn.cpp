@@ -29,6 +29,7 @@
 #include <optional>
 #include <vector>
 
+#include "backends/cpu/avx512_exp.h"
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/bf16_span.h"
 #include "backends/cpu/const_weight_gemm.h"
@@ -79,7 +80,7 @@ FERRY_VEC void lstm_row(int64_t H, In x, In wb, In g, In pi, In po, In pf, float
 #if defined(__x86_64__)
 // ---- LSTM gate equations on AVX-512 (FERRY_RNN_AVX512_GATES=0: lstm_row instead) ----------------
 // The compiler-vectorized lstm_row spends most of its time in the masks and blends of vec::exp's
-// range checks and the infinite clip; here sigmoid is 1 / (1 + 2^n p(f)) with scalef (silu16's form
+// range checks and the infinite clip; here sigmoid is 1 / (1 + 2^n p(f)) with scalef (avx512_exp.h, shared with SiLU
 // in dnnl_conv.cpp), tanh vec::tanh's rational form with min/max clamps, and the recurrent product
 // already carries both biases (Wb + Rb), so a gate is x + g. BiLSTM gates, 8 rows x H 128 x 100
 // steps, 1 thread: 36-52 ns per 16 floats -> 14-18 (bench/lstm_gates_probe.cpp);
@@ -87,21 +88,7 @@ FERRY_VEC void lstm_row(int64_t H, In x, In wb, In g, In pi, In po, In pf, float
 
 // 1 / (1 + e^-x): 0 where e^-x overflows (x below about -88.7), 1 for large x; NaN stays NaN.
 __attribute__((target("avx512f"))) inline __m512 sigmoid16(__m512 x) {
-  const __m512 one = _mm512_set1_ps(1.f);
-  // (maskz forms: gcc 12 warns that the unmasked ones read an undefined vector; min returns its
-  // second operand, x, when x is NaN.)
-  const __m512 xc = _mm512_maskz_min_ps(0xFFFF, _mm512_set1_ps(104.f), x);
-  const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(xc, _mm512_set1_ps(-1.44269504088896341f)),
-                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 f = _mm512_fnmsub_ps(xc, _mm512_set1_ps(1.4426950216293335f), n);  // -x log2e_hi - n
-  f = _mm512_fnmadd_ps(xc, _mm512_set1_ps(1.925963033500011e-08f), f);      // - x log2e_lo
-  __m512 p = _mm512_set1_ps(1.3308821944519877e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.67151764780283e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550582334399223e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24022242426872253f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931470632553101f));
-  p = _mm512_fmadd_ps(p, f, one);
-  return _mm512_div_ps(one, _mm512_add_ps(_mm512_maskz_scalef_ps(0xFFFF, p, n), one));
+  return _mm512_div_ps(_mm512_set1_ps(1.f), cpu::one_plus_exp_neg16(x));  // avx512_exp.h
 }
 
 // vec::tanh's rational approximation (saturating beyond |x| = 7.9; NaN stays NaN).
