@@ -26,6 +26,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -213,6 +214,10 @@ class RnnKernel : public Kernel {
   float clip_ = std::numeric_limits<float>::infinity();
   bool input_forget_ = false, linear_before_reset_ = false;
   vector<std::unique_ptr<cpu::ConstWeightGemm>> input_gemm_;  // per direction X * W_d^T, W_d^T [I, G*H]
+  // The input projections' buffers, one per work item, kept between runs (compute()); kept_mu_ is
+  // held by the run using them (a run that overlaps it allocates its own).
+  std::mutex kept_mu_;
+  vector<vector<float>> kept_;
   vector<Direction> dirs_;
   vector<float> ones_;  // [H]
   cpu::LstmGatesFn lstm16_ = nullptr;  // LSTM gates on AVX-512 (null: lstm_row)
@@ -547,17 +552,21 @@ Status RnnKernel::compute(KernelContext& ctx) {
   // rounds, load 6): 2 threads b1 0.667 -> 0.605, b8 2.76 -> 2.66; 1 thread b8 3.07 / 3.11 (same).
   static const bool item_projection_on = env_switch_on("FERRY_RNN_ITEM_PROJECTION");
   const bool item_projection = blocks == 1 && item_projection_on;
-  // Projection buffers: per thread, kept between runs up to 16 MiB (a fresh one would be
-  // page-faulted in on every run); larger ones are freed after the run.
+  // Projection buffers: one per work item, kept by the kernel between runs up to 16 MiB each (a
+  // fresh one would be page-faulted in on every run); larger ones, and those of a run that overlaps
+  // another run of this node (concurrent sessions), are freed after the run. (Not thread_local: the
+  // OpenMP workers of a thread that ends are not destroyed, and their buffers would leak.)
   constexpr size_t kKeptFloats = size_t(1) << 22;
+  std::unique_lock<std::mutex> kept_lock(kept_mu_, std::try_to_lock);
+  const bool keep = kept_lock.owns_lock();
+  if (keep && kept_.size() < static_cast<size_t>(items)) kept_.resize(static_cast<size_t>(items));
   const size_t per_dir = static_cast<size_t>(S * B * GH);
   vector<Status> failed(static_cast<size_t>(items), Status::ok());
   auto project = [&](int64_t d, float* out) { return input_gemm_[d]->run(xd, S * B, out); };
-  thread_local vector<float> kept;
   vector<float> all_once;
   float* all = nullptr;  // [D][S*B, G*H] when the projections run first
   if (!item_projection) {
-    vector<float>& buf = per_dir * D_ <= kKeptFloats ? kept : all_once;
+    vector<float>& buf = keep && per_dir * D_ <= kKeptFloats ? kept_[0] : all_once;
     if (buf.size() < per_dir * D_) buf.resize(per_dir * D_);
     all = buf.data();
     for (int64_t d = 0; d < D_ && failed[0].is_ok(); ++d) failed[0] = project(d, all + d * per_dir);
@@ -571,7 +580,7 @@ Status RnnKernel::compute(KernelContext& ctx) {
       return;
     }
     vector<float> once;
-    vector<float>& buf = per_dir <= kKeptFloats ? kept : once;
+    vector<float>& buf = keep && per_dir <= kKeptFloats ? kept_[static_cast<size_t>(it)] : once;
     if (buf.size() < per_dir) buf.resize(per_dir);
     failed[it] = project(d, buf.data());
     if (failed[it].is_ok()) run_rows(r, d, buf.data(), b0, b1 - b0);
