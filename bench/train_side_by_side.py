@@ -12,7 +12,7 @@ ferry's step 2 is the first on its planned arena and first-touches its pages, ~1
 VM, once per run). The machine may be shared:
 compare the ratio of interleaved runs, not absolute times across runs.
 
-usage: /usr/bin/python3 bench/train_side_by_side.py [--ferry build/ferry] [--threads 1,2]
+usage: /usr/bin/python3 bench/train_side_by_side.py [--ferry build/ferry] [--threads 2]
            [--batch 8] [--steps 6] [--rounds 1] [--work /tmp/ferry_train_bench] [--json out.json]
            [--variants fp32,recompute,bf16]   (ferry --recompute / --amp bf16 against PyTorch's
            checkpoint_sequential at the stage boundaries / autocast(cpu, bfloat16); interleaved)
@@ -112,7 +112,7 @@ def torch_ms(batch, steps, threads, variant="fp32"):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ferry", default="build/ferry")
-    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--threads", default="2", help="comma-separated thread counts (at 1 thread PyTorch 1.13 runs ResNet-50's 1x1 convolutions on its THNN fallback, ~22 s a step: not a useful peer)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=6, help="steps per run (the first is warm-up)")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved ferry/PyTorch runs per thread count")
