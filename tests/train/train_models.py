@@ -26,6 +26,23 @@ class SmallCNN(nn.Module):
         return self.fc(x)
 
 
+class DeepCNN(nn.Module):
+    """Three Conv-BN-ReLU-MaxPool blocks (16/32/64 channels), global average pool, Linear: the
+    float64 study's model (tests/train/check_train_f64.py --cases deep-...), not a ctest case."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        ch = [3, 16, 32, 64]
+        self.convs = nn.ModuleList([nn.Conv2d(ch[i], ch[i + 1], 3, padding=1, bias=False) for i in range(3)])
+        self.bns = nn.ModuleList([nn.BatchNorm2d(ch[i + 1]) for i in range(3)])
+        self.fc = nn.Linear(64, classes)
+
+    def forward(self, x):
+        for conv, bn in zip(self.convs, self.bns):
+            x = F.max_pool2d(F.relu(bn(conv(x))), 2)
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
 class Block(nn.Module):
     """A pre-norm transformer encoder block (2 heads) on [B, T, D], mean-pooled, then a classifier."""
 
@@ -57,6 +74,8 @@ def make(kind, seed=0):
     torch.manual_seed(seed)
     if kind == "cnn":
         return SmallCNN(), (3, 12, 12), 5
+    if kind == "deep":
+        return DeepCNN(), (3, 32, 32), 10
     return Block(), (6, 16), 4
 
 
