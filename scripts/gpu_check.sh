@@ -28,6 +28,7 @@ cd "$ROOT"
 BUNDLE_DIR=.gpu
 BUNDLE=$BUNDLE_DIR/bundle.tar.xz
 BINARIES=(ferry ferry_unit_tests ferry_node_tests ferry_device_bench ferry_cuda_probe)
+MODULES=(libferry_backend_cuda.so)  # backend modules: next to the binaries, where ferry looks for them
 
 prepare() {
   local build=${1:-build-gpu}
@@ -35,15 +36,15 @@ prepare() {
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         $(command -v ccache >/dev/null && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) > "$build.configure.log" 2>&1 \
     || { cat "$build.configure.log"; return 1; }
-  cmake --build "$build" -j "$(nproc)" --target "${BINARIES[@]}" || return 1
+  cmake --build "$build" -j "$(nproc)" --target "${BINARIES[@]}" ferry_backend_modules || return 1
   local stage
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib"
-  for b in "${BINARIES[@]}"; do
+  for b in "${BINARIES[@]}" "${MODULES[@]}"; do
     cp "$build/$b" "$stage/bin/" && strip "$stage/bin/$b" || return 1
   done
   # Shared libraries: everything ldd resolves except glibc's own and CUDA's (the machine has those).
-  for b in "${BINARIES[@]}"; do ldd "$build/$b"; done | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
+  for b in "${BINARIES[@]}" "${MODULES[@]}"; do ldd "$build/$b"; done | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcudnn*|libcublas*|libcudart*|libcuda.so*) ;;
       *) cp -L "$lib" "$stage/lib/" ;;
@@ -184,7 +185,7 @@ dry_run() {
   /usr/bin/python3 -m py_compile bench/gpu_bench.py && echo "gpu_bench.py: syntax ok" || ok=1
   if [ -f "$BUNDLE" ]; then
     tar -tJf "$BUNDLE" > /tmp/ferry_bundle_list.txt || ok=1
-    for b in "${BINARIES[@]}"; do grep -q "bin/$b\$" /tmp/ferry_bundle_list.txt || { echo "bundle lacks $b"; ok=1; }; done
+    for b in "${BINARIES[@]}" "${MODULES[@]}"; do grep -q "bin/$b\$" /tmp/ferry_bundle_list.txt || { echo "bundle lacks $b"; ok=1; }; done
     echo "bundle: $(grep -c '^./lib/' /tmp/ferry_bundle_list.txt) libraries, $(grep -c 'model.onnx$' /tmp/ferry_bundle_list.txt) node tests"
   else
     echo "no bundle yet ($BUNDLE): run --prepare"

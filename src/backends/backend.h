@@ -53,16 +53,21 @@ using BackendFactory = std::unique_ptr<Backend> (*)();
 struct BackendEntry {
   const char* name;        // device name in --device
   const char* summary;
+  /// Makes the backend of a built-in device; nullptr for a module.
   BackendFactory factory;
   /// Optional, for devices that take an index or may be absent ("cuda", "cuda:1"): used by
   /// make_backend instead of `factory` for "<name>" and "<name>:<suffix>"; fails when the device
   /// is not there, saying why.
   StatusOr<std::unique_ptr<Backend>> (*open)(const std::string& device) = nullptr;
+  /// A backend module (backends/backend_module.h): the shared library's file name, opened when
+  /// make_backend is first asked for "<name>" or "<name>:<suffix>"; nullptr for built-in ones.
+  const char* module = nullptr;
 };
 
-/// Every backend compiled in.
+/// Every backend compiled in or built as a module (listing one does not load it).
 const std::vector<BackendEntry>& backend_entries();
-/// Makes the backend for a --device value ("cpu", "cpu-ref"); error lists the known ones.
+/// Makes the backend for a --device value ("cpu", "cpu-ref", "cuda:1"), loading its module when
+/// it is one; the error lists the known ones, or says why a module or device cannot be opened.
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device);
 
 }  // namespace ferry

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backends/backend.h"
+#include "backends/backend_module.h"
 #include "op_tester.h"
 #include "ops/op_util.h"
 #include "ops/registry.h"
@@ -72,23 +73,24 @@ TEST(CudaDevice, MakeBackendSaysWhyWhenThereIsNoGpu) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(CudaDevice, ListedAmongBackends) {
+TEST(CudaDevice, ListedAsAModuleLoadedOnDemand) {
   const BackendEntry* cuda = nullptr;
   for (const BackendEntry& e : backend_entries())
     if (std::string(e.name) == "cuda") cuda = &e;
   ASSERT_NE(cuda, nullptr);
-  std::unique_ptr<Backend> b = cuda->factory();
-  ASSERT_NE(b, nullptr);
+  ASSERT_NE(cuda->module, nullptr);
+  EXPECT_STREQ(cuda->module, "libferry_backend_cuda.so");
+  // Loads (the CUDA libraries are installed here even without a GPU) and belongs to this build.
+  auto api = load_backend_module(*cuda);
+  ASSERT_TRUE(api.is_ok()) << api.status().to_string();
+  EXPECT_TRUE(backend_module_loaded(*cuda));
+  EXPECT_EQ(api.value()->abi, kBackendModuleAbi);
+  auto b = api.value()->open("cuda");
   if (!gpu_missing().empty()) {
-    EXPECT_NE(b->description().find("unavailable"), std::string::npos) << b->description();
-    Node n;
-    n.op_type = "Relu";
-    n.name = "r";
-    const OpSchema* s = op_registry().find("", "Relu", 17);
-    ASSERT_NE(s, nullptr);
-    std::string why;
-    EXPECT_FALSE(b->supports(n, *s, &why));
-    EXPECT_NE(why.find("unavailable"), std::string::npos) << why;
+    ASSERT_FALSE(b.is_ok());
+    EXPECT_EQ(b.status().message(), gpu_missing());  // the module says the same as the linked-in copy
+  } else {
+    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
   }
 }
 

@@ -1,5 +1,5 @@
 // The CUDA backend: kernel table lookup, the per-node adapter that moves values between host
-// and device, and the backend entry points used by backend_entries().
+// and device, and the module's open function (cuda_module.cpp).
 #include "backends/cuda/cuda_backend.h"
 
 #include <cstdlib>
@@ -276,17 +276,11 @@ void CudaBackend::empty_cache() {
   state_->ctx->allocator().empty_cache();
 }
 
-// Entry points for backend_entries() (src/backends/backend.cpp).
+// The module's open function (cuda_module.cpp: libferry_backend_cuda.so's entry point).
 StatusOr<std::unique_ptr<Backend>> open_cuda_backend(const std::string& device) {
   ASSIGN_OR_RETURN(int index, parse_cuda_device_index(device));
   ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b, CudaBackend::open(index));
   return std::unique_ptr<Backend>(std::move(b));
-}
-
-std::unique_ptr<Backend> make_cuda_backend_for_listing() {
-  auto b = open_cuda_backend("cuda");
-  if (b.is_ok()) return std::move(b).value();
-  return CudaBackend::unavailable(b.status().message());
 }
 
 }  // namespace ferry
