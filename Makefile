@@ -71,7 +71,9 @@ test-tsan: setup
 	@TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OMP_NUM_THREADS=1 $(TSAN_BUILD)/ferry_concurrency_tests
 
 # libFuzzer targets (clang, ASan + UBSan): each replays its regression inputs, then fuzzes for
-# FUZZ_SECONDS (default 60) from seeds built out of the repository's models and arrays.
+# FUZZ_SECONDS (default 60) from seeds built out of the repository's models and arrays. Each
+# fuzzer is one single-threaded process, so JOBS of them run side by side (one per core): every
+# target still gets its full FUZZ_SECONDS of a core.
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 fuzz: setup
@@ -79,7 +81,7 @@ fuzz: setup
 	  -DCMAKE_CXX_COMPILER=clang++ -DFERRY_FUZZ=ON -DFERRY_SANITIZE=ON -DFERRY_BUILD_TESTS=OFF -DFERRY_CUDA=OFF \
 	  -DFERRY_FUZZ_SECONDS=$(FUZZ_SECONDS) > $(FUZZ_BUILD).configure.log 2>&1 || (cat $(FUZZ_BUILD).configure.log; exit 1)
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_model fuzz_npy fuzz_tensor_pb fuzz_compiled_model fuzz_jpeg fuzz_png fuzz_checkpoint
-	@cd $(FUZZ_BUILD) && ctest --output-on-failure --no-tests=error -L fuzz
+	@cd $(FUZZ_BUILD) && ctest --output-on-failure --no-tests=error -j $(JOBS) -L fuzz
 
 test-unit: build
 	@cd $(BUILD) && ctest --output-on-failure --no-tests=error -j $(JOBS) -L unit
