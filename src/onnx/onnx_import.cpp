@@ -35,6 +35,9 @@ struct ImportState {
   ImportOptions options;
   int64_t node_count = 0;
   std::map<std::string, int64_t> opsets;
+  /// The top graph of parse_onnx_model's own ModelProto: each initializer's bytes are freed as
+  /// soon as they are copied into the graph, so the import never holds the weights twice.
+  onnx::GraphProto* release_initializers_of = nullptr;
 };
 
 Status convert_tensor_type(const onnx::TypeProto_Tensor& tt, const std::string& what, TensorType* out) {
@@ -196,12 +199,15 @@ Status convert_graph(ImportState& st, const onnx::GraphProto& gp, Graph* g, int 
   if (depth > kMaxSubgraphDepth)
     return invalid_model("subgraphs are nested more than " + std::to_string(kMaxSubgraphDepth) + " deep");
   g->name = gp.name();
-  for (const auto& tp : gp.initializer()) {
+  onnx::GraphProto* release = st.release_initializers_of == &gp ? st.release_initializers_of : nullptr;
+  for (int i = 0; i < gp.initializer_size(); ++i) {
+    const onnx::TensorProto& tp = gp.initializer(i);
     if (tp.name().empty()) return invalid_model("an initializer has no name");
     if (g->initializers.count(tp.name())) return invalid_model("initializer '" + tp.name() + "' is defined twice");
     ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(&st.tensors, tp, "initializer '" + tp.name() + "'"));
     g->value_types[tp.name()] = t.type();
     g->initializers.emplace(tp.name(), std::move(t));
+    if (release) std::string().swap(*release->mutable_initializer(i)->mutable_raw_data());  // frees, unlike clear()
   }
   for (const auto& sp : gp.sparse_initializer())
     return unsupported("sparse initializer '" + sp.values().name() + "' is not supported");
@@ -284,8 +290,13 @@ Status convert_graph(ImportState& st, const onnx::GraphProto& gp, Graph* g, int 
 
 }  // namespace
 
-StatusOr<std::shared_ptr<Model>> parse_onnx_model(const void* data, size_t size, const std::string& base_dir,
-                                                  const std::string& what, const ImportOptions& options) {
+namespace {
+
+/// parse_onnx_model, calling `release_input` (when given) as soon as `data` is no longer read, so
+/// load_onnx_model unmaps the file before the graph's copies of the weights are made.
+StatusOr<std::shared_ptr<Model>> parse_model(const void* data, size_t size, const std::string& base_dir,
+                                             const std::string& what, const ImportOptions& options,
+                                             const std::function<void()>& release_input) {
   if (size > static_cast<size_t>(INT_MAX))
     return resource_exhausted(what + " is over 2 GiB; protobuf cannot hold it: save the weights as external data "
                               "(onnx.save_model(..., save_as_external_data=True))");
@@ -299,6 +310,7 @@ StatusOr<std::shared_ptr<Model>> parse_onnx_model(const void* data, size_t size,
       return invalid_model(what + " is not a valid ONNX model (protobuf parse failed: the file is truncated, "
                            "corrupted, or not an .onnx file)");
   }
+  if (release_input) release_input();  // the ModelProto holds its own copy of everything from here on
   if (!mp.has_graph())
     return invalid_model(what + " has no graph (is it an ONNX model? its ir_version field is " +
                          std::to_string(mp.ir_version()) + ")");
@@ -358,6 +370,7 @@ StatusOr<std::shared_ptr<Model>> parse_onnx_model(const void* data, size_t size,
                          ": re-export with torch.onnx.export(..., opset_version=17)");
   }
   model->opset_imports = st.opsets;
+  st.release_initializers_of = mp.mutable_graph();
   RETURN_IF_ERROR(convert_graph(st, mp.graph(), &model->graph, 0).with_context(what));
   if (options.infer_shapes) {
     RETURN_IF_ERROR(infer_shapes(model.get(), !options.require_known_ops).with_context(what));
@@ -365,10 +378,20 @@ StatusOr<std::shared_ptr<Model>> parse_onnx_model(const void* data, size_t size,
   return model;
 }
 
+}  // namespace
+
+StatusOr<std::shared_ptr<Model>> parse_onnx_model(const void* data, size_t size, const std::string& base_dir,
+                                                  const std::string& what, const ImportOptions& options) {
+  return parse_model(data, size, base_dir, what, options, {});
+}
+
 StatusOr<std::shared_ptr<Model>> load_onnx_model(const std::string& path, const ImportOptions& options) {
   ASSIGN_OR_RETURN(MappedFile f, map_file(path, options.max_file_bytes, "model file"));
   if (f.size == 0) return invalid_model("model file '" + path + "' is empty");
-  ASSIGN_OR_RETURN(auto model, parse_onnx_model(f.data, f.size, dir_name(path), "model '" + path + "'", options));
+  // The mapping is released once protobuf has parsed it: its pages would otherwise stay resident
+  // beside the parsed copy (and the graph's) until the import ends.
+  ASSIGN_OR_RETURN(auto model, parse_model(f.data, f.size, dir_name(path), "model '" + path + "'", options,
+                                           [&f] { f = MappedFile{}; }));
   model->path = path;
   return model;
 }
