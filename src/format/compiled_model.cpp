@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -222,7 +224,13 @@ StatusOr<CompiledModel> load_compiled_model(const std::string& path) {
   trace.mark("map", bytes.size);
   if (reinterpret_cast<uintptr_t>(bytes.data) % kWeightAlignment != 0)  // read into a heap buffer (a pipe)
     return parse_compiled_model_copy(bytes.data, bytes.size, path);
-  return parse_compiled_model(bytes.owner, bytes.data, bytes.size, path);
+  ASSIGN_OR_RETURN(CompiledModel cm, parse_compiled_model(bytes.owner, bytes.data, bytes.size, path));
+  // The checksum read every page of the file into this process; nothing has written to them yet.
+  // Drop them: the weights a kernel reads come back from the page cache on first touch, and the
+  // rest (the original of a weight whose packed form is used in place, the gears not run) no
+  // longer count in the process's memory.
+  if (bytes.mapped) (void)::madvise(const_cast<uint8_t*>(bytes.data), bytes.size, MADV_DONTNEED);
+  return cm;
 }
 
 }  // namespace ferry

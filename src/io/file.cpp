@@ -86,6 +86,7 @@ StatusOr<FileBytes> map_file(const std::string& path) {
   fb.data = static_cast<const uint8_t*>(addr);
   fb.size = size;
   fb.writable = writable;
+  fb.mapped = true;
   return fb;
 }
 

@@ -19,6 +19,9 @@ struct FileBytes {
   const uint8_t* data = nullptr;
   size_t size = 0;
   bool writable = false;
+  /// The bytes are a private mapping of the file (not a heap copy): pages never written may be
+  /// dropped from the process with madvise(MADV_DONTNEED) and are read again from the file.
+  bool mapped = false;
 };
 
 /// Maps the whole file at `path` (falls back to reading it for non-regular files).
