@@ -3,7 +3,12 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
-.PHONY: all setup configure build install demo test test-main test-unit test-e2e test-asan test-tsan fuzz clean docs
+.PHONY: all setup configure build install demo test test-main test-unit test-e2e test-asan test-tsan fuzz clean docs python
+
+# ccache keys objects by paths relative to the source root, so a clone elsewhere (the pip build of
+# the Python package, tests/python/venv_install.sh) compiles from cache. CMAKE_FLAGS' ccache test
+# is expanded when a recipe runs (after `setup` installed ccache), not when make reads this file.
+export CCACHE_BASEDIR ?= $(CURDIR)
 
 all: build
 
@@ -20,6 +25,11 @@ configure: setup
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# Builds the Python package in the tree (build/python/ferry): PYTHONPATH=build/python imports it.
+python: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target ferry_python
+	@echo "python: PYTHONPATH=$(CURDIR)/$(BUILD)/python /usr/bin/python3 -c 'import ferry'"
 
 # Installs the ferry CLI, libferry.so, include/ferry/ and the CMake package (find_package(ferry)).
 PREFIX ?= /usr/local

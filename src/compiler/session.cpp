@@ -33,6 +33,7 @@ StatusOr<std::shared_ptr<Session>> Session::open(CompiledModel model, const Sess
   s->executor_options_.device = s->device_;
   s->executor_options_.opt_level = 0;  // compiled graphs are optimized already
   s->executor_options_.threads = options.threads > 0 ? options.threads : model.threads;
+  s->observer_ = options.observer;
   for (const CompiledGear& cg : model.gears) {
     auto g = std::make_unique<Gear>();
     g->batch = cg.batch;
@@ -40,6 +41,7 @@ StatusOr<std::shared_ptr<Session>> Session::open(CompiledModel model, const Sess
     g->batched_output = batched_outputs(model, cg);
     // One executor per gear up front, so load time includes kernel creation (like a runtime session).
     ASSIGN_OR_RETURN(auto ex, Executor::create(g->model, s->executor_options_));
+    if (s->observer_) ex->set_observer(s->observer_, /*keeps_outputs=*/false);
     g->idle.push_back(std::move(ex));
     s->gears_.push_back(std::move(g));
   }
@@ -94,7 +96,10 @@ StatusOr<std::unique_ptr<Executor>> Session::acquire(Gear& gear) {
       return ex;
     }
   }
-  return Executor::create(gear.model, executor_options_);  // another thread holds the others
+  // Another thread holds the others.
+  ASSIGN_OR_RETURN(auto ex, Executor::create(gear.model, executor_options_));
+  if (observer_) ex->set_observer(observer_, /*keeps_outputs=*/false);
+  return ex;
 }
 
 void Session::release(Gear& gear, std::unique_ptr<Executor> ex) {

@@ -21,6 +21,9 @@ struct SessionOptions {
   std::string device;
   /// Intra-op threads; 0 = the tuned count stored in the file, else the machine's cores.
   int threads = 0;
+  /// Shown every node of every run (all executors of the pool, from the threads that run them:
+  /// it must be thread-safe); it only looks, so runs keep the memory plan (the profiler).
+  NodeObserver observer;
 };
 
 class Session {
@@ -55,6 +58,7 @@ class Session {
   CompiledModel model_;
   std::string device_;
   ExecutorOptions executor_options_;
+  NodeObserver observer_;
   std::vector<std::unique_ptr<Gear>> gears_;
 };
 

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""The Python package's costs (docs/python.md, issue 36):
+
+1. overhead per InferenceSession.run() over the C++ Session::run it calls: rounds alternate
+   `runs` Python run() calls and `runs` C++ calls (the same feed, converted once, timed inside
+   the extension without the GIL); overhead = median per-call time of Python - of C++.
+2. two threads calling run() on one session (intra_op_num_threads=1) against the same runs one
+   after the other in one thread: the ratio of wall times (1.0: no overlap, 0.5: perfect).
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_overhead.py [--model demo/digits_cnn.onnx]
+Prints the figures and the load (uptime); timings on a loaded machine are noisy, so each is a
+median over --rounds alternated rounds.
+"""
+import argparse
+import os
+import statistics
+import threading
+import time
+
+import numpy as np
+
+import ferry as ort
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=os.path.join(HERE, "..", "demo", "digits_cnn.onnx"))
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--overlap-runs", type=int, default=100)
+    args = ap.parse_args()
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(args.model, so)
+    rng = np.random.default_rng(0)
+    feed = {}
+    for i in sess.get_inputs():
+        shape = [d if isinstance(d, int) else args.batch for d in i.shape]
+        feed[i.name] = rng.standard_normal(shape).astype(np.float32)
+    for _ in range(20):
+        sess.run(None, feed)
+    sess._sess._bench_native(feed, 20)
+
+    py_med, cpp_med = [], []
+    for _ in range(args.rounds):
+        cpp = sess._sess._bench_native(feed, args.runs)
+        py = []
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            sess.run(None, feed)
+            py.append(time.perf_counter() - t0)
+        py_med.append(statistics.median(py))
+        cpp_med.append(statistics.median(cpp))
+    overhead = [(p - c) * 1e6 for p, c in zip(py_med, cpp_med)]
+    print(f"model {os.path.basename(args.model)} batch {args.batch}, 1 intra-op thread; load: {os.getloadavg()}")
+    print(f"run(): python {statistics.median(py_med) * 1e6:.1f} us, C++ {statistics.median(cpp_med) * 1e6:.1f} us per call; "
+          f"overhead per round (us): {', '.join(f'{o:.1f}' for o in overhead)}; median {statistics.median(overhead):.1f} us")
+
+    n = args.overlap_runs
+    ratios = []
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            sess.run(None, feed)
+        serial = time.perf_counter() - t0
+
+        def work():
+            for _ in range(n // 2):
+                sess.run(None, feed)
+
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        both = time.perf_counter() - t0
+        ratios.append(both / serial)
+    print(f"two threads, {n} runs: wall time / serial wall time per round: {', '.join(f'{r:.2f}' for r in ratios)}; "
+          f"median {statistics.median(ratios):.2f}x; load: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
