@@ -45,20 +45,33 @@ def main():
         sess.run(None, feed)
     sess._sess._bench_native(feed, 20)
 
-    py_med, cpp_med = [], []
+    # Wall time per call (median of the round's calls) and the calling thread's CPU time per call
+    # (the round's total / runs): with one intra-op thread the whole run executes on the calling
+    # thread, so CPU time measures the overhead even when other work on the machine stretches wall time.
+    py_med, cpp_med, py_cpu, cpp_cpu = [], [], [], []
     for _ in range(args.rounds):
+        c0 = time.thread_time()
         cpp = sess._sess._bench_native(feed, args.runs)
+        cpp_cpu.append((time.thread_time() - c0) / args.runs)
         py = []
+        c0 = time.thread_time()
         for _ in range(args.runs):
             t0 = time.perf_counter()
             sess.run(None, feed)
             py.append(time.perf_counter() - t0)
+        py_cpu.append((time.thread_time() - c0) / args.runs)
         py_med.append(statistics.median(py))
         cpp_med.append(statistics.median(cpp))
     overhead = [(p - c) * 1e6 for p, c in zip(py_med, cpp_med)]
-    print(f"model {os.path.basename(args.model)} batch {args.batch}, 1 intra-op thread; load: {os.getloadavg()}")
-    print(f"run(): python {statistics.median(py_med) * 1e6:.1f} us, C++ {statistics.median(cpp_med) * 1e6:.1f} us per call; "
-          f"overhead per round (us): {', '.join(f'{o:.1f}' for o in overhead)}; median {statistics.median(overhead):.1f} us")
+    overhead_cpu = [(p - c) * 1e6 for p, c in zip(py_cpu, cpp_cpu)]
+    print(f"model {os.path.basename(args.model)} batch {args.batch}, 1 intra-op thread, {args.rounds} rounds of "
+          f"{args.runs} calls; load: {os.getloadavg()}")
+    print(f"wall per call: python run() {statistics.median(py_med) * 1e6:.1f} us, C++ Session::run "
+          f"{statistics.median(cpp_med) * 1e6:.1f} us; overhead per round (us): "
+          f"{', '.join(f'{o:.1f}' for o in overhead)}; median {statistics.median(overhead):.1f} us")
+    print(f"CPU per call:  python run() {statistics.median(py_cpu) * 1e6:.1f} us, C++ Session::run "
+          f"{statistics.median(cpp_cpu) * 1e6:.1f} us; overhead per round (us): "
+          f"{', '.join(f'{o:.1f}' for o in overhead_cpu)}; median {statistics.median(overhead_cpu):.1f} us")
 
     n = args.overlap_runs
     ratios = []

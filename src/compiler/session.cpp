@@ -1,8 +1,11 @@
 // Sessions: executor pools over compiled gears; see session.h.
 #include "compiler/session.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "compiler/gears.h"
 #include "onnx/onnx_import.h"
@@ -107,7 +110,19 @@ void Session::release(Gear& gear, std::unique_ptr<Executor> ex) {
   gear.idle.push_back(std::move(ex));
 }
 
+// OpenMP's thread count is a per-thread setting: the executor sets it on the thread that creates
+// it, so a run from another thread (a pool's second caller, a host's worker thread) would run its
+// parallel regions on every core. Each run sets it on the calling thread (the cpu backend's rule:
+// the asked count, else the machine's cores); measured on two Python threads of one 1-thread
+// session (bench/python_overhead.py): without it each run spread over both cores and spun.
+void Session::set_run_threads() const {
+  const int n = executor_options_.threads > 0 ? executor_options_.threads
+                                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (omp_get_max_threads() != n) omp_set_num_threads(n);
+}
+
 Status Session::run(const NamedTensors& feeds, NamedTensors* outputs) {
+  set_run_threads();
   Gear* gear = gears_.front().get();
   if (has_batch_gears(model_)) {
     ASSIGN_OR_RETURN(int64_t batch, feeds_batch(feeds));

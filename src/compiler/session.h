@@ -54,6 +54,7 @@ class Session {
   StatusOr<std::unique_ptr<Executor>> acquire(Gear& gear);
   void release(Gear& gear, std::unique_ptr<Executor> ex);
   Status run_padded(Gear& gear, int64_t batch, const NamedTensors& feeds, NamedTensors* outputs);
+  void set_run_threads() const;
 
   CompiledModel model_;
   std::string device_;
