@@ -64,7 +64,10 @@ std::vector<std::string> module_folders() {
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n > 0) homes.push_back(folder_of(std::string(exe, static_cast<size_t>(n))));
   for (const std::string& h : homes) add(h);
-  for (const std::string& h : homes) add(h + "/../lib/ferry");
+  // Installed (cmake/FerryBackendModule.cmake): <libdir>/ferry/, seen from libferry.so in <libdir>
+  // and from the executable in <prefix>/bin.
+  for (const std::string& h : homes) add(h + "/ferry");
+  for (const std::string& h : homes) add(h + "/../" FERRY_INSTALL_LIBDIR "/ferry");
   return folders;
 }
 

@@ -47,7 +47,8 @@ using BackendModuleEntryFn = const BackendModuleApi* (*)();
 
 /// Loads the module of `entry` (entry.module: the library's file name) once per process and
 /// returns its API. Searched for in $FERRY_BACKEND_PATH (':'-separated folders), then next to the
-/// executable or library holding ferry, then in ../lib/ferry from there (the installed layout).
+/// executable or library holding ferry, then in <libdir>/ferry of the installed layout (seen from
+/// libferry.so in <libdir> and from the executable in <prefix>/bin).
 /// Fails with kUnsupported naming the file, the folders searched or dlerror(), and what to try.
 StatusOr<const BackendModuleApi*> load_backend_module(const BackendEntry& entry);
 

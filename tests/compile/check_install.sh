@@ -22,4 +22,15 @@ FERRY_BIN=$(cat "$WORK/consumer/ferry_executable.txt")
 # Only the C API is exported from libferry.so.
 leaked=$(nm -D --defined-only "$WORK"/prefix/lib*/libferry.so | awk '$2 ~ /[TW]/ {print $3}' | grep -v '^ferry_' | head -5 || true)
 [ -z "$leaked" ] || { echo "FAIL: libferry.so exports non-API symbols: $leaked"; exit 1; }
+# Backend modules (docs/cuda.md) install in <libdir>/ferry/, where the installed ferry finds them.
+for m in "$BUILD"/libferry_backend_*.so; do
+  [ -e "$m" ] || continue
+  name=$(basename "$m")
+  ls "$WORK"/prefix/lib*/ferry/"$name" >/dev/null 2>&1 || { echo "FAIL: $name not installed in <libdir>/ferry"; exit 1; }
+  dev=${name#libferry_backend_}
+  dev=${dev%.so}
+  out=$("$WORK/prefix/bin/ferry" run "$SRC/demo/digits_cnn.onnx" --input "image=$SRC/demo/samples/digits_batch.npy" \
+        --device "$dev" 2>&1 || true)
+  if echo "$out" | grep -q "was not found"; then echo "FAIL: the installed ferry does not find $name: $out"; exit 1; fi
+done
 echo "ok: installed package found, consumer built and ran"
