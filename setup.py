@@ -41,6 +41,10 @@ class CMakeBuild(build_ext):
         dest = Path(self.get_ext_fullpath(ext.name))
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(built[0], dest)
+        # Backend modules (libferry_backend_cuda.so, ...) go beside the extension: ferry opens them
+        # from there when their device is asked for (docs/cuda.md).
+        for module in sorted((build / "python" / "ferry").glob("libferry_backend_*.so")):
+            shutil.copyfile(module, dest.parent / module.name)
 
 
 setup(ext_modules=[Extension("ferry._ferry", sources=[])], cmdclass={"build_ext": CMakeBuild},
