@@ -29,7 +29,7 @@ class CMakeBuild(build_ext):
                 f"-DPython_EXECUTABLE={sys.executable}", f"-DFERRY_PYTHON={sys.executable}"]
         if shutil.which("ccache"):
             args.append("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
-            env.setdefault("CCACHE_BASEDIR", str(ROOT))
+            env["CCACHE_BASEDIR"] = str(ROOT)  # the clone's root, not an inherited one it may lie outside
         args += shlex.split(os.environ.get("FERRY_CMAKE_ARGS", ""))
         jobs = os.environ.get("FERRY_JOBS") or str(os.cpu_count() or 2)
         subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build)] + args, check=True, env=env,
