@@ -73,28 +73,34 @@ def main():
           f"{statistics.median(cpp_cpu) * 1e6:.1f} us; overhead per round (us): "
           f"{', '.join(f'{o:.1f}' for o in overhead_cpu)}; median {statistics.median(overhead_cpu):.1f} us")
 
+    # Wall time of two threads against the same runs in one thread, and the process CPU time of
+    # each phase: CPU equal in both (ratio ~1) says the threads add no work (no spinning, no lock
+    # convoys), so a wall ratio above 0.5 is then the cores the machine had free.
     n = args.overlap_runs
-    ratios = []
+    ratios, cpu_ratios = [], []
     for _ in range(args.rounds):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         for _ in range(n):
             sess.run(None, feed)
-        serial = time.perf_counter() - t0
+        serial, serial_cpu = time.perf_counter() - t0, time.process_time() - c0
 
         def work():
             for _ in range(n // 2):
                 sess.run(None, feed)
 
         threads = [threading.Thread(target=work) for _ in range(2)]
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        both = time.perf_counter() - t0
+        both, both_cpu = time.perf_counter() - t0, time.process_time() - c0
         ratios.append(both / serial)
+        cpu_ratios.append(both_cpu / serial_cpu)
     print(f"two threads, {n} runs: wall time / serial wall time per round: {', '.join(f'{r:.2f}' for r in ratios)}; "
-          f"median {statistics.median(ratios):.2f}x; load: {os.getloadavg()}")
+          f"median {statistics.median(ratios):.2f}x; process CPU time / serial CPU time: "
+          f"{', '.join(f'{r:.2f}' for r in cpu_ratios)}; median {statistics.median(cpu_ratios):.2f}x; "
+          f"load: {os.getloadavg()}")
 
 
 if __name__ == "__main__":
