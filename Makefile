@@ -90,7 +90,8 @@ fuzz: setup
 	@cmake -S . -B $(FUZZ_BUILD) $(CMAKE_FLAGS) $(SAN_BUILD_FLAGS) -DCMAKE_C_COMPILER=clang \
 	  -DCMAKE_CXX_COMPILER=clang++ -DFERRY_FUZZ=ON -DFERRY_SANITIZE=ON -DFERRY_BUILD_TESTS=OFF -DFERRY_CUDA=OFF \
 	  -DFERRY_FUZZ_SECONDS=$(FUZZ_SECONDS) > $(FUZZ_BUILD).configure.log 2>&1 || (cat $(FUZZ_BUILD).configure.log; exit 1)
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_model fuzz_npy fuzz_tensor_pb fuzz_compiled_model fuzz_jpeg fuzz_png fuzz_checkpoint
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_model fuzz_npy fuzz_tensor_pb fuzz_compiled_model fuzz_jpeg fuzz_png fuzz_checkpoint \
+	  fuzz_kserve_request fuzz_model_config
 	@cd $(FUZZ_BUILD) && ctest --output-on-failure --no-tests=error -j $(JOBS) -L fuzz
 
 test-unit: build

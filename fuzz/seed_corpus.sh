@@ -93,5 +93,26 @@ PY
   fuzz_checkpoint)
     # Checkpoints written by ferry's own writer, kept in the regression folder (all dtypes, meta).
     for f in "$root"/fuzz/regressions/fuzz_checkpoint/*.fckpt; do add "$f"; done ;;
+  fuzz_kserve_request)
+    # KServe v2 requests: JSON tensors (flat and nested), a binary section after the first newline.
+    printf '%s' '{"id":"a","inputs":[{"name":"x","datatype":"FP32","shape":[2,4],"data":[1,2,3,4,5,6,7,8.5]},{"name":"ids","datatype":"INT64","shape":[2,3],"data":[[1,2,3],[4,5,6]]},{"name":"mask","datatype":"BOOL","shape":[2,2,2],"data":[true,false,true,true,false,false,true,false]},{"name":"h","datatype":"FP16","shape":[2,3],"data":[0.5,1,2,3,4,5]},{"name":"u","datatype":"UINT8","shape":[2,1,2],"data":[0,255,1,2]}],"outputs":[{"name":"y","parameters":{"binary_data":true}}],"parameters":{"timeout":1000}}' > "$out/seed_json"
+    printf '%s\n%s' '{"inputs":[{"name":"x","datatype":"FP32","shape":[1,4],"parameters":{"binary_data_size":16}},{"name":"ids","datatype":"INT64","shape":[1,1],"parameters":{"binary_data_size":8}},{"name":"mask","datatype":"BOOL","shape":[1,2,2],"data":[1,0,1,0]},{"name":"h","datatype":"FP16","shape":[1,3],"data":[1,2,3]},{"name":"u","datatype":"UINT8","shape":[1,1,2],"data":[1,2]}]}' '0123456789abcdefghijklmn' > "$out/seed_binary"
+    printf '%s' '{"ready":true}' > "$out/seed_index" ;;
+  fuzz_model_config)
+    # config.pbtxt files in Triton's text format, with fields ferry supports and fields it warns about.
+    cat > "$out/seed_full.pbtxt" <<'PBTXT'
+name: "m"
+platform: "onnxruntime_onnx"
+max_batch_size: 4
+version_policy: { specific: { versions: [1, 3] } }
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 100
+  default_queue_policy { max_queue_size: 8 default_timeout_microseconds: 10 allow_timeout_override: true timeout_action: DELAY } }
+instance_group [ { count: 2 kind: KIND_CPU } ]
+parameters { key: "threads" value: { string_value: "2" } }
+optimization { execution_accelerators { cpu_execution_accelerator : [ { name : "openvino" } ] } }
+PBTXT
+    printf '%s\n' 'backend: "onnxruntime"' 'version_policy: { latest: { num_versions: 2 } }' 'model_warmup [ { name: "w" batch_size: 1 } ]' > "$out/seed_small.pbtxt" ;;
   *) echo "seed_corpus.sh: unknown target '$target'" >&2; exit 2 ;;
 esac

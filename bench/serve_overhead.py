@@ -1,0 +1,98 @@
+#!/usr/bin/python3
+"""`ferry serve` overhead and batching, measured against in-process `ferry bench` on the same
+threads (docs/serving.md). Starts a server on a free 127.0.0.1 port, runs `ferry perf`, stops it.
+
+  bench/serve_overhead.py FERRY [--model demo/digits_cnn.onnx] [--threads 1] [--seconds 2]
+      [--concurrency 8 --batch-model M.onnx --batch 8]
+
+Prints: in-process p50 (ferry bench, batch 1), served p50 over HTTP with binary and JSON tensors
+at concurrency 1, and their differences; with --batch-model, served throughput at --concurrency
+with dynamic batching against `ferry bench --batch N` throughput, and the average batch.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+
+ap = argparse.ArgumentParser()
+ap.add_argument("ferry")
+ap.add_argument("--model", default=os.path.join(os.path.dirname(__file__), "..", "demo", "digits_cnn.onnx"))
+ap.add_argument("--threads", type=int, default=1)
+ap.add_argument("--seconds", type=float, default=2.0)
+ap.add_argument("--batch-model")
+ap.add_argument("--batch", type=int, default=8)
+ap.add_argument("--concurrency", type=int, default=8)
+a = ap.parse_args()
+
+
+def bench(model, batch):
+    out = subprocess.run([a.ferry, "bench", model, "--threads", str(a.threads), "--batch", str(batch), "--duration",
+                          str(a.seconds * 2), "--json"], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def serve(repo, fn):
+    p = subprocess.Popen([a.ferry, "serve", "--model-repository", repo, "--http-address", "127.0.0.1", "--http-port", "0",
+                          "--metrics-port", "0", "--threads", str(a.threads)], stderr=subprocess.PIPE, text=True)
+    port = None
+    for line in p.stderr:
+        m = re.search(r"HTTP on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+    try:
+        return fn("127.0.0.1:%d" % port)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(60)
+
+
+def perf(url, model, concurrency, *extra):
+    out = os.path.join(tmp, "perf.json")
+    subprocess.run([a.ferry, "perf", url, "-m", model, "--concurrency-range", str(concurrency), "-p",
+                    str(int(a.seconds * 1000)), "--json", out, *extra], check=True, stdout=subprocess.DEVNULL)
+    return json.load(open(out))[0]
+
+
+tmp = tempfile.mkdtemp()
+try:
+    load = open("/proc/loadavg").read().split()[:3]
+    print("load average %s, %d threads, model %s" % (" ".join(load), a.threads, os.path.basename(a.model)))
+    repo = os.path.join(tmp, "repo")
+    os.makedirs(os.path.join(repo, "m", "1"))
+    shutil.copy(a.model, os.path.join(repo, "m", "1", "model.onnx"))
+    with open(os.path.join(repo, "m", "config.pbtxt"), "w") as f:
+        f.write("max_batch_size: 0\n")  # requests carry the model's own shapes (batch 1)
+    if a.batch_model:
+        os.makedirs(os.path.join(repo, "b", "1"))
+        shutil.copy(a.batch_model, os.path.join(repo, "b", "1", "model.onnx"))
+        with open(os.path.join(repo, "b", "config.pbtxt"), "w") as f:
+            f.write("max_batch_size: %d\ndynamic_batching { preferred_batch_size: [ %d ] max_queue_delay_microseconds: 2000 }\n"
+                    % (a.batch, a.batch))
+    # Alternated: in-process, served, in-process, served (the machine is shared and noisy).
+    rows = []
+    for rnd in range(2):
+        b = bench(a.model, 1)
+        res = serve(repo, lambda url: (perf(url, "m", 1), perf(url, "m", 1, "--json-data")))
+        inproc = b["latency_ms"]["p50"] * 1000
+        rows.append((inproc, res[0]["p50_us"], res[1]["p50_us"]))
+        print("round %d: in-process p50 %.0f us | HTTP binary p50 %.0f us (+%.0f) | HTTP JSON p50 %.0f us (+%.0f)"
+              % (rnd + 1, inproc, res[0]["p50_us"], res[0]["p50_us"] - inproc, res[1]["p50_us"], res[1]["p50_us"] - inproc))
+    if a.batch_model:
+        for rnd in range(2):
+            b = bench(a.batch_model, a.batch)
+            res = serve(repo, lambda url: perf(url, "b", a.concurrency))
+            print("round %d: ferry bench --batch %d %.1f samples/s | served, concurrency %d, dynamic batching %.1f infer/s "
+                  "(%.2fx), average batch %.2f, server queue %.0f us, compute %.0f us"
+                  % (rnd + 1, a.batch, b["samples_per_s"], a.concurrency, res["throughput"], res["throughput"] / b["samples_per_s"],
+                     res["avg_batch"], res["server_queue_us"], res["server_compute_infer_us"]))
+    print("load average after:", " ".join(open("/proc/loadavg").read().split()[:3]))
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,413 @@
+// KServe v2 HTTP/REST and /metrics on Boost.Beast; see http_server.h. Each connection reads one
+// request at a time on its strand; an inference request is queued on the model and its response
+// is written when the model's callback posts it back. While it waits, the socket is watched for
+// EOF, so a client that goes away cancels its queued request.
+#include "serve/http_server.h"
+
+#include <sys/socket.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cerrno>
+#include <optional>
+#include <thread>
+
+#include "serve/kserve_json.h"
+#include "serve/metrics.h"
+
+namespace ferry::serve {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+namespace {
+
+unsigned http_status_of(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kResourceExhausted: return 503;
+    case StatusCode::kInternal: return 500;
+    default: return 400;
+  }
+}
+
+std::string percent_decode(std::string_view s) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+      continue;
+    }
+    out += s[i];
+  }
+  return out;
+}
+
+// The statistics of the given models (all when `name` is empty); the models stay alive meanwhile.
+std::vector<StatsView> stats_views(const std::vector<std::shared_ptr<ServedModel>>& models, const std::string& name,
+                                   const std::string& version) {
+  std::vector<StatsView> out;
+  for (const auto& m : models)
+    if (name.empty() || (m->name() == name && (version.empty() || std::to_string(m->version()) == version)))
+      out.push_back({m->name(), m->version(), &m->stats()});
+  return out;
+}
+
+std::vector<std::string> split_path(std::string_view target) {
+  const size_t q = target.find('?');
+  if (q != std::string_view::npos) target = target.substr(0, q);
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < target.size()) {
+    while (i < target.size() && target[i] == '/') ++i;
+    size_t j = i;
+    while (j < target.size() && target[j] != '/') ++j;
+    if (j > i) parts.push_back(percent_decode(target.substr(i, j - i)));
+    i = j;
+  }
+  return parts;
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  ModelRepository* repo;
+  HttpServerOptions opt;
+  std::function<void(const std::string&)> log;
+  net::io_context ioc;
+  std::unique_ptr<tcp::acceptor> http_acceptor, metrics_acceptor;
+  std::vector<std::thread> threads;
+  std::atomic<bool> shutting_down{false};
+  std::atomic<int64_t> in_flight{0};
+  int http_port = 0, metrics_port = -1;
+
+  Impl(ModelRepository* r, HttpServerOptions o, std::function<void(const std::string&)> l)
+      : repo(r), opt(std::move(o)), log(std::move(l)), ioc(std::max(1, opt.threads)) {}
+  Status listen(int port, std::unique_ptr<tcp::acceptor>* out, int* bound, const char* what);
+  void accept(tcp::acceptor* a, bool metrics);
+};
+
+namespace {
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket s, HttpServer::Impl* server, bool metrics) : stream_(std::move(s)), server_(server), metrics_(metrics) {}
+  void start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
+  }
+
+ private:
+  using Response = http::response<http::string_body>;
+
+  void read() {
+    parser_.emplace();
+    parser_->body_limit(metrics_ ? uint64_t(1) << 16 : static_cast<uint64_t>(server_->opt.max_input_size));
+    parser_->header_limit(64 * 1024);
+    http::async_read_header(stream_, buffer_, *parser_, beast::bind_front_handler(&Connection::on_header, shared_from_this()));
+  }
+
+  void on_header(beast::error_code ec, size_t) {
+    if (ec) return on_error(ec);
+    const auto& req = parser_->get();
+    version_ = req.version();
+    keep_alive_ = req.keep_alive();
+    if (beast::iequals(req[http::field::expect], "100-continue")) {
+      auto res = std::make_shared<http::response<http::empty_body>>(http::status::continue_, version_);
+      http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code e, size_t) {
+        if (!e) self->read_body();
+      });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Connection::on_read, shared_from_this()));
+  }
+
+  void on_error(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+      keep_alive_ = false;
+      return send(413, error_json("request body is larger than --http-max-input-size (" +
+                                  std::to_string(server_->opt.max_input_size) + " bytes)"));
+    }
+    if (ec == http::error::header_limit) {
+      keep_alive_ = false;
+      return send(400, error_json("request header is larger than 64 KB"));
+    }
+    if (ec == http::error::end_of_stream || ec == net::error::operation_aborted) return close();
+    if (ec.category() == http::make_error_code(http::error::bad_target).category() && ec != http::error::partial_message) {
+      keep_alive_ = false;
+      return send(400, error_json(std::string("malformed HTTP request: ") + ec.message()));
+    }
+    close();
+  }
+
+  void close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.socket().close(ignored);
+  }
+
+  // After an error response: stop sending, then read and drop what the client still sends (at
+  // most 2 s), so closing does not reset the connection before the client has read the response.
+  void close_after_response() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(std::chrono::seconds(2));
+    drain();
+  }
+
+  void drain() {
+    stream_.async_read_some(net::buffer(scratch_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      self->drain();
+    });
+  }
+
+  void on_read(beast::error_code ec, size_t) {
+    if (ec) return on_error(ec);
+    auto req = parser_->release();
+    if (metrics_) return handle_metrics(req);
+    handle(req);
+  }
+
+  void send(unsigned status, std::string body, const char* content_type = "application/json", int64_t json_size = -1) {
+    auto res = std::make_shared<Response>(static_cast<http::status>(status), version_);
+    res->set(http::field::server, "ferry");
+    res->set(http::field::content_type, content_type);
+    if (json_size >= 0) res->set("Inference-Header-Content-Length", std::to_string(json_size));
+    res->keep_alive(keep_alive_);
+    res->body() = std::move(body);
+    res->prepare_payload();
+    http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code e, size_t) {
+      if (self->counted_) {
+        self->counted_ = false;
+        self->server_->in_flight.fetch_sub(1);
+      }
+      if (e) return self->close();
+      if (res->need_eof()) return self->close_after_response();
+      self->read();
+    });
+  }
+
+  void handle_metrics(const http::request<http::string_body>& req) {
+    const auto parts = split_path(std::string_view(req.target().data(), req.target().size()));
+    if (parts.size() == 1 && parts[0] == "metrics" && req.method() == http::verb::get)
+      return send(200, prometheus_text(server_->repo->ready_models()), "text/plain; version=0.0.4; charset=utf-8");
+    send(404, error_json("not found: the metrics endpoint is GET /metrics"));
+  }
+
+  bool ready() const { return !server_->shutting_down.load(); }
+
+  void handle(http::request<http::string_body>& req) {
+    const auto p = split_path(std::string_view(req.target().data(), req.target().size()));
+    const bool get = req.method() == http::verb::get;
+    const bool post = req.method() == http::verb::post;
+    auto wrong_method = [&](const char* want) {
+      send(405, error_json(std::string("method ") + std::string(req.method_string()) + " is not allowed for " +
+                           std::string(req.target()) + "; use " + want));
+    };
+    if (p.empty() || p[0] != "v2") return send(404, error_json("not found: " + std::string(req.target())));
+    if (p.size() == 1) return get ? send(200, server_metadata_json(server_->opt.version)) : wrong_method("GET");
+    if (p[1] == "health" && p.size() == 3) {
+      if (!get) return wrong_method("GET");
+      if (p[2] == "live") return send(200, "");
+      if (p[2] == "ready") return send(ready() ? 200 : 400, "");
+    }
+    if (p[1] == "repository") return handle_repository(req, p, post);
+    if (p[1] == "models" && p.size() == 3 && p[2] == "stats") {
+      if (!get) return wrong_method("GET");
+      return send(200, model_stats_json(stats_views(server_->repo->ready_models(), "", "")));
+    }
+    if (p[1] == "models" && p.size() >= 3) {
+      const std::string& name = p[2];
+      std::string version;
+      size_t rest = 3;
+      if (p.size() >= 5 && p[3] == "versions") {
+        version = p[4];
+        rest = 5;
+      }
+      if (p.size() > rest + 1) return send(404, error_json("not found: " + std::string(req.target())));
+      const std::string action = p.size() == rest + 1 ? p[rest] : "";
+      if (action == "infer") return post ? infer(req, name, version) : wrong_method("POST");
+      if (!get) return wrong_method("GET");
+      auto model = server_->repo->find(name, version);
+      if (action == "ready") return send(model.is_ok() && ready() ? 200 : 400, "");
+      if (!model.is_ok()) return send(http_status_of(model.status()), error_json(model.status().message()));
+      if (action.empty()) {
+        std::vector<int64_t> versions;
+        for (const auto& m : server_->repo->ready_models())
+          if (m->name() == name) versions.push_back(m->version());
+        return send(200, model_metadata_json(model.value()->signature(), versions));
+      }
+      if (action == "config") return send(200, config_to_json(model.value()->config()));
+      if (action == "stats") {
+        return send(200, model_stats_json(stats_views(server_->repo->ready_models(), name, version)));
+      }
+    }
+    send(404, error_json("not found: " + std::string(req.target())));
+  }
+
+  void handle_repository(http::request<http::string_body>& req, const std::vector<std::string>& p, bool post) {
+    if (!post) return send(405, error_json("the repository extension takes POST"));
+    if (p.size() == 3 && p[2] == "index") {
+      auto ready_only = parse_index_request(req.body());
+      if (!ready_only.is_ok()) return send(400, error_json(ready_only.status().message()));
+      return send(200, repository_index_json(server_->repo->index(ready_only.value())));
+    }
+    if (p.size() == 5 && p[2] == "models" && (p[4] == "load" || p[4] == "unload")) {
+      if (!server_->opt.explicit_control)
+        return send(400, error_json("explicit model load / unload is not allowed: start `ferry serve --model-control-mode explicit`"));
+      if (server_->shutting_down.load()) return send(503, error_json("the server is shutting down"));
+      // Loading takes seconds: done on this I/O thread, the other threads keep serving.
+      Status st = p[4] == "load" ? server_->repo->load(p[3]) : server_->repo->unload(p[3]);
+      if (!st.is_ok()) return send(http_status_of(st) == 503 ? 400 : http_status_of(st), error_json(st.message()));
+      return send(200, "");
+    }
+    send(404, error_json("not found: " + std::string(req.target())));
+  }
+
+  void infer(http::request<http::string_body>& req, const std::string& name, const std::string& version) {
+    if (server_->shutting_down.load())
+      return send(503, error_json("the server is shutting down and accepts no new inference requests"));
+    auto model = server_->repo->find(name, version);
+    if (!model.is_ok()) return send(http_status_of(model.status()), error_json(model.status().message()));
+    int64_t header_length = -1;
+    auto hl = req.find("Inference-Header-Content-Length");
+    if (hl != req.end()) {
+      const std::string v(hl->value());
+      if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos)
+        return send(400, error_json("Inference-Header-Content-Length '" + v + "' is not a byte count"));
+      header_length = std::stoll(v);
+    }
+    std::shared_ptr<ServedModel> m = model.value();
+    auto sig = std::make_shared<ModelSignature>(m->signature());
+    auto decoded = decode_infer_request(req.body(), header_length, *sig);
+    if (!decoded.is_ok()) return send(http_status_of(decoded.status()), error_json(decoded.status().message()));
+    auto meta = std::make_shared<DecodedInfer>(std::move(decoded).value());
+    InferRequest request = std::move(meta->request);
+    meta->request.id = request.id;
+    cancelled_ = request.cancelled;
+    counted_ = true;
+    server_->in_flight.fetch_add(1);
+    auto self = shared_from_this();
+    m->enqueue(std::move(request), [self, sig, meta](InferResult r) {
+      // Encoded on the instance thread, written on the connection's strand.
+      unsigned status = 200;
+      EncodedResponse e;
+      if (r.status.is_ok()) {
+        e = encode_infer_response(*sig, *meta, r.outputs);
+      } else {
+        status = http_status_of(r.status);
+        e.body = error_json(r.status.message());
+      }
+      net::post(self->stream_.get_executor(), [self, status, e = std::move(e)]() mutable {
+        beast::error_code ignored;
+        self->stream_.socket().cancel(ignored);  // ends the disconnect watch
+        self->send(status, std::move(e.body), e.json_size >= 0 ? "application/octet-stream" : "application/json", e.json_size);
+      });
+    });
+    watch_disconnect();
+  }
+
+  void watch_disconnect() {
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), cancelled = cancelled_](beast::error_code ec) {
+      if (ec || !cancelled) return;
+      char c;
+      const ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) cancelled->store(true);
+      // n > 0: the client sent its next request already; it is read after this response.
+    });
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  HttpServer::Impl* server_;
+  bool metrics_;
+  unsigned version_ = 11;
+  bool keep_alive_ = true;
+  bool counted_ = false;
+  std::shared_ptr<std::atomic<bool>> cancelled_;
+  std::array<char, 4096> scratch_;
+};
+
+}  // namespace
+
+Status HttpServer::Impl::listen(int port, std::unique_ptr<tcp::acceptor>* out, int* bound, const char* what) {
+  beast::error_code ec;
+  const auto address = net::ip::make_address(opt.address, ec);
+  if (ec) return invalid_argument("--http-address '" + opt.address + "' is not an IP address");
+  tcp::endpoint ep(address, static_cast<unsigned short>(port));
+  auto a = std::make_unique<tcp::acceptor>(ioc);
+  a->open(ep.protocol(), ec);
+  if (!ec) a->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) a->bind(ep, ec);
+  if (!ec) a->listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    return invalid_argument(std::string("cannot listen for ") + what + " on " + opt.address + ":" + std::to_string(port) + ": " +
+                            ec.message() + " (choose another port)");
+  *bound = a->local_endpoint().port();
+  *out = std::move(a);
+  return Status::ok();
+}
+
+void HttpServer::Impl::accept(tcp::acceptor* a, bool metrics) {
+  a->async_accept(net::make_strand(ioc), [this, a, metrics](beast::error_code ec, tcp::socket s) {
+    if (ec == net::error::operation_aborted || !a->is_open()) return;
+    if (!ec) {
+      beast::error_code ignored;
+      s.set_option(tcp::no_delay(true), ignored);
+      std::make_shared<Connection>(std::move(s), this, metrics)->start();
+    }
+    accept(a, metrics);
+  });
+}
+
+HttpServer::HttpServer(ModelRepository* repository, HttpServerOptions options, std::function<void(const std::string&)> log)
+    : impl_(std::make_unique<Impl>(repository, std::move(options), std::move(log))) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+Status HttpServer::start() {
+  RETURN_IF_ERROR(impl_->listen(impl_->opt.http_port, &impl_->http_acceptor, &impl_->http_port, "HTTP"));
+  if (impl_->opt.metrics_port >= 0)
+    RETURN_IF_ERROR(impl_->listen(impl_->opt.metrics_port, &impl_->metrics_acceptor, &impl_->metrics_port, "metrics"));
+  impl_->accept(impl_->http_acceptor.get(), false);
+  if (impl_->metrics_acceptor) impl_->accept(impl_->metrics_acceptor.get(), true);
+  for (int i = 0; i < std::max(1, impl_->opt.threads); ++i) impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+  return Status::ok();
+}
+
+int HttpServer::http_port() const { return impl_->http_port; }
+int HttpServer::metrics_port() const { return impl_->metrics_port; }
+void HttpServer::begin_shutdown() { impl_->shutting_down.store(true); }
+int64_t HttpServer::in_flight() const { return impl_->in_flight.load(); }
+
+void HttpServer::stop() {
+  if (impl_->threads.empty()) return;
+  net::post(impl_->ioc, [this] {
+    beast::error_code ignored;
+    if (impl_->http_acceptor) impl_->http_acceptor->close(ignored);
+    if (impl_->metrics_acceptor) impl_->metrics_acceptor->close(ignored);
+  });
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads) t.join();
+  impl_->threads.clear();
+}
+
+}  // namespace ferry::serve

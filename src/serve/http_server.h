@@ -1,0 +1,53 @@
+// The HTTP/REST front end (KServe v2 as Triton serves it) and the metrics endpoint, on
+// Boost.Beast: asynchronous, TCP_NODELAY, the system's listen backlog, a client that
+// disconnects takes its queued request with it. Only http_server.cpp includes Beast.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "serve/model_repository.h"
+
+namespace ferry::serve {
+
+struct HttpServerOptions {
+  std::string address = "0.0.0.0";
+  /// 0: a free port, chosen by the system (read it back with http_port()).
+  int http_port = 8000;
+  /// -1: no metrics endpoint.
+  int metrics_port = 8002;
+  int threads = 8;
+  /// Largest request body; a larger one is answered 413.
+  int64_t max_input_size = int64_t(64) << 20;
+  /// explicit: the repository extension may load and unload models.
+  bool explicit_control = false;
+  std::string version = "0.1.0";
+};
+
+class HttpServer {
+ public:
+  HttpServer(ModelRepository* repository, HttpServerOptions options, std::function<void(const std::string&)> log);
+  ~HttpServer();
+  /// Binds both ports and starts the I/O threads.
+  Status start();
+  int http_port() const;
+  int metrics_port() const;
+  /// Readiness false at once and new inference requests refused with 503; health, metadata
+  /// and metrics keep answering.
+  void begin_shutdown();
+  /// Inference requests accepted and not yet answered.
+  int64_t in_flight() const;
+  /// Closes the listeners and stops the I/O threads.
+  void stop();
+
+ /// The implementation (Beast types), defined in http_server.cpp only.
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::serve

@@ -1,0 +1,96 @@
+// The serving layer's plain types, shared by the protocol codecs (ferry_serve_protocol: no
+// runtime) and the scheduler (ferry_serve): requests, results, statistics counters, index rows.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "ir/tensor.h"
+#include "serve/model_config.h"
+
+namespace ferry::serve {
+
+/// Tensors by name (the runtime's NamedTensors).
+using TensorList = std::vector<std::pair<std::string, Tensor>>;
+
+/// Why a request failed, as the metrics' reason label (Triton's).
+enum class FailureReason : int { kRejected = 0, kCanceled = 1, kBackend = 2, kOther = 3 };
+inline const char* failure_reason_name(FailureReason r) {
+  switch (r) {
+    case FailureReason::kRejected: return "REJECTED";
+    case FailureReason::kCanceled: return "CANCELED";
+    case FailureReason::kBackend: return "BACKEND";
+    default: return "OTHER";
+  }
+}
+
+struct InferRequest {
+  std::string id;
+  /// Validated against the config by the front end: every input, its dtype and its full shape
+  /// (batch axis included when max_batch_size > 0).
+  TensorList inputs;
+  /// Rows along the batch axis (1 when the model does not batch).
+  int64_t batch = 1;
+  /// The request's own `timeout` parameter in µs (0: none); see ModelQueuePolicy.
+  uint64_t timeout_us = 0;
+  /// Set by the front end when the client goes away: a queued request is then dropped (CANCELED).
+  std::shared_ptr<std::atomic<bool>> cancelled;
+};
+
+struct InferResult {
+  Status status;
+  /// When !status.is_ok(): why (REJECTED: queue full or timed out before it ran; answered 503).
+  FailureReason reason = FailureReason::kOther;
+  /// Every output of the model, in the config's order, this request's rows only.
+  TensorList outputs;
+};
+
+using InferCallback = std::function<void(InferResult)>;
+
+/// What a request is checked against: the served model's name, version and tensors.
+struct ModelSignature {
+  std::string name;
+  int64_t version = 1;
+  std::string platform;
+  /// > 0: every tensor has a leading batch axis of 1..max_batch rows (not in the specs' dims).
+  int32_t max_batch = 0;
+  std::vector<TensorSpec> inputs, outputs;
+};
+
+/// Latency histogram bounds (µs) of ferry_inference_request_duration_us.
+constexpr std::array<uint64_t, 14> kLatencyBucketsUs = {100,   250,    500,    1000,   2500,    5000,    10000,
+                                                        25000, 50000, 100000, 250000, 500000, 1000000, 5000000};
+
+/// Counters of one model version; all atomics, so recording costs no lock.
+struct ModelStats {
+  std::atomic<uint64_t> success_count{0}, success_ns{0};
+  std::atomic<uint64_t> fail_count{0}, fail_ns{0};
+  std::array<std::atomic<uint64_t>, 4> fail_by_reason{};
+  std::atomic<uint64_t> queue_count{0}, queue_ns{0};
+  std::atomic<uint64_t> compute_input_ns{0}, compute_infer_ns{0}, compute_output_ns{0};
+  std::atomic<uint64_t> inference_count{0};  // batch items run
+  std::atomic<uint64_t> execution_count{0};  // model executions
+  std::atomic<uint64_t> last_inference_ms{0};
+  std::array<std::atomic<uint64_t>, kLatencyBucketsUs.size() + 1> latency_buckets{};  // last: +Inf
+  std::atomic<uint64_t> latency_sum_us{0};
+  /// Executions per batch size (index = batch size, 0 unused) and their compute time.
+  std::unique_ptr<std::atomic<uint64_t>[]> batch_count, batch_ns;
+  int64_t max_batch = 0;
+};
+
+/// One row of the repository index.
+struct IndexEntry {
+  std::string name;
+  std::string version;  // "" when the row is about the whole model
+  std::string state;    // READY, UNAVAILABLE
+  std::string reason;
+};
+
+}  // namespace ferry::serve

@@ -1,0 +1,549 @@
+// KServe v2 JSON encoding and decoding (rapidjson); see kserve_json.h.
+#define RAPIDJSON_HAS_STDSTRING 1
+#include "serve/kserve_json.h"
+
+#include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace ferry::serve {
+
+using rapidjson::Value;
+using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+namespace {
+
+std::string dims_text(const std::vector<int64_t>& d) { return dims_to_string(d); }
+
+std::string names_of(const std::vector<TensorSpec>& specs) {
+  std::string s;
+  for (const TensorSpec& t : specs) s += (s.empty() ? "" : ", ") + t.name;
+  return s;
+}
+
+const TensorSpec* find_spec(const std::vector<TensorSpec>& specs, std::string_view name) {
+  for (const TensorSpec& t : specs)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+// The shape a request must have: the batch axis (-1) first when the model batches.
+std::vector<int64_t> full_dims(const TensorSpec& spec, int32_t max_batch) {
+  std::vector<int64_t> d;
+  if (max_batch > 0) d.push_back(-1);
+  d.insert(d.end(), spec.dims.begin(), spec.dims.end());
+  return d;
+}
+
+// Leaves of a (possibly nested) JSON array, depth-first; false when nesting exceeds kMaxRank.
+template <typename F>
+bool visit_leaves(const Value& v, int depth, F&& f) {
+  if (!v.IsArray()) {
+    f(v);
+    return true;
+  }
+  if (depth > kMaxRank) return false;
+  for (const Value& e : v.GetArray())
+    if (!visit_leaves(e, depth + 1, f)) return false;
+  return true;
+}
+
+template <typename T>
+bool integer_in_range(const Value& v, T* out) {
+  if constexpr (std::numeric_limits<T>::is_signed) {
+    if (!v.IsInt64()) return false;
+    const int64_t x = v.GetInt64();
+    if (x < static_cast<int64_t>(std::numeric_limits<T>::min()) || x > static_cast<int64_t>(std::numeric_limits<T>::max()))
+      return false;
+    *out = static_cast<T>(x);
+  } else {
+    if (!v.IsUint64()) return false;
+    const uint64_t x = v.GetUint64();
+    if (x > static_cast<uint64_t>(std::numeric_limits<T>::max())) return false;
+    *out = static_cast<T>(x);
+  }
+  return true;
+}
+
+// Writes JSON values into `t` (already sized); the first value that does not fit the dtype fails.
+Status fill_from_json(const Value& data, Tensor* t, const std::string& what) {
+  int64_t i = 0;
+  const DType dt = t->dtype();
+  std::string bad;
+  auto fail_at = [&](const Value& v) {
+    if (bad.empty()) {
+      rapidjson::StringBuffer sb;
+      Writer w(sb);
+      v.Accept(w);
+      std::string shown(sb.GetString(), std::min<size_t>(sb.GetSize(), 40));
+      bad = what + ": value " + std::to_string(i) + " (" + shown + ") is not a " + kserve_dtype_name(dt) + " value";
+    }
+  };
+  auto put = [&](const Value& v) {
+    if (!bad.empty()) return;
+    char* base = static_cast<char*>(t->mutable_raw());
+    switch (dt) {
+      case DType::kF32:
+        if (!v.IsNumber()) return fail_at(v);
+        reinterpret_cast<float*>(base)[i] = static_cast<float>(v.GetDouble());
+        break;
+      case DType::kF64:
+        if (!v.IsNumber()) return fail_at(v);
+        reinterpret_cast<double*>(base)[i] = v.GetDouble();
+        break;
+      case DType::kF16:
+        if (!v.IsNumber()) return fail_at(v);
+        reinterpret_cast<uint16_t*>(base)[i] = f32_to_f16(static_cast<float>(v.GetDouble()));
+        break;
+      case DType::kBF16:
+        if (!v.IsNumber()) return fail_at(v);
+        reinterpret_cast<uint16_t*>(base)[i] = f32_to_bf16(static_cast<float>(v.GetDouble()));
+        break;
+      case DType::kBool:
+        if (!v.IsBool()) return fail_at(v);
+        reinterpret_cast<bool*>(base)[i] = v.GetBool();
+        break;
+#define FERRY_INT_CASE(D, T) \
+  case D:                    \
+    if (!integer_in_range<T>(v, reinterpret_cast<T*>(base) + i)) return fail_at(v); \
+    break;
+        FERRY_INT_CASE(DType::kI8, int8_t)
+        FERRY_INT_CASE(DType::kI16, int16_t)
+        FERRY_INT_CASE(DType::kI32, int32_t)
+        FERRY_INT_CASE(DType::kI64, int64_t)
+        FERRY_INT_CASE(DType::kU8, uint8_t)
+        FERRY_INT_CASE(DType::kU16, uint16_t)
+        FERRY_INT_CASE(DType::kU32, uint32_t)
+        FERRY_INT_CASE(DType::kU64, uint64_t)
+#undef FERRY_INT_CASE
+      default:
+        bad = what + ": datatype " + kserve_dtype_name(dt) + " is not supported";
+        return;
+    }
+    ++i;
+  };
+  visit_leaves(data, 0, put);
+  if (!bad.empty()) return invalid_argument(bad);
+  return Status::ok();
+}
+
+const Value* member(const Value& obj, const char* key) {
+  if (!obj.IsObject()) return nullptr;
+  auto it = obj.FindMember(key);
+  return it == obj.MemberEnd() ? nullptr : &it->value;
+}
+
+}  // namespace
+
+StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t header_length, const ModelSignature& sig) {
+  const std::string model = "model '" + sig.name + "'";
+  if (header_length > static_cast<int64_t>(body.size()))
+    return invalid_argument("Inference-Header-Content-Length is " + std::to_string(header_length) + " but the body has only " +
+                            std::to_string(body.size()) + " bytes");
+  const std::string_view json = header_length >= 0 ? body.substr(0, static_cast<size_t>(header_length)) : body;
+  const std::string_view binary = header_length >= 0 ? body.substr(static_cast<size_t>(header_length)) : std::string_view();
+  rapidjson::Document doc;
+  doc.Parse<rapidjson::kParseIterativeFlag>(json.data(), json.size());
+  if (doc.HasParseError())
+    return invalid_argument("malformed JSON in the inference request at byte " + std::to_string(doc.GetErrorOffset()) + ": " +
+                            rapidjson::GetParseError_En(doc.GetParseError()));
+  if (!doc.IsObject()) return invalid_argument("the inference request is not a JSON object");
+  DecodedInfer out;
+  out.request.cancelled = std::make_shared<std::atomic<bool>>(false);
+  if (const Value* id = member(doc, "id")) {
+    if (!id->IsString()) return invalid_argument("request 'id' is not a string");
+    out.request.id.assign(id->GetString(), id->GetStringLength());
+  }
+  bool binary_default = false;
+  if (const Value* params = member(doc, "parameters")) {
+    if (!params->IsObject()) return invalid_argument("request 'parameters' is not an object");
+    if (const Value* b = member(*params, "binary_data_output")) {
+      if (!b->IsBool()) return invalid_argument("parameter 'binary_data_output' is not a boolean");
+      binary_default = b->GetBool();
+    }
+    if (const Value* t = member(*params, "timeout")) {
+      if (!t->IsUint64()) return invalid_argument("parameter 'timeout' is not a non-negative integer (microseconds)");
+      out.request.timeout_us = t->GetUint64();
+    }
+  }
+  const Value* inputs = member(doc, "inputs");
+  if (!inputs || !inputs->IsArray()) return invalid_argument("the inference request has no 'inputs' array");
+  size_t binary_offset = 0;
+  int64_t batch = -1;
+  std::string batch_from;
+  for (const Value& in : inputs->GetArray()) {
+    const Value* name = member(in, "name");
+    if (!name || !name->IsString()) return invalid_argument("an input has no 'name' string");
+    const std::string input_name(name->GetString(), name->GetStringLength());
+    const std::string what = "input '" + input_name + "'";
+    const TensorSpec* spec = find_spec(sig.inputs, input_name);
+    if (!spec)
+      return invalid_argument("unexpected inference input '" + input_name + "' for " + model + "; its inputs are: " + names_of(sig.inputs));
+    for (const auto& [n, t] : out.request.inputs)
+      if (n == input_name) return invalid_argument(what + " is given twice");
+    const Value* datatype = member(in, "datatype");
+    if (!datatype || !datatype->IsString()) return invalid_argument(what + " has no 'datatype' string");
+    DType dt;
+    const std::string dt_name(datatype->GetString(), datatype->GetStringLength());
+    if (!dtype_from_kserve(dt_name, &dt)) return invalid_argument(what + ": unknown datatype '" + dt_name + "'");
+    if (dt != spec->dtype)
+      return invalid_argument(what + ": datatype " + dt_name + " but " + model + " expects " + kserve_dtype_name(spec->dtype));
+    const Value* shape = member(in, "shape");
+    if (!shape || !shape->IsArray()) return invalid_argument(what + " has no 'shape' array");
+    std::vector<int64_t> dims;
+    for (const Value& d : shape->GetArray()) {
+      if (!d.IsInt64() || d.GetInt64() < 0) return invalid_argument(what + ": shape entries are integers >= 0");
+      if (dims.size() >= static_cast<size_t>(kMaxRank)) return invalid_argument(what + ": shape has more than 64 dims");
+      dims.push_back(d.GetInt64());
+    }
+    const std::vector<int64_t> want = full_dims(*spec, sig.max_batch);
+    bool shape_ok = dims.size() == want.size();
+    for (size_t k = 0; shape_ok && k < dims.size(); ++k)
+      if (want[k] >= 0 && dims[k] != want[k]) shape_ok = false;
+    if (!shape_ok)
+      return invalid_argument("unexpected shape for " + what + " of " + model + ": expected " + dims_text(want) + ", got " +
+                              dims_text(dims) + (sig.max_batch > 0 ? " (the first dim is the batch, 1.." + std::to_string(sig.max_batch) + ")" : ""));
+    if (sig.max_batch > 0) {
+      if (dims[0] < 1 || dims[0] > sig.max_batch)
+        return invalid_argument(what + ": batch size " + std::to_string(dims[0]) + " is outside 1.." + std::to_string(sig.max_batch) +
+                                " (max_batch_size of " + model + ")");
+      if (batch >= 0 && dims[0] != batch)
+        return invalid_argument(what + " has batch size " + std::to_string(dims[0]) + " but input '" + batch_from + "' has " +
+                                std::to_string(batch) + "; every input has the same batch size");
+      batch = dims[0];
+      batch_from = input_name;
+    }
+    ASSIGN_OR_RETURN(int64_t count, checked_element_count(dims, what));
+    const int64_t nbytes = count * dtype_size(dt);
+    const Value* params = member(in, "parameters");
+    const Value* bsize = params ? member(*params, "binary_data_size") : nullptr;
+    const Value* data = member(in, "data");
+    if (bsize) {
+      if (data) return invalid_argument(what + " has both 'data' and parameter 'binary_data_size'; give one");
+      if (!bsize->IsUint64()) return invalid_argument(what + ": 'binary_data_size' is not a non-negative integer");
+      if (header_length < 0)
+        return invalid_argument(what + " has 'binary_data_size' but the request has no Inference-Header-Content-Length header");
+      const uint64_t size = bsize->GetUint64();
+      if (size != static_cast<uint64_t>(nbytes))
+        return invalid_argument(what + ": binary_data_size " + std::to_string(size) + " but shape " + dims_text(dims) + " of " +
+                                dt_name + " needs " + std::to_string(nbytes) + " bytes");
+      if (size > binary.size() - binary_offset)
+        return invalid_argument(what + ": binary_data_size " + std::to_string(size) + " runs past the end of the body (" +
+                                std::to_string(binary.size() - binary_offset) + " bytes of binary data left)");
+      ASSIGN_OR_RETURN(Tensor t, Tensor::create(dt, dims, what));
+      if (size > 0) std::memcpy(t.mutable_raw(), binary.data() + binary_offset, size);
+      binary_offset += size;
+      out.request.inputs.emplace_back(input_name, std::move(t));
+      continue;
+    }
+    if (!data) return invalid_argument(what + " has neither 'data' nor parameter 'binary_data_size'");
+    if (dt == DType::kString) return invalid_argument(what + ": BYTES tensors are not supported by ferry");
+    if (!data->IsArray()) return invalid_argument(what + ": 'data' is not an array");
+    int64_t given = 0;
+    if (!visit_leaves(*data, 0, [&](const Value&) { ++given; }))
+      return invalid_argument(what + ": 'data' is nested deeper than 64 levels");
+    if (given != count)
+      return invalid_argument(what + ": " + std::to_string(given) + " values given but shape " + dims_text(dims) + " needs " +
+                              std::to_string(count));
+    ASSIGN_OR_RETURN(Tensor t, Tensor::create(dt, dims, what));
+    RETURN_IF_ERROR(fill_from_json(*data, &t, what));
+    out.request.inputs.emplace_back(input_name, std::move(t));
+  }
+  if (binary_offset != binary.size())
+    return invalid_argument("the body has " + std::to_string(binary.size()) + " bytes of binary data after the JSON header but the inputs' "
+                            "binary_data_size add up to " + std::to_string(binary_offset));
+  for (const TensorSpec& s : sig.inputs) {
+    bool given = false;
+    for (const auto& [n, t] : out.request.inputs) given = given || n == s.name;
+    if (!given)
+      return invalid_argument("input '" + s.name + "' is missing: " + model + " expects " + std::to_string(sig.inputs.size()) +
+                              " inputs (" + names_of(sig.inputs) + "), the request gives " + std::to_string(out.request.inputs.size()));
+  }
+  out.request.batch = batch > 0 ? batch : 1;
+  if (const Value* outputs = member(doc, "outputs")) {
+    if (!outputs->IsArray()) return invalid_argument("request 'outputs' is not an array");
+    for (const Value& o : outputs->GetArray()) {
+      const Value* name = member(o, "name");
+      if (!name || !name->IsString()) return invalid_argument("a requested output has no 'name' string");
+      RequestedOutput r;
+      r.name.assign(name->GetString(), name->GetStringLength());
+      if (!find_spec(sig.outputs, r.name))
+        return invalid_argument("unexpected inference output '" + r.name + "' for " + model + "; its outputs are: " + names_of(sig.outputs));
+      r.binary = binary_default;
+      if (const Value* params = member(o, "parameters")) {
+        if (!params->IsObject()) return invalid_argument("output '" + r.name + "': 'parameters' is not an object");
+        if (const Value* b = member(*params, "binary_data")) {
+          if (!b->IsBool()) return invalid_argument("output '" + r.name + "': 'binary_data' is not a boolean");
+          r.binary = b->GetBool();
+        }
+        if (member(*params, "classification"))
+          return invalid_argument("output '" + r.name + "': the classification extension is not supported by ferry");
+      }
+      out.outputs.push_back(std::move(r));
+    }
+  }
+  if (out.outputs.empty())
+    for (const TensorSpec& s : sig.outputs) out.outputs.push_back({s.name, binary_default});
+  return out;
+}
+
+namespace {
+
+void write_float(Writer& w, double x, bool single) {
+  if (!std::isfinite(x)) {
+    const char* s = std::isnan(x) ? "NaN" : (x > 0 ? "Infinity" : "-Infinity");
+    w.RawValue(s, std::strlen(s), rapidjson::kNumberType);
+    return;
+  }
+  char buf[40];
+  auto r = single ? std::to_chars(buf, buf + sizeof(buf), static_cast<float>(x)) : std::to_chars(buf, buf + sizeof(buf), x);
+  w.RawValue(buf, static_cast<size_t>(r.ptr - buf), rapidjson::kNumberType);
+}
+
+void write_data(Writer& w, const Tensor& t) {
+  const int64_t n = t.numel();
+  w.StartArray();
+  switch (t.dtype()) {
+    case DType::kF32: for (int64_t i = 0; i < n; ++i) write_float(w, t.data<float>()[i], true); break;
+    case DType::kF64: for (int64_t i = 0; i < n; ++i) write_float(w, t.data<double>()[i], false); break;
+    case DType::kF16: for (int64_t i = 0; i < n; ++i) write_float(w, f16_to_f32(t.data<uint16_t>()[i]), true); break;
+    case DType::kBF16: for (int64_t i = 0; i < n; ++i) write_float(w, bf16_to_f32(t.data<uint16_t>()[i]), true); break;
+    case DType::kBool: for (int64_t i = 0; i < n; ++i) w.Bool(t.data<bool>()[i]); break;
+    case DType::kI8: for (int64_t i = 0; i < n; ++i) w.Int(t.data<int8_t>()[i]); break;
+    case DType::kI16: for (int64_t i = 0; i < n; ++i) w.Int(t.data<int16_t>()[i]); break;
+    case DType::kI32: for (int64_t i = 0; i < n; ++i) w.Int(t.data<int32_t>()[i]); break;
+    case DType::kI64: for (int64_t i = 0; i < n; ++i) w.Int64(t.data<int64_t>()[i]); break;
+    case DType::kU8: for (int64_t i = 0; i < n; ++i) w.Uint(t.data<uint8_t>()[i]); break;
+    case DType::kU16: for (int64_t i = 0; i < n; ++i) w.Uint(t.data<uint16_t>()[i]); break;
+    case DType::kU32: for (int64_t i = 0; i < n; ++i) w.Uint(t.data<uint32_t>()[i]); break;
+    case DType::kU64: for (int64_t i = 0; i < n; ++i) w.Uint64(t.data<uint64_t>()[i]); break;
+    default: break;
+  }
+  w.EndArray();
+}
+
+void write_dims(Writer& w, const std::vector<int64_t>& dims) {
+  w.StartArray();
+  for (int64_t d : dims) w.Int64(d);
+  w.EndArray();
+}
+
+void write_count_ns(Writer& w, const char* key, uint64_t count, uint64_t ns) {
+  w.Key(key);
+  w.StartObject();
+  w.Key("count");
+  w.Uint64(count);
+  w.Key("ns");
+  w.Uint64(ns);
+  w.EndObject();
+}
+
+}  // namespace
+
+EncodedResponse encode_infer_response(const ModelSignature& sig, const DecodedInfer& req, const TensorList& outputs) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  w.StartObject();
+  w.Key("model_name");
+  w.String(sig.name);
+  w.Key("model_version");
+  w.String(std::to_string(sig.version));
+  if (!req.request.id.empty()) {
+    w.Key("id");
+    w.String(req.request.id);
+  }
+  w.Key("outputs");
+  w.StartArray();
+  std::vector<const Tensor*> binary;
+  for (const RequestedOutput& r : req.outputs) {
+    const Tensor* t = nullptr;
+    for (const auto& [n, x] : outputs)
+      if (n == r.name) t = &x;
+    if (!t) continue;
+    w.StartObject();
+    w.Key("name");
+    w.String(r.name);
+    w.Key("datatype");
+    w.String(kserve_dtype_name(t->dtype()));
+    w.Key("shape");
+    write_dims(w, t->dims());
+    if (r.binary) {
+      w.Key("parameters");
+      w.StartObject();
+      w.Key("binary_data_size");
+      w.Int64(t->nbytes());
+      w.EndObject();
+      binary.push_back(t);
+    } else {
+      w.Key("data");
+      write_data(w, *t);
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  EncodedResponse out;
+  if (binary.empty()) {
+    out.body.assign(sb.GetString(), sb.GetSize());
+    return out;
+  }
+  size_t total = sb.GetSize();
+  for (const Tensor* t : binary) total += static_cast<size_t>(t->nbytes());
+  out.body.reserve(total);
+  out.body.assign(sb.GetString(), sb.GetSize());
+  out.json_size = static_cast<int64_t>(sb.GetSize());
+  for (const Tensor* t : binary) out.body.append(static_cast<const char*>(t->raw()), static_cast<size_t>(t->nbytes()));
+  return out;
+}
+
+std::string error_json(std::string_view message) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  w.StartObject();
+  w.Key("error");
+  w.String(message.data(), static_cast<rapidjson::SizeType>(message.size()));
+  w.EndObject();
+  return std::string(sb.GetString(), sb.GetSize());
+}
+
+std::string server_metadata_json(std::string_view version) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  w.StartObject();
+  w.Key("name");
+  w.String("ferry");
+  w.Key("version");
+  w.String(version.data(), static_cast<rapidjson::SizeType>(version.size()));
+  w.Key("extensions");
+  w.StartArray();
+  for (const char* e : {"binary_tensor_data", "model_repository", "model_configuration", "statistics", "parameters"}) w.String(e);
+  w.EndArray();
+  w.EndObject();
+  return std::string(sb.GetString(), sb.GetSize());
+}
+
+std::string model_metadata_json(const ModelSignature& model, const std::vector<int64_t>& versions) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  const int32_t mbs = model.max_batch;
+  w.StartObject();
+  w.Key("name");
+  w.String(model.name);
+  w.Key("versions");
+  w.StartArray();
+  for (int64_t v : versions) w.String(std::to_string(v));
+  w.EndArray();
+  w.Key("platform");
+  w.String(model.platform);
+  for (int k = 0; k < 2; ++k) {
+    w.Key(k == 0 ? "inputs" : "outputs");
+    w.StartArray();
+    for (const TensorSpec& s : k == 0 ? model.inputs : model.outputs) {
+      w.StartObject();
+      w.Key("name");
+      w.String(s.name);
+      w.Key("datatype");
+      w.String(kserve_dtype_name(s.dtype));
+      w.Key("shape");
+      write_dims(w, full_dims(s, mbs));
+      w.EndObject();
+    }
+    w.EndArray();
+  }
+  w.EndObject();
+  return std::string(sb.GetString(), sb.GetSize());
+}
+
+std::string model_stats_json(const std::vector<StatsView>& models) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  w.StartObject();
+  w.Key("model_stats");
+  w.StartArray();
+  for (const auto& m : models) {
+    const ModelStats& s = *m.stats;
+    auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    w.StartObject();
+    w.Key("name");
+    w.String(m.name);
+    w.Key("version");
+    w.String(std::to_string(m.version));
+    w.Key("last_inference");
+    w.Uint64(ld(s.last_inference_ms));
+    w.Key("inference_count");
+    w.Uint64(ld(s.inference_count));
+    w.Key("execution_count");
+    w.Uint64(ld(s.execution_count));
+    w.Key("inference_stats");
+    w.StartObject();
+    const uint64_t ran = ld(s.queue_count);
+    write_count_ns(w, "success", ld(s.success_count), ld(s.success_ns));
+    write_count_ns(w, "fail", ld(s.fail_count), ld(s.fail_ns));
+    write_count_ns(w, "queue", ran, ld(s.queue_ns));
+    write_count_ns(w, "compute_input", ran, ld(s.compute_input_ns));
+    write_count_ns(w, "compute_infer", ran, ld(s.compute_infer_ns));
+    write_count_ns(w, "compute_output", ran, ld(s.compute_output_ns));
+    write_count_ns(w, "cache_hit", 0, 0);
+    write_count_ns(w, "cache_miss", 0, 0);
+    w.EndObject();
+    w.Key("batch_stats");
+    w.StartArray();
+    for (int64_t b = 1; b <= s.max_batch; ++b) {
+      const uint64_t c = ld(s.batch_count[b]);
+      if (c == 0) continue;
+      w.StartObject();
+      w.Key("batch_size");
+      w.Int64(b);
+      write_count_ns(w, "compute_infer", c, ld(s.batch_ns[b]));
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return std::string(sb.GetString(), sb.GetSize());
+}
+
+std::string repository_index_json(const std::vector<IndexEntry>& entries) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  w.StartArray();
+  for (const IndexEntry& e : entries) {
+    w.StartObject();
+    w.Key("name");
+    w.String(e.name);
+    if (!e.version.empty()) {
+      w.Key("version");
+      w.String(e.version);
+    }
+    w.Key("state");
+    w.String(e.state);
+    if (!e.reason.empty()) {
+      w.Key("reason");
+      w.String(e.reason);
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  return std::string(sb.GetString(), sb.GetSize());
+}
+
+StatusOr<bool> parse_index_request(std::string_view body) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return false;
+  rapidjson::Document doc;
+  doc.Parse<rapidjson::kParseIterativeFlag>(body.data(), body.size());
+  if (doc.HasParseError() || !doc.IsObject()) return invalid_argument("the repository index request is not a JSON object");
+  const Value* ready = member(doc, "ready");
+  if (!ready) return false;
+  if (!ready->IsBool()) return invalid_argument("'ready' is not a boolean");
+  return ready->GetBool();
+}
+
+}  // namespace ferry::serve

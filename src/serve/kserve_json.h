@@ -1,0 +1,60 @@
+// The KServe v2 (Open Inference) protocol's JSON as Triton's HTTP front end speaks it: inference
+// requests (JSON tensors and the binary tensor data extension) decoded into InferRequests, and
+// responses, metadata, statistics and the repository index encoded. Pure functions of bytes,
+// independent of the HTTP library and of the runtime (library ferry_serve_protocol), so a fuzz
+// target drives the decoder directly.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "serve/inference_types.h"
+
+namespace ferry::serve {
+
+struct RequestedOutput {
+  std::string name;
+  bool binary = false;
+};
+
+struct DecodedInfer {
+  InferRequest request;
+  /// The outputs to return, in the order asked for (all of the model's when the request names none).
+  std::vector<RequestedOutput> outputs;
+};
+
+/// Decodes POST .../infer. `body` is the whole HTTP body; `header_length` the value of
+/// Inference-Header-Content-Length (-1: absent, the body is all JSON). Every error is
+/// kInvalidArgument naming the input and saying expected vs given.
+StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t header_length, const ModelSignature& sig);
+
+struct EncodedResponse {
+  std::string body;
+  /// Bytes of JSON at the front of `body` (the Inference-Header-Content-Length) when binary
+  /// outputs follow; -1 when the body is all JSON.
+  int64_t json_size = -1;
+};
+/// Encodes the response to a decoded request from the model's outputs (in the config's order).
+EncodedResponse encode_infer_response(const ModelSignature& sig, const DecodedInfer& req, const TensorList& outputs);
+
+/// {"error":"..."}
+std::string error_json(std::string_view message);
+std::string server_metadata_json(std::string_view version);
+/// GET /v2/models/M: the signature, and every ready version of the model.
+std::string model_metadata_json(const ModelSignature& model, const std::vector<int64_t>& versions);
+/// One model version's counters for the statistics endpoint.
+struct StatsView {
+  std::string name;
+  int64_t version = 0;
+  const ModelStats* stats = nullptr;
+};
+std::string model_stats_json(const std::vector<StatsView>& models);
+std::string repository_index_json(const std::vector<IndexEntry>& entries);
+/// Reads {"ready": true} from a repository index request body (false when absent or empty).
+StatusOr<bool> parse_index_request(std::string_view body);
+
+}  // namespace ferry::serve

@@ -1,0 +1,318 @@
+// config.pbtxt parsing, completion from the model and validation; see model_config.h.
+#include "serve/model_config.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+
+namespace ferry::serve {
+namespace {
+
+// Collects the parser's errors and unknown-field warnings with file:line:column (1-based).
+class ConfigErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit ConfigErrorCollector(const std::string& file) : file_(file) {}
+  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
+    if (error_.empty()) error_ = where(line, column) + message;
+  }
+  void AddWarning(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
+    warnings_.push_back(where(line, column) + message + " (ferry does not support this field and ignores it)");
+  }
+  std::string error_;
+  std::vector<std::string> warnings_;
+
+ private:
+  std::string where(int line, int column) const {
+    return file_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": ";
+  }
+  std::string file_;
+};
+
+std::string dims_text(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+template <typename Field>
+std::vector<int64_t> to_vector(const Field& f) {
+  return std::vector<int64_t>(f.begin(), f.end());
+}
+
+// The model's dims as config dims: symbolic / unknown -> -1.
+std::vector<int64_t> model_dims(const ValueInfo& v) {
+  std::vector<int64_t> out;
+  if (v.type.shape)
+    for (const Dim& d : v.type.shape->dims) out.push_back(d.is_known() ? d.value : -1);
+  return out;
+}
+
+const ValueInfo* find_value(const std::vector<ValueInfo>& values, const std::string& name) {
+  for (const ValueInfo& v : values)
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
+// One config tensor against the model's: dtype, rank and every known dim.
+Status check_tensor(const std::string& where, const char* kind, const std::string& name, inference::DataType dt,
+                    const std::vector<int64_t>& dims, const ValueInfo& model_value, int32_t max_batch,
+                    bool gears) {
+  const std::string what = where + ": " + kind + " '" + name + "'";
+  const DType want = dtype_from_config(dt);
+  if (want == DType::kUndefined)
+    return invalid_argument(what + ": data_type " + inference::DataType_Name(dt) + " is not supported");
+  if (model_value.type.dtype != DType::kUndefined && model_value.type.dtype != want)
+    return invalid_argument(what + ": data_type " + inference::DataType_Name(dt) + " but the model's " + kind +
+                            " is " + inference::DataType_Name(config_from_dtype(model_value.type.dtype)) +
+                            "; write data_type: " + inference::DataType_Name(config_from_dtype(model_value.type.dtype)));
+  for (int64_t d : dims)
+    if (d < -1) return invalid_argument(what + ": dims " + dims_text(dims) + ": a dim is a size >= 0 or -1 (any)");
+  if (!model_value.type.shape) return Status::ok();  // rank unknown: the run checks
+  std::vector<int64_t> md = model_dims(model_value);
+  if (max_batch > 0) {
+    if (md.empty())
+      return invalid_argument(what + ": max_batch_size is " + std::to_string(max_batch) +
+                              " but the model's " + kind + " is a scalar (no batch axis); set max_batch_size: 0");
+    if (md[0] >= 0 && !gears)
+      return invalid_argument(what + ": max_batch_size is " + std::to_string(max_batch) + " but the model's " + kind +
+                              " has a fixed first dimension " + std::to_string(md[0]) + " (shape " + dims_text(md) +
+                              "), so the model does not batch; set max_batch_size: 0 and dims " + dims_text(md));
+    md.erase(md.begin());
+  }
+  if (md.size() != dims.size())
+    return invalid_argument(what + ": dims " + dims_text(dims) + " have rank " + std::to_string(dims.size()) +
+                            " but the model's " + kind + " has dims " + dims_text(md) +
+                            (max_batch > 0 ? " after the batch axis (max_batch_size > 0: dims exclude the batch axis)" : ""));
+  for (size_t i = 0; i < md.size(); ++i)
+    if (md[i] >= 0 && dims[i] >= 0 && md[i] != dims[i])
+      return invalid_argument(what + ": dims " + dims_text(dims) + " but the model's " + kind + " has dims " +
+                              dims_text(md) + " (dim " + std::to_string(i) + " differs)");
+  return Status::ok();
+}
+
+bool model_batches(const std::vector<ValueInfo>& inputs, const std::vector<ValueInfo>& outputs) {
+  if (inputs.empty()) return false;
+  for (const auto* list : {&inputs, &outputs})
+    for (const ValueInfo& v : *list) {
+      if (!v.type.shape || v.type.shape->dims.empty()) return false;
+      if (v.type.shape->dims[0].is_known()) return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+StatusOr<ParsedConfig> parse_model_config(std::string_view text, const std::string& file) {
+  ParsedConfig out;
+  ConfigErrorCollector errors(file);
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  parser.AllowUnknownField(true);
+  parser.SetRecursionLimit(32);
+  google::protobuf::io::ArrayInputStream stream(text.data(), static_cast<int>(text.size()));
+  if (text.size() > (64u << 20)) return invalid_argument(file + ": " + std::to_string(text.size()) + " bytes; a config.pbtxt is at most 64 MB");
+  if (!parser.Parse(&stream, &out.config))
+    return invalid_argument(errors.error_.empty() ? file + ": not a valid model configuration" : errors.error_);
+  out.warnings = std::move(errors.warnings_);
+  return out;
+}
+
+DType dtype_from_config(inference::DataType t) {
+  switch (t) {
+    case inference::TYPE_BOOL: return DType::kBool;
+    case inference::TYPE_UINT8: return DType::kU8;
+    case inference::TYPE_UINT16: return DType::kU16;
+    case inference::TYPE_UINT32: return DType::kU32;
+    case inference::TYPE_UINT64: return DType::kU64;
+    case inference::TYPE_INT8: return DType::kI8;
+    case inference::TYPE_INT16: return DType::kI16;
+    case inference::TYPE_INT32: return DType::kI32;
+    case inference::TYPE_INT64: return DType::kI64;
+    case inference::TYPE_FP16: return DType::kF16;
+    case inference::TYPE_FP32: return DType::kF32;
+    case inference::TYPE_FP64: return DType::kF64;
+    case inference::TYPE_BF16: return DType::kBF16;
+    default: return DType::kUndefined;  // TYPE_STRING: ferry's tensors over HTTP are numeric
+  }
+}
+
+inference::DataType config_from_dtype(DType t) {
+  switch (t) {
+    case DType::kBool: return inference::TYPE_BOOL;
+    case DType::kU8: return inference::TYPE_UINT8;
+    case DType::kU16: return inference::TYPE_UINT16;
+    case DType::kU32: return inference::TYPE_UINT32;
+    case DType::kU64: return inference::TYPE_UINT64;
+    case DType::kI8: return inference::TYPE_INT8;
+    case DType::kI16: return inference::TYPE_INT16;
+    case DType::kI32: return inference::TYPE_INT32;
+    case DType::kI64: return inference::TYPE_INT64;
+    case DType::kF16: return inference::TYPE_FP16;
+    case DType::kF32: return inference::TYPE_FP32;
+    case DType::kF64: return inference::TYPE_FP64;
+    case DType::kBF16: return inference::TYPE_BF16;
+    case DType::kString: return inference::TYPE_STRING;
+    default: return inference::TYPE_INVALID;
+  }
+}
+
+namespace {
+struct KserveName {
+  const char* name;
+  DType dtype;
+};
+constexpr KserveName kKserveNames[] = {
+    {"BOOL", DType::kBool}, {"UINT8", DType::kU8},   {"UINT16", DType::kU16}, {"UINT32", DType::kU32},
+    {"UINT64", DType::kU64}, {"INT8", DType::kI8},   {"INT16", DType::kI16},  {"INT32", DType::kI32},
+    {"INT64", DType::kI64},  {"FP16", DType::kF16},  {"FP32", DType::kF32},   {"FP64", DType::kF64},
+    {"BF16", DType::kBF16},  {"BYTES", DType::kString},
+};
+}  // namespace
+
+const char* kserve_dtype_name(DType t) {
+  for (const KserveName& k : kKserveNames)
+    if (k.dtype == t) return k.name;
+  return "INVALID";
+}
+
+bool dtype_from_kserve(std::string_view name, DType* out) {
+  for (const KserveName& k : kKserveNames)
+    if (name == k.name) {
+      *out = k.dtype;
+      return true;
+    }
+  return false;
+}
+
+Status complete_and_validate(inference::ModelConfig* c, const std::vector<ValueInfo>& model_inputs,
+                             const std::vector<ValueInfo>& model_outputs, const std::vector<int64_t>& gears,
+                             const std::string& where, std::vector<std::string>* warnings) {
+  const std::string& platform = c->platform();
+  const std::string& backend = c->backend();
+  if (!platform.empty() && platform != "onnxruntime_onnx" && platform != "ferry")
+    return unsupported(where + ": platform '" + platform +
+                       "' is not supported: ferry serves ONNX models (platform: \"onnxruntime_onnx\", model.onnx) and "
+                       ".ferry files (backend: \"ferry\", model.ferry)");
+  if (!backend.empty() && backend != "onnxruntime" && backend != "ferry")
+    return unsupported(where + ": backend '" + backend +
+                       "' is not supported: ferry serves backend \"onnxruntime\" (model.onnx) and \"ferry\" (model.ferry)");
+  if (c->max_batch_size() < 0)
+    return invalid_argument(where + ": max_batch_size is " + std::to_string(c->max_batch_size()) + "; it is >= 0 (0: no batching)");
+  const bool batches = !gears.empty() || model_batches(model_inputs, model_outputs);
+  const int64_t max_gear = gears.empty() ? 0 : *std::max_element(gears.begin(), gears.end());
+  // Completion (Triton's auto-complete): a config that lists no tensors gets the model's.
+  if (c->input_size() == 0 && c->output_size() == 0 && c->max_batch_size() == 0 && batches) {
+    c->set_max_batch_size(max_gear > 0 ? static_cast<int32_t>(max_gear) : kDefaultMaxBatchSize);
+    if (!c->has_dynamic_batching()) c->mutable_dynamic_batching();
+  }
+  const int32_t mbs = c->max_batch_size();
+  if (max_gear > 0 && mbs > max_gear)
+    return invalid_argument(where + ": max_batch_size " + std::to_string(mbs) + " exceeds the largest batch gear " +
+                            std::to_string(max_gear) + " the model was compiled for; lower it or recompile with --batch-gears");
+  if (c->input_size() == 0)
+    for (const ValueInfo& v : model_inputs) {
+      auto* in = c->add_input();
+      in->set_name(v.name);
+      in->set_data_type(config_from_dtype(v.type.dtype));
+      std::vector<int64_t> d = model_dims(v);
+      if (mbs > 0 && !d.empty()) d.erase(d.begin());
+      for (int64_t x : d) in->add_dims(x);
+    }
+  if (c->output_size() == 0)
+    for (const ValueInfo& v : model_outputs) {
+      auto* out = c->add_output();
+      out->set_name(v.name);
+      out->set_data_type(config_from_dtype(v.type.dtype));
+      std::vector<int64_t> d = model_dims(v);
+      if (mbs > 0 && !d.empty()) d.erase(d.begin());
+      for (int64_t x : d) out->add_dims(x);
+    }
+  // Validation against the model.
+  std::vector<std::string> seen;
+  for (const auto& in : c->input()) {
+    if (std::find(seen.begin(), seen.end(), in.name()) != seen.end())
+      return invalid_argument(where + ": input '" + in.name() + "' is listed twice");
+    seen.push_back(in.name());
+    const ValueInfo* mv = find_value(model_inputs, in.name());
+    if (!mv) {
+      std::string names;
+      for (const ValueInfo& v : model_inputs) names += (names.empty() ? "" : ", ") + v.name;
+      return invalid_argument(where + ": input '" + in.name() + "' is not an input of the model (its inputs: " + names + ")");
+    }
+    RETURN_IF_ERROR(check_tensor(where, "input", in.name(), in.data_type(), to_vector(in.dims()), *mv, mbs, !gears.empty()));
+  }
+  for (const ValueInfo& v : model_inputs)
+    if (std::find(seen.begin(), seen.end(), v.name) == seen.end())
+      return invalid_argument(where + ": the model's input '" + v.name + "' is not listed in the config; add an input { name: \"" +
+                              v.name + "\" ... } (every input must be fed)");
+  seen.clear();
+  for (const auto& out : c->output()) {
+    if (std::find(seen.begin(), seen.end(), out.name()) != seen.end())
+      return invalid_argument(where + ": output '" + out.name() + "' is listed twice");
+    seen.push_back(out.name());
+    const ValueInfo* mv = find_value(model_outputs, out.name());
+    if (!mv) {
+      std::string names;
+      for (const ValueInfo& v : model_outputs) names += (names.empty() ? "" : ", ") + v.name;
+      return invalid_argument(where + ": output '" + out.name() + "' is not an output of the model (its outputs: " + names + ")");
+    }
+    RETURN_IF_ERROR(check_tensor(where, "output", out.name(), out.data_type(), to_vector(out.dims()), *mv, mbs, !gears.empty()));
+  }
+  if (c->has_dynamic_batching()) {
+    const auto& db = c->dynamic_batching();
+    if (mbs == 0)
+      warnings->push_back(where + ": dynamic_batching has no effect with max_batch_size 0 (requests run one by one)");
+    for (int32_t p : db.preferred_batch_size())
+      if (p < 1 || (mbs > 0 && p > mbs))
+        return invalid_argument(where + ": dynamic_batching.preferred_batch_size " + std::to_string(p) +
+                                " is outside 1.." + std::to_string(mbs) + " (max_batch_size)");
+    if (db.default_queue_policy().timeout_action() == inference::ModelQueuePolicy::DELAY)
+      warnings->push_back(where + ": default_queue_policy.timeout_action DELAY is not supported; timed-out requests are rejected");
+  }
+  for (auto& g : *c->mutable_instance_group()) {
+    if (g.count() < 0) return invalid_argument(where + ": instance_group count " + std::to_string(g.count()) + " is negative");
+    if (g.count() == 0) g.set_count(1);
+    if (g.kind() == inference::ModelInstanceGroup::KIND_GPU || g.gpus_size() > 0)
+      warnings->push_back(where + ": instance_group kind KIND_GPU / gpus: ferry runs every instance on the device given to `ferry serve --device`");
+  }
+  if (c->instance_group_size() == 0) {
+    auto* g = c->add_instance_group();
+    g->set_count(1);
+    g->set_kind(inference::ModelInstanceGroup::KIND_CPU);
+  }
+  for (const auto& [key, value] : c->parameters()) {
+    if (key == "threads") {
+      const std::string& s = value.string_value();
+      if (s.empty() || s.size() > 4 || !std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) || std::stoi(s) < 1)
+        return invalid_argument(where + ": parameters \"threads\" is '" + s + "'; it is a positive number of threads per instance");
+    } else {
+      warnings->push_back(where + ": parameters \"" + key + "\" is not a ferry setting and is ignored (ferry reads: threads)");
+    }
+  }
+  return Status::ok();
+}
+
+std::vector<TensorSpec> input_specs(const inference::ModelConfig& config) {
+  std::vector<TensorSpec> out;
+  for (const auto& in : config.input()) out.push_back({in.name(), dtype_from_config(in.data_type()), to_vector(in.dims())});
+  return out;
+}
+
+std::vector<TensorSpec> output_specs(const inference::ModelConfig& config) {
+  std::vector<TensorSpec> out;
+  for (const auto& o : config.output()) out.push_back({o.name(), dtype_from_config(o.data_type()), to_vector(o.dims())});
+  return out;
+}
+
+std::string config_to_json(const inference::ModelConfig& config) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions opt;
+  opt.preserve_proto_field_names = true;
+  opt.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(config, &out, opt);
+  return out;
+}
+
+}  // namespace ferry::serve

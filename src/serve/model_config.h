@@ -1,0 +1,63 @@
+// config.pbtxt: Triton's model configuration (model_config.proto, package inference), parsed in
+// one place, completed from the model where fields are missing and checked against the model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "ir/dtype.h"
+#include "ir/graph.h"
+#include "serve/model_config.pb.h"
+
+namespace ferry::serve {
+
+/// Triton's max_batch_size for a model that batches when config.pbtxt does not say (as Triton's
+/// ONNX Runtime backend's default-max-batch-size).
+constexpr int32_t kDefaultMaxBatchSize = 4;
+
+struct ParsedConfig {
+  inference::ModelConfig config;
+  /// "config.pbtxt:12:3: field 'optimization' is not supported by ferry and is ignored"
+  std::vector<std::string> warnings;
+};
+
+/// Parses config.pbtxt text. Syntax errors and unknown enum values fail, naming `file`, line and
+/// column; fields ferry's schema does not have are skipped and each named in a warning.
+StatusOr<ParsedConfig> parse_model_config(std::string_view text, const std::string& file);
+
+/// What a served model exposes: per input/output, the name, dtype and dims as the protocol sees
+/// them (without the batch axis when max_batch_size > 0; -1 = any size).
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  std::vector<int64_t> dims;
+};
+
+/// Fills what `config` leaves out from the model's signature (inputs, outputs, max_batch_size,
+/// dynamic batching when the model batches, one instance), then checks every field against it:
+/// names, dtypes, dims, max_batch_size against the model's batch axis, batching and instance
+/// settings. `gears`: a compiled model's batch sizes (empty for ONNX). Warnings for settings
+/// ferry accepts but does not act on go to `warnings`. Errors name `where` and the field.
+Status complete_and_validate(inference::ModelConfig* config, const std::vector<ValueInfo>& model_inputs,
+                             const std::vector<ValueInfo>& model_outputs, const std::vector<int64_t>& gears,
+                             const std::string& where, std::vector<std::string>* warnings);
+
+/// Triton's TYPE_FP32 <-> ferry's DType (kUndefined / TYPE_INVALID when there is none).
+DType dtype_from_config(inference::DataType t);
+inference::DataType config_from_dtype(DType t);
+/// The KServe v2 names: "FP32", "INT64", "BOOL", "BYTES", ...
+const char* kserve_dtype_name(DType t);
+/// "FP32" -> kF32; false for names ferry does not know.
+bool dtype_from_kserve(std::string_view name, DType* out);
+
+/// The inputs / outputs of a completed config as TensorSpecs.
+std::vector<TensorSpec> input_specs(const inference::ModelConfig& config);
+std::vector<TensorSpec> output_specs(const inference::ModelConfig& config);
+
+/// The config as JSON with proto field names (GET /v2/models/M/config).
+std::string config_to_json(const inference::ModelConfig& config);
+
+}  // namespace ferry::serve

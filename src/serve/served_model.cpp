@@ -1,0 +1,323 @@
+// The dynamic batcher and instances of one served model version; see served_model.h.
+#include "serve/served_model.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ferry::serve {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+uint64_t ns_between(Clock::time_point a, Clock::time_point b) {
+  return static_cast<uint64_t>(std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count()));
+}
+
+// Same dims apart from the batch axis for every input: the requests can share one execution.
+bool same_row_shapes(const InferRequest& a, const InferRequest& b) {
+  if (a.inputs.size() != b.inputs.size()) return false;
+  for (size_t i = 0; i < a.inputs.size(); ++i) {
+    const auto& x = a.inputs[i].second.dims();
+    const Tensor* other = nullptr;
+    for (const auto& [n, t] : b.inputs)
+      if (n == a.inputs[i].first) other = &t;
+    if (!other || other->dims().size() != x.size() || other->dtype() != a.inputs[i].second.dtype()) return false;
+    if (!std::equal(x.begin() + 1, x.end(), other->dims().begin() + 1)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<ServedModel>> ServedModel::load(const std::string& name, int64_t version, const std::string& path,
+                                                         inference::ModelConfig config, const ServeOptions& options,
+                                                         std::vector<std::string>* warnings) {
+  std::shared_ptr<ServedModel> m(new ServedModel());
+  m->name_ = name;
+  m->version_ = version;
+  int instances = 0;
+  for (const auto& g : config.instance_group()) instances += std::max(1, g.count());
+  instances = std::max(1, instances);
+  int total = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int per_instance = std::max(1, total / instances);
+  auto it = config.parameters().find("threads");
+  if (it != config.parameters().end()) {
+    const std::string& s = it->second.string_value();
+    if (!s.empty() && s.size() <= 4 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      per_instance = std::max(1, std::stoi(s));
+  }
+  SessionOptions so;
+  so.device = options.device;
+  so.threads = per_instance;
+  auto session = Session::open_file(path, so);
+  if (!session.is_ok()) return session.status();
+  m->session_ = session.value();
+  const std::string where = name + "/config.pbtxt";
+  RETURN_IF_ERROR(complete_and_validate(&config, m->session_->inputs(), m->session_->outputs(), m->session_->batch_sizes(),
+                                        where, warnings));
+  // Instances may have changed if the config gained its default group.
+  instances = 0;
+  for (const auto& g : config.instance_group()) instances += std::max(1, g.count());
+  m->threads_per_instance_ = per_instance;
+  m->max_batch_ = config.max_batch_size();
+  m->dynamic_batching_ = config.has_dynamic_batching() && m->max_batch_ > 0;
+  if (config.has_dynamic_batching()) {
+    const auto& db = config.dynamic_batching();
+    m->max_delay_ = std::chrono::microseconds(db.max_queue_delay_microseconds());
+    m->max_queue_size_ = db.default_queue_policy().max_queue_size();
+    m->default_timeout_us_ = db.default_queue_policy().default_timeout_microseconds();
+    m->allow_timeout_override_ = db.default_queue_policy().allow_timeout_override();
+    m->target_batch_ = m->max_batch_;
+    if (db.preferred_batch_size_size() > 0)
+      m->target_batch_ = *std::max_element(db.preferred_batch_size().begin(), db.preferred_batch_size().end());
+  }
+  m->inputs_ = input_specs(config);
+  m->outputs_ = output_specs(config);
+  m->signature_.name = name;
+  m->signature_.version = version;
+  m->signature_.platform = config.platform().empty() ? (config.backend() == "ferry" ? "ferry" : "onnxruntime_onnx") : config.platform();
+  m->signature_.max_batch = config.max_batch_size();
+  m->signature_.inputs = m->inputs_;
+  m->signature_.outputs = m->outputs_;
+  m->config_ = std::move(config);
+  m->stats_.max_batch = std::max<int64_t>(1, m->max_batch_);
+  m->stats_.batch_count.reset(new std::atomic<uint64_t>[m->stats_.max_batch + 1]());
+  m->stats_.batch_ns.reset(new std::atomic<uint64_t>[m->stats_.max_batch + 1]());
+  for (int i = 0; i < instances; ++i) m->threads_.emplace_back([raw = m.get()] { raw->instance_loop(); });
+  return m;
+}
+
+ServedModel::~ServedModel() { stop(); }
+
+void ServedModel::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+void ServedModel::enqueue(InferRequest request, InferCallback done) {
+  Entry e;
+  e.request = std::move(request);
+  e.done = std::move(done);
+  e.enqueued = Clock::now();
+  e.deadline = Clock::time_point::max();
+  uint64_t timeout = default_timeout_us_;
+  const uint64_t own = e.request.timeout_us;
+  if (own > 0 && (allow_timeout_override_ || timeout == 0) && (timeout == 0 || own < timeout)) timeout = own;
+  if (timeout > 0) e.deadline = e.enqueued + std::chrono::microseconds(timeout);
+  pending_.fetch_add(1, std::memory_order_relaxed);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping_) {
+    lock.unlock();
+    finish(e, {resource_exhausted("model '" + name_ + "' version " + std::to_string(version_) + " is being unloaded"),
+               FailureReason::kRejected, {}});
+    return;
+  }
+  if (max_queue_size_ > 0 && queue_.size() >= max_queue_size_) {
+    lock.unlock();
+    finish(e, {resource_exhausted("inference request for model '" + name_ + "' rejected: the queue is full (max_queue_size " +
+                                  std::to_string(max_queue_size_) + "); retry later or raise dynamic_batching."
+                                  "default_queue_policy.max_queue_size"),
+               FailureReason::kRejected, {}});
+    return;
+  }
+  queue_.push_back(std::move(e));
+  lock.unlock();
+  cv_.notify_one();
+}
+
+void ServedModel::finish(Entry& e, InferResult result) {
+  const auto now = Clock::now();
+  const uint64_t ns = ns_between(e.enqueued, now);
+  if (result.status.is_ok()) {
+    stats_.success_count.fetch_add(1, std::memory_order_relaxed);
+    stats_.success_ns.fetch_add(ns, std::memory_order_relaxed);
+  } else {
+    stats_.fail_count.fetch_add(1, std::memory_order_relaxed);
+    stats_.fail_ns.fetch_add(ns, std::memory_order_relaxed);
+    stats_.fail_by_reason[static_cast<int>(result.reason)].fetch_add(1, std::memory_order_relaxed);
+  }
+  const uint64_t us = ns / 1000;
+  size_t b = 0;
+  while (b < kLatencyBucketsUs.size() && us > kLatencyBucketsUs[b]) ++b;
+  stats_.latency_buckets[b].fetch_add(1, std::memory_order_relaxed);
+  stats_.latency_sum_us.fetch_add(us, std::memory_order_relaxed);
+  InferCallback done = std::move(e.done);
+  pending_.fetch_sub(1, std::memory_order_relaxed);
+  if (done) done(std::move(result));
+}
+
+std::vector<ServedModel::Entry> ServedModel::take_batch(std::unique_lock<std::mutex>& lock) {
+  std::vector<Entry> batch;
+  if (queue_.empty()) return batch;
+  if (!dynamic_batching_) {
+    batch.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+    return batch;
+  }
+  // Rows that fit with the oldest request (same shapes apart from the batch axis), FIFO.
+  const InferRequest& first = queue_.front().request;
+  int64_t rows = 0;
+  std::vector<size_t> picked;
+  for (size_t i = 0; i < queue_.size() && rows < max_batch_; ++i) {
+    const InferRequest& r = queue_[i].request;
+    if (rows + r.batch > max_batch_) continue;
+    if (i > 0 && !same_row_shapes(first, r)) continue;
+    picked.push_back(i);
+    rows += r.batch;
+  }
+  const bool full = rows >= target_batch_;
+  const auto due = queue_.front().enqueued + max_delay_;
+  if (!full && !stopping_ && Clock::now() < due) {
+    // Wake at the delay's end, or earlier when a queued request's timeout comes first.
+    auto wake = due;
+    for (const Entry& e : queue_) wake = std::min(wake, e.deadline);
+    cv_.wait_until(lock, wake);
+    return batch;  // the caller looks again (the queue may have changed)
+  }
+  for (auto it = picked.rbegin(); it != picked.rend(); ++it) {
+    batch.push_back(std::move(queue_[*it]));
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(*it));
+  }
+  std::reverse(batch.begin(), batch.end());
+  return batch;
+}
+
+void ServedModel::instance_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) {
+      if (stopping_) return;
+      continue;
+    }
+    // Timed-out and cancelled requests leave the queue first.
+    std::vector<Entry> dropped;
+    const auto now = Clock::now();
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      const bool cancelled = it->request.cancelled && it->request.cancelled->load(std::memory_order_relaxed);
+      if (cancelled || now >= it->deadline) {
+        dropped.push_back(std::move(*it));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    std::vector<Entry> batch = queue_.empty() ? std::vector<Entry>() : take_batch(lock);
+    const bool more = !queue_.empty();
+    lock.unlock();
+    if (more && !batch.empty()) cv_.notify_one();  // another instance may take the rest
+    for (Entry& e : dropped) {
+      const bool cancelled = e.request.cancelled && e.request.cancelled->load(std::memory_order_relaxed);
+      if (cancelled)
+        finish(e, {invalid_argument("request cancelled: the client disconnected"), FailureReason::kCanceled, {}});
+      else
+        finish(e, {resource_exhausted("inference request for model '" + name_ + "' timed out after waiting " +
+                                      std::to_string(ns_between(e.enqueued, now) / 1000) + " us in the queue (timeout " +
+                                      std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(e.deadline - e.enqueued).count()) +
+                                      " us)"),
+                   FailureReason::kRejected, {}});
+    }
+    if (!batch.empty()) run_batch(std::move(batch));
+    lock.lock();
+  }
+}
+
+void ServedModel::run_batch(std::vector<Entry> batch) {
+  const auto start = Clock::now();
+  for (Entry& e : batch) {
+    stats_.queue_count.fetch_add(1, std::memory_order_relaxed);
+    stats_.queue_ns.fetch_add(ns_between(e.enqueued, start), std::memory_order_relaxed);
+  }
+  int64_t rows = 0;
+  for (Entry& e : batch) rows += e.request.batch;
+  // Inputs: one request's own tensors, or the requests' rows concatenated along the batch axis.
+  NamedTensors feeds;
+  Status st = Status::ok();
+  if (batch.size() == 1) {
+    feeds = batch[0].request.inputs;
+  } else {
+    for (const auto& [name, first] : batch[0].request.inputs) {
+      std::vector<int64_t> dims = first.dims();
+      dims[0] = rows;
+      auto t = Tensor::try_allocate(first.dtype(), dims);
+      if (!t.is_ok()) {
+        st = t.status();
+        break;
+      }
+      Tensor merged = std::move(t).value();
+      char* dst = static_cast<char*>(merged.mutable_raw());
+      for (Entry& e : batch)
+        for (const auto& [n, x] : e.request.inputs)
+          if (n == name) {
+            std::memcpy(dst, x.raw(), static_cast<size_t>(x.nbytes()));
+            dst += x.nbytes();
+          }
+      feeds.emplace_back(name, std::move(merged));
+    }
+  }
+  const auto infer_start = Clock::now();
+  NamedTensors outputs;
+  if (st.is_ok()) st = session_->run(feeds, &outputs);
+  const auto infer_end = Clock::now();
+  const uint64_t infer_ns = ns_between(infer_start, infer_end);
+  stats_.compute_input_ns.fetch_add(ns_between(start, infer_start), std::memory_order_relaxed);
+  stats_.compute_infer_ns.fetch_add(infer_ns, std::memory_order_relaxed);
+  stats_.execution_count.fetch_add(1, std::memory_order_relaxed);
+  stats_.inference_count.fetch_add(static_cast<uint64_t>(rows), std::memory_order_relaxed);
+  if (rows >= 1 && rows <= stats_.max_batch) {
+    stats_.batch_count[rows].fetch_add(1, std::memory_order_relaxed);
+    stats_.batch_ns[rows].fetch_add(infer_ns, std::memory_order_relaxed);
+  }
+  stats_.last_inference_ms.store(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch()).count()),
+                                 std::memory_order_relaxed);
+  if (!st.is_ok()) {
+    for (Entry& e : batch)
+      finish(e, {st.with_context("model '" + name_ + "' version " + std::to_string(version_)), FailureReason::kBackend, {}});
+    return;
+  }
+  // Outputs in the config's order; each request gets its rows.
+  NamedTensors ordered;
+  for (const TensorSpec& o : outputs_) {
+    bool found = false;
+    for (auto& [n, t] : outputs)
+      if (n == o.name) {
+        ordered.emplace_back(n, t);
+        found = true;
+      }
+    if (!found) {
+      for (Entry& e : batch)
+        finish(e, {internal_error("model '" + name_ + "' produced no output '" + o.name + "'"), FailureReason::kBackend, {}});
+      return;
+    }
+  }
+  if (batch.size() == 1) {
+    finish(batch[0], {Status::ok(), FailureReason::kOther, std::move(ordered)});
+  } else {
+    for (auto& [n, t] : ordered)
+      if (t.rank() == 0 || t.dim(0) != rows) {
+        for (Entry& e : batch)
+          finish(e, {internal_error("model '" + name_ + "': output '" + n + "' has dims " + dims_to_string(t.dims()) +
+                                    ", not " + std::to_string(rows) + " rows of the merged batch"),
+                     FailureReason::kBackend, {}});
+        return;
+      }
+    int64_t offset = 0;
+    for (Entry& e : batch) {
+      NamedTensors mine;
+      for (auto& [n, t] : ordered) mine.emplace_back(n, t.outer_slice(offset, e.request.batch));
+      offset += e.request.batch;
+      finish(e, {Status::ok(), FailureReason::kOther, std::move(mine)});
+    }
+  }
+  stats_.compute_output_ns.fetch_add(ns_between(infer_end, Clock::now()), std::memory_order_relaxed);
+}
+
+}  // namespace ferry::serve

@@ -1,0 +1,97 @@
+// One version of one model being served: its Session (weights loaded once, shared by every
+// instance), the dynamic batcher (one bounded queue, instance threads that merge queued requests
+// along the batch axis and split the results back) and its statistics (atomics, read by the
+// statistics endpoint and /metrics). Free of HTTP and protobuf wire formats: testable without a socket.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "compiler/session.h"
+#include "serve/inference_types.h"
+#include "serve/model_config.h"
+
+namespace ferry::serve {
+
+struct ServeOptions {
+  std::string device = "cpu";
+  /// Compute threads of this model, divided between its instances (0: the machine's cores).
+  int threads = 0;
+};
+
+class ServedModel {
+ public:
+  /// Loads `path` (model.onnx or model.ferry) and starts one thread per instance. `config` is
+  /// completed and validated against the model here; warnings are appended.
+  static StatusOr<std::shared_ptr<ServedModel>> load(const std::string& name, int64_t version, const std::string& path,
+                                                     inference::ModelConfig config, const ServeOptions& options,
+                                                     std::vector<std::string>* warnings);
+  ~ServedModel();
+
+  /// Queues a request; `done` runs exactly once, on an instance thread (or at once, on this one,
+  /// when the queue is full or the model is stopping).
+  void enqueue(InferRequest request, InferCallback done);
+  /// Stops taking requests, runs what is queued, joins the instance threads.
+  void stop();
+
+  const std::string& name() const { return name_; }
+  int64_t version() const { return version_; }
+  const inference::ModelConfig& config() const { return config_; }
+  const std::vector<TensorSpec>& inputs() const { return inputs_; }
+  const std::vector<TensorSpec>& outputs() const { return outputs_; }
+  const ModelStats& stats() const { return stats_; }
+  const ModelSignature& signature() const { return signature_; }
+  /// Requests queued or running.
+  int64_t pending() const { return pending_.load(std::memory_order_relaxed); }
+  int threads_per_instance() const { return threads_per_instance_; }
+
+ private:
+  struct Entry {
+    InferRequest request;
+    InferCallback done;
+    std::chrono::steady_clock::time_point enqueued;
+    std::chrono::steady_clock::time_point deadline;  // max(): no timeout
+  };
+  ServedModel() = default;
+  void instance_loop();
+  /// Takes the next batch from the queue (lock held); empty when there is none yet.
+  std::vector<Entry> take_batch(std::unique_lock<std::mutex>& lock);
+  void run_batch(std::vector<Entry> batch);
+  void finish(Entry& e, InferResult result);
+
+  std::string name_;
+  int64_t version_ = 0;
+  inference::ModelConfig config_;
+  std::vector<TensorSpec> inputs_, outputs_;
+  ModelSignature signature_;
+  std::shared_ptr<Session> session_;
+  int threads_per_instance_ = 1;
+  int32_t max_batch_ = 0;
+  bool dynamic_batching_ = false;
+  int64_t target_batch_ = 1;  // run at once when this many rows are queued
+  std::chrono::microseconds max_delay_{0};
+  uint32_t max_queue_size_ = 0;
+  uint64_t default_timeout_us_ = 0;
+  bool allow_timeout_override_ = false;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Entry> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+  std::atomic<int64_t> pending_{0};
+  ModelStats stats_;
+};
+
+}  // namespace ferry::serve

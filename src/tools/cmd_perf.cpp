@@ -1,0 +1,369 @@
+// `ferry perf URL -m MODEL --concurrency-range 1:16:2`: the load generator for `ferry serve` (and
+// any KServe v2 HTTP server), shaped like Triton's perf_analyzer. Per concurrency level: a warm-up
+// window, then measurement windows until three in a row agree (throughput within
+// --stability-percentage), throughput and client p50/p90/p99, and the server's own queue /
+// compute split and average batch from the statistics endpoint; CSV and JSON reports.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "io/npy.h"
+#include "serve/http_client.h"
+#include "serve/model_config.h"
+#include "tools/cli_common.h"
+#include "tools/command_registry.h"
+
+namespace ferry::cli {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct PerfOptions {
+  std::string url = "localhost:8000";
+  std::string model;
+  std::string version;
+  std::string concurrency_range = "1";
+  std::string protocol = "http";
+  std::vector<std::string> inputs;
+  int64_t batch_size = 1;
+  int measurement_interval_ms = 2000;
+  int max_windows = 10;
+  double stability = 10.0;
+  bool json_data = false;
+  std::string csv;
+  std::string json_out;
+};
+
+struct LevelResult {
+  int concurrency = 0;
+  double throughput = 0;  // inferences / s (requests x batch size)
+  double p50 = 0, p90 = 0, p99 = 0, avg = 0;  // client latency, µs
+  int64_t requests = 0, errors = 0;
+  bool stable = false;
+  double server_queue_us = 0, server_compute_us = 0, avg_batch = 0;
+  std::string first_error;
+};
+
+double percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size()))) - (p > 0 ? 1 : 0));
+  return v[i];
+}
+
+// The request body (binary tensor data extension, or JSON tensors) and its header length.
+struct Body {
+  std::string bytes;
+  int64_t header_length = -1;
+};
+
+StatusOr<Body> make_body(const json& meta, int32_t max_batch, const PerfOptions& opt) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::mt19937 rng(1);
+  size_t k = 0;
+  for (const json& in : meta["inputs"]) {
+    const std::string name = in["name"];
+    DType dt;
+    if (!serve::dtype_from_kserve(in["datatype"].get<std::string>(), &dt) || dt == DType::kString)
+      return unsupported("input '" + name + "': datatype " + in["datatype"].get<std::string>() + " is not supported by ferry perf");
+    Tensor t;
+    std::string file;
+    for (const std::string& spec : opt.inputs) {
+      const size_t eq = spec.find('=');
+      if (eq != std::string::npos && spec.substr(0, eq) == name) file = spec.substr(eq + 1);
+    }
+    if (file.empty() && k < opt.inputs.size() && opt.inputs[k].find('=') == std::string::npos) file = opt.inputs[k];
+    if (!file.empty()) {
+      ASSIGN_OR_RETURN(t, read_npy(file));
+      if (t.dtype() != dt) return invalid_argument(file + ": " + dtype_name(t.dtype()) + " but input '" + name + "' is " + in["datatype"].get<std::string>());
+    } else {
+      std::vector<int64_t> dims;
+      bool first = true;
+      for (const json& d : in["shape"]) {
+        int64_t v = d.get<int64_t>();
+        if (v < 0) v = first && max_batch > 0 ? opt.batch_size : 1;
+        dims.push_back(v);
+        first = false;
+      }
+      ASSIGN_OR_RETURN(t, Tensor::create(dt, dims, "input '" + name + "'"));
+      auto* bytes = static_cast<uint8_t*>(t.mutable_raw());
+      if (dt == DType::kF32) {
+        std::uniform_real_distribution<float> u(0.f, 1.f);
+        for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = u(rng);
+      } else if (dt == DType::kBool) {
+        for (int64_t i = 0; i < t.numel(); ++i) bytes[i] = rng() & 1;
+      } else if (!dtype_is_float(dt)) {
+        for (int64_t i = 0; i < t.nbytes(); i += dtype_size(dt)) bytes[i] = static_cast<uint8_t>(rng() % 10);
+      }
+    }
+    tensors.emplace_back(name, std::move(t));
+    ++k;
+  }
+  json req;
+  req["inputs"] = json::array();
+  std::string binary;
+  for (const auto& [name, t] : tensors) {
+    json in = {{"name", name}, {"datatype", serve::kserve_dtype_name(t.dtype())}, {"shape", t.dims()}};
+    if (opt.json_data) {
+      json data = json::array();
+      const auto values = t.to_double_vector();
+      for (double v : values) {
+        if (t.dtype() == DType::kBool) data.push_back(v != 0);
+        else if (dtype_is_float(t.dtype())) data.push_back(v);
+        else data.push_back(static_cast<int64_t>(v));
+      }
+      in["data"] = std::move(data);
+    } else {
+      in["parameters"] = {{"binary_data_size", t.nbytes()}};
+      binary.append(static_cast<const char*>(t.raw()), static_cast<size_t>(t.nbytes()));
+    }
+    req["inputs"].push_back(std::move(in));
+  }
+  req["parameters"] = {{"binary_data_output", !opt.json_data}};
+  Body b;
+  b.bytes = req.dump();
+  if (!opt.json_data) {
+    b.header_length = static_cast<int64_t>(b.bytes.size());
+    b.bytes += binary;
+  }
+  return b;
+}
+
+struct ServerStats {
+  uint64_t success = 0, queue_ns = 0, queue_count = 0, infer_ns = 0, inferences = 0, executions = 0;
+};
+
+ServerStats read_stats(serve::HttpClient& c, const std::string& path) {
+  ServerStats s;
+  auto r = c.request("GET", path + "/stats", "");
+  if (!r.is_ok() || r.value().status != 200) return s;
+  const json j = json::parse(r.value().body, nullptr, false);
+  if (j.is_discarded() || !j.contains("model_stats")) return s;
+  for (const json& m : j["model_stats"]) {
+    const json& is = m["inference_stats"];
+    s.success += is["success"]["count"].get<uint64_t>();
+    s.queue_ns += is["queue"]["ns"].get<uint64_t>();
+    s.queue_count += is["queue"]["count"].get<uint64_t>();
+    s.infer_ns += is["compute_infer"]["ns"].get<uint64_t>();
+    s.inferences += m["inference_count"].get<uint64_t>();
+    s.executions += m["execution_count"].get<uint64_t>();
+  }
+  return s;
+}
+
+LevelResult run_level(const PerfOptions& opt, const std::string& path, const Body& body, int concurrency) {
+  struct Stream {
+    std::mutex mu;
+    std::vector<double> latencies;
+    int64_t errors = 0;
+    std::string first_error;
+  };
+  std::vector<std::unique_ptr<Stream>> streams;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (body.header_length >= 0) headers.emplace_back("Inference-Header-Content-Length", std::to_string(body.header_length));
+  for (int i = 0; i < concurrency; ++i) {
+    streams.push_back(std::make_unique<Stream>());
+    Stream* s = streams.back().get();
+    threads.emplace_back([&, s] {
+      auto client = serve::HttpClient::connect(opt.url);
+      if (!client.is_ok()) {
+        std::lock_guard<std::mutex> lock(s->mu);
+        s->errors++;
+        s->first_error = client.status().message();
+        return;
+      }
+      while (!stop.load(std::memory_order_relaxed)) {
+        const auto t0 = Clock::now();
+        auto r = client.value()->request("POST", path + "/infer", body.bytes, headers);
+        const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        std::lock_guard<std::mutex> lock(s->mu);
+        if (r.is_ok() && r.value().status == 200) {
+          s->latencies.push_back(us);
+        } else {
+          s->errors++;
+          if (s->first_error.empty()) s->first_error = r.is_ok() ? r.value().body.substr(0, 300) : r.status().message();
+        }
+      }
+    });
+  }
+  auto take = [&](std::vector<double>* lat, int64_t* errors, std::string* first_error) {
+    for (auto& s : streams) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      lat->insert(lat->end(), s->latencies.begin(), s->latencies.end());
+      s->latencies.clear();
+      *errors += s->errors;
+      s->errors = 0;
+      if (first_error->empty()) *first_error = s->first_error;
+    }
+  };
+  LevelResult res;
+  res.concurrency = concurrency;
+  auto stats_client = serve::HttpClient::connect(opt.url);
+  // Warm-up window, dropped.
+  std::this_thread::sleep_for(std::chrono::milliseconds(opt.measurement_interval_ms / 2));
+  {
+    std::vector<double> drop;
+    int64_t e = 0;
+    take(&drop, &e, &res.first_error);
+    res.errors += e;
+  }
+  ServerStats before = stats_client.is_ok() ? read_stats(*stats_client.value(), path) : ServerStats();
+  std::vector<std::vector<double>> windows;
+  std::vector<double> secs, rates;
+  for (int w = 0; w < opt.max_windows; ++w) {
+    const auto t0 = Clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(opt.measurement_interval_ms));
+    std::vector<double> lat;
+    int64_t e = 0;
+    take(&lat, &e, &res.first_error);
+    res.errors += e;
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    rates.push_back(static_cast<double>(lat.size()) / s);
+    secs.push_back(s);
+    windows.push_back(std::move(lat));
+    if (rates.size() >= 3) {
+      const double a = rates[rates.size() - 1], b = rates[rates.size() - 2], c = rates[rates.size() - 3];
+      const double mean = (a + b + c) / 3;
+      if (mean > 0 && std::max({a, b, c}) <= mean * (1 + opt.stability / 100) && std::min({a, b, c}) >= mean * (1 - opt.stability / 100)) {
+        res.stable = true;
+        break;
+      }
+    }
+  }
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  ServerStats after = stats_client.is_ok() ? read_stats(*stats_client.value(), path) : ServerStats();
+  // The last three windows (or fewer) are the measurement.
+  std::vector<double> lat;
+  double total_s = 0;
+  for (size_t i = windows.size() >= 3 ? windows.size() - 3 : 0; i < windows.size(); ++i) {
+    lat.insert(lat.end(), windows[i].begin(), windows[i].end());
+    total_s += secs[i];
+  }
+  res.requests = static_cast<int64_t>(lat.size());
+  res.throughput = total_s > 0 ? static_cast<double>(lat.size()) * static_cast<double>(opt.batch_size) / total_s : 0;
+  double sum = 0;
+  for (double v : lat) sum += v;
+  res.avg = lat.empty() ? 0 : sum / static_cast<double>(lat.size());
+  res.p50 = percentile(lat, 50);
+  res.p90 = percentile(lat, 90);
+  res.p99 = percentile(lat, 99);
+  const double ran = static_cast<double>(after.queue_count - before.queue_count);
+  if (ran > 0) {
+    res.server_queue_us = static_cast<double>(after.queue_ns - before.queue_ns) / ran / 1000.0;
+    res.server_compute_us = static_cast<double>(after.infer_ns - before.infer_ns) / ran / 1000.0;
+  }
+  const uint64_t execs = after.executions - before.executions;
+  if (execs > 0) res.avg_batch = static_cast<double>(after.inferences - before.inferences) / static_cast<double>(execs);
+  return res;
+}
+
+int cmd_perf(const PerfOptions& opt) {
+  if (opt.protocol != "http") {
+    std::fprintf(stderr, "error: --protocol %s: ferry perf speaks http (gRPC is not implemented yet)\n", opt.protocol.c_str());
+    return 2;
+  }
+  // start[:end[:step]], as perf_analyzer (the step is added).
+  std::vector<int> levels;
+  {
+    int a = 1, b = 0, c = 1;
+    const int n = std::sscanf(opt.concurrency_range.c_str(), "%d:%d:%d", &a, &b, &c);
+    if (n < 1 || a < 1 || (n >= 2 && b < a) || c < 1 || (n >= 2 && b > 4096)) {
+      std::fprintf(stderr, "error: --concurrency-range '%s': want START[:END[:STEP]] with 1 <= START <= END\n", opt.concurrency_range.c_str());
+      return 2;
+    }
+    if (n == 1) b = a;
+    for (int v = a; v <= b; v += c) levels.push_back(v);
+  }
+  auto client = serve::HttpClient::connect(opt.url);
+  if (!client.is_ok()) return report(client.status());
+  const std::string path = "/v2/models/" + opt.model + (opt.version.empty() ? "" : "/versions/" + opt.version);
+  auto meta = client.value()->request("GET", path, "");
+  if (!meta.is_ok()) return report(meta.status());
+  if (meta.value().status != 200) {
+    std::fprintf(stderr, "error: GET %s: HTTP %u %s\n", path.c_str(), meta.value().status, meta.value().body.c_str());
+    return 2;
+  }
+  auto cfg = client.value()->request("GET", path + "/config", "");
+  int32_t max_batch = 0;
+  if (cfg.is_ok() && cfg.value().status == 200) {
+    const json c = json::parse(cfg.value().body, nullptr, false);
+    if (!c.is_discarded() && c.contains("max_batch_size")) max_batch = c["max_batch_size"].get<int32_t>();
+  }
+  if (opt.batch_size > 1 && opt.batch_size > max_batch) {
+    std::fprintf(stderr, "error: --batch-size %lld but model '%s' has max_batch_size %d\n", static_cast<long long>(opt.batch_size),
+                 opt.model.c_str(), max_batch);
+    return 2;
+  }
+  auto body = make_body(json::parse(meta.value().body), max_batch, opt);
+  if (!body.is_ok()) return report(body.status());
+  std::printf("ferry perf: %s model '%s', %s tensors, batch %lld, windows of %d ms\n", opt.url.c_str(), opt.model.c_str(),
+              opt.json_data ? "JSON" : "binary", static_cast<long long>(opt.batch_size), opt.measurement_interval_ms);
+  std::printf("%11s %12s %10s %10s %10s %10s %12s %12s %9s %7s\n", "concurrency", "infer/sec", "p50 us", "p90 us", "p99 us",
+              "avg us", "srv queue us", "srv comp us", "avg batch", "errors");
+  std::vector<LevelResult> results;
+  for (int c : levels) {
+    LevelResult r = run_level(opt, path, body.value(), c);
+    std::printf("%11d %12.1f %10.0f %10.0f %10.0f %10.0f %12.1f %12.1f %9.2f %7lld%s\n", r.concurrency, r.throughput, r.p50, r.p90,
+                r.p99, r.avg, r.server_queue_us, r.server_compute_us, r.avg_batch, static_cast<long long>(r.errors),
+                r.stable ? "" : "  (not stable)");
+    std::fflush(stdout);
+    if (r.errors > 0 && !r.first_error.empty()) std::fprintf(stderr, "ferry perf: first error: %s\n", r.first_error.c_str());
+    results.push_back(r);
+  }
+  if (!opt.csv.empty()) {
+    std::ofstream f(opt.csv);
+    f << "Concurrency,Inferences/Second,Client p50 latency,Client p90 latency,Client p99 latency,Client avg latency,"
+         "Server Queue,Server Compute Infer,Avg Batch,Errors,Stable\n";
+    for (const LevelResult& r : results)
+      f << r.concurrency << ',' << r.throughput << ',' << r.p50 << ',' << r.p90 << ',' << r.p99 << ',' << r.avg << ','
+        << r.server_queue_us << ',' << r.server_compute_us << ',' << r.avg_batch << ',' << r.errors << ',' << (r.stable ? 1 : 0) << '\n';
+    if (!f) return report(invalid_argument("cannot write " + opt.csv));
+  }
+  if (!opt.json_out.empty()) {
+    json j = json::array();
+    for (const LevelResult& r : results)
+      j.push_back({{"concurrency", r.concurrency}, {"throughput", r.throughput}, {"p50_us", r.p50}, {"p90_us", r.p90},
+                   {"p99_us", r.p99}, {"avg_us", r.avg}, {"server_queue_us", r.server_queue_us},
+                   {"server_compute_infer_us", r.server_compute_us}, {"avg_batch", r.avg_batch}, {"requests", r.requests},
+                   {"errors", r.errors}, {"stable", r.stable}});
+    std::ofstream f(opt.json_out);
+    f << j.dump(2) << '\n';
+    if (!f) return report(invalid_argument("cannot write " + opt.json_out));
+  }
+  for (const LevelResult& r : results)
+    if (r.errors > 0) return 1;
+  return 0;
+}
+
+const bool kRegistered = register_command({"perf", 76, [](CLI::App& app) {
+  auto opt = std::make_shared<PerfOptions>();
+  CLI::App* cmd = app.add_subcommand("perf", "Load generator for `ferry serve` / KServe v2 HTTP servers (as Triton's perf_analyzer)");
+  cmd->add_option("url", opt->url, "Server host:port (default localhost:8000)");
+  cmd->add_option("-m,--model-name", opt->model, "Model to load")->required();
+  cmd->add_option("-x,--model-version", opt->version, "Model version (default: the server's choice)");
+  cmd->add_option("--concurrency-range", opt->concurrency_range, "START[:END[:STEP]] concurrent requests (STEP added; default 1)");
+  cmd->add_option("-i,--protocol", opt->protocol, "http (gRPC is not implemented yet)");
+  cmd->add_option("--input", opt->inputs, "[NAME=]FILE.npy for an input (default: random data); repeatable");
+  cmd->add_option("-b,--batch-size", opt->batch_size, "Rows per request for a batching model (default 1)")->check(CLI::PositiveNumber);
+  cmd->add_option("-p,--measurement-interval", opt->measurement_interval_ms, "Window length in ms (default 2000)")->check(CLI::Range(50, 600000));
+  cmd->add_option("--max-trials", opt->max_windows, "Most windows per level before reporting it unstable (default 10)")->check(CLI::Range(3, 1000));
+  cmd->add_option("-s,--stability-percentage", opt->stability, "Three windows in a row within this percent are stable (default 10)");
+  cmd->add_flag("--json-data", opt->json_data, "Send JSON tensors (default: the binary tensor data extension)");
+  cmd->add_option("-f,--csv", opt->csv, "Write the results as CSV");
+  cmd->add_option("--json", opt->json_out, "Write the results as JSON");
+  return CommandRun{cmd, [opt] { return cmd_perf(*opt); }};
+}});
+
+}  // namespace
+}  // namespace ferry::cli

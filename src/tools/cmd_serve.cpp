@@ -1,0 +1,176 @@
+// `ferry serve --model-repository DIR`: a Triton-compatible inference server (KServe v2 over
+// HTTP/REST, /metrics) on src/serve/. Flags and defaults are Triton's. SIGTERM / SIGINT: readiness
+// false at once, new requests refused with 503, queued and running ones finish (at most
+// --exit-timeout-secs), exit 0.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "serve/http_server.h"
+#include "serve/model_repository.h"
+#include "tools/cli_common.h"
+#include "tools/command_registry.h"
+
+namespace ferry::cli {
+namespace {
+
+struct ServeOptions {
+  std::string repository;
+  std::string address = "0.0.0.0";
+  int http_port = 8000;
+  int metrics_port = 8002;
+  bool allow_metrics = true;
+  std::string control_mode = "none";
+  std::vector<std::string> load_models;
+  int exit_timeout_secs = 30;
+  int64_t max_input_size = int64_t(64) << 20;
+  bool exit_on_error = true;
+  int threads = 0;
+  int http_threads = 8;
+  std::string device = "cpu";
+  int log_verbose = 0;
+};
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  const char c = static_cast<char>(sig);
+  if (write(g_signal_pipe[1], &c, 1) < 0) {
+  }
+}
+
+int cmd_serve(const ServeOptions& opt) {
+  std::mutex log_mu;
+  auto log = [&log_mu](const std::string& line) {
+    std::lock_guard<std::mutex> lock(log_mu);
+    std::fprintf(stderr, "ferry serve: %s\n", line.c_str());
+    std::fflush(stderr);
+  };
+  if (opt.control_mode != "none" && opt.control_mode != "explicit") {
+    std::fprintf(stderr, "error: --model-control-mode '%s': ferry supports none and explicit (poll is not implemented)\n",
+                 opt.control_mode.c_str());
+    return 2;
+  }
+  if (opt.control_mode == "none" && !opt.load_models.empty()) {
+    std::fprintf(stderr, "error: --load-model needs --model-control-mode explicit (in mode none every model is loaded)\n");
+    return 2;
+  }
+  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
+    std::perror("pipe");
+    return 1;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  apply_inference_malloc_defaults();
+  serve::ServeOptions so;
+  so.device = opt.device;
+  so.threads = opt.threads;
+  serve::ModelRepository repo(opt.repository, so, log);
+  std::vector<std::string> to_load;
+  const std::vector<std::string> found = repo.scan();
+  if (found.empty() && opt.control_mode == "none")
+    log("warning: no model directories in " + opt.repository);
+  if (opt.control_mode == "none") {
+    to_load = found;
+  } else {
+    for (const std::string& n : opt.load_models) {
+      if (n == "*") to_load.insert(to_load.end(), found.begin(), found.end());
+      else to_load.push_back(n);
+    }
+  }
+  bool failed = false;
+  for (const std::string& n : to_load) {
+    Status st = repo.load(n);
+    if (st.is_ok()) log("loaded model '" + n + "'");
+    else failed = true;
+  }
+  if (failed && opt.exit_on_error) {
+    log("error: a model failed to load and --exit-on-error is true; exiting (--exit-on-error=false serves the others)");
+    repo.stop_all();
+    return 2;
+  }
+  serve::HttpServerOptions ho;
+  ho.address = opt.address;
+  ho.http_port = opt.http_port;
+  ho.metrics_port = opt.allow_metrics ? opt.metrics_port : -1;
+  ho.threads = opt.http_threads;
+  ho.max_input_size = opt.max_input_size;
+  ho.explicit_control = opt.control_mode == "explicit";
+#ifdef FERRY_VERSION
+  ho.version = FERRY_VERSION;
+#endif
+  serve::HttpServer server(&repo, ho, log);
+  Status st = server.start();
+  if (!st.is_ok()) {
+    repo.stop_all();
+    return report(st);
+  }
+  log("HTTP on " + opt.address + ":" + std::to_string(server.http_port()) +
+      (server.metrics_port() >= 0 ? ", metrics on " + opt.address + ":" + std::to_string(server.metrics_port()) : std::string()));
+  // Wait for SIGTERM / SIGINT.
+  char sig = 0;
+  for (;;) {
+    pollfd pfd{g_signal_pipe[0], POLLIN, 0};
+    if (poll(&pfd, 1, -1) > 0 && read(g_signal_pipe[0], &sig, 1) == 1) break;
+  }
+  server.begin_shutdown();
+  auto busy = [&] {
+    int64_t n = server.in_flight();
+    for (const auto& m : repo.ready_models()) n += m->pending();
+    return n;
+  };
+  log(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + ": not ready; finishing " + std::to_string(busy()) +
+      " requests (at most --exit-timeout-secs " + std::to_string(opt.exit_timeout_secs) + ")");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opt.exit_timeout_secs);
+  while (busy() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const int64_t left = busy();
+  if (left > 0) {
+    log("exit timeout expired with " + std::to_string(left) + " requests unfinished; exiting");
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  server.stop();
+  repo.stop_all();  // before the server's I/O context goes: late callbacks post to it
+  log("stopped");
+  return 0;
+}
+
+const bool kRegistered = register_command({"serve", 75, [](CLI::App& app) {
+  auto opt = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a Triton-layout model repository over KServe v2 HTTP/REST (Triton's protocol)");
+  cmd->add_option("--model-repository", opt->repository, "DIR/<model>/[config.pbtxt] and DIR/<model>/<version>/model.onnx|model.ferry")
+      ->required();
+  cmd->add_option("--http-address", opt->address, "Address to listen on (default 0.0.0.0)");
+  cmd->add_option("--http-port", opt->http_port, "HTTP port (default 8000; 0: a free port, printed at start)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--metrics-port", opt->metrics_port, "Prometheus metrics port (default 8002; 0: a free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--allow-metrics", opt->allow_metrics, "Serve /metrics (default true)");
+  cmd->add_option("--model-control-mode", opt->control_mode,
+                  "none (every model loaded at start, no load/unload) or explicit (--load-model, and the repository API)");
+  cmd->add_option("--load-model", opt->load_models, "In explicit mode, a model to load at start ('*': all); repeatable");
+  cmd->add_option("--exit-timeout-secs", opt->exit_timeout_secs, "On SIGTERM, seconds to finish queued requests (default 30)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--http-max-input-size", opt->max_input_size, "Largest request body in bytes (default 64 MB); larger: 413")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--exit-on-error", opt->exit_on_error, "Exit when a model fails to load at start (default true)");
+  cmd->add_option("-t,--threads", opt->threads, "Compute threads per model, divided between its instances (default: the machine's cores)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--http-thread-count", opt->http_threads, "HTTP I/O threads (default 8)")->check(CLI::Range(1, 256));
+  cmd->add_option("-d,--device", opt->device, "Device the models run on (default cpu)");
+  cmd->add_option("--log-verbose", opt->log_verbose, "Verbose logging level (accepted for Triton compatibility)");
+  return CommandRun{cmd, [opt] { return cmd_serve(*opt); }};
+}});
+
+}  // namespace
+}  // namespace ferry::cli

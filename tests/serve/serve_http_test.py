@@ -1,0 +1,382 @@
+#!/usr/bin/python3
+"""`ferry serve` over HTTP/REST (KServe v2 as Triton serves it), through Python requests and curl:
+every endpoint, JSON and binary tensors, the dynamic batcher (each request gets its own rows back),
+overload (503), per-request timeout, client disconnect (CANCELED), bad inputs (the server keeps
+serving), config.pbtxt warnings and errors, explicit load/unload, /metrics and the SIGTERM drain.
+Servers bind 127.0.0.1 on ports the system picks (--http-port 0), read back from the log.
+
+usage: serve_http_test.py FERRY WORKDIR
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import onnx
+import requests
+from onnx import TensorProto, helper
+
+FERRY, WORK = sys.argv[1], sys.argv[2]
+shutil.rmtree(WORK, ignore_errors=True)
+os.makedirs(WORK)
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+    return cond
+
+
+# ---- the repository -------------------------------------------------------------------------
+def add_model(batch_dim):
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch_dim, 4])
+    g = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"])], "add", [vi("x"), vi("y")], [vi("z")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def relu_model():
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3])
+    g = helper.make_graph([helper.make_node("Relu", ["a"], ["b"])], "relu", [vi("a")], [vi("b")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def put(repo, name, model, config=None, version=1):
+    d = os.path.join(repo, name, str(version))
+    os.makedirs(d, exist_ok=True)
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    if config is not None:
+        with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+            f.write(config)
+
+
+REPO = os.path.join(WORK, "repo")
+ADD_CONFIG = """name: "%s"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "z" data_type: TYPE_FP32 dims: [ 4 ] } ]
+%s
+"""
+put(REPO, "add", add_model("N"), ADD_CONFIG % ("add", "optimization { graph { level: 1 } }"))
+put(REPO, "add", add_model("N"), None, version=2)
+put(REPO, "batched", add_model("N"),
+    ADD_CONFIG % ("batched", "dynamic_batching { preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 5000000 }"))
+put(REPO, "queued", add_model("N"), ADD_CONFIG % ("queued", """dynamic_batching {
+  preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 1500000
+  default_queue_policy { max_queue_size: 2 allow_timeout_override: true }
+}"""))
+put(REPO, "relu", relu_model())  # no config.pbtxt: derived from the model (max_batch_size 0)
+put(REPO, "broken", relu_model(), 'name: "broken"\nmax_batch_size: 0\ninput [ { name: "a" data_type: TYPE_FP32 dims: [ 2, 3 ] ]\n')
+put(REPO, "wrongtype", relu_model(), 'input [ { name: "a" data_type: TYPE_INT64 dims: [ 2, 3 ] } ]\n')
+
+
+# ---- server process -----------------------------------------------------------------------
+class Server:
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([FERRY, "serve", "--model-repository", REPO, "--http-address", "127.0.0.1",
+                                      "--http-port", "0", "--metrics-port", "0", "--threads", "1", *args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines = []
+        self.port = self.metrics_port = None
+        started = threading.Event()
+
+        def pump():
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                m = re.search(r"HTTP on 127\.0\.0\.1:(\d+), metrics on 127\.0\.0\.1:(\d+)", line)
+                if m:
+                    self.port, self.metrics_port = int(m.group(1)), int(m.group(2))
+                    started.set()
+            started.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        started.wait(60)
+        self.url = "http://127.0.0.1:%s" % self.port
+
+    def log(self):
+        return "".join(self.lines)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def infer_body(x, y, **extra):
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": list(x.shape), "data": x.flatten().tolist()},
+                       {"name": "y", "datatype": "FP32", "shape": list(y.shape), "data": y.flatten().tolist()}]}
+    body.update(extra)
+    return body
+
+
+def post(url, body, **kw):
+    return requests.post(url, data=body if isinstance(body, (bytes, str)) else json.dumps(body), timeout=30, **kw)
+
+
+# ---- a failing model stops the default start (--exit-on-error true) ---------------------------
+r = subprocess.run([FERRY, "serve", "--model-repository", REPO, "--http-address", "127.0.0.1", "--http-port", "0",
+                    "--metrics-port", "0"], capture_output=True, text=True, timeout=120)
+check(r.returncode == 2, "a model that fails to load exits 2 by default, got %d" % r.returncode)
+check(re.search(r"broken/config\.pbtxt:3:\d+:", r.stderr) is not None, "the syntax error names file:line:column: " + r.stderr[-600:])
+check("wrongtype/config.pbtxt: input 'a': data_type TYPE_INT64 but the model's input is TYPE_FP32" in r.stderr,
+      "a config dtype that disagrees with the model is named: " + r.stderr[-600:])
+
+srv = Server("--exit-on-error=false", "--http-max-input-size", "1000000")
+try:
+    check(srv.port is not None, "server started: " + srv.log()[-2000:])
+    U = srv.url
+    log = srv.log()
+    check(re.search(r"warning: add/config\.pbtxt:6:\d+: .*optimization", log) is not None,
+          "an unsupported config field is named in a warning with its line: " + log[-1500:])
+
+    # Health, server metadata.
+    check(requests.get(U + "/v2/health/live").status_code == 200, "live")
+    check(requests.get(U + "/v2/health/ready").status_code == 200, "ready")
+    meta = requests.get(U + "/v2").json()
+    check(meta["name"] == "ferry" and "binary_tensor_data" in meta["extensions"], "server metadata: %s" % meta)
+
+    # Model metadata / ready / config; the latest version is the default, version 1 is not loaded.
+    md = requests.get(U + "/v2/models/add").json()
+    check(md["versions"] == ["2"] and md["inputs"][0] == {"name": "x", "datatype": "FP32", "shape": [-1, 4]},
+          "model metadata: %s" % md)
+    check(requests.get(U + "/v2/models/add/versions/2/ready").status_code == 200, "version 2 ready")
+    check(requests.get(U + "/v2/models/add/versions/1/ready").status_code == 400, "version 1 is not served (latest policy)")
+    cfg = requests.get(U + "/v2/models/add/config").json()
+    check(cfg["max_batch_size"] == 8 and cfg["input"][0]["name"] == "x", "config: %s" % cfg)
+    rcfg = requests.get(U + "/v2/models/relu/config").json()
+    check(rcfg["max_batch_size"] == 0 and rcfg["input"][0]["dims"] in (["2", "3"], [2, 3]), "derived config: %s" % rcfg)
+
+    # JSON inference.
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    y = np.full((2, 4), 0.5, np.float32)
+    r = post(U + "/v2/models/add/infer", infer_body(x, y, id="req-1"))
+    ok = check(r.status_code == 200, "infer: %d %s" % (r.status_code, r.text[:300]))
+    if ok:
+        out = r.json()
+        check(out["id"] == "req-1" and out["model_name"] == "add" and out["model_version"] == "2", "response header: %s" % out)
+        z = np.array(out["outputs"][0]["data"], np.float32).reshape(out["outputs"][0]["shape"])
+        check(np.array_equal(z, x + y), "z = x + y: %s" % z)
+    r = post(U + "/v2/models/relu/versions/1/infer",
+             {"inputs": [{"name": "a", "datatype": "FP32", "shape": [2, 3], "data": [[-1, 2, -3], [4, -5, 6]]}]})
+    check(r.status_code == 200 and r.json()["outputs"][0]["data"] == [0, 2, 0, 4, 0, 6], "nested data, no batching: " + r.text[:300])
+
+    # Binary tensor data extension: binary inputs, one binary output.
+    hdr = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4], "parameters": {"binary_data_size": 32}},
+                                 {"name": "y", "datatype": "FP32", "shape": [2, 4], "parameters": {"binary_data_size": 32}}],
+                      "outputs": [{"name": "z", "parameters": {"binary_data": True}}]}).encode()
+    r = post(U + "/v2/models/add/infer", hdr + x.tobytes() + y.tobytes(),
+             headers={"Inference-Header-Content-Length": str(len(hdr)), "Content-Type": "application/octet-stream"})
+    if check(r.status_code == 200 and "Inference-Header-Content-Length" in r.headers, "binary infer: %d %s" % (r.status_code, r.text[:200])):
+        n = int(r.headers["Inference-Header-Content-Length"])
+        head = json.loads(r.content[:n])
+        check(head["outputs"][0]["parameters"]["binary_data_size"] == 32, "binary output size: %s" % head)
+        check(np.array_equal(np.frombuffer(r.content[n:], np.float32).reshape(2, 4), x + y), "binary output values")
+
+    # curl: a JSON request, and a body over --http-max-input-size (curl sends Expect: 100-continue).
+    req_file = os.path.join(WORK, "req.json")
+    with open(req_file, "w") as f:
+        json.dump(infer_body(x, y), f)
+    c = subprocess.run(["curl", "-s", "-X", "POST", "--data-binary", "@" + req_file, U + "/v2/models/add/infer"],
+                       capture_output=True, text=True, timeout=30)
+    check(c.returncode == 0 and json.loads(c.stdout)["outputs"][0]["data"] == (x + y).flatten().tolist(), "curl infer: " + c.stdout[:200])
+    big_file = os.path.join(WORK, "big.json")
+    with open(big_file, "w") as f:
+        f.write("[" + "0," * 1100000 + "0]")
+    c = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "--data-binary", "@" + big_file,
+                        U + "/v2/models/add/infer"], capture_output=True, text=True, timeout=30)
+    check(c.stdout == "413", "a body over --http-max-input-size is 413 (curl): %s" % c.stdout)
+    r = post(U + "/v2/models/add/infer", b"x" * 1100000)
+    check(r.status_code == 413 and "http-max-input-size" in r.json()["error"], "413 (requests): %d" % r.status_code)
+
+    # Bad inputs: the right status and an error naming the input, expected vs given.
+    def bad(body, status, needle, path="/v2/models/add/infer", headers=None):
+        r = post(U + path, body, headers=headers)
+        err = r.json().get("error", "") if r.headers.get("Content-Type", "").startswith("application/json") else r.text
+        check(r.status_code == status and needle in err, "%s: want %d '%s', got %d %s" % (needle, status, needle, r.status_code, err))
+
+    bad(b'{"inputs": [', 400, "malformed JSON")
+    b = infer_body(x, y); b["inputs"][0]["datatype"] = "FP64"
+    bad(b, 400, "input 'x': datatype FP64 but model 'add' expects FP32")
+    b = infer_body(x, y); b["inputs"][0]["shape"] = [2, 5]; b["inputs"][0]["data"] = [0] * 10
+    bad(b, 400, "unexpected shape for input 'x' of model 'add': expected [-1,4], got [2,5]")
+    b = infer_body(x, y); b["inputs"].append({"name": "w", "datatype": "FP32", "shape": [1, 4], "data": [0] * 4})
+    bad(b, 400, "unexpected inference input 'w'")
+    b = infer_body(x, y); del b["inputs"][1]
+    bad(b, 400, "input 'y' is missing")
+    b = infer_body(x, y); b["inputs"][0]["data"] = [1.0] * 7
+    bad(b, 400, "input 'x': 7 values given but shape [2,4] needs 8")
+    b = infer_body(x, y); b["inputs"][0]["data"][3] = "a"
+    bad(b, 400, "input 'x': value 3 (\"a\") is not a FP32 value")
+    big = np.zeros((9, 4), np.float32)
+    bad(infer_body(big, big), 400, "batch size 9 is outside 1..8")
+    bad(hdr + x.tobytes() + y.tobytes()[:-4], 400, "binary_data_size 32 runs past the end",
+        headers={"Inference-Header-Content-Length": str(len(hdr))})
+    bad(hdr + x.tobytes() + y.tobytes() + b"1234", 400, "bytes of binary data after the JSON header",
+        headers={"Inference-Header-Content-Length": str(len(hdr))})
+    bad(infer_body(x, y), 404, "unknown model: 'nope'", path="/v2/models/nope/infer")
+    bad(infer_body(x, y), 404, "version 7 is not found", path="/v2/models/add/versions/7/infer")
+    bad(infer_body(x, y), 503, "not ready", path="/v2/models/broken/infer")
+    check(requests.get(U + "/v2/models/add/infer").status_code == 405, "GET on infer is 405")
+    check(requests.get(U + "/v2/nothing/here").status_code == 404, "unknown path is 404")
+
+    # Dynamic batching: four requests of 2 rows merge into one execution of 8; each gets its rows.
+    results = {}
+
+    def send(i):
+        xi = np.full((2, 4), i, np.float32)
+        r = post(U + "/v2/models/batched/infer", infer_body(xi, xi * 10))
+        results[i] = r
+
+    ts = [threading.Thread(target=send, args=(i,)) for i in range(4)]
+    t0 = time.time()
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    for i in range(4):
+        r = results[i]
+        if check(r.status_code == 200, "batched request %d: %d %s" % (i, r.status_code, r.text[:200])):
+            check(r.json()["outputs"][0]["data"] == [11.0 * i] * 8, "batched request %d got its own rows: %s" % (i, r.json()["outputs"]))
+    st = requests.get(U + "/v2/models/batched/stats").json()["model_stats"][0]
+    check(st["execution_count"] == 1 and st["inference_count"] == 8, "one execution of 8 rows: %s" % st)
+    check(st["batch_stats"] and st["batch_stats"][0]["batch_size"] == 8, "batch_stats shows size 8: %s" % st["batch_stats"])
+    check(time.time() - t0 < 5.0, "a full preferred batch runs before max_queue_delay")
+
+    # Overload: max_queue_size 2; the queue holds requests for 1.5 s; a third is rejected at once.
+    q = {}
+
+    def send_q(i):
+        q[i] = post(U + "/v2/models/queued/infer", infer_body(x, y))
+
+    ts = [threading.Thread(target=send_q, args=(i,)) for i in range(2)]
+    [t.start() for t in ts]
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        m = requests.get("http://127.0.0.1:%d/metrics" % srv.metrics_port).text
+        if 'ferry_inference_pending_request_count{model="queued",version="1"} 2' in m:
+            break
+        time.sleep(0.02)
+    r = post(U + "/v2/models/queued/infer", infer_body(x, y))
+    check(r.status_code == 503 and "the queue is full (max_queue_size 2)" in r.json()["error"], "overload 503: %d %s" % (r.status_code, r.text))
+    [t.join() for t in ts]
+    check(all(q[i].status_code == 200 for i in range(2)), "the queued requests complete after the delay")
+
+    # Per-request timeout (allow_timeout_override): rejected after 100 ms in the queue, not 1.5 s.
+    t0 = time.time()
+    r = post(U + "/v2/models/queued/infer", infer_body(x, y, parameters={"timeout": 100000}))
+    took = time.time() - t0
+    check(r.status_code == 503 and "timed out" in r.json().get("error", ""), "timeout: %d %s" % (r.status_code, r.text))
+    check(took < 1.4, "the timeout fires before max_queue_delay (%.2f s)" % took)
+
+    # A client that disconnects takes its queued request with it (CANCELED).
+    body = json.dumps(infer_body(x, y)).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"POST /v2/models/queued/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(0.2)
+    s.close()
+    deadline = time.time() + 10
+    canceled = None
+    while time.time() < deadline:
+        m = requests.get("http://127.0.0.1:%d/metrics" % srv.metrics_port).text
+        canceled = re.search(r'ferry_inference_request_failure\{model="queued",version="1",reason="CANCELED"\} (\d+)', m)
+        if canceled and canceled.group(1) == "1":
+            break
+        time.sleep(0.05)
+    check(canceled and canceled.group(1) == "1", "disconnect counted as CANCELED")
+    st = requests.get(U + "/v2/models/queued/stats").json()["model_stats"][0]
+    check(st["inference_stats"]["success"]["count"] == 2 and st["inference_stats"]["fail"]["count"] == 3,
+          "queued: 2 successes, 3 failures (overload, timeout, disconnect): %s" % st["inference_stats"])
+
+    # Metrics: Prometheus text, per model and version.
+    m = requests.get("http://127.0.0.1:%d/metrics" % srv.metrics_port).text
+    check('ferry_inference_request_success{model="batched",version="1"} 4' in m, "success counter")
+    check('ferry_inference_count{model="batched",version="1"} 8' in m and 'ferry_inference_exec_count{model="batched",version="1"} 1' in m,
+          "inference and execution counts")
+    check('ferry_inference_request_failure{model="queued",version="1",reason="REJECTED"} 2' in m, "REJECTED failures")
+    check(re.search(r'ferry_inference_request_duration_us_bucket\{model="batched",version="1",le="\+Inf"\} 4', m) is not None, "histogram")
+    check("# TYPE ferry_inference_request_duration_us histogram" in m and "process_resident_memory_bytes" in m, "families")
+
+    # Repository index; load/unload are refused outside explicit mode.
+    idx = {(e["name"], e.get("version", "")): e for e in post(U + "/v2/repository/index", b"").json()}
+    check(idx[("add", "2")]["state"] == "READY", "index: add READY")
+    check(idx[("broken", "")]["state"] == "UNAVAILABLE" and "config.pbtxt:3:" in idx[("broken", "")]["reason"],
+          "index: broken UNAVAILABLE with its reason: %s" % idx.get(("broken", "")))
+    ready_only = post(U + "/v2/repository/index", {"ready": True}).json()
+    check(all(e["state"] == "READY" for e in ready_only), "index ready only")
+    check(post(U + "/v2/repository/models/relu/unload", b"").status_code == 400, "unload refused in mode none")
+
+    # ferry perf: two concurrency levels, binary tensors, JSON and CSV reports, server-side split.
+    pj, pc = os.path.join(WORK, "perf.json"), os.path.join(WORK, "perf.csv")
+    r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % srv.port, "-m", "add", "--concurrency-range", "1:2", "-p", "100",
+                        "--max-trials", "3", "-b", "2", "--json", pj, "-f", pc], capture_output=True, text=True, timeout=60)
+    if check(r.returncode == 0, "ferry perf: %d %s %s" % (r.returncode, r.stdout[-500:], r.stderr[-500:])):
+        rows = json.load(open(pj))
+        check([row["concurrency"] for row in rows] == [1, 2] and all(row["throughput"] > 0 and row["errors"] == 0 for row in rows),
+              "perf rows: %s" % rows)
+        check(all(row["avg_batch"] == 2.0 for row in rows), "perf: avg batch 2 from the server's statistics: %s" % rows)
+        check(open(pc).readline().startswith("Concurrency,Inferences/Second"), "perf CSV header")
+    r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % srv.port, "-m", "nope"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "unknown model" in r.stderr, "perf on an unknown model: %s" % r.stderr[-300:])
+
+    # Still serving after every bad request.
+    r = post(U + "/v2/models/add/infer", infer_body(x, y))
+    check(r.status_code == 200, "still serving")
+finally:
+    rc = srv.stop()
+check(rc == 0, "SIGTERM with nothing queued exits 0, got %s" % rc)
+
+# ---- explicit mode: load / unload; SIGTERM drains a queued request ---------------------------
+srv = Server("--model-control-mode", "explicit", "--load-model", "queued", "--load-model", "add")
+try:
+    U = srv.url
+    check(requests.get(U + "/v2/models/relu/ready").status_code == 400, "relu not loaded in explicit mode")
+    check(post(U + "/v2/repository/models/relu/load", b"").status_code == 200, "load relu")
+    r = post(U + "/v2/models/relu/infer", {"inputs": [{"name": "a", "datatype": "FP32", "shape": [2, 3], "data": [1] * 6}]})
+    check(r.status_code == 200, "infer after load")
+    check(post(U + "/v2/repository/models/relu/unload", b"").status_code == 200, "unload relu")
+    check(requests.get(U + "/v2/models/relu/ready").status_code == 400, "relu not ready after unload")
+    r = post(U + "/v2/repository/models/broken/load", b"")
+    check(r.status_code == 400 and "config.pbtxt:3:" in r.json()["error"], "loading a broken model names the error: " + r.text)
+    r = post(U + "/v2/repository/models/nothere/load", b"")
+    check(r.status_code == 404, "loading an unknown model is 404")
+
+    # SIGTERM while a request waits in the queue (1.5 s delay): not ready at once, new requests
+    # 503, the queued one answered 200, exit 0.
+    drained = {}
+    t = threading.Thread(target=lambda: drained.setdefault("r", post(U + "/v2/models/queued/infer", infer_body(x, y))))
+    t.start()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        if 'ferry_inference_pending_request_count{model="queued",version="1"} 1' in requests.get(
+                "http://127.0.0.1:%d/metrics" % srv.metrics_port).text:
+            break
+        time.sleep(0.02)
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    check(requests.get(U + "/v2/health/ready").status_code == 400, "not ready after SIGTERM")
+    r = post(U + "/v2/models/add/infer", infer_body(x, y))
+    check(r.status_code == 503 and "shutting down" in r.json()["error"], "new requests 503 while draining")
+    t.join()
+    check(drained["r"].status_code == 200, "the queued request finishes during the drain")
+    srv.proc.wait(30)
+    check(srv.proc.returncode == 0, "exit 0 after the drain, got %s" % srv.proc.returncode)
+finally:
+    srv.stop()
+
+if failures:
+    print("%d failures" % len(failures))
+    sys.exit(1)
+print("serve_http: all checks passed")

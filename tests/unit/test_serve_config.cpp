@@ -1,0 +1,112 @@
+// `ferry serve`'s config.pbtxt parsing and validation, and the KServe v2 request decoder
+// (src/serve/model_config.h, kserve_json.h): messages name the file, line, field and input.
+#include <gtest/gtest.h>
+
+#include "serve/kserve_json.h"
+#include "serve/model_config.h"
+
+namespace ferry::serve {
+namespace {
+
+ValueInfo batched(const std::string& name, DType dt = DType::kF32) {
+  return {name, {dt, Shape({Dim::symbolic("N"), Dim(4)})}};
+}
+
+TEST(ServeConfig, UnknownFieldsAreWarningsWithTheirLine) {
+  auto p = parse_model_config("name: \"m\"\nmax_batch_size: 2\nmodel_warmup [ { name: \"w\" } ]\n", "m/config.pbtxt");
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  ASSERT_EQ(p.value().warnings.size(), 1u);
+  EXPECT_NE(p.value().warnings[0].find("m/config.pbtxt:3:"), std::string::npos) << p.value().warnings[0];
+  EXPECT_NE(p.value().warnings[0].find("model_warmup"), std::string::npos) << p.value().warnings[0];
+  EXPECT_EQ(p.value().config.max_batch_size(), 2);
+}
+
+TEST(ServeConfig, SyntaxErrorsNameLineAndColumn) {
+  auto p = parse_model_config("name: \"m\"\ninput [ { name: \"x\" data_type: TYPE_FP99 } ]\n", "m/config.pbtxt");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("m/config.pbtxt:2:"), std::string::npos) << p.status().message();
+  EXPECT_NE(p.status().message().find("TYPE_FP99"), std::string::npos) << p.status().message();
+}
+
+TEST(ServeConfig, DerivedFromABatchingModel) {
+  inference::ModelConfig c;
+  std::vector<std::string> w;
+  ASSERT_TRUE(complete_and_validate(&c, {batched("x")}, {batched("y")}, {}, "m", &w).is_ok());
+  EXPECT_EQ(c.max_batch_size(), kDefaultMaxBatchSize);
+  EXPECT_TRUE(c.has_dynamic_batching());
+  ASSERT_EQ(c.input_size(), 1);
+  EXPECT_EQ(c.input(0).data_type(), inference::TYPE_FP32);
+  ASSERT_EQ(c.input(0).dims_size(), 1);  // the batch axis is not in dims
+  EXPECT_EQ(c.input(0).dims(0), 4);
+  EXPECT_EQ(c.instance_group(0).count(), 1);
+}
+
+TEST(ServeConfig, MismatchesAreNamed) {
+  auto check = [](const std::string& text, const std::string& needle) {
+    auto p = parse_model_config(text, "m/config.pbtxt");
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    std::vector<std::string> w;
+    inference::ModelConfig c = p.value().config;
+    Status st = complete_and_validate(&c, {batched("x")}, {batched("y")}, {}, "m/config.pbtxt", &w);
+    ASSERT_FALSE(st.is_ok()) << text;
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+  };
+  check("max_batch_size: 4 input [ { name: \"z\" data_type: TYPE_FP32 dims: [4] } ]", "input 'z' is not an input of the model");
+  check("max_batch_size: 4 input [ { name: \"x\" data_type: TYPE_INT32 dims: [4] } ]", "data_type TYPE_INT32 but the model's input is TYPE_FP32");
+  check("max_batch_size: 4 input [ { name: \"x\" data_type: TYPE_FP32 dims: [5] } ]", "dims [5] but the model's input has dims [4]");
+  check("max_batch_size: 0 input [ { name: \"x\" data_type: TYPE_FP32 dims: [4] } ]", "have rank 1 but the model's input has dims [-1,4]");
+  check("max_batch_size: 4 input [ { name: \"x\" data_type: TYPE_FP32 dims: [4] } ] dynamic_batching { preferred_batch_size: 8 }",
+        "preferred_batch_size 8 is outside 1..4");
+  check("platform: \"tensorrt_plan\"", "platform 'tensorrt_plan' is not supported");
+  check("max_batch_size: 4 parameters { key: \"threads\" value { string_value: \"x\" } }", "parameters \"threads\" is 'x'");
+}
+
+TEST(ServeConfig, FixedBatchDimensionCannotBatch) {
+  inference::ModelConfig c;
+  c.set_max_batch_size(8);
+  ValueInfo fixed{"x", {DType::kF32, Shape({Dim(1), Dim(4)})}};
+  std::vector<std::string> w;
+  Status st = complete_and_validate(&c, {fixed}, {fixed}, {}, "m", &w);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("fixed first dimension 1"), std::string::npos) << st.message();
+}
+
+ModelSignature sig() {
+  ModelSignature s;
+  s.name = "m";
+  s.max_batch = 4;
+  s.inputs = {{"x", DType::kF32, {2}}, {"k", DType::kI8, {-1}}};
+  s.outputs = {{"y", DType::kF32, {2}}};
+  return s;
+}
+
+TEST(ServeKserve, DecodesJsonAndBinaryTensors) {
+  const std::string json = R"({"inputs":[{"name":"x","datatype":"FP32","shape":[2,2],"data":[[1,2],[3,4.5]]},)"
+                           R"({"name":"k","datatype":"INT8","shape":[2,1],"parameters":{"binary_data_size":2}}]})";
+  const std::string body = json + std::string("\x05\xfb", 2);
+  auto d = decode_infer_request(body, static_cast<int64_t>(json.size()), sig());
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  EXPECT_EQ(d.value().request.batch, 2);
+  const Tensor& x = d.value().request.inputs[0].second;
+  EXPECT_EQ(x.dims(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(x.data<float>()[3], 4.5f);
+  EXPECT_EQ(d.value().request.inputs[1].second.data<int8_t>()[1], -5);
+}
+
+TEST(ServeKserve, ErrorsSayExpectedAndGiven) {
+  auto err = [](const std::string& body) {
+    auto d = decode_infer_request(body, -1, sig());
+    return d.is_ok() ? std::string("ok") : d.status().message();
+  };
+  EXPECT_NE(err(R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1,2],"data":[1,2]},{"name":"k","datatype":"INT8","shape":[1,1],"data":[300]}]})")
+                .find("input 'k': value 0 (300) is not a INT8 value"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1,2],"data":[1,2]},{"name":"k","datatype":"INT8","shape":[2,1],"data":[1,2]}]})")
+                .find("input 'k' has batch size 2 but input 'x' has 1"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"inputs":[{"name":"x","datatype":"FP32","shape":[4000000000,2],"data":[]}]})").find("outside 1..4"), std::string::npos);
+  EXPECT_NE(err(std::string(100000, '[')).find("malformed JSON"), std::string::npos);  // deep nesting: no recursion
+}
+
+}  // namespace
+}  // namespace ferry::serve
