@@ -23,7 +23,10 @@ std::string dims_text(const std::vector<int64_t>& d) { return dims_to_string(d);
 
 std::string names_of(const std::vector<TensorSpec>& specs) {
   std::string s;
-  for (const TensorSpec& t : specs) s += (s.empty() ? "" : ", ") + t.name;
+  for (const TensorSpec& t : specs) {
+    if (!s.empty()) s += ", ";
+    s += t.name;
+  }
   return s;
 }
 

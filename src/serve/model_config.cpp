@@ -4,8 +4,12 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 #include <algorithm>
+#include <functional>
 
 namespace ferry::serve {
 namespace {
@@ -32,7 +36,10 @@ class ConfigErrorCollector : public google::protobuf::io::ErrorCollector {
 
 std::string dims_text(const std::vector<int64_t>& d) {
   std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(d[i]);
+  }
   return s + "]";
 }
 
@@ -92,6 +99,51 @@ Status check_tensor(const std::string& where, const char* kind, const std::strin
   return Status::ok();
 }
 
+// Protobuf's text parser skips an unknown field only when a list of messages is written with a
+// colon (`model_warmup: [ {...} ]`); Triton's configs write `model_warmup [ {...} ]`. The colon is
+// optional for known message fields, so writing it in (over the blank before '[' when there is
+// one, keeping columns) changes nothing else. Strings and # comments are left alone.
+std::string colon_before_message_lists(std::string_view text) {
+  std::string out(text);
+  const size_t n = out.size();
+  size_t i = 0;
+  auto ident_char = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; };
+  std::vector<size_t> inserts;
+  while (i < n) {
+    const char c = out[i];
+    if (c == '#') {
+      while (i < n && out[i] != '\n') ++i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      const char q = c;
+      ++i;
+      while (i < n && out[i] != q && out[i] != '\n') i += out[i] == '\\' ? 2 : 1;
+      ++i;
+      continue;
+    }
+    if (!ident_char(c)) {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < n && ident_char(out[end])) ++end;
+    size_t j = end;
+    while (j < n && (out[j] == ' ' || out[j] == '\t' || out[j] == '\r' || out[j] == '\n')) ++j;
+    if (j < n && out[j] == '[') {
+      size_t k = j + 1;
+      while (k < n && (out[k] == ' ' || out[k] == '\t' || out[k] == '\r' || out[k] == '\n')) ++k;
+      if (k < n && (out[k] == '{' || out[k] == '<')) {
+        if (end < j && out[end] != '\n') out[end] = ':';
+        else inserts.push_back(end);
+      }
+    }
+    i = end;
+  }
+  for (auto it = inserts.rbegin(); it != inserts.rend(); ++it) out.insert(*it, 1, ':');
+  return out;
+}
+
 bool model_batches(const std::vector<ValueInfo>& inputs, const std::vector<ValueInfo>& outputs) {
   if (inputs.empty()) return false;
   for (const auto* list : {&inputs, &outputs})
@@ -111,8 +163,9 @@ StatusOr<ParsedConfig> parse_model_config(std::string_view text, const std::stri
   parser.RecordErrorsTo(&errors);
   parser.AllowUnknownField(true);
   parser.SetRecursionLimit(32);
-  google::protobuf::io::ArrayInputStream stream(text.data(), static_cast<int>(text.size()));
   if (text.size() > (64u << 20)) return invalid_argument(file + ": " + std::to_string(text.size()) + " bytes; a config.pbtxt is at most 64 MB");
+  const std::string normalized = colon_before_message_lists(text);
+  google::protobuf::io::ArrayInputStream stream(normalized.data(), static_cast<int>(normalized.size()));
   if (!parser.Parse(&stream, &out.config))
     return invalid_argument(errors.error_.empty() ? file + ": not a valid model configuration" : errors.error_);
   out.warnings = std::move(errors.warnings_);
@@ -238,7 +291,10 @@ Status complete_and_validate(inference::ModelConfig* c, const std::vector<ValueI
     const ValueInfo* mv = find_value(model_inputs, in.name());
     if (!mv) {
       std::string names;
-      for (const ValueInfo& v : model_inputs) names += (names.empty() ? "" : ", ") + v.name;
+      for (const ValueInfo& v : model_inputs) {
+        if (!names.empty()) names += ", ";
+        names += v.name;
+      }
       return invalid_argument(where + ": input '" + in.name() + "' is not an input of the model (its inputs: " + names + ")");
     }
     RETURN_IF_ERROR(check_tensor(where, "input", in.name(), in.data_type(), to_vector(in.dims()), *mv, mbs, !gears.empty()));
@@ -255,7 +311,10 @@ Status complete_and_validate(inference::ModelConfig* c, const std::vector<ValueI
     const ValueInfo* mv = find_value(model_outputs, out.name());
     if (!mv) {
       std::string names;
-      for (const ValueInfo& v : model_outputs) names += (names.empty() ? "" : ", ") + v.name;
+      for (const ValueInfo& v : model_outputs) {
+        if (!names.empty()) names += ", ";
+        names += v.name;
+      }
       return invalid_argument(where + ": output '" + out.name() + "' is not an output of the model (its outputs: " + names + ")");
     }
     RETURN_IF_ERROR(check_tensor(where, "output", out.name(), out.data_type(), to_vector(out.dims()), *mv, mbs, !gears.empty()));
@@ -312,7 +371,41 @@ std::string config_to_json(const inference::ModelConfig& config) {
   opt.preserve_proto_field_names = true;
   opt.always_print_primitive_fields = true;
   (void)google::protobuf::util::MessageToJsonString(config, &out, opt);
-  return out;
+  // Protobuf's JSON writes 64-bit integers as strings ("dims": ["4"]); Triton's config endpoint
+  // writes numbers, and clients read them as numbers.
+  rapidjson::Document doc;
+  doc.Parse(out.data(), out.size());
+  if (doc.HasParseError()) return out;
+  auto to_number = [](rapidjson::Value& v) {
+    if (!v.IsString()) return;
+    const std::string t(v.GetString(), v.GetStringLength());
+    if (t.empty() || t.size() > 19 || t.find_first_not_of("-0123456789") != std::string::npos) return;
+    v.SetInt64(std::stoll(t));
+  };
+  // Only the 64-bit fields: names and string_values that look like numbers stay strings.
+  std::function<void(rapidjson::Value&)> fix = [&](rapidjson::Value& v) {
+    if (v.IsArray()) {
+      for (auto& e : v.GetArray()) fix(e);
+      return;
+    }
+    if (!v.IsObject()) return;
+    for (auto& m : v.GetObject()) {
+      const std::string key(m.name.GetString(), m.name.GetStringLength());
+      if (key == "dims" || key == "versions" || key == "max_queue_delay_microseconds" || key == "default_timeout_microseconds") {
+        if (m.value.IsArray())
+          for (auto& e : m.value.GetArray()) to_number(e);
+        else
+          to_number(m.value);
+      } else {
+        fix(m.value);
+      }
+    }
+  };
+  fix(doc);
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  doc.Accept(w);
+  return std::string(sb.GetString(), sb.GetSize());
 }
 
 }  // namespace ferry::serve
