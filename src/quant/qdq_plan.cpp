@@ -34,14 +34,18 @@ struct Planner {
   std::unordered_set<std::string> graph_outputs;
   std::unordered_set<std::string> used_names;
   std::set<std::string> absorbed;  // outputs not wrapped: their only consumer is an absorbed Relu/Clip
+  std::set<std::string> float_out;  // quantized compute nodes' outputs left float (PlanOptions)
   std::map<std::string, Params> params;
   std::vector<bool> kept;
 
   const BiasShift* bias_shift;
   const WeightValues* weight_values;
+  PlanOptions opts;
 
-  Planner(const Model& m, const RangeFn& r, const BiasShift* bs, const WeightValues* wv)
-      : model(m), g(m.graph), range(r), bias_shift(bs), weight_values(wv) {}
+  Planner(const Model& m, const RangeFn& r, const BiasShift* bs, const WeightValues* wv, const PlanOptions* po)
+      : model(m), g(m.graph), range(r), bias_shift(bs), weight_values(wv) {
+    if (po) opts = *po;
+  }
 
   bool is_init(const std::string& v) const { return g.initializers.count(v) > 0; }
   // The initializer `v` is, directly or through Identity nodes (exporters share equal tensors that way).
@@ -78,7 +82,7 @@ struct Planner {
     auto it = producer.find(v);
     if (it == producer.end()) return false;
     const Role r = role_of(it->second);
-    return r != Role::kFloat && !absorbed.count(v);
+    return r != Role::kFloat && !absorbed.count(v) && !float_out.count(v);
   }
 
   Role decide(int idx) {
@@ -86,6 +90,7 @@ struct Planner {
     if (kept[static_cast<size_t>(idx)] || !n.domain.empty() || n.outputs.empty()) return Role::kFloat;
     const auto& in = n.inputs;
     const std::string& op = n.op_type;
+    if (opts.inputs_only && op != "Conv" && op != "Gemm" && op != "MatMul") return Role::kFloat;
     auto input = [&](size_t i) { return i < in.size() ? in[i] : std::string(); };
     if (op == "Conv") {
       const Tensor* w = init_of(input(1));
@@ -141,7 +146,8 @@ struct Planner {
       if (it == producer.end()) return Role::kFloat;
       const Role pr = role_of(it->second);
       if (pr != Role::kCompute && pr != Role::kBinary && pr != Role::kBiasAdd) return Role::kFloat;
-      if (graph_outputs.count(input(0)) || consumers[input(0)].size() != 1) return Role::kFloat;
+      if (graph_outputs.count(input(0)) || consumers[input(0)].size() != 1 || float_out.count(input(0)))
+        return Role::kFloat;
       absorbed.insert(input(0));
       return Role::kAbsorbed;
     }
@@ -157,7 +163,9 @@ struct Planner {
       if (!bt || bt->dtype() != DType::kF32 || bt->rank() != 1 || it == producer.end()) continue;
       const Node& mm = g.nodes[static_cast<size_t>(it->second)];
       const Tensor* w = mm.op_type == "MatMul" && mm.inputs.size() > 1 ? init_of(mm.inputs[1]) : nullptr;
-      if (!w || role_of(it->second) != Role::kCompute || w->rank() != 2 || w->dim(1) != bt->numel()) continue;
+      if (!w || role_of(it->second) != Role::kCompute || w->rank() != 2 || w->dim(1) != bt->numel() ||
+          float_out.count(m))
+        continue;
       auto c = consumers.find(m);
       if (c == consumers.end() || c->second.size() != 1 || graph_outputs.count(m)) continue;
       return s;
@@ -330,13 +338,19 @@ struct Planner {
       kept[static_cast<size_t>(i)] = keep.count(n.name) || (!n.outputs.empty() && keep.count(n.outputs[0]));
     }
     plan.roles.assign(static_cast<size_t>(count), Role::kFloat);
-    for (int i = 0; i < count; ++i) plan.roles[static_cast<size_t>(i)] = decide(i);
+    for (int i = 0; i < count; ++i) {
+      const Role r = decide(i);
+      plan.roles[static_cast<size_t>(i)] = r;
+      const Node& n = g.nodes[static_cast<size_t>(i)];
+      if (r == Role::kCompute && (opts.inputs_only || opts.float_outputs.count(n.name))) float_out.insert(n.outputs[0]);
+    }
 
     // Tensors wrapped in Q/DQ: activation inputs of quantized nodes, their outputs (not absorbed ones).
     std::vector<std::string> wrap;
     std::unordered_set<std::string> wrap_set;
     auto want = [&](const std::string& v) {
-      if (!v.empty() && !is_init(v) && !absorbed.count(v) && wrap_set.insert(v).second) wrap.push_back(v);
+      if (!v.empty() && !is_init(v) && !absorbed.count(v) && !float_out.count(v) && wrap_set.insert(v).second)
+        wrap.push_back(v);
     };
     // Graph inputs first, then in node order, so Q/DQ names come out in a stable order.
     for (int i = 0; i < count; ++i) {
@@ -378,7 +392,7 @@ struct Planner {
       // Runtime runs a quantized op in int8 only when its output goes to QuantizeLinear alone); the
       // output of a float op (a graph input, SiLU's Mul, a LayerNorm) stays unrounded for them.
       auto pv = producer.find(v);
-      const bool float_producer = pv == producer.end() || role_of(pv->second) == Role::kFloat;
+      const bool float_producer = pv == producer.end() || role_of(pv->second) == Role::kFloat || float_out.count(v);
       for (const auto& [node, slot] : consumers[v]) {
         if (kept[static_cast<size_t>(node)] || (float_producer && role_of(node) == Role::kFloat)) {
           if (is_out) rewire(node, slot, q_in);
@@ -405,7 +419,7 @@ struct Planner {
         const bool gemm_plain = n.op_type != "Gemm" || ((!n.attr("alpha") || n.attr("alpha")->f == 1.0f) &&
                                                         (!n.attr("beta") || n.attr("beta")->f == 1.0f));
         const Tensor* bias = n.inputs.size() > 2 ? init_of(n.inputs[2]) : nullptr;
-        if (bias && bias->dtype() == DType::kF32 && gemm_plain && bias->rank() == 1 &&
+        if (bias && bias->dtype() == DType::kF32 && gemm_plain && bias->rank() == 1 && !float_out.count(n.outputs[0]) &&
             bias->numel() == static_cast<int64_t>(scales.size())) {
           rewire(i, 2, quantize_bias(n.inputs[2], params_of(n.inputs[0]).scale, scales, n.outputs[0], 1));
           ++rewired_uses[n.inputs[2]];
@@ -469,11 +483,12 @@ std::vector<float> weight_scales(const Tensor& w, int64_t axis) {
 }
 
 StatusOr<QdqPlan> plan_qdq(const Model& model, const RangeFn& range, const std::set<std::string>& keep_fp32,
-                           const BiasShift* bias_shift, const WeightValues* weight_values) {
+                           const BiasShift* bias_shift, const WeightValues* weight_values,
+                           const PlanOptions* options) {
   if (model.opset() < 13)
     return unsupported("model '" + model.path + "' imports ai.onnx opset " + std::to_string(model.opset()) +
                        "; per-channel DequantizeLinear needs opset >= 13: re-export the model at opset 13 or newer");
-  Planner p(model, range, bias_shift, weight_values);
+  Planner p(model, range, bias_shift, weight_values, options);
   RETURN_IF_ERROR(p.run(keep_fp32));
   return std::move(p.plan);
 }

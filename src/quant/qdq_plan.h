@@ -53,11 +53,22 @@ using WeightValues = std::map<std::string, std::vector<int8_t>>;
 /// The per-channel symmetric scales of a float weight along `axis`: max|W_c| / 127 (1 for an all-zero channel).
 std::vector<float> weight_scales(const Tensor& w, int64_t axis);
 
+/// What the plan wraps besides the defaults (docs/quantization.md, "Never below plain MinMax").
+struct PlanOptions {
+  /// The plain structure of bench/int8_baseline.py: Q/DQ only on the activation inputs of Conv, Gemm
+  /// and MatMul, int8 weights, float biases; their outputs and every other op stay float.
+  bool inputs_only = false;
+  /// Conv/Gemm/MatMul nodes (names) that stay quantized (Q/DQ inputs, int8 weights) but whose output
+  /// gets no Q/DQ (float bias; float consumers read the unrounded output; no Relu absorbed).
+  std::set<std::string> float_outputs;
+};
+
 /// Plans the rewrite. `keep_fp32`: node names (or their first output's name) left in float.
 /// `bias_shift` (may be null): bias correction (docs/quantization.md, "Bias correction").
 /// `weight_values` (may be null): int8 weight values to use (a size mismatch is ignored: round to nearest).
 StatusOr<QdqPlan> plan_qdq(const Model& model, const RangeFn& range, const std::set<std::string>& keep_fp32,
-                           const BiasShift* bias_shift = nullptr, const WeightValues* weight_values = nullptr);
+                           const BiasShift* bias_shift = nullptr, const WeightValues* weight_values = nullptr,
+                           const PlanOptions* options = nullptr);
 
 /// Whether the model already holds quantization ops (QuantizeLinear, QLinearConv, ...): their count.
 int64_t count_quantization_ops(const Model& model);

@@ -58,9 +58,93 @@ struct Session {
   BiasShift shift;  // bias correction in use (empty: none)
   WeightValues wvals;  // GPTQ-rounded weights in use (empty: round to nearest)
 
+  PlanOptions popt;  // the plain structure / outputs left float (never below plain MinMax)
+
   StatusOr<QdqPlan> plan(const std::set<std::string>& keep) {
     RangeFn fn = [this](const std::string& v, float* lo, float* hi) { return ranges.range(v, method, lo, hi); };
-    return plan_qdq(*model, fn, keep, shift.empty() ? nullptr : &shift, wvals.empty() ? nullptr : &wvals);
+    return plan_qdq(*model, fn, keep, shift.empty() ? nullptr : &shift, wvals.empty() ? nullptr : &wvals, &popt);
+  }
+
+  // Never below plain MinMax (docs/quantization.md): measures the plain structure (Q/DQ on the inputs of
+  // Conv/Gemm/MatMul only, MinMax ranges, float biases) on the calibration data; when `*p` is below it,
+  // the quantized Conv/Gemm/MatMul whose output (or its bias Add's) only float ops read lose that
+  // output's Q/DQ, ranked by the gain each gives alone on the probe samples and taken in that order until
+  // the plain cosine is reached; if it is not, the plain structure is written.
+  Status plain_floor(const std::set<std::string>& keep, QdqPlan* p, QuantizeReport* rep) {
+    const Method saved = method;
+    method = Method::kMinMax;
+    popt = PlanOptions{};
+    popt.inputs_only = true;
+    ASSIGN_OR_RETURN(QdqPlan plain, plan(keep));
+    double plain_mean = 0, plain_worst = 0;
+    RETURN_IF_ERROR(write_and_measure(plain, &plain_mean, &plain_worst));
+    method = saved;
+    popt = PlanOptions{};
+    rep->plain_cosine = plain_mean;
+    log("plain MinMax (Q/DQ on Conv/Gemm/MatMul inputs only): output cosine " + std::to_string(plain_mean) +
+        "; this file: " + std::to_string(rep->cosine_mean));
+    if (rep->cosine_mean >= plain_mean) return write_edited_onnx(o.model_path, p->edit, o.out_path);
+    // Candidates: a quantized compute node whose output (or its bias Add's) is read by float nodes only.
+    const Graph& g = model->graph;
+    std::map<std::string, std::vector<size_t>> readers;
+    std::set<std::string> outs;
+    for (const auto& v : g.outputs) outs.insert(v.name);
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (const auto& v : g.nodes[i].inputs) readers[v].push_back(i);
+    std::vector<std::string> cands;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (p->roles[i] != Role::kCompute) continue;
+      std::string v = g.nodes[i].outputs[0];
+      const auto& r0 = readers[v];
+      if (r0.size() == 1 && p->roles[r0[0]] == Role::kBiasAdd) v = g.nodes[r0[0]].outputs[0];
+      bool float_readers = !outs.count(v) && !readers[v].empty();
+      for (size_t r : readers[v]) float_readers = float_readers && p->roles[r] == Role::kFloat;
+      if (float_readers) cands.push_back(g.nodes[i].name);
+    }
+    size_t batches = 0;
+    int64_t n = 0;
+    while (batches < data.batches.size() && n < 4) n += data.batches[batches++][0].second.dim(0);
+    ASSIGN_OR_RETURN(const double base, probe(*p, batches));
+    std::vector<std::pair<double, std::string>> ranked;
+    int64_t done = 0;
+    for (const std::string& c : cands) {
+      popt.float_outputs = {c};
+      ASSIGN_OR_RETURN(QdqPlan q, plan(keep));
+      ASSIGN_OR_RETURN(const double cos, probe(q, batches));
+      if (cos > base) ranked.emplace_back(cos, c);
+      if (o.progress) o.progress("float outputs", ++done, static_cast<int64_t>(cands.size()));
+    }
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    popt.float_outputs.clear();
+    double mean = rep->cosine_mean, worst = rep->cosine_min;
+    QdqPlan best = *p;
+    for (const auto& [gain, c] : ranked) {
+      if (mean >= plain_mean) break;
+      popt.float_outputs.insert(c);
+      ASSIGN_OR_RETURN(best, plan(keep));
+      RETURN_IF_ERROR(write_and_measure(best, &mean, &worst));
+      rep->float_outputs.emplace_back(c, mean);
+      log("output of " + c + " left float (alone on the probe samples " + std::to_string(base) + " -> " +
+          std::to_string(gain) + "): output cosine " + std::to_string(mean));
+    }
+    if (mean >= plain_mean) {
+      *p = std::move(best);
+      rep->cosine_mean = mean;
+      rep->cosine_min = worst;
+      return Status::ok();
+    }
+    // Not reached: the plain structure itself (what was measured above).
+    log("the plain structure is written: no choice of float outputs reached its output cosine");
+    method = Method::kMinMax;
+    popt = PlanOptions{};
+    popt.inputs_only = true;
+    rep->float_outputs.clear();
+    rep->plain_written = true;
+    rep->method = Method::kMinMax;
+    *p = std::move(plain);
+    rep->cosine_mean = plain_mean;
+    rep->cosine_min = plain_worst;
+    return write_edited_onnx(o.model_path, p->edit, o.out_path);
   }
 
   // A layer whose weight GPTQ rounds: the weight as [n, k] rows (transposed: the initializer is [k, n]),
@@ -480,6 +564,7 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
     RETURN_IF_ERROR(s.write_and_measure(plan, &rep.cosine_mean, &rep.cosine_min));
   }
   rep.method = s.method;
+  if (o.plain_floor) RETURN_IF_ERROR(s.plain_floor(keep, &plan, &rep));
   rep.gptq_cosine_before = rep.cosine_mean;
   if (o.weight_rounding == WeightRounding::kGptq) {
     const double before = rep.cosine_mean;

@@ -38,6 +38,10 @@ struct QuantizeOptions {
   /// of the layers before it, over the first `gptq_samples` calibration samples.
   WeightRounding weight_rounding = WeightRounding::kNearest;
   int gptq_samples = 8;
+  /// Never below plain MinMax (docs/quantization.md): the file is measured against the plain structure
+  /// (Q/DQ on Conv/Gemm/MatMul inputs only, MinMax ranges) on the calibration data and, when below it,
+  /// the Conv/Gemm/MatMul outputs read only by float ops lose their Q/DQ, the most costly first.
+  bool plain_floor = true;
   /// Held-out data (same forms as `data.path`; empty: none): the output cosine is also reported on it.
   std::string holdout_path;
   int threads = 0;
@@ -86,6 +90,12 @@ struct QuantizeReport {
   /// Weight rounding: the weights GPTQ rounded, and the calibration output cosine before it.
   int64_t weights_gptq = 0;
   double gptq_cosine_before = 0;
+  /// Never below plain MinMax: the plain structure's output cosine on the calibration data, the
+  /// Conv/Gemm/MatMul nodes whose output Q/DQ was dropped (with the model's cosine after each), and
+  /// whether the plain structure itself was written (nothing else reached it).
+  double plain_cosine = 0;
+  std::vector<std::pair<std::string, double>> float_outputs;
+  bool plain_written = false;
   /// --holdout: samples and the output cosine on them (mean, worst), of the written file, and of the
   /// same file without bias correction (when it was on; else equal).
   int64_t holdout_samples = 0;

@@ -25,6 +25,7 @@ struct QuantizeCliOptions {
   int max_kept = 24;
   int threads = 0;
   bool json = false;
+  bool no_plain_floor = false;
   bool bias_correction = false;
   int bias_rounds = 0;
   std::string holdout;
@@ -56,6 +57,7 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
   o.max_kept_layers = opt.max_kept;
   o.threads = opt.threads;
   o.bias_correction = opt.bias_correction;
+  o.plain_floor = !opt.no_plain_floor;
   o.bias_correction_rounds = opt.bias_rounds;
   o.holdout_path = opt.holdout;
   auto rounding = quant::parse_weight_rounding(opt.weight_rounding);
@@ -99,6 +101,10 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
     j["int32_biases"] = r.int32_biases;
     j["left_float"] = r.left_float;
     j["kept_fp32"] = r.kept_by_user;
+    nlohmann::json fo = nlohmann::json::array();
+    for (const auto& [node, c] : r.float_outputs) fo.push_back({{"node", node}, {"model_cosine_after", c}});
+    j["plain_floor"] = {{"on", !opt.no_plain_floor}, {"plain_cosine", r.plain_cosine}, {"float_outputs", fo},
+                        {"plain_written", r.plain_written}};
     j["output_cosine"] = {{"mean", r.cosine_mean}, {"worst_sample", r.cosine_min}, {"before_repair", r.first_cosine}};
     nlohmann::json kept = nlohmann::json::array();
     for (const auto& k : r.kept_for_target)
@@ -147,6 +153,12 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
         std::printf("    %-40s %-7s %.5f -> %.5f; model %.5f\n", k.node.c_str(), k.op_type.c_str(), k.input_cosine,
                     k.output_cosine, k.model_cosine);
     }
+    if (!opt.no_plain_floor) {
+      std::printf("  plain MinMax structure (Q/DQ on Conv/Gemm/MatMul inputs only): output cosine %.5f%s\n", r.plain_cosine,
+                  r.plain_written ? "; nothing else reached it: the plain structure was written" : "");
+      for (const auto& [node, c] : r.float_outputs)
+        std::printf("    output of %-40s left float; model %.5f\n", node.c_str(), c);
+    }
     std::printf("  output cosine to fp32 on the calibration data: mean %.5f, worst sample %.5f\n", r.cosine_mean,
                 r.cosine_min);
     if (!opt.holdout.empty()) {
@@ -185,6 +197,9 @@ const bool kRegistered = register_command({"quantize", 55, [](CLI::App& app) {
                   "reaches this (e.g. 0.99); exit 2 when it cannot");
   cmd->add_option("--max-kept", opt->max_kept, "Most layers --target-cosine may keep in float (default 24)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-plain-floor", opt->no_plain_floor,
+                "Skip the check against the plain MinMax structure (Q/DQ on Conv/Gemm/MatMul inputs only) and the "
+                "float outputs it may choose (saves one run over the calibration data and the probes)");
   cmd->add_flag("--bias-correction", opt->bias_correction,
                 "Empirical bias correction: each int32 bias absorbs the per-channel mean error of its output on the "
                 "calibration data, measured with the corrected layers before it (off by default: on the zoo it adds "

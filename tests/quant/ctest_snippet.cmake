@@ -15,3 +15,9 @@ set_tests_properties(quantize_bias_correction PROPERTIES LABELS "e2e;quant" TIME
 add_test(NAME quantize_gptq
          COMMAND ${FERRY_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_gptq.py $<TARGET_FILE:ferry> ${CMAKE_BINARY_DIR}/quantize_gptq_check)
 set_tests_properties(quantize_gptq PROPERTIES LABELS "e2e;quant" TIMEOUT 60)
+# Never below plain MinMax (tests/quant/check_baseline.py): on a small SiLU + squeeze-excitation
+# model, `ferry quantize` with no flags reaches the held-out cosine of bench/int8_baseline.py's plain
+# MinMax file (uint8 Q/DQ on Conv/Gemm inputs only) on the same seeded data (ferry's reference kernels).
+add_test(NAME quantize_plain_floor
+         COMMAND ${FERRY_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_baseline.py $<TARGET_FILE:ferry> ${CMAKE_BINARY_DIR}/quantize_plain_floor)
+set_tests_properties(quantize_plain_floor PROPERTIES LABELS "e2e;quant" TIMEOUT 120)
