@@ -101,6 +101,20 @@ struct Session {
       for (size_t r : readers[v]) float_readers = float_readers && p->roles[r] == Role::kFloat;
       if (float_readers) cands.push_back(g.nodes[i].name);
     }
+    // First every candidate's output float at once: when even that is below the plain structure, no
+    // subset reaches it and the plain structure is written without probing.
+    double mean = rep->cosine_mean, worst = rep->cosine_min;
+    QdqPlan best = *p, all;
+    double all_mean = -2, all_worst = 0;
+    if (!cands.empty()) {
+      popt.float_outputs = std::set<std::string>(cands.begin(), cands.end());
+      ASSIGN_OR_RETURN(all, plan(keep));
+      RETURN_IF_ERROR(write_and_measure(all, &all_mean, &all_worst));
+      log("every Conv/Gemm/MatMul output read only by float ops left float (" + std::to_string(cands.size()) +
+          "): output cosine " + std::to_string(all_mean));
+      popt.float_outputs.clear();
+      if (all_mean < plain_mean) cands.clear();
+    }
     size_t batches = 0;
     int64_t n = 0;
     while (batches < data.batches.size() && n < 4) n += data.batches[batches++][0].second.dim(0);
@@ -116,15 +130,26 @@ struct Session {
     }
     std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     popt.float_outputs.clear();
-    double mean = rep->cosine_mean, worst = rep->cosine_min;
-    QdqPlan best = *p;
+    // In that order: on the probe samples until the plain structure's probe cosine is reached, then on
+    // all the calibration data (one output more at a time) until its cosine is.
+    ASSIGN_OR_RETURN(const double plain_probe, probe(plain, batches));
+    bool full = false;
     for (const auto& [gain, c] : ranked) {
       if (mean >= plain_mean) break;
       popt.float_outputs.insert(c);
       ASSIGN_OR_RETURN(best, plan(keep));
+      double pc = 0;
+      if (!full) {
+        ASSIGN_OR_RETURN(pc, probe(best, batches));
+        if (pc < plain_probe) {
+          rep->float_outputs.emplace_back(c, pc);
+          continue;
+        }
+        full = true;
+      }
       RETURN_IF_ERROR(write_and_measure(best, &mean, &worst));
       rep->float_outputs.emplace_back(c, mean);
-      log("output of " + c + " left float (alone on the probe samples " + std::to_string(base) + " -> " +
+      log("outputs left float up to " + c + " (alone on the probe samples " + std::to_string(base) + " -> " +
           std::to_string(gain) + "): output cosine " + std::to_string(mean));
     }
     if (mean >= plain_mean) {
@@ -132,6 +157,15 @@ struct Session {
       rep->cosine_mean = mean;
       rep->cosine_min = worst;
       return Status::ok();
+    }
+    if (all_mean >= plain_mean) {  // the order did not get there: every candidate's output float
+      popt.float_outputs = std::set<std::string>(cands.begin(), cands.end());
+      rep->float_outputs.clear();
+      for (const std::string& c : cands) rep->float_outputs.emplace_back(c, all_mean);
+      *p = std::move(all);
+      rep->cosine_mean = all_mean;
+      rep->cosine_min = all_worst;
+      return write_edited_onnx(o.model_path, p->edit, o.out_path);
     }
     // Not reached: the plain structure itself (what was measured above).
     log("the plain structure is written: no choice of float outputs reached its output cosine");

@@ -102,7 +102,7 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
     j["left_float"] = r.left_float;
     j["kept_fp32"] = r.kept_by_user;
     nlohmann::json fo = nlohmann::json::array();
-    for (const auto& [node, c] : r.float_outputs) fo.push_back({{"node", node}, {"model_cosine_after", c}});
+    for (const auto& [node, c] : r.float_outputs) fo.push_back({{"node", node}, {"cosine_after", c}});
     j["plain_floor"] = {{"on", !opt.no_plain_floor}, {"plain_cosine", r.plain_cosine}, {"float_outputs", fo},
                         {"plain_written", r.plain_written}};
     j["output_cosine"] = {{"mean", r.cosine_mean}, {"worst_sample", r.cosine_min}, {"before_repair", r.first_cosine}};
@@ -157,7 +157,7 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
       std::printf("  plain MinMax structure (Q/DQ on Conv/Gemm/MatMul inputs only): output cosine %.5f%s\n", r.plain_cosine,
                   r.plain_written ? "; nothing else reached it: the plain structure was written" : "");
       for (const auto& [node, c] : r.float_outputs)
-        std::printf("    output of %-40s left float; model %.5f\n", node.c_str(), c);
+        std::printf("    output of %-40s left float; then %.5f\n", node.c_str(), c);
     }
     std::printf("  output cosine to fp32 on the calibration data: mean %.5f, worst sample %.5f\n", r.cosine_mean,
                 r.cosine_min);

@@ -52,9 +52,9 @@ def main():
     rng = np.random.default_rng(1)
     np.savez(w("calib.npz"), x=rng.uniform(0, 1, (32, 3, 8, 8)).astype(np.float32))
     np.save(w("held.npy"), rng.uniform(0, 1, (16, 3, 8, 8)).astype(np.float32))
-    ferry("quantize", model, "--calibration", w("calib.npz"), "--out", w("plain.onnx"), "--method", "minmax", "--json")
+    ferry("quantize", model, "--calibration", w("calib.npz"), "--out", w("plain.onnx"), "--method", "minmax", "--json", "--no-plain-floor")
     p = ferry("quantize", model, "--calibration", w("calib.npz"), "--out", w("bc.onnx"), "--method", "minmax",
-              "--bias-correction", "--holdout", w("held.npy"), "--json")
+              "--bias-correction", "--holdout", w("held.npy"), "--json", "--no-plain-floor")
     rep = json.loads(p.stdout)
     ref = outputs(model, w("held.npy"), "float")
     c_plain = cosine(ref, outputs(w("plain.onnx"), w("held.npy"), "plain"))
@@ -73,7 +73,7 @@ def main():
     # --target-cosine after bias correction: the corrected file already reaches what the plain one
     # (0.998 here) would keep layers in float for.
     p = ferry("quantize", model, "--calibration", w("calib.npz"), "--out", w("tc.onnx"), "--method", "minmax",
-              "--bias-correction", "--target-cosine", "0.9995", "--json")
+              "--bias-correction", "--target-cosine", "0.9995", "--json", "--no-plain-floor")
     rep = json.loads(p.stdout)
     check(rep["target_reached"] and not rep["kept_for_target"] and rep["output_cosine"]["mean"] >= 0.9995,
           "--bias-correction --target-cosine 0.9995: reached (%.5f) with no layer kept in float"

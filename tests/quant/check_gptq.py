@@ -63,9 +63,9 @@ def main():
     rng = np.random.default_rng(3)
     np.savez(w("calib.npz"), x=inputs(rng, 32))
     np.save(w("held.npy"), inputs(rng, 16))
-    ferry("quantize", model, "--calibration", w("calib.npz"), "--out", w("plain.onnx"), "--method", "minmax", "--json")
+    ferry("quantize", model, "--calibration", w("calib.npz"), "--out", w("plain.onnx"), "--method", "minmax", "--json", "--no-plain-floor")
     p = ferry("quantize", model, "--calibration", w("calib.npz"), "--out", w("gptq_q.onnx"), "--method", "minmax",
-              "--weight-rounding", "gptq", "--holdout", w("held.npy"), "--json")
+              "--weight-rounding", "gptq", "--holdout", w("held.npy"), "--json", "--no-plain-floor")
     rep = json.loads(p.stdout)
     ref = outputs(model, w("held.npy"), "float")
     c_plain = cosine(ref, outputs(w("plain.onnx"), w("held.npy"), "plain"))

@@ -133,7 +133,8 @@ def main():
     for model, thr in ((cnn, 0.999), (mlp, 0.995)):
         base = model[:-5]
         q = base + ".int8.onnx"
-        p = ferry("quantize", model, "--calibration", base + "_calib.npz", "--out", q, "--json")
+        # --no-plain-floor: the all-int8 structure of docs/quantization.md's conventions, checked below.
+        p = ferry("quantize", model, "--calibration", base + "_calib.npz", "--out", q, "--json", "--no-plain-floor")
         rep = json.loads(p.stdout)
         check(rep["samples"] == 32 and rep["output_cosine"]["mean"] >= thr,
               "%s quantized: output cosine on the calibration data %.5f" % (model, rep["output_cosine"]["mean"]))
@@ -152,7 +153,7 @@ def main():
     # matches it), the residual Add after a float value stays float, --method auto keeps the best.
     lnm = w("ln.onnx")
     p = ferry("quantize", lnm, "--calibration", w("ln_calib.npz"), "--out", w("ln.int8.onnx"), "--method", "auto",
-              "--json")
+              "--json", "--no-plain-floor")
     rep = json.loads(p.stdout)
     mc = rep.get("method_cosines", {})
     order = ["percentile", "minmax", "entropy", "mse"]  # tried in this order; a tie keeps the earlier
@@ -202,7 +203,8 @@ def main():
           "an image folder with --image-size: 10 samples, warned as too few")
 
     # --keep-fp32: conv2 stays float (float weight, float input), the rest is quantized.
-    ferry("quantize", cnn, "--calibration", w("cnn_calib.npz"), "--out", w("cnn.keep.onnx"), "--keep-fp32", "conv2")
+    ferry("quantize", cnn, "--calibration", w("cnn_calib.npz"), "--out", w("cnn.keep.onnx"), "--keep-fp32", "conv2",
+          "--no-plain-floor")
     m = onnx.load(w("cnn.keep.onnx"))
     conv2 = [n for n in m.graph.node if n.name == "conv2"][0]
     check(conv2.input[1] == "w2" and conv2.input[0] == "r1" and "w2" in [t.name for t in m.graph.initializer],
@@ -210,7 +212,7 @@ def main():
 
     # --target-cosine: layers kept until the cosine is reached, with the reason.
     p = ferry("quantize", mlp, "--calibration", w("mlp_calib.npz"), "--out", w("mlp.target.onnx"),
-              "--target-cosine", "0.99995", "--json")
+              "--target-cosine", "0.99995", "--json", "--no-plain-floor")
     rep = json.loads(p.stdout)
     check(rep["target_reached"] and rep["output_cosine"]["mean"] >= 0.99995 and rep["kept_for_target"]
           and rep["output_cosine"]["before_repair"] < 0.99995
@@ -263,9 +265,16 @@ def main():
          numpy_helper.from_array(rng.standard_normal((4, 4, 1, 1)).astype(np.float32), "w2")])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), w("sig.onnx"))
     np.savez(w("sig_calib.npz"), x=rng.standard_normal((16, 3, 8, 8)).astype(np.float32))
-    p = ferry("quantize", w("sig.onnx"), "--calibration", w("sig_calib.npz"), "--out", w("sig.int8.onnx"))
+    p = ferry("quantize", w("sig.onnx"), "--calibration", w("sig_calib.npz"), "--out", w("sig.int8.onnx"), "--no-plain-floor")
     check("Sigmoid" in p.stdout and "sig" in p.stdout and "quantized 2 nodes" in p.stdout,
           "Sigmoid stays float and is listed; both convs quantized")
+    # The default (never below plain MinMax): at least the plain structure's cosine on the calibration data.
+    rep = json.loads(ferry("quantize", cnn, "--calibration", w("cnn_calib.npz"), "--out", w("cnn.floor.onnx"),
+                           "--json").stdout)
+    pf = rep["plain_floor"]
+    check(pf["on"] and pf["plain_cosine"] > 0.99 and rep["output_cosine"]["mean"] >= pf["plain_cosine"],
+          "default: output cosine %.6f >= the plain MinMax structure's %.6f" % (rep["output_cosine"]["mean"],
+                                                                           pf["plain_cosine"]))
     print("all quantize checks passed")
 
 
