@@ -348,8 +348,11 @@ struct Planner {
     // Tensors wrapped in Q/DQ: activation inputs of quantized nodes, their outputs (not absorbed ones).
     std::vector<std::string> wrap;
     std::unordered_set<std::string> wrap_set;
-    auto want = [&](const std::string& v) {
-      if (!v.empty() && !is_init(v) && !absorbed.count(v) && !float_out.count(v) && wrap_set.insert(v).second)
+    // `as_input`: an input of a quantized node (a float output of a quantized Conv read by another one
+    // is wrapped for that reader; as an output it is not).
+    auto want = [&](const std::string& v, bool as_input = false) {
+      if (!v.empty() && !is_init(v) && !absorbed.count(v) && (as_input || !float_out.count(v)) &&
+          wrap_set.insert(v).second)
         wrap.push_back(v);
     };
     // Graph inputs first, then in node order, so Q/DQ names come out in a stable order.
@@ -358,8 +361,8 @@ struct Planner {
       const Role r = role_of(i);
       if (r == Role::kFloat) continue;
       if (r == Role::kCompute) {
-        want(n.inputs[0]);
-        if (n.op_type == "MatMul" && !init_of(n.inputs[1])) want(n.inputs[1]);
+        want(n.inputs[0], true);
+        if (n.op_type == "MatMul" && !init_of(n.inputs[1])) want(n.inputs[1], true);
       } else if (r == Role::kBiasAdd) {
         // The MatMul's output is absorbed; only the Add's output is wrapped.
       } else if (r == Role::kBinary || (r == Role::kOwnRange && n.op_type == "Concat")) {
