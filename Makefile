@@ -20,8 +20,9 @@ setup:
 # WERROR_FLAGS= turns that off. The sanitizer and fuzz builds below keep warnings as warnings
 # (their flags are not yet verified warning-free).
 WERROR_FLAGS ?= -DFERRY_WERROR=ON
+# -UFERRY_CUDA: the CUDA backend's default (on when the toolkit is found) again after `make demo`.
 configure: setup
-	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) $(WERROR_FLAGS) > $(BUILD).configure.log 2>&1 || (cat $(BUILD).configure.log; exit 1)
+	@cmake -S . -B $(BUILD) -UFERRY_CUDA $(CMAKE_FLAGS) $(WERROR_FLAGS) > $(BUILD).configure.log 2>&1 || (cat $(BUILD).configure.log; exit 1)
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -36,8 +37,14 @@ PREFIX ?= /usr/local
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
-# Sets up, builds, and runs `ferry info` and `ferry run` on the bundled digits classifier.
-demo: build
+# Sets up, builds only what the demo runs (the ferry CLI and the C example, CPU only: no tests, no
+# CUDA backend; compiler output in $(BUILD).demo.log), and runs the demo on the bundled digits
+# classifier. `make build` / `make test` build the rest.
+demo: setup
+	@echo "make demo: building the ferry CLI and the C example (CPU only, no tests) in $(BUILD)/; compiler output in $(BUILD).demo.log"
+	@cmake -S . -B $(BUILD) -DFERRY_CUDA=OFF $(CMAKE_FLAGS) $(WERROR_FLAGS) > $(BUILD).demo.log 2>&1 || (tail -n 40 $(BUILD).demo.log; exit 1)
+	@cmake --build $(BUILD) -j $(JOBS) --target ferry classify >> $(BUILD).demo.log 2>&1 || (grep -E -m 20 "error|Error" $(BUILD).demo.log; echo "make demo: the build failed; see $(BUILD).demo.log"; exit 1)
+	@echo "make demo: built $(BUILD)/ferry; running the demo"
 	@bash demo/run_demo.sh $(BUILD)/ferry
 
 # Runs every test: the main suite (unit, conformance on each backend, zoo, hostile inputs, tools)

@@ -1,6 +1,7 @@
 // flatbuffer -> Graph with every reference checked; see graph_codec.h.
 #include <unordered_set>
 
+#include "common/utf8.h"
 #include "format/file_header.h"
 #include "format/graph_codec.h"
 #include "ir/graph_check.h"
@@ -9,6 +10,16 @@ namespace ferry::format {
 namespace {
 
 std::string to_string(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+// Names (of graphs, values, nodes, ops, attributes, symbolic dims) escaped once here (common/utf8.h).
+std::string name_of(const flatbuffers::String* s) { return s ? escape_name(std::string_view(s->c_str(), s->size())) : std::string(); }
+
+std::vector<std::string> names_of(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
+  std::vector<std::string> out;
+  if (!v) return out;
+  out.reserve(v->size());
+  for (const auto* s : *v) out.push_back(name_of(s));
+  return out;
+}
 
 std::vector<std::string> to_strings(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
   std::vector<std::string> out;
@@ -39,7 +50,7 @@ Status read_type(const fb::TensorType* in, const std::string& where, TensorType*
     if (in->dims()->size() > kMaxRank) return invalid_model(where + ": rank " + std::to_string(in->dims()->size()) + " over the limit");
     for (const fb::Dim* d : *in->dims()) {
       if (d->value() >= 0) s.dims.push_back(Dim(d->value()));
-      else s.dims.push_back(Dim::symbolic(to_string(d->symbol())));
+      else s.dims.push_back(Dim::symbolic(name_of(d->symbol())));
     }
   }
   out->shape = std::move(s);
@@ -111,30 +122,30 @@ struct Reader {
 
   Status graph(const fb::Graph& in, const Graph* parent, Graph* g) {
     g->parent = parent;
-    g->name = to_string(in.name());
+    g->name = name_of(in.name());
     const std::string where = "graph '" + g->name + "'";
     if (in.inputs())
       for (const fb::ValueInfo* v : *in.inputs()) {
-        ValueInfo vi{to_string(v->name()), {}};
+        ValueInfo vi{name_of(v->name()), {}};
         RETURN_IF_ERROR(read_type(v->type(), where + " input '" + vi.name + "'", &vi.type));
         g->inputs.push_back(std::move(vi));
       }
     if (in.outputs())
       for (const fb::ValueInfo* v : *in.outputs()) {
-        ValueInfo vi{to_string(v->name()), {}};
+        ValueInfo vi{name_of(v->name()), {}};
         RETURN_IF_ERROR(read_type(v->type(), where + " output '" + vi.name + "'", &vi.type));
         g->outputs.push_back(std::move(vi));
       }
     if (in.initializers())
       for (const fb::NamedTensor* t : *in.initializers()) {
-        const std::string name = to_string(t->name());
+        const std::string name = name_of(t->name());
         Tensor tensor;
         RETURN_IF_ERROR(read_tensor(t->tensor(), w, where + " initializer '" + name + "'", &tensor));
         g->initializers[name] = std::move(tensor);
       }
     if (in.value_types())
       for (const fb::ValueInfo* v : *in.value_types()) {
-        const std::string name = to_string(v->name());
+        const std::string name = name_of(v->name());
         TensorType t;
         RETURN_IF_ERROR(read_type(v->type(), where + " value '" + name + "'", &t));
         g->value_types[name] = std::move(t);
@@ -143,17 +154,17 @@ struct Reader {
       g->nodes.reserve(in.nodes()->size());
       for (const fb::Node* n : *in.nodes()) {
         Node node;
-        node.name = to_string(n->name());
-        node.op_type = to_string(n->op_type());
-        node.domain = to_string(n->domain());
-        node.inputs = to_strings(n->inputs());
-        node.outputs = to_strings(n->outputs());
-        node.implicit_inputs = to_strings(n->implicit_inputs());
-        node.origin = to_strings(n->origin());
+        node.name = name_of(n->name());
+        node.op_type = name_of(n->op_type());
+        node.domain = name_of(n->domain());
+        node.inputs = names_of(n->inputs());
+        node.outputs = names_of(n->outputs());
+        node.implicit_inputs = names_of(n->implicit_inputs());
+        node.origin = names_of(n->origin());
         const std::string nwhere = where + " " + node.describe();
         if (n->attrs())
           for (const fb::Attribute* a : *n->attrs()) {
-            const std::string key = to_string(a->name());
+            const std::string key = name_of(a->name());
             Attribute attr;
             RETURN_IF_ERROR(attribute(a, nwhere + " attribute '" + key + "'", g, &attr));
             node.attrs[key] = std::move(attr);

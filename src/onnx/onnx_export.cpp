@@ -20,6 +20,7 @@
 #include "io/file_util.h"
 #include "onnx/onnx_import.h"
 #include "onnx/onnx_pb.h"
+#include "onnx/proto_names.h"
 
 namespace ferry {
 namespace {
@@ -499,6 +500,15 @@ Status export_trained_onnx(const std::string& source_onnx, const TrainedExport& 
     coded.SetRecursionLimit(200);
     if (f.size == 0 || !mp.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage() || !mp.has_graph())
       return invalid_model("model '" + source_onnx + "' is not a valid ONNX model (protobuf parse failed)");
+  }
+  escape_model_names(&mp);  // the names the importer gave the trained weights
+  for (const auto& [key, value] : e.metadata) {
+    onnx::StringStringEntryProto* entry = nullptr;
+    for (onnx::StringStringEntryProto& kv : *mp.mutable_metadata_props())
+      if (kv.key() == key) entry = &kv;
+    if (entry == nullptr) entry = mp.add_metadata_props();
+    entry->set_key(key);
+    entry->set_value(value);
   }
   ExportState st{source_onnx, dir_name(source_onnx), 0, {}};
   st.opset = mp.opset_import_size() == 0 ? 1 : 0;

@@ -24,6 +24,9 @@ struct TrainedExport {
   /// `from` is an initializer and `to` names no initializer, the initializer is renamed; an
   /// initializer left unread by a rename is dropped.
   std::vector<std::pair<std::string, std::string>> renames;
+  /// metadata_props entries set on the output (a key the source has is replaced): `ferry train`
+  /// writes the class names and the eval image transform (onnx/model_metadata.h).
+  std::map<std::string, std::string> metadata;
 };
 
 struct ExportOptions {

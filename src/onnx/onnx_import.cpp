@@ -12,12 +12,14 @@
 #include <unordered_set>
 #include <utility>
 
+#include "common/utf8.h"
 #include "ir/graph_check.h"
 #include "io/file_util.h"
 #include "onnx/onnx_pb.h"
 // After onnx_pb.h, which defines ONNX_API.
 #include "onnx/onnx-data.pb.h"
 #include "onnx/opset_upgrade.h"
+#include "onnx/proto_names.h"
 #include "onnx/tensor_proto.h"
 #include "ops/registry.h"
 #include "ops/shape_inference.h"
@@ -291,6 +293,50 @@ Status convert_graph(ImportState& st, const onnx::GraphProto& gp, Graph* g, int 
 }  // namespace
 
 namespace {
+void escape(std::string* s) {
+  std::string e = escape_name(*s);
+  if (e.size() != s->size()) *s = std::move(e);
+}
+
+void escape_graph_names(onnx::GraphProto* g, int depth) {
+  if (depth > 64) return;  // convert_graph refuses deeper nesting with its own message
+  escape(g->mutable_name());
+  for (onnx::NodeProto& n : *g->mutable_node()) {
+    escape(n.mutable_name());
+    escape(n.mutable_op_type());
+    escape(n.mutable_domain());
+    for (std::string& v : *n.mutable_input()) escape(&v);
+    for (std::string& v : *n.mutable_output()) escape(&v);
+    for (onnx::AttributeProto& a : *n.mutable_attribute()) {
+      escape(a.mutable_name());
+      if (a.has_g()) escape_graph_names(a.mutable_g(), depth + 1);
+      for (onnx::GraphProto& sub : *a.mutable_graphs()) escape_graph_names(&sub, depth + 1);
+    }
+  }
+  for (onnx::ValueInfoProto& v : *g->mutable_input()) escape(v.mutable_name());
+  for (onnx::ValueInfoProto& v : *g->mutable_output()) escape(v.mutable_name());
+  for (onnx::ValueInfoProto& v : *g->mutable_value_info()) escape(v.mutable_name());
+  for (onnx::TensorProto& t : *g->mutable_initializer()) escape(t.mutable_name());
+  for (onnx::SparseTensorProto& t : *g->mutable_sparse_initializer()) {
+    if (t.has_values()) escape(t.mutable_values()->mutable_name());
+    if (t.has_indices()) escape(t.mutable_indices()->mutable_name());
+  }
+}
+}  // namespace
+
+void escape_model_names(onnx::ModelProto* mp) {
+  if (mp->has_graph()) escape_graph_names(mp->mutable_graph(), 0);
+  escape(mp->mutable_producer_name());
+  escape(mp->mutable_producer_version());
+  escape(mp->mutable_domain());
+  for (onnx::StringStringEntryProto& kv : *mp->mutable_metadata_props()) {
+    escape(kv.mutable_key());
+    if (!is_valid_utf8(kv.value())) kv.set_value(escape_non_utf8(kv.value()));
+  }
+  if (!is_valid_utf8(mp->doc_string())) mp->set_doc_string(escape_non_utf8(mp->doc_string()));
+}
+
+namespace {
 
 /// parse_onnx_model, calling `release_input` (when given) as soon as `data` is no longer read, so
 /// load_onnx_model unmaps the file before the graph's copies of the weights are made.
@@ -311,6 +357,7 @@ StatusOr<std::shared_ptr<Model>> parse_model(const void* data, size_t size, cons
                            "corrupted, or not an .onnx file)");
   }
   if (release_input) release_input();  // the ModelProto holds its own copy of everything from here on
+  escape_model_names(&mp);
   if (!mp.has_graph())
     return invalid_model(what + " has no graph (is it an ONNX model? its ir_version field is " +
                          std::to_string(mp.ir_version()) + ")");

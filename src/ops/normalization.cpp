@@ -59,8 +59,9 @@ Status check_param_len(const KernelContext& ctx, const Tensor& t, const char* na
 // (running mean/var, and at opset < 14 saved mean/var) the unchanged mean and var are returned.
 Status batchnorm_common_checks(const AttrReader& a, int64_t opset, int64_t num_outputs) {
   if (opset >= 14 && a.get_int("training_mode", 0) != 0)
-    return unsupported(a.node().describe() + ": training mode is not supported (training_mode=1); export the model "
-                       "in eval mode");
+    return unsupported(a.node().describe() + ": training mode is not supported (training_mode=1) for inference: this "
+                       "is a training-mode export, which `ferry train` takes; to run or compile it, export the model in "
+                       "eval mode (model.eval()), or train it and run the model --out writes");
   const int64_t max_out = opset >= 14 ? 3 : 5;
   if (num_outputs > max_out)
     return invalid_model(a.node().describe() + ": BatchNormalization has at most " + std::to_string(max_out) +

@@ -370,6 +370,10 @@ Status Comparator::run_samples_(const SampleSource& samples, const std::vector<s
       rec.mean_max_abs += m.max_abs;
       const bool ok = output_passes(m, th);
       rec.samples_passed += ok ? 1 : 0;
+      if (!ok && rec.first_failing_sample.empty()) {
+        rec.first_failing_sample = sample_name.empty() ? "#" + std::to_string(r.samples) : sample_name;
+        rec.first_failure = m;
+      }
       sample_ok &= ok;
       agree_top_k(*rt, t, &rec);
     }

@@ -23,6 +23,13 @@ namespace ferry {
 struct Thresholds {
   double cosine_min = 0.99;
   double max_abs = 0.01;
+  /// > 0: the max abs bound is this fraction of the reference output's max |value| instead of
+  /// max_abs (an int8 model's error scales with its outputs; `ferry compare` sets 0.05 for one).
+  double max_abs_of_range = 0.0;
+  /// The bound max abs is held to for an output whose reference has max |value| `ref_max_abs_value`.
+  double max_abs_limit(double ref_max_abs_value) const {
+    return max_abs_of_range > 0 ? max_abs_of_range * ref_max_abs_value : max_abs;
+  }
 };
 
 /// How one tensor differs from its reference. Error metrics cover positions finite in both.
@@ -48,6 +55,17 @@ TensorMetrics compare_tensors(const Tensor& ref, const Tensor& target);
 void merge_worst(TensorMetrics* worst, const TensorMetrics& m);
 /// An output passes: cosine and max abs within thresholds, no new NaN/inf, same shape.
 bool output_passes(const TensorMetrics& m, const Thresholds& t);
+
+/// One criterion an output failed, for a verdict that says why: "max_abs", "cosine", "non_finite"
+/// or "mismatch", the measured value and the threshold it missed.
+struct FailedCriterion {
+  std::string criterion;
+  double value = 0.0;
+  double threshold = 0.0;
+  std::string text;  // "max abs 0.063 > 0.01"
+};
+/// Every criterion of output_passes that `m` fails (empty when it passes).
+std::vector<FailedCriterion> failed_criteria(const TensorMetrics& m, const Thresholds& t);
 /// A layer passes on cosine and NaN/inf only: intermediate values have their own scales, so an
 /// absolute error bound meant for outputs would flag every large activation.
 bool layer_passes(const TensorMetrics& m, const Thresholds& t);
@@ -95,6 +113,9 @@ struct OutputRecord {
   double mean_cosine = 0.0;
   double mean_max_abs = 0.0;
   int64_t samples_passed = 0;
+  /// The first sample this output failed on and its metrics there (empty name: passed on all).
+  std::string first_failing_sample;
+  TensorMetrics first_failure;
   /// Classifier-like outputs ([N, C] or [C], C >= 2): rows whose argmax agrees; ref's top-1 within target's top-5.
   int64_t rows = 0;
   int64_t top1_agree = 0;

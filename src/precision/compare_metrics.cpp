@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 
 #include "precision/compare.h"
 
@@ -69,7 +70,36 @@ void merge_worst(TensorMetrics* worst, const TensorMetrics& m) {
 }
 
 bool output_passes(const TensorMetrics& m, const Thresholds& t) {
-  return m.mismatch.empty() && !m.new_non_finite() && m.cosine >= t.cosine_min && m.max_abs <= t.max_abs;
+  return m.mismatch.empty() && !m.new_non_finite() && m.cosine >= t.cosine_min &&
+         m.max_abs <= t.max_abs_limit(m.ref_max_abs_value);
+}
+
+std::vector<FailedCriterion> failed_criteria(const TensorMetrics& m, const Thresholds& t) {
+  auto g = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.4g", v);
+    return std::string(buf);
+  };
+  std::vector<FailedCriterion> out;
+  if (!m.mismatch.empty()) {
+    out.push_back({"mismatch", 0.0, 0.0, "cannot compare: " + m.mismatch});
+    return out;
+  }
+  if (m.new_non_finite())
+    out.push_back({"non_finite", static_cast<double>(m.target_nan + m.target_inf), static_cast<double>(m.ref_nan + m.ref_inf),
+                   "NaN/inf in the target (" + std::to_string(m.target_nan) + " NaN, " + std::to_string(m.target_inf) +
+                       " inf) where the reference has " + std::to_string(m.ref_nan) + " NaN, " + std::to_string(m.ref_inf) +
+                       " inf"});
+  if (!(m.cosine >= t.cosine_min))
+    out.push_back({"cosine", m.cosine, t.cosine_min, "cosine " + g(m.cosine) + " < " + g(t.cosine_min)});
+  const double limit = t.max_abs_limit(m.ref_max_abs_value);
+  if (!(m.max_abs <= limit)) {
+    std::string th = g(limit);
+    if (t.max_abs_of_range > 0)
+      th += " (" + g(100 * t.max_abs_of_range) + "% of the reference's max |value| " + g(m.ref_max_abs_value) + ")";
+    out.push_back({"max_abs", m.max_abs, limit, "max abs " + g(m.max_abs) + " > " + th});
+  }
+  return out;
 }
 
 bool layer_passes(const TensorMetrics& m, const Thresholds& t) {

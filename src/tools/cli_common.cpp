@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <set>
 
+#include "common/utf8.h"
 #include "format/compiled_model.h"
+#include "io/image_metadata.h"
 #include "io/npy.h"
 #include "onnx/onnx_import.h"
 
@@ -17,7 +19,8 @@ namespace ferry::cli {
 
 int report(const Status& status) {
   if (status.is_ok()) return kExitOk;
-  std::fprintf(stderr, "ferry: error: %s\n", status.message().c_str());
+  // Messages quote file names and model contents: escaped so the terminal gets valid UTF-8.
+  std::fprintf(stderr, "ferry: error: %s\n", escape_non_utf8(status.message()).c_str());
   return status.code() == StatusCode::kInternal ? kExitInternal : kExitBadInput;
 }
 
@@ -83,7 +86,43 @@ InputSpec split_input_spec(const Model& model, const std::string& spec) {
   return out;
 }
 
-StatusOr<NamedTensors> load_inputs(const Model& model, const std::vector<std::string>& specs) {
+namespace {
+// A JPEG/PNG for a model input: the eval transform the model's metadata gives (`ferry train --out`
+// writes it), else Resize + CenterCrop to the input's fixed square size (or `image_size`) with
+// ImageNet's mean and std, as torchvision's eval pipeline; batch dimension added for a rank-4 input.
+StatusOr<Tensor> load_image_input(const Model& model, const ValueInfo& input, const std::string& file, int64_t image_size) {
+  const std::string where = "--input '" + file + "' (image) for input '" + input.name + "' " + input.type.to_string();
+  ASSIGN_OR_RETURN(std::optional<EvalImageTransform> meta, eval_transform_from_metadata(model.metadata));
+  EvalImageTransform t = meta.value_or(EvalImageTransform{});
+  const std::optional<Shape>& shape = input.type.shape;
+  const size_t rank = shape ? shape->dims.size() : 0;
+  if (input.type.dtype != DType::kF32 || (rank != 3 && rank != 4))
+    return invalid_argument(where + ": an image becomes a float32 [1, 3, S, S] tensor; this input takes another type");
+  const Dim& c = shape->dims[rank - 3];
+  if (c.is_known() && c.value != 3)
+    return invalid_argument(where + ": an image has 3 channels (RGB); this input takes " + std::to_string(c.value));
+  const Dim& h = shape->dims[rank - 2];
+  const Dim& w = shape->dims[rank - 1];
+  if (image_size > 0) {
+    t.crop = image_size;
+    t.resize = 0;
+  } else if (!meta) {
+    if (!h.is_known() || !w.is_known() || h.value != w.value)
+      return invalid_argument(where + ": the model does not say its image size (no " + kImageTransformKey +
+                              " metadata, no fixed square input); give --image-size S, the size it was trained at");
+    t.crop = h.value;
+  }
+  if ((h.is_known() && h.value != t.crop) || (w.is_known() && w.value != t.crop))
+    return invalid_argument(where + ": the image would be " + std::to_string(t.crop) + "x" + std::to_string(t.crop) +
+                            " but the input is " + std::to_string(h.is_known() ? h.value : -1) + "x" +
+                            std::to_string(w.is_known() ? w.value : -1));
+  ASSIGN_OR_RETURN(Tensor image, read_image_tensor(file, t));
+  if (rank == 3) return image;
+  return image.reshaped({1, 3, t.crop, t.crop});
+}
+}  // namespace
+
+StatusOr<NamedTensors> load_inputs(const Model& model, const std::vector<std::string>& specs, int64_t image_size) {
   const Graph& g = model.graph;
   std::set<std::string> input_names;
   for (const ValueInfo& v : g.inputs) input_names.insert(v.name);
@@ -114,6 +153,22 @@ StatusOr<NamedTensors> load_inputs(const Model& model, const std::vector<std::st
       }
       continue;
     }
+    if (is_image_file_name(file)) {
+      const ValueInfo* v = nullptr;
+      if (name.empty()) {
+        v = next_unfed();
+        if (!v) return invalid_argument("input file '" + file + "': the model has only " + std::to_string(g.inputs.size()) +
+                                        " inputs and all are given");
+      } else {
+        for (const ValueInfo& in : g.inputs)
+          if (in.name == name) v = &in;
+        if (!v) return invalid_argument("--input " + spec + ": the model has no input named '" + name + "'");
+      }
+      ASSIGN_OR_RETURN(Tensor image, load_image_input(model, *v, file, image_size));
+      if (!fed.insert(v->name).second) return invalid_argument("input '" + v->name + "' is given twice");
+      feeds.emplace_back(v->name, std::move(image));
+      continue;
+    }
     Tensor t;
     if (ends_with(file, ".npy")) {
       ASSIGN_OR_RETURN(t, read_npy(file));
@@ -122,7 +177,7 @@ StatusOr<NamedTensors> load_inputs(const Model& model, const std::vector<std::st
       ASSIGN_OR_RETURN(t, read_tensor_pb(file, &pb_name));
       if (name.empty() && input_names.count(pb_name) && !fed.count(pb_name)) name = pb_name;
     } else {
-      return invalid_argument("input file '" + file + "': unknown format; use .npy, .npz or an ONNX TensorProto .pb");
+      return invalid_argument("input file '" + file + "': unknown format; use .npy, .npz, an ONNX TensorProto .pb, or a .jpg / .png image");
     }
     if (name.empty()) {
       const ValueInfo* v = next_unfed();

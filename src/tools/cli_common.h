@@ -36,8 +36,10 @@ struct InputSpec {
 /// whole spec is not an existing file; otherwise the whole spec is a file.
 InputSpec split_input_spec(const Model& model, const std::string& spec);
 
-/// Reads `--input [NAME=]FILE` specs (.npy, .npz, .pb) and matches them to the model's inputs.
-StatusOr<NamedTensors> load_inputs(const Model& model, const std::vector<std::string>& specs);
+/// Reads `--input [NAME=]FILE` specs (.npy, .npz, .pb, or a .jpg/.png image through the eval
+/// transform: the model's metadata (io/image_metadata.h), else its square input size or
+/// `image_size`) and matches them to the model's inputs.
+StatusOr<NamedTensors> load_inputs(const Model& model, const std::vector<std::string>& specs, int64_t image_size = 0);
 
 /// "1.2 MiB"
 std::string human_bytes(int64_t bytes);

@@ -57,6 +57,10 @@ int cmd_bench(const BenchOptions& opt) {
   const double on_cpu = total_ms > 0 ? total_cpu / (total_ms * std::max(1, b.threads)) : 0.0;
   const MemoryStats mem = b.executor->memory_stats();
   const int64_t rss = peak_rss_bytes();
+  // A busy machine slows every run alike, so a low spread does not make the figures this model's
+  // speed: more runnable work than cores, or a single-threaded run off its core half the time.
+  const double load = std::max(load_before.load1, load_after.load1);
+  const bool busy = (load_after.cores > 0 && load > load_after.cores + 0.5) || (b.threads == 1 && on_cpu < 0.5);
 
   if (opt.json) {
     json j;
@@ -74,6 +78,7 @@ int cmd_bench(const BenchOptions& opt) {
     j["cpu_ms"] = {{"min", cpu_lat.min}, {"p50", cpu_lat.p50}, {"p90", cpu_lat.p90}, {"max", cpu_lat.max}};
     j["cpu_spread_p90_p50"] = cpu_lat.spread();
     j["on_cpu_share"] = on_cpu;
+    j["busy_machine"] = busy;
     j["runs_ms"] = times;    // each timed run's wall time, in order
     j["runs_cpu_ms"] = cpu;  // and its CPU time (all threads)
     j["machine"] = {{"cores", load_after.cores}, {"load1_before", load_before.load1}, {"load1_after", load_after.load1}};
@@ -113,12 +118,15 @@ int cmd_bench(const BenchOptions& opt) {
   std::printf("  latency ms  min %.3f  mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  (%zu runs after %d warm-up)\n",
               lat.min, lat.mean, lat.p50, lat.p90, lat.p99, lat.max, times.size(), warmup);
   std::printf("  spread      p90/p50 %.3f%s\n", lat.spread(),
-              lat.spread() > kSpreadLimit ? "  (above 1.15: the runs are not steady; see cpu and machine below)" : "");
+              lat.spread() > kSpreadLimit ? "  (above 1.15: the runs are not steady; see cpu and machine below)"
+              : busy                       ? "  (even, but the machine is busy: see below)"
+                                           : "");
   std::printf("  cpu ms      p50 %.3f  p90 %.3f  (process CPU time per run, all threads; p90/p50 %.3f); on a core %.0f%% of the wall time\n",
               cpu_lat.p50, cpu_lat.p90, cpu_lat.spread(), 100.0 * on_cpu);
   if (load_after.load1 >= 0)
-    std::printf("  machine     load %.2f -> %.2f (1-min average) on %d core%s\n", load_before.load1, load_after.load1,
-                load_after.cores, load_after.cores == 1 ? "" : "s");
+    std::printf("  machine     load %.2f -> %.2f (1-min average) on %d core%s%s\n", load_before.load1, load_after.load1,
+                load_after.cores, load_after.cores == 1 ? "" : "s",
+                busy ? "  (BUSY: other work shares the cores; these times are not the model's speed, rerun when idle)" : "");
   std::printf("  throughput  %.2f inferences/s, %.2f samples/s\n", per_s, per_s * static_cast<double>(b.batch));
   std::printf("  memory      peak RSS %s", human_bytes(rss).c_str());
   if (mem.planned)

@@ -27,7 +27,7 @@ struct CompareCliOptions {
   bool json = false;
   std::string report;
   double cosine_min = 0.99;
-  double max_abs = 0.01;
+  double max_abs = -1;  // < 0: not given (0.01, or 5% of the output's range for an int8 model)
   std::vector<std::string> keep_fp32;
   std::string precision_config;
   std::string fix;
@@ -73,8 +73,13 @@ void print_text(const CompareResult& r, const CompareOptions& o, const std::stri
     if (p.nodes_computed_in_fp32) std::printf(", %lld of them computed in fp32", static_cast<long long>(p.nodes_computed_in_fp32));
     std::printf(", %lld kept fp32, %lld casts)", static_cast<long long>(p.nodes_kept_fp32), static_cast<long long>(p.casts_inserted));
   }
-  std::printf("\n  %zu sample(s); thresholds: cosine >= %g, max abs <= %g\n\n", r.samples, o.thresholds.cosine_min,
-              o.thresholds.max_abs);
+  if (o.thresholds.max_abs_of_range > 0)
+    std::printf("\n  %zu sample(s); thresholds: cosine >= %g, max abs <= %g%% of the reference output's max |value| "
+                "(int8 model; --max-abs X sets an absolute bound)\n\n",
+                r.samples, o.thresholds.cosine_min, 100 * o.thresholds.max_abs_of_range);
+  else
+    std::printf("\n  %zu sample(s); thresholds: cosine >= %g, max abs <= %g\n\n", r.samples, o.thresholds.cosine_min,
+                o.thresholds.max_abs);
   std::printf("  %-24s %10s %10s %11s %11s %11s %11s %9s %8s %7s %7s\n", "output", "worst cos", "mean cos", "max abs",
               "mean abs", "max rel", "rmse", "nan/inf", "passed", "top-1", "top-5");
   for (const OutputRecord& rec : r.outputs) {
@@ -113,6 +118,27 @@ void print_text(const CompareResult& r, const CompareOptions& o, const std::stri
   if (r.first_non_finite)
     std::printf("  overflow: %s (sample '%s')\n", r.first_non_finite->describe().c_str(), r.first_non_finite_sample.c_str());
   std::printf("  result: %s (%zu/%zu samples pass)\n", r.passed() ? "PASS" : "FAIL", r.samples_passed, r.samples);
+  // A failing verdict says why: each output's failed criteria on its first failing sample.
+  for (const OutputRecord& rec : r.outputs) {
+    if (rec.first_failing_sample.empty()) continue;
+    for (const FailedCriterion& f : failed_criteria(rec.first_failure, o.thresholds)) {
+      const char* flag = f.criterion == "max_abs" ? " (--max-abs)" : f.criterion == "cosine" ? " (--cosine-min)" : "";
+      std::printf("    output '%s' fails on sample '%s': %s%s\n", rec.name.c_str(), rec.first_failing_sample.c_str(),
+                  f.text.c_str(), flag);
+    }
+  }
+}
+
+// A quantized model (QuantizeLinear/DequantizeLinear, QLinear*, *Integer ops): its outputs carry
+// int8 rounding error that scales with their range, so an absolute default bound fails good models.
+bool is_quantized(const Model& model) {
+  for (const Node& n : model.graph.nodes) {
+    const std::string& op = n.op_type;
+    if (op == "QuantizeLinear" || op == "DequantizeLinear" || op == "DynamicQuantizeLinear" || op.rfind("QLinear", 0) == 0 ||
+        (op.size() > 7 && op.compare(op.size() - 7, 7, "Integer") == 0))
+      return true;
+  }
+  return false;
 }
 
 int cmd_compare(const CompareCliOptions& opt) {
@@ -133,7 +159,11 @@ int cmd_compare(const CompareCliOptions& opt) {
   }
   co.target = target.value();
   co.thresholds.cosine_min = opt.cosine_min;
-  co.thresholds.max_abs = opt.max_abs;
+  if (opt.max_abs >= 0) {
+    co.thresholds.max_abs = opt.max_abs;
+  } else if (is_quantized(*model)) {
+    co.thresholds.max_abs_of_range = 0.05;
+  }
   co.per_layer = opt.per_layer;
   co.threads = opt.threads;
   if (opt.per_layer && co.ref.is_outputs)
@@ -213,7 +243,7 @@ const bool kRegistered = register_command({"compare", 60, [](CLI::App& app) {
   auto opt = std::make_shared<CompareCliOptions>();
   CLI::App* cmd = app.add_subcommand(
       "compare", "Compare a target (device + precision) with a reference: per output, per layer, over a dataset; repair with --fix");
-  cmd->add_option("model", opt->model, "ONNX model file (.onnx)")->required();
+  cmd->add_option("model", opt->model, "The target's model: ONNX (.onnx) or compiled (.ferry)")->required();
   cmd->add_option("--ref", opt->ref,
                   "Reference: DEVICE:PRECISION[:OPT_LEVEL] (default cpu-ref:fp32) or outputs:DIR (saved .npy outputs: "
                   "<output>.npy or expected_<k>.npy; one sub-folder or .npz per sample with --inputs-dir)");
@@ -231,7 +261,8 @@ const bool kRegistered = register_command({"compare", 60, [](CLI::App& app) {
   cmd->add_flag("--json", opt->json, "Print the JSON report instead of text");
   cmd->add_option("--report", opt->report, "Write a self-contained HTML report (per-layer chart, tables)");
   cmd->add_option("--cosine-min", opt->cosine_min, "Cosine similarity threshold (default 0.99)");
-  cmd->add_option("--max-abs", opt->max_abs, "Max absolute error threshold for outputs (default 0.01)");
+  cmd->add_option("--max-abs", opt->max_abs, "Max absolute error threshold for outputs (default 0.01; for an int8 (quantized) MODEL: "
+                  "5% of the reference output's max |value|)");
   cmd->add_option("--keep-fp32", opt->keep_fp32, "NODE,...: target nodes kept in fp32 (ONNX names work on fused graphs)");
   cmd->add_option("--precision-config", opt->precision_config,
                   "Precision config JSON for the target (keep_fp32, nodes, keep_fp32_ops; the --target precision wins over its mode)");

@@ -98,8 +98,24 @@ int cmd_compile(const CompileCliOptions& opt) {
   std::printf("compiled %s -> %s in %.2f s\n", opt.model.c_str(), opt.output.c_str(), secs);
   std::printf("  target:    %s (%s), opt level %d, precision %s\n", sp.device.c_str(), host_isa().c_str(), sp.opt_level,
               sp.precision_mode.c_str());
+  // Without gears the compiled graph keeps the input shapes it was given: "fixed" only when every
+  // dimension is a number (a batch-dynamic model stays dynamic, planned per run).
+  std::string shapes = "batch gears " + gears;
+  if (gears.empty()) {
+    std::string dynamic;
+    for (const ValueInfo& v : sp.gears[0].model->graph.inputs)
+      if (v.type.shape)
+        for (const Dim& d : v.type.shape->dims)
+          if (!d.is_known()) {
+            dynamic = v.name + " " + v.type.to_string();
+            break;
+          }
+    shapes = dynamic.empty() ? "fixed shapes"
+                             : "dynamic shapes (input " + dynamic + "; memory planned per input shape at run time; "
+                               "--input-shape or --dynamic-batch 1,2,4,8 fixes them)";
+  }
   std::printf("  graph:     %lld nodes -> %lld; %s\n", static_cast<long long>(rep.nodes_before),
-              static_cast<long long>(rep.nodes_after), gears.empty() ? "fixed shapes" : ("batch gears " + gears).c_str());
+              static_cast<long long>(rep.nodes_after), shapes.c_str());
   std::printf("  file:      %s (weights of one plan %s)\n", human_bytes(static_cast<int64_t>(bytes.value().size())).c_str(),
               human_bytes(weight_bytes).c_str());
   if (rep.packed_nodes > 0)

@@ -6,6 +6,7 @@
 
 #include "ops/registry.h"
 #include "format/compiled_model.h"
+#include "onnx/onnx_import.h"
 #include "tools/cli_common.h"
 #include "tools/gear_cli.h"
 #include "tools/command_registry.h"
@@ -45,6 +46,7 @@ void count_ops(const Model& m, const Graph& g, std::map<std::string, int64_t>* h
 int cmd_info(const InfoOptions& opt) {
   std::shared_ptr<Model> model;
   std::string gears;  // a compiled model's batch gears, "1,2,4,8"
+  std::string shapes_note;  // why shapes were not inferred (described as the file has them)
   if (is_compiled_model_file(opt.model)) {
     auto loaded = load_geared_model(opt.model);
     if (!loaded.is_ok()) return report(loaded.status());
@@ -54,7 +56,17 @@ int cmd_info(const InfoOptions& opt) {
     gears = loaded.value().gear_list();
   } else {
     auto loaded = load_model(opt.model, /*require_known_ops=*/false);
-    if (!loaded.is_ok()) return report(loaded.status());
+    if (!loaded.is_ok()) {
+      // A model ferry cannot infer shapes for (a training-mode export, the file `ferry train`
+      // takes) is still described, as it is in the file, with the reason shapes are missing.
+      ImportOptions io;
+      io.require_known_ops = false;
+      io.infer_shapes = false;
+      auto raw = load_onnx_model(opt.model, io);
+      if (!raw.is_ok()) return report(loaded.status());
+      shapes_note = loaded.status().message();
+      loaded = raw;
+    }
     model = loaded.value();
   }
   const Model& m = *model;
@@ -101,6 +113,7 @@ int cmd_info(const InfoOptions& opt) {
     if (!m.metadata.empty()) j["metadata"] = m.metadata;
     j["unsupported_ops"] = missing;
     if (!gears.empty()) j["batch_gears"] = gears;
+    if (!shapes_note.empty()) j["shapes_not_inferred"] = shapes_note;
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
@@ -116,6 +129,8 @@ int cmd_info(const InfoOptions& opt) {
   if (!gears.empty())
     std::printf("gears:      batch %s (shapes below: the gear for batch %lld; --batch B picks another)\n", gears.c_str(),
                 static_cast<long long>(opt.batch > 0 ? opt.batch : 1));
+  if (!shapes_note.empty())
+    std::printf("note:       shapes as the file declares them, not inferred: %s\n", shapes_note.c_str());
   std::printf("inputs:\n");
   for (const ValueInfo& v : g.inputs) std::printf("  %-24s %s\n", v.name.c_str(), v.type.to_string().c_str());
   std::printf("outputs:\n");

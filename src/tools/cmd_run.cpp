@@ -12,6 +12,7 @@
 #include <set>
 
 #include "compiler/gears.h"
+#include "io/image_metadata.h"
 #include "io/npy.h"
 #include "ops/op_util.h"
 #include "precision/precision_run.h"
@@ -81,7 +82,13 @@ std::vector<std::vector<std::pair<int64_t, double>>> top_k(const Tensor& t, int 
 int cmd_run(const RunOptions& opt) {
   auto loaded = load_geared_model(opt.model);
   if (!loaded.is_ok()) return report(loaded.status());
-  auto feeds = load_inputs(*loaded.value().model, opt.inputs);
+  if (opt.inputs.empty() && !loaded.value().model->graph.inputs.empty()) {
+    std::string names;
+    for (const ValueInfo& v : loaded.value().model->graph.inputs) names += (names.empty() ? "" : ", ") + v.name + " " + v.type.to_string();
+    return report(invalid_argument("give the model's inputs: --input [NAME=]FILE (.npy, .npz, .pb, or a .jpg/.png image); "
+                                   "its inputs: " + names));
+  }
+  auto feeds = load_inputs(*loaded.value().model, opt.inputs, opt.image_size);
   if (!feeds.is_ok()) return report(feeds.status());
   // A compiled model with batch gears runs the smallest gear >= the inputs' batch.
   auto gear = choose_gear_for_feeds(loaded.value(), &feeds.value());
@@ -142,7 +149,7 @@ int cmd_run(const RunOptions& opt) {
   }
 
   NamedTensors outputs, first;
-  double ms = 0;
+  double ms = 0, first_ms = 0;
   for (int r = 0; r < std::max(opt.runs, 1); ++r) {
     outputs.clear();
     auto start = std::chrono::steady_clock::now();
@@ -150,6 +157,7 @@ int cmd_run(const RunOptions& opt) {
     ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!st.is_ok()) return report(r == 0 ? st : st.with_context("run " + std::to_string(r + 1)));
     if (r == 0) {
+      first_ms = ms;
       if (opt.runs > 1)
         for (const auto& [name, t] : outputs) first.emplace_back(name, t.clone());
       continue;
@@ -167,6 +175,14 @@ int cmd_run(const RunOptions& opt) {
     }
   }
   cut_to_batch(gear.value().batched_outputs, gear.value().batch, &outputs);
+  // --top-k names the classes when the model carries their names (`ferry train --out` writes them).
+  auto class_names = class_names_from_metadata(loaded.value().model->metadata);
+  if (!class_names.is_ok()) return report(class_names.status().with_context(opt.model));
+  const std::vector<std::string>& names = class_names.value();
+  auto class_label = [&](int64_t cls, const Tensor& t) -> std::string {
+    if (names.empty() || t.rank() < 1 || t.dims().back() != static_cast<int64_t>(names.size())) return "";
+    return names[static_cast<size_t>(cls)];
+  };
   if (overflow.first()) std::fprintf(stderr, "ferry: warning: overflow in %s: %s\n", opt.precision.c_str(),
                                      overflow.first()->describe().c_str());
 
@@ -174,6 +190,8 @@ int cmd_run(const RunOptions& opt) {
   j["model"] = opt.model;
   j["device"] = opt.device;
   j["latency_ms"] = ms;
+  j["runs"] = std::max(opt.runs, 1);
+  j["first_run_ms"] = first_ms;
   j["outputs"] = json::array();
   std::string gear_note;
   if (gear.value().gear > 0) {
@@ -181,7 +199,14 @@ int cmd_run(const RunOptions& opt) {
     j["gear"] = gear.value().gear;
     gear_note = " (batch " + std::to_string(gear.value().batch) + " on the batch-" + std::to_string(gear.value().gear) + " gear)";
   }
-  if (!opt.json) std::printf("ran %s on %s%s in %.2f ms\n", opt.model.c_str(), opt.device.c_str(), gear_note.c_str(), ms);
+  // The first run plans memory and warms caches: say which run the time is.
+  char timing[160];
+  if (opt.runs > 1)
+    std::snprintf(timing, sizeof timing, "in %.2f ms (run %d of %d; the first, which plans memory, took %.2f ms)", ms,
+                  opt.runs, opt.runs, first_ms);
+  else
+    std::snprintf(timing, sizeof timing, "in %.2f ms (one run, memory planning included; 'ferry bench' times steady runs)", ms);
+  if (!opt.json) std::printf("ran %s on %s%s %s\n", opt.model.c_str(), opt.device.c_str(), gear_note.c_str(), timing);
   for (size_t i = 0; i < outputs.size(); ++i) {
     const auto& [name, t] = outputs[i];
     if (!out_paths.empty()) {
@@ -200,7 +225,11 @@ int cmd_run(const RunOptions& opt) {
       json rows = json::array();
       for (const auto& row : top_k(t, opt.top_k)) {
         json r = json::array();
-        for (const auto& [cls, score] : row) r.push_back({{"class", cls}, {"score", score}});
+        for (const auto& [cls, score] : row) {
+          json c = {{"class", cls}, {"score", score}};
+          if (!class_label(cls, t).empty()) c["label"] = class_label(cls, t);
+          r.push_back(c);
+        }
         rows.push_back(r);
       }
       e["top_k"] = rows;
@@ -216,7 +245,11 @@ int cmd_run(const RunOptions& opt) {
         int64_t r = 0;
         for (const auto& row : top_k(t, opt.top_k)) {
           std::printf("    [%lld] top-%d:", static_cast<long long>(r++), opt.top_k);
-          for (const auto& [cls, score] : row) std::printf(" %lld (%.4g)", static_cast<long long>(cls), score);
+          for (const auto& [cls, score] : row) {
+            const std::string label = class_label(cls, t);
+            if (label.empty()) std::printf(" %lld (%.4g)", static_cast<long long>(cls), score);
+            else std::printf(" %s [%lld] (%.4g)", label.c_str(), static_cast<long long>(cls), score);
+          }
           std::printf("\n");
         }
       }
@@ -229,10 +262,11 @@ int cmd_run(const RunOptions& opt) {
 namespace {
 const bool kRegistered = register_command({"run", 50, [](CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
-  CLI::App* cmd = app.add_subcommand("run", "Run a model on inputs from .npy / .npz / ONNX .pb files");
+  CLI::App* cmd = app.add_subcommand("run", "Run a model on inputs from .npy / .npz / ONNX .pb files or .jpg / .png images");
   cmd->add_option("model", opt->model, "ONNX model file (.onnx) or compiled model (.ferry)")->required();
   cmd->add_option("-i,--input", opt->inputs,
-                  "[NAME=]FILE: an input as .npy, .npz (arrays matched to inputs by name) or ONNX TensorProto .pb; "
+                  "[NAME=]FILE: an input as .npy, .npz (arrays matched to inputs by name), ONNX TensorProto .pb, or a "
+                  ".jpg/.png image (the eval transform: Resize, CenterCrop, ImageNet Normalize; sizes from the model); "
                   "without NAME= inputs are taken in the model's input order. Repeat for several inputs.");
   cmd->add_option("-o,--output-dir", opt->output_dir,
                   "Write each output as DIR/<output name>.npy (names made file-system safe; created if missing)");
@@ -244,7 +278,13 @@ const bool kRegistered = register_command({"run", 50, [](CLI::App& app) {
   cmd->add_option("--memory-limit", opt->memory_limit,
                   "Refuse to run when weights + inputs + the peak of intermediate tensors exceed this "
                   "(512M, 2G, ...; default: the memory available now; 'none': no check)");
-  cmd->add_option("--top-k", opt->top_k, "Also print the K largest values (class, score) of each output row");
+  cmd->add_option("--top-k", opt->top_k,
+                  "Also print the K largest values (class, score) of each output row, with the class names a model "
+                  "trained by `ferry train --out` on an image folder carries");
+  cmd->add_option("--image-size", opt->image_size,
+                  "An image --input: crop size S (Resize(S*256/224) + CenterCrop(S)) when the model does not give it "
+                  "(default: the model's metadata, else its square input size)")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", opt->json, "Print a JSON summary instead of text");
   cmd->add_option("--runs", opt->runs,
                   "Run N times on the same inputs (the first run plans memory, later runs reuse the plan); "

@@ -1,6 +1,11 @@
 // `ferry train MODEL.onnx --data PATH ...`: fine-tune an exported PyTorch model (train/trainer.h).
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tools/command_registry.h"
@@ -32,6 +37,77 @@ std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
+}
+
+// Ctrl-C: say where the run stopped and how to go on from there (async-signal-safe: write() only).
+std::atomic<int64_t> g_step{0};
+int64_t g_save_every = 0;
+char g_interrupt_dir[1024] = "";  // --checkpoint-dir ("": none)
+
+void write_str(const char* s) {
+  size_t n = 0;
+  while (s[n]) ++n;
+  ssize_t w = ::write(STDERR_FILENO, s, n);
+  (void)w;
+}
+
+void write_int(int64_t v) {
+  char buf[24];
+  int i = 23;
+  buf[i] = '\0';
+  if (v == 0) buf[--i] = '0';
+  while (v > 0 && i > 0) {
+    buf[--i] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  }
+  write_str(buf + i);
+}
+
+void on_interrupt(int) {
+  const int64_t step = g_step.load();
+  write_str("\r\033[K\nferry train: interrupted after step ");
+  write_int(step);
+  if (g_interrupt_dir[0] != '\0' && g_save_every > 0) {
+    const int64_t saved = step / g_save_every * g_save_every;
+    if (saved > 0) {
+      write_str("; the latest checkpoint is at step ");
+      write_int(saved);
+      write_str(". Resume: run the same command with --resume ");
+      write_str(g_interrupt_dir);
+      write_str("\n");
+    } else {
+      write_str("; no checkpoint was written yet (--save-every ");
+      write_int(g_save_every);
+      write_str("): nothing to resume\n");
+    }
+  } else {
+    write_str("; nothing was saved. To be able to resume, train with --checkpoint-dir DIR --save-every N, then --resume DIR\n");
+  }
+  ::_exit(130);
+}
+
+void print_start(const TrainStart& b, const TrainConfig& c) {
+  std::string data = std::to_string(b.samples) + (b.image_size > 0 ? " images" : " samples");
+  if (b.image_size > 0) data += " (" + std::to_string(b.image_size) + "x" + std::to_string(b.image_size) + ")";
+  if (b.classes > 0) {
+    data += ", " + std::to_string(b.classes) + " classes";
+    if (!b.class_names.empty()) {
+      std::string names;
+      for (size_t i = 0; i < b.class_names.size() && i < 8; ++i) names += (i ? ", " : "") + b.class_names[i];
+      if (b.class_names.size() > 8) names += ", ... (" + std::to_string(b.class_names.size() - 8) + " more)";
+      data += " (" + names + ")";
+    }
+  }
+  if (b.eval_samples > 0) data += "; eval " + std::to_string(b.eval_samples);
+  std::fprintf(stderr, "ferry train: %s: %s\n", c.model.c_str(), data.c_str());
+  std::string batch = std::to_string(b.batch_size);
+  if (b.accumulate > 1) batch += " x " + std::to_string(b.accumulate) + " accumulated";
+  if (b.world_size > 1) batch += " x " + std::to_string(b.world_size) + " ranks";
+  std::fprintf(stderr, "  %lld steps of batch %s on %s; %s lr %g%s%s\n", static_cast<long long>(b.total_steps), batch.c_str(),
+               b.device.c_str(), b.optimizer.c_str(), b.lr, c.amp.empty() ? "" : ("; --amp " + c.amp).c_str(),
+               c.checkpoint_dir.empty() ? "; no checkpoints (--checkpoint-dir)" : ("; checkpoints in " + c.checkpoint_dir).c_str());
+  if (!b.resumed_from.empty())
+    std::fprintf(stderr, "  resumed at step %lld from '%s'\n", static_cast<long long>(b.start_step), b.resumed_from.c_str());
 }
 
 int cmd_train(TrainOptions& o) {
@@ -67,7 +143,10 @@ int cmd_train(TrainOptions& o) {
   const std::string who =
       c.dist.distributed() ? "rank " + std::to_string(c.dist.rank) + " of " + std::to_string(c.dist.world_size) : "";
   ProgressBar bar;
+  std::optional<double> last_accuracy;
   auto on_step = [&](const StepReport& r) {
+    if (!r.eval) g_step.store(r.step);
+    if (r.eval && c.loss == "cross_entropy") last_accuracy = r.eval_accuracy;
     if (o.quiet) return;
     if (r.eval) {
       bar.finish();
@@ -77,20 +156,38 @@ int cmd_train(TrainOptions& o) {
     }
     const double remaining_s = r.time_ms * static_cast<double>(r.total_steps - r.step) / 1000.0;
     bar.update("train", r.step, r.total_steps,
-               "loss " + fmt("%.4f", r.loss) + "  " + fmt("%.2f it/s", r.time_ms > 0 ? 1000.0 / r.time_ms : 0) + "  ETA " +
-                   fmt("%.0f s", remaining_s));
+               "epoch " + std::to_string(r.epoch) + "  loss " + fmt("%.4f", r.loss) + "  lr " + fmt("%.3g", r.lr) + "  " +
+                   fmt("%.1f samples/s", r.samples_per_s) + "  ETA " + fmt("%.0f s", remaining_s));
   };
-  StatusOr<TrainSummary> s = run_training(c, on_step);
+  auto on_start = [&](const TrainStart& b) {
+    g_step.store(b.start_step);
+    if (!o.quiet && !c.plan_memory) print_start(b, c);
+  };
+  if (!c.plan_memory && rank0) {
+    g_save_every = c.checkpoint_dir.empty() ? 0 : (c.save_every > 0 ? c.save_every : 0);
+    std::snprintf(g_interrupt_dir, sizeof g_interrupt_dir, "%s", c.checkpoint_dir.c_str());
+    std::signal(SIGINT, on_interrupt);
+  }
+  StatusOr<TrainSummary> s = run_training(c, on_step, on_start);
   bar.finish();
   if (!s.is_ok()) return report(who.empty() ? s.status() : s.status().with_context(who));
   if (!rank0) return kExitOk;
   if (c.plan_memory) {
     std::fputs(s.value().memory_plan.c_str(), stdout);
+    if (!s.value().memory_fits) {
+      std::fprintf(stderr, "ferry train: the plan does not fit the memory limit (exit 2): see 'largest batch that fits'\n");
+      return kExitBadInput;
+    }
     return kExitOk;
   }
   for (const auto& note : s.value().notes) std::fprintf(stderr, "ferry train: %s\n", note.c_str());
-  std::printf("trained %lld steps: last loss %.6f, %.1f ms/step%s%s\n", static_cast<long long>(s.value().steps_done),
-              s.value().last_loss, s.value().mean_step_ms, c.out_path.empty() ? "" : "; wrote ", c.out_path.c_str());
+  std::string tail;
+  if (last_accuracy) tail += fmt(", eval accuracy %.4f", *last_accuracy);
+  tail += fmt(", %.1f ms/step", s.value().mean_step_ms);
+  if (!c.out_path.empty()) tail += "; wrote " + c.out_path;
+  if (!c.checkpoint_dir.empty()) tail += "; checkpoints in " + c.checkpoint_dir;
+  std::printf("trained %lld steps: last loss %.6f%s\n", static_cast<long long>(s.value().steps_done), s.value().last_loss,
+              tail.c_str());
   return kExitOk;
 }
 
@@ -111,20 +208,20 @@ const bool kRegistered = register_command({"train", 35, [](CLI::App& app) {
   cmd->add_option("--threads", c.threads, "Intra-op threads (default: the machine's cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--data-workers", c.data_workers, "Image decoding threads (default: half the cores; 0: in the step)");
   cmd->add_option("--device", c.device, "cpu (default), cpu-ref");
-  cmd->add_option("--optimizer", c.optimizer.kind, "sgd | adam | adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
-  cmd->add_option("--lr", o->lr, "Learning rate (default: 0.001 for adam/adamw; sgd requires it)");
-  cmd->add_option("--momentum", c.optimizer.momentum, "SGD momentum (default 0)");
+  cmd->add_option("--optimizer", c.optimizer.kind, "sgd | adam | adamw (default: sgd)")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  cmd->add_option("--lr", o->lr, "Learning rate (default: 0.01 for sgd, 0.001 for adam/adamw)");
+  cmd->add_option("--momentum", c.optimizer.momentum, "SGD momentum");
   cmd->add_flag("--nesterov", c.optimizer.nesterov, "SGD Nesterov momentum");
-  cmd->add_option("--dampening", c.optimizer.dampening, "SGD dampening (default 0)");
-  cmd->add_option("--weight-decay", o->weight_decay, "Weight decay (sgd/adam: coupled L2; adamw: decoupled, default 0.01)");
-  cmd->add_option("--beta1", c.optimizer.beta1, "Adam beta1 (0.9)");
-  cmd->add_option("--beta2", c.optimizer.beta2, "Adam beta2 (0.999)");
-  cmd->add_option("--eps", c.optimizer.eps, "Adam eps (1e-8)");
+  cmd->add_option("--dampening", c.optimizer.dampening, "SGD dampening");
+  cmd->add_option("--weight-decay", o->weight_decay, "Weight decay (sgd/adam: coupled L2, default 0; adamw: decoupled, default 0.01)");
+  cmd->add_option("--beta1", c.optimizer.beta1, "Adam beta1");
+  cmd->add_option("--beta2", c.optimizer.beta2, "Adam beta2");
+  cmd->add_option("--eps", c.optimizer.eps, "Adam eps");
   cmd->add_option("--lr-schedule", o->lr_schedule, "constant | step | cosine | onecycle")
       ->check(CLI::IsMember({"constant", "step", "cosine", "onecycle"}));
   cmd->add_option("--warmup-steps", c.schedule.warmup_steps, "Linear warm-up steps before the schedule");
   cmd->add_option("--step-size", c.schedule.step_size, "step schedule: steps between decays");
-  cmd->add_option("--gamma", c.schedule.gamma, "step schedule: decay factor (0.1)");
+  cmd->add_option("--gamma", c.schedule.gamma, "step schedule: decay factor");
   cmd->add_option("--clip-grad-norm", c.clip_grad_norm, "Clip the global gradient norm to X (torch.nn.utils.clip_grad_norm_)");
   cmd->add_option("--loss", c.loss, "cross_entropy (labels are class indices) | mse")->check(CLI::IsMember({"cross_entropy", "mse"}));
   cmd->add_option("--label-smoothing", c.label_smoothing, "cross_entropy label smoothing");
@@ -135,7 +232,7 @@ const bool kRegistered = register_command({"train", 35, [](CLI::App& app) {
   cmd->add_option("--out", c.out_path, "Write the trained inference model (.onnx)");
   cmd->add_option("--checkpoint-dir", c.checkpoint_dir, "Directory for checkpoints");
   cmd->add_option("--save-every", c.save_every, "Checkpoint every N steps (and at the end)")->check(CLI::PositiveNumber);
-  cmd->add_option("--keep-checkpoints", c.keep_checkpoints, "Checkpoints kept (3)")->check(CLI::PositiveNumber);
+  cmd->add_option("--keep-checkpoints", c.keep_checkpoints, "Checkpoints kept")->check(CLI::PositiveNumber);
   cmd->add_option("--resume", c.resume, "Continue from a checkpoint file, or a directory's latest");
   cmd->add_flag("--skip-bad-images", c.skip_bad_images, "Skip unreadable images (counted) instead of stopping");
   cmd->add_option("-O,--opt-level", c.opt_level, "Graph optimization level of the training graph");
@@ -146,13 +243,13 @@ const bool kRegistered = register_command({"train", 35, [](CLI::App& app) {
   cmd->add_flag("--sync-bn", c.sync_bn, "Data parallel: BatchNorm statistics over every rank's batch, as "
                 "torch.nn.SyncBatchNorm (with one rank: plain BatchNorm)");
   cmd->add_option("--dist-timeout", o->dist_timeout, "Data parallel: seconds to wait for the ranks to arrive and for each "
-                  "collective before failing (300)")->check(CLI::PositiveNumber);
+                  "collective before failing")->check(CLI::PositiveNumber);
   cmd->add_option("--amp", c.amp, "Mixed precision as torch.autocast: Conv/ConvTranspose/Gemm/MatMul in bf16 or fp16, the rest "
                   "and the optimizer in f32 (fp16 turns loss scaling on)")->check(CLI::IsMember({"bf16", "fp16"}));
   cmd->add_option("--keep-fp32", c.keep_fp32, "--amp: nodes (ONNX names) kept in f32")->delimiter(',');
   cmd->add_option("--init-scale", o->init_scale, "Dynamic loss scaling (torch GradScaler) from this scale (65536 with --amp fp16)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--growth-interval", c.scaler.growth_interval, "Loss scaling: good steps before the scale doubles (2000)")
+  cmd->add_option("--growth-interval", c.scaler.growth_interval, "Loss scaling: good steps before the scale doubles")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--loss-scale", o->loss_scale, "Static loss scale (overflowing steps are still skipped)")->check(CLI::PositiveNumber);
   cmd->add_option("--accumulate", c.accumulate, "Micro-batches of --batch-size per optimizer step (gradient accumulation)")

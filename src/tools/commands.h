@@ -31,6 +31,8 @@ struct RunOptions {
   /// Runs of the same inputs: the first plans memory, later ones run from the arena; every run's
   /// outputs must equal the first's bit for bit (exit 1 otherwise). The last run's are reported.
   int runs = 1;
+  /// A .jpg/.png --input: the crop size S when the model's metadata does not give it.
+  int64_t image_size = 0;
 };
 int cmd_run(const RunOptions& options);
 

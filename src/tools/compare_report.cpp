@@ -116,6 +116,7 @@ json compare_to_json(const CompareResult& r, const CompareOptions& o, const std:
   j["ref"] = o.ref.text;
   j["target"] = o.target.text;
   j["thresholds"] = {{"cosine_min", o.thresholds.cosine_min}, {"max_abs", o.thresholds.max_abs}};
+  if (o.thresholds.max_abs_of_range > 0) j["thresholds"]["max_abs_of_range"] = o.thresholds.max_abs_of_range;
   j["samples"] = r.samples;
   j["samples_passed"] = r.samples_passed;
   j["pass_rate"] = r.samples ? static_cast<double>(r.samples_passed) / static_cast<double>(r.samples) : 0.0;
@@ -136,6 +137,12 @@ json compare_to_json(const CompareResult& r, const CompareOptions& o, const std:
               {"mean_max_abs", number(rec.mean_max_abs)},
               {"samples_passed", rec.samples_passed},
               {"passed", rec.samples_passed == static_cast<int64_t>(r.samples)}};
+    if (!rec.first_failing_sample.empty()) {  // why it failed: each criterion, its value and threshold
+      json failed = json::array();
+      for (const FailedCriterion& f : failed_criteria(rec.first_failure, o.thresholds))
+        failed.push_back({{"criterion", f.criterion}, {"value", number(f.value)}, {"threshold", number(f.threshold)}, {"text", f.text}});
+      e["first_failure"] = {{"sample", rec.first_failing_sample}, {"failed", failed}};
+    }
     if (rec.rows > 0) {
       e["top1_agreement"] = static_cast<double>(rec.top1_agree) / static_cast<double>(rec.rows);
       if (rec.top5_defined) e["top5_agreement"] = static_cast<double>(rec.top5_agree) / static_cast<double>(rec.rows);
@@ -193,7 +200,17 @@ Status write_compare_html(const std::string& path, const json& doc) {
     << esc(doc.value("ref", "")) << "</b> vs target <b>" << esc(doc.value("target", "")) << "</b> — <span id=\"verdict\" class=\""
     << (passed ? "pass\">PASS" : "failtxt\">FAIL") << "</span>, " << doc.value("samples_passed", 0) << "/"
     << doc.value("samples", 0) << " samples pass (cosine &ge; " << fmt(doc["thresholds"].value("cosine_min", 0.0))
-    << ", max abs &le; " << fmt(doc["thresholds"].value("max_abs", 0.0)) << ").</p>\n";
+    << ", max abs &le; "
+    << (doc["thresholds"].contains("max_abs_of_range")
+            ? fmt(100 * doc["thresholds"].value("max_abs_of_range", 0.0)) + "% of the reference's max |value|"
+            : fmt(doc["thresholds"].value("max_abs", 0.0)))
+    << ").</p>\n";
+  if (doc.contains("outputs") && doc["outputs"].is_array())
+    for (const json& o : doc["outputs"])
+      if (o.contains("first_failure"))
+        for (const json& f : o["first_failure"]["failed"])
+          h << "<p class=\"failtxt\">output <b>" << esc(o.value("name", "")) << "</b> fails on sample "
+            << esc(o["first_failure"].value("sample", "")) << ": " << esc(f.value("text", "")) << "</p>\n";
   if (doc.contains("first_non_finite"))
     h << "<p class=\"failtxt\">First NaN/inf: node <b>" << esc(doc["first_non_finite"].value("node", "")) << "</b> ("
       << esc(doc["first_non_finite"].value("op", "")) << ") in sample " << esc(doc["first_non_finite"].value("sample", ""))

@@ -6,6 +6,7 @@
 #include <new>
 
 #include "tools/cli_common.h"
+#include "tools/cli_parse.h"
 #include "tools/command_registry.h"
 
 #ifndef FERRY_VERSION
@@ -17,23 +18,14 @@ int main(int argc, char** argv) {
   CLI::App app{"ferry " FERRY_VERSION " - carry a PyTorch model (ONNX) from one accelerator to another, and prove it still works"};
   app.require_subcommand(1);
   app.set_version_flag("--version", FERRY_VERSION);
-  app.footer("Exit codes: 0 success, 2 bad input or unsupported model, 1 internal error.\nRun 'ferry CMD --help' for a command's options.");
+  app.footer("Exit codes: 0 success, 2 bad input or unsupported model, 1 internal error.\nRun 'ferry help CMD' (or 'ferry CMD --help') for a command's options.");
 
   std::vector<CommandRun> commands;
   for (const CommandSpec& spec : registered_commands()) commands.push_back(spec.add(app));
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kExitBadInput;
-  }
+  show_defaults_in_help(app);
+  const int parsed = parse_command_line(app, argc, argv);
+  if (parsed >= 0) return parsed;
   try {
     for (const CommandRun& c : commands)
       if (c.app != nullptr && *c.app) return c.run();

@@ -1,7 +1,11 @@
 // ProgressBar; see progress_bar.h.
 #include "tools/progress_bar.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
 
 #include <chrono>
 #include <cstdio>
@@ -18,13 +22,25 @@ void ProgressBar::update(const std::string& stage, int64_t done, int64_t total, 
                           std::chrono::steady_clock::now().time_since_epoch()).count();
   if (drawn_ && done < total && now - last_draw_us_ < 50000) return;  // at most 20 redraws a second
   last_draw_us_ = now;
-  constexpr int kWidth = 30;
-  const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : 0;
+  // Fit the terminal's width, as tqdm does: a line that wraps is redrawn as a new line per update.
+  // The detail is cut first, then the bar shrinks (to 10), then the detail goes.
+  struct winsize ws {};
+  const int columns = ::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
+  char head[64];
+  std::snprintf(head, sizeof head, "%-8s", stage.c_str());
+  char counts[64];
+  std::snprintf(counts, sizeof counts, " %lld/%lld", static_cast<long long>(done), static_cast<long long>(total));
+  const int fixed = static_cast<int>(std::strlen(head) + std::strlen(counts)) + 3;  // " [" "]"
+  const int room = columns - 1 - fixed;  // the last column left free: some terminals wrap there
+  int width = 30;
+  std::string tail = " " + detail;
+  if (room - width < static_cast<int>(tail.size())) width = std::max(10, room - static_cast<int>(tail.size()));
+  if (room - width < static_cast<int>(tail.size())) tail = room - width > 4 ? tail.substr(0, static_cast<size_t>(room - width - 3)) + "..." : "";
+  if (room < width) width = std::max(0, room);
+  const int filled = total > 0 ? static_cast<int>(width * done / total) : 0;
   std::string bar(static_cast<size_t>(filled), '=');
-  bar.resize(kWidth, ' ');
-  std::string tail = detail.size() > 40 ? detail.substr(0, 37) + "..." : detail;
-  std::fprintf(stderr, "\r\033[K%-8s [%s] %lld/%lld %s", stage.c_str(), bar.c_str(), static_cast<long long>(done),
-               static_cast<long long>(total), tail.c_str());
+  bar.resize(static_cast<size_t>(width), ' ');
+  std::fprintf(stderr, "\r\033[K%s [%s]%s%s", head, bar.c_str(), counts, tail.c_str());
   std::fflush(stderr);
   drawn_ = true;
 }

@@ -13,9 +13,11 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "format/checkpoint.h"
+#include "io/image_metadata.h"
 #include "onnx/onnx_export.h"
 #include "onnx/onnx_import.h"
 #include "ops/conv_grad_link.h"
@@ -121,7 +123,9 @@ std::string config_fingerprint(const TrainConfig& c) {
 
 class Trainer {
  public:
-  Trainer(const TrainConfig& c, const std::function<void(const StepReport&)>& on_step) : c_(c), on_step_(on_step) {}
+  Trainer(const TrainConfig& c, const std::function<void(const StepReport&)>& on_step,
+          const std::function<void(const TrainStart&)>& on_start)
+      : c_(c), on_step_(on_step), on_start_(on_start) {}
 
   StatusOr<TrainSummary> run();
 
@@ -149,6 +153,7 @@ class Trainer {
 
   const TrainConfig& c_;
   std::function<void(const StepReport&)> on_step_;
+  std::function<void(const TrainStart&)> on_start_;
   std::shared_ptr<Model> source_;
   TrainGraph tg_;
   TrainGraphOptions tg_options_;  // how tg_ was built (the memory plan rebuilds it per batch)
@@ -303,9 +308,25 @@ Status Trainer::resume() {
   json meta = json::parse(ck.meta_json, nullptr, false);
   if (meta.is_discarded() || !meta.contains("fingerprint"))
     return invalid_argument("checkpoint '" + c_.resume + "' has no readable metadata");
-  if (meta["fingerprint"].get<std::string>() != config_fingerprint(c_))
-    return invalid_argument("checkpoint '" + c_.resume + "' was written by a different run (model, data, batch size, seed, "
-                            "optimizer, loss, freeze or classes differ): " + meta["fingerprint"].get<std::string>());
+  if (meta["fingerprint"].get<std::string>() != config_fingerprint(c_)) {
+    // Name the settings that differ, not the whole record.
+    json then = json::parse(meta["fingerprint"].get<std::string>(), nullptr, false);
+    json now = json::parse(config_fingerprint(c_), nullptr, false);
+    std::string diff;
+    if (then.is_object() && now.is_object()) {
+      std::set<std::string> keys;
+      for (auto it = then.begin(); it != then.end(); ++it) keys.insert(it.key());
+      for (auto it = now.begin(); it != now.end(); ++it) keys.insert(it.key());
+      for (const std::string& k : keys) {
+        const std::string a = then.contains(k) ? then[k].dump() : "(unset)";
+        const std::string b = now.contains(k) ? now[k].dump() : "(unset)";
+        if (a != b) diff += (diff.empty() ? "" : "; ") + k + " " + a + " in the checkpoint, " + b + " now";
+      }
+    }
+    if (diff.empty()) diff = meta["fingerprint"].get<std::string>();
+    return invalid_argument("checkpoint '" + c_.resume + "' was written by a different run: " + diff +
+                            " (resume with the checkpoint's settings, or start a new run without --resume)");
+  }
   for (auto& [name, t] : values_) {
     auto it = ck.tensors.find("param/" + name);
     if (it == ck.tensors.end()) return invalid_argument("checkpoint '" + c_.resume + "' has no tensor for '" + name + "'");
@@ -328,7 +349,6 @@ Status Trainer::resume() {
     RETURN_IF_ERROR(scaler_->load_state(sc).with_context("checkpoint '" + c_.resume + "'"));
   }
   start_step_ = ck.step;
-  summary_.notes.push_back("resumed at step " + std::to_string(ck.step) + " from '" + c_.resume + "'");
   return Status::ok();
 }
 
@@ -374,12 +394,24 @@ Status Trainer::check_memory() {
   const std::string text = format_train_memory(plan, limit, largest, c_.plan_json && c_.plan_memory);
   if (c_.plan_memory) {
     summary_.memory_plan = text;
+    summary_.memory_fits = fits;
     return Status::ok();
   }
-  std::string help = "what would help: --recompute (recompute activations in backward), --amp bf16 (half-size "
-                     "activations), a smaller --batch-size";
-  if (largest > 0) help += " (" + std::to_string(largest) + " fits) with --accumulate " +
-                           std::to_string((c_.batch_size + largest - 1) / largest) + " to keep the batch per step";
+  const int64_t fixed = plan.weights + plan.gradients + plan.optimizer_state + plan.runtime;
+  std::string help;
+  if (largest == 0 && limit > 0 && fixed >= limit) {
+    // Not even batch 1: the batch-size remedies cannot help; only less fixed memory does.
+    help = "not even batch 1 fits: the weights, gradients, optimizer state and runtime alone need " + format_bytes(fixed) +
+           "; what would help: --freeze REGEX (frozen parameters have no gradient or optimizer state), an optimizer "
+           "with less state (adam/adamw keep 2 copies per parameter, sgd with momentum 1, plain sgd 0), or more memory "
+           "(--memory-limit, a larger machine)";
+  } else {
+    help = "what would help: --recompute (recompute activations in backward), --amp bf16 (half-size "
+           "activations), a smaller --batch-size";
+    if (largest > 0) help += " (" + std::to_string(largest) + " fits) with --accumulate " +
+                             std::to_string((c_.batch_size + largest - 1) / largest) + " to keep the batch per step";
+    else help += " (not even batch 1 fits as planned now: try --recompute and --amp bf16 together)";
+  }
   if (!conv_grad_links(exec_->model().graph).empty())
     help += "; FERRY_TRAIN_CONV_KEEP_X=0 (the forward convolutions stop keeping their blocked inputs for backward: "
             "a few percent slower, their share of the plan's convolution layouts freed)";
@@ -569,6 +601,13 @@ Status Trainer::export_model() {
   if (!rank0()) return Status::ok();
   TrainedExport e;
   for (const auto& [name, t] : values_) e.weights[name] = t;
+  if (decodes_) {  // an ImageFolder: what `ferry run MODEL --input photo.jpg` needs to classify a photo
+    const std::vector<std::string> names = data_->class_names();
+    if (!names.empty()) e.metadata[kClassNamesKey] = class_names_json(names);
+    EvalImageTransform t;
+    t.crop = c_.image_size;
+    e.metadata[kImageTransformKey] = eval_transform_json(t);
+  }
   return export_trained_onnx(c_.model, e, c_.out_path);
 }
 
@@ -589,6 +628,24 @@ StatusOr<TrainSummary> Trainer::run() {
     RETURN_IF_ERROR(ddp_->broadcast_from_rank0(&values_));
   }
   RETURN_IF_ERROR(open_log());
+  if (on_start_) {
+    TrainStart b;
+    b.samples = data_->size();
+    b.eval_samples = eval_data_ ? eval_data_->size() : 0;
+    b.classes = c_.loss == "cross_entropy" ? tg_.num_classes : 0;
+    b.class_names = data_->class_names();
+    b.image_size = decodes_ ? c_.image_size : 0;
+    b.total_steps = total_steps_;
+    b.start_step = start_step_;
+    b.batch_size = c_.batch_size;
+    b.accumulate = c_.accumulate;
+    b.world_size = c_.dist.world_size;
+    b.device = c_.device;
+    b.optimizer = c_.optimizer.kind;
+    b.lr = effective_lr(c_.optimizer);
+    b.resumed_from = start_step_ > 0 ? c_.resume : "";
+    on_start_(b);
+  }
   if (start_step_ >= total_steps_)
     summary_.notes.push_back("the checkpoint is at step " + std::to_string(start_step_) + " of " + std::to_string(total_steps_) + ": nothing to train");
   if (start_step_ < total_steps_)
@@ -617,8 +674,9 @@ StatusOr<TrainSummary> Trainer::run() {
 
 }  // namespace
 
-StatusOr<TrainSummary> run_training(const TrainConfig& config, const std::function<void(const StepReport&)>& on_step) {
-  Trainer t(config, on_step);
+StatusOr<TrainSummary> run_training(const TrainConfig& config, const std::function<void(const StepReport&)>& on_step,
+                                    const std::function<void(const TrainStart&)>& on_start) {
+  Trainer t(config, on_step, on_start);
   return t.run();
 }
 

@@ -81,9 +81,24 @@ struct TrainSummary {
   double mean_step_ms = 0;
   std::vector<std::string> notes;  // things the user should know (skipped images, resumed from ...)
   std::string memory_plan;          // with TrainConfig::plan_memory: the plan, as text or JSON
+  bool memory_fits = true;          // with plan_memory: the plan fits the limit (`ferry train --plan-memory` exits 2 if not)
 };
 
-/// Runs the whole training. `on_step` (may be empty) is called after each step and evaluation.
-StatusOr<TrainSummary> run_training(const TrainConfig& config, const std::function<void(const StepReport&)>& on_step = {});
+/// What a run is about to do, reported once before its first step.
+struct TrainStart {
+  int64_t samples = 0, eval_samples = 0;
+  int64_t classes = 0;                   // the classifier's outputs (0: mse)
+  std::vector<std::string> class_names;  // an ImageFolder's, in label order
+  int64_t image_size = 0;                // 0: the data are arrays, not images
+  int64_t total_steps = 0, start_step = 0, batch_size = 0, accumulate = 1, world_size = 1;
+  std::string device, optimizer;
+  double lr = 0;
+  std::string resumed_from;  // the checkpoint --resume read ("": a fresh start)
+};
+
+/// Runs the whole training. `on_step` (may be empty) is called after each step and evaluation,
+/// `on_start` once after the data, model and any checkpoint are read, before the first step.
+StatusOr<TrainSummary> run_training(const TrainConfig& config, const std::function<void(const StepReport&)>& on_step = {},
+                                    const std::function<void(const TrainStart&)>& on_start = {});
 
 }  // namespace ferry
