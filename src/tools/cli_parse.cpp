@@ -201,7 +201,7 @@ int parse_command_line(CLI::App& app, int argc, char** argv) {
     }
     CLI::App* cmd = find_command(app, args[1]);
     if (cmd == nullptr) return unknown_command(app, args[1]);
-    std::fputs(cmd->help().c_str(), stdout);
+    std::fputs(cmd->help(app.get_name()).c_str(), stdout);
     return kExitOk;
   }
   if (args.empty()) {

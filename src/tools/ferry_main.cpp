@@ -16,6 +16,7 @@
 int main(int argc, char** argv) {
   using namespace ferry::cli;
   CLI::App app{"ferry " FERRY_VERSION " - carry a PyTorch model (ONNX) from one accelerator to another, and prove it still works"};
+  app.name("ferry");  // usage lines say "ferry CMD", whatever path ran it
   app.require_subcommand(1);
   app.set_version_flag("--version", FERRY_VERSION);
   app.footer("Exit codes: 0 success, 2 bad input or unsupported model, 1 internal error.\nRun 'ferry help CMD' (or 'ferry CMD --help') for a command's options.");
