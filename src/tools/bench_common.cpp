@@ -112,9 +112,9 @@ void add_bench_options(CLI::App* cmd, BenchOptions* opt) {
   cmd->add_option("-b,--batch", opt->batch, "Batch size for random inputs (the symbolic batch dim; default 1)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--dim", opt->dims, "NAME=VALUE: a symbolic dim's value for random inputs (e.g. --dim seq=128)");
-  cmd->add_option("-w,--warmup", opt->warmup, "Untimed runs first (the first one records the memory plan)")
+  cmd->add_option("-w,--warmup", opt->warmup, "Untimed runs first (the first one records the memory plan; default: bench 5, profile 2)")
       ->check(CLI::NonNegativeNumber);
-  auto* it = cmd->add_option("-n,--iterations", opt->iterations, "Timed runs")->check(CLI::PositiveNumber);
+  auto* it = cmd->add_option("-n,--iterations", opt->iterations, "Timed runs (default: as many as --duration allows)")->check(CLI::PositiveNumber);
   cmd->add_option("--duration", opt->duration, "Time the runs for this many seconds instead (default 3)")
       ->check(CLI::PositiveNumber)
       ->excludes(it);

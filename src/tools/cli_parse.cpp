@@ -159,7 +159,8 @@ std::string did_you_mean(const std::string& typed, const std::vector<std::string
     if (c.empty()) continue;
     const std::string c_flat = without_dashes(c);
     size_t score = SIZE_MAX;
-    const size_t limit = std::max<size_t>(1, std::min<size_t>(3, std::max(t.size(), c.size()) / 3));
+    // Edits allowed: a third of the longer name, 1 to 3; none for one- or two-letter names (-x is no typo of -q).
+    const size_t limit = t.size() <= 2 ? 0 : std::max<size_t>(1, std::min<size_t>(3, std::max(t.size(), c.size()) / 3));
     const size_t d = std::min(edit_distance(t, c), edit_distance(t_flat, c_flat));
     if (d <= limit) score = d;
     // Initials: --learning-rate for --lr, --bs for --batch-size (two letters at least).
@@ -187,6 +188,10 @@ void show_defaults_in_help(CLI::App& app) {
       const std::string value = opt->get_default_str();
       opt->default_str("");  // shown once, in the description
       if (value.empty() || value == "[]" || value == "\"\"") continue;
+      // -1, or 0 where only positive values are accepted, stands for "not given": not a default to show.
+      if (value == "-1" || (value == "0" && opt->get_type_name().find("POSITIVE") != std::string::npos &&
+                            opt->get_type_name().find("NONNEGATIVE") == std::string::npos))
+        continue;
       opt->description(desc + " [default: " + value + "]");
     }
   }

@@ -154,7 +154,7 @@ const bool kRegistered = register_command({"info", 20, [](CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("info", "Describe a model: inputs, outputs, opsets, producer, op histogram, parameters");
   cmd->add_option("model", opt->model, "ONNX model file (.onnx) or compiled model (.ferry)")->required();
   cmd->add_flag("--json", opt->json, "Print JSON instead of text");
-  cmd->add_option("-b,--batch", opt->batch, "A compiled model with batch gears: describe the gear that runs this batch")
+  cmd->add_option("-b,--batch", opt->batch, "A compiled model with batch gears: describe the gear that runs this batch (default: the smallest gear)")
       ->check(CLI::PositiveNumber);
   return CommandRun{cmd, [opt] { return cmd_info(*opt); }};
 }});

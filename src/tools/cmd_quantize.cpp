@@ -186,7 +186,7 @@ const bool kRegistered = register_command({"quantize", 55, [](CLI::App& app) {
   cmd->add_option("-o,--out", opt->out, "The quantized model to write (.onnx)")->required();
   cmd->add_option("--method", opt->method, "Activation ranges: percentile (default: clip 0.001% of each tail), minmax, entropy, mse (least squared error), or auto "
                   "(write the file with each, keep the best output cosine on the calibration data)");
-  cmd->add_option("--image-size", opt->image_size, "The calibration folder holds images: eval transform to SxS")
+  cmd->add_option("--image-size", opt->image_size, "The calibration folder holds images: eval transform to SxS (no default: required for an image folder)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--batch", opt->batch, "Samples per calibration run (default 8)")->check(CLI::PositiveNumber);
   cmd->add_option("--samples", opt->samples, "Use at most this many calibration samples (default: all)")
@@ -194,7 +194,7 @@ const bool kRegistered = register_command({"quantize", 55, [](CLI::App& app) {
   cmd->add_option("--keep-fp32", opt->keep_fp32, "NODE,...: nodes left in float")->delimiter(',');
   cmd->add_option("--target-cosine", opt->target_cosine,
                   "Keep the most sensitive layers in float until the output cosine to fp32 on the calibration data "
-                  "reaches this (e.g. 0.99); exit 2 when it cannot");
+                  "reaches this (e.g. 0.99); exit 2 when it cannot (default: off)");
   cmd->add_option("--max-kept", opt->max_kept, "Most layers --target-cosine may keep in float (default 24)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-plain-floor", opt->no_plain_floor,

@@ -201,8 +201,8 @@ const bool kRegistered = register_command({"train", 35, [](CLI::App& app) {
   cmd->add_option("--image-size", c.image_size, "ImageFolder: crop size S (train RandomResizedCrop(S), eval Resize+CenterCrop)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--batch-size", c.batch_size, "Samples per step")->required()->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", c.steps, "Optimizer steps")->check(CLI::PositiveNumber);
-  cmd->add_option("--epochs", c.epochs, "Passes over the data")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", c.steps, "Optimizer steps (no default: give --steps or --epochs)")->check(CLI::PositiveNumber);
+  cmd->add_option("--epochs", c.epochs, "Passes over the data (no default: give --steps or --epochs)")->check(CLI::PositiveNumber);
   cmd->add_flag("--no-shuffle", o->no_shuffle, "Step k takes rows (k-1)*B .. k*B-1, wrapping around");
   cmd->add_option("--seed", c.seed, "Seed of every random choice (shuffle, crops, dropout, fresh classifier)");
   cmd->add_option("--threads", c.threads, "Intra-op threads (default: the machine's cores)")->check(CLI::NonNegativeNumber);
@@ -220,22 +220,22 @@ const bool kRegistered = register_command({"train", 35, [](CLI::App& app) {
   cmd->add_option("--lr-schedule", o->lr_schedule, "constant | step | cosine | onecycle")
       ->check(CLI::IsMember({"constant", "step", "cosine", "onecycle"}));
   cmd->add_option("--warmup-steps", c.schedule.warmup_steps, "Linear warm-up steps before the schedule");
-  cmd->add_option("--step-size", c.schedule.step_size, "step schedule: steps between decays");
+  cmd->add_option("--step-size", c.schedule.step_size, "step schedule: steps between decays (required by --lr-schedule step; no default)");
   cmd->add_option("--gamma", c.schedule.gamma, "step schedule: decay factor");
-  cmd->add_option("--clip-grad-norm", c.clip_grad_norm, "Clip the global gradient norm to X (torch.nn.utils.clip_grad_norm_)");
+  cmd->add_option("--clip-grad-norm", c.clip_grad_norm, "Clip the global gradient norm to X (torch.nn.utils.clip_grad_norm_; default: no clipping)");
   cmd->add_option("--loss", c.loss, "cross_entropy (labels are class indices) | mse")->check(CLI::IsMember({"cross_entropy", "mse"}));
   cmd->add_option("--label-smoothing", c.label_smoothing, "cross_entropy label smoothing");
   cmd->add_option("--freeze", c.freeze, "Freeze parameters whose name matches this regex");
-  cmd->add_option("--num-classes", c.num_classes, "Replace the last Gemm/MatMul classifier with a fresh one of N classes")
+  cmd->add_option("--num-classes", c.num_classes, "Replace the last Gemm/MatMul classifier with a fresh one of N classes (default: keep the model's)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--log", c.log_path, "JSONL log: one object per step and per evaluation");
   cmd->add_option("--out", c.out_path, "Write the trained inference model (.onnx)");
   cmd->add_option("--checkpoint-dir", c.checkpoint_dir, "Directory for checkpoints");
-  cmd->add_option("--save-every", c.save_every, "Checkpoint every N steps (and at the end)")->check(CLI::PositiveNumber);
+  cmd->add_option("--save-every", c.save_every, "Checkpoint every N steps and at the end (default: only at the end)")->check(CLI::PositiveNumber);
   cmd->add_option("--keep-checkpoints", c.keep_checkpoints, "Checkpoints kept")->check(CLI::PositiveNumber);
   cmd->add_option("--resume", c.resume, "Continue from a checkpoint file, or a directory's latest");
   cmd->add_flag("--skip-bad-images", c.skip_bad_images, "Skip unreadable images (counted) instead of stopping");
-  cmd->add_option("-O,--opt-level", c.opt_level, "Graph optimization level of the training graph");
+  cmd->add_option("-O,--opt-level", c.opt_level, "Graph optimization level of the training graph (default: 2; 0 on cpu-ref)");
   cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
   cmd->add_option("--nproc", o->nproc, "Data parallel: start N ranks on this machine (threads divided among them); "
                   "without it, RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT in the environment make this process one rank")
@@ -247,11 +247,11 @@ const bool kRegistered = register_command({"train", 35, [](CLI::App& app) {
   cmd->add_option("--amp", c.amp, "Mixed precision as torch.autocast: Conv/ConvTranspose/Gemm/MatMul in bf16 or fp16, the rest "
                   "and the optimizer in f32 (fp16 turns loss scaling on)")->check(CLI::IsMember({"bf16", "fp16"}));
   cmd->add_option("--keep-fp32", c.keep_fp32, "--amp: nodes (ONNX names) kept in f32")->delimiter(',');
-  cmd->add_option("--init-scale", o->init_scale, "Dynamic loss scaling (torch GradScaler) from this scale (65536 with --amp fp16)")
+  cmd->add_option("--init-scale", o->init_scale, "Dynamic loss scaling (torch GradScaler) from this scale (default: off; 65536 with --amp fp16)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--growth-interval", c.scaler.growth_interval, "Loss scaling: good steps before the scale doubles")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--loss-scale", o->loss_scale, "Static loss scale (overflowing steps are still skipped)")->check(CLI::PositiveNumber);
+  cmd->add_option("--loss-scale", o->loss_scale, "Static loss scale (overflowing steps are still skipped; default: off)")->check(CLI::PositiveNumber);
   cmd->add_option("--accumulate", c.accumulate, "Micro-batches of --batch-size per optimizer step (gradient accumulation)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--memory-limit", o->memory_limit, "Refuse (exit 2) a run whose memory plan exceeds SIZE (512M, 3G; default: available now)");

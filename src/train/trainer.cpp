@@ -653,7 +653,8 @@ StatusOr<TrainSummary> Trainer::run() {
                                        mix(c_.seed ^ mix(first_micro(start_step_ + 1)))));
   for (int64_t k = start_step_ + 1; k <= total_steps_; ++k) {
     RETURN_IF_ERROR(step(k));
-    if (!c_.checkpoint_dir.empty() && c_.save_every > 0 && (k % c_.save_every == 0 || k == total_steps_))
+    // --checkpoint-dir without --save-every: the end only (never silently nothing).
+    if (!c_.checkpoint_dir.empty() && ((c_.save_every > 0 && k % c_.save_every == 0) || k == total_steps_))
       RETURN_IF_ERROR(save_checkpoint(k));
     const int64_t epoch = epoch_of_step(k);
     const bool epoch_end = k == total_steps_ || epoch_of_step(k + 1) != epoch;

@@ -68,10 +68,16 @@ for cmd in commands:
     args = [cmd, "--no-such-option"] if cmd in ("doctor", "ops") else [cmd, MODEL, "--no-such-option"]
     expect_error(args, 2, f"ferry {cmd}: unknown option --no-such-option")
     _, h, _ = run(cmd, "--help")
+    entries = []
     for line in h.splitlines():
-        m = re.match(r"^\s+(-\S+(?:,\s*-\S+)*)\s+(INT|UINT|FLOAT|NUMBER|FLOAT:[^ ]*|INT:[^ ]*)\b(.*)$", line)
-        if m and "REQUIRED" not in line and "default" not in m.group(3):
-            failures.append(f"ferry {cmd} --help: {m.group(1)} shows no default: {line.strip()}")
+        if re.match(r"^\s{2,6}-", line):
+            entries.append(line)
+        elif entries and re.match(r"^\s{10,}\S", line):
+            entries[-1] += " " + line.strip()
+    for entry in entries:
+        m = re.match(r"^\s+(-\S+(?:,\s*-\S+)*)\s+(INT|UINT|FLOAT|NUMBER)", entry)
+        if m and "REQUIRED" not in entry and "default" not in entry:
+            failures.append(f"ferry {cmd} --help: {m.group(1)} shows no default: {entry.strip()}")
 
 t = expect_error(["train", "--help"], 0, "--image-size", "(default: sgd)", "0.01 for sgd")
 expect(re.search(r"--image-size[^\n]*default: 224", t) is not None, "train --help: no --image-size default", t)
@@ -95,7 +101,7 @@ rc, out, err = run("quantize", MODEL, "--out", q, "--calibration", INPUT, timeou
 expect(rc == 0 and os.path.exists(q), "ferry quantize failed", out + err)
 if rc == 0:
     rc, out, err = run("compare", q, "--ref-model", MODEL, "--target", "cpu:fp32", "--input", INPUT)
-    expect("% of the reference output's max |value|" in out, "int8 compare: default max abs not range-relative", out)
+    expect("max abs reported, not judged" in out, "int8 compare: the default max abs is judged", out)
     expect(rc == 0 and "result: PASS" in out, "a good int8 model fails compare by default", out + err)
     rc, out, err = run("compare", q, "--ref-model", MODEL, "--target", "cpu:fp32", "--input", INPUT, "--max-abs", "1e-9")
     expect(rc == 2 and "(--max-abs)" in out, "int8 compare: an explicit --max-abs is not used", out)
@@ -106,18 +112,26 @@ import onnx  # noqa: E402
 m = onnx.load(MODEL)
 relus = [n for n in m.graph.node if n.op_type == "Relu"]
 expect(len(relus) >= 1, "demo model has no Relu node to rename")
-relus[0].name = "rQQQlu"  # protobuf's Python refuses a str that is not UTF-8: put the byte in the file
-data = m.SerializeToString().replace(b"rQQQlu", b"r\xf9lu")
+relus[0].name = "rQlu"  # protobuf's Python refuses a str that is not UTF-8: put the byte in the file
+data = m.SerializeToString().replace(b"rQlu", b"r\xf9lu")
 bad = os.path.join(WORK, "bad_name.onnx")
 open(bad, "wb").write(data)
-rc, out, err = run("compare", bad, "--target", "cpu:fp16", "--input", INPUT, "--per-layer", "--json",
+rc, out, err = run("compare", bad, "--target", "cpu:fp16", "--input", INPUT, "--per-layer", "--json", "--max-abs", "1",
                    "--report", os.path.join(WORK, "bad.html"))
 expect(rc == 0, f"compare --json on a non-UTF-8 node name: exit {rc}", err)
-expect("r\\xF9lu" in out, "the non-UTF-8 name is not escaped as \\xF9 in JSON", out[:2000])
+def strings(o):
+    if isinstance(o, dict):
+        return [x for v in list(o.keys()) + list(o.values()) for x in strings(v)]
+    if isinstance(o, list):
+        return [x for v in o for x in strings(v)]
+    return [o] if isinstance(o, str) else []
+
+
+expect(rc == 0 and any("r\\xF9lu" in x for x in strings(json.loads(out))), "the non-UTF-8 name is not escaped as \\xF9 in JSON", out[:2000])
 html = open(os.path.join(WORK, "bad.html"), "rb").read() if os.path.exists(os.path.join(WORK, "bad.html")) else b""
 expect(b"r\\xF9lu" in html and b"\xf9" not in html, "HTML report missing or not escaped")
 rc, out, err = run("profile", bad, "--input", INPUT, "--json")
-expect(rc == 0 and "r\\xF9lu" in out, f"profile --json on a non-UTF-8 node name: exit {rc}", err)
+expect(rc == 0 and any("r\\xF9lu" in x for x in strings(json.loads(out))), f"profile --json on a non-UTF-8 node name: exit {rc}", err)
 rc, out, err = run("info", bad)
 expect(rc == 0, "info on a non-UTF-8 node name", err)
 # An error message that quotes such a name is escaped too.

@@ -114,8 +114,8 @@ p = ferry("train", *common, "--steps", 7, "--resume", ck)
 expect(p.returncode == 0 and "resumed at step" in p.stderr.split("\n")[2], "resume is not reported up front", p.stderr)
 
 # Ctrl-C says how to resume.
-proc = subprocess.Popen([FERRY, "train", *map(str, common), "--steps", 1000000, "--checkpoint-dir", os.path.join(WORK, "ck2"),
-                         "--save-every", 1], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+proc = subprocess.Popen([FERRY, "train", *map(str, common), "--steps", "1000000", "--checkpoint-dir", os.path.join(WORK, "ck2"),
+                         "--save-every", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 deadline = time.time() + 60
 seen = ""
 while time.time() < deadline and "steps of batch" not in seen:
