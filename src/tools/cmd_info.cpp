@@ -62,6 +62,7 @@ int cmd_info(const InfoOptions& opt) {
       ImportOptions io;
       io.require_known_ops = false;
       io.infer_shapes = false;
+      if (loaded.status().code() != StatusCode::kUnsupported) return report(loaded.status());  // broken: say so
       auto raw = load_onnx_model(opt.model, io);
       if (!raw.is_ok()) return report(loaded.status());
       shapes_note = loaded.status().message();

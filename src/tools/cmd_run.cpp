@@ -83,10 +83,13 @@ int cmd_run(const RunOptions& opt) {
   auto loaded = load_geared_model(opt.model);
   if (!loaded.is_ok()) return report(loaded.status());
   if (opt.inputs.empty() && !loaded.value().model->graph.inputs.empty()) {
-    std::string names;
-    for (const ValueInfo& v : loaded.value().model->graph.inputs) names += (names.empty() ? "" : ", ") + v.name + " " + v.type.to_string();
-    return report(invalid_argument("give the model's inputs: --input [NAME=]FILE (.npy, .npz, .pb, or a .jpg/.png image); "
-                                   "its inputs: " + names));
+    std::string names, typed;
+    for (const ValueInfo& v : loaded.value().model->graph.inputs) {
+      names += (names.empty() ? "'" : ", '") + v.name + "'";
+      typed += (typed.empty() ? "" : ", ") + v.name + " " + v.type.to_string();
+    }
+    return report(invalid_argument("input " + names + " not given: give the model's inputs with --input [NAME=]FILE "
+                                   "(.npy, .npz, .pb, or a .jpg/.png image); its inputs: " + typed));
   }
   auto feeds = load_inputs(*loaded.value().model, opt.inputs, opt.image_size);
   if (!feeds.is_ok()) return report(feeds.status());

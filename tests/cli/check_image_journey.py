@@ -101,7 +101,7 @@ expect(p.returncode == 0, "ferry run --input photo.jpg on a fixed-size model", p
 p = ferry("run", trained, "--input", os.path.join(WORK, "missing.jpg"))
 expect(p.returncode == 2 and "missing.jpg" in p.stderr, "a missing image is not named", p.stderr)
 p = ferry("run", trained)
-expect(p.returncode == 2 and "give the model's inputs: --input" in p.stderr and "image" in p.stderr,
+expect(p.returncode == 2 and "give the model's inputs with --input" in p.stderr and "'image' not given" in p.stderr,
        "forgetting --input does not say so", p.stderr)
 
 # A refused checkpoint names the setting that differs.
