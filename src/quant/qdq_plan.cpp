@@ -203,7 +203,8 @@ struct Planner {
     auto prod = producer.find(v);
     if (prod != producer.end() && role_of(prod->second) == Role::kPassThrough) {
       p = params_of(g.nodes[static_cast<size_t>(prod->second)].inputs[0]);
-    } else if (prod != producer.end() && g.nodes[static_cast<size_t>(prod->second)].op_type == "Softmax") {
+    } else if (prod != producer.end() && g.nodes[static_cast<size_t>(prod->second)].op_type == "Softmax" &&
+               !opts.inputs_only) {  // the plain structure takes the measured range, as bench/int8_baseline.py
       activation_params(0.0f, 1.0f, &p.scale, &p.zp);
     } else {
       float lo = 0, hi = 0;
