@@ -110,6 +110,7 @@ test-e2e: build
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log
 
-# Regenerates docs/operators.md from the op registry.
+# Regenerates docs/operators.md from the op registry and docs/switches.md from src/common/env_switches.inc.
 docs: build
 	@$(BUILD)/ferry ops --markdown > docs/operators.md
+	@$(BUILD)/ferry switches --markdown > docs/switches.md

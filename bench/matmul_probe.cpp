@@ -190,8 +190,8 @@ static void run(const Prob& pr, const char* only) {
     if (std::getenv("COLD")) report("whole-cold", time_cold_ms([&] { exec(p, x.data(), b.data(), y.data()); }));
   }
   if (T == 1 && want("rowgemm") && ferry::cpu::RowGemm::supported(K, N)) {
-    ferry::cpu::RowGemm rg(W.data(), false, b.data(), K, N);
-    auto f = [&] { rg.run(x.data(), M, K, y.data(), false, pr.gelu); };
+    auto rg = ferry::cpu::RowGemm::create(W.data(), false, b.data(), K, N).value();  // a probe: no allocation failure expected
+    auto f = [&] { rg->run(x.data(), M, K, y.data(), false, pr.gelu); };
     f();
     double ms = time_ms(f, flop);
     report("rowgemm", ms);
@@ -202,15 +202,16 @@ static void run(const Prob& pr, const char* only) {
     // the per-round ratio is robust to a loaded machine's slow phases.
     // 4 variants: oneDNN and RowGemm, each with its packed weights on 4 KiB and on huge pages.
     Mm p = make(W, K, N, M, 0, N, K, N, pr.gelu, tag::any, false), ph = make(W, K, N, M, 0, N, K, N, pr.gelu, tag::any, true);
-    ferry::cpu::RowGemm rg(W.data(), false, b.data(), K, N, false), rgh(W.data(), false, b.data(), K, N, true);
+    auto rg = ferry::cpu::RowGemm::create(W.data(), false, b.data(), K, N, false).value();
+    auto rgh = ferry::cpu::RowGemm::create(W.data(), false, b.data(), K, N, true).value();
     const char* names[4] = {"oneDNN", "oneDNN-huge", "RowGemm", "RowGemm-huge"};
     std::vector<double> t[4], ratio[4];
     for (int r = 0; r < 41; ++r) {
       double a[4];
       a[0] = time_cold_once([&] { exec(p, x.data(), b.data(), y.data()); });
       a[1] = time_cold_once([&] { exec(ph, x.data(), b.data(), y.data()); });
-      a[2] = time_cold_once([&] { rg.run(x.data(), M, K, y.data(), false, pr.gelu); });
-      a[3] = time_cold_once([&] { rgh.run(x.data(), M, K, y.data(), false, pr.gelu); });
+      a[2] = time_cold_once([&] { rg->run(x.data(), M, K, y.data(), false, pr.gelu); });
+      a[3] = time_cold_once([&] { rgh->run(x.data(), M, K, y.data(), false, pr.gelu); });
       for (int v = 0; v < 4; ++v) t[v].push_back(a[v]), ratio[v].push_back(a[v] / a[0]);
     }
     for (int v = 0; v < 4; ++v) {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "common/env_switch.h"
 #include "io/file.h"
 #include "runtime/executor.h"
 
@@ -174,9 +175,9 @@ Status write_cache(const std::string& path, const json& entries) {
 }  // namespace
 
 std::string default_tuning_cache_path() {
-  if (const char* p = std::getenv("FERRY_TUNING_CACHE")) return p;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/ferry/tuning.json";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/ferry/tuning.json";
+  if (const char* p = env_value("FERRY_TUNING_CACHE")) return p;
+  if (const char* x = env_value("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/ferry/tuning.json";
+  if (const char* h = env_value("HOME"); h && *h) return std::string(h) + "/.cache/ferry/tuning.json";
   return "";
 }
 

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/env_switch.h"
 #include "format/file_header.h"
 #include "format/graph_codec.h"
 #include "io/file.h"
@@ -64,7 +65,7 @@ namespace {
 
 // FERRY_LOAD_TRACE=1: the load's phases on stderr (map, header + checksum, verify + decode).
 struct LoadTrace {
-  bool on = std::getenv("FERRY_LOAD_TRACE") != nullptr;
+  bool on = env_value("FERRY_LOAD_TRACE") != nullptr;
   std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
   void mark(const char* phase, uint64_t bytes = 0) {
     if (!on) return;

@@ -4,9 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -16,6 +13,7 @@
 
 #include "io/file_util.h"
 #include "onnx/onnx_pb.h"
+#include "onnx/tensor_proto.h"
 
 namespace ferry {
 namespace {
@@ -93,14 +91,8 @@ Status write_edited_onnx(const std::string& source_onnx, const OnnxGraphEdit& ed
     return invalid_argument("output '" + out_path + "' is the source model '" + source_onnx + "'; write to a new file");
   ASSIGN_OR_RETURN(MappedFile f, map_file(source_onnx, INT_MAX, "model file"));
   onnx::ModelProto mp;
-  {
-    google::protobuf::io::ArrayInputStream raw(f.data, static_cast<int>(f.size));
-    google::protobuf::io::CodedInputStream coded(&raw);
-    coded.SetTotalBytesLimit(INT_MAX);
-    coded.SetRecursionLimit(200);
-    if (f.size == 0 || !mp.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage() || !mp.has_graph())
-      return invalid_model("model '" + source_onnx + "' is not a valid ONNX model (protobuf parse failed)");
-  }
+  if (f.size == 0 || !parse_model_proto(f.data, f.size, &mp) || !mp.has_graph())
+    return invalid_model("model '" + source_onnx + "' is not a valid ONNX model (protobuf parse failed)");
   onnx::GraphProto* g = mp.mutable_graph();
   const std::string base_dir = dir_name(source_onnx);
   for (auto& t : *g->mutable_initializer()) RETURN_IF_ERROR(inline_external(base_dir, source_onnx, &t));

@@ -7,9 +7,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -21,6 +18,7 @@
 #include "onnx/onnx_import.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/proto_names.h"
+#include "onnx/tensor_proto.h"
 
 namespace ferry {
 namespace {
@@ -493,14 +491,8 @@ Status export_trained_onnx(const std::string& source_onnx, const TrainedExport& 
                             "'; write the trained model to a new file");
   ASSIGN_OR_RETURN(MappedFile f, map_file(source_onnx, INT_MAX, "model file"));
   onnx::ModelProto mp;
-  {
-    google::protobuf::io::ArrayInputStream raw(f.data, static_cast<int>(f.size));
-    google::protobuf::io::CodedInputStream coded(&raw);
-    coded.SetTotalBytesLimit(INT_MAX);
-    coded.SetRecursionLimit(200);
-    if (f.size == 0 || !mp.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage() || !mp.has_graph())
-      return invalid_model("model '" + source_onnx + "' is not a valid ONNX model (protobuf parse failed)");
-  }
+  if (f.size == 0 || !parse_model_proto(f.data, f.size, &mp) || !mp.has_graph())
+    return invalid_model("model '" + source_onnx + "' is not a valid ONNX model (protobuf parse failed)");
   escape_model_names(&mp);  // the names the importer gave the trained weights
   for (const auto& [key, value] : e.metadata) {
     onnx::StringStringEntryProto* entry = nullptr;

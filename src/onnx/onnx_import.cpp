@@ -1,8 +1,5 @@
 #include "onnx/onnx_import.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-
 #include <climits>
 #include <cstring>
 #include <fstream>
@@ -347,15 +344,9 @@ StatusOr<std::shared_ptr<Model>> parse_model(const void* data, size_t size, cons
     return resource_exhausted(what + " is over 2 GiB; protobuf cannot hold it: save the weights as external data "
                               "(onnx.save_model(..., save_as_external_data=True))");
   onnx::ModelProto mp;
-  {
-    google::protobuf::io::ArrayInputStream raw(data, static_cast<int>(size));
-    google::protobuf::io::CodedInputStream coded(&raw);
-    coded.SetTotalBytesLimit(INT_MAX);
-    coded.SetRecursionLimit(200);
-    if (!mp.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage())
-      return invalid_model(what + " is not a valid ONNX model (protobuf parse failed: the file is truncated, "
-                           "corrupted, or not an .onnx file)");
-  }
+  if (!parse_model_proto(data, size, &mp))
+    return invalid_model(what + " is not a valid ONNX model (protobuf parse failed: the file is truncated, "
+                         "corrupted, or not an .onnx file)");
   if (release_input) release_input();  // the ModelProto holds its own copy of everything from here on
   escape_model_names(&mp);
   if (!mp.has_graph())

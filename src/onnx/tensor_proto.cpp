@@ -18,6 +18,16 @@
 #include "onnx/onnx-data.pb.h"
 
 namespace ferry {
+
+bool parse_model_proto(const void* data, size_t size, onnx::ModelProto* mp) {
+  if (size > static_cast<size_t>(INT_MAX)) return false;
+  google::protobuf::io::ArrayInputStream raw(data, static_cast<int>(size));
+  google::protobuf::io::CodedInputStream coded(&raw);
+  coded.SetTotalBytesLimit(INT_MAX);
+  coded.SetRecursionLimit(200);
+  return mp->ParseFromCodedStream(&coded) && coded.ConsumedEntireMessage();
+}
+
 namespace {
 
 Status read_external(TensorSource& st, const onnx::TensorProto& tp, const std::string& what, DType dtype,

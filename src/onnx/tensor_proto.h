@@ -2,6 +2,7 @@
 // Internal to onnx/: it names protobuf types.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -26,5 +27,9 @@ struct TensorSource {
 /// `src` null: external data is refused and no limit applies. `what` ("" = "tensor '<name>'")
 /// starts every message.
 StatusOr<Tensor> tensor_from_proto(TensorSource* src, const onnx::TensorProto& tp, const std::string& what);
+
+/// Parses `size` bytes as one whole ModelProto within protobuf's limits (2 GiB, nesting 200): the one
+/// reader of model bytes (import, export, edit). False when they are not one; the caller names the file.
+bool parse_model_proto(const void* data, size_t size, onnx::ModelProto* mp);
 
 }  // namespace ferry

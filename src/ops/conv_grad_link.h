@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/env_switch.h"
 #include "ir/graph.h"
 #include "ops/blocked_layout.h"
 
@@ -28,7 +29,7 @@ struct ConvGradLink {
 /// $FERRY_TRAIN_CONV_KEEP_X=0: none (to compare).
 inline std::vector<ConvGradLink> conv_grad_links(const Graph& g) {
   std::vector<ConvGradLink> links;
-  const char* off = std::getenv("FERRY_TRAIN_CONV_KEEP_X");
+  const char* off = env_value("FERRY_TRAIN_CONV_KEEP_X");
   if (off && std::string(off) == "0") return links;
   std::map<std::pair<std::string, std::string>, std::pair<std::vector<size_t>, std::vector<size_t>>> by_xw;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -59,7 +60,7 @@ inline std::vector<ConvGradLink> conv_grad_links(const Graph& g) {
 /// $FERRY_AMP_WGRAD = bf16 | f32 forces one for every shape.
 inline bool amp_wgrad_f32(int64_t group, int64_t in_channels, const std::vector<int64_t>& kernel) {
   static const int forced = [] {
-    const char* e = std::getenv("FERRY_AMP_WGRAD");
+    const char* e = env_value("FERRY_AMP_WGRAD");
     if (!e) return -1;
     return std::string(e) == "f32" ? 1 : std::string(e) == "bf16" ? 0 : -1;
   }();

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <optional>
 
+#include "common/splitmix64.h"
 #include "ops/conv_pool_util.h"
 #include "ops/gemm_ref.h"
 #include "ops/op_util.h"
@@ -268,13 +269,6 @@ Status k_conv_grad(KernelContext& ctx) {
 }
 
 // ---- TrainDropout / DropoutGrad -------------------------------------------------------------
-
-inline uint64_t splitmix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 template <class Ctx>
 Status dropout_ratio(Ctx& ctx, double* ratio) {

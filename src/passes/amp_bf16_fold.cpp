@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/env_switch.h"
 #include "passes/graph_edit.h"
 #include "passes/pipeline.h"
 
@@ -28,7 +29,7 @@ namespace {
 bool native_bf16_cpu() {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool ok = [] {
-    const char* e = std::getenv("FERRY_AMP_NATIVE");
+    const char* e = env_value("FERRY_AMP_NATIVE");
     if (e && std::strcmp(e, "0") == 0) return false;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512bf16") != 0;

@@ -9,12 +9,11 @@
 // (q_perm [0,2,1,3], k_perm [0,2,3,1], v_perm [0,2,1,3], out_perm [0,2,1,3], a [B*H, m, Sk] mask
 // reshaped to [B, H, m, Sk]), its output [B, S, H, D] is [B, S, E] as it stands, and the
 // out-projection is MatMul(.., Wo^T) + bo, so conv_fusion adds bias and residual in the GEMM.
-// Same arithmetic per element. Runs after attention_fusion, before conv_fusion. FERRY_ATTENTION_LAYOUT=0: off.
+// Same arithmetic per element. Runs after attention_fusion, before conv_fusion. FERRY_DISABLE_PASSES=attention_layout: off.
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "common/env_switch.h"
 #include "ops/shape_inference.h"
 #include "passes/graph_edit.h"
 #include "passes/pipeline.h"
@@ -24,11 +23,6 @@ namespace ferry {
 GraphPass dead_node_removal_pass();
 
 namespace {
-
-bool enabled() {
-  static const bool on = env_switch_on("FERRY_ATTENTION_LAYOUT");
-  return on;
-}
 
 bool is_onnx(const Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
 
@@ -267,7 +261,6 @@ bool rewrite(PatternContext& pc, long ai, std::vector<Insertion>* ins) {
 }
 
 Status run_attention_layout(Model* model, PassContext& ctx) {
-  if (!enabled()) return Status::ok();
   // Shape nodes whose dims were folded would count as readers.
   const GraphPass dead_nodes = dead_node_removal_pass();
   PassContext dead_ctx{ctx.options};

@@ -8,24 +8,18 @@
 // operands become one Reshape of QKV to [.., N/D, D] (no copy) read through q_slice / k_slice /
 // v_slice = [heads axis, a/D, b/D]: the kernel reads Q, K and V in place. Runs after row_pruning (a
 // query cut to fewer rows, as ViT's last block, does not match and keeps its Slice).
-// FERRY_ATTENTION_QKV_VIEWS=0: off.
+// FERRY_DISABLE_PASSES=attention_qkv_views: off.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "common/env_switch.h"
 #include "ops/shape_inference.h"
 #include "passes/graph_edit.h"
 #include "passes/pipeline.h"
 
 namespace ferry {
 namespace {
-
-bool enabled() {
-  static const bool on = env_switch_on("FERRY_ATTENTION_QKV_VIEWS");
-  return on;
-}
 
 const Shape* shape_of(const Graph& g, const std::string& v) {
   const TensorType* t = g.find_type(v);
@@ -109,7 +103,7 @@ bool rewrite(PatternContext& pc, long ai) {
 }
 
 Status run_attention_qkv_views(Model* model, PassContext& ctx) {
-  if (!enabled() || ctx.options.device != "cpu") return Status::ok();
+  if (ctx.options.device != "cpu") return Status::ok();
   PatternContext pc(model->graph);
   int changes = 0;
   for (size_t i = 0; i < pc.g.nodes.size(); ++i) {

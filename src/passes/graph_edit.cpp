@@ -152,6 +152,16 @@ std::string other_input(const Node& n, const std::string& v) {
 
 bool approx_equal(double a, double b, double tol) { return std::fabs(a - b) <= tol * std::max(1.0, std::fabs(b)); }
 
+Node make_cast_node(const std::string& name, const std::string& from, const std::string& to, DType dtype) {
+  Node cast;
+  cast.name = name;
+  cast.op_type = "Cast";
+  cast.inputs = {from};
+  cast.outputs = {to};
+  set_attr(&cast, "to", static_cast<int64_t>(dtype));
+  return cast;
+}
+
 void set_attr(Node* n, const std::string& key, int64_t v) {
   Attribute a;
   a.type = AttrType::kInt;

@@ -101,5 +101,7 @@ void set_attr(Node* n, const std::string& key, int64_t v);
 void set_attr(Node* n, const std::string& key, float v);
 void set_attr(Node* n, const std::string& key, const std::string& v);
 void set_attr(Node* n, const std::string& key, const std::vector<int64_t>& v);
+/// A Cast node `name`: `from` -> `to` as `dtype` (the precision pass's and autocast's casts).
+Node make_cast_node(const std::string& name, const std::string& from, const std::string& to, DType dtype);
 
 }  // namespace ferry

@@ -20,7 +20,7 @@
 // command on a copy of the binary): 1 thread b1 (5 rounds) 4.93 -> 4.64 ms, 0.93 -> 0.86; b8 (4)
 // 35.4 -> 35.1, 0.83 -> 0.82; 2 threads b1 (5) 5.39 -> 5.35, 0.59 -> 0.57; b8 (4) 42.5 -> 38.2, 0.49
 // -> 0.40. Outputs against cpu-ref: max abs 2.8e-6 at b1, 3.8e-6 at b8 (3.2e-6 unfused).
-// FERRY_INVERTED_RESIDUAL=0: off. FERRY_INVERTED_RESIDUAL_MIN_WIDTH=N: another width limit.
+// FERRY_DISABLE_PASSES=inverted_residual_fusion: off. FERRY_INVERTED_RESIDUAL_MIN_WIDTH=N: another width limit.
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -35,14 +35,9 @@ namespace {
 
 constexpr int64_t kMinWidth = 28;
 
-bool enabled() {
-  static const bool on = env_switch_on("FERRY_INVERTED_RESIDUAL");
-  return on;
-}
-
 int64_t min_width() {
   static const int64_t w = [] {
-    const char* e = std::getenv("FERRY_INVERTED_RESIDUAL_MIN_WIDTH");
+    const char* e = env_value("FERRY_INVERTED_RESIDUAL_MIN_WIDTH");
     return e && std::atoll(e) > 0 ? std::atoll(e) : kMinWidth;
   }();
   return w;
@@ -136,7 +131,7 @@ bool rewrite(PatternContext& pc, long c) {
 }
 
 Status run_inverted_residual_fusion(Model* model, PassContext& ctx) {
-  if (!enabled() || ctx.options.device != "cpu") return Status::ok();
+  if (ctx.options.device != "cpu") return Status::ok();
   PatternContext pc(model->graph);
   int changes = 0;
   for (size_t i = 0; i < pc.g.nodes.size(); ++i)

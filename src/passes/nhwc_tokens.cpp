@@ -4,23 +4,17 @@
 //   Transpose(Reshape(Transpose(y_nhwc, [0, 3, 1, 2]), [N, C, H*W]), [0, 2, 1])
 // two full copies that undo each other (ViT-B/16 b1: 0.23 + 0.31 of ~207 CPU ms at 1 thread, the
 // reference Transpose kernel). [N, H, W, C] read as [N, H*W, C] is the same tensor: one Reshape.
-// FERRY_NHWC_TOKENS=0: off.
+// FERRY_DISABLE_PASSES=nhwc_tokens: off.
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "common/env_switch.h"
 #include "ops/shape_inference.h"
 #include "passes/graph_edit.h"
 #include "passes/pipeline.h"
 
 namespace ferry {
 namespace {
-
-bool enabled() {
-  static const bool on = env_switch_on("FERRY_NHWC_TOKENS");
-  return on;
-}
 
 std::vector<int64_t> perm_of(const Node& n) {
   const Attribute* a = n.attr("perm");
@@ -67,7 +61,6 @@ bool rewrite(PatternContext& pc, long t2) {
 }
 
 Status run_nhwc_tokens(Model* model, PassContext& ctx) {
-  if (!enabled()) return Status::ok();
   PatternContext pc(model->graph);
   int changes = 0;
   for (size_t i = 0; i < pc.g.nodes.size(); ++i) {

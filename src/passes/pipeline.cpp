@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/env_switch.h"
 #include "ops/shape_inference.h"
 
 namespace ferry {
@@ -21,11 +22,42 @@ const std::vector<GraphPass>& graph_passes() {
   return passes;
 }
 
+namespace {
+
+// FERRY_DISABLE_PASSES=a,b: the passes named are skipped, as OptimizeOptions::disabled (to isolate a
+// pass, or to compare a graph with and without it). A name that is no pass is refused.
+Status passes_disabled_by_env(std::vector<std::string>* out) {
+  const char* e = env_value("FERRY_DISABLE_PASSES");
+  if (!e) return Status::ok();
+  const std::string list = e;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    const std::string name = list.substr(start, end - start);
+    start = end + 1;
+    if (name.empty()) continue;
+    bool known = false;
+    std::string names;
+    for (const GraphPass& p : graph_passes()) {
+      known = known || name == p.name;
+      names += std::string(names.empty() ? "" : ", ") + p.name;
+    }
+    if (!known) return invalid_argument("FERRY_DISABLE_PASSES names '" + name + "', which is not a graph pass; the passes: " + names);
+    out->push_back(name);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status optimize_model(Model* model, const OptimizeOptions& options, OptimizeReport* report) {
   if (report) report->nodes_before = static_cast<int64_t>(model->graph.nodes.size());
+  std::vector<std::string> disabled = options.disabled;
+  RETURN_IF_ERROR(passes_disabled_by_env(&disabled));
   for (const GraphPass& pass : graph_passes()) {
     if (pass.level > options.opt_level) continue;
-    if (std::find(options.disabled.begin(), options.disabled.end(), pass.name) != options.disabled.end()) continue;
+    if (std::find(disabled.begin(), disabled.end(), pass.name) != disabled.end()) continue;
     PassContext ctx{options};
     auto start = std::chrono::steady_clock::now();
     RETURN_IF_ERROR(pass.run(model, ctx).with_context(std::string("graph pass '") + pass.name + "'"));

@@ -12,6 +12,7 @@
 #include "ops/op_util.h"
 #include "ops/registry.h"
 #include "ops/shape_inference.h"
+#include "passes/graph_edit.h"
 
 namespace ferry {
 
@@ -220,16 +221,7 @@ class PrecisionRewriter {
   }
 
   void add_cast(const std::string& from, const std::string& to, DType dtype) {
-    Node cast;
-    cast.name = kCastPrefix + to;
-    cast.op_type = "Cast";
-    cast.inputs = {from};
-    cast.outputs = {to};
-    Attribute a;
-    a.type = AttrType::kInt;
-    a.i = static_cast<int64_t>(dtype);
-    cast.attrs["to"] = a;
-    out_.push_back(std::move(cast));
+    out_.push_back(make_cast_node(kCastPrefix + to, from, to, dtype));
     if (report_) ++report_->casts_inserted;
   }
 

@@ -11,14 +11,13 @@
 // It moves only when every reader of the value is the same slice (else the rows are needed anyway),
 // so the arithmetic of each kept row is unchanged. ViT's class-token Gather then cuts its last
 // encoder block to one row per image (MLP, LayerNorms, out-projection, attention queries).
-// Runs after the fusions (it moves through the fused nodes). FERRY_ROW_PRUNE=0 turns it off.
+// Runs after the fusions (it moves through the fused nodes). FERRY_DISABLE_PASSES=row_pruning turns it off.
 #include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "common/env_switch.h"
 #include "ops/shape_inference.h"
 #include "passes/graph_edit.h"
 #include "passes/pipeline.h"
@@ -28,11 +27,6 @@ namespace ferry {
 GraphPass dead_node_removal_pass();
 
 namespace {
-
-bool enabled() {
-  static const bool on = env_switch_on("FERRY_ROW_PRUNE");
-  return on;
-}
 
 // Rows [start, end) of one axis.
 struct Sel {
@@ -484,7 +478,6 @@ StatusOr<bool> move_once(Model* model) {
 }
 
 Status run_row_pruning(Model* model, PassContext& ctx) {
-  if (!enabled()) return Status::ok();
   // Nodes nobody reads (Shape nodes whose dims were folded) must not count as readers of the rows.
   const GraphPass dead_nodes = dead_node_removal_pass();
   for (int round = 0; round < 10000; ++round) {

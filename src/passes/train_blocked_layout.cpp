@@ -21,7 +21,7 @@
 // pairs under FERRY_AMP_NATIVE=0), as each edge costs the reorder a wrapped node saves.
 // ResNet-50 b8 (2 threads): 368 -> 164 oneDNN reorders per step (what remains: the weights'), six
 // edges (the stem's MaxPool and GlobalAveragePool, forward and backward).
-// $FERRY_TRAIN_BLOCKED=0 (read at each run of the pass) or --disable-pass train_blocked_layout
+// $FERRY_TRAIN_BLOCKED=0 (read at each run of the pass) or FERRY_DISABLE_PASSES=train_blocked_layout
 // turn it off.
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +29,7 @@
 #include <numeric>
 #include <set>
 
+#include "common/env_switch.h"
 #include "ops/blocked_layout.h"
 #include "passes/graph_edit.h"
 #include "passes/pipeline.h"
@@ -111,12 +112,12 @@ struct UnionFind {
 };
 
 bool disabled_by_env() {
-  const char* e = std::getenv("FERRY_TRAIN_BLOCKED");
+  const char* e = env_value("FERRY_TRAIN_BLOCKED");
   return e && std::strcmp(e, "0") == 0;
 }
 
 bool bf16_activations_off() {
-  const char* e = std::getenv("FERRY_AMP_BF16_ACT");
+  const char* e = env_value("FERRY_AMP_BF16_ACT");
   return e && std::strcmp(e, "0") == 0;
 }
 

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/env_switch.h"
 #include "ops/op_util.h"
 
 namespace ferry {
@@ -113,7 +114,7 @@ struct Comparator::Impl {
       spill_dir = requested;
       return Status::ok();
     }
-    const char* tmp = std::getenv("TMPDIR");
+    const char* tmp = env_value("TMPDIR");
     std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/ferry-compare-XXXXXX";
     std::vector<char> buf(pattern.begin(), pattern.end());
     buf.push_back('\0');

@@ -8,6 +8,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "common/env_switch.h"
 #include "onnx/onnx_import.h"
 #include "quant/gptq.h"
 #include "quant/qdq_plan.h"
@@ -315,7 +316,7 @@ struct Session {
         wp = wt.data();
       }
       bool fell_back = false;
-      std::vector<int8_t> qv = gptq_round(wp, l.n, scales, h, 0.01, std::getenv("FERRY_GPTQ_ACT_ORDER") != nullptr, &fell_back);
+      std::vector<int8_t> qv = gptq_round(wp, l.n, scales, h, 0.01, env_value("FERRY_GPTQ_ACT_ORDER") != nullptr, &fell_back);
       if (fell_back) continue;
       const std::vector<int8_t> nearest = nearest_round(wp, l.n, l.k, scales);
       const double eb = output_error(wp, nearest.data(), l.n, scales, h), ea = output_error(wp, qv.data(), l.n, scales, h);

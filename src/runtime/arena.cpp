@@ -1,5 +1,6 @@
 #include "runtime/arena.h"
 
+#include "common/env_switch.h"
 #include "runtime/page_blocks.h"
 
 #include <climits>
@@ -226,7 +227,7 @@ std::shared_ptr<PageBlocks> AllocationRecorder::take_blocks(int64_t keep_bytes) 
 // them, so the memory-bound layers of a large batch walk it without a TLB miss every 4 KiB.
 static void* allocate_arena(int64_t bytes, bool want_huge) {
   static const bool huge = [] {
-    const char* e = std::getenv("FERRY_ARENA_HUGEPAGES");
+    const char* e = env_value("FERRY_ARENA_HUGEPAGES");
     return !(e && std::string(e) == "0");
   }();
   constexpr int64_t kHuge = int64_t{2} << 20;

@@ -1,4 +1,5 @@
 #include "runtime/batch_split.h"
+#include "common/env_switch.h"
 #include "runtime/batch_split_parts.h"
 
 #include <omp.h>
@@ -476,7 +477,7 @@ constexpr bool kSplitLanesByDefault = false;
 int batch_split_lanes(int64_t parts) {
   if (parts < 2 || omp_in_parallel()) return 1;
   int lanes = kSplitLanesByDefault ? omp_get_max_threads() : 1;
-  if (const char* e = std::getenv("FERRY_SPLIT_LANES"); e && *e) lanes = std::min(omp_get_max_threads(), std::max(1, std::atoi(e)));
+  if (const char* e = env_value("FERRY_SPLIT_LANES"); e && *e) lanes = std::min(omp_get_max_threads(), std::max(1, std::atoi(e)));
   if (lanes < 2 || parts % lanes != 0) return 1;
   return lanes;
 }

@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include "common/env_switch.h"
 #include "runtime/batch_split_parts.h"
 #include "runtime/page_blocks.h"
 
@@ -158,11 +159,11 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model
   ex->plan_memory_ = options.plan_memory && is_host_backend(*ex->backend_);
   ex->arena_huge_pages_ = options.arena_huge_pages;
   ex->split_rows_option_ = options.batch_split_rows;
-  if (const char* e = std::getenv("FERRY_BATCH_SPLIT"); e && *e) ex->split_rows_option_ = std::atoll(e);
+  if (const char* e = env_value("FERRY_BATCH_SPLIT"); e && *e) ex->split_rows_option_ = std::atoll(e);
   ex->split_enabled_ = ex->split_rows_option_ != 0 && is_host_backend(*ex->backend_) && ex->backend_->name() != "cpu-ref";
   if (ex->split_enabled_) ex->split_info_ = analyze_batch_split(ex->model_->graph);
   ex->split_front_bytes_ = options.split_front_bytes;
-  if (const char* e = std::getenv("FERRY_SPLIT_FRONT"); e && *e) ex->split_front_bytes_ = std::atoll(e);
+  if (const char* e = env_value("FERRY_SPLIT_FRONT"); e && *e) ex->split_front_bytes_ = std::atoll(e);
   if (ex->split_front_bytes_ != 0) ex->split_cuts_ = batch_split_cuts(ex->model_->graph, ex->split_info_);
   ASSIGN_OR_RETURN(ex->plan_, plan_partitions(*ex->model_, *ex->backend_, ex->host_.get(), options.allow_fallback));
   for (const Crossing& c : ex->plan_.crossings) ++ex->crossing_count_[c.value];

@@ -8,6 +8,8 @@
 
 #include <sys/mman.h>
 
+#include "common/env_switch.h"
+
 namespace ferry {
 
 void* map_fresh_pages(size_t bytes, bool huge) {
@@ -31,7 +33,7 @@ void* map_fresh_pages(size_t bytes, bool huge) {
 
 bool page_reuse_enabled() {
   static const bool on = [] {
-    const char* e = std::getenv("FERRY_ARENA_REUSE");
+    const char* e = env_value("FERRY_ARENA_REUSE");
     return !(e && std::string(e) == "0");
   }();
   return on;
@@ -39,7 +41,7 @@ bool page_reuse_enabled() {
 
 bool huge_pages_allowed() {
   static const bool on = [] {
-    const char* e = std::getenv("FERRY_ARENA_HUGEPAGES");
+    const char* e = env_value("FERRY_ARENA_HUGEPAGES");
     return !(e && std::string(e) == "0");
   }();
   return on;

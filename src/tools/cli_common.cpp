@@ -1,5 +1,6 @@
 #include "tools/cli_common.h"
 
+#include "common/env_switch.h"
 #include "runtime/memory_estimate.h"
 
 #include <malloc.h>
@@ -40,10 +41,10 @@ std::string human_bytes(int64_t bytes) { return format_bytes(bytes); }
 void apply_inference_malloc_defaults() {
 #if defined(__GLIBC__)
   static const bool done = [] {
-    const char* off = std::getenv("FERRY_MALLOC_DEFAULTS");
+    const char* off = env_value("FERRY_MALLOC_DEFAULTS");
     if (off && std::string(off) == "0") return false;
     for (const char* user : {"GLIBC_TUNABLES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"})
-      if (std::getenv(user)) return false;
+      if (env_value(user)) return false;
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
     return true;

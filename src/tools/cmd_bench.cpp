@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "common/env_switch.h"
 #include "compiler/gears.h"
 #include "tools/bench_common.h"
 #include "tools/cli_common.h"
@@ -15,8 +16,8 @@ namespace {
 
 // How idle OpenMP threads wait (src/tools/omp_defaults.cpp chooses at start-up).
 std::string idle_thread_policy() {
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = env_value("GOMP_SPINCOUNT");
+  const char* policy = env_value("OMP_WAIT_POLICY");
   std::string s;
   if (policy) s = std::string("OMP_WAIT_POLICY=") + policy;
   if (spin) s += (s.empty() ? "" : ", ") + std::string("GOMP_SPINCOUNT=") + spin;

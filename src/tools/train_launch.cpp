@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/env_switch.h"
+
 namespace ferry::cli {
 namespace {
 
@@ -81,7 +83,7 @@ std::string describe_exit(int status) {
 }  // namespace
 
 int launch_train_workers(int nproc, int threads) {
-  if (std::getenv("RANK") || std::getenv("WORLD_SIZE")) {
+  if (env_value("RANK") || env_value("WORLD_SIZE")) {
     std::fprintf(stderr, "ferry: error: --nproc starts its own ranks on this machine, but RANK/WORLD_SIZE are set: "
                          "drop --nproc to run one rank of that job, or unset them\n");
     return 2;

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "passes/graph_edit.h"
 #include "passes/precision.h"
 
 namespace ferry {
@@ -12,19 +13,6 @@ namespace {
 
 bool node_matches(const Node& n, const std::string& name) {
   return n.name == name || std::find(n.origin.begin(), n.origin.end(), name) != n.origin.end();
-}
-
-Node make_cast(const std::string& name, const std::string& from, const std::string& to, DType dtype) {
-  Node cast;
-  cast.name = name;
-  cast.op_type = "Cast";
-  cast.inputs = {from};
-  cast.outputs = {to};
-  Attribute a;
-  a.type = AttrType::kInt;
-  a.i = static_cast<int64_t>(dtype);
-  cast.attrs["to"] = a;
-  return cast;
 }
 
 }  // namespace
@@ -56,8 +44,8 @@ Status apply_autocast(Model* model, DType low, const std::vector<std::string>& k
   };
   auto round_pair = [&](const std::string& from, const std::string& to) {
     const std::string mid = "amp/" + to + "::" + tag;
-    out.push_back(make_cast("amp/cast/" + mid, from, mid, low));
-    out.push_back(make_cast("amp/cast/" + to, mid, to, DType::kF32));
+    out.push_back(make_cast_node("amp/cast/" + mid, from, mid, low));
+    out.push_back(make_cast_node("amp/cast/" + to, mid, to, DType::kF32));
     if (report) report->casts_inserted += 2;
   };
   for (Node& n : g.nodes) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "common/env_switch.h"
 #include "train/comm_backends.h"
 #include "train/tcp_store.h"
 
@@ -14,7 +15,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 StatusOr<int> env_int(const char* name, int lo, int hi, bool* present) {
-  const char* v = std::getenv(name);
+  const char* v = env_value(name);
   *present = v && *v;
   if (!*present) return 0;
   char* end = nullptr;
@@ -53,7 +54,7 @@ StatusOr<DistConfig> dist_config_from_env(double timeout_s) {
   c.world_size = world;
   c.local_rank = has_local ? local : rank;
   if (world > 1) {
-    const char* addr = std::getenv("MASTER_ADDR");
+    const char* addr = env_value("MASTER_ADDR");
     if (!addr || !*addr) return invalid_argument("MASTER_ADDR is not set: give rank 0's host name or address");
     if (!has_port) return invalid_argument("MASTER_PORT is not set: give the port rank 0 listens on (e.g. 29500)");
     c.master_addr = addr;

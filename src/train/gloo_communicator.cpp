@@ -21,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/env_switch.h"
 #include "train/comm_backends.h"
 #include "train/tcp_store.h"
 
@@ -127,7 +128,7 @@ class GlooCommunicator : public Communicator {
   Status connect(double timeout_s) {
     try {
       gloo::transport::tcp::attr attr;
-      const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
+      const char* iface = env_value("GLOO_SOCKET_IFNAME");
       if (iface && *iface) attr.iface = iface;
       else attr.hostname = store_->local_ip().empty() ? config_.master_addr : store_->local_ip();
       device_ = gloo::transport::tcp::CreateDevice(attr);

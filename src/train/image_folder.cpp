@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/splitmix64.h"
 #include "io/image_transform.h"
 
 namespace ferry {
@@ -22,13 +23,6 @@ namespace {
 constexpr int kMaxFolderDepth = 64;
 constexpr size_t kMaxExamples = 5;
 constexpr int kReplacementTries = 8;
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

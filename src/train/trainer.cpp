@@ -16,6 +16,8 @@
 #include <set>
 #include <thread>
 
+#include "common/env_switch.h"
+#include "common/splitmix64.h"
 #include "format/checkpoint.h"
 #include "io/image_metadata.h"
 #include "onnx/onnx_export.h"
@@ -44,7 +46,7 @@ namespace ferry {
 // leaves glibc's defaults.
 static void keep_freed_heap_pages() {
 #if defined(__GLIBC__)
-  const char* e = std::getenv("FERRY_TRAIN_MALLOPT");
+  const char* e = env_value("FERRY_TRAIN_MALLOPT");
   if (e && std::string(e) == "0") return;
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
@@ -57,13 +59,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-uint64_t mix(uint64_t x) {  // splitmix64
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
 }
 
 // Which samples step k (1-based) takes: a stream of rows through the epochs' orders (the data in
@@ -89,7 +84,7 @@ class Sampler {
       perm_.resize(static_cast<size_t>(n_));
       std::iota(perm_.begin(), perm_.end(), 0);
       if (shuffle_) {
-        std::mt19937_64 rng(mix(seed_ ^ mix(static_cast<uint64_t>(epoch) + 1)));
+        std::mt19937_64 rng(splitmix64(seed_ ^ splitmix64(static_cast<uint64_t>(epoch) + 1)));
         for (int64_t i = n_ - 1; i > 0; --i) {  // Fisher-Yates, independent of the library's shuffle
           const int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1));
           std::swap(perm_[static_cast<size_t>(i)], perm_[static_cast<size_t>(j)]);
@@ -428,12 +423,12 @@ StatusOr<double> Trainer::micro_step(int64_t k, int64_t m, float seed, std::map<
   ASSIGN_OR_RETURN(Batch batch, prefetch_->take(m, &waited));
   *wait_ms += waited;
   if (m + 1 <= total_steps_ * c_.accumulate)
-    RETURN_IF_ERROR(prefetch_->request(m + 1, sampler_->indices(m + 1), mix(c_.seed ^ mix(m + 1))));
+    RETURN_IF_ERROR(prefetch_->request(m + 1, sampler_->indices(m + 1), splitmix64(c_.seed ^ splitmix64(m + 1))));
   NamedTensors feeds = batch.inputs;
   feeds.emplace_back(tg_.labels, batch.labels);
   for (const auto& [name, t] : values_) feeds.emplace_back(name, t);
   for (size_t i = 0; i < tg_.dropout_seeds.size(); ++i)
-    feeds.emplace_back(tg_.dropout_seeds[i], Tensor::scalar<int64_t>(static_cast<int64_t>(mix(c_.seed ^ mix(m) ^ (i + 1)) >> 1)));
+    feeds.emplace_back(tg_.dropout_seeds[i], Tensor::scalar<int64_t>(static_cast<int64_t>(splitmix64(c_.seed ^ splitmix64(m) ^ (i + 1)) >> 1)));
   feeds.emplace_back(tg_.loss_seed, loss_seed_f64_ ? Tensor::scalar<double>(seed) : Tensor::scalar<float>(seed));
   NamedTensors outs;
   if (ddp_) ddp_->begin_step(/*sync=*/m == k * c_.accumulate, grads);  // DDP's no_sync but on the last micro-batch
@@ -650,7 +645,7 @@ StatusOr<TrainSummary> Trainer::run() {
     summary_.notes.push_back("the checkpoint is at step " + std::to_string(start_step_) + " of " + std::to_string(total_steps_) + ": nothing to train");
   if (start_step_ < total_steps_)
     RETURN_IF_ERROR(prefetch_->request(first_micro(start_step_ + 1), sampler_->indices(first_micro(start_step_ + 1)),
-                                       mix(c_.seed ^ mix(first_micro(start_step_ + 1)))));
+                                       splitmix64(c_.seed ^ splitmix64(first_micro(start_step_ + 1)))));
   for (int64_t k = start_step_ + 1; k <= total_steps_; ++k) {
     RETURN_IF_ERROR(step(k));
     // --checkpoint-dir without --save-every: the end only (never silently nothing).

@@ -7,6 +7,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "common/env_switch.h"
 #include "grad/autodiff.h"
 #include "grad/recompute.h"
 #include "grad/registry.h"
@@ -373,7 +374,7 @@ StatusOr<TrainGraph> build_train_graph(const Model& model, const TrainGraphOptio
   for (const auto& s : tg.state) g.outputs.push_back({s.output, {}});
   // Not under --recompute (which clones forward segments). Under --amp the pattern holds where
   // autocast left BN -> Relu without a Cast between (both stay f32; fuse_bn_relu checks the pattern).
-  const char* fuse_env = std::getenv("FERRY_TRAIN_FUSE_BN_RELU");
+  const char* fuse_env = env_value("FERRY_TRAIN_FUSE_BN_RELU");
   if (o.fuse_bn_relu && o.recompute_segments < 0 && !(fuse_env && std::string(fuse_env) == "0"))
     tg.fused_bn_relu = fuse_bn_relu(&g);
   if (o.recompute_segments >= 0) {

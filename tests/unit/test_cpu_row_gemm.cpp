@@ -46,7 +46,9 @@ TEST(CpuRowGemm, MatchesPlainLoopProduct) {
     const auto w = random_floats(static_cast<size_t>(c.k * c.n), seed++);
     const auto bias = random_floats(static_cast<size_t>(c.n), seed++);
     const auto z = random_floats(static_cast<size_t>(c.m * c.n), seed++);
-    cpu::RowGemm g(w.data(), c.trans_b, bias.data(), c.k, c.n);
+    auto created = cpu::RowGemm::create(w.data(), c.trans_b, bias.data(), c.k, c.n);
+    ASSERT_TRUE(created.is_ok()) << created.status().to_string();
+    cpu::RowGemm& g = *created.value();
     // Without and with the residual already in y, without and with GELU.
     for (int mode = 0; mode < 4; ++mode) {
       SCOPED_TRACE(mode);

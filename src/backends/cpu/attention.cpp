@@ -26,6 +26,7 @@
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/vec_math.h"
+#include "common/env_switch.h"
 #include "ops/attention_view.h"
 #include "ops/op_util.h"
 
@@ -163,7 +164,7 @@ __attribute__((target("avx512f"))) void masked_softmax_row_avx512(float* x, cons
 // Adds the mask row (element stride mstride; none when null) to x[0..n) and replaces it by its softmax.
 void masked_softmax_row(float* x, const float* m, int64_t n, int64_t mstride) {
 #if defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && !std::getenv("FERRY_ATTENTION_PLAIN_SOFTMAX");
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
   if (avx512) return masked_softmax_row_avx512(x, m, n, mstride);
 #endif
   masked_softmax_row_plain(x, m, n, mstride);
@@ -239,7 +240,7 @@ class AttentionKernel : public Kernel {
     const int64_t item_floats = sq * d + d * sk + sk * dv + sq * sk + sq * dv;
     const int max_threads = omp_in_parallel() ? 1 : std::max(1, omp_get_max_threads());
     int64_t chunk = std::max<int64_t>(1, kChunkBytes / (item_floats * 4));
-    if (const char* e = std::getenv("FERRY_ATTENTION_CHUNK")) chunk = std::max<long>(1, std::atol(e));
+    if (const char* e = env_value("FERRY_ATTENTION_CHUNK")) chunk = std::max<long>(1, std::atol(e));
     chunk = std::min(chunk, (batch + max_threads - 1) / max_threads);
     const int64_t chunks = (batch + chunk - 1) / chunk, tail = batch - (chunks - 1) * chunk;
     // Too little work to wake the second thread: one thread (as parallel_ranges decides).

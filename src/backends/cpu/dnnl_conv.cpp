@@ -31,11 +31,13 @@
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/node_attrs.h"
 #include "backends/cpu/one_thread_rules.h"
 #include "backends/cpu/prepacked.h"
 #include "backends/cpu/small_gemm.h"
 #include "backends/cpu/vec_math.h"
 #include "backends/cpu/winograd.h"
+#include "common/env_switch.h"
 #include "ops/conv_pool_util.h"
 
 #if defined(__x86_64__)
@@ -45,6 +47,7 @@
 namespace ferry {
 namespace {
 
+using cpu::NodeAttrs;
 using cpu::dnnl_engine;
 using cpu::dnnl_stream;
 using cpu::wrap;
@@ -52,11 +55,6 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 
 // AttrReader with the error() the shared conv/pool attribute parsers want.
-struct NodeAttrs : AttrReader {
-  using AttrReader::AttrReader;
-  Status error(const std::string& msg) const { return invalid_model(node().describe() + ": " + msg); }
-};
-
 #if defined(__x86_64__)
 // SiLU of 16 floats: x / (1 + e^-x), with e^-x = 2^v, v = -x log2(e) = n + f (n = round(v), |f| <= 1/2,
 // f from two FMAs with log2(e) in two parts, so it carries no error from v's rounding), 2^f a
@@ -464,7 +462,7 @@ class DnnlConvKernel : public Kernel {
   };
   static WinogradMode winograd_mode() {
     static const WinogradMode mode = [] {
-      const char* e = std::getenv("FERRY_CONV_WINOGRAD");
+      const char* e = env_value("FERRY_CONV_WINOGRAD");
       const std::string v = e ? e : "";
       return WinogradMode{v != "0" && v != "own", v != "0" && v != "dnnl", v == "dnnl"};
     }();
@@ -527,7 +525,7 @@ class DnnlConvKernel : public Kernel {
   bool use_rows(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const memory::dims& pad_l,
                 const memory::dims& pad_r) const {
     static const int mode = [] {  // 0 off, 1 at 1 thread only, 2 also with several threads (default)
-      const char* e = std::getenv("FERRY_CONV_ROWS");
+      const char* e = env_value("FERRY_CONV_ROWS");
       return e ? std::atoi(e) : 2;
     }();
     if (mode <= 0 || dtype_ != DType::kF32 || group_ != 1 || w_.rank() != 4 || !channels_last_ || nchw_input_) return false;
@@ -550,7 +548,7 @@ class DnnlConvKernel : public Kernel {
   // 2x56x56 128->128 s2: 2.26 -> 2.56). FERRY_CONV_ROWS_S2=0 keeps the 49-pixel limit for them.
   bool strided_kxk_any_pixels() const {
     static const bool enabled = [] {
-      const char* e = std::getenv("FERRY_CONV_ROWS_S2");
+      const char* e = env_value("FERRY_CONV_ROWS_S2");
       return !(e && std::string(e) == "0");
     }();
     return enabled && (w_.dim(2) > 1 || w_.dim(3) > 1) && (attrs_.strides[0] > 1 || attrs_.strides[1] > 1);
@@ -581,12 +579,12 @@ class DnnlConvKernel : public Kernel {
   bool use_rows_1x1(const std::vector<int64_t>& xd, const std::vector<int64_t>& yd, const memory::dims& pad_l,
                     const memory::dims& pad_r) const {
     static const bool enabled = [] {
-      const char* e = std::getenv("FERRY_CONV_ROWS_1X1");
-      const char* r = std::getenv("FERRY_CONV_ROWS");
+      const char* e = env_value("FERRY_CONV_ROWS_1X1");
+      const char* r = env_value("FERRY_CONV_ROWS");
       return !(e && std::string(e) == "0") && !(r && std::atoi(r) <= 0);
     }();
     static const bool threads_ok = [] {
-      const char* r = std::getenv("FERRY_CONV_ROWS");
+      const char* r = env_value("FERRY_CONV_ROWS");
       return !r || std::atoi(r) >= 2;
     }();
     if (!enabled || dtype_ != DType::kF32 || group_ != 1 || w_.rank() != 4 || !channels_last_ || nchw_input_) return false;
@@ -596,7 +594,7 @@ class DnnlConvKernel : public Kernel {
     const int64_t cin = w_.dim(1), cout = w_.dim(0);
     if (cout % 64 != 0 || cin > 2048) return false;
     static const bool all = [] {  // FERRY_CONV_ROWS_1X1=all: every 1x1 it can run (to measure shapes)
-      const char* e = std::getenv("FERRY_CONV_ROWS_1X1");
+      const char* e = env_value("FERRY_CONV_ROWS_1X1");
       return e && std::string(e) == "all";
     }();
     const bool strided = attrs_.strides[0] > 1 || attrs_.strides[1] > 1;
@@ -618,7 +616,7 @@ class DnnlConvKernel : public Kernel {
   // b1 came out 0.5-1 ms slower in 10 of 12 interleaved pairs (a loaded machine: not resolved).
   // Channels-last 2-D nodes with a plain NHWC source only.
   bool use_subsample(const std::vector<int64_t>& xd, const memory::dims& pad_l, const memory::dims& pad_r) const {
-    const char* e = std::getenv("FERRY_CONV_SUBSAMPLE");
+    const char* e = env_value("FERRY_CONV_SUBSAMPLE");
     if (!(e && std::string(e) == "1") || !channels_last_ || nchw_input_ || group_ != 1 || w_.rank() != 4 || w_.dim(2) != 1 || w_.dim(3) != 1)
       return false;
     if (attrs_.strides[0] == 1 && attrs_.strides[1] == 1) return false;
@@ -647,13 +645,9 @@ class DnnlConvKernel : public Kernel {
   // split over the threads), instead of oneDNN 2.6's eltwise_swish post-op: measured on
   // EfficientNet-B0 (`ferry profile`, per-node minimum over 4 interleaved rounds, a loaded machine),
   // its 33 SiLU convolutions took 8.51 -> 8.19 ms per run at batch 1 on 1 thread, 15.9 -> 14.0 ms
-  // on 2 threads, 18.9 -> 16.3 ms at batch 8. FERRY_CONV_ACT_AFTER=0 keeps the post-op (to compare).
+  // on 2 threads, 18.9 -> 16.3 ms at batch 8 (the post-op's switch is gone: issue 39).
   bool act_after_postop() const {
-    static const bool enabled = [] {
-      const char* e = std::getenv("FERRY_CONV_ACT_AFTER");
-      return !(e && std::string(e) == "0");
-    }();
-    return enabled && dtype_ == DType::kF32 && act_.kind == ActKind::kSilu;
+    return dtype_ == DType::kF32 && act_.kind == ActKind::kSilu;
   }
 
   memory::dims weight_dims() const {

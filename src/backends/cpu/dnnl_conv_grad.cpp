@@ -22,6 +22,8 @@
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/node_attrs.h"
+#include "common/env_switch.h"
 #include "ops/blocked_layout.h"
 #include "ops/conv_grad_link.h"
 #include "ops/conv_pool_util.h"
@@ -29,16 +31,12 @@
 namespace ferry {
 namespace {
 
+using cpu::NodeAttrs;
 using cpu::dnnl_engine;
 using cpu::dnnl_stream;
 using cpu::wrap;
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
-
-struct NodeAttrs : AttrReader {
-  using AttrReader::AttrReader;
-  Status error(const std::string& msg) const { return invalid_model(node().describe() + ": " + msg); }
-};
 
 // Per-thread buffers for the tensors in oneDNN's layouts, one per role (as cpu::scratch_memory:
 // a run executes its nodes one after another on one thread, so each run owns its buffers).
@@ -177,7 +175,7 @@ Status conv_shape(const Node& node, const std::vector<int64_t>& x, const std::ve
 // blocked; $FERRY_TRAIN_CONV_LAYOUT = plain | blocked forces one (to compare).
 bool blocked_layout(const ConvShape& s) {
   static const int forced = [] {
-    const char* e = std::getenv("FERRY_TRAIN_CONV_LAYOUT");
+    const char* e = env_value("FERRY_TRAIN_CONV_LAYOUT");
     if (!e) return -1;
     return std::string(e) == "plain" ? 0 : std::string(e) == "blocked" ? 1 : -1;
   }();
@@ -197,7 +195,7 @@ bool blocked_layout(const ConvShape& s) {
 // Blocked layouts only.
 bool winograd(const ConvShape& s, bool blocked) {
   static const int enabled = [] {
-    const char* e = std::getenv("FERRY_TRAIN_CONV_WINOGRAD");
+    const char* e = env_value("FERRY_TRAIN_CONV_WINOGRAD");
     return e && std::string(e) == "0" ? 0 : e && std::string(e) == "all" ? 2 : 1;
   }();
   if (!enabled || !blocked || s.group != 1 || s.src.size() != 4 || s.wei[2] != 3 || s.wei[3] != 3) return false;

@@ -30,8 +30,10 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/node_attrs.h"
 #include "backends/cpu/prepacked.h"
 #include "backends/cpu/vec_math.h"
+#include "common/env_switch.h"
 #include "ops/conv_pool_util.h"
 #include "ops/quantize_util.h"
 
@@ -42,6 +44,7 @@
 namespace ferry {
 namespace {
 
+using cpu::NodeAttrs;
 using cpu::dnnl_engine;
 using cpu::dnnl_stream;
 using cpu::wrap;
@@ -49,11 +52,6 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 
 enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB, kZ, kZScale, kZZp, kMidScale, kMidZp };
-
-struct NodeAttrs : AttrReader {
-  using AttrReader::AttrReader;
-  Status error(const std::string& msg) const { return invalid_model(node().describe() + ": " + msg); }
-};
 
 memory::data_type int8_type(DType t) { return t == DType::kU8 ? memory::data_type::u8 : memory::data_type::s8; }
 
@@ -373,7 +371,7 @@ class DnnlQConvKernel : public Kernel {
   }
 
   static const char* impl_env() {
-    const char* e = std::getenv("FERRY_QCONV_IMPL");
+    const char* e = env_value("FERRY_QCONV_IMPL");
     return e && *e ? e : "auto";
   }
   static bool forced_impl() {

@@ -28,6 +28,7 @@
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/row_gemm.h"
 #include "backends/cpu/small_gemm.h"
+#include "common/env_switch.h"
 #include "ops/op_util.h"
 #include "backends/cpu/prepacked.h"
 
@@ -57,7 +58,7 @@ constexpr int64_t kGemvRows = 8;
 // so the limit is 128. FERRY_MATMUL_NSPLIT=0 turns it off, =ROWS sets the limit.
 int64_t nsplit_max_rows() {
   static const int64_t rows = [] {
-    const char* e = std::getenv("FERRY_MATMUL_NSPLIT");
+    const char* e = env_value("FERRY_MATMUL_NSPLIT");
     return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t{128};
   }();
   return rows;
@@ -79,7 +80,7 @@ std::atomic<int64_t> g_column_split_runs{0};
 // (and the column chunk of y would leave L2).
 constexpr int64_t kRowGemmMinRows = 16, kRowGemmMaxRows = 256;
 bool row_gemm_enabled() {  // read on each eligible call (tests turn it on)
-  const char* e = std::getenv("FERRY_MATMUL_ROW_GEMM");
+  const char* e = env_value("FERRY_MATMUL_ROW_GEMM");
   return !(e && std::string(e) == "0");
 }
 
@@ -170,8 +171,8 @@ class DnnlMatMulKernel : public Kernel {
         row_gemm_enabled() &&
         (act_.kind == ActKind::kNone || act_.kind == ActKind::kGelu) && cpu::RowGemm::supported(p->k, p->n)) {
       if (!row_gemm_) {
-        row_gemm_ = std::make_unique<cpu::RowGemm>(w_.data<float>(), trans_b_,
-                                                   bias_t_.defined() ? bias_t_.data<float>() : nullptr, p->k, p->n);
+        ASSIGN_OR_RETURN(row_gemm_, cpu::RowGemm::create(w_.data<float>(), trans_b_,
+                                                          bias_t_.defined() ? bias_t_.data<float>() : nullptr, p->k, p->n));
         // oneDNN's packed copy is dropped (packed again by a later run that needs it): one copy of the
         // weights per path in use, not two.
         for (auto& [key, plan] : plans_) plan.weights = nullptr;
@@ -360,7 +361,7 @@ class DnnlMatMulKernel : public Kernel {
     }
     if (bias_t_.defined() && bias_t_.numel() != dd.back()) return unsupported("bias");
     static const bool gemv_enabled = [] {  // FERRY_MATMUL_SMALL_GEMM=0: always oneDNN (to compare)
-      const char* e = std::getenv("FERRY_MATMUL_SMALL_GEMM");
+      const char* e = env_value("FERRY_MATMUL_SMALL_GEMM");
       return !(e && std::string(e) == "0");
     }();
     if (gemv_enabled && w_.defined() && dtype_ == DType::kF32 && !has_z_ && act_.kind == ActKind::kNone && sd[0] <= kGemvRows &&

@@ -8,12 +8,14 @@
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/node_attrs.h"
 #include "backends/cpu/vec_math.h"
 #include "ops/conv_pool_util.h"
 
 namespace ferry {
 namespace {
 
+using cpu::NodeAttrs;
 using cpu::dnnl_engine;
 using cpu::dnnl_stream;
 using cpu::wrap;
@@ -31,11 +33,6 @@ FERRY_VEC void global_average_nhwc(const float* x, int64_t positions, int64_t c,
   const float n = static_cast<float>(positions);
   for (int64_t i = 0; i < c; ++i) y[i] /= n;
 }
-
-struct NodeAttrs : AttrReader {
-  using AttrReader::AttrReader;
-  Status error(const std::string& msg) const { return invalid_model(node().describe() + ": " + msg); }
-};
 
 class DnnlPoolKernel : public Kernel {
  public:

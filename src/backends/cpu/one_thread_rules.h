@@ -22,11 +22,13 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "common/env_switch.h"
+
 namespace ferry::cpu {
 
 /// The limit in bytes from environment variable `env`, or `dflt` when it is unset or not a number.
 inline int64_t one_thread_limit(const char* env, int64_t dflt) {
-  const char* e = std::getenv(env);
+  const char* e = env_value(env);
   if (!e || !*e) return dflt;
   char* end = nullptr;
   const long long v = std::strtoll(e, &end, 10);

@@ -6,7 +6,7 @@
 // the batch rows (small_gemm, R^T resident in cache) followed by the gate equations (vectorized
 // sigmoid / tanh from vec_math.h; LSTM on AVX-512: lstm_row16, with Wb folded into the product's
 // bias), writing Y, Y_h and Y_c directly; each row's next-step projection is prefetched between the
-// rows' gate math (FERRY_RNN_PREFETCH=0 turns that off).
+// rows' gate math.
 // Directions and batch-row blocks are independent, so with several threads each one runs its whole
 // sequence on its own thread (no barrier per step); a thread that runs a whole direction also
 // computes its projection (one parallel region per node).
@@ -383,13 +383,11 @@ void RnnKernel::run_rows(const Run& r, int64_t d, const float* xw, int64_t b0, i
 
   // The AVX-512 LSTM gates take g with both biases (Wb + Rb) in it.
   const float* rbias = lstm16_ ? dr.wrb.data() : dr.rb.data();
-  static const bool prefetch = env_switch_on("FERRY_RNN_PREFETCH");
   // RNN and LSTM write H(t) straight into Y when every row runs the whole sequence, and the next
   // step's product reads it there: no copy of h into Y per step (GRU updates h in place).
-  // FERRY_RNN_DIRECT_Y=0: copy. BiLSTM b8 1 thread, `perf record` shares (load 6, 4 runs): memmove
+  // Measured against a copy (the switch that chose it is gone, issue 39): BiLSTM b8 1 thread, `perf record` shares (load 6, 4 runs): memmove
   // 1.75-2.68% -> 0.84-1.93%, the recurrence against the (unchanged) projection 1.04-1.16 -> 1.00-1.09.
-  static const bool direct_on = env_switch_on("FERRY_RNN_DIRECT_Y");
-  bool direct = direct_on && r.y && cell_ != Cell::kGru;
+  bool direct = r.y && cell_ != Cell::kGru;
   for (int64_t i = 0; i < nb && direct; ++i) direct = r.lens[b0 + i] == r.S;
   auto y_row = [&](int64_t t, int64_t b) {
     return r.y + (r.layout == 0 ? (t * D_ + d) * r.B + b : (b * r.S + t) * D_ + d) * H;
@@ -427,7 +425,7 @@ void RnnKernel::run_rows(const Run& r, int64_t d, const float* xw, int64_t b0, i
       // once, step by step): requested now, between the rows' gate math, it is in L2 when the next
       // step's gates read it rather than in L3. All of them in one burst before the recurrent product
       // stalled it (the load queue fills up) as much as it saved.
-      if (prefetch && k + 1 < r.lens[b]) {
+      if (k + 1 < r.lens[b]) {
         const char* next = reinterpret_cast<const char*>(x_row(time_of(k + 1, b), b));
         for (int64_t off = 0; off < GH * int64_t(sizeof(float)); off += 64) __builtin_prefetch(next + off, 0, 2);
       }
@@ -548,10 +546,9 @@ Status RnnKernel::compute(KernelContext& ctx) {
   // its direction's input projection [S*B, I] x [I, G*H] itself, on its own thread: no fork/join
   // between the projection and the recurrence, and the projection is written in the cache of the
   // core that reads it. Otherwise (row blocks) every direction's projection runs first, on all
-  // threads. FERRY_RNN_ITEM_PROJECTION=0: always first. BiLSTM, CPU ms p50 (median of 6 interleaved
+  // threads. Against always first, BiLSTM, CPU ms p50 (median of 6 interleaved
   // rounds, load 6): 2 threads b1 0.667 -> 0.605, b8 2.76 -> 2.66; 1 thread b8 3.07 / 3.11 (same).
-  static const bool item_projection_on = env_switch_on("FERRY_RNN_ITEM_PROJECTION");
-  const bool item_projection = blocks == 1 && item_projection_on;
+  const bool item_projection = blocks == 1;
   // Projection buffers: one per work item, kept by the kernel between runs up to 16 MiB each (a
   // fresh one would be page-faulted in on every run); larger ones, and those of a run that overlaps
   // another run of this node (concurrent sessions), are freed after the run. (Not thread_local: the

@@ -4,9 +4,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <new>
+#include <string>
 
 #include <sys/mman.h>
+
+#include "common/env_switch.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -23,7 +25,7 @@ std::atomic<int64_t> g_calls{0};
 // alternated, 4 rounds (load 4.2-5.5): nc 768 -> 384: ViT-B/16 b1 185.5 -> 177.9 ms (lower in all
 // rounds), BERT-like b1 65.3 -> 63.3; kc 192 was slower than 128 on BERT in 3 of 3 rounds, 96 no faster.
 int64_t env_or(const char* name, int64_t dflt) {
-  const char* e = std::getenv(name);
+  const char* e = env_value(name);
   return e && std::atoll(e) > 0 ? std::atoll(e) : dflt;
 }
 }  // namespace
@@ -32,34 +34,42 @@ void RowGemm::Free::operator()(float* p) const { std::free(p); }
 
 int64_t RowGemm::calls() { return g_calls.load(std::memory_order_relaxed); }
 
-RowGemm::RowGemm(const float* w, bool trans_b, const float* bias, int64_t k, int64_t n, bool huge_pages)
-    : k_(k), n_(n) {
+RowGemm::RowGemm(int64_t k, int64_t n) : k_(k), n_(n) {
   static const int64_t kc = env_or("FERRY_ROW_GEMM_KC", 128), nc_max = env_or("FERRY_ROW_GEMM_NC", 384);
   kc_ = std::min(kc, k);
   // The widest multiple of 48 up to nc_max that divides N.
   nc_ = kCols;
   for (int64_t c = kCols; c <= std::max(nc_max, kCols); c += kCols)
     if (n % c == 0) nc_ = c;
-  const int64_t kb_count = (k + kc_ - 1) / kc_;
+}
+
+StatusOr<std::unique_ptr<RowGemm>> RowGemm::create(const float* w, bool trans_b, const float* bias, int64_t k, int64_t n,
+                                                   bool huge_pages) {
+  std::unique_ptr<RowGemm> g(new RowGemm(k, n));
+  const int64_t kc = g->kc_, nc = g->nc_;
+  const int64_t kb_count = (k + kc - 1) / kc;
   // One sliver of slack for the last prefetch; with huge_pages 2 MiB aligned and on transparent huge
   // pages where the system gives them, so streaming the weights walks few pages.
   const bool huge = huge_pages;
   const size_t align = huge ? (size_t{2} << 20) : 64;
-  const size_t bytes = (static_cast<size_t>(k * n + kc_ * kCols) * sizeof(float) + align - 1) / align * align;
-  packed_.reset(static_cast<float*>(std::aligned_alloc(align, bytes)));
-  if (!packed_) throw std::bad_alloc();
-  if (huge) ::madvise(packed_.get(), bytes, MADV_HUGEPAGE);
-  std::memset(packed_.get(), 0, bytes);
-  float* p = packed_.get();
-  for (int64_t c0 = 0; c0 < n; c0 += nc_)
+  const size_t bytes = (static_cast<size_t>(k * n + kc * kCols) * sizeof(float) + align - 1) / align * align;
+  g->packed_.reset(static_cast<float*>(std::aligned_alloc(align, bytes)));
+  if (!g->packed_)
+    return resource_exhausted("cpu RowGemm: cannot allocate " + std::to_string(bytes) + " bytes for the packed weights of a [" +
+                              std::to_string(k) + ", " + std::to_string(n) + "] product; set FERRY_MATMUL_ROW_GEMM=0 to leave it to oneDNN");
+  if (huge) ::madvise(g->packed_.get(), bytes, MADV_HUGEPAGE);
+  std::memset(g->packed_.get(), 0, bytes);
+  float* p = g->packed_.get();
+  for (int64_t c0 = 0; c0 < n; c0 += nc)
     for (int64_t kb = 0; kb < kb_count; ++kb) {
-      const int64_t k0 = kb * kc_, k1 = std::min(k, k0 + kc_);
-      for (int64_t s = c0; s < c0 + nc_; s += kCols)
+      const int64_t k0 = kb * kc, k1 = std::min(k, k0 + kc);
+      for (int64_t s = c0; s < c0 + nc; s += kCols)
         for (int64_t kk = k0; kk < k1; ++kk)
           for (int64_t j = s; j < s + kCols; ++j) *p++ = trans_b ? w[j * k + kk] : w[kk * n + j];
     }
-  bias_.assign(static_cast<size_t>(n), 0.f);
-  if (bias) std::copy(bias, bias + n, bias_.begin());
+  g->bias_.assign(static_cast<size_t>(n), 0.f);
+  if (bias) std::copy(bias, bias + n, g->bias_.begin());
+  return g;
 }
 
 #if defined(__x86_64__)

@@ -15,6 +15,8 @@
 #include <memory>
 #include <vector>
 
+#include "common/status.h"
+
 namespace ferry::cpu {
 
 class RowGemm {
@@ -22,7 +24,9 @@ class RowGemm {
   /// w: [K, N] row-major, or [N, K] when trans_b (Gemm transB); bias: [N] or null (copied).
   /// Requires supported(K, N).
   /// huge_pages: the packed weights on transparent huge pages (madvise) where the system gives them.
-  RowGemm(const float* w, bool trans_b, const float* bias, int64_t k, int64_t n, bool huge_pages = true);
+  /// kResourceExhausted, naming the bytes, when the packed copy cannot be allocated.
+  static StatusOr<std::unique_ptr<RowGemm>> create(const float* w, bool trans_b, const float* bias, int64_t k, int64_t n,
+                                                   bool huge_pages = true);
 
   /// Whether this build and CPU can run it (AVX-512F) and the shape fits (N a multiple of 48).
   static bool supported(int64_t k, int64_t n);
@@ -38,6 +42,7 @@ class RowGemm {
   static constexpr int64_t kRows = 8;   // microkernel rows
 
  private:
+  RowGemm(int64_t k, int64_t n);  // the blocking for [K, N]; create() packs
   int64_t k_, n_, kc_, nc_;
   struct Free {
     void operator()(float* p) const;

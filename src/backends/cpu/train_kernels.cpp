@@ -26,7 +26,9 @@
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/train_kernels.h"
+#include "backends/cpu/node_attrs.h"
 #include "backends/cpu/vec_math.h"
+#include "common/env_switch.h"
 #include "ops/blocked_layout.h"
 #include "ops/conv_pool_util.h"
 #include "ops/kernel_collectives.h"
@@ -366,7 +368,7 @@ inline const float* as_f32(const uint16_t* p, int64_t n, float* buf) {
 // bf16 X in the loops directly (to compare). The widening is exact: the same sums either way.
 bool widen_bf16_x() {
   static const bool on = [] {
-    const char* e = std::getenv("FERRY_TRAIN_BN_WIDEN");
+    const char* e = env_value("FERRY_TRAIN_BN_WIDEN");
     return !(e && std::string(e) == "0");
   }();
   return on;
@@ -659,11 +661,6 @@ StatusOr<bool> run_sync_bn_training_grad(KernelContext& ctx) {
 }
 
 // ---- pooling backward ----------------------------------------------------------------------------
-
-struct NodeAttrs : AttrReader {
-  using AttrReader::AttrReader;
-  Status error(const std::string& msg) const { return invalid_model(node().describe() + ": " + msg); }
-};
 
 // One axis of a 2-D pool: the window of output o covers input positions start(o) + k * dil.
 struct PoolAxis {

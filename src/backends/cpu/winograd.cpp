@@ -21,6 +21,7 @@
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/vec_math.h"
+#include "common/env_switch.h"
 
 namespace ferry::cpu {
 namespace {
@@ -207,7 +208,7 @@ void slice_range(int64_t cout, int slices, int s, int64_t* n0, int64_t* n) {
 }
 
 int WinogradConv3x3::default_tile(int64_t cin, int64_t cout, int64_t n, int64_t h, int64_t w) {
-  const char* e = std::getenv("FERRY_WINOGRAD_TILE");
+  const char* e = env_value("FERRY_WINOGRAD_TILE");
   if (e && (std::string(e) == "2" || std::string(e) == "4")) return std::atoi(e);
   // F(4x4, 3x3) does up to 1.78x fewer multiplications than F(2x2, 3x3) (36 products per 16
   // outputs, not 16 per 4) but costs more per tile in the transforms, wastes more on partial tiles
@@ -227,7 +228,7 @@ int WinogradConv3x3::default_tile(int64_t cin, int64_t cout, int64_t n, int64_t 
   // faster in every round). Not measured at 2 threads (there F(4x4) on 1x14x14 was 0.86-0.95x as fast,
   // above); FERRY_WINOGRAD_TILE4_BATCH=0 keeps F(2x2) for these.
   static const bool batch4 = [] {
-    const char* e = std::getenv("FERRY_WINOGRAD_TILE4_BATCH");
+    const char* e = env_value("FERRY_WINOGRAD_TILE4_BATCH");
     return !(e && std::string(e) == "0");
   }();
   return batch4 && omp_get_max_threads() == 1 && t4 >= 128 && t2 * 16 * 3 >= t4 * 36 * 4 ? 4 : 2;

@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "common/env_switch.h"
 
 namespace ferry {
 
@@ -155,7 +156,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::open(int index) {
   b->index_ = index;
   b->state_ = std::make_shared<CudaRuntimeState>();
   b->state_->ctx = std::move(ctx);
-  const char* sync = std::getenv("FERRY_CUDA_SYNC");
+  const char* sync = env_value("FERRY_CUDA_SYNC");
   b->state_->sync_each_node = sync && *sync && *sync != '0';
   return b;
 }

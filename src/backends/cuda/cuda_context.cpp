@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/cuda_status.h"
+#include "common/env_switch.h"
 
 namespace ferry {
 namespace {
@@ -31,7 +32,7 @@ constexpr size_t kAlign = 256;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 bool env_flag(const char* name, bool dflt) {
-  const char* v = std::getenv(name);
+  const char* v = env_value(name);
   if (!v || !*v) return dflt;
   return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "false") == 0 || std::strcmp(v, "off") == 0);
 }

@@ -56,7 +56,7 @@ StatusOr<std::unique_ptr<CudaOpKernel>> make_attention(const CudaKernelArgs& a) 
     if (!r.get_ints(attr).empty())
       return unsupported(node.describe() + ": cuda attention does not read sliced operands (" + attr +
                          ", made by the cpu-only attention_qkv_views pass); compile the model for the cuda target, "
-                         "or run with FERRY_ATTENTION_QKV_VIEWS=0");
+                         "or run with FERRY_DISABLE_PASSES=attention_qkv_views");
   return make_fn_kernel([&node, scale, pq, pk, pv, po](CudaContext& ctx, KernelContext&, const Inputs& in,
                                                        Outputs& out) -> Status {
     const DeviceTensor &q = *in[0], &k = *in[1], &v = *in[2];
