@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "backends/backend_module.h"
+#include "common/env_switch.h"
 
 namespace ferry {
 
@@ -45,7 +46,7 @@ std::vector<std::string> module_folders() {
       if (g == f) return;
     folders.push_back(f);
   };
-  if (const char* env = std::getenv("FERRY_BACKEND_PATH")) {
+  if (const char* env = env_value("FERRY_BACKEND_PATH")) {
     std::string list = env;
     size_t start = 0;
     while (start <= list.size()) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/env_switch.h"
+#include "common/env_switch_table.h"
 #include "tools/cli_common.h"
 #include "tools/command_registry.h"
 
