@@ -6,6 +6,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "common/splitmix64.h"
 #include "format/checkpoint.h"
 #include "onnx/onnx_export.h"
 #include "onnx/onnx_import.h"
@@ -20,13 +21,6 @@ namespace ferry {
 using json = nlohmann::json;
 
 namespace {
-
-uint64_t mix(uint64_t x) {  // splitmix64, as trainer.cpp derives dropout seeds
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 json config_json(const TrainConfig& c) {
   json o = {{"kind", c.optimizer.kind}, {"momentum", c.optimizer.momentum}, {"dampening", c.optimizer.dampening},
@@ -188,7 +182,7 @@ StatusOr<StepResult> StepTrainer::step(const NamedTensors& inputs, const Tensor&
   // Micro-batch m of ferry train is step k here (accumulate = 1): the same dropout seeds.
   const uint64_t m = static_cast<uint64_t>(k);
   for (size_t i = 0; i < tg.dropout_seeds.size(); ++i)
-    feeds.emplace_back(tg.dropout_seeds[i], Tensor::scalar<int64_t>(static_cast<int64_t>(mix(c_.seed ^ mix(m) ^ (i + 1)) >> 1)));
+    feeds.emplace_back(tg.dropout_seeds[i], Tensor::scalar<int64_t>(static_cast<int64_t>(splitmix64(c_.seed ^ splitmix64(m) ^ (i + 1)) >> 1)));
   const float scale_used = s_->scaler ? s_->scaler->scale() : 1.0f;
   feeds.emplace_back(tg.loss_seed, s_->loss_seed_f64 ? Tensor::scalar<double>(scale_used) : Tensor::scalar<float>(scale_used));
   NamedTensors outs;
