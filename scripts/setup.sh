@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ferry needs to build, test and run its demo. Idempotent.
 set -euo pipefail
-PKGS=(build-essential cmake make pkg-config ccache
+PKGS=(build-essential cmake make pkg-config ccache time
   libdnnl-dev ocl-icd-opencl-dev libonnx-dev libprotobuf-dev protobuf-compiler
   libflatbuffers-dev flatbuffers-compiler libxxhash-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libgloo-dev clang libclang-rt-14-dev
