@@ -33,8 +33,12 @@ StatusOr<PrepackReport> prepack_weights(const std::shared_ptr<Model>& model, con
       if (w != g.initializers.end() && w->second.raw() == it->second.source) own = true;
     }
     // The few-channel int8 convolution packs a copy of its own weights made at load (KW taps as channels:
-    // backends/cpu/dnnl_int8.cpp, init_tap_packing); its kind says so, and the key still checks the layout.
-    if (!own && it->second.key.rfind("dnnl_int8_conv_taps|", 0) != 0) continue;
+    // backends/cpu/dnnl_int8.cpp, init_tap_packing), as do the int8 conv / matmul split on hosts without
+    // VNNI (int8_pairs_saturate there); their kinds say so, and the key still checks the layout and ISA.
+    const std::string& k = it->second.key;
+    if (!own && k.rfind("dnnl_int8_conv_taps|", 0) != 0 && k.rfind("dnnl_int8_conv_split|", 0) != 0 &&
+        k.rfind("dnnl_int8_matmul_split|", 0) != 0)
+      continue;
     Attribute bytes;
     bytes.type = AttrType::kTensor;
     bytes.t = it->second.bytes;

@@ -561,6 +561,72 @@ TEST(QdqFusion, MatMulAndGemmBecomeQMatMulFused) {
   check_matmul_case(mc);
 }
 
+// Full-range weights on large inputs. Without VNNI (AVX2; AVX-512 before VNNI) oneDNN's u8 x s8 kernels
+// add each pair of products in int16 with saturation (255 * 127 * 2 > 32767); dnnl_int8.cpp then splits
+// the weights into two halves in [-64, 64] over a doubled reduction (int8_pairs_saturate), which keeps the
+// integer sums exact: QConvFused (NCHW and NHWC, grouped, padded, with a source zero point; depthwise, which
+// oneDNN multiplies in 32 bits and is not split) and QMatMulFused, oneDNN against the reference, bit for
+// bit (power-of-two scales); u8 and s8 sources (oneDNN's s8 x s8 convolution without VNNI halves the
+// weights, rounded; the split runs an s8 source as u8). Inputs 192..255 (s8: 64..127) on weights of
+// magnitude 100..128, one sign per output channel, saturate every pair without the split: on an AVX2
+// EPYC without it the u8 cases were off by 122-183 steps and the s8 convolution by 1. On a host with
+// VNNI this passes with or without the split (nothing saturates there).
+TEST(QdqFusion, FullRangeWeightsExactWithoutVnni) {
+  // conv NCHW, conv NHWC, matmul; conv and matmul on s8; depthwise NCHW and NHWC
+  for (int variant = 0; variant < 7; ++variant) {
+    const bool matmul = variant == 2 || variant == 4, s8 = variant == 3 || variant == 4, dw = variant >= 5;
+    SCOPED_TRACE(::testing::Message() << (matmul ? "QMatMulFused" : variant % 2 ? "QConvFused NHWC" : "QConvFused NCHW")
+                                      << (s8 ? " s8" : " u8") << (dw ? " depthwise" : ""));
+    std::mt19937 rng(31 + variant);
+    const int64_t C = 8, M = dw ? 8 : 16, G = matmul ? 1 : dw ? 8 : 2, K = matmul ? 24 : C / G * 9;
+    ModelBuilder b(13);
+    const DType xdt = s8 ? DType::kI8 : DType::kU8;
+    auto x = b.input("x", matmul ? vector<int64_t>{2, 3, K} : vector<int64_t>{1, C, 6, 6}, xdt);
+    Tensor xz = Tensor::allocate(xdt, {});
+    if (s8) xz.mutable_data<int8_t>()[0] = 72;
+    else xz.mutable_data<uint8_t>()[0] = 200;
+    auto dqx = b.node("DequantizeLinear", {x, b.scalar(1.f), b.constant(xz)});
+    // Weights +-(100..127) (and the extremes -128, 127), the sign by output channel: the sums stay large.
+    Tensor w = Tensor::allocate(DType::kI8, matmul ? vector<int64_t>{K, M} : vector<int64_t>{M, C / G, 3, 3});
+    std::uniform_int_distribution<int> mag(100, 128);
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      const int64_t m = matmul ? i % M : i / K;
+      const int v = mag(rng);
+      w.mutable_data<int8_t>()[i] = static_cast<int8_t>(m % 2 ? -v : std::min(v, 127));
+    }
+    Tensor ws = Tensor::allocate(DType::kF32, {M});
+    for (int64_t m = 0; m < M; ++m) ws.mutable_data<float>()[m] = 1.f;
+    auto dqw = b.node("DequantizeLinear", {b.constant(w), b.constant(ws)}, {{"axis", int_attr(matmul ? 1 : 0)}});
+    auto y = matmul ? b.node("MatMul", {dqx, dqw})
+                    : b.node("Conv", {dqx, dqw},
+                             {{"pads", ints_attr({1, 1, 1, 1})}, {"group", int_attr(G)}});
+    // (x - zp) in [-8, 55]: |acc| <= 36 * 55 * 128; y_scale 2^11 keeps the outputs inside u8 around 128.
+    b.output(b.node("QuantizeLinear", {y, b.scalar(2048.f), b.constant(u8_scalar(128))}));
+    auto model = b.build();
+    int changes = 0;
+    auto fused = run_pass(*model, "qdq_fusion", &changes);
+    ASSERT_EQ(changes, 1);
+    const char* op = matmul ? "QMatMulFused" : "QConvFused";
+    ASSERT_EQ(count_ops(*fused, op), 1);
+    std::shared_ptr<Model> fast = !matmul && variant % 2 ? run_pass(*fused, "nhwc_layout") : fused;
+    int n = 0;
+    EXPECT_TRUE(fast_kernels_taken(*fast, &n, op));
+    EXPECT_EQ(n, 1);
+    Tensor xt = i8_tensor(model->graph.inputs[0].type.shape->values(), rng, s8 ? 64 : 192, s8 ? 127 : 255, xdt);
+    const NamedTensors feeds = {{"x", xt}};
+    const NamedTensors ref = run_model(fused, feeds, "cpu-ref");
+    const NamedTensors cpu = run_model(fast, feeds, "cpu");
+    ASSERT_EQ(ref.size(), 1u);
+    ASSERT_EQ(cpu.size(), 1u);
+    double exact = 0;
+    EXPECT_EQ(max_step_diff(cpu[0].second, ref[0].second, &exact), 0);
+    int64_t interior = 0;
+    const Tensor& r = ref[0].second;
+    for (int64_t i = 0; i < r.numel(); ++i) interior += r.data<uint8_t>()[i] > 0 && r.data<uint8_t>()[i] < 255;
+    EXPECT_GT(interior, r.numel() / 2);
+  }
+}
+
 // v = acc * s just above a rounding tie, with a destination zero point: the op rounds v and then adds
 // the zero point; v + 128 in f32 would land on the tie (v = k/2 + k * 2^-20 for odd k: 128 + v has no
 // bits below 2^-16) and round to even, one step off. QConvFused (1x1, each output channel reading one
@@ -797,7 +863,8 @@ TEST(QdqFusion, CompiledModelStoresPackedTaps) {
   int64_t packed = 0;
   for (const Node& n : compiled.graph.nodes)
     if (const Attribute* k = n.attr(cpu::kPackedKeyAttr); n.op_type == "QConvFused" && k)
-      packed += k->s.rfind("dnnl_int8_conv_taps|", 0) == 0;
+      // (on a host without VNNI the weights are split instead of tap-packed: dnnl_int8.cpp, int8_pairs_saturate)
+      packed += k->s.rfind("dnnl_int8_conv_taps|", 0) == 0 || k->s.rfind("dnnl_int8_conv_split|", 0) == 0;
   EXPECT_EQ(packed, 1);
   auto bytes = serialize_compiled_model(spec.value());
   ASSERT_TRUE(bytes.is_ok()) << bytes.status().message();

@@ -57,6 +57,64 @@ memory::data_type int8_type(DType t) { return t == DType::kU8 ? memory::data_typ
 
 bool has(const Node& n, size_t i) { return n.inputs.size() > i && !n.inputs[i].empty(); }
 
+// Without VNNI (AVX2; AVX-512 before VNNI) oneDNN multiplies u8 x s8 with vpmaddubsw, which adds each
+// pair of products in int16 with saturation (oneDNN's "Nuances of int8 computations"): 255 * 127 * 2 >
+// 32767, so large inputs on large weights silently lose the excess (mlp.int8.onnx on an AVX2 EPYC:
+// max |cpu - cpu-ref| 0.165, cosine to fp32 0.9960 against the reference's 0.9996; weights clipped to
+// [-64, 64] gave bit-identical outputs). There, where a weight is outside [-64, 64], the conv and matmul
+// split each weight w into w1 = w >> 1 and w2 = w - w1 (both in [-64, 64]: no pair exceeds 255 * 64 * 2 =
+// 32640) and run one primitive on twice the reduction, [x, x] against [w1; w2] per group: the same exact
+// integer sum (x * w1 + x * w2 = x * w) for one copy of the source per run. An s8 source there is made
+// u8 in that copy (x + 128, the zero point + 128: the same x - zp), as oneDNN's s8 x s8 convolutions
+// without VNNI halve the weights (scale_adjust 0.5, rounded): one step off in FullRangeWeightsExactWithoutVnni.
+// (Depthwise convolutions are not split: oneDNN's depthwise kernels widen to 32 bits before multiplying.) With VNNI (vpdpbusd adds
+// in int32) or AMX nothing changes. The effective ISA honours ONEDNN_MAX_CPU_ISA. Read once.
+bool int8_pairs_saturate() {
+  static const bool v = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    // the VNNI bits of dnnl_cpu_isa_avx512_core_vnni (0x67, in bf16 and amx too) and dnnl_cpu_isa_avx2_vnni (0x407)
+    return (isa & 0x40u) == 0 && (isa & 0x400u) == 0;
+  }();
+  return v;
+}
+
+// Whether `w` needs the split above on this host.
+bool needs_split(const Tensor& w) {
+  if (!int8_pairs_saturate()) return false;
+  const int8_t* v = w.data<int8_t>();
+  for (int64_t i = 0; i < w.numel(); ++i)
+    if (v[i] > 64 || v[i] < -64) return true;
+  return false;
+}
+
+// w viewed as [outer, block] -> [outer, 2 * block]: each block's w >> 1, then w - (w >> 1); shaped `dims`.
+Tensor split_weights(const Tensor& w, int64_t outer, std::vector<int64_t> dims) {
+  const int64_t block = w.numel() / outer;
+  Tensor s = Tensor::allocate(DType::kI8, std::move(dims));
+  const int8_t* src = w.data<int8_t>();
+  int8_t* d = s.mutable_data<int8_t>();
+  for (int64_t o = 0; o < outer; ++o, src += block, d += 2 * block)
+    for (int64_t i = 0; i < block; ++i) {
+      const int w1 = src[i] >> 1;  // arithmetic shift: floor(w / 2), in [-64, 63]
+      d[i] = static_cast<int8_t>(w1);
+      d[block + i] = static_cast<int8_t>(src[i] - w1);  // in [-64, 64]
+    }
+  return s;
+}
+
+// x viewed as [blocks, block] -> [blocks, copies * block]: each block `copies` times (2: the source of
+// the split), s8 made u8 (x + 128: the top bit flipped) where `flip`.
+void copy_blocks(const uint8_t* x, int64_t blocks, int64_t block, int copies, bool flip, uint8_t* d) {
+  for (int64_t b = 0; b < blocks; ++b, x += block)
+    for (int c = 0; c < copies; ++c, d += block) {
+      if (!flip) {
+        std::memcpy(d, x, static_cast<size_t>(block));
+        continue;
+      }
+      for (int64_t i = 0; i < block; ++i) d[i] = static_cast<uint8_t>(x[i] ^ 0x80u);
+    }
+}
+
 // A scalar constant input as float (scales) or integer (zero points); false when not constant.
 bool scalar(const Graph& g, const Node& n, size_t i, float* v) {
   const Tensor* t = cpu::constant_input(g, n, i);
@@ -76,6 +134,15 @@ class DnnlQConvKernel : public Kernel {
     w_ = *w;
     const int64_t M = w->dim(0);
     if (ws->numel() != 1 && ws->numel() != M) return false;
+    // Not a depthwise convolution (one input channel per output channel): oneDNN's depthwise kernels
+    // widen to 32 bits before they multiply (no pairs; FullRangeWeightsExactWithoutVnni checks it).
+    const int64_t G = NodeAttrs(node_).get_int("group", 1);
+    split_ = !(w_.dim(1) == 1 && G == M) && needs_split(w_);
+    if (split_) {
+      std::vector<int64_t> d = w_.dims();
+      d[1] *= 2;
+      w_split_ = split_weights(w_, M, std::move(d));
+    }
     if (has(node_, kWZp)) {
       const Tensor* wz = cpu::constant_input(graph, node_, kWZp);
       if (!wz) return false;
@@ -85,6 +152,7 @@ class DnnlQConvKernel : public Kernel {
     const TensorType* xt = graph.find_type(node_.inputs[kX]);
     if (!xt || (xt->dtype != DType::kU8 && xt->dtype != DType::kI8)) return false;
     x_dt_ = xt->dtype;
+    flip_ = int8_pairs_saturate() && x_dt_ == DType::kI8;
     const Tensor* yzt = cpu::constant_input(graph, node_, kYZp);
     if (!yzt || !is_8bit(yzt->dtype())) return false;
     y_dt_ = yzt->dtype();
@@ -118,7 +186,7 @@ class DnnlQConvKernel : public Kernel {
       b_ = *b;
       bias.assign(b->data<int32_t>(), b->data<int32_t>() + M);
     }
-    src_zp_ = static_cast<int32_t>(xz_);
+    src_zp_ = static_cast<int32_t>(xz_) + (flip_ ? 128 : 0);  // an s8 source made u8 (int8_pairs_saturate)
     dst_zp_ = static_cast<int32_t>(yz_);
     NodeAttrs attrs(node_);
     conv_relu_ = attrs.get_int("conv_relu", 0) != 0;
@@ -161,6 +229,14 @@ class DnnlQConvKernel : public Kernel {
     ASSIGN_OR_RETURN(Tensor * y, over ? ctx.allocate_output_over(0, kZ, y_dt_, p->out_dims)
                                       : ctx.allocate_output(0, y_dt_, p->out_dims, false));
     const void* src_data = x.raw();
+    if ((split_ || flip_) && x.numel() > 0) {  // [x, x] per group along the channels; s8 as u8 (int8_pairs_saturate)
+      auto* buf = static_cast<uint8_t*>(cpu::scratch_data(p->user_src.get_size(), cpu::ScratchSlot::kSplit));
+      const int64_t C = channels_last_ ? x.dim(3) : x.dim(1);
+      const int64_t inner = channels_last_ ? 1 : x.numel() / (x.dim(0) * C);
+      const int64_t block = C / group_ * inner;
+      copy_blocks(static_cast<const uint8_t*>(x.raw()), x.numel() / block, block, split_ ? 2 : 1, flip_, buf);
+      src_data = buf;
+    }
     if (p->tap_packed) {
       try {
         auto* buf = static_cast<uint8_t*>(
@@ -274,9 +350,10 @@ class DnnlQConvKernel : public Kernel {
       pad_l = {0, 0};
       pad_r = {0, 0};
     }
+    if (split_) xd[1] *= 2;  // [x, x] against [w1; w2]
     const bool src_zp = src_zp_ != 0 && !plan->tap_packed;
     try {
-      const memory::data_type xdt = int8_type(x_dt_), ydt = int8_type(y_dt_), zdt = int8_type(z_dt_);
+      const memory::data_type xdt = int8_type(flip_ ? DType::kU8 : x_dt_), ydt = int8_type(y_dt_), zdt = int8_type(z_dt_);
       const tag io_tag = cpu::plain_tag(xd.size(), channels_last_);
       plan->user_src = memory::desc(cpu::to_dnnl_dims(xd), xdt, io_tag);
       plan->user_dst = memory::desc(cpu::to_dnnl_dims(yd), ydt, io_tag);
@@ -417,7 +494,7 @@ class DnnlQConvKernel : public Kernel {
   // ResNet-50's conv1: oneDNN alone 0.64 ms instead of 0.77; the node with the packing 0.70 ms, was 0.80.
   void init_tap_packing(std::vector<int64_t>* bias) {
     const int64_t C = w_.dim(1), KH = w_.dim(2), KW = w_.rank() == 4 ? w_.dim(3) : 0;
-    if (!channels_last_ || group_ != 1 || w_.rank() != 4 || C >= 4 || (KW * C + 3) / 4 * 4 > kTapBytes) return;
+    if (split_ || flip_ || !channels_last_ || group_ != 1 || w_.rank() != 4 || C >= 4 || (KW * C + 3) / 4 * 4 > kTapBytes) return;
     if ((KW * C + 3) / 4 * 4 >= KW * 4) return;  // only where fewer multiply-adds run (not 3x3 on 3 channels)
     for (int64_t d : attrs_.dilations)
       if (d != 1) return;
@@ -485,8 +562,9 @@ class DnnlQConvKernel : public Kernel {
   memory::dims weight_dims(bool tap_packed) const {
     if (tap_packed) return {w_.dim(0), tap_channels_, w_.dim(2), 1};
     memory::dims d;
-    if (group_ > 1) d = {group_, w_.dim(0) / group_, w_.dim(1)};
-    else d = {w_.dim(0), w_.dim(1)};
+    const int64_t I = w_.dim(1) * (split_ ? 2 : 1);
+    if (group_ > 1) d = {group_, w_.dim(0) / group_, I};
+    else d = {w_.dim(0), I};
     d.insert(d.end(), w_.dims().begin() + 2, w_.dims().end());
     return d;
   }
@@ -499,11 +577,12 @@ class DnnlQConvKernel : public Kernel {
         return memory(memory::desc(weight_dims(true), memory::data_type::s8, tag::oihw), dnnl_engine(),
                       const_cast<void*>(w_packed_.raw()));
       });
-    return packed_.get(node_, "dnnl_int8_conv", want, [this] {
+    return packed_.get(node_, split_ ? "dnnl_int8_conv_split" : "dnnl_int8_conv", want, [this] {
       const memory::dims wd = weight_dims(false);
       const tag t = group_ > 1 ? (wd.size() == 4 ? tag::goiw : wd.size() == 5 ? tag::goihw : tag::goidhw)
                                : (wd.size() == 3 ? tag::oiw : wd.size() == 4 ? tag::oihw : tag::oidhw);
-      return memory(memory::desc(wd, memory::data_type::s8, t), dnnl_engine(), const_cast<void*>(w_.raw()));
+      return memory(memory::desc(wd, memory::data_type::s8, t), dnnl_engine(),
+                    const_cast<void*>(split_ ? w_split_.raw() : w_.raw()));
     });
   }
 
@@ -518,6 +597,9 @@ class DnnlQConvKernel : public Kernel {
   int64_t group_ = 1;
   static constexpr int64_t kTapBytes = 32;  // the most packed channels (one copy per output pixel)
   bool tap_packed_ = false;                 // see init_tap_packing
+  bool split_ = false;                      // see int8_pairs_saturate: the weights as [w1; w2] per output channel
+  bool flip_ = false;                       // see int8_pairs_saturate: an s8 source run as u8
+  Tensor w_split_;
   int64_t tap_channels_ = 0;
   Tensor w_packed_;
   SpatialAttrs attrs_;
@@ -538,6 +620,8 @@ class DnnlQMatMulKernel : public Kernel {
     if (!b || b->dtype() != DType::kI8 || b->rank() != 2 || !bs || bs->dtype() != DType::kF32) return false;
     b_ = *b;
     const int64_t N = b->dim(1);
+    split_ = needs_split(b_);
+    if (split_) b_split_ = split_weights(b_, 1, {2 * b_.dim(0), N});  // [b1; b2]
     if (bs->numel() != 1 && bs->numel() != N) return false;
     if (has(node_, kBZp)) {
       const Tensor* bz = cpu::constant_input(graph, node_, kBZp);
@@ -549,12 +633,13 @@ class DnnlQMatMulKernel : public Kernel {
     const Tensor* yzt = cpu::constant_input(graph, node_, kYZp);
     if (!at || !is_8bit(at->dtype) || !yzt || !is_8bit(yzt->dtype())) return false;
     a_dt_ = at->dtype;
+    flip_ = int8_pairs_saturate() && a_dt_ == DType::kI8;
     y_dt_ = yzt->dtype();
     float as = 0, az = 0, ys = 0, yz = 0;
     if (!scalar(graph, node_, kAScale, &as) || !scalar(graph, node_, kAZp, &az) || !scalar(graph, node_, kYScale, &ys) ||
         !scalar(graph, node_, kYZp, &yz))
       return false;
-    src_zp_ = static_cast<int32_t>(az);
+    src_zp_ = static_cast<int32_t>(az) + (flip_ ? 128 : 0);  // an s8 source made u8 (int8_pairs_saturate)
     dst_zp_ = static_cast<int32_t>(yz);
     scales_.resize(static_cast<size_t>(N));
     for (int64_t n = 0; n < N; ++n) scales_[n] = as * bs->data<float>()[bs->numel() == 1 ? 0 : n] / ys;
@@ -579,9 +664,17 @@ class DnnlQMatMulKernel : public Kernel {
     if (!plan.is_ok()) return fallback_(ctx);
     const Plan* p = plan.value();
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, y_dt_, p->out_dims, false));
+    const void* src_data = a.raw();
+    if ((split_ || flip_) && a.numel() > 0) {  // rows twice: [a, a] against [b1; b2]; s8 as u8 (int8_pairs_saturate)
+      auto* buf = static_cast<uint8_t*>(cpu::scratch_data(p->src.get_size(), cpu::ScratchSlot::kSplit));
+      copy_blocks(static_cast<const uint8_t*>(a.raw()), a.numel() / b_.dim(0), b_.dim(0), split_ ? 2 : 1, flip_, buf);
+      src_data = buf;
+    }
     try {
       std::unordered_map<int, memory> args = {
-          {DNNL_ARG_SRC, wrap(p->src, a)}, {DNNL_ARG_WEIGHTS, *p->weights}, {DNNL_ARG_DST, wrap(p->dst, *y)},
+          {DNNL_ARG_SRC, memory(p->src, dnnl_engine(), const_cast<void*>(src_data))},
+          {DNNL_ARG_WEIGHTS, *p->weights},
+          {DNNL_ARG_DST, wrap(p->dst, *y)},
           {DNNL_ARG_SCRATCHPAD, cpu::scratch_memory(p->pd.scratchpad_desc(), cpu::ScratchSlot::kScratchpad)}};
       if (dst_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = cpu::s32_scalar_memory(&dst_zp_);
       if (src_zp_ != 0) args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = cpu::s32_scalar_memory(&src_zp_);
@@ -610,9 +703,10 @@ class DnnlQMatMulKernel : public Kernel {
     for (size_t i = 0; i + 1 < a_dims.size(); ++i) rows *= a_dims[i];
     if (rows == 0) return unsupported("empty");
     try {
-      plan->src = memory::desc({rows, K}, int8_type(a_dt_), tag::ab);
+      const int64_t K2 = split_ ? 2 * K : K;
+      plan->src = memory::desc({rows, K2}, int8_type(flip_ ? DType::kU8 : a_dt_), tag::ab);
       plan->dst = memory::desc({rows, N}, int8_type(y_dt_), tag::ab);
-      const memory::desc w_any({K, N}, memory::data_type::s8, tag::any);
+      const memory::desc w_any({K2, N}, memory::data_type::s8, tag::any);
       dnnl::post_ops ops;
       if (relu_) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
       if (dst_zp_ != 0) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_round, 0.f, 0.f);  // as in the conv
@@ -638,6 +732,11 @@ class DnnlQMatMulKernel : public Kernel {
   }
 
   const memory* packed_weights(const memory::desc& want) {
+    if (split_)
+      return packed_.get(node_, "dnnl_int8_matmul_split", want, [this] {
+        return memory(memory::desc({b_split_.dim(0), b_split_.dim(1)}, memory::data_type::s8, tag::ab), dnnl_engine(),
+                      const_cast<void*>(b_split_.raw()));
+      });
     return packed_.get(node_, "dnnl_int8_matmul", want, [this] {
       return memory(memory::desc({b_.dim(0), b_.dim(1)}, memory::data_type::s8, tag::ab), dnnl_engine(),
                     const_cast<void*>(b_.raw()));
@@ -647,10 +746,10 @@ class DnnlQMatMulKernel : public Kernel {
   Node node_;
   KernelFn fallback_;
   DType a_dt_ = DType::kU8, y_dt_ = DType::kU8;
-  Tensor b_, bias_;
+  Tensor b_, bias_, b_split_;  // b_split_: [b1; b2] where split_ (int8_pairs_saturate)
   std::vector<float> scales_;
   int32_t src_zp_ = 0, dst_zp_ = 0;
-  bool relu_ = false;
+  bool relu_ = false, split_ = false, flip_ = false;
   cpu::PlanCache<Plan> plans_;
   cpu::PackedWeightsCache packed_;
 };
