@@ -14,6 +14,7 @@
 #include "backends/cpu/prepacked.h"
 #include "compiler/compile.h"
 #include "compiler/session.h"
+#include "cpu_features.h"
 #include "format/compiled_model.h"
 #include "pass_test_util.h"
 
@@ -286,6 +287,9 @@ TEST(QdqFusion, ConvolutionOnEitherOneDnnKernel) {
   } restore;
   for (int k : {1, 3})
     for (const char* impl : {"auto", "jit_int8", "brgconv"}) {
+      // jit_int8 and brgconv are oneDNN's AVX-512 kernels: an AVX2 host offers neither (only
+      // jit_uni_int8:avx2), so forcing them there is refused by design; "auto" runs everywhere.
+      if (std::string(impl) != "auto" && !test::cpu_has_avx512_core()) continue;
       SCOPED_TRACE(::testing::Message() << k << "x" << k << " " << impl);
       ASSERT_EQ(setenv("FERRY_QCONV_IMPL", impl, 1), 0);
       QdqCase qc;
