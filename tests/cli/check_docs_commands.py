@@ -90,6 +90,8 @@ def main():
             cmd, rest = m.group(1), m.group(2)
             if cmd in ("help",):
                 continue
+            if cmd not in known and run(cmd, "--help")[0] == 0:
+                known.append(cmd)  # a hidden command (ferry switches): not listed, but real
             if cmd not in known:
                 # prose such as "ferry is ..." or "ferry and ..." inside a code span is not a command
                 if re.search(r"\s-", rest) or line.strip().startswith(("ferry", "$", "./", "build/")):
