@@ -247,7 +247,9 @@ void check_conv(const ConvSpec& s, DType dt = DType::kF32, double tol = 1e-4) {
   OpTester fast = make();
   Tensor got = fast.run("cpu")[0];
   // bf16 has oneDNN kernels on AVX-512 hosts only; elsewhere the reference kernel answers.
-  if (dt != DType::kBF16 || test::cpu_has_avx512_core()) EXPECT_TRUE(fast_kernel_taken(fast));
+  if (dt != DType::kBF16 || test::cpu_has_avx512_core()) {
+    EXPECT_TRUE(fast_kernel_taken(fast));
+  }
   expect_near(got, ref, tol, tol);
 }
 
@@ -310,7 +312,9 @@ TEST(CpuMatMul, Bf16WithConstantWeightsMatchesReferenceWithinBf16Precision) {
   };
   OpTester fast = make();
   expect_near(fast.run("cpu")[0], make().run("cpu-ref")[0], 0.05, 0.02);
-  if (test::cpu_has_avx512_core()) EXPECT_TRUE(fast_kernel_taken(fast));  // bf16: AVX-512 hosts only
+  if (test::cpu_has_avx512_core()) {  // bf16: AVX-512 hosts only
+    EXPECT_TRUE(fast_kernel_taken(fast));
+  }
 }
 
 TEST(CpuGemm, TransBAndCBroadcasts) {
