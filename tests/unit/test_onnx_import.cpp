@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "onnx/onnx_import.h"
@@ -218,6 +219,7 @@ TEST(OnnxImport, TensorPbRoundTrip) {
   EXPECT_EQ(name, "named");
   EXPECT_EQ(back.value().dims(), t.dims());
   EXPECT_EQ(back.value().to_int64_vector(), t.to_int64_vector());
+  std::filesystem::remove_all(tmpl);
 }
 
 TEST(OnnxImport, SequencePbIsRead) {
@@ -237,6 +239,7 @@ TEST(OnnxImport, SequencePbIsRead) {
   ASSERT_TRUE(v.is_ok()) << v.status().to_string();
   ASSERT_EQ(v.value().sequence.size(), 3u);
   EXPECT_EQ(v.value().sequence[2].data<float>()[0], 2.0f);
+  std::filesystem::remove_all(tmpl);
 }
 
 }  // namespace
