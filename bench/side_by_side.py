@@ -121,7 +121,7 @@ def core_peak_gflops(bursts=3):
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fma_probe.c")
     exe = os.path.join(tempfile.gettempdir(), f"ferry_fma_probe_{os.getpid()}")
     try:
-        if subprocess.run(["gcc", "-O3", "-mavx512f", "-o", exe, src], capture_output=True).returncode != 0:
+        if subprocess.run(["gcc", "-O3", "-march=native", "-o", exe, src], capture_output=True).returncode != 0:
             return None
         out = subprocess.run([exe, str(bursts)], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):

@@ -5,17 +5,25 @@ set, then for each thread count runs, interleaved (`--rounds` times):
   ferry train MODEL --data D --batch-size B --steps S --no-shuffle --optimizer sgd --lr 0.01
         --momentum 0.9 --threads T --log L -q     (step 1 is warm-up: steps 2..S are timed)
   PyTorch 1.13: the same model, SGD momentum, cross entropy, torch.set_num_threads(T), S steps
-        (step 1 warm-up, steps 2..S timed)
+        (step 1 warm-up, steps 2..S timed), in its default NCHW configuration and at its best
+        (`--torch-configs nchw,channels_last`: model and input in torch.channels_last, which sends
+        the convolutions to oneDNN's channels-last kernels; on AVX2 hosts ATen's best ISA is its
+        default, ATEN_CPU_CAPABILITY=avx2; on AVX-512 hosts add ATEN_CPU_CAPABILITY=avx512 to the
+        environment of the whole run)
 and prints the median ms/step of each (ferry's forward + backward, the log's compute_ms, too), the
-ratio ferry / PyTorch and the load average; and the steady step time of each (median of steps 3..S:
-ferry's step 2 is the first on its planned arena and first-touches its pages, ~1 s per GB on this
-VM, once per run). The machine may be shared:
+ratio ferry / PyTorch and the load average; the steady step time of each (median of steps 3..S:
+ferry's step 2 is the first on its planned arena); steps 1 and 2 and the time to the first steady
+step (from the process's start to step 2's end: ferry's log elapsed_ms, PyTorch's loop from before
+`import torch`); and the steady step's fraction of the FMA peak (--peak: the direct-convolution
+flop count of forward + backward-data + backward-weights, over `threads` copies of bench/fma_probe.c
+run at once before the runs, GFLOP/s per CPU-second summed). The machine may be shared:
 compare the ratio of interleaved runs, not absolute times across runs.
 
 usage: /usr/bin/python3 bench/train_side_by_side.py [--ferry build/ferry] [--threads 2]
            [--batch 8] [--steps 6] [--rounds 1] [--work /tmp/ferry_train_bench] [--json out.json]
            [--variants fp32,recompute,bf16]   (ferry --recompute / --amp bf16 against PyTorch's
            checkpoint_sequential at the stage boundaries / autocast(cpu, bfloat16); interleaved)
+           [--torch-configs nchw,channels_last] [--no-peak]
 (`/usr/bin/python3`: the interpreter with torch and torchvision.)"""
 import argparse
 import json
@@ -62,7 +70,10 @@ def ferry_ms(ferry, model, data, batch, steps, threads, work, variant="fp32"):
         rows = [json.loads(line) for line in f if line.strip()]
     step = statistics.mean(r["time_ms"] for r in rows[1:])
     compute = statistics.mean(r.get("compute_ms", float("nan")) for r in rows[1:])
-    return step, compute, steady_ms([r["time_ms"] for r in rows])
+    ts = [r["time_ms"] for r in rows]
+    first = {"step1_ms": ts[0], "step2_ms": ts[1] if len(ts) > 1 else float("nan"),
+             "to_first_steady_ms": rows[1].get("elapsed_ms", float("nan")) if len(rows) > 1 else float("nan")}
+    return step, compute, steady_ms(ts), first
 
 
 def steady_ms(ts):
@@ -73,13 +84,18 @@ def steady_ms(ts):
 
 # PyTorch's loop in a child process, so each run sets its own thread count from a clean start.
 TORCH_LOOP = r"""
-import sys, time, torch, torch.utils.checkpoint, torchvision
-threads, batch, steps, variant = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+import sys, time
+t_start = time.perf_counter()  # before `import torch`: the time to the first steady step counts it
+import torch, torch.utils.checkpoint, torchvision
+threads, batch, steps, variant, config = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 m = torchvision.models.resnet50(num_classes=100).train()
 opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
 x, y = torch.randn(batch, 3, 224, 224), torch.randint(0, 100, (batch,))
+if config == "channels_last":  # oneDNN's channels-last convolutions (PyTorch's fastest CPU configuration)
+    m = m.to(memory_format=torch.channels_last)
+    x = x.contiguous(memory_format=torch.channels_last)
 stem = torch.nn.Sequential(m.conv1, m.bn1, m.relu, m.maxpool)
 body = torch.nn.Sequential(stem, m.layer1, m.layer2, m.layer3, m.layer4)
 def forward():
@@ -90,23 +106,76 @@ def forward():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             return m(x)
     return m(x)
-ts = []
+ts, ends = [], []
 for _ in range(steps):
     t0 = time.perf_counter()
     opt.zero_grad()
     torch.nn.functional.cross_entropy(forward().float(), y).backward()
     opt.step()
     ts.append((time.perf_counter() - t0) * 1000)
+    ends.append((time.perf_counter() - t_start) * 1000)
+print(ends[1] if len(ends) > 1 else float("nan"))
 print(sum(ts[1:]) / len(ts[1:]))
 print(" ".join("%.3f" % t for t in ts))
 """
 
 
-def torch_ms(batch, steps, threads, variant="fp32"):
-    p = subprocess.run([sys.executable, "-c", TORCH_LOOP, str(threads), str(batch), str(steps), variant],
+def torch_ms(batch, steps, threads, variant="fp32", config="nchw"):
+    p = subprocess.run([sys.executable, "-c", TORCH_LOOP, str(threads), str(batch), str(steps), variant, config],
                        check=True, capture_output=True, text=True)
     lines = p.stdout.strip().splitlines()
-    return float(lines[-2]), steady_ms([float(v) for v in lines[-1].split()])
+    ts = [float(v) for v in lines[-1].split()]
+    first = {"step1_ms": ts[0], "step2_ms": ts[1] if len(ts) > 1 else float("nan"), "to_first_steady_ms": float(lines[-3])}
+    return float(lines[-2]), steady_ms(ts), first
+
+
+def step_gflop(batch, image=224):
+    """ResNet-50 (100 classes) training step, direct count: 2 flop per multiply-add of every
+    convolution and the classifier, forward + backward-data + backward-weights (the first
+    convolution has no backward-data: its input needs no gradient)."""
+    import torch
+    import torchvision
+    m = torchvision.models.resnet50(num_classes=100)
+    macs = []
+
+    def hook(mod, inp, out):
+        if isinstance(mod, torch.nn.Conv2d):
+            k = mod.in_channels // mod.groups * mod.kernel_size[0] * mod.kernel_size[1]
+            macs.append((mod, out.numel() * k))
+        elif isinstance(mod, torch.nn.Linear):
+            macs.append((mod, out.numel() * mod.in_features))
+    for mod in m.modules():
+        if isinstance(mod, (torch.nn.Conv2d, torch.nn.Linear)):
+            mod.register_forward_hook(hook)
+    with torch.no_grad():
+        m.eval()(torch.zeros(batch, 3, image, image))
+    return sum(2 * n * (2 if mod is m.conv1 else 3) for mod, n in macs) * 1e-9
+
+
+def peak_gflops(threads):
+    """`threads` copies of bench/fma_probe.c at once, GFLOP/s per CPU-second (best burst) summed:
+    the cores' FMA peak in the same minutes (a slower core or clock shows here, not as the engines'
+    fault). None when the probe cannot be built."""
+    import tempfile
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fma_probe.c")
+    exe = os.path.join(tempfile.gettempdir(), f"ferry_fma_probe_{os.getpid()}")
+    try:
+        if subprocess.run(["gcc", "-O3", "-march=native", "-o", exe, src], capture_output=True).returncode != 0:
+            return None
+        procs = [subprocess.Popen([exe, "3"], stdout=subprocess.PIPE, text=True) for _ in range(threads)]
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    finally:
+        if os.path.exists(exe):
+            os.remove(exe)
+    total = 0.0
+    for out in outs:
+        rates = [float(line.split(":")[1].split()[0]) for line in out.splitlines() if line.startswith("burst")]
+        if not rates:
+            return None
+        total += max(rates)
+    return total
 
 
 def main():
@@ -121,43 +190,77 @@ def main():
     ap.add_argument("--variants", default="fp32",
                     help="comma-separated: fp32, recompute (ferry --recompute; PyTorch checkpoint_sequential), "
                          "bf16 (ferry --amp bf16; PyTorch autocast cpu bfloat16)")
+    ap.add_argument("--torch-configs", default="nchw,channels_last",
+                    help="comma-separated PyTorch configurations, each run interleaved with ferry: nchw (its default), "
+                         "channels_last (its best on CPU); the ratio 'best' is against the faster one")
+    ap.add_argument("--no-peak", action="store_true", help="skip the FMA peak probe (bench/fma_probe.c)")
     a = ap.parse_args()
-    if a.steps < 2:
-        ap.error("--steps must be >= 2 (step 1 is warm-up)")
+    if a.steps < 3:
+        ap.error("--steps must be >= 3 (step 1 is warm-up, steps 3.. are the steady ones)")
     variants = a.variants.split(",")
     for v in variants:
         if v not in VARIANTS:
             ap.error(f"--variants: unknown variant '{v}' (fp32, recompute, bf16)")
+    configs = a.torch_configs.split(",")
+    for c in configs:
+        if c not in ("nchw", "channels_last"):
+            ap.error(f"--torch-configs: unknown configuration '{c}' (nchw, channels_last)")
     os.makedirs(a.work, exist_ok=True)
     model, data = export(a.work, a.batch)
+    gflop = step_gflop(a.batch)
     results = []
     print(f"ResNet-50 (100 classes), batch {a.batch}, SGD momentum, {a.steps} steps per run "
-          f"(first is warm-up), {a.rounds} interleaved round(s)")
+          f"(first is warm-up), {a.rounds} interleaved round(s); {gflop:.1f} GFLOP a step (direct count); "
+          f"load {' '.join('%.2f' % v for v in os.getloadavg())}", flush=True)
     for t in [int(v) for v in a.threads.split(",")]:
-        runs = {v: ([], [], [], [], []) for v in variants}  # ferry step, forward+backward, PyTorch, steady ferry, steady PyTorch
+        peak = None if a.no_peak else peak_gflops(t)
+        if peak:
+            print(f"threads {t}: FMA peak {peak:.1f} GFLOP/s ({t} x bench/fma_probe.c at once, per CPU-second)", flush=True)
+        # per variant: ferry [(step, compute, steady, first)], PyTorch per config [(step, steady, first)]
+        runs = {v: {"ferry": [], **{c: [] for c in configs}} for v in variants}
         for _ in range(a.rounds):
             for variant in variants:  # interleaved: the variants' ratios to fp32 see the same load
-                fs, cs, ps, fss, pss = runs[variant]
-                step, compute, steady = ferry_ms(a.ferry, model, data, a.batch, a.steps, t, a.work, variant)
-                fs.append(step)
-                cs.append(compute)
-                fss.append(steady)
-                pstep, psteady = torch_ms(a.batch, a.steps, t, variant)
-                ps.append(pstep)
-                pss.append(psteady)
+                for c in configs:
+                    runs[variant]["ferry"].append(ferry_ms(a.ferry, model, data, a.batch, a.steps, t, a.work, variant))
+                    runs[variant][c].append(torch_ms(a.batch, a.steps, t, variant, c))
+        med = statistics.median
         for variant in variants:
-            fs, cs, ps, fss, pss = runs[variant]
-            f, c, p = statistics.median(fs), statistics.median(cs), statistics.median(ps)
-            fst, pst = statistics.median(fss), statistics.median(pss)
-            results.append({"threads": t, "variant": variant, "ferry_ms": f, "ferry_compute_ms": c, "torch_ms": p,
-                            "ratio": f / p, "ferry_runs": fs, "ferry_compute_runs": cs, "torch_runs": ps,
-                            "ferry_steady_ms": fst, "torch_steady_ms": pst, "steady_ratio": fst / pst,
-                            "load": os.getloadavg()[0]})
-            print(f"threads {t}{'' if variant == 'fp32' else ' ' + variant}: ferry {f:8.1f} ms/step (forward+backward {c:.1f})   "
-                  f"PyTorch {p:8.1f} ms/step   ratio {f / p:.3f}   load {os.getloadavg()[0]:.2f}", flush=True)
-            print(f"           runs: ferry {[round(v) for v in fs]}  PyTorch {[round(v) for v in ps]}", flush=True)
-            print(f"           steady (median of steps 3..{a.steps}): ferry {fst:.1f}  PyTorch {pst:.1f}  ratio {fst / pst:.3f}"
-                  f"   runs: ferry {[round(v) for v in fss]}  PyTorch {[round(v) for v in pss]}", flush=True)
+            fr = runs[variant]["ferry"]
+            f, cm, fst = med(r[0] for r in fr), med(r[1] for r in fr), med(r[2] for r in fr)
+            ff = {k: med(r[3][k] for r in fr) for k in ("step1_ms", "step2_ms", "to_first_steady_ms")}
+            load = os.getloadavg()[0]
+            row = {"threads": t, "variant": variant, "ferry_ms": f, "ferry_compute_ms": cm, "ferry_steady_ms": fst,
+                   "ferry_runs": [r[0] for r in fr], "ferry_steady_runs": [r[2] for r in fr], **{"ferry_" + k: v for k, v in ff.items()},
+                   "step_gflop": gflop, "load": load}
+            tag = "" if variant == "fp32" else " " + variant
+            print(f"threads {t}{tag}: ferry {f:8.1f} ms/step (forward+backward {cm:.1f}), steady {fst:.1f} "
+                  f"(runs {[round(r[2]) for r in fr]}); step 1 {ff['step1_ms']:.0f}, step 2 {ff['step2_ms']:.0f}, "
+                  f"first steady step after {ff['to_first_steady_ms']:.0f} ms   load {load:.2f}", flush=True)
+            if peak and variant == "fp32":
+                row.update({"peak_gflops": peak, "ferry_gflops": gflop / fst * 1e3, "ferry_peak_fraction": gflop / fst * 1e3 / peak})
+                print(f"           ferry steady {gflop / fst * 1e3:.1f} GFLOP/s = {gflop / fst * 1e3 / peak:.3f} of the peak", flush=True)
+            best = None
+            for c in configs:
+                pr = runs[variant][c]
+                p, pst = med(r[0] for r in pr), med(r[1] for r in pr)
+                pf = {k: med(r[2][k] for r in pr) for k in ("step1_ms", "step2_ms", "to_first_steady_ms")}
+                key = "torch" if c == "nchw" else "torch_" + c
+                row.update({key + "_ms": p, key + "_steady_ms": pst, key + "_runs": [r[0] for r in pr],
+                            key + "_steady_runs": [r[1] for r in pr], **{key + "_" + k: v for k, v in pf.items()},
+                            key + "_steady_ratio": fst / pst})
+                if c == "nchw":  # the keys of earlier versions of this script
+                    row.update({"ratio": f / p, "steady_ratio": fst / pst})
+                print(f"           PyTorch {c}: {p:8.1f} ms/step, steady {pst:.1f} (runs {[round(r[1]) for r in pr]}); "
+                      f"step 1 {pf['step1_ms']:.0f}, step 2 {pf['step2_ms']:.0f}, first steady step after "
+                      f"{pf['to_first_steady_ms']:.0f} ms; ferry / PyTorch: steady {fst / pst:.3f}, to first steady step "
+                      f"{ff['to_first_steady_ms'] / pf['to_first_steady_ms']:.3f}", flush=True)
+                if peak and variant == "fp32":
+                    row[key + "_peak_fraction"] = gflop / pst * 1e3 / peak
+                if best is None or pst < best[1]:
+                    best = (c, pst)
+            row.update({"torch_best_config": best[0], "torch_best_steady_ms": best[1], "best_steady_ratio": fst / best[1]})
+            print(f"           steady ferry / PyTorch at its best ({best[0]}): {fst / best[1]:.3f}", flush=True)
+            results.append(row)
     if a.json:
         with open(a.json, "w") as out:
             json.dump({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "batch": a.batch, "results": results}, out, indent=1)

@@ -101,11 +101,14 @@ def check_case(name, kind, o):
     losses = [r["loss"] for r in steps]
     if [r["step"] for r in steps] != list(range(1, STEPS + 1)):
         fail(f"{name}: log steps are {[r['step'] for r in steps]}")
-    for key in ("epoch", "lr", "time_ms", "samples_per_s", "data_wait_ms", "compute_ms", "update_ms"):
+    for key in ("epoch", "lr", "time_ms", "samples_per_s", "data_wait_ms", "compute_ms", "update_ms", "elapsed_ms"):
         if any(key not in r for r in steps):
             fail(f"{name}: a log line lacks '{key}'")
     if any(not 0 <= r["compute_ms"] + r["update_ms"] <= r["time_ms"] for r in steps):
         fail(f"{name}: compute_ms + update_ms exceed the step's time_ms: {steps}")
+    # elapsed_ms: since the process started, at each step's end: past all the steps' own times so far
+    if any(r["elapsed_ms"] < sum(q["time_ms"] for q in steps[:i + 1]) for i, r in enumerate(steps)):
+        fail(f"{name}: elapsed_ms is below the sum of the steps' time_ms: {steps}")
     err = rel(losses, ref_losses)
     print(f"{name}: losses max rel diff {err:.2e} (first {losses[0]:.6f} / {ref_losses[0]:.6f}, "
           f"last {losses[-1]:.6f} / {ref_losses[-1]:.6f})")

@@ -570,6 +570,37 @@ TEST(CpuTrainKernels, PoolGradsMatchReference) {
   }
 }
 
+// The cpu MaxPool on plain NCHW f32 where oneDNN has only its reference loop (AVX2 hosts: the
+// backend's own max_pool_plane, dnnl_pool.cpp) gives the reference's values exactly: ties, signed
+// zeros (the first of +0 / -0 stays), pads, ceil_mode, rows narrower than the window's reach.
+TEST(CpuTrainKernels, MaxPoolForwardMatchesReferenceExactly) {
+  struct Case {
+    std::vector<int64_t> x;
+    std::map<std::string, Attribute> attrs;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 112, 112}, {{"kernel_shape", ints_attr({3, 3})}, {"strides", ints_attr({2, 2})}, {"pads", ints_attr({1, 1, 1, 1})}}},
+      {{1, 2, 9, 9},
+       {{"kernel_shape", ints_attr({3, 3})}, {"strides", ints_attr({2, 2})}, {"pads", ints_attr({1, 0, 1, 1})},
+        {"ceil_mode", int_attr(1)}}},
+      {{1, 2, 8, 9}, {{"kernel_shape", ints_attr({3, 2})}, {"strides", ints_attr({2, 3})}, {"ceil_mode", int_attr(1)}}},
+      {{2, 2, 5, 3}, {{"kernel_shape", ints_attr({2, 2})}, {"strides", ints_attr({1, 1})}, {"pads", ints_attr({1, 1, 1, 1})}}},
+      {{1, 3, 7, 7}, {{"kernel_shape", ints_attr({7, 7})}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("X " + dims_to_string(c.x));
+    Tensor x = randn(c.x, 11);
+    float* p = x.mutable_data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) p[i] = -1.f - std::fabs(p[i]);       // negative windows
+    for (int64_t i = 0; i < x.numel(); i += 7) p[i] = -0.5f;                      // ties
+    for (int64_t i = 1; i < x.numel(); i += 4) p[i] = (i / 4) % 3 ? -0.f : 0.f;   // signed zeros, often two a window
+    OneNode fwd{"MaxPool", "", c.attrs, {x}, {}, {true}};
+    const Tensor want = fwd.run("cpu-ref").at(0), got = fwd.run("cpu").at(0);
+    ASSERT_EQ(want.dims(), got.dims());
+    EXPECT_EQ(std::memcmp(want.raw(), got.raw(), static_cast<size_t>(want.nbytes())), 0);
+  }
+}
+
 TEST(CpuTrainKernels, ActivationGradsAndSumMatchReference) {
   const std::vector<int64_t> dims = {3, 5, 7, 11};
   const Tensor dy = randn(dims, 1);
