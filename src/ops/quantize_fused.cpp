@@ -4,15 +4,21 @@
 // so that 8-bit tensors flow from one fused node to the next with no float tensor in between.
 //
 // Inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point (optional), y_scale, y_zero_point,
-//   B (int32, optional), z, z_scale, z_zero_point (the residual, optional), mid_scale, mid_zero_point
-//   (the Q/DQ pair between the convolution and the residual Add, optional).
-// Attributes: Conv's, conv_relu (Relu on the convolution's result), relu (Relu after the residual),
+//   B (int32, or float in real units, optional), z, z_scale, z_zero_point (the residual, optional), mid_scale,
+//   mid_zero_point (the Q/DQ pair between the convolution and the residual Add, optional).
+//   y_scale and y_zero_point both absent (""): y is float32, the dequantization in the epilogue
+//   (DQ(x), DQ(w) -> Conv with no Q after: the plain structure of bench/int8_baseline.py); no z or mid then.
+// Attributes: Conv's, conv_relu (Relu on the convolution's result), conv_min / conv_max (a Clip's bounds
+//   on the convolution's result, in real units), relu (Relu after the residual),
 //   channels_last (x, z and y are N x H x W x C; set by the nhwc_layout pass; w stays M x C/group x kH x kW).
 // Semantics (the reference kernel below, f32 arithmetic in this order):
-//   acc  = ConvInteger(x - x_zp, w - w_zp) + B                    exact int32
-//   s1   = mid_scale if given else y_scale
-//   v    = float(acc) * (x_scale * w_scale[m] / s1)               one rounding per product
+//   acc  = ConvInteger(x - x_zp, w - w_zp) + B                    exact int32 (B int32)
+//   s1   = mid_scale if given else y_scale (1 when y is float)
+//   v    = float(acc) * (x_scale * w_scale[m] / s1)               one rounding per product (B int32)
+//   v    = (float(acc) * (x_scale * w_scale[m]) + B[m]) / s1      (B float: the plain structure's bias, in real units)
 //   v    = max(v, 0)                                              if conv_relu
+//   v    = min(max(v, conv_min / s1), conv_max / s1)              if conv_min / conv_max (a Clip; either may be absent)
+//   y    = v                                                      if y_scale and y_zero_point are absent: float y
 //   v    = clamp(round_half_even(v), lo - mid_zp, hi - mid_zp) * (s1 / y_scale)   if mid (Q then DQ)
 //   v    = fma(z_scale / y_scale, float(z - z_zp), v)             if z (one rounding: see below)
 //   v    = max(v, 0)                                              if relu
@@ -64,12 +70,19 @@ Status infer_qconv_fused(InferContext& ctx) {
   vector<const Tensor*> values = {nullptr, nullptr, nullptr, nullptr};
   InferContext base(ctx.node(), 10, types, values);
   RETURN_IF_ERROR(conv_integer_schema().infer(base));
-  const DType yt = ctx.input_type(kYZp).dtype;
-  RETURN_IF_ERROR(check_8bit(ctx, yt, "y_zero_point"));
+  if (ctx.has_input(kYScale) != ctx.has_input(kYZp))
+    return ctx.error("inputs 'y_scale' and 'y_zero_point' (6-7) must be given together (both absent: a float output)");
+  const bool float_y = !ctx.has_input(kYScale);
+  const DType yt = float_y ? DType::kF32 : ctx.input_type(kYZp).dtype;
+  if (!float_y) RETURN_IF_ERROR(check_8bit(ctx, yt, "y_zero_point"));
+  if (float_y && (ctx.has_input(kZ) || ctx.has_input(kMidScale)))
+    return ctx.error("a float output (no y_scale / y_zero_point) takes no residual 'z' and no 'mid_scale'");
   for (int64_t i : {kXScale, kWScale, kYScale, kZScale, kMidScale})
     if (ctx.has_input(i)) RETURN_IF_ERROR(check_float_scale(ctx, ctx.input_type(i).dtype, "scale input " + std::to_string(i)));
-  if (ctx.has_input(kB) && ctx.input_type(kB).dtype != DType::kUndefined && ctx.input_type(kB).dtype != DType::kI32)
-    return ctx.error(std::string("input 'B' has element type ") + dtype_name(ctx.input_type(kB).dtype) + "; expected int32");
+  if (ctx.has_input(kB) && ctx.input_type(kB).dtype != DType::kUndefined && ctx.input_type(kB).dtype != DType::kI32 &&
+      ctx.input_type(kB).dtype != DType::kF32)
+    return ctx.error(std::string("input 'B' has element type ") + dtype_name(ctx.input_type(kB).dtype) +
+                     "; expected int32 (accumulator units) or float (real units)");
   if (ctx.has_input(kZ) != ctx.has_input(kZScale) || ctx.has_input(kZ) != ctx.has_input(kZZp))
     return ctx.error("inputs 'z', 'z_scale' and 'z_zero_point' (9-11) must be given together");
   if (ctx.has_input(kMidScale) != ctx.has_input(kMidZp))
@@ -118,21 +131,28 @@ Status k_qconv_fused(KernelContext& ctx) {
   int64_t OS = 1;
   for (size_t i = 2; i < od.size(); ++i) OS *= od[i];
 
-  float xs = 0, ys = 0, yz = 0;
+  const bool float_y = !ctx.has_input(kYScale) && !ctx.has_input(kYZp);
+  float xs = 0, ys = 1, yz = 0;
   RETURN_IF_ERROR(scalar_input(ctx, kXScale, "x_scale", &xs));
-  RETURN_IF_ERROR(scalar_input(ctx, kYScale, "y_scale", &ys));
-  RETURN_IF_ERROR(scalar_input(ctx, kYZp, "y_zero_point", &yz));
+  if (!float_y) {
+    RETURN_IF_ERROR(scalar_input(ctx, kYScale, "y_scale", &ys));
+    RETURN_IF_ERROR(scalar_input(ctx, kYZp, "y_zero_point", &yz));
+  }
   const vector<float> ws = to_float_vector(ctx.input(kWScale));
   if (ws.size() != 1 && static_cast<int64_t>(ws.size()) != M)
     return ctx.error("input 'w_scale' has " + std::to_string(ws.size()) + " elements; expected 1 or M = " + std::to_string(M));
   vector<int32_t> bias(static_cast<size_t>(M), 0);
+  vector<float> fbias;  // B float (real units)
   if (ctx.has_input(kB)) {
     const Tensor& b = ctx.input(kB);
-    if (b.dtype() != DType::kI32 || b.numel() != M)
-      return ctx.error("input 'B' must be int32 with M = " + std::to_string(M) + " elements, got " + b.type().to_string());
-    std::copy(b.data<int32_t>(), b.data<int32_t>() + M, bias.begin());
+    if ((b.dtype() != DType::kI32 && b.dtype() != DType::kF32) || b.numel() != M)
+      return ctx.error("input 'B' must be int32 or float with M = " + std::to_string(M) + " elements, got " +
+                       b.type().to_string());
+    if (b.dtype() == DType::kI32) std::copy(b.data<int32_t>(), b.data<int32_t>() + M, bias.begin());
+    else fbias.assign(b.data<float>(), b.data<float>() + M);
   }
   const bool has_mid = ctx.has_input(kMidScale), has_z = ctx.has_input(kZ);
+  if (float_y && (has_mid || has_z)) return ctx.error("a float output (no y_scale) takes no residual 'z' and no 'mid_scale'");
   float s1 = ys, mz = 0, mlo = 0, mhi = 0;
   if (has_mid) {
     RETURN_IF_ERROR(scalar_input(ctx, kMidScale, "mid_scale", &s1));
@@ -155,25 +175,36 @@ Status k_qconv_fused(KernelContext& ctx) {
     z = to_int32(zt);
   }
   const bool conv_relu = ctx.get_int("conv_relu", 0) != 0, relu = ctx.get_int("relu", 0) != 0;
-  vector<float> mul(static_cast<size_t>(M));
-  for (int64_t m = 0; m < M; ++m) mul[m] = xs * ws[ws.size() == 1 ? 0 : m] / s1;
+  const float cmin = ctx.get_float("conv_min", -INFINITY) / s1, cmax = ctx.get_float("conv_max", INFINITY) / s1;
+  vector<float> mul(static_cast<size_t>(M)), real(static_cast<size_t>(M));
+  for (int64_t m = 0; m < M; ++m) {
+    real[m] = xs * ws[ws.size() == 1 ? 0 : m];
+    mul[m] = real[m] / s1;
+  }
   const float mid_to_y = s1 / ys, z_to_y = zs / ys;
-  const DType yt = ctx.input(kYZp).dtype();
+  const DType yt = float_y ? DType::kF32 : ctx.input(kYZp).dtype();
   float lo = 0, hi = 0;
-  if (!quant_range(yt, &lo, &hi)) return ctx.error("input 'y_zero_point' must be uint8 or int8");
+  if (!float_y && !quant_range(yt, &lo, &hi)) return ctx.error("input 'y_zero_point' must be uint8 or int8");
   const int32_t* pa = acc.data<int32_t>();
   vector<float> q(static_cast<size_t>(acc.numel()));
   for (int64_t i = 0; i < acc.numel(); ++i) {
     const int64_t m = (i / OS) % M;
-    float v = static_cast<float>(pa[i] + bias[m]) * mul[m];
+    float v = fbias.empty() ? static_cast<float>(pa[i] + bias[m]) * mul[m]
+                            : (static_cast<float>(pa[i]) * real[m] + fbias[m]) / s1;
     if (conv_relu) v = std::max(v, 0.0f);
+    v = std::min(std::max(v, cmin), cmax);
+    if (float_y) {
+      q[i] = v;
+      continue;
+    }
     if (has_mid) v = std::min(std::max(std::nearbyint(v), mlo - mz), mhi - mz) * mid_to_y;
     if (has_z) v = std::fma(z_to_y, static_cast<float>(z[i] - static_cast<int32_t>(zz)), v);
     if (relu) v = std::max(v, 0.0f);
     q[i] = quantize_value(v, yz, lo, hi);
   }
   ASSIGN_OR_RETURN(Tensor y, Tensor::try_allocate(yt, od));
-  store_quantized(q, &y);
+  if (float_y) std::copy(q.begin(), q.end(), y.mutable_data<float>());
+  else store_quantized(q, &y);
   if (cl) {
     ASSIGN_OR_RETURN(y, dm::permute(y, kToNhwc));
   }
@@ -183,10 +214,13 @@ Status k_qconv_fused(KernelContext& ctx) {
 
 // ---- QMatMulFused ---------------------------------------------------------------------------
 // Inputs: a, a_scale, a_zero_point, b (int8 [K, N]), b_scale (scalar or [N]), b_zero_point (optional),
-// y_scale, y_zero_point, Bias (int32 [N], optional). Attribute relu.
+// y_scale, y_zero_point, Bias (int32 [N] or float [N], optional). Attribute relu.
 //   acc = MatMulInteger(a - a_zp, b - b_zp) + Bias[n];  v = float(acc) * (a_scale * b_scale[n] / y_scale)
+//   (Bias float, real units: v = (float(acc) * (a_scale * b_scale[n]) + Bias[n]) / y_scale)
 //   v = max(v, 0) if relu;  y = saturate(round_half_even(v) + y_zp)
-// Made of DQ(a), DQ(B) -> MatMul [-> Add(DQ(Bias))] [-> Relu] -> Q and of the same with Gemm.
+//   y_scale and y_zero_point both absent (""): y = v as float32 (y_scale 1), the dequantization in the
+//   epilogue (ONNX Runtime's MatMulIntegerToFloat).
+// Made of DQ(a), DQ(B) -> MatMul [-> Add(DQ(Bias) | float Bias)] [-> Relu] [-> Q] and of the same with Gemm.
 
 enum QMatMulInput : int64_t { kA = 0, kAScale, kAZp, kBm, kBScale, kBZp, kMYScale, kMYZp, kBias, kNumMatMulInputs };
 
@@ -197,13 +231,16 @@ Status infer_qmatmul_fused(InferContext& ctx) {
   vector<const Tensor*> values = {nullptr, nullptr, nullptr, nullptr};
   InferContext base(ctx.node(), 10, types, values);
   RETURN_IF_ERROR(matmul_integer_schema().infer(base));
-  const DType yt = ctx.input_type(kMYZp).dtype;
-  RETURN_IF_ERROR(check_8bit(ctx, yt, "y_zero_point"));
+  if (ctx.has_input(kMYScale) != ctx.has_input(kMYZp))
+    return ctx.error("inputs 'y_scale' and 'y_zero_point' (6-7) must be given together (both absent: a float output)");
+  const DType yt = ctx.has_input(kMYZp) ? ctx.input_type(kMYZp).dtype : DType::kF32;
+  if (ctx.has_input(kMYZp)) RETURN_IF_ERROR(check_8bit(ctx, yt, "y_zero_point"));
   if (ctx.input_type(kBm).shape && ctx.input_type(kBm).shape->rank() != 2)
     return ctx.error("input 'b' must be 2-D (K x N), got " + ctx.input_type(kBm).shape->to_string());
-  if (ctx.has_input(kBias) && ctx.input_type(kBias).dtype != DType::kUndefined && ctx.input_type(kBias).dtype != DType::kI32)
+  if (ctx.has_input(kBias) && ctx.input_type(kBias).dtype != DType::kUndefined &&
+      ctx.input_type(kBias).dtype != DType::kI32 && ctx.input_type(kBias).dtype != DType::kF32)
     return ctx.error(std::string("input 'Bias' has element type ") + dtype_name(ctx.input_type(kBias).dtype) +
-                     "; expected int32");
+                     "; expected int32 (accumulator units) or float (real units)");
   ctx.set_output(0, TensorType{yt, base.outputs()[0].shape});
   return Status::ok();
 }
@@ -221,36 +258,47 @@ Status k_qmatmul_fused(KernelContext& ctx) {
   RETURN_IF_ERROR(matmul_integer_schema().kernel(base));
   const Tensor& acc = outs[0].tensor;
   const int64_t N = ctx.input(kBm).dim(1);
-  float as = 0, ys = 0, yz = 0;
+  const bool float_y = !ctx.has_input(kMYScale) && !ctx.has_input(kMYZp);
+  float as = 0, ys = 1, yz = 0;
   RETURN_IF_ERROR(scalar_input(ctx, kAScale, "a_scale", &as));
-  RETURN_IF_ERROR(scalar_input(ctx, kMYScale, "y_scale", &ys));
-  RETURN_IF_ERROR(scalar_input(ctx, kMYZp, "y_zero_point", &yz));
+  if (!float_y) {
+    RETURN_IF_ERROR(scalar_input(ctx, kMYScale, "y_scale", &ys));
+    RETURN_IF_ERROR(scalar_input(ctx, kMYZp, "y_zero_point", &yz));
+  }
   const vector<float> bs = to_float_vector(ctx.input(kBScale));
   if (bs.size() != 1 && static_cast<int64_t>(bs.size()) != N)
     return ctx.error("input 'b_scale' has " + std::to_string(bs.size()) + " elements; expected 1 or N = " + std::to_string(N));
   vector<int32_t> bias(static_cast<size_t>(N), 0);
+  vector<float> fbias;  // Bias float (real units)
   if (ctx.has_input(kBias)) {
     const Tensor& b = ctx.input(kBias);
-    if (b.dtype() != DType::kI32 || b.numel() != N)
-      return ctx.error("input 'Bias' must be int32 with N = " + std::to_string(N) + " elements, got " + b.type().to_string());
-    std::copy(b.data<int32_t>(), b.data<int32_t>() + N, bias.begin());
+    if ((b.dtype() != DType::kI32 && b.dtype() != DType::kF32) || b.numel() != N)
+      return ctx.error("input 'Bias' must be int32 or float with N = " + std::to_string(N) + " elements, got " +
+                       b.type().to_string());
+    if (b.dtype() == DType::kI32) std::copy(b.data<int32_t>(), b.data<int32_t>() + N, bias.begin());
+    else fbias.assign(b.data<float>(), b.data<float>() + N);
   }
-  vector<float> mul(static_cast<size_t>(N));
-  for (int64_t n = 0; n < N; ++n) mul[n] = as * bs[bs.size() == 1 ? 0 : n] / ys;
+  vector<float> mul(static_cast<size_t>(N)), real(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    real[n] = as * bs[bs.size() == 1 ? 0 : n];
+    mul[n] = real[n] / ys;
+  }
   const bool relu = ctx.get_int("relu", 0) != 0;
-  const DType yt = ctx.input(kMYZp).dtype();
+  const DType yt = float_y ? DType::kF32 : ctx.input(kMYZp).dtype();
   float lo = 0, hi = 0;
-  if (!quant_range(yt, &lo, &hi)) return ctx.error("input 'y_zero_point' must be uint8 or int8");
+  if (!float_y && !quant_range(yt, &lo, &hi)) return ctx.error("input 'y_zero_point' must be uint8 or int8");
   const int32_t* pa = acc.data<int32_t>();
   vector<float> q(static_cast<size_t>(acc.numel()));
   for (int64_t i = 0; i < acc.numel(); ++i) {
     const int64_t n = N > 0 ? i % N : 0;
-    float v = static_cast<float>(pa[i] + bias[n]) * mul[n];
+    float v = fbias.empty() ? static_cast<float>(pa[i] + bias[n]) * mul[n]
+                            : (static_cast<float>(pa[i]) * real[n] + fbias[n]) / ys;
     if (relu) v = std::max(v, 0.0f);
-    q[i] = quantize_value(v, yz, lo, hi);
+    q[i] = float_y ? v : quantize_value(v, yz, lo, hi);
   }
   ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, yt, acc.dims(), false));
-  store_quantized(q, y);
+  if (float_y) std::copy(q.begin(), q.end(), y->mutable_data<float>());
+  else store_quantized(q, y);
   return Status::ok();
 }
 
@@ -331,14 +379,15 @@ void register_quantize_fused_ops(OpRegistry& r) {
   r.add(OpSchema{.name = "NhwcQGlobalAveragePool", .domain = "com.ferry", .since_version = 1,
                  .min_inputs = kNumPoolInputs, .max_inputs = kNumPoolInputs, .types = {DType::kU8, DType::kI8},
                  .infer = infer_qgap<true>, .kernel = k_qgap<true>});
-  r.add(OpSchema{.name = "QMatMulFused", .domain = "com.ferry", .since_version = 1, .min_inputs = 8,
+  r.add(OpSchema{.name = "QMatMulFused", .domain = "com.ferry", .since_version = 1, .min_inputs = 5,
                  .max_inputs = kNumMatMulInputs, .attrs = {{"relu", AttrType::kInt}}, .types = {DType::kU8, DType::kI8},
                  .infer = infer_qmatmul_fused, .kernel = k_qmatmul_fused});
-  r.add(OpSchema{.name = "QConvFused", .domain = "com.ferry", .since_version = 1, .min_inputs = 8,
+  r.add(OpSchema{.name = "QConvFused", .domain = "com.ferry", .since_version = 1, .min_inputs = 5,
                  .max_inputs = kNumInputs,
                  .attrs = {{"auto_pad", AttrType::kString}, {"dilations", AttrType::kInts}, {"group", AttrType::kInt},
                            {"kernel_shape", AttrType::kInts}, {"pads", AttrType::kInts}, {"strides", AttrType::kInts},
-                           {"conv_relu", AttrType::kInt}, {"relu", AttrType::kInt},
+                           {"conv_relu", AttrType::kInt}, {"conv_min", AttrType::kFloat}, {"conv_max", AttrType::kFloat},
+                           {"relu", AttrType::kInt},
                            {"channels_last", AttrType::kInt}},
                  .types = {DType::kU8, DType::kI8}, .infer = infer_qconv_fused, .kernel = k_qconv_fused});
 }

@@ -5,8 +5,13 @@
 //   [, DQ(B int32 constant, scale x_scale * w_scale)] -> Conv [-> Relu]
 //   [-> Q -> DQ (same scale and zero point) -> Add(DQ(z))  |  -> Add(DQ(z))] [-> Relu] -> Q
 //                                             -> com.ferry.QConvFused (src/ops/quantize_fused.cpp)
+//   the same with a float bias constant [M] (the plain structure's), a Clip with constant bounds in
+//   the Relu's place, and with no Q at the end: a float output (the dequantization in the int8
+//   kernel's epilogue; the chain ends where no Q follows: after the Conv, or its Relu / Clip)
 //   DQ(a), DQ(W s8 [K, N] or Gemm's [N, K], per column) -> MatMul [-> Add(DQ(B int32))] | Gemm(DQ(C int32))
 //   [-> Relu] -> Q                            -> com.ferry.QMatMulFused (W kept as [K, N])
+//   the same with a float bias constant [N] (Add or Gemm's C), and with no Q: a float output
+//   (ONNX Runtime's MatMulIntegerToFloat)
 //   DQ(x) -> MaxPool | Flatten | Reshape | Squeeze | Unsqueeze -> Q with the same scale and zero point
 //                                             -> the op on the 8-bit x (exact: max commutes with a monotone
 //                                                map, the others move values)
@@ -75,6 +80,36 @@ long dq_per_tensor(const PatternContext& pc, const std::string& v, QParams* p) {
   return t && (t->dtype == DType::kU8 || t->dtype == DType::kI8) ? d : -1;
 }
 
+// A float constant with n elements ([n], or [1, n] where `row_ok`): the plain structure's float bias.
+bool float_bias(const Graph& g, const std::string& v, int64_t n, bool row_ok) {
+  const Tensor* b = v.empty() ? nullptr : constant_value(g, v);
+  if (!b || b->dtype() != DType::kF32 || b->numel() != n) return false;
+  return b->rank() == 1 || (row_ok && b->rank() == 2 && b->dim(0) == 1);
+}
+
+// Clip with constant scalar bounds (absent: unbounded; an initializer or a Constant node's value, as
+// the PyTorch exporter writes ReLU6's) -> its bounds.
+bool constant_clip(const PatternContext& pc, const Node& n, float* lo, float* hi) {
+  if (!is_onnx(n, "Clip") || n.outputs.size() != 1) return false;
+  *lo = -INFINITY;
+  *hi = INFINITY;
+  for (size_t i = 1; i < n.inputs.size() && i < 3; ++i) {
+    if (n.inputs[i].empty()) continue;
+    const Tensor* t = constant_value(pc.g, n.inputs[i]);
+    if (const long k = pc.producer(n.inputs[i], "Constant"); !t && k >= 0) {
+      const Attribute* v = pc.g.nodes[k].attr("value");
+      t = v && v->t.defined() ? &v->t : nullptr;
+    }
+    if (!t || t->numel() != 1 || t->dtype() != DType::kF32) return false;
+    (i == 1 ? *lo : *hi) = t->data<float>()[0];
+  }
+  const Attribute* mn = n.attr("min");  // opset < 11
+  const Attribute* mx = n.attr("max");
+  if (mn) *lo = mn->f;
+  if (mx) *hi = mx->f;
+  return !(*lo > *hi) && !std::isnan(*lo) && !std::isnan(*hi);
+}
+
 // Adds DQ node `d` to `covered` when the fused node is its only reader.
 void cover_if_sole(const PatternContext& pc, long d, long reader, std::vector<long>* covered) {
   if (d >= 0 && pc.sole_reader(pc.g.nodes[d].outputs[0]) == reader) covered->push_back(d);
@@ -105,12 +140,16 @@ bool fuse_qconv(PatternContext& pc, long c) {
     for (int64_t i = 0; i < z->numel(); ++i)
       if (z->get_int64(i) != 0) return false;
   }
-  // Bias: int32 constant with scale x_scale * w_scale[m] (what an integer accumulator adds exactly).
+  // Bias: int32 constant with scale x_scale * w_scale[m] (what an integer accumulator adds exactly), or a
+  // float constant (the plain structure's).
   long db = -1;
   std::string bq;
   if (conv.inputs.size() > 2 && !conv.inputs[2].empty()) {
     db = pc.producer(conv.inputs[2], "DequantizeLinear");
-    if (db < 0) return false;
+    if (db < 0 && !float_bias(g, conv.inputs[2], M, false)) return false;
+    if (db < 0) bq = conv.inputs[2];
+  }
+  if (db >= 0) {
     const Node& bn = g.nodes[db];
     const Tensor* b = constant_value(g, bn.inputs[0]);
     const Tensor* bs = bn.inputs.size() > 1 ? constant_value(g, bn.inputs[1]) : nullptr;
@@ -131,20 +170,23 @@ bool fuse_qconv(PatternContext& pc, long c) {
   // The chain after the convolution.
   std::vector<long> covered = {c};
   std::string out = conv.outputs[0];
-  bool conv_relu = false, relu = false;
+  bool conv_relu = false, relu = false, clip = false;
+  float clip_lo = 0, clip_hi = 0;
   long r = pc.sole_reader(out);
-  if (r >= 0 && is_onnx(g.nodes[r], "Relu")) {
-    conv_relu = true;
+  if (r >= 0 && (is_onnx(g.nodes[r], "Relu") || constant_clip(pc, g.nodes[r], &clip_lo, &clip_hi))) {
+    conv_relu = is_onnx(g.nodes[r], "Relu");
+    clip = !conv_relu;
     covered.push_back(r);
     out = g.nodes[r].outputs[0];
     r = pc.sole_reader(out);
   }
-  if (r < 0) return false;
+  const size_t conv_covered = covered.size();  // a float output ends here
+  const std::string float_out = out;
   QParams mid, yp, zp;
   bool has_mid = false;
   long q = -1, add = -1, dz = -1;
   std::vector<long> tail;  // nodes after a mid Q, covered only when the residual matches
-  if (is_onnx(g.nodes[r], "QuantizeLinear")) {
+  if (r >= 0 && is_onnx(g.nodes[r], "QuantizeLinear")) {
     if (!per_tensor_params(g, g.nodes[r], &yp)) return false;
     q = r;
     // Q -> DQ (same parameters) -> Add(DQ(z)) [-> Relu] -> Q: the residual joins the fused node.
@@ -160,10 +202,8 @@ bool fuse_qconv(PatternContext& pc, long c) {
         add = a;
       }
     }
-  } else if (is_onnx(g.nodes[r], "Add")) {
+  } else if (r >= 0 && is_onnx(g.nodes[r], "Add")) {
     add = r;
-  } else {
-    return false;
   }
   if (add >= 0) {
     const Node& an = g.nodes[add];
@@ -195,11 +235,18 @@ bool fuse_qconv(PatternContext& pc, long c) {
       relu = false;
       dz = -1;
       has_mid = false;
-      if (q < 0) return false;  // Conv -> Add with no Q to end on
     }
   }
-  if (q < 0) return false;
-  if (std::find(covered.begin(), covered.end(), q) == covered.end()) covered.push_back(q);
+  // No Q to end on (Conv [-> Relu | Clip] -> float ops): a float output, the convolution int8.
+  const bool float_y = q < 0;
+  if (float_y) {
+    covered.resize(conv_covered);
+    relu = false;
+    dz = -1;
+    has_mid = false;
+  } else if (std::find(covered.begin(), covered.end(), q) == covered.end()) {
+    covered.push_back(q);
+  }
 
   Node fused;
   fused.name = conv.name;
@@ -207,9 +254,12 @@ bool fuse_qconv(PatternContext& pc, long c) {
   fused.domain = kFerryDomain;
   fused.attrs = conv.attrs;
   if (conv_relu) set_attr(&fused, "conv_relu", int64_t{1});
+  if (clip && clip_lo > -INFINITY) set_attr(&fused, "conv_min", clip_lo);
+  if (clip && clip_hi < INFINITY) set_attr(&fused, "conv_max", clip_hi);
   if (relu) set_attr(&fused, "relu", int64_t{1});
-  const std::string xzp = zp_name(&g, xp), yzp = zp_name(&g, yp);
-  fused.inputs = {g.nodes[dx].inputs[0], xp.scale, xzp, wn.inputs[0], wn.inputs[1], wzp, yp.scale, yzp, bq};
+  const std::string xzp = zp_name(&g, xp), yzp = float_y ? "" : zp_name(&g, yp);
+  fused.inputs = {g.nodes[dx].inputs[0], xp.scale, xzp, wn.inputs[0], wn.inputs[1], wzp,
+                  float_y ? "" : yp.scale, yzp, bq};
   if (dz >= 0) {
     fused.inputs.push_back(g.nodes[dz].inputs[0]);
     fused.inputs.push_back(zp.scale);
@@ -221,7 +271,7 @@ bool fuse_qconv(PatternContext& pc, long c) {
     fused.inputs.push_back(zp_name(&g, mid));
   }
   while (fused.inputs.back().empty()) fused.inputs.pop_back();
-  fused.outputs = {g.nodes[q].outputs[0]};
+  fused.outputs = {float_y ? float_out : g.nodes[q].outputs[0]};
   cover_if_sole(pc, dx, c, &covered);
   cover_if_sole(pc, dw, c, &covered);
   cover_if_sole(pc, db, c, &covered);
@@ -308,28 +358,36 @@ bool fuse_qmatmul(PatternContext& pc, long i) {
   const bool n_first = gemm && tb && tb->i != 0;
   std::vector<long> covered = {i};
   std::string out = mm.outputs[0];
-  long db = -1;
-  if (gemm && mm.inputs.size() > 2 && !mm.inputs[2].empty()) {
-    db = pc.producer(mm.inputs[2], "DequantizeLinear");
-    if (db < 0) return false;
-  }
-  long add = -1;
-  if (!gemm) {  // MatMul + Add(DQ(int32 bias))
-    const long r = pc.sole_reader(out);
-    if (r >= 0 && is_onnx(g.nodes[r], "Add")) {
-      const long d = pc.producer(other_input(g.nodes[r], out), "DequantizeLinear");
-      if (d >= 0) {
-        db = d;
-        add = r;
-      }
-    }
-  }
   // Check the weights before making a transposed copy of them.
   const Node& wn = g.nodes[dw];
   const Tensor* ws = wn.inputs.size() > 1 ? constant_value(g, wn.inputs[1]) : nullptr;
   const Tensor* w = constant_value(g, wn.inputs[0]);
   if (!ws || !w || w->rank() != 2 || ws->dtype() != DType::kF32) return false;
   const int64_t N = w->dim(n_first ? 0 : 1);
+  long db = -1;
+  std::string fbias;  // a float bias constant (the plain structure's)
+  if (gemm && mm.inputs.size() > 2 && !mm.inputs[2].empty()) {
+    db = pc.producer(mm.inputs[2], "DequantizeLinear");
+    if (db < 0 && !float_bias(g, mm.inputs[2], N, true)) return false;
+    if (db < 0) fbias = mm.inputs[2];
+  }
+  long add = -1;
+  if (!gemm) {  // MatMul + Add(DQ(int32 bias) | float bias [N])
+    const long r = pc.sole_reader(out);
+    if (r >= 0 && is_onnx(g.nodes[r], "Add")) {
+      const std::string other = other_input(g.nodes[r], out);
+      const long d = pc.producer(other, "DequantizeLinear");
+      const TensorType* ot = g.find_type(out);
+      const TensorType* at = g.find_type(g.nodes[r].outputs[0]);
+      if (d >= 0) {
+        db = d;
+        add = r;
+      } else if (float_bias(g, other, N, false) && ot && at && ot->shape && at->shape && *ot->shape == *at->shape) {
+        fbias = other;  // the Add's output has the MatMul's shape: no broadcast beyond the rows
+        add = r;
+      }
+    }
+  }
   if (db >= 0 && !int32_bias(pc, db, ap.s, *ws, N)) return false;
   if (add >= 0) {
     covered.push_back(add);
@@ -344,8 +402,10 @@ bool fuse_qmatmul(PatternContext& pc, long i) {
     r = pc.sole_reader(out);
   }
   QParams yp;
-  if (r < 0 || !is_onnx(g.nodes[r], "QuantizeLinear") || !per_tensor_params(g, g.nodes[r], &yp)) return false;
-  covered.push_back(r);
+  // No Q to end on: a float output (the dequantization in the int8 kernel's epilogue).
+  const bool float_y = r < 0 || !is_onnx(g.nodes[r], "QuantizeLinear");
+  if (!float_y && !per_tensor_params(g, g.nodes[r], &yp)) return false;
+  if (!float_y) covered.push_back(r);
   std::string wq, ws_name;
   int64_t n = 0;
   if (!matmul_weights(pc, dw, n_first, &wq, &ws_name, &n)) return false;
@@ -354,10 +414,10 @@ bool fuse_qmatmul(PatternContext& pc, long i) {
   fused.op_type = "QMatMulFused";
   fused.domain = kFerryDomain;
   if (relu) set_attr(&fused, "relu", int64_t{1});
-  fused.inputs = {g.nodes[da].inputs[0], ap.scale, zp_name(&g, ap), wq, ws_name, "", yp.scale, zp_name(&g, yp),
-                  db >= 0 ? g.nodes[db].inputs[0] : ""};
+  fused.inputs = {g.nodes[da].inputs[0], ap.scale, zp_name(&g, ap), wq, ws_name, "",
+                  float_y ? "" : yp.scale, float_y ? "" : zp_name(&g, yp), db >= 0 ? g.nodes[db].inputs[0] : fbias};
   while (fused.inputs.back().empty()) fused.inputs.pop_back();
-  fused.outputs = {g.nodes[r].outputs[0]};
+  fused.outputs = {float_y ? out : g.nodes[r].outputs[0]};
   cover_if_sole(pc, da, i, &covered);
   cover_if_sole(pc, dw, i, &covered);
   if (db >= 0) cover_if_sole(pc, db, add >= 0 ? add : i, &covered);

@@ -321,6 +321,261 @@ TEST(QdqFusion, ConvolutionOnEitherOneDnnKernel) {
     }
 }
 
+// The plain structure (bench/int8_baseline.py; `ferry quantize`'s floor): DQ(x), DQ(w) and a FLOAT bias
+// -> Conv [-> Relu | Clip(lo, hi)] [-> Q]: with the Q, QConvFused with a u8 output; without, QConvFused
+// with a float output (the dequantization in oneDNN's epilogue, f32 destination). A Clip's bounds come
+// from a Constant node as the PyTorch exporter writes ReLU6's.
+struct PlainCase {
+  int64_t c = 8, m = 16, hw = 9, k = 3, stride = 1, group = 1;
+  int act = 1;  // 0 none, 1 Relu, 2 Clip(0, hi)
+  bool quantized_out = false, pow2 = true, nhwc = false, bias = true;
+  uint8_t x_zp = 0;
+  uint32_t seed = 31;
+};
+
+std::shared_ptr<Model> plain_conv_model(const PlainCase& pc) {
+  std::mt19937 rng(pc.seed);
+  QdqCase sc;
+  sc.pow2 = pc.pow2;
+  ModelBuilder b(13);
+  auto x = b.input("x", {1, pc.c, pc.hw, pc.hw}, DType::kU8);
+  const float sx = scale(sc, 6, 1.37f);
+  auto dqx = b.node("DequantizeLinear", {x, b.scalar(sx), b.constant(u8_scalar(pc.x_zp))});
+  Tensor ws = Tensor::allocate(DType::kF32, {pc.m});
+  Tensor bias = Tensor::allocate(DType::kF32, {pc.m});
+  std::uniform_int_distribution<int> bd(-3000, 3000);
+  for (int64_t i = 0; i < pc.m; ++i) {
+    ws.mutable_data<float>()[i] = scale(sc, 7 + static_cast<int>(i % 3), 1.f + 0.11f * static_cast<float>(i % 5));
+    // power-of-two scales: a multiple of x_scale * w_scale (every f32 step exact); else any float
+    bias.mutable_data<float>()[i] = static_cast<float>(bd(rng)) * sx * ws.data<float>()[i] * (pc.pow2 ? 1.f : 1.013f);
+  }
+  auto dqw = b.node("DequantizeLinear",
+                    {b.constant(i8_tensor({pc.m, pc.c / pc.group, pc.k, pc.k}, rng, -127, 127, DType::kI8)), b.constant(ws),
+                     b.constant(Tensor::allocate(DType::kI8, {pc.m}))},
+                    {{"axis", axis0()}});
+  vector<std::string> in = {dqx, dqw};
+  if (pc.bias) in.push_back(b.constant(bias));
+  const int64_t pad = pc.k / 2;
+  auto y = b.node("Conv", in,
+                  {{"pads", ints_attr({pad, pad, pad, pad})}, {"strides", ints_attr({pc.stride, pc.stride})},
+                   {"group", int_attr(pc.group)}});
+  if (pc.act == 1) y = b.node("Relu", {y});
+  if (pc.act == 2) {
+    Attribute lo, hi;
+    lo.type = hi.type = AttrType::kTensor;
+    lo.t = Tensor::scalar<float>(0.f);
+    hi.t = Tensor::scalar<float>(scale(sc, -2, 1.19f));  // inside the outputs' range: both bounds bite
+    y = b.node("Clip", {y, b.node("Constant", {}, {{"value", lo}}), b.node("Constant", {}, {{"value", hi}})});
+  }
+  if (pc.quantized_out) y = b.node("QuantizeLinear", {y, b.scalar(scale(sc, 1, 1.21f)), b.constant(u8_scalar(0))});
+  b.output(y);
+  return b.build();
+}
+
+// Max |a - b| of two f32 tensors over max |b|.
+double rel_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.dims(), b.dims());
+  EXPECT_EQ(a.dtype(), DType::kF32);
+  EXPECT_EQ(b.dtype(), DType::kF32);
+  double worst = 0, peak = 0;
+  for (int64_t i = 0; i < a.numel() && i < b.numel(); ++i) {
+    worst = std::max(worst, std::fabs(double(a.data<float>()[i]) - b.data<float>()[i]));
+    peak = std::max(peak, std::fabs(double(b.data<float>()[i])));
+  }
+  return peak > 0 ? worst / peak : worst;
+}
+
+void check_plain_case(const PlainCase& pc) {
+  SCOPED_TRACE(::testing::Message() << "c=" << pc.c << " m=" << pc.m << " k=" << pc.k << " group=" << pc.group
+                                    << " act=" << pc.act << " quantized_out=" << pc.quantized_out << " pow2=" << pc.pow2
+                                    << " nhwc=" << pc.nhwc << " x_zp=" << int(pc.x_zp));
+  auto model = plain_conv_model(pc);
+  int changes = 0;
+  auto fused = run_pass(*model, "qdq_fusion", &changes);
+  ASSERT_EQ(changes, 1);
+  int qconv = 0, left = 0;
+  for (const Node& n : fused->graph.nodes) {
+    qconv += n.op_type == "QConvFused";
+    left += n.op_type != "QConvFused" && n.op_type != "Constant";
+  }
+  ASSERT_EQ(qconv, 1);
+  EXPECT_EQ(left, 0);  // the DQs, the Conv, its Relu / Clip and the Q in one node
+  int n = 0;
+  EXPECT_TRUE(fast_kernels_taken(*fused, &n));
+  std::shared_ptr<Model> fast = fused;
+  if (pc.nhwc) {
+    fast = run_pass(*fused, "nhwc_layout");
+    EXPECT_TRUE(fast_kernels_taken(*fast, &n));
+  }
+  const NamedTensors feeds = u8_feeds(*model, pc.seed + 100);
+  const Tensor unfused_ref = run_model(model, feeds, "cpu-ref")[0].second;
+  const Tensor fused_ref = run_model(fused, feeds, "cpu-ref")[0].second;
+  const Tensor fused_cpu = run_model(fast, feeds, "cpu")[0].second;
+  if (pc.quantized_out) {
+    double e1 = 0, e2 = 0;
+    EXPECT_LE(max_step_diff(fused_ref, unfused_ref, &e1), pc.pow2 ? 0 : 1) << "fused reference vs QDQ graph";
+    EXPECT_LE(max_step_diff(fused_cpu, fused_ref, &e2), pc.pow2 ? 0 : 1) << "oneDNN int8 vs fused reference";
+    EXPECT_GE(e1, 0.98);
+    EXPECT_GE(e2, 0.98);
+    return;
+  }
+  ASSERT_EQ(fused_cpu.dtype(), DType::kF32);
+  // Power-of-two scales and a bias of whole accumulator steps: every f32 step is exact, so the three agree
+  // bit for bit (the integer math alone counts). Otherwise f32 rounding in another order: a few ulp of the
+  // largest output (the float convolution sums in f32, the int8 kernel in int32 then scales once).
+  const double tol = pc.pow2 ? 0 : 2e-6;
+  EXPECT_LE(rel_diff(fused_ref, unfused_ref), tol) << "fused reference vs QDQ graph";
+  EXPECT_LE(rel_diff(fused_cpu, fused_ref), tol) << "oneDNN int8 vs fused reference";
+  // Not trivially clipped: the comparison means something.
+  int64_t interior = 0;
+  QdqCase sc;
+  sc.pow2 = pc.pow2;
+  const float hi = pc.act == 2 ? scale(sc, -2, 1.19f) : INFINITY;
+  for (int64_t i = 0; i < fused_ref.numel(); ++i) {
+    const float v = fused_ref.data<float>()[i];
+    interior += v != 0.f && v < hi;
+  }
+  EXPECT_GT(interior, fused_ref.numel() / 4);
+}
+
+TEST(QdqFusion, FloatOutputConvolutionDequantizesInEpilogue) {
+  PlainCase pc;
+  check_plain_case(pc);  // Relu, NCHW
+  pc.act = 0;
+  pc.x_zp = 77;
+  pc.nhwc = true;
+  check_plain_case(pc);
+  pc.pow2 = false;
+  pc.seed = 32;
+  check_plain_case(pc);
+  pc = PlainCase{};
+  pc.act = 2;  // Clip (ReLU6) from Constant nodes
+  pc.nhwc = true;
+  pc.pow2 = false;
+  check_plain_case(pc);
+  pc = PlainCase{};  // depthwise (MobileNet's), strided
+  pc.c = pc.m = pc.group = 16;
+  pc.stride = 2;
+  pc.act = 2;
+  pc.nhwc = true;
+  check_plain_case(pc);
+  pc = PlainCase{};  // 1x1 on enough channels for oneDNN's 1x1 kernels, no bias
+  pc.k = 1;
+  pc.c = 64;
+  pc.m = 32;
+  pc.bias = false;
+  pc.nhwc = true;
+  pc.pow2 = false;
+  check_plain_case(pc);
+  pc = PlainCase{};  // conv1 of an image network: 7x7/2 on 3 channels, the taps packed (the float bias takes the zero point)
+  pc.c = 3;
+  pc.k = 7;
+  pc.stride = 2;
+  pc.hw = 15;
+  pc.x_zp = 128;
+  pc.nhwc = true;
+  check_plain_case(pc);
+  pc.pow2 = false;
+  check_plain_case(pc);
+}
+
+TEST(QdqFusion, FloatBiasAndClipWithQuantizedOutput) {
+  PlainCase pc;
+  pc.quantized_out = true;
+  check_plain_case(pc);
+  pc.act = 2;
+  pc.nhwc = true;
+  check_plain_case(pc);
+  pc.pow2 = false;
+  pc.x_zp = 5;
+  pc.seed = 33;
+  check_plain_case(pc);
+  pc.c = pc.m = pc.group = 16;  // depthwise
+  check_plain_case(pc);
+}
+
+// A float Conv output read by two nodes: the fused node ends at the Conv and both read its float output.
+TEST(QdqFusion, FloatOutputWithSeveralReaders) {
+  PlainCase pc;
+  pc.act = 0;
+  auto model = plain_conv_model(pc);
+  const std::string y = model->graph.outputs[0].name;
+  Node sig;
+  sig.op_type = "Sigmoid";
+  sig.name = "sig";
+  sig.inputs = {y};
+  sig.outputs = {"sig_out"};
+  model->graph.nodes.push_back(sig);
+  Node mul;
+  mul.op_type = "Mul";
+  mul.name = "mul";
+  mul.inputs = {y, "sig_out"};
+  mul.outputs = {"silu"};
+  model->graph.nodes.push_back(mul);
+  model->graph.outputs[0].name = "silu";
+  ASSERT_TRUE(infer_shapes(model.get()).is_ok());
+  int changes = 0;
+  auto fused = run_pass(*model, "qdq_fusion", &changes);
+  EXPECT_EQ(changes, 1);
+  EXPECT_EQ(count_ops(*fused, "QConvFused"), 1);
+  EXPECT_EQ(count_ops(*fused, "Sigmoid"), 1);
+  EXPECT_EQ(count_ops(*fused, "Mul"), 1);
+  const NamedTensors feeds = u8_feeds(*model, 3);
+  EXPECT_LE(rel_diff(run_model(fused, feeds, "cpu")[0].second, run_model(model, feeds, "cpu-ref")[0].second), 1e-6);  // (Sigmoid: vector exp on cpu)
+}
+
+// DQ(a), DQ(W) -> MatMul -> Add(float bias) [-> Relu] with no Q, and Gemm(DQ, DQ, float C): QMatMulFused with
+// a float output (ONNX Runtime's MatMulIntegerToFloat); with a Q after, a u8 output.
+TEST(QdqFusion, FloatOutputMatMulAndGemm) {
+  for (int variant = 0; variant < 6; ++variant) {
+    const bool gemm = variant >= 3, pow2 = variant % 3 != 1, quantized = variant % 3 == 2, relu = variant % 2 == 0;
+    SCOPED_TRACE(::testing::Message() << "gemm=" << gemm << " pow2=" << pow2 << " quantized_out=" << quantized);
+    std::mt19937 rng(40 + variant);
+    const int64_t K = 40, N = 24;
+    QdqCase sc;
+    sc.pow2 = pow2;
+    ModelBuilder b(13);
+    auto a = b.input("a", gemm ? vector<int64_t>{6, K} : vector<int64_t>{2, 5, K}, DType::kU8);
+    const float sa = scale(sc, 6, 1.37f);
+    auto dqa = b.node("DequantizeLinear", {a, b.scalar(sa), b.constant(u8_scalar(pow2 ? 0 : 100))});
+    Tensor ws = Tensor::allocate(DType::kF32, {N}), bias = Tensor::allocate(DType::kF32, {N});
+    std::uniform_int_distribution<int> bd(-3000, 3000);
+    for (int64_t i = 0; i < N; ++i) {
+      ws.mutable_data<float>()[i] = scale(sc, 7 + static_cast<int>(i % 3), 1.f + 0.11f * static_cast<float>(i % 5));
+      bias.mutable_data<float>()[i] = static_cast<float>(bd(rng)) * sa * ws.data<float>()[i] * (pow2 ? 1.f : 1.013f);
+    }
+    auto dqw = b.node("DequantizeLinear",
+                      {b.constant(i8_tensor(gemm ? vector<int64_t>{N, K} : vector<int64_t>{K, N}, rng, -127, 127, DType::kI8)),
+                       b.constant(ws), b.constant(Tensor::allocate(DType::kI8, {N}))},
+                      {{"axis", int_attr(gemm ? 0 : 1)}});
+    std::string y = gemm ? b.node("Gemm", {dqa, dqw, b.constant(bias)}, {{"transB", int_attr(1)}})
+                         : b.node("Add", {b.node("MatMul", {dqa, dqw}), b.constant(bias)});
+    if (relu) y = b.node("Relu", {y});
+    if (quantized) y = b.node("QuantizeLinear", {y, b.scalar(scale(sc, 1, 1.21f)), b.constant(u8_scalar(relu ? 0 : 128))});
+    b.output(y);
+    auto model = b.build();
+    int changes = 0;
+    auto fused = run_pass(*model, "qdq_fusion", &changes);
+    ASSERT_EQ(changes, 1);
+    ASSERT_EQ(fused->graph.nodes.size(), 1u);
+    int n = 0;
+    EXPECT_TRUE(fast_kernels_taken(*fused, &n, "QMatMulFused"));
+    const NamedTensors feeds = u8_feeds(*model, 50 + variant);
+    const Tensor unfused_ref = run_model(model, feeds, "cpu-ref")[0].second;
+    const Tensor fused_ref = run_model(fused, feeds, "cpu-ref")[0].second;
+    const Tensor fused_cpu = run_model(fused, feeds, "cpu")[0].second;
+    if (quantized) {
+      double e = 0;
+      EXPECT_LE(max_step_diff(fused_ref, unfused_ref, &e), 0);
+      EXPECT_LE(max_step_diff(fused_cpu, fused_ref, &e), 0);
+      continue;
+    }
+    const double tol = pow2 ? 0 : 2e-6;
+    EXPECT_LE(rel_diff(fused_ref, unfused_ref), tol) << "fused reference vs QDQ graph";
+    EXPECT_LE(rel_diff(fused_cpu, fused_ref), tol) << "oneDNN int8 vs fused reference";
+  }
+}
+
 // DQ -> Conv -> Relu -> Q, then DQ -> MaxPool -> Q -> DQ -> Conv -> Relu -> Q on a uint8 input.
 std::shared_ptr<Model> int8_region_model() {
   std::mt19937 rng(9);

@@ -5,6 +5,10 @@
 //   mid Q/DQ   -> eltwise round, clip [lo - mid_zp, hi - mid_zp], linear s1 / y_scale
 //   residual z -> sum (scale z_scale / y_scale, zero point z_zp), read from the output buffer
 //   relu       -> eltwise relu
+// A float output (no y_scale: DQ -> Conv with no Q after) is an f32 destination with output scales
+// x_scale * w_scale[m]; a float bias (real units) goes in as B[m] / (x_scale * w_scale[m]), which oneDNN
+// adds to the accumulator before the scale (one f32 rounding more than the reference's order); a Clip
+// on the convolution's result (conv_min / conv_max) is an eltwise clip in output units.
 // then (where the destination zero point is not 0) eltwise round, the zero point and saturation, so
 // the rounding comes before the zero point as in the op (round(v + zp) in f32 is not round(v) + zp). The source zero point is a
 // runtime zero point (oneDNN handles the padded border itself). The integer accumulation is exact; the
@@ -53,7 +57,9 @@ using tag = dnnl::memory::format_tag;
 
 enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB, kZ, kZScale, kZZp, kMidScale, kMidZp };
 
-memory::data_type int8_type(DType t) { return t == DType::kU8 ? memory::data_type::u8 : memory::data_type::s8; }
+memory::data_type int8_type(DType t) {
+  return t == DType::kU8 ? memory::data_type::u8 : t == DType::kF32 ? memory::data_type::f32 : memory::data_type::s8;
+}
 
 bool has(const Node& n, size_t i) { return n.inputs.size() > i && !n.inputs[i].empty(); }
 
@@ -153,13 +159,20 @@ class DnnlQConvKernel : public Kernel {
     if (!xt || (xt->dtype != DType::kU8 && xt->dtype != DType::kI8)) return false;
     x_dt_ = xt->dtype;
     flip_ = int8_pairs_saturate() && x_dt_ == DType::kI8;
-    const Tensor* yzt = cpu::constant_input(graph, node_, kYZp);
-    if (!yzt || !is_8bit(yzt->dtype())) return false;
-    y_dt_ = yzt->dtype();
-    float xs = 0, ys = 0, s1 = 0;
-    if (!scalar(graph, node_, kXScale, &xs) || !scalar(graph, node_, kXZp, &xz_) || !scalar(graph, node_, kYScale, &ys) ||
-        !scalar(graph, node_, kYZp, &yz_))
-      return false;
+    float_y_ = !has(node_, kYScale) && !has(node_, kYZp);
+    float xs = 0, ys = 1, s1 = 0;
+    if (float_y_) {
+      y_dt_ = DType::kF32;
+      if (has(node_, kZ) || has(node_, kMidScale) || !scalar(graph, node_, kXScale, &xs) || !scalar(graph, node_, kXZp, &xz_))
+        return false;
+    } else {
+      const Tensor* yzt = cpu::constant_input(graph, node_, kYZp);
+      if (!yzt || !is_8bit(yzt->dtype())) return false;
+      y_dt_ = yzt->dtype();
+      if (!scalar(graph, node_, kXScale, &xs) || !scalar(graph, node_, kXZp, &xz_) || !scalar(graph, node_, kYScale, &ys) ||
+          !scalar(graph, node_, kYZp, &yz_))
+        return false;
+    }
     s1 = ys;
     has_mid_ = has(node_, kMidScale);
     if (has_mid_) {
@@ -182,10 +195,21 @@ class DnnlQConvKernel : public Kernel {
     std::vector<int64_t> bias;
     if (has(node_, kB)) {
       const Tensor* b = cpu::constant_input(graph, node_, kB);
-      if (!b || b->dtype() != DType::kI32 || b->numel() != M) return false;
-      b_ = *b;
-      bias.assign(b->data<int32_t>(), b->data<int32_t>() + M);
+      if (!b || (b->dtype() != DType::kI32 && b->dtype() != DType::kF32) || b->numel() != M) return false;
+      if (b->dtype() == DType::kI32) {
+        bias.assign(b->data<int32_t>(), b->data<int32_t>() + M);
+      } else {  // real units -> accumulator units (oneDNN adds the bias before the output scale)
+        fbias_.resize(static_cast<size_t>(M));
+        for (int64_t m = 0; m < M; ++m) {
+          const double real = static_cast<double>(xs) * ws->data<float>()[ws->numel() == 1 ? 0 : m];
+          fbias_[m] = real > 0 ? static_cast<double>(b->data<float>()[m]) / real : 0.0;
+        }
+      }
     }
+    NodeAttrs clip_attrs(node_);
+    clip_lo_ = clip_attrs.get_float("conv_min", -INFINITY) / s1;
+    clip_hi_ = clip_attrs.get_float("conv_max", INFINITY) / s1;
+    clip_ = clip_lo_ > -INFINITY || clip_hi_ < INFINITY;
     src_zp_ = static_cast<int32_t>(xz_) + (flip_ ? 128 : 0);  // an s8 source made u8 (int8_pairs_saturate)
     dst_zp_ = static_cast<int32_t>(yz_);
     NodeAttrs attrs(node_);
@@ -197,10 +221,19 @@ class DnnlQConvKernel : public Kernel {
     const std::vector<int64_t> kernel(w->dims().begin() + 2, w->dims().end());
     if (!read_spatial_attrs(attrs, w->rank() - 2, &kernel, true, &attrs_).is_ok()) return false;
     if (group_ < 1 || M % group_ != 0) return false;
-    init_tap_packing(&bias);
+    if (fbias_.empty()) {
+      init_tap_packing(&bias);
+    } else {  // the packing's zero-point share joins the float bias
+      std::vector<int64_t> share;
+      init_tap_packing(&share);
+      for (size_t m = 0; m < share.size() && tap_packed_; ++m) fbias_[m] += static_cast<double>(share[m]);
+    }
     // oneDNN adds an s32 bias after converting it and the accumulator to f32: an f32 copy saves the
     // conversion per output vector and sums the same where every value is exact in f32 (|b| <= 2^24).
-    if (!bias.empty()) {
+    if (!fbias_.empty()) {
+      b_ = Tensor::allocate(DType::kF32, {M});
+      for (int64_t m = 0; m < M; ++m) b_.mutable_data<float>()[m] = static_cast<float>(fbias_[m]);
+    } else if (!bias.empty()) {
       bool exact = true;
       for (int64_t v : bias) exact = exact && std::abs(v) <= (int64_t{1} << 24);
       b_ = Tensor::allocate(exact ? DType::kF32 : DType::kI32, {M});
@@ -368,6 +401,7 @@ class DnnlQConvKernel : public Kernel {
       dnnl::post_ops ops;
       if (conv_relu_ && !mid_clip_relus && (has_mid_ || has_z_ || relu_ || !saturation_relus))
         ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      if (clip_) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, clip_lo_, clip_hi_);
       if (has_mid_) {
         ops.append_eltwise(1.f, dnnl::algorithm::eltwise_round, 0.f, 0.f);
         ops.append_eltwise(mid_to_y_, dnnl::algorithm::eltwise_clip, mlo_ - mz_, mhi_ - mz_);
@@ -590,6 +624,9 @@ class DnnlQConvKernel : public Kernel {
   KernelFn fallback_;
   DType x_dt_ = DType::kU8, y_dt_ = DType::kU8, z_dt_ = DType::kU8;
   Tensor w_, b_;
+  std::vector<double> fbias_;  // a float bias in accumulator units (B / (x_scale * w_scale[m]))
+  bool float_y_ = false, clip_ = false;
+  float clip_lo_ = 0, clip_hi_ = 0;  // conv_min / conv_max in output units
   std::vector<float> scales_;
   float xz_ = 0, yz_ = 0, mz_ = 0, mlo_ = 0, mhi_ = 0, zz_ = 0, mid_to_y_ = 1, z_to_y_ = 0;
   int32_t src_zp_ = 0, dst_zp_ = 0;  // read by oneDNN through zp_memory at run time (never written then)
@@ -630,14 +667,15 @@ class DnnlQMatMulKernel : public Kernel {
         if (bz->get_int64(i) != 0) return false;
     }
     const TensorType* at = graph.find_type(node_.inputs[kA]);
-    const Tensor* yzt = cpu::constant_input(graph, node_, kYZp);
-    if (!at || !is_8bit(at->dtype) || !yzt || !is_8bit(yzt->dtype())) return false;
+    const bool float_y = !has(node_, kYScale) && !has(node_, kYZp);  // the dequantization in the epilogue
+    const Tensor* yzt = float_y ? nullptr : cpu::constant_input(graph, node_, kYZp);
+    if (!at || !is_8bit(at->dtype) || (!float_y && (!yzt || !is_8bit(yzt->dtype())))) return false;
     a_dt_ = at->dtype;
     flip_ = int8_pairs_saturate() && a_dt_ == DType::kI8;
-    y_dt_ = yzt->dtype();
-    float as = 0, az = 0, ys = 0, yz = 0;
-    if (!scalar(graph, node_, kAScale, &as) || !scalar(graph, node_, kAZp, &az) || !scalar(graph, node_, kYScale, &ys) ||
-        !scalar(graph, node_, kYZp, &yz))
+    y_dt_ = float_y ? DType::kF32 : yzt->dtype();
+    float as = 0, az = 0, ys = 1, yz = 0;
+    if (!scalar(graph, node_, kAScale, &as) || !scalar(graph, node_, kAZp, &az) ||
+        (!float_y && (!scalar(graph, node_, kYScale, &ys) || !scalar(graph, node_, kYZp, &yz))))
       return false;
     src_zp_ = static_cast<int32_t>(az) + (flip_ ? 128 : 0);  // an s8 source made u8 (int8_pairs_saturate)
     dst_zp_ = static_cast<int32_t>(yz);
@@ -645,8 +683,15 @@ class DnnlQMatMulKernel : public Kernel {
     for (int64_t n = 0; n < N; ++n) scales_[n] = as * bs->data<float>()[bs->numel() == 1 ? 0 : n] / ys;
     if (has(node_, kBias)) {
       const Tensor* bias = cpu::constant_input(graph, node_, kBias);
-      if (!bias || bias->dtype() != DType::kI32 || bias->numel() != N) return false;
+      if (!bias || (bias->dtype() != DType::kI32 && bias->dtype() != DType::kF32) || bias->numel() != N) return false;
       bias_ = *bias;
+      if (bias->dtype() == DType::kF32) {  // real units -> accumulator units (added before the output scale)
+        bias_ = Tensor::allocate(DType::kF32, {N});
+        for (int64_t n = 0; n < N; ++n) {
+          const double real = static_cast<double>(as) * bs->data<float>()[bs->numel() == 1 ? 0 : n];
+          bias_.mutable_data<float>()[n] = real > 0 ? static_cast<float>(bias->data<float>()[n] / real) : 0.f;
+        }
+      }
     }
     relu_ = AttrReader(node_).get_int("relu", 0) != 0;
     std::vector<int64_t> a_dims;
@@ -715,7 +760,8 @@ class DnnlQMatMulKernel : public Kernel {
       attr.set_output_scales(scales_.size() == 1 ? 0 : 1 << 1, scales_);
       if (dst_zp_ != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});  // 0 (a Relu output): no epilogue add
       if (src_zp_ != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-      if (bias_.defined()) plan->bias = memory::desc({1, N}, memory::data_type::s32, tag::ab);
+      if (bias_.defined())
+        plan->bias = memory::desc({1, N}, bias_.dtype() == DType::kF32 ? memory::data_type::f32 : memory::data_type::s32, tag::ab);
       const auto d = bias_.defined() ? dnnl::matmul::desc(plan->src, w_any, plan->bias, plan->dst)
                                      : dnnl::matmul::desc(plan->src, w_any, plan->dst);
       plan->pd = dnnl::matmul::primitive_desc(d, attr, dnnl_engine());
