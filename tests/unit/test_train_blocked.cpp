@@ -104,6 +104,7 @@ struct TrainRun {
   std::map<std::string, Tensor> weights;  // parameters and BN statistics after the steps
   int64_t blocked_nodes = 0, layout_nodes = 0;
   int64_t blocked_bn = 0, blocked_bn_grad = 0;  // Blocked(BatchNormTraining / ...Grad) nodes
+  int64_t block = 0;                              // the Blocked nodes' block (8 or 16; 0: none, -1: mixed)
 };
 
 // `steps` SGD steps (lr 0.05) of the training graph on `device`, with the pass on or off.
@@ -133,6 +134,7 @@ TrainRun train(bool blocked, int steps, const std::string& device = "cpu", std::
     out.blocked_bn += inner && inner->s == "BatchNormTraining";
     out.blocked_bn_grad += inner && inner->s == "BatchNormTrainingGrad";
     out.layout_nodes += n.op_type == "ToBlocked" || n.op_type == "FromBlocked";
+    if (n.op_type == "Blocked") out.block = out.block == 0 || out.block == node_layout_block(n) ? node_layout_block(n) : -1;
   }
   std::map<std::string, Tensor>& w = out.weights;
   for (const auto& [name, t] : tg.value().initial) w[name] = t.clone();
@@ -199,6 +201,27 @@ TEST(TrainBlockedLayout, SameLossesAndUpdatesAsPlain) {
   ASSERT_EQ(plain.losses.size(), 3u);
   EXPECT_NE(plain.losses[0], plain.losses[2]);
   expect_same(blocked, plain, 2e-5);
+}
+
+// Blocks of 8 (nChw8c, oneDNN's layout on AVX2 CPUs) and of 16 (AVX-512) give the same losses and
+// updates bit for bit: each channel's sums run in the same order (train_kernels.cpp), and oneDNN's
+// convolutions compute the same either way (on a CPU whose kernels want the other block, reordered).
+TEST(TrainBlockedLayout, BlocksOf8And16GiveTheSameBits) {
+  TrainRun runs[2];
+  const int64_t blocks[2] = {8, 16};
+  for (int i = 0; i < 2; ++i) {
+    setenv("FERRY_TRAIN_LAYOUT_BLOCK", std::to_string(blocks[i]).c_str(), 1);
+    const cpu::BlockedBnCounts before = cpu::blocked_bn_counts();
+    runs[i] = train(true, 3);
+    const cpu::BlockedBnCounts after = cpu::blocked_bn_counts();
+    unsetenv("FERRY_TRAIN_LAYOUT_BLOCK");
+    EXPECT_GE(runs[i].blocked_nodes, 15) << "block " << blocks[i];
+    EXPECT_EQ(runs[i].block, blocks[i]);
+    EXPECT_EQ(after.forward - before.forward, runs[i].blocked_bn * 3) << "block " << blocks[i];
+    EXPECT_EQ(after.forward_fallback - before.forward_fallback + after.grad_fallback - before.grad_fallback, 0)
+        << "block " << blocks[i];
+  }
+  expect_same(runs[0], runs[1], 0.0);
 }
 
 // The blocked graph on the reference backend: the Blocked / ToBlocked / FromBlocked reference

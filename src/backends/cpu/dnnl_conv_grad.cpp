@@ -8,9 +8,10 @@
 //       descriptor as hint; outputs given as "" are not computed.
 // Plans (primitives and the layout changes around them) are made once per (X, W) shape and cached
 // (dnnl_plan_cache.h). The graph is plain NCHW, except where the pass train_blocked_layout made a
-// node com.ferry Blocked (ops/grad_blocked.cpp): its activations marked blocked are nChw16c
-// tensors [N, C/16, H, W, 16] (ops/blocked_layout.h), read and written by the primitives directly
-// when they run on nChw16c (no reorder); see blocked_layout() for when the primitives run on
+// node com.ferry Blocked (ops/grad_blocked.cpp): its activations marked blocked are nChw16c (or,
+// on AVX2 hosts, nChw8c: the node's attribute `block`) tensors [N, C/B, H, W, B]
+// (ops/blocked_layout.h), read and written by the primitives directly when they run on that
+// layout (no reorder); see blocked_layout() for when the primitives run on
 // oneDNN's blocked layouts (reorders in and out inside the kernel) and when directly on NCHW.
 // Also com.ferry ToBlocked / FromBlocked (the blocked region's edges): oneDNN reorders.
 #include <algorithm>
@@ -262,9 +263,12 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvShape& s, bool bl
 // The plain dims of an activation held blocked (`blocked`) or plain.
 std::vector<int64_t> logical_dims(const Tensor& t, bool blocked) { return blocked ? plain_dims(t.dims()) : t.dims(); }
 
-// The user's (the graph's) memory descriptor of an activation: nChw16c when held blocked.
-memory::desc user_desc(const memory::dims& d, tag plain, bool blocked, dt type = dt::f32) {
-  return memory::desc(d, type, blocked ? tag::nChw16c : plain);
+// The blocked layout of `block` channels (ops/blocked_layout.h: 16, or 8 on AVX2 hosts).
+tag blocked_tag(int64_t block) { return block == 8 ? tag::nChw8c : tag::nChw16c; }
+
+// The user's (the graph's) memory descriptor of an activation: nChw16c / nChw8c when held blocked.
+memory::desc user_desc(const memory::dims& d, tag plain, bool blocked, dt type, int64_t block) {
+  return memory::desc(d, type, blocked ? blocked_tag(block) : plain);
 }
 
 std::vector<int64_t> plan_key(const Tensor& x, bool x_blocked, const Tensor& w) {
@@ -286,7 +290,7 @@ class TrainConvKernel : public Kernel {
  public:
   TrainConvKernel(const Node& node, const Graph& graph, KernelFn fallback)
       : node_(node), fallback_(fallback), amp_(node), link_(link_of(graph, node, false)),
-        bx_(input_blocked(node, 0)), by_(output_blocked(node, 0)),
+        bx_(input_blocked(node, 0)), by_(output_blocked(node, 0)), block_(node_layout_block(node)),
         y_bf16_(amp_.bf16 && (amp_.round & 1) && blocked_bit(node, "bf16_outputs", 0)),
         x_bf16_(amp_.bf16 && bx_ && blocked_bit(node, "bf16_inputs", 0)) {}
   bool amp() const { return amp_.bf16; }
@@ -307,7 +311,7 @@ class TrainConvKernel : public Kernel {
     const bool inputs_f32 = (x_bf16_ ? x.dtype() == DType::kBF16 : f32(x)) && f32(w) && (!has_b_ || f32(ctx.input(2))) &&
                             (!has_z_ || f32(ctx.input(3)));
     if (!inputs_f32) return amp() ? amp_unsupported(node_, "an input is not f32") : fallback_(ctx);
-    if (bx_ && (x.rank() != 5 || x.dims().back() != kLayoutBlock)) return fallback_(ctx);  // it reports it
+    if (bx_ && (x.rank() != 5 || x.dims().back() != block_)) return fallback_(ctx);  // it reports it
     auto plan = plans_.get(plan_key(x, bx_, w), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(k, p); });
     if (!plan.is_ok()) return amp() ? amp_unsupported(node_, plan.status().message()) : fallback_(ctx);
     const Plan* p = plan.value();
@@ -378,10 +382,10 @@ class TrainConvKernel : public Kernel {
       if (!made)
         p->pd = forward_pd(s, blocked, has_b_, attr, dnnl::algorithm::convolution_direct, amp_.in(), amp_.out(0));
       p->prim = dnnl::convolution_forward(p->pd);
-      if (by_ && s.dst[1] % kLayoutBlock != 0) return unsupported("blocked output channels");
+      if (by_ && s.dst[1] % block_ != 0) return unsupported("blocked output channels");
       if (y_bf16_ && !by_) return unsupported("a bf16 output not held blocked");
-      const memory::desc user_x = user_desc(s.src, s.io_tag, bx_, x_bf16_ ? dt::bf16 : dt::f32),
-                         user_y = user_desc(s.dst, s.io_tag, by_, y_bf16_ ? dt::bf16 : dt::f32),
+      const memory::desc user_x = user_desc(s.src, s.io_tag, bx_, x_bf16_ ? dt::bf16 : dt::f32, block_),
+                         user_y = user_desc(s.dst, s.io_tag, by_, y_bf16_ ? dt::bf16 : dt::f32, block_),
                          user_w(s.wei, memory::data_type::f32, s.wei_tag);
       p->src.make(user_x, p->pd.src_desc());
       p->wei.make(user_w, p->pd.weights_desc());
@@ -391,7 +395,7 @@ class TrainConvKernel : public Kernel {
       return cpu::dnnl_error(node_, e);
     }
     p->out_dims.assign(s.dst.begin(), s.dst.end());
-    if (by_) p->out_dims = blocked_dims(p->out_dims);
+    if (by_) p->out_dims = blocked_dims(p->out_dims, block_);
     return Status::ok();
   }
 
@@ -400,6 +404,7 @@ class TrainConvKernel : public Kernel {
   AmpMode amp_;
   std::string link_;  // conv_grad_links key: X is kept for that ConvGrad
   bool bx_ = false, by_ = false;  // X; Y and Z held blocked (com.ferry Blocked)
+  int64_t block_ = kLayoutBlock;  // their block (the node's attribute `block`)
   bool y_bf16_ = false;           // Y stored in bf16 (bf16_outputs, train_blocked_layout's bf16_activations)
   bool x_bf16_ = false;           // X stored in bf16 (bf16_inputs)
   bool has_b_ = false, has_z_ = false;
@@ -414,6 +419,7 @@ class ConvGradKernel : public Kernel {
   ConvGradKernel(const Node& node, const Graph& graph, KernelFn fallback)
       : node_(node), fallback_(fallback), amp_(node), link_(link_of(graph, node, true)),
         bdy_(input_blocked(node, 0)), bx_(input_blocked(node, 1)), bdx_(output_blocked(node, 0)),
+        block_(node_layout_block(node)),
         dy_bf16_(amp_.bf16 && bdy_ && blocked_bit(node, "bf16_inputs", 0)),
         x_bf16_(amp_.bf16 && bx_ && blocked_bit(node, "bf16_inputs", 1)),
         dx_bf16_(amp_.bf16 && (amp_.round & 1) && bdx_ && blocked_bit(node, "bf16_outputs", 0)) {
@@ -429,7 +435,7 @@ class ConvGradKernel : public Kernel {
     if (dy.dtype() != (dy_bf16_ ? DType::kBF16 : DType::kF32) || x.dtype() != (x_bf16_ ? DType::kBF16 : DType::kF32) ||
         w.dtype() != DType::kF32)
       return amp_.bf16 ? amp_unsupported(node_, "an input is not f32 (dY: bf16 where bf16_inputs says so)") : fallback_(ctx);
-    if (bx_ && (x.rank() != 5 || x.dims().back() != kLayoutBlock)) return fallback_(ctx);  // it reports it
+    if (bx_ && (x.rank() != 5 || x.dims().back() != block_)) return fallback_(ctx);  // it reports it
     auto plan = plans_.get(plan_key(x, bx_, w), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(k, p); });
     if (!plan.is_ok()) return amp_.bf16 ? amp_unsupported(node_, plan.status().message()) : fallback_(ctx);
     const Plan* p = plan.value();
@@ -437,7 +443,7 @@ class ConvGradKernel : public Kernel {
     Tensor *dx = nullptr, *dw = nullptr, *db = nullptr;
     if (want_[0]) {
       const std::vector<int64_t> xd = logical_dims(x, bx_);
-      ASSIGN_OR_RETURN(dx, ctx.allocate_output(0, dx_bf16_ ? DType::kBF16 : DType::kF32, bdx_ ? blocked_dims(xd) : xd, false));
+      ASSIGN_OR_RETURN(dx, ctx.allocate_output(0, dx_bf16_ ? DType::kBF16 : DType::kF32, bdx_ ? blocked_dims(xd, block_) : xd, false));
     }
     if (want_[1]) {
       ASSIGN_OR_RETURN(dw, ctx.allocate_output(1, DType::kF32, w.dims(), false));
@@ -558,7 +564,7 @@ class ConvGradKernel : public Kernel {
       return cpu::dnnl_error(node_, e);
     }
     p->dy_dims.assign(s.dst.begin(), s.dst.end());
-    if (bdy_) p->dy_dims = blocked_dims(p->dy_dims);
+    if (bdy_) p->dy_dims = blocked_dims(p->dy_dims, block_);
     return Status::ok();
   }
 
@@ -568,11 +574,11 @@ class ConvGradKernel : public Kernel {
     const auto dst = layout_desc(s.dst, s.io_tag, blocked, in), wei = layout_desc(s.wei, s.wei_tag, blocked, in);
     const auto attr = cpu::concurrent_attr();
     const auto hint = forward_pd(s, blocked, want_[2], attr, alg, in, in);
-    if ((bdy_ && s.dst[1] % kLayoutBlock != 0) || ((bx_ || bdx_) && s.src[1] % kLayoutBlock != 0))
+    if ((bdy_ && s.dst[1] % block_ != 0) || ((bx_ || bdx_) && s.src[1] % block_ != 0))
       throw dnnl::error(dnnl_invalid_arguments, "blocked operands without whole blocks of channels");
-    const memory::desc user_x = user_desc(s.src, s.io_tag, bx_, x_bf16_ ? dt::bf16 : dt::f32),
-                       user_y = user_desc(s.dst, s.io_tag, bdy_, dy_bf16_ ? dt::bf16 : dt::f32),
-                       user_dx = user_desc(s.src, s.io_tag, bdx_, dx_bf16_ ? dt::bf16 : dt::f32),
+    const memory::desc user_x = user_desc(s.src, s.io_tag, bx_, x_bf16_ ? dt::bf16 : dt::f32, block_),
+                       user_y = user_desc(s.dst, s.io_tag, bdy_, dy_bf16_ ? dt::bf16 : dt::f32, block_),
+                       user_dx = user_desc(s.src, s.io_tag, bdx_, dx_bf16_ ? dt::bf16 : dt::f32, block_),
                        user_w(s.wei, memory::data_type::f32, s.wei_tag);
     if (want_[0]) {
       const auto dsrc = layout_desc(s.src, s.io_tag, blocked, amp_.out(0));
@@ -659,6 +665,7 @@ class ConvGradKernel : public Kernel {
   AmpMode amp_;
   std::string link_;  // conv_grad_links key: X as the forward kept it
   bool bdy_ = false, bx_ = false, bdx_ = false;  // dY, X, dX held blocked (com.ferry Blocked)
+  int64_t block_ = kLayoutBlock;                 // their block (the node's attribute `block`)
   bool dy_bf16_ = false, x_bf16_ = false, dx_bf16_ = false;  // dY / X / dX stored in bf16 (bf16_activations)
   cpu::PlanCache<Plan> plans_;
 };
@@ -676,21 +683,25 @@ StatusOr<std::unique_ptr<Kernel>> make_conv_grad(const Node& node, const OpSchem
   return std::unique_ptr<Kernel>(std::make_unique<ConvGradKernel>(node, graph, schema.kernel));
 }
 
-// com.ferry ToBlocked / FromBlocked of 4-D f32 tensors: one oneDNN reorder nchw <-> nChw16c.
+// com.ferry ToBlocked / FromBlocked of 4-D f32 tensors: one oneDNN reorder nchw <-> nChw16c / nChw8c.
 class LayoutKernel : public Kernel {
  public:
   LayoutKernel(const Node& node, KernelFn fallback, bool to_plain) : node_(node), fallback_(fallback), to_plain_(to_plain) {}
 
   Status compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
-    const bool ok = x.dtype() == DType::kF32 &&
-                    (to_plain_ ? x.rank() == 5 && x.dims().back() == kLayoutBlock : x.rank() == 4 && x.dim(1) % kLayoutBlock == 0);
+    const int64_t block = to_plain_ ? (x.rank() == 5 ? x.dims().back() : 0) : node_layout_block(node_);
+    const bool ok = x.dtype() == DType::kF32 && valid_layout_block(block) &&
+                    (to_plain_ ? x.rank() == 5 : x.rank() == 4 && x.dim(1) % block == 0);
     if (!ok || x.numel() == 0) return fallback_(ctx);  // the reference reports a bad shape
     const std::vector<int64_t> plain = to_plain_ ? plain_dims(x.dims()) : x.dims();
-    auto plan = plans_.get(plain, [this](const std::vector<int64_t>& d, dnnl::reorder* r) {
+    std::vector<int64_t> key = plain;
+    key.push_back(block);
+    auto plan = plans_.get(key, [this, block](const std::vector<int64_t>& k, dnnl::reorder* r) {
       try {
+        const std::vector<int64_t> d(k.begin(), k.end() - 1);
         const memory::desc p(cpu::to_dnnl_dims(d), memory::data_type::f32, tag::nchw),
-            b(cpu::to_dnnl_dims(d), memory::data_type::f32, tag::nChw16c);
+            b(cpu::to_dnnl_dims(d), memory::data_type::f32, blocked_tag(block));
         *r = to_plain_ ? make_reorder(b, p) : make_reorder(p, b);
       } catch (const dnnl::error& e) {
         return cpu::dnnl_error(node_, e);
@@ -698,10 +709,10 @@ class LayoutKernel : public Kernel {
       return Status::ok();
     });
     if (!plan.is_ok()) return plan.status();
-    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DType::kF32, to_plain_ ? plain : blocked_dims(plain), false));
+    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DType::kF32, to_plain_ ? plain : blocked_dims(plain, block), false));
     try {
       const memory::dims d = cpu::to_dnnl_dims(plain);
-      const memory::desc p(d, memory::data_type::f32, tag::nchw), b(d, memory::data_type::f32, tag::nChw16c);
+      const memory::desc p(d, memory::data_type::f32, tag::nchw), b(d, memory::data_type::f32, blocked_tag(block));
       dnnl::stream& s = dnnl_stream();
       plan.value()->execute(s, {{DNNL_ARG_FROM, wrap(to_plain_ ? b : p, x)}, {DNNL_ARG_TO, wrap(to_plain_ ? p : b, *y)}});
       s.wait();

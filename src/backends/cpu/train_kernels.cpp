@@ -10,8 +10,8 @@
 //   com.ferry ReluGrad, LeakyReluGrad, SigmoidGrad, TanhGrad, HardSwishGrad: vectorized, written
 //       over dY when the memory plan allows;
 //   Sum of equally shaped inputs (the accumulation of gradients of values read several times);
-//   com.ferry Blocked wrapping BatchNormTraining / BatchNormTrainingGrad on nChw16c activations
-//       [N, C/16, H, W, 16] (the pass train_blocked_layout): the same arithmetic, 16 channels at a
+//   com.ferry Blocked wrapping BatchNormTraining / BatchNormTrainingGrad on nChw16c / nChw8c activations
+//       [N, C/B, H, W, B] (the pass train_blocked_layout; B = 16 or 8): the same arithmetic, B channels at a
 //       time across the block's lanes, threads over channel blocks.
 #include <algorithm>
 #include <array>
@@ -237,9 +237,8 @@ StatusOr<bool> run_bn_training_grad(KernelContext& ctx) {
   return true;
 }
 
-// ---- the same on nChw16c: 16 channels per block, lane j = channel cb * 16 + j ------------------
-
-constexpr int64_t kB = kLayoutBlock;
+// ---- the same on nChwBc (B = kB = 16, or 8 on AVX2 hosts): lane j = channel cb * kB + j ---------
+// Each channel's sums run over its positions in the same order whatever kB: the same bits for 8 and 16.
 
 // An activation element as f32: f32 as it is, bf16 (its bits, uint16_t) widened exactly. The
 // blocked BN kernels read X in bf16 where train_blocked_layout stored the convolution's output so
@@ -260,7 +259,7 @@ inline Y narrow(float v) {
 }
 
 // shifted_moments of the 16 lanes over S positions (x[s * 16 + j]), two accumulator sets.
-template <typename X>
+template <int64_t kB, typename X>
 FERRY_VEC void shifted_moments16(const X* x, int64_t S, const float* k, double* s1, double* s2) {
   double a0[kB] = {}, b0[kB] = {}, a1[kB] = {}, b1[kB] = {};
   int64_t s = 0;
@@ -289,7 +288,7 @@ FERRY_VEC void shifted_moments16(const X* x, int64_t S, const float* k, double* 
 }
 
 // grad_moments (masked by z > 0 when z) of the 16 lanes over S positions.
-template <bool kMasked, typename X, typename G, typename Z>
+template <int64_t kB, bool kMasked, typename X, typename G, typename Z>
 FERRY_VEC void grad_moments16(const G* g, const Z* z, const X* x, int64_t S, const float* mu, double* sg,
                               double* sgx) {
   double a0[kB] = {}, b0[kB] = {}, a1[kB] = {}, b1[kB] = {};
@@ -320,7 +319,7 @@ FERRY_VEC void grad_moments16(const G* g, const Z* z, const X* x, int64_t S, con
   }
 }
 
-template <bool kRelu, typename X, typename Y>
+template <int64_t kB, bool kRelu, typename X, typename Y>
 FERRY_VEC void affine16(const X* x, const float* a, const float* b, Y* y, int64_t S) {
   for (int64_t s = 0; s < S; ++s)
     for (int64_t j = 0; j < kB; ++j) {
@@ -329,7 +328,7 @@ FERRY_VEC void affine16(const X* x, const float* a, const float* b, Y* y, int64_
     }
 }
 
-template <bool kMasked, typename X, typename G, typename Y, typename Z>
+template <int64_t kB, bool kMasked, typename X, typename G, typename Y, typename Z>
 FERRY_VEC void affine2_16(const G* g, const Z* z, const X* x, const float* a, const float* b,
                           const float* c, Y* y, int64_t S) {
   for (int64_t s = 0; s < S; ++s)
@@ -340,7 +339,7 @@ FERRY_VEC void affine2_16(const G* g, const Z* z, const X* x, const float* a, co
     }
 }
 
-bool blocked_activation(const Tensor& t) { return t.rank() == 5 && t.dim(4) == kB; }
+bool blocked_activation(const Tensor& t) { return t.rank() == 5 && valid_layout_block(t.dim(4)); }
 
 // Every given input is an f32 tensor, or a bf16 one where bit i of the node's bf16_inputs says so.
 bool f32_or_marked_bf16(const KernelContext& ctx) {
@@ -377,7 +376,7 @@ bool widen_bf16_x() {
 // com.ferry Blocked(BatchNormTraining) with X and Y blocked: run_bn_training's arithmetic. X is
 // f32, or bf16 (uint16_t) where bf16_inputs says so; Y f32, or bf16 (rounded to nearest even) where
 // bf16_outputs says so; the statistics f32.
-template <typename X, typename Y>
+template <int64_t kB, typename X, typename Y>
 StatusOr<bool> bn_training_blocked(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   if (!blocked_activation(x)) return false;
@@ -408,8 +407,8 @@ StatusOr<bool> bn_training_blocked(KernelContext& ctx) {
     double s1[kB] = {}, s2[kB] = {};
     for (int64_t n = 0; n < N; ++n) {
       const int64_t o = (n * CB + cb) * plane;
-      if (widen_x) shifted_moments16(as_f32(px + o, plane, wide.data()), S, k, s1, s2);
-      else shifted_moments16(px + o, S, k, s1, s2);
+      if (widen_x) shifted_moments16<kB>(as_f32(px + o, plane, wide.data()), S, k, s1, s2);
+      else shifted_moments16<kB>(px + o, S, k, s1, s2);
     }
     float fa[kB], fb[kB];
     for (int64_t j = 0; j < kB; ++j) {
@@ -432,9 +431,9 @@ StatusOr<bool> bn_training_blocked(KernelContext& ctx) {
     for (int64_t n = 0; n < N; ++n) {
       const int64_t o = (n * CB + cb) * plane;
       if (widen_x)
-        (relu ? affine16<true, float, Y> : affine16<false, float, Y>)(as_f32(px + o, plane, wide.data()), fa, fb, py + o, S);
+        (relu ? affine16<kB, true, float, Y> : affine16<kB, false, float, Y>)(as_f32(px + o, plane, wide.data()), fa, fb, py + o, S);
       else
-        (relu ? affine16<true, X, Y> : affine16<false, X, Y>)(px + o, fa, fb, py + o, S);
+        (relu ? affine16<kB, true, X, Y> : affine16<kB, false, X, Y>)(px + o, fa, fb, py + o, S);
     }
   });
   return true;
@@ -449,14 +448,19 @@ StatusOr<bool> run_bn_training_blocked(KernelContext& ctx) {
     if (ctx.has_input(i) && ctx.input(i).dtype() != DType::kF32) return false;
   using B = uint16_t;
   const bool x16 = ctx.input(0).dtype() == DType::kBF16, y16 = b16 && b16->i == 1;
-  if (x16) return y16 ? bn_training_blocked<B, B>(ctx) : bn_training_blocked<B, float>(ctx);
-  return y16 ? bn_training_blocked<float, B>(ctx) : bn_training_blocked<float, float>(ctx);
+  if (!blocked_activation(ctx.input(0))) return false;
+  if (ctx.input(0).dim(4) == 8) {
+    if (x16) return y16 ? bn_training_blocked<8, B, B>(ctx) : bn_training_blocked<8, B, float>(ctx);
+    return y16 ? bn_training_blocked<8, float, B>(ctx) : bn_training_blocked<8, float, float>(ctx);
+  }
+  if (x16) return y16 ? bn_training_blocked<16, B, B>(ctx) : bn_training_blocked<16, B, float>(ctx);
+  return y16 ? bn_training_blocked<16, float, B>(ctx) : bn_training_blocked<16, float, float>(ctx);
 }
 
 // com.ferry Blocked(BatchNormTrainingGrad) with dY, X, (Z) and dX blocked: run_bn_training_grad's.
 // dY (G), X (the saved input) f32, or bf16 (uint16_t) where bf16_inputs says so; dX (Y) f32, or
 // bf16 where bf16_outputs says so (rounded to nearest even); the rest f32.
-template <typename X, typename G, typename Y, typename Z>
+template <int64_t kB, typename X, typename G, typename Y, typename Z>
 StatusOr<bool> bn_training_grad_blocked(KernelContext& ctx) {
   const Node& node = ctx.node();
   const bool has_z = ctx.has_input(5);
@@ -504,12 +508,12 @@ StatusOr<bool> bn_training_grad_blocked(KernelContext& ctx) {
       const float *g, *z;
       planes(o, &g, &z);
       if (widen_x) {
-        if (z) grad_moments16<true, float, float, float>(g, z, xf(o), S, mu, sg, sgxm);
-        else grad_moments16<false, float, float, float>(g, nullptr, xf(o), S, mu, sg, sgxm);
+        if (z) grad_moments16<kB, true, float, float, float>(g, z, xf(o), S, mu, sg, sgxm);
+        else grad_moments16<kB, false, float, float, float>(g, nullptr, xf(o), S, mu, sg, sgxm);
       } else if (z) {
-        grad_moments16<true, X, float, float>(g, z, px + o, S, mu, sg, sgxm);
+        grad_moments16<kB, true, X, float, float>(g, z, px + o, S, mu, sg, sgxm);
       } else {
-        grad_moments16<false, X, float, float>(g, nullptr, px + o, S, mu, sg, sgxm);
+        grad_moments16<kB, false, X, float, float>(g, nullptr, px + o, S, mu, sg, sgxm);
       }
     }
     float fa[kB], fb[kB], fc[kB];
@@ -530,12 +534,12 @@ StatusOr<bool> bn_training_grad_blocked(KernelContext& ctx) {
       const float *g, *z;
       planes(o, &g, &z);
       if (widen_x) {
-        if (z) affine2_16<true, float, float, Y, float>(g, z, xf(o), fa, fb, fc, pdx + o, S);
-        else affine2_16<false, float, float, Y, float>(g, nullptr, xf(o), fa, fb, fc, pdx + o, S);
+        if (z) affine2_16<kB, true, float, float, Y, float>(g, z, xf(o), fa, fb, fc, pdx + o, S);
+        else affine2_16<kB, false, float, float, Y, float>(g, nullptr, xf(o), fa, fb, fc, pdx + o, S);
       } else if (z) {
-        affine2_16<true, X, float, Y, float>(g, z, px + o, fa, fb, fc, pdx + o, S);
+        affine2_16<kB, true, X, float, Y, float>(g, z, px + o, fa, fb, fc, pdx + o, S);
       } else {
-        affine2_16<false, X, float, Y, float>(g, nullptr, px + o, fa, fb, fc, pdx + o, S);
+        affine2_16<kB, false, X, float, Y, float>(g, nullptr, px + o, fa, fb, fc, pdx + o, S);
       }
     }
   });
@@ -546,7 +550,9 @@ StatusOr<bool> bn_training_grad_blocked(KernelContext& ctx) {
 template <typename... T>
 StatusOr<bool> bn_grad_dispatch(KernelContext& ctx, std::array<bool, 4> bf16) {
   if constexpr (sizeof...(T) == 4) {
-    return bn_training_grad_blocked<T...>(ctx);
+    if (ctx.num_inputs() > 1 && ctx.has_input(1) && ctx.input(1).rank() == 5 && ctx.input(1).dim(4) == 8)
+      return bn_training_grad_blocked<8, T...>(ctx);
+    return bn_training_grad_blocked<16, T...>(ctx);
   } else {
     return bf16[sizeof...(T)] ? bn_grad_dispatch<T..., uint16_t>(ctx, bf16) : bn_grad_dispatch<T..., float>(ctx, bf16);
   }
