@@ -7,7 +7,7 @@
 ferry's own: InferenceSession(..., device="cpu-ref" | "cuda:0", precision="fp16"), compiled .ferry
 files (ferry.compile), ferry.check / compare / quantize / doctor / bench, ferry.Trainer.
 Errors are ferry.Error subclasses (InvalidArgument, InvalidModel, NotImplemented, NotFound,
-ResourceExhausted, InternalError) carrying the messages the `ferry` CLI prints. See docs/python.md.
+ResourceExhausted, InternalError, Terminated) carrying the messages the `ferry` CLI prints. See docs/python.md.
 """
 
 from . import _ferry
@@ -19,6 +19,7 @@ from ._ferry import (  # noqa: F401
     NotFound,
     NotImplemented,
     ResourceExhausted,
+    Terminated,
 )
 from ._session import (  # noqa: F401
     ExecutionMode,

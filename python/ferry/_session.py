@@ -30,14 +30,16 @@ class SessionOptions:
     """Options of an InferenceSession, as ONNX Runtime's.
 
     Used by ferry: intra_op_num_threads (0: the machine's cores), graph_optimization_level,
-    enable_profiling / profile_file_prefix (a Chrome trace written by end_profiling()).
+    enable_profiling / profile_file_prefix (a Chrome trace written by end_profiling()),
+    log_severity_level (as ORT: 0 verbose: a line per run on stderr; 1 info: a line when the
+    session opens; 2 warning (the default): warnings only; 3 error and 4 fatal: no warnings either)
+    and logid (named in the log lines).
     ferry's own: device ("cpu", "cpu-ref", "cuda:0"; wins over providers), precision (force_fp32,
     allow_fp32_to_fp16, force_fp16, force_bf16, allow_mix_precision, or fp16 / bf16 / mix) and
     keep_fp32 (node names kept in fp32 whatever the precision).
     Accepted and kept for ONNX Runtime scripts, without effect: inter_op_num_threads,
-    execution_mode, log_severity_level, log_verbosity_level, logid, enable_cpu_mem_arena,
-    enable_mem_pattern, use_deterministic_compute (ferry's runs are deterministic), and
-    session config entries.
+    execution_mode, log_verbosity_level, enable_cpu_mem_arena, enable_mem_pattern,
+    use_deterministic_compute (ferry's runs are deterministic), and session config entries.
     """
 
     def __init__(self) -> None:
@@ -74,16 +76,33 @@ class SessionOptions:
 
 
 class RunOptions:
-    """Per-run options, as ONNX Runtime's (kept for its scripts: ferry's run() takes none of them)."""
+    """Per-run options, as ONNX Runtime's.
+
+    terminate: set it (from any thread) to end the runs given these options: a run not started
+    raises ferry.Terminated at once, a run in progress before its next node; set it back to False
+    to run again. log_severity_level: the run's severity (-1, the default: the session's); 0
+    writes a line per run on stderr (time, run_tag, failure). run_tag: names the run in the log
+    lines and in the profile (model_run <tag>). logid: named in the log lines (default: the
+    session's). Kept for ONNX Runtime scripts, without effect: log_verbosity_level,
+    only_execute_path_to_fetches (ferry runs the whole graph), run config entries.
+    """
 
     def __init__(self) -> None:
-        self.log_severity_level: int = 2
+        self.log_severity_level: int = -1
         self.log_verbosity_level: int = 0
         self.logid: str = ""
         self.run_tag: str = ""
-        self.terminate: bool = False
         self.only_execute_path_to_fetches: bool = False
         self._config: Dict[str, str] = {}
+        self._control = _ferry._RunControl()
+
+    @property
+    def terminate(self) -> bool:
+        return self._control.terminate
+
+    @terminate.setter
+    def terminate(self, value: bool) -> None:
+        self._control.terminate = bool(value)
 
     def add_run_config_entry(self, key: str, value: str) -> None:
         self._config[str(key)] = str(value)
@@ -149,7 +168,8 @@ def get_device() -> str:
     return "GPU" if "CUDAExecutionProvider" in get_available_providers() else "CPU"
 
 
-def _device_from_providers(providers: Optional[Sequence[Any]], provider_options: Optional[Sequence[dict]]) -> str:
+def _device_from_providers(providers: Optional[Sequence[Any]], provider_options: Optional[Sequence[dict]],
+                           log_severity_level: int = 2) -> str:
     if not providers:
         return ""
     for i, p in enumerate(providers):
@@ -162,13 +182,22 @@ def _device_from_providers(providers: Optional[Sequence[Any]], provider_options:
             device = f"cuda:{int(opts.get('device_id', 0))}"
             if _ferry._device_available(device):
                 return device
-            warnings.warn(f"CUDAExecutionProvider: {device} is not usable here (see ferry.doctor()); "
-                          "falling back to the next provider", RuntimeWarning, stacklevel=3)
+            if log_severity_level <= 2:
+                warnings.warn(f"CUDAExecutionProvider: {device} is not usable here (see ferry.doctor()); "
+                              "falling back to the next provider", RuntimeWarning, stacklevel=3)
             continue
         raise _ferry.InvalidArgument(
             f"provider '{name}' is not one ferry maps to a device; ferry takes CPUExecutionProvider and "
             "CUDAExecutionProvider, or a ferry device: InferenceSession(..., device='cpu' | 'cpu-ref' | 'cuda:0')")
     return "cpu"
+
+
+def _log_level(level: Any, where: str) -> int:
+    level = int(level)
+    if 0 <= level <= 4:
+        return level
+    raise _ferry.InvalidArgument(f"{where}.log_severity_level {level}: use 0 (verbose), 1 (info), 2 (warning), "
+                                 "3 (error) or 4 (fatal)" + (", or -1 (the session's)" if where == "RunOptions" else ""))
 
 
 def _opt_level(level: Any) -> int:
@@ -200,12 +229,16 @@ class InferenceSession:
                  keep_fp32: Optional[Sequence[str]] = None, **kwargs: Any) -> None:
         so = sess_options if sess_options is not None else SessionOptions()
         o = _ferry._OpenOptions()
-        o.device = device or so.device or _device_from_providers(providers, provider_options)
+        self._log_level = _log_level(so.log_severity_level, "SessionOptions")
+        o.device = device or so.device or _device_from_providers(providers, provider_options, self._log_level)
         o.threads = int(so.intra_op_num_threads or 0)
         o.opt_level = _opt_level(so.graph_optimization_level)
         o.precision = precision or so.precision or ""
         o.keep_fp32 = list(keep_fp32 if keep_fp32 is not None else so.keep_fp32)
         o.profile = bool(so.enable_profiling)
+        o.log_level = self._log_level
+        o.logid = str(so.logid or "")
+        self._logid = o.logid
         self._sess_options = so
         self._model_path = path_or_bytes if not isinstance(path_or_bytes, (bytes, bytearray, memoryview)) else None
         self._sess = _ferry._Session(path_or_bytes, o)
@@ -245,7 +278,11 @@ class InferenceSession:
         as numpy arrays, in that order."""
         if type(input_feed) is not dict:
             input_feed = dict(input_feed)
-        return self._run(output_names, input_feed)
+        if run_options is None:
+            return self._run(output_names, input_feed)
+        level = self._log_level if run_options.log_severity_level < 0 else _log_level(run_options.log_severity_level, "RunOptions")
+        return self._sess.run_with(output_names, input_feed, run_options._control, level, str(run_options.run_tag or ""),
+                                   str(run_options.logid or self._logid))
 
     def end_profiling(self) -> str:
         """Writes the Chrome trace of the runs so far (SessionOptions.enable_profiling) and returns

@@ -10,6 +10,7 @@
 #include "compiler/gears.h"
 #include "onnx/onnx_import.h"
 #include "passes/pipeline.h"
+#include "runtime/run_control.h"
 
 namespace ferry {
 
@@ -121,7 +122,11 @@ void Session::set_run_threads() const {
   if (omp_get_max_threads() != n) omp_set_num_threads(n);
 }
 
-Status Session::run(const NamedTensors& feeds, NamedTensors* outputs) {
+Status Session::run(const NamedTensors& feeds, NamedTensors* outputs) { return run(feeds, outputs, SessionRunOptions{}); }
+
+Status Session::run(const NamedTensors& feeds, NamedTensors* outputs, const SessionRunOptions& options) {
+  if (options.terminate && options.terminate->load(std::memory_order_relaxed)) return invalid_argument(kRunTerminatedMessage);
+  ScopedRunTerminate terminate(options.terminate);
   set_run_threads();
   Gear* gear = gears_.front().get();
   if (has_batch_gears(model_)) {

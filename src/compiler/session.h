@@ -4,6 +4,7 @@
 // is not a gear runs on the smallest gear above it, inputs zero-padded, batched outputs cut back.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,13 @@ struct SessionOptions {
   /// Shown every node of every run (all executors of the pool, from the threads that run them:
   /// it must be thread-safe); it only looks, so runs keep the memory plan (the profiler).
   NodeObserver observer;
+};
+
+/// Per-run options (ONNX Runtime's RunOptions).
+struct SessionRunOptions {
+  /// Set from any thread to end the runs given it: a run not started fails at once, a run in
+  /// progress before its next node, with kRunTerminatedMessage (runtime/run_control.h).
+  const std::atomic<bool>* terminate = nullptr;
 };
 
 class Session {
@@ -47,6 +55,7 @@ class Session {
   /// Runs the model; safe to call from many threads at once. Feeds in any order, by name;
   /// outputs in the model's order.
   Status run(const NamedTensors& feeds, NamedTensors* outputs);
+  Status run(const NamedTensors& feeds, NamedTensors* outputs, const SessionRunOptions& options);
 
  private:
   struct Gear;

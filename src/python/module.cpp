@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -32,6 +33,7 @@ namespace ferry::python {
 namespace {
 PyObject* g_error = nullptr;
 PyObject* g_codes[8] = {};  // indexed by StatusCode
+PyObject* g_terminated = nullptr;
 
 PyObject* make_error(py::module_& m, const char* name, PyObject* base, PyObject* builtin, const char* doc) {
   PyObject* bases = builtin ? PyTuple_Pack(2, base, builtin) : PyTuple_Pack(1, base);
@@ -64,6 +66,8 @@ void register_errors(py::module_& m) {
       make_error(m, "ResourceExhausted", g_error, nullptr, "A limit was hit (size, memory).");
   g_codes[static_cast<int>(StatusCode::kInternal)] =
       make_error(m, "InternalError", g_error, nullptr, "A bug in ferry: please report it with the model.");
+  g_terminated = make_error(m, "Terminated", g_error, nullptr,
+                            "A run ended early because its RunOptions.terminate was set (from any thread).");
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -190,6 +194,27 @@ py::object tensor_to_numpy(const Tensor& t, bool copy) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Logging (SessionOptions / RunOptions.log_severity_level, as ORT: 0 verbose, 1 info, 2 warning,
+// 3 error, 4 fatal): one line per event on stderr, "<time> [I:ferry:<logid>] <message>".
+
+void log_line(char severity, const std::string& logid, const std::string& message) {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const long us = static_cast<long>(std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
+  std::fprintf(stderr, "%s.%06ld [%c:ferry:%s] %s\n", stamp, us, severity, logid.c_str(), message.c_str());
+  std::fflush(stderr);
+}
+
+/// A run's terminate flag (RunOptions.terminate), shared with the runs that use it.
+struct RunControl {
+  std::atomic<bool> terminate{false};
+};
+
+// ---------------------------------------------------------------------------------------------
 // Profiling: ORT's Chrome trace (SessionOptions.enable_profiling), one event per run and per node.
 
 class Profiler {
@@ -252,12 +277,17 @@ struct OpenOptions {
   std::string precision;
   std::vector<std::string> keep_fp32;
   bool profile = false;
+  int log_level = 2;  // ORT's severity: 0 verbose (a line per run), 1 info (the session's), 2 warning
+  std::string logid;
 };
 
 class PySession {
  public:
   static std::shared_ptr<PySession> open(py::object model, const OpenOptions& o) {
     auto s = std::make_shared<PySession>();
+    s->log_level_ = o.log_level;
+    s->logid_ = o.logid;
+    const auto opened_at = std::chrono::steady_clock::now();
     if (o.profile) s->profiler_ = std::make_shared<Profiler>();
     SessionOptions so;
     so.device = o.device;
@@ -302,10 +332,33 @@ class PySession {
     }();
     if (!opened.is_ok()) raise_status(opened.status());
     s->session_ = std::move(opened).value();
-    for (size_t i = 0; i < s->session_->inputs().size(); ++i) s->input_index_[s->session_->inputs()[i].name] = i;
-    for (size_t i = 0; i < s->session_->outputs().size(); ++i) s->output_index_[s->session_->outputs()[i].name] = i;
+    // What run() looks up per call, made once: names to indices, the inputs' error prefixes, the
+    // outputs that are constants of the model (returned as copies).
+    std::set<std::string> constants;
     for (const CompiledGear& g : s->session_->compiled().gears)
-      for (const auto& [name, t] : g.model->graph.initializers) s->constants_.insert(name);
+      for (const auto& [name, t] : g.model->graph.initializers) constants.insert(name);
+    for (size_t i = 0; i < s->session_->inputs().size(); ++i) {
+      s->input_index_[s->session_->inputs()[i].name] = i;
+      s->input_what_.push_back("input '" + s->session_->inputs()[i].name + "'");
+    }
+    for (size_t i = 0; i < s->session_->outputs().size(); ++i) {
+      s->output_index_[s->session_->outputs()[i].name] = i;
+      s->output_constant_.push_back(constants.count(s->session_->outputs()[i].name) > 0);
+    }
+    if (s->log_level_ <= 1) {
+      const Session& ss = *s->session_;
+      const CompiledModel& cm = ss.compiled();
+      char ms[32];
+      std::snprintf(ms, sizeof ms, "%.1f", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - opened_at).count());
+      std::string gears;
+      for (int64_t b : ss.batch_sizes()) gears += (gears.empty() ? ", batch gears " : ",") + std::to_string(b);
+      log_line('I', s->logid_,
+               "session: " + (from_bytes ? std::string("model bytes") : path) + " on " + ss.device() + ", opt level " +
+                   std::to_string(cm.opt_level) + ", " + std::to_string(cm.gears.back().model->graph.nodes.size()) + " nodes, " +
+                   (o.threads > 0 ? std::to_string(o.threads) : std::string("all")) + " intra-op thread(s)" +
+                   (cm.precision_mode.empty() ? std::string() : ", precision " + cm.precision_mode) + gears + "; opened in " +
+                   ms + " ms");
+    }
     return s;
   }
 
@@ -345,6 +398,13 @@ class PySession {
   }
 
   py::list run(const std::optional<std::vector<std::string>>& output_names, const py::dict& feed) {
+    return run_with(output_names, feed, nullptr, log_level_, std::string(), logid_);
+  }
+
+  /// run() with ORT's RunOptions: `control` its terminate flag (nullptr: none), `log_level` the
+  /// run's severity (RunOptions' when set, else the session's), `tag` its run_tag.
+  py::list run_with(const std::optional<std::vector<std::string>>& output_names, const py::dict& feed,
+                    std::shared_ptr<RunControl> control, int log_level, const std::string& tag, const std::string& logid) {
     std::vector<py::object> keep;
     keep.reserve(feed.size());
     NamedTensors feeds;
@@ -354,7 +414,7 @@ class PySession {
       std::string name = py::str(k);
       auto it = input_index_.find(name);
       if (it == input_index_.end()) raise_status(invalid_argument("no input named '" + name + "'; the model's inputs: " + names(ins)));
-      feeds.emplace_back(name, tensor_view("input '" + name + "'", v, ins[it->second].type.dtype, &keep));
+      feeds.emplace_back(std::move(name), tensor_view(input_what_[it->second], v, ins[it->second].type.dtype, &keep));
     }
     std::vector<size_t> picked;
     if (output_names && !output_names->empty()) {
@@ -367,14 +427,26 @@ class PySession {
     }
     NamedTensors outs;
     Status st;
+    SessionRunOptions ro;
+    if (control) ro.terminate = &control->terminate;
+    double ms = 0;
     {
       py::gil_scoped_release nogil;
       const auto t0 = std::chrono::steady_clock::now();
-      st = session_->run(feeds, &outs);
-      if (profiler_)
-        profiler_->add("model_run", "Session", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      st = session_->run(feeds, &outs, ro);
+      ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (profiler_) profiler_->add(tag.empty() ? "model_run" : "model_run " + tag, "Session", ms);
     }
-    if (!st.is_ok()) raise_status(st);
+    if (log_level <= 0) {
+      char text[64];
+      std::snprintf(text, sizeof text, "%.3f ms", ms);
+      log_line('V', logid, "run" + (tag.empty() ? std::string() : " '" + tag + "'") + ": " +
+                               (st.is_ok() ? std::string(text) : "failed after " + std::string(text) + ": " + st.message()));
+    }
+    if (!st.is_ok()) {
+      if (control && control->terminate.load()) throw StatusError(st, g_terminated);
+      raise_status(st);
+    }
     if (picked.empty())
       for (size_t i = 0; i < outs.size(); ++i) picked.push_back(i);
     py::list result;
@@ -383,7 +455,7 @@ class PySession {
       const Tensor& t = outs[i].second;
       // Copy what ferry does not own for the caller: a view of an input's memory (an output that
       // is an input), a constant (read-only weights), or a buffer another output already returned.
-      bool copy = constants_.count(outs[i].first) > 0;
+      bool copy = output_constant_[i];
       const char* p = static_cast<const char*>(t.raw());
       if (p && t.dtype() != DType::kString) {
         for (const auto& [name, in] : feeds) {
@@ -479,8 +551,11 @@ class PySession {
   }
   std::shared_ptr<Session> session_;
   std::shared_ptr<Profiler> profiler_;
+  int log_level_ = 2;
+  std::string logid_;
   std::unordered_map<std::string, size_t> input_index_, output_index_;
-  std::set<std::string> constants_;
+  std::vector<std::string> input_what_;  // "input 'name'", by input index
+  std::vector<bool> output_constant_;    // by output index
 };
 
 }  // namespace ferry::python
@@ -498,11 +573,21 @@ PYBIND11_MODULE(_ferry, m) {
       .def_readwrite("opt_level", &OpenOptions::opt_level)
       .def_readwrite("precision", &OpenOptions::precision)
       .def_readwrite("keep_fp32", &OpenOptions::keep_fp32)
-      .def_readwrite("profile", &OpenOptions::profile);
+      .def_readwrite("profile", &OpenOptions::profile)
+      .def_readwrite("log_level", &OpenOptions::log_level)
+      .def_readwrite("logid", &OpenOptions::logid);
+
+  py::class_<RunControl, std::shared_ptr<RunControl>>(m, "_RunControl")
+      .def(py::init<>())
+      .def_property(
+          "terminate", [](const RunControl& c) { return c.terminate.load(); },
+          [](RunControl& c, bool v) { c.terminate.store(v); });
 
   py::class_<PySession, std::shared_ptr<PySession>>(m, "_Session")
       .def(py::init(&PySession::open), py::arg("model"), py::arg("options"))
       .def("run", &PySession::run, py::arg("output_names"), py::arg("feed"))
+      .def("run_with", &PySession::run_with, py::arg("output_names"), py::arg("feed"), py::arg("control"),
+           py::arg("log_level"), py::arg("tag"), py::arg("logid"))
       .def("io_info", &PySession::io_info, py::arg("inputs"))
       .def("_bench_native", &PySession::bench_native, py::arg("feed"), py::arg("runs"))
       .def("metadata", &PySession::metadata)

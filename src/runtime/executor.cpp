@@ -3,6 +3,7 @@
 #include "common/env_switch.h"
 #include "runtime/batch_split_parts.h"
 #include "runtime/page_blocks.h"
+#include "runtime/run_control.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +17,14 @@
 #endif
 
 namespace ferry {
+
+namespace {
+thread_local const std::atomic<bool>* t_run_terminate = nullptr;
+}  // namespace
+
+const std::atomic<bool>* run_terminate_flag() { return t_run_terminate; }
+ScopedRunTerminate::ScopedRunTerminate(const std::atomic<bool>* flag) : saved_(t_run_terminate) { t_run_terminate = flag; }
+ScopedRunTerminate::~ScopedRunTerminate() { t_run_terminate = saved_; }
 
 /// Where a node reads a value: a slot of the graph `depth` levels up (0: its own graph, 1: the
 /// graph holding the If/Loop/Scan that runs it, ...), or one of that graph's constants.
@@ -391,7 +400,9 @@ Status Executor::run_values(const NamedValues& feeds, NamedValues* outputs) {
   const int lanes = observer_ ? 1 : batch_split_lanes(parts);
   std::vector<NamedValues> part_outs(static_cast<size_t>(parts));
   std::vector<Status> part_status(static_cast<size_t>(parts), Status::ok());
+  const std::atomic<bool>* terminate = run_terminate_flag();
   run_batch_parts(parts, lanes, [&](int64_t p) {
+    ScopedRunTerminate on_lane(terminate);  // a lane's thread checks the caller's flag
     const int64_t begin = p * sub, count = std::min(sub, rows - begin);
     NamedValues part_feeds;
     for (const auto& [name, v] : feeds) part_feeds.emplace_back(name, Value(v.tensor.outer_slice(begin, count)));
@@ -456,7 +467,9 @@ Status Executor::run_split_front(const NamedValues& feeds, int64_t sub, const Ba
   const int lanes = observer_ ? 1 : batch_split_lanes(parts);
   std::vector<Status> part_status(static_cast<size_t>(parts), Status::ok());
   std::vector<uint8_t> part_fits(static_cast<size_t>(parts), 0);
+  const std::atomic<bool>* terminate = run_terminate_flag();
   run_batch_parts(parts, lanes, [&](int64_t p) {
+    ScopedRunTerminate on_lane(terminate);
     const int64_t begin = p * sub, count = std::min(sub, rows - begin);
     NamedValues part_feeds, part_out;
     for (const auto& [name, v] : feeds) part_feeds.emplace_back(name, Value(v.tensor.outer_slice(begin, count)));
@@ -617,9 +630,12 @@ Status Executor::run_graph(const Graph& g, const PreparedGraph& pg, Frame& frame
   std::vector<Value> results;
   std::vector<const Value*> inputs;
   const bool observe = memory != nullptr;  // the main graph
+  const std::atomic<bool>* terminate = run_terminate_flag();
   if (end == 0) end = g.nodes.size();
   for (size_t i = begin; i < end; ++i) {
     const Node& node = g.nodes[i];
+    if (terminate && terminate->load(std::memory_order_relaxed))
+      return invalid_argument(std::string(kRunTerminatedMessage) + " (before " + node.describe() + ")");
     const PreparedNode& pn = pg.nodes[i];
     const size_t num_inputs = pn.inputs.size();
     inputs.resize(num_inputs);

@@ -13,6 +13,7 @@
 #include "../unit/graph_builder.h"
 #include "onnx/onnx_import.h"
 #include "runtime/executor.h"
+#include "runtime/run_control.h"
 
 namespace ferry {
 namespace {
@@ -91,6 +92,84 @@ void run_concurrently(std::shared_ptr<const Model> model, const std::string& dev
   for (auto& w : workers) w.join();
   EXPECT_EQ(errors.load(), 0) << device;
   EXPECT_EQ(mismatches.load(), 0) << device << ": results differ from the single-threaded run";
+}
+
+std::unique_ptr<Executor> demo_executor(std::shared_ptr<const Model> model) {
+  ExecutorOptions options;
+  options.device = "cpu";
+  options.threads = 1;
+  auto created = Executor::create(std::move(model), options);
+  EXPECT_TRUE(created.is_ok()) << created.status().to_string();
+  return created.is_ok() ? std::move(created).value() : nullptr;
+}
+
+// RunOptions.terminate (runtime/run_control.h): a flag set during a run ends it before the next
+// node; cleared, the next run is whole and equal to a run without the flag.
+TEST(RunTerminate, EndsTheRunBeforeTheNextNode) {
+  std::shared_ptr<const Model> model = demo_cnn();
+  ASSERT_NE(model, nullptr);
+  std::unique_ptr<Executor> ex = demo_executor(model);
+  ASSERT_NE(ex, nullptr);
+  const NamedTensors feeds = {{"image", random_tensor({2, 1, 28, 28}, 5)}};
+  NamedTensors expected;
+  ASSERT_TRUE(ex->run(feeds, &expected).is_ok());
+  std::atomic<bool> terminate{false};
+  int nodes_run = 0;
+  ex->set_observer([&](const Node&, const std::vector<Value>&, double) { ++nodes_run, terminate.store(true); },
+                   /*keeps_outputs=*/false);
+  NamedTensors out;
+  Status st;
+  {
+    ScopedRunTerminate scope(&terminate);
+    EXPECT_EQ(run_terminate_flag(), &terminate);
+    st = ex->run(feeds, &out);
+  }
+  EXPECT_EQ(run_terminate_flag(), nullptr);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find(kRunTerminatedMessage), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("(before node"), std::string::npos) << st.to_string();
+  EXPECT_EQ(nodes_run, 1);
+  terminate.store(false);
+  ex->set_observer([&](const Node&, const std::vector<Value>&, double) { ++nodes_run; }, /*keeps_outputs=*/false);
+  {
+    ScopedRunTerminate scope(&terminate);
+    st = ex->run(feeds, &out);
+  }
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_GT(nodes_run, 2);
+  EXPECT_TRUE(bit_identical(out, expected));
+}
+
+// One flag shared by runs on several threads: setting it ends them all (ThreadSanitizer checks
+// the flag's reads against the store).
+TEST(RunTerminate, FromAnotherThreadEndsEveryRunUsingIt) {
+  std::unique_ptr<Executor> ex = demo_executor(demo_cnn());
+  ASSERT_NE(ex, nullptr);
+  const NamedTensors feeds = {{"image", random_tensor({4, 1, 28, 28}, 6)}};
+  std::atomic<bool> terminate{false};
+  std::atomic<int> started{0}, ended{0}, other_errors{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 4; ++t) {
+    workers.emplace_back([&] {
+      ScopedRunTerminate scope(&terminate);
+      bool counted = false;
+      for (int i = 0; i < 100000; ++i) {
+        NamedTensors out;
+        Status st = ex->run(feeds, &out);
+        if (!st.is_ok()) {
+          if (st.message().find(kRunTerminatedMessage) != std::string::npos) ++ended;
+          else ++other_errors;
+          return;
+        }
+        if (!counted) ++started, counted = true;
+      }
+    });
+  }
+  while (started.load() + other_errors.load() < 4) std::this_thread::yield();
+  terminate.store(true);
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(ended.load(), 4);
+  EXPECT_EQ(other_errors.load(), 0);
 }
 
 TEST(Concurrency, DemoCnnOnReferenceBackend) { run_concurrently(demo_cnn(), "cpu-ref"); }

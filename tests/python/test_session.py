@@ -70,6 +70,99 @@ def test_session_options_and_run_options(demo_model, demo_batch):
         np.testing.assert_allclose(ort.InferenceSession(demo_model, so).run(None, {"image": x})[0], ref, rtol=1e-4, atol=1e-4)
 
 
+def test_log_severity_levels(demo_model, demo_batch, capfd):
+    x, _ = demo_batch
+    so = ort.SessionOptions()
+    so.logid = "mylog"
+    sess = ort.InferenceSession(demo_model, so)  # 2, warning: nothing on a good run
+    sess.run(None, {"image": x})
+    assert capfd.readouterr().err == ""
+    so.log_severity_level = 1  # info: the session's line
+    sess = ort.InferenceSession(demo_model, so)
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "[I:ferry:mylog] session: " in err, err
+    assert "digits_cnn.onnx on cpu, opt level 2, " in err and " nodes, all intra-op thread(s)" in err, err
+    sess.run(None, {"image": x})
+    assert capfd.readouterr().err == ""  # no line per run above verbose
+    ro = ort.RunOptions()
+    assert ro.log_severity_level == -1  # the session's
+    ro.log_severity_level = 0
+    ro.run_tag = "batch-7"
+    sess.run(None, {"image": x}, ro)
+    err = capfd.readouterr().err
+    assert "[V:ferry:mylog] run 'batch-7': " in err and err.rstrip().endswith(" ms"), err
+    ro.logid = "runlog"
+    with pytest.raises(ort.InvalidArgument):
+        sess.run(None, {"image": x[:, :, :10]}, ro)
+    err = capfd.readouterr().err
+    assert "[V:ferry:runlog] run 'batch-7': failed after " in err and "image" in err, err
+    so.log_severity_level = 0  # verbose session: every run has its line
+    sess = ort.InferenceSession(demo_model, so)
+    sess.run(None, {"image": x})
+    err = capfd.readouterr().err
+    assert "[I:ferry:mylog] session: " in err and "[V:ferry:mylog] run: " in err, err
+    so.log_severity_level = 7
+    with pytest.raises(ort.InvalidArgument, match="log_severity_level 7"):
+        ort.InferenceSession(demo_model, so)
+    ro.log_severity_level = 9
+    with pytest.raises(ort.InvalidArgument, match="RunOptions.log_severity_level 9"):
+        sess.run(None, {"image": x}, ro)
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        import warnings
+
+        so.log_severity_level = 3  # error: the CUDA fallback's warning is not shown
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ort.InferenceSession(demo_model, so, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+        assert [w for w in caught if "CUDAExecutionProvider" in str(w.message)] == []
+        so.log_severity_level = 2
+        with pytest.warns(RuntimeWarning, match="CUDAExecutionProvider"):
+            ort.InferenceSession(demo_model, so, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+
+
+def test_run_options_terminate(demo_model, demo_batch, tmp_path):
+    x, _ = demo_batch
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "prof")
+    sess = ort.InferenceSession(demo_model, so)
+    ro = ort.RunOptions()
+    assert ro.terminate is False
+    ro.terminate = True
+    with pytest.raises(ort.Terminated, match="terminate"):
+        sess.run(None, {"image": x}, ro)
+    assert issubclass(ort.Terminated, ort.Error)
+    ro.terminate = False
+    ro.run_tag = "again"
+    expect = sess.run(None, {"image": x})[0]
+    assert np.array_equal(sess.run(None, {"image": x}, ro)[0], expect)
+    with open(sess.end_profiling()) as f:
+        assert "model_run again" in [e["name"] for e in json.load(f)]
+    # From another thread while runs go on: the worker's runs end (mid-run or at the next start).
+    big = np.ascontiguousarray(np.repeat(x, 16, axis=0))
+    ro = ort.RunOptions()
+    started, outcome = threading.Event(), []
+
+    def worker():
+        try:
+            while True:
+                sess.run(None, {"image": big}, ro)
+                started.set()
+        except ort.Terminated as e:
+            outcome.append(str(e))
+        except Exception as e:  # noqa: BLE001 - reported below
+            outcome.append(repr(e))
+        started.set()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    assert started.wait(timeout=60)
+    ro.terminate = True
+    t.join(timeout=60)
+    assert not t.is_alive()
+    assert len(outcome) == 1 and "terminated" in outcome[0], outcome
+
+
 def test_profiling_writes_chrome_trace(demo_model, demo_batch, tmp_path):
     x, _ = demo_batch
     so = ort.SessionOptions()
