@@ -14,6 +14,7 @@
 #include "train/grad_scaler.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
+#include "train/train_step.h"
 #include "train/training_graph.h"
 
 namespace ferry {
@@ -115,17 +116,7 @@ Status StepTrainer::setup() {
   ImportOptions io;
   io.infer_shapes = false;  // as Trainer::setup: training-mode BN is rewritten before shapes are inferred
   ASSIGN_OR_RETURN(s_->source, load_onnx_model(c_.model, io));
-  TrainGraphOptions o;
-  o.batch_size = c_.batch_size;
-  o.loss = c_.loss;
-  o.label_smoothing = c_.label_smoothing;
-  o.freeze = c_.freeze;
-  o.num_classes = c_.num_classes;
-  o.seed = c_.seed;
-  o.recompute_segments = c_.recompute_segments;
-  o.loss_seed_input = true;
-  ASSIGN_OR_RETURN(o.amp, parse_amp_dtype(c_.amp));
-  o.keep_fp32 = c_.keep_fp32;
+  ASSIGN_OR_RETURN(TrainGraphOptions o, train_graph_options(c_));
   ASSIGN_OR_RETURN(s_->tg, build_train_graph(*s_->source, o));
   values_ = s_->tg.initial;
   for (const std::string& name : s_->tg.data_inputs) {
@@ -133,13 +124,7 @@ Status StepTrainer::setup() {
     ValueInfo v{name, t ? *t : TensorType{}};
     data_inputs_.push_back(v);
   }
-  ExecutorOptions eo;
-  eo.device = c_.device;
-  eo.threads = c_.threads;
-  eo.opt_level = c_.opt_level;
-  eo.batch_split_rows = 0;  // the loss mixes the batch's rows
-  eo.arena_huge_pages = false;
-  ASSIGN_OR_RETURN(s_->exec, Executor::create(s_->tg.model, eo));
+  ASSIGN_OR_RETURN(s_->exec, Executor::create(s_->tg.model, train_executor_options(c_)));
   ASSIGN_OR_RETURN(s_->optimizer, make_optimizer(c_.optimizer));
   if (c_.loss_scaling || c_.amp == "fp16") {
     c_.loss_scaling = true;
@@ -176,15 +161,9 @@ StatusOr<StepResult> StepTrainer::step(const NamedTensors& inputs, const Tensor&
                                 " classes; fix the labels or give num_classes");
     }
   }
-  NamedTensors feeds = inputs;
-  feeds.emplace_back(tg.labels, labels);
-  for (const auto& [name, t] : values_) feeds.emplace_back(name, t);
   // Micro-batch m of ferry train is step k here (accumulate = 1): the same dropout seeds.
-  const uint64_t m = static_cast<uint64_t>(k);
-  for (size_t i = 0; i < tg.dropout_seeds.size(); ++i)
-    feeds.emplace_back(tg.dropout_seeds[i], Tensor::scalar<int64_t>(static_cast<int64_t>(splitmix64(c_.seed ^ splitmix64(m) ^ (i + 1)) >> 1)));
   const float scale_used = s_->scaler ? s_->scaler->scale() : 1.0f;
-  feeds.emplace_back(tg.loss_seed, s_->loss_seed_f64 ? Tensor::scalar<double>(scale_used) : Tensor::scalar<float>(scale_used));
+  const NamedTensors feeds = train_step_feeds(tg, inputs, labels, values_, c_.seed, k, scale_used, s_->loss_seed_f64);
   NamedTensors outs;
   RETURN_IF_ERROR(s_->exec->run(feeds, &outs).with_context("step " + std::to_string(k)));
   const double loss = outs[0].second.get_double(0);
@@ -199,28 +178,15 @@ StatusOr<StepResult> StepTrainer::step(const NamedTensors& inputs, const Tensor&
   }
   std::map<std::string, Tensor> new_state;
   for (const auto& s : tg.state) new_state[s.input] = outs[o++].second;
-  std::vector<Tensor*> gptr;
-  for (auto& [name, g] : grads) gptr.push_back(&g);
-  const bool skipped = s_->scaler && (s_->scaler->unscale(gptr) || !std::isfinite(loss));
-  if (c_.clip_grad_norm > 0 && !skipped) {
-    ASSIGN_OR_RETURN(double norm, clip_grad_norm(gptr, c_.clip_grad_norm));
-    (void)norm;
-  }
-  const double lr = lr_at(s_->schedule, effective_lr(c_.optimizer), k - 1);
-  std::vector<ParamRef> refs;
-  for (const auto& p : tg.params) {
-    auto it = grads.find(p);
-    refs.push_back(ParamRef{p, &values_.at(p), it == grads.end() ? nullptr : &it->second});
-  }
-  if (s_->scaler) RETURN_IF_ERROR(s_->scaler->update(skipped, k));
-  if (!skipped) RETURN_IF_ERROR(s_->optimizer->step(refs, lr));
+  ASSIGN_OR_RETURN(StepUpdate u, apply_step_update(c_, s_->schedule, tg, k, loss, &grads, &values_, s_->scaler.get(),
+                                                   s_->optimizer.get()));
   for (auto& [name, t] : new_state) values_[name] = t;
   step_ = k;
   StepResult r;
   r.step = k;
   r.loss = loss;
-  r.lr = lr;
-  r.skipped = skipped;
+  r.lr = u.lr;
+  r.skipped = u.skipped;
   r.loss_scale = s_->scaler ? scale_used : 0.0;
   r.time_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return r;
@@ -228,7 +194,7 @@ StatusOr<StepResult> StepTrainer::step(const NamedTensors& inputs, const Tensor&
 
 StatusOr<EvalResult> StepTrainer::evaluate(const NamedTensors& inputs, const Tensor& labels) {
   ASSIGN_OR_RETURN(std::shared_ptr<Model> m, inference_model(*s_->source, s_->tg, values_));
-  ExecutorOptions eo;
+  ExecutorOptions eo;  // as Trainer::evaluate: the inference model at the device's defaults
   eo.device = c_.device;
   eo.threads = c_.threads;
   ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(m, eo));
@@ -238,40 +204,14 @@ StatusOr<EvalResult> StepTrainer::evaluate(const NamedTensors& inputs, const Ten
   const int64_t rows = y.rank() > 0 ? y.dim(0) : 1;
   if (labels.rank() < 1 || labels.dim(0) != rows)
     return invalid_argument("evaluate: " + std::to_string(rows) + " output rows, labels " + labels.type().to_string());
+  if (c_.loss != "cross_entropy" && labels.numel() != y.numel())
+    return invalid_argument("evaluate: targets " + labels.type().to_string() + " differ from the output " + y.type().to_string());
   EvalResult r;
   r.samples = rows;
   double loss_sum = 0;
   int64_t correct = 0;
-  if (c_.loss == "cross_entropy") {  // as Trainer::evaluate
-    if (y.rank() != 2) return invalid_argument("evaluate: cross_entropy needs [N, C] logits, the model gives " + y.type().to_string());
-    const int64_t cls = y.dim(1);
-    for (int64_t r0 = 0; r0 < rows; ++r0) {
-      const int64_t label = labels.get_int64(r0);
-      if (label < 0 || label >= cls)
-        return invalid_argument("evaluate: row " + std::to_string(r0) + " has label " + std::to_string(label) + ", outside [0, " +
-                                std::to_string(cls - 1) + "]");
-      double mx = -INFINITY;
-      int64_t arg = 0;
-      for (int64_t j = 0; j < cls; ++j)
-        if (y.get_double(r0 * cls + j) > mx) mx = y.get_double(r0 * cls + j), arg = j;
-      double se = 0, smooth = 0;
-      for (int64_t j = 0; j < cls; ++j) se += std::exp(y.get_double(r0 * cls + j) - mx);
-      const double lse = mx + std::log(se);
-      for (int64_t j = 0; j < cls; ++j) smooth += lse - y.get_double(r0 * cls + j);
-      const double e = c_.label_smoothing;
-      loss_sum += (1 - e) * (lse - y.get_double(r0 * cls + label)) + e / static_cast<double>(cls) * smooth;
-      correct += arg == label;
-    }
-    r.accuracy = rows ? static_cast<double>(correct) / static_cast<double>(rows) : 0;
-  } else {
-    if (labels.numel() != y.numel())
-      return invalid_argument("evaluate: targets " + labels.type().to_string() + " differ from the output " + y.type().to_string());
-    const int64_t per = y.numel() / std::max<int64_t>(rows, 1);
-    for (int64_t i = 0; i < y.numel(); ++i) {
-      const double d = y.get_double(i) - labels.get_double(i);
-      loss_sum += d * d / static_cast<double>(per);
-    }
-  }
+  RETURN_IF_ERROR(add_eval_rows(c_, y, labels, rows, &loss_sum, &correct).with_context("evaluate"));
+  if (c_.loss == "cross_entropy") r.accuracy = rows ? static_cast<double>(correct) / static_cast<double>(rows) : 0;
   r.loss = rows ? loss_sum / static_cast<double>(rows) : 0;
   return r;
 }
@@ -286,10 +226,7 @@ Status StepTrainer::export_model(const std::string& path) const {
 Status StepTrainer::save_checkpoint(const std::string& dir, int keep) const {
   Checkpoint ck;
   ck.step = step_;
-  for (const auto& [name, t] : values_) ck.tensors["param/" + name] = t;
-  for (const auto& [name, t] : s_->optimizer->state()) ck.tensors["optim/" + name] = t;
-  if (s_->scaler)
-    for (const auto& [name, t] : s_->scaler->state()) ck.tensors["scaler/" + name] = t;
+  add_checkpoint_tensors(values_, *s_->optimizer, s_->scaler.get(), &ck);
   json meta = {{"step", step_}, {"step_trainer", config_json(c_)},
                {"rng", "every random draw derives from (seed, step): nothing else to store"}};
   ck.meta_json = meta.dump();
@@ -309,21 +246,8 @@ StatusOr<std::unique_ptr<StepTrainer>> StepTrainer::resume(const std::string& pa
     return invalid_argument("checkpoint '" + path + "': its configuration is unreadable (" + e.what() + ")");
   }
   ASSIGN_OR_RETURN(auto t, create(c));
-  for (auto& [name, v] : t->values_) {
-    auto it = ck.tensors.find("param/" + name);
-    if (it == ck.tensors.end()) return invalid_argument("checkpoint '" + path + "' has no tensor for '" + name + "'");
-    if (it->second.dims() != v.dims() || it->second.dtype() != v.dtype())
-      return invalid_argument("checkpoint '" + path + "': '" + name + "' is " + it->second.type().to_string() +
-                              ", the model wants " + v.type().to_string());
-    v = it->second.clone();
-  }
-  std::map<std::string, Tensor> opt, sc;
-  for (const auto& [name, v] : ck.tensors) {
-    if (name.rfind("optim/", 0) == 0) opt[name.substr(6)] = v.clone();
-    if (name.rfind("scaler/", 0) == 0) sc[name.substr(7)] = v.clone();
-  }
-  RETURN_IF_ERROR(t->s_->optimizer->load_state(opt));
-  if (t->s_->scaler) RETURN_IF_ERROR(t->s_->scaler->load_state(sc).with_context("checkpoint '" + path + "'"));
+  RETURN_IF_ERROR(restore_checkpoint_tensors(ck, path, &t->values_, t->s_->optimizer.get(), t->s_->scaler.get(),
+                                             "its configuration asks for it: the checkpoint is damaged"));
   t->step_ = ck.step;
   return t;
 }

@@ -33,6 +33,7 @@
 #include "train/image_folder.h"
 #include "train/memory_plan_train.h"
 #include "train/prefetch.h"
+#include "train/train_step.h"
 #include "train/training_graph.h"
 
 namespace ferry {
@@ -181,17 +182,7 @@ Status Trainer::setup() {
   ImportOptions io;
   io.infer_shapes = false;  // training-mode BatchNormalization is rewritten before shapes are inferred
   ASSIGN_OR_RETURN(source_, load_onnx_model(c_.model, io));
-  TrainGraphOptions o;
-  o.batch_size = c_.batch_size;
-  o.loss = c_.loss;
-  o.label_smoothing = c_.label_smoothing;
-  o.freeze = c_.freeze;
-  o.num_classes = c_.num_classes;
-  o.seed = c_.seed;
-  o.recompute_segments = c_.recompute_segments;
-  o.loss_seed_input = true;
-  ASSIGN_OR_RETURN(o.amp, parse_amp_dtype(c_.amp));
-  o.keep_fp32 = c_.keep_fp32;
+  ASSIGN_OR_RETURN(TrainGraphOptions o, train_graph_options(c_));
   // As SyncBatchNorm, which falls back to plain batch_norm in a process group of one.
   o.sync_bn = c_.sync_bn && c_.dist.distributed();
   ASSIGN_OR_RETURN(tg_, build_train_graph(*source_, o));
@@ -239,20 +230,14 @@ Status Trainer::setup() {
   else return invalid_argument("give --steps N or --epochs N");
   sampler_ = std::make_unique<Sampler>(n, c_.batch_size, c_.shuffle, c_.seed, c_.dist.rank, c_.dist.world_size);
 
-  ExecutorOptions eo;
-  eo.device = c_.device;
-  eo.threads = c_.threads;
-  eo.opt_level = c_.opt_level;
-  eo.batch_split_rows = 0;  // the loss mixes the batch's rows
-  // The arena is bound once, on step 2. A fresh arena stays on 4 KiB pages here: huge pages from
+  // The loss mixes the batch's rows: no batch split (train_executor_options). The arena is bound once, on step 2. A fresh arena stays on 4 KiB pages here: huge pages from
   // memory never touched before cost this VM ~1 s per 1.5 GB (ResNet-50 b8, 2 threads, 5 quiet
   // interleaved rounds of 7 steps: step 2 2044-2396 ms with huge pages, 1334-2077 without). Since
   // runtime/page_blocks the arena is assembled from the recording run's pages (2 MiB blocks where
   // they fit) and this flag applies only when there are none ($FERRY_ARENA_REUSE=0).
   // $FERRY_ARENA_HUGEPAGES=0 turns huge pages off everywhere.
-  eo.arena_huge_pages = false;
   keep_freed_heap_pages();
-  ASSIGN_OR_RETURN(exec_, Executor::create(tg_.model, eo));
+  ASSIGN_OR_RETURN(exec_, Executor::create(tg_.model, train_executor_options(c_)));
   if (tg_options_.amp != DType::kF32) {  // native: nodes the amp_bf16_fold pass folded (src/passes/amp_bf16_fold.cpp)
     int64_t native = 0;
     for (const Node& n : exec_->model().graph.nodes) native += n.attr("amp_bf16") != nullptr;
@@ -327,27 +312,8 @@ Status Trainer::resume() {
     return invalid_argument("checkpoint '" + c_.resume + "' was written by a different run: " + diff +
                             " (resume with the checkpoint's settings, or start a new run without --resume)");
   }
-  for (auto& [name, t] : values_) {
-    auto it = ck.tensors.find("param/" + name);
-    if (it == ck.tensors.end()) return invalid_argument("checkpoint '" + c_.resume + "' has no tensor for '" + name + "'");
-    if (it->second.dims() != t.dims() || it->second.dtype() != t.dtype())
-      return invalid_argument("checkpoint '" + c_.resume + "': '" + name + "' is " + it->second.type().to_string() +
-                              ", the model wants " + t.type().to_string());
-    t = it->second.clone();
-  }
-  std::map<std::string, Tensor> opt;
-  for (const auto& [name, t] : ck.tensors)
-    if (name.rfind("optim/", 0) == 0) opt[name.substr(6)] = t.clone();
-  RETURN_IF_ERROR(optimizer_->load_state(opt));
-  if (scaler_) {
-    std::map<std::string, Tensor> sc;
-    for (const auto& [name, t] : ck.tensors)
-      if (name.rfind("scaler/", 0) == 0) sc[name.substr(7)] = t.clone();
-    if (sc.empty())
-      return invalid_argument("checkpoint '" + c_.resume + "' was written without loss scaling; resume it without "
-                              "--amp/--init-scale/--loss-scale, or start a new run");
-    RETURN_IF_ERROR(scaler_->load_state(sc).with_context("checkpoint '" + c_.resume + "'"));
-  }
+  RETURN_IF_ERROR(restore_checkpoint_tensors(ck, c_.resume, &values_, optimizer_.get(), scaler_.get(),
+                                             "resume it without --amp/--init-scale/--loss-scale, or start a new run"));
   start_step_ = ck.step;
   return Status::ok();
 }
@@ -429,12 +395,7 @@ StatusOr<double> Trainer::micro_step(int64_t k, int64_t m, float seed, std::map<
   *wait_ms += waited;
   if (m + 1 <= total_steps_ * c_.accumulate)
     RETURN_IF_ERROR(prefetch_->request(m + 1, sampler_->indices(m + 1), splitmix64(c_.seed ^ splitmix64(m + 1))));
-  NamedTensors feeds = batch.inputs;
-  feeds.emplace_back(tg_.labels, batch.labels);
-  for (const auto& [name, t] : values_) feeds.emplace_back(name, t);
-  for (size_t i = 0; i < tg_.dropout_seeds.size(); ++i)
-    feeds.emplace_back(tg_.dropout_seeds[i], Tensor::scalar<int64_t>(static_cast<int64_t>(splitmix64(c_.seed ^ splitmix64(m) ^ (i + 1)) >> 1)));
-  feeds.emplace_back(tg_.loss_seed, loss_seed_f64_ ? Tensor::scalar<double>(seed) : Tensor::scalar<float>(seed));
+  const NamedTensors feeds = train_step_feeds(tg_, batch.inputs, batch.labels, values_, c_.seed, m, seed, loss_seed_f64_);
   NamedTensors outs;
   if (ddp_) ddp_->begin_step(/*sync=*/m == k * c_.accumulate, grads);  // DDP's no_sync but on the last micro-batch
   // --sync-bn: the SyncBatchNormTraining kernels reach the other ranks through this thread's collectives.
@@ -478,24 +439,10 @@ Status Trainer::step(int64_t k) {
   const double loss = loss_sum / static_cast<double>(c_.accumulate);
   double comm_wait_ms = 0;
   if (ddp_) RETURN_IF_ERROR(ddp_->finish_step(&grads, &comm_wait_ms).with_context("step " + std::to_string(k)));
-  std::vector<Tensor*> gptr;
-  for (auto& [name, g] : grads) gptr.push_back(&g);
-  // GradScaler: unscale (and look for inf/NaN) before clipping; an overflowing step is skipped.
-  const bool skipped = scaler_ && (scaler_->unscale(gptr) || !std::isfinite(loss));
-  if (c_.clip_grad_norm > 0 && !skipped) {
-    ASSIGN_OR_RETURN(double norm, clip_grad_norm(gptr, c_.clip_grad_norm));
-    (void)norm;
-  }
-  const double lr = lr_at(schedule_, effective_lr(c_.optimizer), k - 1);
-  std::vector<ParamRef> refs;
-  for (const auto& p : tg_.params) {
-    auto it = grads.find(p);
-    refs.push_back(ParamRef{p, &values_.at(p), it == grads.end() ? nullptr : &it->second});
-  }
-  if (scaler_) RETURN_IF_ERROR(scaler_->update(skipped, k));
-  const auto update_t0 = Clock::now();
-  if (!skipped) RETURN_IF_ERROR(optimizer_->step(refs, lr));
-  const double update_ms = ms_since(update_t0);
+  ASSIGN_OR_RETURN(StepUpdate u, apply_step_update(c_, schedule_, tg_, k, loss, &grads, &values_, scaler_.get(), optimizer_.get()));
+  const bool skipped = u.skipped;
+  const double lr = u.lr;
+  const double update_ms = u.update_ms;
   const double ms = ms_since(t0);
   step_ms_sum_ += ms;
   StepReport r;
@@ -528,10 +475,7 @@ Status Trainer::save_checkpoint(int64_t k) {
   if (!rank0()) return Status::ok();
   Checkpoint ck;
   ck.step = k;
-  for (const auto& [name, t] : values_) ck.tensors["param/" + name] = t;
-  for (const auto& [name, t] : optimizer_->state()) ck.tensors["optim/" + name] = t;
-  if (scaler_)
-    for (const auto& [name, t] : scaler_->state()) ck.tensors["scaler/" + name] = t;
+  add_checkpoint_tensors(values_, *optimizer_, scaler_.get(), &ck);
   json meta = {{"fingerprint", config_fingerprint(c_)}, {"step", k}, {"epoch", epoch_of_step(k)},
                {"rows_consumed", k * c_.batch_size * c_.accumulate}, {"world_size", c_.dist.world_size},
                {"rng", "every random draw derives from (seed, step, sample): nothing else to store"}};
@@ -558,31 +502,7 @@ Status Trainer::evaluate(int64_t k, int64_t epoch) {
     RETURN_IF_ERROR(eval_data_->load(idx, 0, &b));
     NamedTensors outs;
     RETURN_IF_ERROR(ex->run(b.inputs, &outs).with_context("evaluation"));
-    const Tensor& y = outs[0].second;
-    if (c_.loss == "cross_entropy") {
-      const int64_t cls = y.dim(1);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t label = b.labels.get_int64(r);
-        double mx = -INFINITY;
-        int64_t arg = 0;
-        for (int64_t j = 0; j < cls; ++j)
-          if (y.get_double(r * cls + j) > mx) mx = y.get_double(r * cls + j), arg = j;
-        double se = 0, smooth = 0;
-        for (int64_t j = 0; j < cls; ++j) se += std::exp(y.get_double(r * cls + j) - mx);
-        const double lse = mx + std::log(se);
-        for (int64_t j = 0; j < cls; ++j) smooth += lse - y.get_double(r * cls + j);
-        const double e = c_.label_smoothing;
-        loss_sum += (1 - e) * (lse - y.get_double(r * cls + label)) + e / static_cast<double>(cls) * smooth;
-        correct += arg == label;
-      }
-    } else {
-      const int64_t per = y.numel() / c_.batch_size;
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < per; ++j) {
-          const double d = y.get_double(r * per + j) - b.labels.get_double(r * per + j);
-          loss_sum += d * d / static_cast<double>(per);
-        }
-    }
+    RETURN_IF_ERROR(add_eval_rows(c_, outs[0].second, b.labels, rows, &loss_sum, &correct).with_context("evaluation"));
   }
   StepReport r;
   r.step = k;
