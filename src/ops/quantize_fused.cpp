@@ -9,7 +9,8 @@
 //   y_scale and y_zero_point both absent (""): y is float32, the dequantization in the epilogue
 //   (DQ(x), DQ(w) -> Conv with no Q after: the plain structure of bench/int8_baseline.py); no z or mid then.
 // Attributes: Conv's, conv_relu (Relu on the convolution's result), conv_min / conv_max (a Clip's bounds
-//   on the convolution's result, in real units), relu (Relu after the residual),
+//   on the convolution's result, in real units), activation ("Silu" or "Sigmoid" on a float output, as
+//   FusedConv's: ops/fused_activation.h), relu (Relu after the residual),
 //   channels_last (x, z and y are N x H x W x C; set by the nhwc_layout pass; w stays M x C/group x kH x kW).
 // Semantics (the reference kernel below, f32 arithmetic in this order):
 //   acc  = ConvInteger(x - x_zp, w - w_zp) + B                    exact int32 (B int32)
@@ -18,6 +19,7 @@
 //   v    = (float(acc) * (x_scale * w_scale[m]) + B[m]) / s1      (B float: the plain structure's bias, in real units)
 //   v    = max(v, 0)                                              if conv_relu
 //   v    = min(max(v, conv_min / s1), conv_max / s1)              if conv_min / conv_max (a Clip; either may be absent)
+//   v    = activation(v)                                          Silu or Sigmoid (float y only; in double, as FusedConv's)
 //   y    = v                                                      if y_scale and y_zero_point are absent: float y
 //   v    = clamp(round_half_even(v), lo - mid_zp, hi - mid_zp) * (s1 / y_scale)   if mid (Q then DQ)
 //   v    = fma(z_scale / y_scale, float(z - z_zp), v)             if z (one rounding: see below)
@@ -34,6 +36,7 @@
 #include <vector>
 
 #include "ops/data_movement.h"
+#include "ops/fused_activation.h"
 #include "ops/op_util.h"
 #include "ops/quantize_util.h"
 
@@ -77,6 +80,10 @@ Status infer_qconv_fused(InferContext& ctx) {
   if (!float_y) RETURN_IF_ERROR(check_8bit(ctx, yt, "y_zero_point"));
   if (float_y && (ctx.has_input(kZ) || ctx.has_input(kMidScale)))
     return ctx.error("a float output (no y_scale / y_zero_point) takes no residual 'z' and no 'mid_scale'");
+  if (const std::string a = ctx.get_string("activation", ""); !a.empty()) {
+    if (a != "Silu" && a != "Sigmoid") return ctx.error("activation '" + a + "' is not known here; expected Silu or Sigmoid");
+    if (!float_y) return ctx.error("activation '" + a + "' needs a float output (no y_scale / y_zero_point)");
+  }
   for (int64_t i : {kXScale, kWScale, kYScale, kZScale, kMidScale})
     if (ctx.has_input(i)) RETURN_IF_ERROR(check_float_scale(ctx, ctx.input_type(i).dtype, "scale input " + std::to_string(i)));
   if (ctx.has_input(kB) && ctx.input_type(kB).dtype != DType::kUndefined && ctx.input_type(kB).dtype != DType::kI32 &&
@@ -176,6 +183,10 @@ Status k_qconv_fused(KernelContext& ctx) {
   }
   const bool conv_relu = ctx.get_int("conv_relu", 0) != 0, relu = ctx.get_int("relu", 0) != 0;
   const float cmin = ctx.get_float("conv_min", -INFINITY) / s1, cmax = ctx.get_float("conv_max", INFINITY) / s1;
+  ASSIGN_OR_RETURN(const FusedActivation act, parse_fused_activation(ctx.get_string("activation", ""), {}));
+  if (act.kind != ActKind::kNone && act.kind != ActKind::kSilu && act.kind != ActKind::kSigmoid)
+    return ctx.error("activation '" + ctx.get_string("activation", "") + "' is not known here; expected Silu or Sigmoid");
+  if (act.kind != ActKind::kNone && !float_y) return ctx.error("an activation needs a float output (no y_scale)");
   vector<float> mul(static_cast<size_t>(M)), real(static_cast<size_t>(M));
   for (int64_t m = 0; m < M; ++m) {
     real[m] = xs * ws[ws.size() == 1 ? 0 : m];
@@ -194,7 +205,7 @@ Status k_qconv_fused(KernelContext& ctx) {
     if (conv_relu) v = std::max(v, 0.0f);
     v = std::min(std::max(v, cmin), cmax);
     if (float_y) {
-      q[i] = v;
+      q[i] = act.kind == ActKind::kNone ? v : static_cast<float>(apply_fused_activation(act, v));
       continue;
     }
     if (has_mid) v = std::min(std::max(std::nearbyint(v), mlo - mz), mhi - mz) * mid_to_y;
@@ -387,6 +398,7 @@ void register_quantize_fused_ops(OpRegistry& r) {
                  .attrs = {{"auto_pad", AttrType::kString}, {"dilations", AttrType::kInts}, {"group", AttrType::kInt},
                            {"kernel_shape", AttrType::kInts}, {"pads", AttrType::kInts}, {"strides", AttrType::kInts},
                            {"conv_relu", AttrType::kInt}, {"conv_min", AttrType::kFloat}, {"conv_max", AttrType::kFloat},
+                           {"activation", AttrType::kString},
                            {"relu", AttrType::kInt},
                            {"channels_last", AttrType::kInt}},
                  .types = {DType::kU8, DType::kI8}, .infer = infer_qconv_fused, .kernel = k_qconv_fused});

@@ -7,7 +7,8 @@
 //                                             -> com.ferry.QConvFused (src/ops/quantize_fused.cpp)
 //   the same with a float bias constant [M] (the plain structure's), a Clip with constant bounds in
 //   the Relu's place, and with no Q at the end: a float output (the dequantization in the int8
-//   kernel's epilogue; the chain ends where no Q follows: after the Conv, or its Relu / Clip)
+//   kernel's epilogue; the chain ends where no Q follows: after the Conv, or its Relu / Clip, or its
+//   SiLU (x * Sigmoid(x)) or Sigmoid, which make the output float)
 //   DQ(a), DQ(W s8 [K, N] or Gemm's [N, K], per column) -> MatMul [-> Add(DQ(B int32))] | Gemm(DQ(C int32))
 //   [-> Relu] -> Q                            -> com.ferry.QMatMulFused (W kept as [K, N])
 //   the same with a float bias constant [N] (Add or Gemm's C), and with no Q: a float output
@@ -110,6 +111,31 @@ bool constant_clip(const PatternContext& pc, const Node& n, float* lo, float* hi
   return !(*lo > *hi) && !std::isnan(*lo) && !std::isnan(*hi);
 }
 
+// v -> Sigmoid -> Mul(v, Sigmoid(v)) (SiLU, EfficientNet's), or v's only reader a Sigmoid (a
+// squeeze-excitation gate): the nodes (gate first) and the activation's name; false when neither.
+bool match_sigmoid_act(const PatternContext& pc, const std::string& v, std::vector<long>* nodes, std::string* name) {
+  if (pc.uses.pinned.count(v)) return false;
+  const long s = pc.sole_reader(v);
+  if (s >= 0 && is_onnx(pc.g.nodes[s], "Sigmoid")) {
+    *nodes = {s};
+    *name = "Sigmoid";
+    return true;
+  }
+  if (pc.uses.num_readers(v) != 2) return false;
+  long gate = -1, mul = -1;
+  for (size_t r : pc.uses.readers.at(v)) {
+    if (pc.dead[r]) return false;
+    if (is_onnx(pc.g.nodes[r], "Sigmoid")) gate = static_cast<long>(r);
+    else if (is_onnx(pc.g.nodes[r], "Mul")) mul = static_cast<long>(r);
+  }
+  if (gate < 0 || mul < 0 || pc.sole_reader(pc.g.nodes[gate].outputs[0]) != mul ||
+      other_input(pc.g.nodes[mul], v) != pc.g.nodes[gate].outputs[0])
+    return false;
+  *nodes = {gate, mul};
+  *name = "Silu";
+  return true;
+}
+
 // Adds DQ node `d` to `covered` when the fused node is its only reader.
 void cover_if_sole(const PatternContext& pc, long d, long reader, std::vector<long>* covered) {
   if (d >= 0 && pc.sole_reader(pc.g.nodes[d].outputs[0]) == reader) covered->push_back(d);
@@ -179,6 +205,14 @@ bool fuse_qconv(PatternContext& pc, long c) {
     covered.push_back(r);
     out = g.nodes[r].outputs[0];
     r = pc.sole_reader(out);
+  }
+  // SiLU / Sigmoid on the convolution's result: float outputs only (the activation in the epilogue).
+  std::string act;
+  std::vector<long> act_nodes;
+  if (!conv_relu && !clip && match_sigmoid_act(pc, out, &act_nodes, &act)) {
+    covered.insert(covered.end(), act_nodes.begin(), act_nodes.end());
+    out = g.nodes[act_nodes.back()].outputs[0];
+    r = -1;  // no Q or residual after it
   }
   const size_t conv_covered = covered.size();  // a float output ends here
   const std::string float_out = out;
@@ -256,6 +290,7 @@ bool fuse_qconv(PatternContext& pc, long c) {
   if (conv_relu) set_attr(&fused, "conv_relu", int64_t{1});
   if (clip && clip_lo > -INFINITY) set_attr(&fused, "conv_min", clip_lo);
   if (clip && clip_hi < INFINITY) set_attr(&fused, "conv_max", clip_hi);
+  if (!act.empty()) set_attr(&fused, "activation", act);
   if (relu) set_attr(&fused, "relu", int64_t{1});
   const std::string xzp = zp_name(&g, xp), yzp = float_y ? "" : zp_name(&g, yp);
   fused.inputs = {g.nodes[dx].inputs[0], xp.scale, xzp, wn.inputs[0], wn.inputs[1], wzp,

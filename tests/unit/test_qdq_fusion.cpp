@@ -327,7 +327,7 @@ TEST(QdqFusion, ConvolutionOnEitherOneDnnKernel) {
 // from a Constant node as the PyTorch exporter writes ReLU6's.
 struct PlainCase {
   int64_t c = 8, m = 16, hw = 9, k = 3, stride = 1, group = 1;
-  int act = 1;  // 0 none, 1 Relu, 2 Clip(0, hi)
+  int act = 1;  // 0 none, 1 Relu, 2 Clip(0, hi), 3 SiLU (x * Sigmoid(x)), 4 Sigmoid
   bool quantized_out = false, pow2 = true, nhwc = false, bias = true;
   uint8_t x_zp = 0;
   uint32_t seed = 31;
@@ -367,6 +367,8 @@ std::shared_ptr<Model> plain_conv_model(const PlainCase& pc) {
     hi.t = Tensor::scalar<float>(scale(sc, -2, 1.19f));  // inside the outputs' range: both bounds bite
     y = b.node("Clip", {y, b.node("Constant", {}, {{"value", lo}}), b.node("Constant", {}, {{"value", hi}})});
   }
+  if (pc.act == 3) y = b.node("Mul", {y, b.node("Sigmoid", {y})});
+  if (pc.act == 4) y = b.node("Sigmoid", {y});
   if (pc.quantized_out) y = b.node("QuantizeLinear", {y, b.scalar(scale(sc, 1, 1.21f)), b.constant(u8_scalar(0))});
   b.output(y);
   return b.build();
@@ -423,9 +425,11 @@ void check_plain_case(const PlainCase& pc) {
   // Power-of-two scales and a bias of whole accumulator steps: every f32 step is exact, so the three agree
   // bit for bit (the integer math alone counts). Otherwise f32 rounding in another order: a few ulp of the
   // largest output (the float convolution sums in f32, the int8 kernel in int32 then scales once).
-  const double tol = pc.pow2 ? 0 : 2e-6;
+  // SiLU / Sigmoid: the reference in double, rounded once (the QDQ graph rounds Sigmoid, then the Mul);
+  // oneDNN's exp is a polynomial a few ulp off.
+  const double tol = pc.act >= 3 ? 1e-6 : pc.pow2 ? 0 : 2e-6;
   EXPECT_LE(rel_diff(fused_ref, unfused_ref), tol) << "fused reference vs QDQ graph";
-  EXPECT_LE(rel_diff(fused_cpu, fused_ref), tol) << "oneDNN int8 vs fused reference";
+  EXPECT_LE(rel_diff(fused_cpu, fused_ref), pc.act >= 3 ? 1e-5 : tol) << "oneDNN int8 vs fused reference";
   // Not trivially clipped: the comparison means something.
   int64_t interior = 0;
   QdqCase sc;
@@ -433,7 +437,7 @@ void check_plain_case(const PlainCase& pc) {
   const float hi = pc.act == 2 ? scale(sc, -2, 1.19f) : INFINITY;
   for (int64_t i = 0; i < fused_ref.numel(); ++i) {
     const float v = fused_ref.data<float>()[i];
-    interior += v != 0.f && v < hi;
+    interior += v != 0.f && v < hi && (pc.act != 4 || (v > 0.01f && v < 0.99f));  // a Sigmoid not saturated
   }
   EXPECT_GT(interior, fused_ref.numel() / 4);
 }
@@ -479,6 +483,27 @@ TEST(QdqFusion, FloatOutputConvolutionDequantizesInEpilogue) {
   check_plain_case(pc);
 }
 
+// EfficientNet's SiLU (x * Sigmoid(x)) and squeeze-excitation gate (Sigmoid) on the float output: oneDNN's
+// swish / logistic post-ops.
+TEST(QdqFusion, FloatOutputSiluAndSigmoidInEpilogue) {
+  PlainCase pc;
+  pc.act = 3;
+  pc.nhwc = true;
+  pc.x_zp = 128;
+  check_plain_case(pc);
+  pc.pow2 = false;
+  pc.c = pc.m = pc.group = 16;  // depthwise
+  check_plain_case(pc);
+  pc = PlainCase{};
+  pc.act = 4;
+  pc.k = 1;
+  pc.hw = 1;  // the gate: a 1x1 on the pooled vector
+  pc.c = 32;
+  pc.m = 64;
+  pc.pow2 = false;
+  check_plain_case(pc);
+}
+
 TEST(QdqFusion, FloatBiasAndClipWithQuantizedOutput) {
   PlainCase pc;
   pc.quantized_out = true;
@@ -494,20 +519,21 @@ TEST(QdqFusion, FloatBiasAndClipWithQuantizedOutput) {
   check_plain_case(pc);
 }
 
-// A float Conv output read by two nodes: the fused node ends at the Conv and both read its float output.
+// A float Conv output read by two nodes (Tanh and Add, not a SiLU): the fused node ends at the Conv and both
+// read its float output.
 TEST(QdqFusion, FloatOutputWithSeveralReaders) {
   PlainCase pc;
   pc.act = 0;
   auto model = plain_conv_model(pc);
   const std::string y = model->graph.outputs[0].name;
   Node sig;
-  sig.op_type = "Sigmoid";
+  sig.op_type = "Tanh";
   sig.name = "sig";
   sig.inputs = {y};
   sig.outputs = {"sig_out"};
   model->graph.nodes.push_back(sig);
   Node mul;
-  mul.op_type = "Mul";
+  mul.op_type = "Add";
   mul.name = "mul";
   mul.inputs = {y, "sig_out"};
   mul.outputs = {"silu"};
@@ -518,10 +544,10 @@ TEST(QdqFusion, FloatOutputWithSeveralReaders) {
   auto fused = run_pass(*model, "qdq_fusion", &changes);
   EXPECT_EQ(changes, 1);
   EXPECT_EQ(count_ops(*fused, "QConvFused"), 1);
-  EXPECT_EQ(count_ops(*fused, "Sigmoid"), 1);
-  EXPECT_EQ(count_ops(*fused, "Mul"), 1);
+  EXPECT_EQ(count_ops(*fused, "Tanh"), 1);
+  EXPECT_EQ(count_ops(*fused, "Add"), 1);
   const NamedTensors feeds = u8_feeds(*model, 3);
-  EXPECT_LE(rel_diff(run_model(fused, feeds, "cpu")[0].second, run_model(model, feeds, "cpu-ref")[0].second), 1e-6);  // (Sigmoid: vector exp on cpu)
+  EXPECT_LE(rel_diff(run_model(fused, feeds, "cpu")[0].second, run_model(model, feeds, "cpu-ref")[0].second), 1e-6);  // (Tanh: a vector tanh on cpu)
 }
 
 // DQ(a), DQ(W) -> MatMul -> Add(float bias) [-> Relu] with no Q, and Gemm(DQ, DQ, float C): QMatMulFused with

@@ -8,7 +8,8 @@
 // A float output (no y_scale: DQ -> Conv with no Q after) is an f32 destination with output scales
 // x_scale * w_scale[m]; a float bias (real units) goes in as B[m] / (x_scale * w_scale[m]), which oneDNN
 // adds to the accumulator before the scale (one f32 rounding more than the reference's order); a Clip
-// on the convolution's result (conv_min / conv_max) is an eltwise clip in output units.
+// on the convolution's result (conv_min / conv_max) is an eltwise clip in output units, a SiLU / Sigmoid
+// on a float output (activation) oneDNN's eltwise swish / logistic (its exp: a few ulp off the reference's).
 // then (where the destination zero point is not 0) eltwise round, the zero point and saturation, so
 // the rounding comes before the zero point as in the op (round(v + zp) in f32 is not round(v) + zp). The source zero point is a
 // runtime zero point (oneDNN handles the padded border itself). The integer accumulation is exact; the
@@ -210,6 +211,8 @@ class DnnlQConvKernel : public Kernel {
     clip_lo_ = clip_attrs.get_float("conv_min", -INFINITY) / s1;
     clip_hi_ = clip_attrs.get_float("conv_max", INFINITY) / s1;
     clip_ = clip_lo_ > -INFINITY || clip_hi_ < INFINITY;
+    act_ = clip_attrs.get_string("activation", "");
+    if (!act_.empty() && (!float_y_ || (act_ != "Silu" && act_ != "Sigmoid"))) return false;
     src_zp_ = static_cast<int32_t>(xz_) + (flip_ ? 128 : 0);  // an s8 source made u8 (int8_pairs_saturate)
     dst_zp_ = static_cast<int32_t>(yz_);
     NodeAttrs attrs(node_);
@@ -402,6 +405,8 @@ class DnnlQConvKernel : public Kernel {
       if (conv_relu_ && !mid_clip_relus && (has_mid_ || has_z_ || relu_ || !saturation_relus))
         ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
       if (clip_) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, clip_lo_, clip_hi_);
+      if (act_ == "Silu") ops.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f);  // x * sigmoid(1 * x)
+      if (act_ == "Sigmoid") ops.append_eltwise(1.f, dnnl::algorithm::eltwise_logistic, 0.f, 0.f);
       if (has_mid_) {
         ops.append_eltwise(1.f, dnnl::algorithm::eltwise_round, 0.f, 0.f);
         ops.append_eltwise(mid_to_y_, dnnl::algorithm::eltwise_clip, mlo_ - mz_, mhi_ - mz_);
@@ -626,6 +631,7 @@ class DnnlQConvKernel : public Kernel {
   Tensor w_, b_;
   std::vector<double> fbias_;  // a float bias in accumulator units (B / (x_scale * w_scale[m]))
   bool float_y_ = false, clip_ = false;
+  std::string act_;  // "Silu" / "Sigmoid" on a float output: oneDNN's swish / logistic post-op
   float clip_lo_ = 0, clip_hi_ = 0;  // conv_min / conv_max in output units
   std::vector<float> scales_;
   float xz_ = 0, yz_ = 0, mz_ = 0, mlo_ = 0, mhi_ = 0, zz_ = 0, mid_to_y_ = 1, z_to_y_ = 0;
