@@ -5,7 +5,7 @@ threads (docs/serving.md). Starts a server on a free 127.0.0.1 port, runs `ferry
   bench/serve_overhead.py FERRY [--model demo/digits_cnn.onnx] [--threads 1] [--seconds 2]
       [--concurrency 8 --batch-model M.onnx --batch 8]
 
-Prints: in-process p50 (ferry bench, batch 1), served p50 over HTTP with binary and JSON tensors
+Prints: in-process p50 (ferry bench, batch 1), served p50 over HTTP (binary and JSON tensors) and gRPC
 at concurrency 1, and their differences; with --batch-model, served throughput at --concurrency
 with dynamic batching against `ferry bench --batch N` throughput, and the average batch.
 """
@@ -39,16 +39,19 @@ def bench(model, batch):
 
 def serve(repo, fn):
     p = subprocess.Popen([a.ferry, "serve", "--model-repository", repo, "--http-address", "127.0.0.1", "--http-port", "0",
-                          "--metrics-port", "0", "--threads", str(a.threads)], stderr=subprocess.PIPE, text=True)
-    port = None
+                          "--grpc-port", "0", "--metrics-port", "0", "--threads", str(a.threads)], stderr=subprocess.PIPE, text=True)
+    port = grpc_port = None
     for line in p.stderr:
+        m = re.search(r"gRPC on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            grpc_port = int(m.group(1))
         m = re.search(r"HTTP on 127\.0\.0\.1:(\d+)", line)
         if m:
             port = int(m.group(1))
             break
     threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
     try:
-        return fn("127.0.0.1:%d" % port)
+        return fn("127.0.0.1:%d" % port, "127.0.0.1:%d" % grpc_port)
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(60)
@@ -80,15 +83,18 @@ try:
     rows = []
     for rnd in range(2):
         b = bench(a.model, 1)
-        res = serve(repo, lambda url: (perf(url, "m", 1), perf(url, "m", 1, "--json-data")))
+        res = serve(repo, lambda url, gurl: (perf(url, "m", 1), perf(url, "m", 1, "--json-data"),
+                                             perf(gurl, "m", 1, "--protocol", "grpc")))
         inproc = b["latency_ms"]["p50"] * 1000
-        rows.append((inproc, res[0]["p50_us"], res[1]["p50_us"]))
-        print("round %d: in-process p50 %.0f us | HTTP binary p50 %.0f us (+%.0f) | HTTP JSON p50 %.0f us (+%.0f)"
-              % (rnd + 1, inproc, res[0]["p50_us"], res[0]["p50_us"] - inproc, res[1]["p50_us"], res[1]["p50_us"] - inproc))
+        rows.append((inproc, res[0]["p50_us"], res[1]["p50_us"], res[2]["p50_us"]))
+        print("round %d: in-process p50 %.0f us | HTTP binary p50 %.0f us (+%.0f) | HTTP JSON p50 %.0f us (+%.0f) | "
+              "gRPC p50 %.0f us (+%.0f)"
+              % (rnd + 1, inproc, res[0]["p50_us"], res[0]["p50_us"] - inproc, res[1]["p50_us"], res[1]["p50_us"] - inproc,
+                 res[2]["p50_us"], res[2]["p50_us"] - inproc))
     if a.batch_model:
         for rnd in range(2):
             b = bench(a.batch_model, a.batch)
-            res = serve(repo, lambda url: perf(url, "b", a.concurrency))
+            res = serve(repo, lambda url, gurl: perf(url, "b", a.concurrency))
             print("round %d: ferry bench --batch %d %.1f samples/s | served, concurrency %d, dynamic batching %.1f infer/s "
                   "(%.2fx), average batch %.2f, server queue %.0f us, compute %.0f us"
                   % (rnd + 1, a.batch, b["samples_per_s"], a.concurrency, res["throughput"], res["throughput"] / b["samples_per_s"],

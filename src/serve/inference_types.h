@@ -85,6 +85,11 @@ struct ModelStats {
   int64_t max_batch = 0;
 };
 
+/// One model's statistics summed over its versions (the fields `ferry perf` reports).
+struct StatsTotals {
+  uint64_t success = 0, queue_ns = 0, queue_count = 0, infer_ns = 0, inferences = 0, executions = 0;
+};
+
 /// One row of the repository index.
 struct IndexEntry {
   std::string name;

@@ -144,8 +144,60 @@ const Value* member(const Value& obj, const char* key) {
 
 }  // namespace
 
-StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t header_length, const ModelSignature& sig) {
+std::vector<int64_t> protocol_dims(const TensorSpec& spec, int32_t max_batch) { return full_dims(spec, max_batch); }
+
+StatusOr<const TensorSpec*> check_input(const ModelSignature& sig, const std::string& input_name, std::string_view dt_name,
+                                        const std::vector<int64_t>& dims, const TensorList& given, int64_t* batch,
+                                        std::string* batch_from) {
   const std::string model = "model '" + sig.name + "'";
+  const std::string what = "input '" + input_name + "'";
+  const TensorSpec* spec = find_spec(sig.inputs, input_name);
+  if (!spec)
+    return invalid_argument("unexpected inference input '" + input_name + "' for " + model + "; its inputs are: " + names_of(sig.inputs));
+  for (const auto& [n, t] : given)
+    if (n == input_name) return invalid_argument(what + " is given twice");
+  DType dt;
+  if (!dtype_from_kserve(dt_name, &dt)) return invalid_argument(what + ": unknown datatype '" + std::string(dt_name) + "'");
+  if (dt != spec->dtype)
+    return invalid_argument(what + ": datatype " + std::string(dt_name) + " but " + model + " expects " + kserve_dtype_name(spec->dtype));
+  const std::vector<int64_t> want = full_dims(*spec, sig.max_batch);
+  bool shape_ok = dims.size() == want.size();
+  for (size_t k = 0; shape_ok && k < dims.size(); ++k)
+    if (want[k] >= 0 && dims[k] != want[k]) shape_ok = false;
+  if (!shape_ok)
+    return invalid_argument("unexpected shape for " + what + " of " + model + ": expected " + dims_text(want) + ", got " +
+                            dims_text(dims) + (sig.max_batch > 0 ? " (the first dim is the batch, 1.." + std::to_string(sig.max_batch) + ")" : ""));
+  if (sig.max_batch > 0) {
+    if (dims[0] < 1 || dims[0] > sig.max_batch)
+      return invalid_argument(what + ": batch size " + std::to_string(dims[0]) + " is outside 1.." + std::to_string(sig.max_batch) +
+                              " (max_batch_size of " + model + ")");
+    if (*batch >= 0 && dims[0] != *batch)
+      return invalid_argument(what + " has batch size " + std::to_string(dims[0]) + " but input '" + *batch_from + "' has " +
+                              std::to_string(*batch) + "; every input has the same batch size");
+    *batch = dims[0];
+    *batch_from = input_name;
+  }
+  return spec;
+}
+
+Status check_inputs_complete(const ModelSignature& sig, const TensorList& inputs) {
+  for (const TensorSpec& s : sig.inputs) {
+    bool given = false;
+    for (const auto& [n, t] : inputs) given = given || n == s.name;
+    if (!given)
+      return invalid_argument("input '" + s.name + "' is missing: model '" + sig.name + "' expects " + std::to_string(sig.inputs.size()) +
+                              " inputs (" + names_of(sig.inputs) + "), the request gives " + std::to_string(inputs.size()));
+  }
+  return Status::ok();
+}
+
+Status check_output_name(const ModelSignature& sig, const std::string& name) {
+  if (!find_spec(sig.outputs, name))
+    return invalid_argument("unexpected inference output '" + name + "' for model '" + sig.name + "'; its outputs are: " + names_of(sig.outputs));
+  return Status::ok();
+}
+
+StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t header_length, const ModelSignature& sig) {
   if (header_length > static_cast<int64_t>(body.size()))
     return invalid_argument("Inference-Header-Content-Length is " + std::to_string(header_length) + " but the body has only " +
                             std::to_string(body.size()) + " bytes");
@@ -185,18 +237,9 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
     if (!name || !name->IsString()) return invalid_argument("an input has no 'name' string");
     const std::string input_name(name->GetString(), name->GetStringLength());
     const std::string what = "input '" + input_name + "'";
-    const TensorSpec* spec = find_spec(sig.inputs, input_name);
-    if (!spec)
-      return invalid_argument("unexpected inference input '" + input_name + "' for " + model + "; its inputs are: " + names_of(sig.inputs));
-    for (const auto& [n, t] : out.request.inputs)
-      if (n == input_name) return invalid_argument(what + " is given twice");
     const Value* datatype = member(in, "datatype");
     if (!datatype || !datatype->IsString()) return invalid_argument(what + " has no 'datatype' string");
-    DType dt;
     const std::string dt_name(datatype->GetString(), datatype->GetStringLength());
-    if (!dtype_from_kserve(dt_name, &dt)) return invalid_argument(what + ": unknown datatype '" + dt_name + "'");
-    if (dt != spec->dtype)
-      return invalid_argument(what + ": datatype " + dt_name + " but " + model + " expects " + kserve_dtype_name(spec->dtype));
     const Value* shape = member(in, "shape");
     if (!shape || !shape->IsArray()) return invalid_argument(what + " has no 'shape' array");
     std::vector<int64_t> dims;
@@ -205,23 +248,8 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
       if (dims.size() >= static_cast<size_t>(kMaxRank)) return invalid_argument(what + ": shape has more than 64 dims");
       dims.push_back(d.GetInt64());
     }
-    const std::vector<int64_t> want = full_dims(*spec, sig.max_batch);
-    bool shape_ok = dims.size() == want.size();
-    for (size_t k = 0; shape_ok && k < dims.size(); ++k)
-      if (want[k] >= 0 && dims[k] != want[k]) shape_ok = false;
-    if (!shape_ok)
-      return invalid_argument("unexpected shape for " + what + " of " + model + ": expected " + dims_text(want) + ", got " +
-                              dims_text(dims) + (sig.max_batch > 0 ? " (the first dim is the batch, 1.." + std::to_string(sig.max_batch) + ")" : ""));
-    if (sig.max_batch > 0) {
-      if (dims[0] < 1 || dims[0] > sig.max_batch)
-        return invalid_argument(what + ": batch size " + std::to_string(dims[0]) + " is outside 1.." + std::to_string(sig.max_batch) +
-                                " (max_batch_size of " + model + ")");
-      if (batch >= 0 && dims[0] != batch)
-        return invalid_argument(what + " has batch size " + std::to_string(dims[0]) + " but input '" + batch_from + "' has " +
-                                std::to_string(batch) + "; every input has the same batch size");
-      batch = dims[0];
-      batch_from = input_name;
-    }
+    ASSIGN_OR_RETURN(const TensorSpec* spec, check_input(sig, input_name, dt_name, dims, out.request.inputs, &batch, &batch_from));
+    const DType dt = spec->dtype;
     ASSIGN_OR_RETURN(int64_t count, checked_element_count(dims, what));
     const int64_t nbytes = count * dtype_size(dt);
     const Value* params = member(in, "parameters");
@@ -261,13 +289,7 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
   if (binary_offset != binary.size())
     return invalid_argument("the body has " + std::to_string(binary.size()) + " bytes of binary data after the JSON header but the inputs' "
                             "binary_data_size add up to " + std::to_string(binary_offset));
-  for (const TensorSpec& s : sig.inputs) {
-    bool given = false;
-    for (const auto& [n, t] : out.request.inputs) given = given || n == s.name;
-    if (!given)
-      return invalid_argument("input '" + s.name + "' is missing: " + model + " expects " + std::to_string(sig.inputs.size()) +
-                              " inputs (" + names_of(sig.inputs) + "), the request gives " + std::to_string(out.request.inputs.size()));
-  }
+  RETURN_IF_ERROR(check_inputs_complete(sig, out.request.inputs));
   out.request.batch = batch > 0 ? batch : 1;
   if (const Value* outputs = member(doc, "outputs")) {
     if (!outputs->IsArray()) return invalid_argument("request 'outputs' is not an array");
@@ -276,8 +298,7 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
       if (!name || !name->IsString()) return invalid_argument("a requested output has no 'name' string");
       RequestedOutput r;
       r.name.assign(name->GetString(), name->GetStringLength());
-      if (!find_spec(sig.outputs, r.name))
-        return invalid_argument("unexpected inference output '" + r.name + "' for " + model + "; its outputs are: " + names_of(sig.outputs));
+      RETURN_IF_ERROR(check_output_name(sig, r.name));
       r.binary = binary_default;
       if (const Value* params = member(o, "parameters")) {
         if (!params->IsObject()) return invalid_argument("output '" + r.name + "': 'parameters' is not an object");

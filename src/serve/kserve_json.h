@@ -32,6 +32,20 @@ struct DecodedInfer {
 /// kInvalidArgument naming the input and saying expected vs given.
 StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t header_length, const ModelSignature& sig);
 
+/// The checks the JSON and gRPC decoders share (same messages). One input's name, KServe datatype
+/// and shape (batch axis included) against the model; returns its spec. `given`: the inputs
+/// decoded so far (a repeated name fails); `batch` / `batch_from` carry the first input's batch
+/// size across the calls (start with -1 and "").
+StatusOr<const TensorSpec*> check_input(const ModelSignature& sig, const std::string& name, std::string_view datatype,
+                                        const std::vector<int64_t>& dims, const TensorList& given, int64_t* batch,
+                                        std::string* batch_from);
+/// Every input of the model is in `inputs`.
+Status check_inputs_complete(const ModelSignature& sig, const TensorList& inputs);
+/// `name` is an output of the model.
+Status check_output_name(const ModelSignature& sig, const std::string& name);
+/// A tensor's shape as the protocol shows it: the batch axis (-1) first when the model batches.
+std::vector<int64_t> protocol_dims(const TensorSpec& spec, int32_t max_batch);
+
 struct EncodedResponse {
   std::string body;
   /// Bytes of JSON at the front of `body` (the Inference-Header-Content-Length) when binary

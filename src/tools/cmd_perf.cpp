@@ -1,5 +1,5 @@
-// `ferry perf URL -m MODEL --concurrency-range 1:16:2`: the load generator for `ferry serve` (and
-// any KServe v2 HTTP server), shaped like Triton's perf_analyzer. Per concurrency level: a warm-up
+// `ferry perf URL -m MODEL --concurrency-range 1:16:2 [--protocol http|grpc]`: the load generator
+// for `ferry serve` (and any KServe v2 HTTP or gRPC server), shaped like Triton's perf_analyzer. Per concurrency level: a warm-up
 // window, then measurement windows until three in a row agree (throughput within
 // --stability-percentage), throughput and client p50/p90/p99, and the server's own queue /
 // compute split and average batch from the statistics endpoint; CSV and JSON reports.
@@ -9,13 +9,18 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
 #include "io/npy.h"
+#ifdef FERRY_HAVE_GRPC
+#include "serve/grpc_client.h"
+#endif
 #include "serve/http_client.h"
+#include "serve/inference_types.h"
 #include "serve/model_config.h"
 #include "tools/cli_common.h"
 #include "tools/command_registry.h"
@@ -27,7 +32,7 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 struct PerfOptions {
-  std::string url = "localhost:8000";
+  std::string url;  // "": localhost:8000 (http) or localhost:8001 (grpc)
   std::string model;
   std::string version;
   std::string concurrency_range = "1";
@@ -63,6 +68,8 @@ double percentile(std::vector<double>& v, double p) {
 struct Body {
   std::string bytes;
   int64_t header_length = -1;
+  /// The same inputs as tensors (gRPC sends them as raw_input_contents).
+  serve::TensorList tensors;
 };
 
 StatusOr<Body> make_body(const json& meta, int32_t max_batch, const PerfOptions& opt) {
@@ -134,14 +141,92 @@ StatusOr<Body> make_body(const json& meta, int32_t max_batch, const PerfOptions&
     b.header_length = static_cast<int64_t>(b.bytes.size());
     b.bytes += binary;
   }
+  b.tensors = std::move(tensors);
   return b;
 }
 
-struct ServerStats {
-  uint64_t success = 0, queue_ns = 0, queue_count = 0, infer_ns = 0, inferences = 0, executions = 0;
+using ServerStats = serve::StatsTotals;
+
+// One connection to the server, over the protocol asked for: one per concurrent stream.
+class Client {
+ public:
+  static StatusOr<std::unique_ptr<Client>> connect(const PerfOptions& opt) {
+    auto c = std::make_unique<Client>();
+    c->opt_ = &opt;
+    c->path_ = "/v2/models/" + opt.model + (opt.version.empty() ? "" : "/versions/" + opt.version);
+#ifdef FERRY_HAVE_GRPC
+    if (opt.protocol == "grpc") {
+      ASSIGN_OR_RETURN(c->grpc_, serve::GrpcClient::connect(opt.url));
+      return c;
+    }
+#endif
+    ASSIGN_OR_RETURN(c->http_, serve::HttpClient::connect(opt.url));
+    return c;
+  }
+  /// The model's metadata as KServe JSON.
+  StatusOr<std::string> metadata() {
+#ifdef FERRY_HAVE_GRPC
+    if (grpc_) return grpc_->model_metadata_json(opt_->model, opt_->version);
+#endif
+    ASSIGN_OR_RETURN(serve::HttpResponse r, http_->request("GET", path_, ""));
+    if (r.status != 200) return invalid_argument("GET " + path_ + ": HTTP " + std::to_string(r.status) + " " + r.body);
+    return r.body;
+  }
+  /// max_batch_size from the model's config (0 when it cannot be read).
+  int32_t max_batch_size() {
+#ifdef FERRY_HAVE_GRPC
+    if (grpc_) {
+      auto m = grpc_->max_batch_size(opt_->model, opt_->version);
+      return m.is_ok() ? m.value() : 0;
+    }
+#endif
+    auto cfg = http_->request("GET", path_ + "/config", "");
+    if (cfg.is_ok() && cfg.value().status == 200) {
+      const json c = json::parse(cfg.value().body, nullptr, false);
+      if (!c.is_discarded() && c.contains("max_batch_size")) return c["max_batch_size"].get<int32_t>();
+    }
+    return 0;
+  }
+  void set_body(const Body& body) {
+    body_ = &body;
+    headers_.clear();
+    if (body.header_length >= 0) headers_.emplace_back("Inference-Header-Content-Length", std::to_string(body.header_length));
+#ifdef FERRY_HAVE_GRPC
+    if (grpc_) grpc_->set_request(opt_->model, opt_->version, body.tensors);
+#endif
+  }
+  /// One inference request; the error is the server's.
+  Status infer() {
+#ifdef FERRY_HAVE_GRPC
+    if (grpc_) return grpc_->infer();
+#endif
+    ASSIGN_OR_RETURN(serve::HttpResponse r, http_->request("POST", path_ + "/infer", body_->bytes, headers_));
+    if (r.status != 200) return invalid_argument("HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 300));
+    return Status::ok();
+  }
+  ServerStats stats() {
+#ifdef FERRY_HAVE_GRPC
+    if (grpc_) {
+      auto s = grpc_->statistics(opt_->model, opt_->version);
+      return s.is_ok() ? s.value() : ServerStats();
+    }
+#endif
+    return read_stats(*http_, path_);
+  }
+
+ private:
+  static ServerStats read_stats(serve::HttpClient& c, const std::string& path);
+  const PerfOptions* opt_ = nullptr;
+  std::string path_;
+  const Body* body_ = nullptr;
+  std::vector<std::pair<std::string, std::string>> headers_;
+  std::unique_ptr<serve::HttpClient> http_;
+#ifdef FERRY_HAVE_GRPC
+  std::unique_ptr<serve::GrpcClient> grpc_;
+#endif
 };
 
-ServerStats read_stats(serve::HttpClient& c, const std::string& path) {
+ServerStats Client::read_stats(serve::HttpClient& c, const std::string& path) {
   ServerStats s;
   auto r = c.request("GET", path + "/stats", "");
   if (!r.is_ok() || r.value().status != 200) return s;
@@ -159,7 +244,7 @@ ServerStats read_stats(serve::HttpClient& c, const std::string& path) {
   return s;
 }
 
-LevelResult run_level(const PerfOptions& opt, const std::string& path, const Body& body, int concurrency) {
+LevelResult run_level(const PerfOptions& opt, const Body& body, int concurrency) {
   struct Stream {
     std::mutex mu;
     std::vector<double> latencies;
@@ -169,29 +254,28 @@ LevelResult run_level(const PerfOptions& opt, const std::string& path, const Bod
   std::vector<std::unique_ptr<Stream>> streams;
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
-  std::vector<std::pair<std::string, std::string>> headers;
-  if (body.header_length >= 0) headers.emplace_back("Inference-Header-Content-Length", std::to_string(body.header_length));
   for (int i = 0; i < concurrency; ++i) {
     streams.push_back(std::make_unique<Stream>());
     Stream* s = streams.back().get();
     threads.emplace_back([&, s] {
-      auto client = serve::HttpClient::connect(opt.url);
+      auto client = Client::connect(opt);
       if (!client.is_ok()) {
         std::lock_guard<std::mutex> lock(s->mu);
         s->errors++;
         s->first_error = client.status().message();
         return;
       }
+      client.value()->set_body(body);
       while (!stop.load(std::memory_order_relaxed)) {
         const auto t0 = Clock::now();
-        auto r = client.value()->request("POST", path + "/infer", body.bytes, headers);
+        Status r = client.value()->infer();
         const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
         std::lock_guard<std::mutex> lock(s->mu);
-        if (r.is_ok() && r.value().status == 200) {
+        if (r.is_ok()) {
           s->latencies.push_back(us);
         } else {
           s->errors++;
-          if (s->first_error.empty()) s->first_error = r.is_ok() ? r.value().body.substr(0, 300) : r.status().message();
+          if (s->first_error.empty()) s->first_error = r.message();
         }
       }
     });
@@ -208,7 +292,7 @@ LevelResult run_level(const PerfOptions& opt, const std::string& path, const Bod
   };
   LevelResult res;
   res.concurrency = concurrency;
-  auto stats_client = serve::HttpClient::connect(opt.url);
+  auto stats_client = Client::connect(opt);
   // Warm-up window, dropped.
   std::this_thread::sleep_for(std::chrono::milliseconds(opt.measurement_interval_ms / 2));
   {
@@ -217,7 +301,7 @@ LevelResult run_level(const PerfOptions& opt, const std::string& path, const Bod
     take(&drop, &e, &res.first_error);
     res.errors += e;
   }
-  ServerStats before = stats_client.is_ok() ? read_stats(*stats_client.value(), path) : ServerStats();
+  ServerStats before = stats_client.is_ok() ? stats_client.value()->stats() : ServerStats();
   std::vector<std::vector<double>> windows;
   std::vector<double> secs, rates;
   for (int w = 0; w < opt.max_windows; ++w) {
@@ -242,7 +326,7 @@ LevelResult run_level(const PerfOptions& opt, const std::string& path, const Bod
   }
   stop.store(true);
   for (auto& t : threads) t.join();
-  ServerStats after = stats_client.is_ok() ? read_stats(*stats_client.value(), path) : ServerStats();
+  ServerStats after = stats_client.is_ok() ? stats_client.value()->stats() : ServerStats();
   // The last three windows (or fewer) are the measurement.
   std::vector<double> lat;
   double total_s = 0;
@@ -268,9 +352,21 @@ LevelResult run_level(const PerfOptions& opt, const std::string& path, const Bod
   return res;
 }
 
-int cmd_perf(const PerfOptions& opt) {
-  if (opt.protocol != "http") {
-    std::fprintf(stderr, "error: --protocol %s: ferry perf speaks http (gRPC is not implemented yet)\n", opt.protocol.c_str());
+int cmd_perf(const PerfOptions& options) {
+  PerfOptions opt = options;
+  if (opt.protocol != "http" && opt.protocol != "grpc") {
+    std::fprintf(stderr, "error: --protocol %s: ferry perf speaks http and grpc\n", opt.protocol.c_str());
+    return 2;
+  }
+#ifndef FERRY_HAVE_GRPC
+  if (opt.protocol == "grpc") {
+    std::fprintf(stderr, "error: --protocol grpc: this build of ferry has no gRPC client (configured with -DFERRY_GRPC=OFF)\n");
+    return 2;
+  }
+#endif
+  if (opt.url.empty()) opt.url = opt.protocol == "grpc" ? "localhost:8001" : "localhost:8000";
+  if (opt.protocol == "grpc" && opt.json_data) {
+    std::fprintf(stderr, "error: --json-data is for --protocol http (gRPC sends raw_input_contents)\n");
     return 2;
   }
   // start[:end[:step]], as perf_analyzer (the step is added).
@@ -285,35 +381,28 @@ int cmd_perf(const PerfOptions& opt) {
     if (n == 1) b = a;
     for (int v = a; v <= b; v += c) levels.push_back(v);
   }
-  auto client = serve::HttpClient::connect(opt.url);
+  auto client = Client::connect(opt);
   if (!client.is_ok()) return report(client.status());
-  const std::string path = "/v2/models/" + opt.model + (opt.version.empty() ? "" : "/versions/" + opt.version);
-  auto meta = client.value()->request("GET", path, "");
-  if (!meta.is_ok()) return report(meta.status());
-  if (meta.value().status != 200) {
-    std::fprintf(stderr, "error: GET %s: HTTP %u %s\n", path.c_str(), meta.value().status, meta.value().body.c_str());
+  auto meta = client.value()->metadata();
+  if (!meta.is_ok()) {
+    std::fprintf(stderr, "error: %s\n", meta.status().message().c_str());
     return 2;
   }
-  auto cfg = client.value()->request("GET", path + "/config", "");
-  int32_t max_batch = 0;
-  if (cfg.is_ok() && cfg.value().status == 200) {
-    const json c = json::parse(cfg.value().body, nullptr, false);
-    if (!c.is_discarded() && c.contains("max_batch_size")) max_batch = c["max_batch_size"].get<int32_t>();
-  }
+  const int32_t max_batch = client.value()->max_batch_size();
   if (opt.batch_size > 1 && opt.batch_size > max_batch) {
     std::fprintf(stderr, "error: --batch-size %lld but model '%s' has max_batch_size %d\n", static_cast<long long>(opt.batch_size),
                  opt.model.c_str(), max_batch);
     return 2;
   }
-  auto body = make_body(json::parse(meta.value().body), max_batch, opt);
+  auto body = make_body(json::parse(meta.value()), max_batch, opt);
   if (!body.is_ok()) return report(body.status());
-  std::printf("ferry perf: %s model '%s', %s tensors, batch %lld, windows of %d ms\n", opt.url.c_str(), opt.model.c_str(),
-              opt.json_data ? "JSON" : "binary", static_cast<long long>(opt.batch_size), opt.measurement_interval_ms);
+  std::printf("ferry perf: %s model '%s', %s, batch %lld, windows of %d ms\n", opt.url.c_str(), opt.model.c_str(),
+              opt.protocol == "grpc" ? "gRPC raw tensors" : opt.json_data ? "HTTP JSON tensors" : "HTTP binary tensors", static_cast<long long>(opt.batch_size), opt.measurement_interval_ms);
   std::printf("%11s %12s %10s %10s %10s %10s %12s %12s %9s %7s\n", "concurrency", "infer/sec", "p50 us", "p90 us", "p99 us",
               "avg us", "srv queue us", "srv comp us", "avg batch", "errors");
   std::vector<LevelResult> results;
   for (int c : levels) {
-    LevelResult r = run_level(opt, path, body.value(), c);
+    LevelResult r = run_level(opt, body.value(), c);
     std::printf("%11d %12.1f %10.0f %10.0f %10.0f %10.0f %12.1f %12.1f %9.2f %7lld%s\n", r.concurrency, r.throughput, r.p50, r.p90,
                 r.p99, r.avg, r.server_queue_us, r.server_compute_us, r.avg_batch, static_cast<long long>(r.errors),
                 r.stable ? "" : "  (not stable)");
@@ -348,12 +437,12 @@ int cmd_perf(const PerfOptions& opt) {
 
 const bool kRegistered = register_command({"perf", 76, [](CLI::App& app) {
   auto opt = std::make_shared<PerfOptions>();
-  CLI::App* cmd = app.add_subcommand("perf", "Load generator for `ferry serve` / KServe v2 HTTP servers (as Triton's perf_analyzer)");
-  cmd->add_option("url", opt->url, "Server host:port (default localhost:8000)");
+  CLI::App* cmd = app.add_subcommand("perf", "Load generator for `ferry serve` / KServe v2 HTTP and gRPC servers (as Triton's perf_analyzer)");
+  cmd->add_option("url", opt->url, "Server host:port (default localhost:8000 for http, localhost:8001 for grpc)");
   cmd->add_option("-m,--model-name", opt->model, "Model to load")->required();
   cmd->add_option("-x,--model-version", opt->version, "Model version (default: the server's choice)");
   cmd->add_option("--concurrency-range", opt->concurrency_range, "START[:END[:STEP]] concurrent requests (STEP added; default 1)");
-  cmd->add_option("-i,--protocol", opt->protocol, "http (gRPC is not implemented yet)");
+  cmd->add_option("-i,--protocol", opt->protocol, "http (default) or grpc (inference.GRPCInferenceService, raw_input_contents)");
   cmd->add_option("--input", opt->inputs, "[NAME=]FILE.npy for an input (default: random data); repeatable");
   cmd->add_option("-b,--batch-size", opt->batch_size, "Rows per request for a batching model (default 1)")->check(CLI::PositiveNumber);
   cmd->add_option("-p,--measurement-interval", opt->measurement_interval_ms, "Window length in ms (default 2000)")->check(CLI::Range(50, 600000));

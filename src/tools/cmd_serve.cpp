@@ -1,7 +1,7 @@
 // `ferry serve --model-repository DIR`: a Triton-compatible inference server (KServe v2 over
-// HTTP/REST, /metrics) on src/serve/. Flags and defaults are Triton's. SIGTERM / SIGINT: readiness
-// false at once, new requests refused with 503, queued and running ones finish (at most
-// --exit-timeout-secs), exit 0.
+// HTTP/REST and gRPC, /metrics) on src/serve/. Flags and defaults are Triton's. SIGTERM / SIGINT:
+// readiness false at once, new requests refused (HTTP 503, gRPC UNAVAILABLE), queued and running
+// ones finish (at most --exit-timeout-secs), exit 0.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -9,9 +9,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <thread>
 
+#ifdef FERRY_HAVE_GRPC
+#include "serve/grpc_server.h"
+#endif
 #include "serve/http_server.h"
 #include "serve/model_repository.h"
 #include "tools/cli_common.h"
@@ -25,6 +29,9 @@ struct ServeOptions {
   std::string address = "0.0.0.0";
   int http_port = 8000;
   int metrics_port = 8002;
+  std::string grpc_address;  // "": the --http-address
+  int grpc_port = 8001;
+  bool allow_grpc = true;
   bool allow_metrics = true;
   std::string control_mode = "none";
   std::vector<std::string> load_models;
@@ -111,9 +118,33 @@ int cmd_serve(const ServeOptions& opt) {
 #ifdef FERRY_VERSION
   ho.version = FERRY_VERSION;
 #endif
+#ifdef FERRY_HAVE_GRPC
+  std::unique_ptr<serve::GrpcServer> grpc;
+  if (opt.allow_grpc) {
+    serve::GrpcServerOptions go;
+    go.address = opt.grpc_address.empty() ? opt.address : opt.grpc_address;
+    go.port = opt.grpc_port;
+    go.max_message_size = opt.max_input_size;
+    go.explicit_control = ho.explicit_control;
+    go.version = ho.version;
+    grpc = std::make_unique<serve::GrpcServer>(&repo, go, log);
+    Status gst = grpc->start();
+    if (!gst.is_ok()) {
+      repo.stop_all();
+      return report(gst);
+    }
+    log("gRPC on " + go.address + ":" + std::to_string(grpc->port()));
+  }
+#else
+  if (opt.allow_grpc)
+    log("warning: this build of ferry has no gRPC front end (configured with -DFERRY_GRPC=OFF); serving HTTP only");
+#endif
   serve::HttpServer server(&repo, ho, log);
   Status st = server.start();
   if (!st.is_ok()) {
+#ifdef FERRY_HAVE_GRPC
+    if (grpc) grpc->stop();
+#endif
     repo.stop_all();
     return report(st);
   }
@@ -126,8 +157,14 @@ int cmd_serve(const ServeOptions& opt) {
     if (poll(&pfd, 1, -1) > 0 && read(g_signal_pipe[0], &sig, 1) == 1) break;
   }
   server.begin_shutdown();
+#ifdef FERRY_HAVE_GRPC
+  if (grpc) grpc->begin_shutdown();
+#endif
   auto busy = [&] {
     int64_t n = server.in_flight();
+#ifdef FERRY_HAVE_GRPC
+    if (grpc) n += grpc->in_flight();
+#endif
     for (const auto& m : repo.ready_models()) n += m->pending();
     return n;
   };
@@ -142,6 +179,9 @@ int cmd_serve(const ServeOptions& opt) {
     std::_Exit(1);
   }
   server.stop();
+#ifdef FERRY_HAVE_GRPC
+  if (grpc) grpc->stop();
+#endif
   repo.stop_all();  // before the server's I/O context goes: late callbacks post to it
   log("stopped");
   return 0;
@@ -149,12 +189,15 @@ int cmd_serve(const ServeOptions& opt) {
 
 const bool kRegistered = register_command({"serve", 75, [](CLI::App& app) {
   auto opt = std::make_shared<ServeOptions>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve a Triton-layout model repository over KServe v2 HTTP/REST (Triton's protocol)");
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a Triton-layout model repository over KServe v2 HTTP/REST and gRPC (Triton's protocol)");
   cmd->add_option("--model-repository", opt->repository, "DIR/<model>/[config.pbtxt] and DIR/<model>/<version>/model.onnx|model.ferry")
       ->required();
   cmd->add_option("--http-address", opt->address, "Address to listen on (default 0.0.0.0)");
   cmd->add_option("--http-port", opt->http_port, "HTTP port (default 8000; 0: a free port, printed at start)")->check(CLI::Range(0, 65535));
   cmd->add_option("--metrics-port", opt->metrics_port, "Prometheus metrics port (default 8002; 0: a free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--grpc-port", opt->grpc_port, "gRPC port (default 8001; 0: a free port, printed at start)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--grpc-address", opt->grpc_address, "Address gRPC listens on (default: the --http-address)");
+  cmd->add_option("--allow-grpc", opt->allow_grpc, "Serve gRPC (inference.GRPCInferenceService; default true)");
   cmd->add_option("--allow-metrics", opt->allow_metrics, "Serve /metrics (default true)");
   cmd->add_option("--model-control-mode", opt->control_mode,
                   "none (every model loaded at start, no load/unload) or explicit (--load-model, and the repository API)");

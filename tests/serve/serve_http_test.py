@@ -84,7 +84,7 @@ put(REPO, "wrongtype", relu_model(), 'input [ { name: "a" data_type: TYPE_INT64 
 # ---- server process -----------------------------------------------------------------------
 class Server:
     def __init__(self, *args):
-        self.proc = subprocess.Popen([FERRY, "serve", "--model-repository", REPO, "--http-address", "127.0.0.1",
+        self.proc = subprocess.Popen([FERRY, "serve", "--model-repository", REPO, "--http-address", "127.0.0.1", "--grpc-port", "0",
                                       "--http-port", "0", "--metrics-port", "0", "--threads", "1", *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.lines = []
@@ -130,7 +130,7 @@ def post(url, body, **kw):
 
 
 # ---- a failing model stops the default start (--exit-on-error true) ---------------------------
-r = subprocess.run([FERRY, "serve", "--model-repository", REPO, "--http-address", "127.0.0.1", "--http-port", "0",
+r = subprocess.run([FERRY, "serve", "--model-repository", REPO, "--http-address", "127.0.0.1", "--http-port", "0", "--grpc-port", "0",
                     "--metrics-port", "0"], capture_output=True, text=True, timeout=120)
 check(r.returncode == 2, "a model that fails to load exits 2 by default, got %d" % r.returncode)
 check(re.search(r"broken/config\.pbtxt:3:\d+:", r.stderr) is not None, "the syntax error names file:line:column: " + r.stderr[-600:])

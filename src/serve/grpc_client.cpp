@@ -1,0 +1,139 @@
+// The gRPC client of `ferry perf`; see grpc_client.h.
+#include "serve/grpc_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <climits>
+
+#include "serve/grpc_service.grpc.pb.h"
+#include "serve/kserve_json.h"
+
+namespace ferry::serve {
+
+namespace {
+
+const char* code_name(grpc::StatusCode c) {
+  switch (c) {
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    default: return "error";
+  }
+}
+
+Status from_grpc(const grpc::Status& s, const std::string& what) {
+  if (s.ok()) return Status::ok();
+  const std::string m = what + ": gRPC " + code_name(s.error_code()) + ": " + s.error_message();
+  return s.error_code() == grpc::StatusCode::NOT_FOUND ? not_found(m) : invalid_argument(m);
+}
+
+}  // namespace
+
+struct GrpcClient::Impl {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub;
+  inference::ModelInferRequest request;
+};
+
+StatusOr<std::unique_ptr<GrpcClient>> GrpcClient::connect(const std::string& url) {
+  std::string target = url;
+  for (const char* prefix : {"grpc://", "http://"})
+    if (target.rfind(prefix, 0) == 0) target = target.substr(std::char_traits<char>::length(prefix));
+  while (!target.empty() && target.back() == '/') target.pop_back();
+  if (target.empty()) return invalid_argument("the server URL is empty (want host:port)");
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(INT_MAX);
+  auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)))
+    return invalid_argument("cannot connect to " + target + " over gRPC within 10 s (is `ferry serve` running with --grpc-port?)");
+  std::unique_ptr<GrpcClient> c(new GrpcClient());
+  c->impl_ = std::make_unique<Impl>();
+  c->impl_->channel = channel;
+  c->impl_->stub = inference::GRPCInferenceService::NewStub(channel);
+  return c;
+}
+
+GrpcClient::~GrpcClient() = default;
+
+StatusOr<std::string> GrpcClient::model_metadata_json(const std::string& model, const std::string& version) {
+  inference::ModelMetadataRequest req;
+  req.set_name(model);
+  req.set_version(version);
+  inference::ModelMetadataResponse resp;
+  grpc::ClientContext ctx;
+  RETURN_IF_ERROR(from_grpc(impl_->stub->ModelMetadata(&ctx, req, &resp), "ModelMetadata '" + model + "'"));
+  // Shapes are shown as the server gave them (batch axis included), so max_batch 0 here.
+  ModelSignature sig;
+  sig.name = resp.name();
+  sig.platform = resp.platform();
+  std::vector<int64_t> versions;
+  for (const std::string& v : resp.versions()) versions.push_back(std::strtoll(v.c_str(), nullptr, 10));
+  for (int k = 0; k < 2; ++k) {
+    for (const auto& t : k == 0 ? resp.inputs() : resp.outputs()) {
+      TensorSpec s;
+      s.name = t.name();
+      if (!dtype_from_kserve(t.datatype(), &s.dtype)) s.dtype = DType::kString;
+      s.dims.assign(t.shape().begin(), t.shape().end());
+      (k == 0 ? sig.inputs : sig.outputs).push_back(std::move(s));
+    }
+  }
+  return serve::model_metadata_json(sig, versions);
+}
+
+StatusOr<int32_t> GrpcClient::max_batch_size(const std::string& model, const std::string& version) {
+  inference::ModelConfigRequest req;
+  req.set_name(model);
+  req.set_version(version);
+  inference::ModelConfigResponse resp;
+  grpc::ClientContext ctx;
+  RETURN_IF_ERROR(from_grpc(impl_->stub->ModelConfig(&ctx, req, &resp), "ModelConfig '" + model + "'"));
+  return resp.config().max_batch_size();
+}
+
+StatusOr<StatsTotals> GrpcClient::statistics(const std::string& model, const std::string& version) {
+  inference::ModelStatisticsRequest req;
+  req.set_name(model);
+  req.set_version(version);
+  inference::ModelStatisticsResponse resp;
+  grpc::ClientContext ctx;
+  RETURN_IF_ERROR(from_grpc(impl_->stub->ModelStatistics(&ctx, req, &resp), "ModelStatistics '" + model + "'"));
+  StatsTotals s;
+  for (const auto& m : resp.model_stats()) {
+    const auto& is = m.inference_stats();
+    s.success += is.success().count();
+    s.queue_ns += is.queue().ns();
+    s.queue_count += is.queue().count();
+    s.infer_ns += is.compute_infer().ns();
+    s.inferences += m.inference_count();
+    s.executions += m.execution_count();
+  }
+  return s;
+}
+
+void GrpcClient::set_request(const std::string& model, const std::string& version, const TensorList& inputs) {
+  auto& r = impl_->request;
+  r.Clear();
+  r.set_model_name(model);
+  r.set_model_version(version);
+  for (const auto& [name, t] : inputs) {
+    auto* in = r.add_inputs();
+    in->set_name(name);
+    in->set_datatype(kserve_dtype_name(t.dtype()));
+    for (int64_t d : t.dims()) in->add_shape(d);
+    r.add_raw_input_contents(static_cast<const char*>(t.raw()), static_cast<size_t>(t.nbytes()));
+  }
+}
+
+Status GrpcClient::infer() {
+  inference::ModelInferResponse resp;
+  grpc::ClientContext ctx;
+  return from_grpc(impl_->stub->ModelInfer(&ctx, impl_->request, &resp), "ModelInfer '" + impl_->request.model_name() + "'");
+}
+
+}  // namespace ferry::serve

@@ -1,0 +1,36 @@
+// A small blocking client of inference.GRPCInferenceService (one channel, one HTTP/2
+// connection): what `ferry perf --protocol grpc` drives the server with, one client per
+// concurrent stream. Plain types in, plain types out; only grpc_client.cpp includes gRPC.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "serve/inference_types.h"
+
+namespace ferry::serve {
+
+class GrpcClient {
+ public:
+  /// Connects to host:port ("grpc://" or "http://" prefixes accepted), waiting at most 10 s.
+  static StatusOr<std::unique_ptr<GrpcClient>> connect(const std::string& url);
+  ~GrpcClient();
+  /// ModelMetadata as the HTTP endpoint's JSON (GET /v2/models/M), so callers read one format.
+  StatusOr<std::string> model_metadata_json(const std::string& model, const std::string& version);
+  /// max_batch_size from ModelConfig.
+  StatusOr<int32_t> max_batch_size(const std::string& model, const std::string& version);
+  StatusOr<StatsTotals> statistics(const std::string& model, const std::string& version);
+  /// The request infer() sends: the tensors as raw_input_contents.
+  void set_request(const std::string& model, const std::string& version, const TensorList& inputs);
+  /// One ModelInfer; a failure carries the gRPC code's name and the server's message.
+  Status infer();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::serve

@@ -1,0 +1,564 @@
+// inference.GRPCInferenceService on gRPC's callback API; see grpc_server.h. Unary calls answer on
+// the gRPC thread that received them, except ModelInfer (answered from the model's instance thread
+// when its batch ran) and model load / unload (on a thread of their own: loading takes seconds).
+// ModelStreamInfer queues each request as it is read and writes each response when it is ready,
+// one write at a time; a per-request error goes in the response's error_message and the stream
+// goes on. A client that cancels takes its queued requests with it (CANCELED), as over HTTP.
+#include "serve/grpc_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+
+#include "serve/grpc_service.grpc.pb.h"
+#include "serve/kserve_json.h"
+
+namespace ferry::serve {
+
+namespace {
+
+using inference::ModelInferRequest;
+using inference::ModelInferResponse;
+
+grpc::Status to_grpc(const Status& s) {
+  grpc::StatusCode code = grpc::StatusCode::INVALID_ARGUMENT;
+  switch (s.code()) {
+    case StatusCode::kOk: return grpc::Status::OK;
+    case StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case StatusCode::kResourceExhausted: code = grpc::StatusCode::UNAVAILABLE; break;  // HTTP 503
+    case StatusCode::kUnsupported: code = grpc::StatusCode::UNIMPLEMENTED; break;
+    case StatusCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
+    default: break;
+  }
+  return grpc::Status(code, s.message());
+}
+
+// The contents field a datatype's values travel in, for the error messages.
+const char* contents_field(DType dt) {
+  switch (dt) {
+    case DType::kBool: return "bool_contents";
+    case DType::kI8: case DType::kI16: case DType::kI32: return "int_contents";
+    case DType::kI64: return "int64_contents";
+    case DType::kU8: case DType::kU16: case DType::kU32: return "uint_contents";
+    case DType::kU64: return "uint64_contents";
+    case DType::kF32: return "fp32_contents";
+    case DType::kF64: return "fp64_contents";
+    default: return nullptr;
+  }
+}
+
+template <typename Dst, typename Src>
+Status copy_values(const google::protobuf::RepeatedField<Src>& src, Tensor* t, const std::string& what, int64_t count) {
+  const DType dt = t->dtype();
+  if (src.size() != count)
+    return invalid_argument(what + ": " + std::to_string(src.size()) + " values given in contents." + contents_field(dt) + " but shape " +
+                            dims_to_string(t->dims()) + " needs " + std::to_string(count));
+  Dst* d = static_cast<Dst*>(t->mutable_raw());
+  for (int64_t i = 0; i < count; ++i) {
+    const Src v = src[static_cast<int>(i)];
+    if constexpr (std::is_integral_v<Dst> && !std::is_same_v<Dst, bool>) {
+      if (static_cast<Src>(static_cast<Dst>(v)) != v)
+        return invalid_argument(what + ": value " + std::to_string(i) + " (" + std::to_string(v) + ") is not a " +
+                                kserve_dtype_name(dt) + " value");
+    }
+    d[i] = static_cast<Dst>(v);
+  }
+  return Status::ok();
+}
+
+// The typed contents of one input into `t` (already sized): the field that matches the datatype,
+// and no other.
+Status fill_from_contents(const inference::InferTensorContents& c, Tensor* t, const std::string& what, int64_t count) {
+  const DType dt = t->dtype();
+  const char* field = contents_field(dt);
+  if (!field) {
+    if (dt == DType::kString) return invalid_argument(what + ": BYTES tensors are not supported by ferry");
+    return invalid_argument(what + ": " + kserve_dtype_name(dt) +
+                            " values travel only in raw_input_contents (InferTensorContents has no field for them)");
+  }
+  const std::pair<const char*, int> sizes[] = {
+      {"bool_contents", c.bool_contents_size()},   {"int_contents", c.int_contents_size()},
+      {"int64_contents", c.int64_contents_size()}, {"uint_contents", c.uint_contents_size()},
+      {"uint64_contents", c.uint64_contents_size()}, {"fp32_contents", c.fp32_contents_size()},
+      {"fp64_contents", c.fp64_contents_size()},   {"bytes_contents", c.bytes_contents_size()}};
+  for (const auto& [name, n] : sizes)
+    if (n > 0 && std::strcmp(name, field) != 0)
+      return invalid_argument(what + ": contents." + name + " is set but " + kserve_dtype_name(dt) + " values go in contents." + field);
+  switch (dt) {
+    case DType::kBool: return copy_values<bool>(c.bool_contents(), t, what, count);
+    case DType::kI8: return copy_values<int8_t>(c.int_contents(), t, what, count);
+    case DType::kI16: return copy_values<int16_t>(c.int_contents(), t, what, count);
+    case DType::kI32: return copy_values<int32_t>(c.int_contents(), t, what, count);
+    case DType::kI64: return copy_values<int64_t>(c.int64_contents(), t, what, count);
+    case DType::kU8: return copy_values<uint8_t>(c.uint_contents(), t, what, count);
+    case DType::kU16: return copy_values<uint16_t>(c.uint_contents(), t, what, count);
+    case DType::kU32: return copy_values<uint32_t>(c.uint_contents(), t, what, count);
+    case DType::kU64: return copy_values<uint64_t>(c.uint64_contents(), t, what, count);
+    case DType::kF32: return copy_values<float>(c.fp32_contents(), t, what, count);
+    case DType::kF64: return copy_values<double>(c.fp64_contents(), t, what, count);
+    default: return invalid_argument(what + ": datatype " + kserve_dtype_name(dt) + " is not supported");
+  }
+}
+
+struct GrpcDecoded {
+  InferRequest request;
+  std::vector<std::string> outputs;  // in the order asked for (all of the model's when none named)
+};
+
+// ModelInferRequest -> InferRequest, checked against the model with the HTTP decoder's checks.
+StatusOr<GrpcDecoded> decode_request(const ModelInferRequest& r, const ModelSignature& sig) {
+  GrpcDecoded out;
+  out.request.id = r.id();
+  for (const auto& [key, p] : r.parameters()) {
+    if (key != "timeout") continue;
+    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param && p.int64_param() >= 0)
+      out.request.timeout_us = static_cast<uint64_t>(p.int64_param());
+    else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param)
+      out.request.timeout_us = p.uint64_param();
+    else
+      return invalid_argument("parameter 'timeout' is not a non-negative integer (microseconds)");
+  }
+  const bool raw = r.raw_input_contents_size() > 0;
+  if (raw && r.raw_input_contents_size() != r.inputs_size())
+    return invalid_argument("the request has " + std::to_string(r.raw_input_contents_size()) + " raw_input_contents for " +
+                            std::to_string(r.inputs_size()) + " inputs; give one per input, in the order of 'inputs'");
+  int64_t batch = -1;
+  std::string batch_from;
+  for (int i = 0; i < r.inputs_size(); ++i) {
+    const auto& in = r.inputs(i);
+    const std::string what = "input '" + in.name() + "'";
+    if (in.shape_size() > kMaxRank) return invalid_argument(what + ": shape has more than 64 dims");
+    std::vector<int64_t> dims;
+    for (int64_t d : in.shape()) {
+      if (d < 0) return invalid_argument(what + ": shape entries are integers >= 0");
+      dims.push_back(d);
+    }
+    ASSIGN_OR_RETURN(const TensorSpec* spec, check_input(sig, in.name(), in.datatype(), dims, out.request.inputs, &batch, &batch_from));
+    ASSIGN_OR_RETURN(int64_t count, checked_element_count(dims, what));
+    const int64_t nbytes = count * dtype_size(spec->dtype);
+    if (spec->dtype == DType::kString) return invalid_argument(what + ": BYTES tensors are not supported by ferry");
+    if (raw) {
+      if (in.has_contents())
+        return invalid_argument(what + " has 'contents' but the request uses raw_input_contents; give every input in one form");
+      const std::string& bytes = r.raw_input_contents(i);
+      if (static_cast<int64_t>(bytes.size()) != nbytes)
+        return invalid_argument(what + ": raw_input_contents[" + std::to_string(i) + "] has " + std::to_string(bytes.size()) +
+                                " bytes but shape " + dims_to_string(dims) + " of " + in.datatype() + " needs " + std::to_string(nbytes));
+      ASSIGN_OR_RETURN(Tensor t, Tensor::create(spec->dtype, dims, what));
+      if (nbytes > 0) std::memcpy(t.mutable_raw(), bytes.data(), static_cast<size_t>(nbytes));
+      out.request.inputs.emplace_back(in.name(), std::move(t));
+      continue;
+    }
+    if (!in.has_contents())
+      return invalid_argument(what + " has no 'contents' and the request has no raw_input_contents");
+    ASSIGN_OR_RETURN(Tensor t, Tensor::create(spec->dtype, dims, what));
+    RETURN_IF_ERROR(fill_from_contents(in.contents(), &t, what, count));
+    out.request.inputs.emplace_back(in.name(), std::move(t));
+  }
+  RETURN_IF_ERROR(check_inputs_complete(sig, out.request.inputs));
+  out.request.batch = batch > 0 ? batch : 1;
+  for (const auto& o : r.outputs()) {
+    RETURN_IF_ERROR(check_output_name(sig, o.name()));
+    for (const auto& [key, p] : o.parameters())
+      if (key == "classification")
+        return invalid_argument("output '" + o.name() + "': the classification extension is not supported by ferry");
+    out.outputs.push_back(o.name());
+  }
+  if (out.outputs.empty())
+    for (const TensorSpec& s : sig.outputs) out.outputs.push_back(s.name);
+  return out;
+}
+
+// The model's outputs (config order) into the response: the requested ones, as raw bytes.
+void encode_response(const ModelSignature& sig, const std::string& id, const std::vector<std::string>& names, const TensorList& outputs,
+                     ModelInferResponse* resp) {
+  resp->set_model_name(sig.name);
+  resp->set_model_version(std::to_string(sig.version));
+  resp->set_id(id);
+  for (const std::string& name : names) {
+    const Tensor* t = nullptr;
+    for (const auto& [n, tensor] : outputs)
+      if (n == name) t = &tensor;
+    if (!t) continue;
+    auto* o = resp->add_outputs();
+    o->set_name(name);
+    o->set_datatype(kserve_dtype_name(t->dtype()));
+    for (int64_t d : t->dims()) o->add_shape(d);
+    resp->add_raw_output_contents(static_cast<const char*>(t->raw()), static_cast<size_t>(t->nbytes()));
+  }
+}
+
+void fill_duration(inference::StatisticDuration* d, uint64_t count, uint64_t ns) {
+  d->set_count(count);
+  d->set_ns(ns);
+}
+
+void fill_stats(const ServedModel& m, inference::ModelStatistics* out) {
+  const ModelStats& s = m.stats();
+  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  out->set_name(m.name());
+  out->set_version(std::to_string(m.version()));
+  out->set_last_inference(ld(s.last_inference_ms));
+  out->set_inference_count(ld(s.inference_count));
+  out->set_execution_count(ld(s.execution_count));
+  auto* is = out->mutable_inference_stats();
+  const uint64_t ran = ld(s.queue_count);
+  fill_duration(is->mutable_success(), ld(s.success_count), ld(s.success_ns));
+  fill_duration(is->mutable_fail(), ld(s.fail_count), ld(s.fail_ns));
+  fill_duration(is->mutable_queue(), ran, ld(s.queue_ns));
+  fill_duration(is->mutable_compute_input(), ran, ld(s.compute_input_ns));
+  fill_duration(is->mutable_compute_infer(), ran, ld(s.compute_infer_ns));
+  fill_duration(is->mutable_compute_output(), ran, ld(s.compute_output_ns));
+  is->mutable_cache_hit();
+  is->mutable_cache_miss();
+  for (int64_t b = 1; b <= s.max_batch; ++b) {
+    const uint64_t c = ld(s.batch_count[b]);
+    if (c == 0) continue;
+    auto* bs = out->add_batch_stats();
+    bs->set_batch_size(static_cast<uint64_t>(b));
+    fill_duration(bs->mutable_compute_infer(), c, ld(s.batch_ns[b]));
+  }
+}
+
+}  // namespace
+
+struct GrpcServer::Impl {
+  ModelRepository* repo;
+  GrpcServerOptions opt;
+  std::function<void(const std::string&)> log;
+  std::atomic<bool> shutting_down{false};
+  std::atomic<int64_t> in_flight{0};
+  std::unique_ptr<grpc::Service> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+
+  Impl(ModelRepository* r, GrpcServerOptions o, std::function<void(const std::string&)> l)
+      : repo(r), opt(std::move(o)), log(std::move(l)) {}
+
+  // Decodes and queues one inference request. `done` runs exactly once (on an instance thread, or
+  // on this one when the request is refused), after the response is filled in when it succeeded.
+  void infer(const ModelInferRequest& req, std::shared_ptr<std::atomic<bool>> cancelled, ModelInferResponse* resp,
+             std::function<void(grpc::Status)> done) {
+    if (shutting_down.load())
+      return done(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down and accepts no new inference requests"));
+    auto model = repo->find(req.model_name(), req.model_version());
+    if (!model.is_ok()) return done(to_grpc(model.status()));
+    std::shared_ptr<ServedModel> m = model.value();
+    auto decoded = decode_request(req, m->signature());
+    if (!decoded.is_ok()) return done(to_grpc(decoded.status()));
+    InferRequest request = std::move(decoded.value().request);
+    request.cancelled = std::move(cancelled);
+    auto names = std::make_shared<std::vector<std::string>>(std::move(decoded.value().outputs));
+    const std::string id = request.id;
+    in_flight.fetch_add(1);
+    m->enqueue(std::move(request), [this, m, names, id, resp, done = std::move(done)](InferResult r) {
+      grpc::Status st = grpc::Status::OK;
+      if (r.status.is_ok()) {
+        encode_response(m->signature(), id, *names, r.outputs, resp);
+      } else if (r.reason == FailureReason::kCanceled) {
+        st = grpc::Status(grpc::StatusCode::CANCELLED, r.status.message());
+      } else {
+        st = to_grpc(r.status);
+      }
+      in_flight.fetch_sub(1);
+      done(st);
+    });
+  }
+};
+
+namespace {
+
+// ModelInfer: finished from the model's callback; a cancelled call drops its queued request.
+class InferReactor final : public grpc::ServerUnaryReactor {
+ public:
+  InferReactor() : cancelled_(std::make_shared<std::atomic<bool>>(false)) {}
+  const std::shared_ptr<std::atomic<bool>>& cancelled() const { return cancelled_; }
+  void OnCancel() override { cancelled_->store(true); }
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> cancelled_;
+};
+
+// ModelStreamInfer: reads one request at a time and queues it; responses are written in the
+// order they finish, one StartWrite in flight; Finish once reading ended and every queued
+// request was answered and written.
+class StreamReactor final : public grpc::ServerBidiReactor<ModelInferRequest, inference::ModelStreamInferResponse> {
+ public:
+  explicit StreamReactor(GrpcServer::Impl* server) : server_(server), cancelled_(std::make_shared<std::atomic<bool>>(false)) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      bool finish = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        reads_done_ = true;
+        finish = should_finish();
+      }
+      if (finish) Finish(grpc::Status::OK);
+      return;
+    }
+    auto response = std::make_shared<inference::ModelStreamInferResponse>();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++pending_;
+    }
+    const std::string id = request_.id();
+    const std::string model = request_.model_name(), version = request_.model_version();
+    server_->infer(request_, cancelled_, response->mutable_infer_response(), [this, response, id, model, version](grpc::Status st) {
+      if (!st.ok()) {
+        response->Clear();
+        response->set_error_message(st.error_message());
+        auto* r = response->mutable_infer_response();
+        r->set_id(id);
+        r->set_model_name(model);
+        r->set_model_version(version);
+      }
+      push(response);
+    });
+    request_.Clear();
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool /*ok*/) override {
+    inference::ModelStreamInferResponse* next = nullptr;
+    bool finish = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      out_.pop_front();
+      if (!out_.empty()) {
+        next = out_.front().get();
+      } else {
+        writing_ = false;
+        finish = should_finish();
+      }
+    }
+    if (next) StartWrite(next);
+    if (finish) Finish(grpc::Status::OK);
+  }
+
+  void OnCancel() override { cancelled_->store(true); }
+  void OnDone() override { delete this; }
+
+ private:
+  // A finished request's response: written now, or after the ones before it.
+  void push(std::shared_ptr<inference::ModelStreamInferResponse> r) {
+    inference::ModelStreamInferResponse* next = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --pending_;
+      out_.push_back(std::move(r));
+      if (writing_) return;
+      writing_ = true;
+      next = out_.front().get();
+    }
+    StartWrite(next);
+  }
+
+  // Lock held.
+  bool should_finish() {
+    if (finished_ || !reads_done_ || pending_ > 0 || writing_ || !out_.empty()) return false;
+    finished_ = true;
+    return true;
+  }
+
+  GrpcServer::Impl* server_;
+  std::shared_ptr<std::atomic<bool>> cancelled_;
+  ModelInferRequest request_;
+  std::mutex mu_;
+  std::deque<std::shared_ptr<inference::ModelStreamInferResponse>> out_;
+  int64_t pending_ = 0;
+  bool writing_ = false, reads_done_ = false, finished_ = false;
+};
+
+grpc::ServerUnaryReactor* answer(grpc::CallbackServerContext* ctx, const grpc::Status& st) {
+  auto* r = ctx->DefaultReactor();
+  r->Finish(st);
+  return r;
+}
+
+class Service final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  explicit Service(GrpcServer::Impl* s) : s_(s) {}
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx, const inference::ServerLiveRequest*,
+                                       inference::ServerLiveResponse* resp) override {
+    resp->set_live(true);
+    return answer(ctx, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx, const inference::ServerReadyRequest*,
+                                        inference::ServerReadyResponse* resp) override {
+    resp->set_ready(!s_->shutting_down.load());
+    return answer(ctx, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx, const inference::ModelReadyRequest* req,
+                                       inference::ModelReadyResponse* resp) override {
+    resp->set_ready(!s_->shutting_down.load() && s_->repo->find(req->name(), req->version()).is_ok());
+    return answer(ctx, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx, const inference::ServerMetadataRequest*,
+                                           inference::ServerMetadataResponse* resp) override {
+    resp->set_name("ferry");
+    resp->set_version(s_->opt.version);
+    for (const char* e : {"binary_tensor_data", "model_repository", "model_configuration", "statistics", "parameters"})
+      resp->add_extensions(e);
+    return answer(ctx, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx, const inference::ModelMetadataRequest* req,
+                                          inference::ModelMetadataResponse* resp) override {
+    auto model = s_->repo->find(req->name(), req->version());
+    if (!model.is_ok()) return answer(ctx, to_grpc(model.status()));
+    const ModelSignature& sig = model.value()->signature();
+    resp->set_name(sig.name);
+    for (const auto& m : s_->repo->ready_models())
+      if (m->name() == sig.name) resp->add_versions(std::to_string(m->version()));
+    resp->set_platform(sig.platform);
+    for (int k = 0; k < 2; ++k) {
+      for (const TensorSpec& spec : k == 0 ? sig.inputs : sig.outputs) {
+        auto* t = k == 0 ? resp->add_inputs() : resp->add_outputs();
+        t->set_name(spec.name);
+        t->set_datatype(kserve_dtype_name(spec.dtype));
+        for (int64_t d : protocol_dims(spec, sig.max_batch)) t->add_shape(d);
+      }
+    }
+    return answer(ctx, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* /*ctx*/, const ModelInferRequest* req,
+                                       ModelInferResponse* resp) override {
+    auto* reactor = new InferReactor();
+    s_->infer(*req, reactor->cancelled(), resp, [reactor](grpc::Status st) { reactor->Finish(st); });
+    return reactor;
+  }
+
+  grpc::ServerBidiReactor<ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
+      grpc::CallbackServerContext* /*ctx*/) override {
+    return new StreamReactor(s_);
+  }
+
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx, const inference::ModelConfigRequest* req,
+                                        inference::ModelConfigResponse* resp) override {
+    auto model = s_->repo->find(req->name(), req->version());
+    if (!model.is_ok()) return answer(ctx, to_grpc(model.status()));
+    *resp->mutable_config() = model.value()->config();
+    return answer(ctx, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx, const inference::ModelStatisticsRequest* req,
+                                            inference::ModelStatisticsResponse* resp) override {
+    if (!req->name().empty()) {
+      auto model = s_->repo->find(req->name(), req->version());
+      if (!model.is_ok()) return answer(ctx, to_grpc(model.status()));
+    }
+    for (const auto& m : s_->repo->ready_models()) {
+      if (!req->name().empty() && m->name() != req->name()) continue;
+      if (!req->version().empty() && std::to_string(m->version()) != req->version()) continue;
+      fill_stats(*m, resp->add_model_stats());
+    }
+    return answer(ctx, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx, const inference::RepositoryIndexRequest* req,
+                                            inference::RepositoryIndexResponse* resp) override {
+    for (const IndexEntry& e : s_->repo->index(req->ready())) {
+      auto* m = resp->add_models();
+      m->set_name(e.name);
+      m->set_version(e.version);
+      m->set_state(e.state);
+      m->set_reason(e.reason);
+    }
+    return answer(ctx, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* ctx, const inference::RepositoryModelLoadRequest* req,
+                                                inference::RepositoryModelLoadResponse*) override {
+    if (!req->parameters().empty())
+      return answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                      "load parameters (such as '" + req->parameters().begin()->first +
+                                          "') are not supported by ferry: the model's config.pbtxt and files are read from the repository"));
+    return load_or_unload(ctx, req->model_name(), true);
+  }
+
+  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* ctx, const inference::RepositoryModelUnloadRequest* req,
+                                                  inference::RepositoryModelUnloadResponse*) override {
+    return load_or_unload(ctx, req->model_name(), false);
+  }
+
+ private:
+  grpc::ServerUnaryReactor* load_or_unload(grpc::CallbackServerContext* ctx, const std::string& name, bool load) {
+    if (!s_->opt.explicit_control)
+      return answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                      "explicit model load / unload is not allowed: start `ferry serve --model-control-mode explicit`"));
+    if (s_->shutting_down.load()) return answer(ctx, grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+    if (name.empty()) return answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "model_name is empty"));
+    // Loading takes seconds: on a thread of its own, so gRPC's callback threads keep serving.
+    auto* reactor = ctx->DefaultReactor();
+    ModelRepository* repo = s_->repo;
+    std::thread([reactor, repo, name, load] {
+      Status st = load ? repo->load(name) : repo->unload(name);
+      if (st.is_ok()) return reactor->Finish(grpc::Status::OK);
+      // A model that fails to load is a bad request (HTTP 400), not an unavailable server.
+      reactor->Finish(grpc::Status(st.code() == StatusCode::kNotFound ? grpc::StatusCode::NOT_FOUND : grpc::StatusCode::INVALID_ARGUMENT,
+                                   st.message()));
+    }).detach();
+    return reactor;
+  }
+
+  GrpcServer::Impl* s_;
+};
+
+}  // namespace
+
+GrpcServer::GrpcServer(ModelRepository* repository, GrpcServerOptions options, std::function<void(const std::string&)> log)
+    : impl_(std::make_unique<Impl>(repository, std::move(options), std::move(log))) {}
+
+GrpcServer::~GrpcServer() { stop(); }
+
+Status GrpcServer::start() {
+  const std::string& a = impl_->opt.address;
+  const std::string host = a.find(':') != std::string::npos && a.front() != '[' ? "[" + a + "]" : a;
+  const std::string where = host + ":" + std::to_string(impl_->opt.port);
+  impl_->service = std::make_unique<Service>(impl_.get());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(where, grpc::InsecureServerCredentials(), &impl_->port);
+  builder.RegisterService(impl_->service.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(impl_->opt.max_message_size, INT_MAX)));
+  builder.SetMaxSendMessageSize(INT_MAX);
+  // gRPC turns SO_REUSEPORT on by default: a second server on a busy port would bind silently.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  impl_->server = builder.BuildAndStart();
+  if (!impl_->server || impl_->port == 0) {
+    impl_->server.reset();
+    return invalid_argument("cannot listen for gRPC on " + where + " (the port is in use or the address is not local; choose another "
+                            "--grpc-port, or --allow-grpc false)");
+  }
+  return Status::ok();
+}
+
+int GrpcServer::port() const { return impl_->port; }
+void GrpcServer::begin_shutdown() { impl_->shutting_down.store(true); }
+int64_t GrpcServer::in_flight() const { return impl_->in_flight.load(); }
+
+void GrpcServer::stop() {
+  if (!impl_->server) return;
+  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  impl_->server->Wait();
+  impl_->server.reset();
+  impl_->service.reset();
+}
+
+}  // namespace ferry::serve

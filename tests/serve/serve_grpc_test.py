@@ -1,0 +1,363 @@
+#!/usr/bin/python3
+"""`ferry serve` over gRPC (inference.GRPCInferenceService, the KServe v2 / Triton protocol), through
+Python stubs generated here by protoc + grpc_python_plugin from src/serve/grpc_service.proto: every
+RPC, typed contents and raw_input_contents, ModelStreamInfer, the dynamic batcher (each request gets
+its own rows back), the status codes (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, RESOURCE_EXHAUSTED)
+with their messages, overload, timeout, cancellation, explicit load/unload and the SIGTERM drain.
+One server, 127.0.0.1, ports the system picks (--grpc-port 0), read back from its log.
+
+usage: serve_grpc_test.py FERRY SRC_DIR WORKDIR
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+FERRY, SRC, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+shutil.rmtree(WORK, ignore_errors=True)
+os.makedirs(WORK)
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+    return cond
+
+
+# ---- stubs, generated now from the repository's .proto files ---------------------------------
+STUBS = os.path.join(WORK, "stubs")
+os.makedirs(STUBS)
+r = subprocess.run(["protoc", "-I", SRC, "--python_out=" + STUBS, "--grpc_python_out=" + STUBS,
+                    "--plugin=protoc-gen-grpc_python=" + shutil.which("grpc_python_plugin"),
+                    os.path.join(SRC, "serve", "grpc_service.proto"), os.path.join(SRC, "serve", "model_config.proto")],
+                   capture_output=True, text=True, timeout=60)
+if r.returncode != 0:
+    print("protoc failed:", r.stderr)
+    sys.exit(1)
+sys.path.insert(0, STUBS)
+import grpc  # noqa: E402
+from serve import grpc_service_pb2 as pb  # noqa: E402
+from serve import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
+
+
+# ---- the repository -------------------------------------------------------------------------
+def add_model():
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4])
+    g = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"])], "add", [vi("x"), vi("y")], [vi("z")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def relu_model():
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3])
+    g = helper.make_graph([helper.make_node("Relu", ["a"], ["b"])], "relu", [vi("a")], [vi("b")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def put(name, model, config=None):
+    d = os.path.join(REPO, name, "1")
+    os.makedirs(d, exist_ok=True)
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    if config is not None:
+        with open(os.path.join(REPO, name, "config.pbtxt"), "w") as f:
+            f.write(config)
+
+
+REPO = os.path.join(WORK, "repo")
+ADD_CONFIG = """name: "%s"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "z" data_type: TYPE_FP32 dims: [ 4 ] } ]
+%s
+"""
+put("add", add_model(), ADD_CONFIG % ("add", ""))
+put("batched", add_model(), ADD_CONFIG % ("batched", "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 5000000 }"))
+put("queued", add_model(), ADD_CONFIG % ("queued", """dynamic_batching {
+  preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 2500000
+  default_queue_policy { max_queue_size: 2 allow_timeout_override: true }
+}"""))
+put("relu", relu_model())
+put("broken", relu_model(), 'name: "broken"\nmax_batch_size: 0\ninput [ { name: "a" data_type: TYPE_FP32 dims: [ 2, 3 ] ]\n')
+
+# ---- the server -----------------------------------------------------------------------------
+proc = subprocess.Popen([FERRY, "serve", "--model-repository", REPO, "--http-address", "127.0.0.1", "--http-port", "0",
+                         "--grpc-port", "0", "--metrics-port", "0", "--threads", "1", "--model-control-mode", "explicit",
+                         "--load-model", "*", "--exit-on-error=false", "--http-max-input-size", "1000000"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+lines = []
+ports = {}
+started = threading.Event()
+
+
+def pump():
+    for line in proc.stderr:
+        lines.append(line)
+        m = re.search(r"gRPC on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            ports["grpc"] = int(m.group(1))
+        m = re.search(r"HTTP on 127\.0\.0\.1:(\d+), metrics on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            ports["metrics"] = int(m.group(2))
+            started.set()
+    started.set()
+
+
+threading.Thread(target=pump, daemon=True).start()
+started.wait(60)
+if "grpc" not in ports:
+    print("the server did not report its gRPC port:\n" + "".join(lines))
+    proc.kill()
+    sys.exit(1)
+channel = grpc.insecure_channel("127.0.0.1:%d" % ports["grpc"])
+stub = pb_grpc.GRPCInferenceServiceStub(channel)
+T = 30  # seconds, every call
+
+
+def infer_request(model, x, y, raw=True, **kw):
+    req = pb.ModelInferRequest(model_name=model, **kw)
+    for name, a in (("x", x), ("y", y)):
+        t = req.inputs.add(name=name, datatype="FP32", shape=list(a.shape))
+        if raw:
+            req.raw_input_contents.append(a.astype(np.float32).tobytes())
+        else:
+            t.contents.fp32_contents.extend(a.flatten().tolist())
+    return req
+
+
+def output(resp, name="z"):
+    for i, o in enumerate(resp.outputs):
+        if o.name == name:
+            check(o.datatype == "FP32", "output datatype FP32, got " + o.datatype)
+            return np.frombuffer(resp.raw_output_contents[i], dtype=np.float32).reshape(list(o.shape))
+    return None
+
+
+def expect_error(call, code, needle, what):
+    try:
+        call()
+        check(False, what + ": expected %s, the call succeeded" % code)
+    except grpc.RpcError as e:
+        check(e.code() == code and needle in e.details(), "%s: expected %s with '%s', got %s '%s'" % (what, code, needle, e.code(), e.details()))
+
+
+def metrics():
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % ports["metrics"], timeout=T) as f:
+        return f.read().decode()
+
+
+x = np.arange(8, dtype=np.float32).reshape(2, 4)
+y = np.full((2, 4), 0.5, dtype=np.float32)
+try:
+    # ---- health, metadata, config ----------------------------------------------------------
+    check(stub.ServerLive(pb.ServerLiveRequest(), timeout=T).live, "ServerLive")
+    check(stub.ServerReady(pb.ServerReadyRequest(), timeout=T).ready, "ServerReady")
+    check(stub.ModelReady(pb.ModelReadyRequest(name="add"), timeout=T).ready, "ModelReady add")
+    check(not stub.ModelReady(pb.ModelReadyRequest(name="nosuch"), timeout=T).ready, "ModelReady of an unknown model is false")
+    md = stub.ServerMetadata(pb.ServerMetadataRequest(), timeout=T)
+    check(md.name == "ferry" and "model_repository" in md.extensions and "statistics" in md.extensions, "ServerMetadata: %s" % md)
+    mm = stub.ModelMetadata(pb.ModelMetadataRequest(name="add"), timeout=T)
+    check(mm.name == "add" and list(mm.versions) == ["1"] and mm.platform == "onnxruntime_onnx", "ModelMetadata: %s" % mm)
+    check([(t.name, t.datatype, list(t.shape)) for t in mm.inputs] == [("x", "FP32", [-1, 4]), ("y", "FP32", [-1, 4])],
+          "ModelMetadata inputs: %s" % mm.inputs)
+    check([(t.name, list(t.shape)) for t in mm.outputs] == [("z", [-1, 4])], "ModelMetadata outputs: %s" % mm.outputs)
+    rm = stub.ModelMetadata(pb.ModelMetadataRequest(name="relu", version="1"), timeout=T)
+    check([list(t.shape) for t in rm.inputs] == [[2, 3]], "relu (no config.pbtxt, max_batch_size 0) keeps its shape: %s" % rm.inputs)
+    cfg = stub.ModelConfig(pb.ModelConfigRequest(name="batched"), timeout=T).config
+    check(cfg.name == "batched" and cfg.max_batch_size == 8 and [i.name for i in cfg.input] == ["x", "y"]
+          and list(cfg.input[0].dims) == [4] and cfg.input[0].data_type == 11 and list(cfg.dynamic_batching.preferred_batch_size) == [4]
+          and cfg.dynamic_batching.max_queue_delay_microseconds == 5000000, "ModelConfig batched: %s" % cfg)
+    expect_error(lambda: stub.ModelMetadata(pb.ModelMetadataRequest(name="nosuch"), timeout=T), grpc.StatusCode.NOT_FOUND, "nosuch",
+                 "ModelMetadata unknown model")
+    expect_error(lambda: stub.ModelConfig(pb.ModelConfigRequest(name="add", version="7"), timeout=T), grpc.StatusCode.NOT_FOUND, "7",
+                 "ModelConfig unknown version")
+
+    # ---- ModelInfer: raw and typed contents ----------------------------------------------
+    resp = stub.ModelInfer(infer_request("add", x, y, id="r1"), timeout=T)
+    check(resp.model_name == "add" and resp.model_version == "1" and resp.id == "r1", "ModelInfer echo: %s %s %s" % (resp.model_name, resp.model_version, resp.id))
+    z = output(resp)
+    check(z is not None and np.array_equal(z, x + y), "ModelInfer raw: %s" % z)
+    resp = stub.ModelInfer(infer_request("add", x, y, raw=False), timeout=T)
+    check(np.array_equal(output(resp), x + y), "ModelInfer typed fp32_contents")
+    a = np.array([[-1, 2, -3], [4, -5, 6]], dtype=np.float32)
+    req = pb.ModelInferRequest(model_name="relu", model_version="1")
+    req.inputs.add(name="a", datatype="FP32", shape=[2, 3]).contents.fp32_contents.extend(a.flatten().tolist())
+    req.outputs.add(name="b")
+    resp = stub.ModelInfer(req, timeout=T)
+    check(np.array_equal(output(resp, "b"), np.maximum(a, 0)), "ModelInfer relu with a requested output")
+
+    # ---- bad requests: the code, and a message naming the input, expected vs given ---------
+    bad = infer_request("add", x, y)
+    bad.inputs[1].datatype = "INT64"
+    expect_error(lambda: stub.ModelInfer(bad, timeout=T), grpc.StatusCode.INVALID_ARGUMENT,
+                 "input 'y': datatype INT64 but model 'add' expects FP32", "wrong datatype")
+    expect_error(lambda: stub.ModelInfer(infer_request("add", x, np.zeros((2, 5), np.float32)), timeout=T),
+                 grpc.StatusCode.INVALID_ARGUMENT, "unexpected shape for input 'y'", "wrong shape")
+    bad = infer_request("add", x, y)
+    del bad.inputs[1]
+    del bad.raw_input_contents[1]
+    expect_error(lambda: stub.ModelInfer(bad, timeout=T), grpc.StatusCode.INVALID_ARGUMENT, "input 'y' is missing", "missing input")
+    bad = infer_request("add", x, y)
+    bad.inputs[0].name = "w"
+    expect_error(lambda: stub.ModelInfer(bad, timeout=T), grpc.StatusCode.INVALID_ARGUMENT,
+                 "unexpected inference input 'w' for model 'add'; its inputs are: x, y", "unknown input")
+    bad = infer_request("add", x, y)
+    bad.raw_input_contents[0] = bad.raw_input_contents[0][:-4]
+    expect_error(lambda: stub.ModelInfer(bad, timeout=T), grpc.StatusCode.INVALID_ARGUMENT,
+                 "input 'x': raw_input_contents[0] has 28 bytes but shape [2,4] of FP32 needs 32", "raw size mismatch")
+    bad = infer_request("add", x, y)
+    del bad.raw_input_contents[1]
+    expect_error(lambda: stub.ModelInfer(bad, timeout=T), grpc.StatusCode.INVALID_ARGUMENT, "1 raw_input_contents for 2 inputs",
+                 "raw count mismatch")
+    bad = infer_request("add", x, y, raw=False)
+    del bad.inputs[0].contents.fp32_contents[-1]
+    expect_error(lambda: stub.ModelInfer(bad, timeout=T), grpc.StatusCode.INVALID_ARGUMENT,
+                 "input 'x': 7 values given in contents.fp32_contents but shape [2,4] needs 8", "typed count mismatch")
+    bad = infer_request("add", x, y, raw=False)
+    bad.inputs[0].contents.int_contents.extend([1] * 8)
+    expect_error(lambda: stub.ModelInfer(bad, timeout=T), grpc.StatusCode.INVALID_ARGUMENT,
+                 "contents.int_contents is set but FP32 values go in contents.fp32_contents", "typed contents in the wrong field")
+    bad = infer_request("add", x, y)
+    bad.outputs.add(name="q")
+    expect_error(lambda: stub.ModelInfer(bad, timeout=T), grpc.StatusCode.INVALID_ARGUMENT, "unexpected inference output 'q'",
+                 "unknown output")
+    expect_error(lambda: stub.ModelInfer(infer_request("add", np.zeros((9, 4), np.float32), np.zeros((9, 4), np.float32)), timeout=T),
+                 grpc.StatusCode.INVALID_ARGUMENT, "batch size 9 is outside 1..8", "batch over max_batch_size")
+    expect_error(lambda: stub.ModelInfer(infer_request("nosuch", x, y), timeout=T), grpc.StatusCode.NOT_FOUND, "nosuch", "unknown model")
+    expect_error(lambda: stub.ModelInfer(infer_request("add", x, y, model_version="3"), timeout=T), grpc.StatusCode.NOT_FOUND, "3",
+                 "unknown version")
+    expect_error(lambda: stub.ModelInfer(infer_request("broken", x, y), timeout=T), grpc.StatusCode.UNAVAILABLE, "not ready",
+                 "a model that failed to load")
+    huge = infer_request("add", x, y)
+    huge.raw_input_contents[0] = b"\0" * 1100000
+    expect_error(lambda: stub.ModelInfer(huge, timeout=T), grpc.StatusCode.RESOURCE_EXHAUSTED, "", "a message over the size limit")
+    resp = stub.ModelInfer(infer_request("add", x, y), timeout=T)
+    check(np.array_equal(output(resp), x + y), "the server keeps serving after bad requests")
+
+    # ---- the dynamic batcher: 4 concurrent requests, one execution, each its own rows ------
+    before = stub.ModelStatistics(pb.ModelStatisticsRequest(name="batched"), timeout=T).model_stats[0]
+    reqs = [(np.full((1, 4), i, np.float32), np.full((1, 4), 10 * i, np.float32)) for i in range(4)]
+    futures = [stub.ModelInfer.future(infer_request("batched", a, b, id=str(i)), timeout=T) for i, (a, b) in enumerate(reqs)]
+    for i, f in enumerate(futures):
+        resp = f.result()
+        check(resp.id == str(i) and np.array_equal(output(resp), reqs[i][0] + reqs[i][1]), "batched request %d got its own rows" % i)
+    after = stub.ModelStatistics(pb.ModelStatisticsRequest(name="batched", version="1"), timeout=T).model_stats[0]
+    check(after.inference_count - before.inference_count == 4 and after.execution_count - before.execution_count == 1,
+          "4 requests ran as one batch: %d items, %d executions" % (after.inference_count - before.inference_count,
+                                                                    after.execution_count - before.execution_count))
+    check(any(b.batch_size == 4 and b.compute_infer.count == 1 for b in after.batch_stats), "batch_stats shows a batch of 4: %s" % after.batch_stats)
+
+    # ---- statistics ----------------------------------------------------------------------
+    st = stub.ModelStatistics(pb.ModelStatisticsRequest(name="add"), timeout=T).model_stats
+    check(len(st) == 1 and st[0].name == "add" and st[0].version == "1" and st[0].inference_stats.success.count == 3
+          and st[0].inference_count == 6 and st[0].last_inference > 0, "ModelStatistics add: %s" % st)
+    allst = stub.ModelStatistics(pb.ModelStatisticsRequest(), timeout=T).model_stats
+    check(sorted(s.name for s in allst) == ["add", "batched", "queued", "relu"], "ModelStatistics of every model: %s" % [s.name for s in allst])
+    expect_error(lambda: stub.ModelStatistics(pb.ModelStatisticsRequest(name="nosuch"), timeout=T), grpc.StatusCode.NOT_FOUND, "nosuch",
+                 "ModelStatistics unknown model")
+
+    # ---- ModelStreamInfer: responses matched by id, an error in error_message --------------
+    def stream_requests():
+        for i in range(3):
+            yield infer_request("add", np.full((1, 4), i, np.float32), np.ones((1, 4), np.float32), id="s%d" % i)
+        b = infer_request("add", x, y, id="sbad")
+        b.inputs[0].datatype = "FP64"
+        yield b
+        yield infer_request("add", x, y, raw=False, id="s3")
+    got = {}
+    for resp in stub.ModelStreamInfer(stream_requests(), timeout=T):
+        got[resp.infer_response.id] = resp
+    check(sorted(got) == ["s0", "s1", "s2", "s3", "sbad"], "stream: one response per request: %s" % sorted(got))
+    for i in range(3):
+        r = got.get("s%d" % i)
+        check(r is not None and r.error_message == "" and np.array_equal(output(r.infer_response), np.full((1, 4), i + 1, np.float32)),
+              "stream response s%d" % i)
+    check("s3" in got and np.array_equal(output(got["s3"].infer_response), x + y), "stream response s3 (typed contents)")
+    check("sbad" in got and "input 'x': datatype FP64 but model 'add' expects FP32" in got["sbad"].error_message,
+          "stream error_message: %s" % (got["sbad"].error_message if "sbad" in got else None))
+
+    # ---- overload, timeout, cancellation on the queued model (max_queue_size 2) ----------
+    q = [stub.ModelInfer.future(infer_request("queued", x[:1], y[:1], id="q%d" % i), timeout=T) for i in range(2)]
+    time.sleep(0.3)
+    expect_error(lambda: stub.ModelInfer(infer_request("queued", x[:1], y[:1]), timeout=T), grpc.StatusCode.UNAVAILABLE,
+                 "the queue is full (max_queue_size 2", "overload")
+    for f in q:
+        check(np.array_equal(output(f.result()), x[:1] + y[:1]), "queued requests finish after an overload rejection")
+    t0 = time.time()
+    timeout_param = pb.InferParameter(int64_param=100000)
+    req = infer_request("queued", x[:1], y[:1])
+    req.parameters["timeout"].CopyFrom(timeout_param)
+    expect_error(lambda: stub.ModelInfer(req, timeout=T), grpc.StatusCode.UNAVAILABLE, "timed out", "per-request timeout")
+    check(time.time() - t0 < 2.0, "the timeout rejects before the queue delay (%.2f s)" % (time.time() - t0))
+    f = stub.ModelInfer.future(infer_request("queued", x[:1], y[:1]), timeout=T)
+    time.sleep(0.3)
+    f.cancel()
+    canceled = None
+    for _ in range(100):
+        canceled = re.search(r'ferry_inference_request_failure\{model="queued",version="1",reason="CANCELED"\} (\d+)', metrics())
+        if canceled and canceled.group(1) == "1":
+            break
+        time.sleep(0.1)
+    check(canceled and canceled.group(1) == "1", "a cancelled call's queued request is dropped (CANCELED)")
+
+    # ---- repository: index, unload, load ------------------------------------------------
+    idx = {m.name: m for m in stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=T).models}
+    check(idx.get("add") and idx["add"].state == "READY", "index: add READY")
+    check(idx.get("broken") and idx["broken"].state == "UNAVAILABLE" and "config.pbtxt" in idx["broken"].reason,
+          "index: broken UNAVAILABLE with its reason: %s" % idx.get("broken"))
+    ready = [m.name for m in stub.RepositoryIndex(pb.RepositoryIndexRequest(ready=True), timeout=T).models]
+    check("broken" not in ready and "add" in ready, "index ready=true: %s" % ready)
+    stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="relu"), timeout=T)
+    check(not stub.ModelReady(pb.ModelReadyRequest(name="relu"), timeout=T).ready, "relu not ready after unload")
+    stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="relu"), timeout=T)
+    check(stub.ModelReady(pb.ModelReadyRequest(name="relu"), timeout=T).ready, "relu ready after load")
+    expect_error(lambda: stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="broken"), timeout=T),
+                 grpc.StatusCode.INVALID_ARGUMENT, "config.pbtxt", "loading a broken model")
+    expect_error(lambda: stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="nosuch"), timeout=T),
+                 grpc.StatusCode.NOT_FOUND, "nosuch", "loading an unknown model")
+
+    # ---- ferry perf --protocol grpc: the HTTP mode's report, the server-side split --------
+    pj = os.path.join(WORK, "perf.json")
+    r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % ports["grpc"], "--protocol", "grpc", "-m", "add", "--concurrency-range", "1:2",
+                        "-p", "100", "--max-trials", "3", "-b", "2", "--json", pj], capture_output=True, text=True, timeout=60)
+    if check(r.returncode == 0 and "gRPC" in r.stdout, "ferry perf --protocol grpc: %d %s %s" % (r.returncode, r.stdout[-500:], r.stderr[-500:])):
+        rows = json.load(open(pj))
+        check([row["concurrency"] for row in rows] == [1, 2] and all(row["throughput"] > 0 and row["errors"] == 0 and row["avg_batch"] == 2.0
+                                                                    for row in rows), "perf grpc rows: %s" % rows)
+    r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % ports["grpc"], "--protocol", "grpc", "-m", "nosuch"], capture_output=True, text=True,
+                       timeout=60)
+    check(r.returncode == 2 and "NOT_FOUND" in r.stderr and "nosuch" in r.stderr, "perf grpc on an unknown model: %s" % r.stderr[-300:])
+
+    # ---- SIGTERM: not ready at once, new work refused, the queued request finishes ------
+    pending = stub.ModelInfer.future(infer_request("queued", x[:1], y[:1], id="last"), timeout=T)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    deadline = time.time() + 10
+    while time.time() < deadline and stub.ServerReady(pb.ServerReadyRequest(), timeout=T).ready:
+        time.sleep(0.02)
+    check(not stub.ServerReady(pb.ServerReadyRequest(), timeout=T).ready, "not ready after SIGTERM")
+    expect_error(lambda: stub.ModelInfer(infer_request("add", x, y), timeout=T), grpc.StatusCode.UNAVAILABLE, "shutting down",
+                 "new work after SIGTERM")
+    check(np.array_equal(output(pending.result()), x[:1] + y[:1]), "the queued request finished during the drain")
+    rc = proc.wait(30)
+    check(rc == 0, "exit 0 after the drain, got %s" % rc)
+finally:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+if failures:
+    print("\n%d failure(s); server log:\n%s" % (len(failures), "".join(lines)[-4000:]))
+    sys.exit(1)
+print("serve_grpc: all checks passed")
