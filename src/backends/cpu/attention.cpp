@@ -332,7 +332,7 @@ class AttentionKernel : public Kernel {
     Plan p;
     // Each chunk runs on one thread: plan for one (oneDNN sizes its work split at creation).
     const SingleThreadScope one_thread;
-    try {
+    const auto plan_primitives = [&] {
       const auto f32 = memory::data_type::f32;
       const auto abc = memory::format_tag::abc;
       p.q = memory::desc({batch, sq, d}, f32, abc);
@@ -348,9 +348,8 @@ class AttentionKernel : public Kernel {
       p.weighted = dnnl::matmul(wpd);
       p.scores_pad = spd.scratchpad_desc();
       p.weighted_pad = wpd.scratchpad_desc();
-    } catch (const dnnl::error& e) {
-      return dnnl_error(node_, e);
-    }
+    };
+    RETURN_IF_ERROR(cpu::dnnl_call(node_, plan_primitives));
     *out = &plans_.emplace(key, std::move(p)).first->second;
     return Status::ok();
   }

@@ -181,7 +181,7 @@ class DnnlConvKernel : public Kernel {
     ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 3, dtype_, p->out_dims)
                                         : ctx.allocate_output(0, dtype_, p->out_dims, false));
     if (!p->reorder_src && !p->reorder_dst) {  // channels-last nodes: the primitive alone
-      try {
+      const auto run_primitives = [&] {
         if (has_z_) {
           const Tensor& z = ctx.input(3);
           if (z.raw() != y->raw()) std::memcpy(y->mutable_raw(), z.raw(), static_cast<size_t>(z.nbytes()));
@@ -193,13 +193,12 @@ class DnnlConvKernel : public Kernel {
         const BoundArgs::Weights w(a, *p->weights);
         p->conv.execute(dnnl_stream(), a.args);
         dnnl_stream().wait();
-      } catch (const dnnl::error& e) {
-        return cpu::dnnl_error(node_, e);
-      }
+      };
+      RETURN_IF_ERROR(cpu::dnnl_call(node_, run_primitives));
       apply_act_after(*p, y);
       return Status::ok();
     }
-    try {
+    const auto run_primitives = [&] {
       dnnl::stream& s = dnnl_stream();
       memory src = wrap(p->user_src, x);
       if (p->reorder_src) {
@@ -220,9 +219,8 @@ class DnnlConvKernel : public Kernel {
       p->conv.execute(s, args);
       if (p->reorder_dst) p->to_user.execute(s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(p->user_dst, *y)}});
       s.wait();
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
+    };
+    RETURN_IF_ERROR(cpu::dnnl_call(node_, run_primitives));
     apply_act_after(*p, y);
     return Status::ok();
   }
@@ -354,7 +352,7 @@ class DnnlConvKernel : public Kernel {
       xd = {xd[0], xd[1], yd[2], yd[3]};  // the primitive's source: x[:, :, ::sh, ::sw]
       strides = {1, 1};
     }
-    try {
+    const auto plan_primitives = [&] {
       memory::data_type dt;
       cpu::to_dnnl_type(dtype_, &dt);
       const tag io_tag = cpu::plain_tag(xd.size(), channels_last_);
@@ -382,16 +380,12 @@ class DnnlConvKernel : public Kernel {
                                                                       dst, strides, dilations, pad_l, pad_r);
         return dnnl::convolution_forward::primitive_desc(d, attr, dnnl_engine());
       };
-      bool made = false;
-      if (use_winograd(xd, yd)) {  // blocked layouts: reorders around it are part of the measured gain
-        try {
-          plan->conv_pd = make_pd(dnnl::algorithm::convolution_winograd, memory::desc(src_any.dims(), dt, tag::any),
-                                  memory::desc(dst_any.dims(), dt, tag::any));
-          made = true;
-        } catch (const dnnl::error&) {  // this shape has no Winograd kernel here: the direct one
-        }
-      }
-      if (!made) plan->conv_pd = make_pd(dnnl::algorithm::convolution_direct, src_any, dst_any);
+      // Winograd in blocked layouts: the reorders around it are part of the measured gain.
+      cpu::make_winograd_or_direct(use_winograd(xd, yd), [&](dnnl::algorithm alg) {
+        plan->conv_pd = alg == dnnl::algorithm::convolution_winograd
+                            ? make_pd(alg, memory::desc(src_any.dims(), dt, tag::any), memory::desc(dst_any.dims(), dt, tag::any))
+                            : make_pd(alg, src_any, dst_any);
+      });
       const auto& pd = plan->conv_pd;
       plan->conv = dnnl::convolution_forward(pd);
       plan->reorder_src = pd.src_desc() != plan->user_src;
@@ -405,9 +399,9 @@ class DnnlConvKernel : public Kernel {
         if (has_z_) plan->z_to_internal = reorder(plan->user_dst, pd.dst_desc());
       }
       plan->weights = packed_weights(pd.weights_desc(), dt);
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
+      return Status::ok();
+    };
+    RETURN_IF_ERROR(cpu::dnnl_call(node_, plan_primitives));
     const auto all_zero = [](const memory::dims& v) { return std::all_of(v.begin(), v.end(), [](int64_t d) { return d == 0; }); };
     const auto all_one = [](auto b, auto e) { return std::all_of(b, e, [](int64_t d) { return d == 1; }); };
     if (plan->subsample && (plan->reorder_src || plan->reorder_dst)) return unsupported("subsampled source with a reorder");

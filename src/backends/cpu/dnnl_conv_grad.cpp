@@ -320,7 +320,7 @@ class TrainConvKernel : public Kernel {
     if (y_bf16_ && has_z_) return amp_unsupported(node_, "a bf16 output with a residual sum");
     ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 3, DType::kF32, p->out_dims)
                                         : ctx.allocate_output(0, y_bf16_ ? DType::kBF16 : DType::kF32, p->out_dims, false));
-    try {
+    const auto run_primitives = [&] {
       dnnl::stream& s = dnnl_stream();
       std::unordered_map<int, memory> args = {
           {DNNL_ARG_SRC, p->src.in(x, kBufSrc, s, keep && p->src.needed ? &keep->buf : nullptr)},
@@ -337,9 +337,8 @@ class TrainConvKernel : public Kernel {
       p->prim.execute(s, args);
       p->dst.finish(dst, y, s);
       s.wait();
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
+    };
+    RETURN_IF_ERROR(cpu::dnnl_call(node_, run_primitives));
     if (keep && p->src.needed) {
       keep->md = p->src.want;
       keep->x = x.raw();
@@ -364,23 +363,16 @@ class TrainConvKernel : public Kernel {
     ConvShape s;
     RETURN_IF_ERROR(conv_shape(node_, xd, wd, &s));
     if (amp() && has_z_) return unsupported("a residual sum");  // would round conv + Z, not conv
-    try {
+    const auto plan_primitives = [&] {
       const bool blocked = blocked_layout(s);
       dnnl::post_ops ops;
       if (has_z_) ops.append_sum(1.f);
       if (!cpu::append_activation(act_, &ops)) return unsupported("activation");
       dnnl::primitive_attr attr = cpu::concurrent_attr();
       attr.set_post_ops(ops);
-      bool made = false;
-      if (winograd(s, blocked)) {
-        try {
-          p->pd = forward_pd(s, blocked, has_b_, attr, dnnl::algorithm::convolution_winograd, amp_.in(), amp_.out(0));
-          made = true;
-        } catch (const dnnl::error&) {  // no Winograd kernel for this shape here
-        }
-      }
-      if (!made)
-        p->pd = forward_pd(s, blocked, has_b_, attr, dnnl::algorithm::convolution_direct, amp_.in(), amp_.out(0));
+      cpu::make_winograd_or_direct(winograd(s, blocked), [&](dnnl::algorithm alg) {
+        p->pd = forward_pd(s, blocked, has_b_, attr, alg, amp_.in(), amp_.out(0));
+      });
       p->prim = dnnl::convolution_forward(p->pd);
       if (by_ && s.dst[1] % block_ != 0) return unsupported("blocked output channels");
       if (y_bf16_ && !by_) return unsupported("a bf16 output not held blocked");
@@ -391,9 +383,9 @@ class TrainConvKernel : public Kernel {
       p->wei.make(user_w, p->pd.weights_desc());
       p->dst.make(p->pd.dst_desc(), user_y);
       if (p->dst.needed && has_z_) p->z_in = make_reorder(user_y, p->pd.dst_desc());
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
+      return Status::ok();
+    };
+    RETURN_IF_ERROR(cpu::dnnl_call(node_, plan_primitives));
     p->out_dims.assign(s.dst.begin(), s.dst.end());
     if (by_) p->out_dims = blocked_dims(p->out_dims, block_);
     return Status::ok();
@@ -451,7 +443,7 @@ class ConvGradKernel : public Kernel {
     if (want_[2]) {
       ASSIGN_OR_RETURN(db, ctx.allocate_output(2, DType::kF32, {w.dim(0)}, false));
     }
-    try {
+    return cpu::dnnl_call(node_, [&] {
       dnnl::stream& s = dnnl_stream();
       memory dy_w;  // dY as backward-weights reads it
       memory dy_round;  // wgrad_f32: dY rounded to bf16 in backward-weights' layout
@@ -519,10 +511,7 @@ class ConvGradKernel : public Kernel {
         p->dx_out.finish(dxm, dx, s);
       }
       s.wait();
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
-    return Status::ok();
+    });
   }
 
  private:
@@ -549,20 +538,12 @@ class ConvGradKernel : public Kernel {
     split_key(key, &xd, &wd);
     ConvShape s;
     RETURN_IF_ERROR(conv_shape(node_, xd, wd, &s));
-    try {
+    const auto plan_primitives = [&] {
       const bool blocked = blocked_layout(s);
-      bool made = false;
-      if (winograd(s, blocked)) {
-        try {
-          make_primitives(s, blocked, dnnl::algorithm::convolution_winograd, p);
-          made = true;
-        } catch (const dnnl::error&) {  // no Winograd kernel for this shape here
-        }
-      }
-      if (!made) make_primitives(s, blocked, dnnl::algorithm::convolution_direct, p);
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
+      cpu::make_winograd_or_direct(winograd(s, blocked),
+                                   [&](dnnl::algorithm alg) { make_primitives(s, blocked, alg, p); });
+    };
+    RETURN_IF_ERROR(cpu::dnnl_call(node_, plan_primitives));
     p->dy_dims.assign(s.dst.begin(), s.dst.end());
     if (bdy_) p->dy_dims = blocked_dims(p->dy_dims, block_);
     return Status::ok();
@@ -626,15 +607,7 @@ class ConvGradKernel : public Kernel {
                                                                          s.pad_l, s.pad_r);
       p->bw_pd = dnnl::convolution_backward_weights::primitive_desc(d, attr, dnnl_engine(), hint);
     };
-    bool made = false;
-    if (winograd(s, blocked)) {
-      try {
-        make(dnnl::algorithm::convolution_winograd);
-        made = true;
-      } catch (const dnnl::error&) {  // no Winograd kernel for this shape here
-      }
-    }
-    if (!made) make(dnnl::algorithm::convolution_direct);
+    cpu::make_winograd_or_direct(winograd(s, blocked), make);
     p->bw = dnnl::convolution_backward_weights(p->bw_pd);
     auto bf16_of = [](const memory::desc& d) {
       memory::desc c = d;
@@ -698,28 +671,22 @@ class LayoutKernel : public Kernel {
     std::vector<int64_t> key = plain;
     key.push_back(block);
     auto plan = plans_.get(key, [this, block](const std::vector<int64_t>& k, dnnl::reorder* r) {
-      try {
+      return cpu::dnnl_call(node_, [&] {
         const std::vector<int64_t> d(k.begin(), k.end() - 1);
         const memory::desc p(cpu::to_dnnl_dims(d), memory::data_type::f32, tag::nchw),
             b(cpu::to_dnnl_dims(d), memory::data_type::f32, blocked_tag(block));
         *r = to_plain_ ? make_reorder(b, p) : make_reorder(p, b);
-      } catch (const dnnl::error& e) {
-        return cpu::dnnl_error(node_, e);
-      }
-      return Status::ok();
+      });
     });
     if (!plan.is_ok()) return plan.status();
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, DType::kF32, to_plain_ ? plain : blocked_dims(plain, block), false));
-    try {
+    return cpu::dnnl_call(node_, [&] {
       const memory::dims d = cpu::to_dnnl_dims(plain);
       const memory::desc p(d, memory::data_type::f32, tag::nchw), b(d, memory::data_type::f32, blocked_tag(block));
       dnnl::stream& s = dnnl_stream();
       plan.value()->execute(s, {{DNNL_ARG_FROM, wrap(to_plain_ ? b : p, x)}, {DNNL_ARG_TO, wrap(to_plain_ ? p : b, *y)}});
       s.wait();
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
-    return Status::ok();
+    });
   }
 
  private:

@@ -274,16 +274,15 @@ class DnnlQConvKernel : public Kernel {
       src_data = buf;
     }
     if (p->tap_packed) {
-      try {
+      const auto run_primitives = [&] {
         auto* buf = static_cast<uint8_t*>(
             cpu::scratch_data(p->user_src.get_size() + kTapBytes, cpu::ScratchSlot::kSrc));
         pack_taps(*p, static_cast<const uint8_t*>(x.raw()), buf);
         src_data = buf;
-      } catch (const dnnl::error& e) {
-        return cpu::dnnl_error(node_, e);
-      }
+      };
+      RETURN_IF_ERROR(cpu::dnnl_call(node_, run_primitives));
     }
-    try {
+    return cpu::dnnl_call(node_, [&] {
       dnnl::stream& s = dnnl_stream();
       if (p->args) {
         std::unique_lock<std::mutex> lock(p->args->mu, std::try_to_lock);
@@ -321,10 +320,8 @@ class DnnlQConvKernel : public Kernel {
       p->conv.execute(s, args);
       if (p->reorder_dst) p->to_user.execute(s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(p->user_dst, *y)}});
       s.wait();
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
-    return Status::ok();
+      return Status::ok();
+    });
   }
 
  private:
@@ -388,7 +385,7 @@ class DnnlQConvKernel : public Kernel {
     }
     if (split_) xd[1] *= 2;  // [x, x] against [w1; w2]
     const bool src_zp = src_zp_ != 0 && !plan->tap_packed;
-    try {
+    const auto plan_primitives = [&] {
       const memory::data_type xdt = int8_type(flip_ ? DType::kU8 : x_dt_), ydt = int8_type(y_dt_), zdt = int8_type(z_dt_);
       const tag io_tag = cpu::plain_tag(xd.size(), channels_last_);
       plan->user_src = memory::desc(cpu::to_dnnl_dims(xd), xdt, io_tag);
@@ -479,9 +476,9 @@ class DnnlQConvKernel : public Kernel {
         if (b_.defined()) a->map[DNNL_ARG_BIAS] = wrap(plan->bias_md, b_);
         plan->args = std::move(a);
       }
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
+      return Status::ok();
+    };
+    RETURN_IF_ERROR(cpu::dnnl_call(node_, plan_primitives));
     plan->out_dims = channels_last_ ? std::vector<int64_t>{yd[0], yd[2], yd[3], yd[1]} : yd;
     return Status::ok();
   }
@@ -721,7 +718,7 @@ class DnnlQMatMulKernel : public Kernel {
       copy_blocks(static_cast<const uint8_t*>(a.raw()), a.numel() / b_.dim(0), b_.dim(0), split_ ? 2 : 1, flip_, buf);
       src_data = buf;
     }
-    try {
+    return cpu::dnnl_call(node_, [&] {
       std::unordered_map<int, memory> args = {
           {DNNL_ARG_SRC, memory(p->src, dnnl_engine(), const_cast<void*>(src_data))},
           {DNNL_ARG_WEIGHTS, *p->weights},
@@ -732,10 +729,7 @@ class DnnlQMatMulKernel : public Kernel {
       if (bias_.defined()) args[DNNL_ARG_BIAS] = wrap(p->bias, bias_);
       p->prim.execute(dnnl_stream(), args);
       dnnl_stream().wait();
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
-    return Status::ok();
+    });
   }
 
  private:
@@ -753,7 +747,7 @@ class DnnlQMatMulKernel : public Kernel {
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < a_dims.size(); ++i) rows *= a_dims[i];
     if (rows == 0) return unsupported("empty");
-    try {
+    const auto plan_primitives = [&] {
       const int64_t K2 = split_ ? 2 * K : K;
       plan->src = memory::desc({rows, K2}, int8_type(flip_ ? DType::kU8 : a_dt_), tag::ab);
       plan->dst = memory::desc({rows, N}, int8_type(y_dt_), tag::ab);
@@ -775,9 +769,9 @@ class DnnlQMatMulKernel : public Kernel {
         return unsupported("oneDNN offers only its reference int8 matmul here");
       plan->prim = dnnl::matmul(plan->pd);
       plan->weights = packed_weights(plan->pd.weights_desc());
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
+      return Status::ok();
+    };
+    RETURN_IF_ERROR(cpu::dnnl_call(node_, plan_primitives));
     plan->out_dims = a_dims;
     plan->out_dims.back() = N;
     return Status::ok();
@@ -834,16 +828,13 @@ class Int8MaxPoolKernel : public Kernel {
     if (!plan.is_ok()) return fallback_(ctx);
     const Plan* p = plan.value();
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, p->out_dims, false));
-    try {
+    return cpu::dnnl_call(node_, [&] {
       p->prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, wrap(p->src, x)},
                                       {DNNL_ARG_DST, wrap(p->dst, *y)},
                                       {DNNL_ARG_SCRATCHPAD, cpu::scratch_memory(p->pd.scratchpad_desc(),
                                                                                 cpu::ScratchSlot::kScratchpad)}});
       dnnl_stream().wait();
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
-    return Status::ok();
+    });
   }
 
  private:
@@ -874,7 +865,7 @@ class Int8MaxPoolKernel : public Kernel {
       pad_r.push_back(right);
       yd.push_back(g.out);
     }
-    try {
+    const auto plan_primitives = [&] {
       const auto t = cpu::plain_tag(xd.size(), channels_last_);
       plan->src = memory::desc(cpu::to_dnnl_dims(xd), int8_type(dtype_), t);
       plan->dst = memory::desc(cpu::to_dnnl_dims(yd), int8_type(dtype_), t);
@@ -882,9 +873,8 @@ class Int8MaxPoolKernel : public Kernel {
                                     plan->dst, strides, kernel, pad_l, pad_r);
       plan->pd = dnnl::pooling_forward::primitive_desc(d, cpu::concurrent_attr(), dnnl_engine());
       plan->prim = dnnl::pooling_forward(plan->pd);
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
+    };
+    RETURN_IF_ERROR(cpu::dnnl_call(node_, plan_primitives));
     plan->out_dims = channels_last_ ? std::vector<int64_t>{yd[0], yd[2], yd[3], yd[1]} : yd;
     return Status::ok();
   }
@@ -1156,13 +1146,10 @@ class Int8TransposeKernel : public Kernel {
       for (int64_t n = 0; n < N; ++n, src += C * S, dst += C * S) interleave_planes(src, C, S, dst);
       return Status::ok();
     }
-    try {
+    return cpu::dnnl_call(node_, [&] {
       p->prim.execute(dnnl_stream(), {{DNNL_ARG_FROM, wrap(p->src, x)}, {DNNL_ARG_TO, wrap(p->dst, *y)}});
       dnnl_stream().wait();
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
-    return Status::ok();
+    });
   }
 
  private:
@@ -1241,14 +1228,11 @@ class Int8TransposeKernel : public Kernel {
     plan->copy = std::is_sorted(moved.begin(), moved.end());
     plan->few_channels = r == 4 && perm_ == std::vector<int64_t>{0, 2, 3, 1} && xd[1] <= 4;
     if (plan->copy || plan->few_channels) return Status::ok();
-    try {
+    return cpu::dnnl_call(node_, [&] {
       plan->src = memory::desc(yd, int8_type(dtype_), ys);
       plan->dst = memory::desc(yd, int8_type(dtype_), cpu::plain_tag(r));
       plan->prim = cpu::make_reorder(plan->src, plan->dst);
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
-    return Status::ok();
+    });
   }
 
   Node node_;

@@ -182,27 +182,20 @@ class DnnlMatMulKernel : public Kernel {
       return Status::ok();
     }
     if (w_.defined() && !p->weights) {
-      try {
-        p->weights = packed_weights(p->prim_wei, p->wei);
-      } catch (const dnnl::error& e) {
-        return cpu::dnnl_error(node_, e);
-      }
+      RETURN_IF_ERROR(cpu::dnnl_call(node_, [&] { p->weights = packed_weights(p->prim_wei, p->wei); }));
     }
     if (threads > 1 && p->weights && dtype_ == DType::kF32 && p->m <= nsplit_max_rows()) {
       std::vector<Split>* splits = nullptr;
       RETURN_IF_ERROR(splits_for(p, threads, &splits));
       if (splits) return run_splits(*splits, a.data<float>(), y->mutable_data<float>());
     }
-    try {
+    return cpu::dnnl_call(node_, [&] {
       std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(p->src, a)}, {DNNL_ARG_DST, wrap(p->dst, *y)}};
       args[DNNL_ARG_WEIGHTS] = p->weights ? *p->weights : wrap(p->wei, *b);
       if (bias_t_.defined()) args[DNNL_ARG_BIAS] = wrap(p->bias, bias_t_);
       p->prim.execute(dnnl_stream(), args);
       dnnl_stream().wait();
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
-    return Status::ok();
+    });
   }
 
  private:
@@ -375,7 +368,7 @@ class DnnlMatMulKernel : public Kernel {
       *out = &plans_.emplace(key, std::move(plan)).first->second;
       return Status::ok();
     }
-    try {
+    const auto plan_primitives = [&] {
       const tag plain = cpu::plain_tag(sd.size());
       plan.src = memory::desc(sd, dt, plain);
       plan.dst = memory::desc(dd, dt, plain);
@@ -398,9 +391,9 @@ class DnnlMatMulKernel : public Kernel {
       plan.prim = dnnl::matmul(pd);
       plan.prim_wei = pd.weights_desc();
       if (w_.defined()) plan.weights = packed_weights(plan.prim_wei, plan.wei);
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
+      return Status::ok();
+    };
+    RETURN_IF_ERROR(cpu::dnnl_call(node_, plan_primitives));
     *out = &plans_.emplace(key, std::move(plan)).first->second;
     return Status::ok();
   }

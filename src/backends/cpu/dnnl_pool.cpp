@@ -120,7 +120,7 @@ class DnnlPoolKernel : public Kernel {
       });
       return Status::ok();
     }
-    try {
+    return cpu::dnnl_call(node_, [&] {
       // Small pools run on one thread (memory-bound: splitting them costs more than it saves).
       with_threads_for_bytes(x.nbytes() + y->nbytes(), [&] {
         p->prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, wrap(p->src, x)},
@@ -129,10 +129,7 @@ class DnnlPoolKernel : public Kernel {
                                                                                   cpu::ScratchSlot::kScratchpad)}});
         dnnl_stream().wait();
       });
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
-    return Status::ok();
+    });
   }
 
  private:
@@ -175,7 +172,7 @@ class DnnlPoolKernel : public Kernel {
       pad_r.push_back(right);
       yd.push_back(g.out);
     }
-    try {
+    const auto plan_primitives = [&] {
       memory::data_type dt;
       cpu::to_dnnl_type(dtype_, &dt);
       const auto t = cpu::plain_tag(xd.size(), channels_last_);
@@ -193,9 +190,8 @@ class DnnlPoolKernel : public Kernel {
         plan->own_max = true;
         plan->geom = MaxPoolGeom{xd[2], xd[3], yd[2], yd[3], kernel[0], kernel[1], strides[0], strides[1], pad_l[0], pad_l[1]};
       }
-    } catch (const dnnl::error& e) {
-      return cpu::dnnl_error(node_, e);
-    }
+    };
+    RETURN_IF_ERROR(cpu::dnnl_call(node_, plan_primitives));
     plan->out_dims = channels_last_ ? std::vector<int64_t>{yd[0], yd[2], yd[3], yd[1]} : yd;
     return Status::ok();
   }

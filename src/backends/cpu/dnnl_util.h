@@ -1,6 +1,8 @@
-// oneDNN plumbing shared by the cpu backend's oneDNN kernels (dnnl_conv, dnnl_matmul, dnnl_pool, dnnl_int8):
+// oneDNN plumbing shared by the cpu backend's oneDNN kernels (dnnl_conv, dnnl_conv_grad, dnnl_matmul, dnnl_pool,
+// dnnl_int8, attention):
 // the engine and stream, dtype mapping, fused activations as post-ops, wrapping ferry tensors as
-// oneDNN memory without copies, and error conversion (oneDNN throws; kernels return Status).
+// oneDNN memory without copies, and the one try/catch of their plans and runs (oneDNN throws; kernels
+// return Status: dnnl_call).
 #pragma once
 
 #include <dnnl.hpp>
@@ -8,6 +10,7 @@
 #include <functional>
 #include <list>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -41,6 +44,37 @@ dnnl::memory wrap(const dnnl::memory::desc& desc, const Tensor& t);
 
 /// A user-facing Status for a oneDNN error in `node`.
 Status dnnl_error(const Node& node, const dnnl::error& e);
+
+/// The one skeleton of a oneDNN kernel's plan and run: calls `body` (which makes or executes
+/// primitives: oneDNN throws) and returns its Status, a dnnl::error becoming `node`'s (dnnl_error).
+/// `body` returns void (success when it returns) or Status.
+template <class Body>
+Status dnnl_call(const Node& node, Body&& body) {
+  try {
+    if constexpr (std::is_void_v<std::invoke_result_t<Body&>>) {
+      body();
+      return Status::ok();
+    } else {
+      return body();
+    }
+  } catch (const dnnl::error& e) {
+    return dnnl_error(node, e);
+  }
+}
+
+/// Calls make(convolution_winograd) when `winograd` and oneDNN has a Winograd kernel for the shape
+/// (make throws dnnl::error when it has none), else make(convolution_direct), whose error propagates.
+template <class Make>
+void make_winograd_or_direct(bool winograd, Make&& make) {
+  if (winograd) {
+    try {
+      make(dnnl::algorithm::convolution_winograd);
+      return;
+    } catch (const dnnl::error&) {  // no Winograd kernel for this shape here: the direct one
+    }
+  }
+  make(dnnl::algorithm::convolution_direct);
+}
 
 /// Looks up the constant tensor feeding input `i` of `node` in `graph` (nullptr: not constant / absent).
 const Tensor* constant_input(const Graph& graph, const Node& node, size_t i);
