@@ -3,7 +3,7 @@
 threads (docs/serving.md). Starts a server on a free 127.0.0.1 port, runs `ferry perf`, stops it.
 
   bench/serve_overhead.py FERRY [--model demo/digits_cnn.onnx] [--threads 1] [--seconds 2]
-      [--concurrency 8 --batch-model M.onnx --batch 8]
+      [--concurrency 8 --batch-model M.onnx --batch 8] [--grpc-floor /tmp/grpc_floor_probe]
 
 Prints: in-process p50 (ferry bench, batch 1), served p50 over HTTP (binary and JSON tensors) and gRPC
 at concurrency 1, and their differences; with --batch-model, served throughput at --concurrency
@@ -28,6 +28,7 @@ ap.add_argument("--seconds", type=float, default=2.0)
 ap.add_argument("--batch-model")
 ap.add_argument("--batch", type=int, default=8)
 ap.add_argument("--concurrency", type=int, default=8)
+ap.add_argument("--grpc-floor", help="bench/grpc_floor_probe.cpp built: also the empty-RPC round trip")
 a = ap.parse_args()
 
 
@@ -84,13 +85,17 @@ try:
     for rnd in range(2):
         b = bench(a.model, 1)
         res = serve(repo, lambda url, gurl: (perf(url, "m", 1), perf(url, "m", 1, "--json-data"),
-                                             perf(gurl, "m", 1, "--protocol", "grpc")))
+                                             perf(gurl, "m", 1, "--protocol", "grpc"),
+                                             subprocess.run([a.grpc_floor, gurl], capture_output=True, text=True,
+                                                            check=True).stdout.strip() if a.grpc_floor else ""))
         inproc = b["latency_ms"]["p50"] * 1000
         rows.append((inproc, res[0]["p50_us"], res[1]["p50_us"], res[2]["p50_us"]))
         print("round %d: in-process p50 %.0f us | HTTP binary p50 %.0f us (+%.0f) | HTTP JSON p50 %.0f us (+%.0f) | "
               "gRPC p50 %.0f us (+%.0f)"
               % (rnd + 1, inproc, res[0]["p50_us"], res[0]["p50_us"] - inproc, res[1]["p50_us"], res[1]["p50_us"] - inproc,
                  res[2]["p50_us"], res[2]["p50_us"] - inproc))
+        if res[3]:
+            print("  " + res[3].replace("\n", "\n  "))
     if a.batch_model:
         for rnd in range(2):
             b = bench(a.batch_model, a.batch)
