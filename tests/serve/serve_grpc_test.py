@@ -52,6 +52,50 @@ from serve import grpc_service_pb2 as pb  # noqa: E402
 from serve import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 
 
+# ---- the wire contract: Triton's names and field numbers (grpc_service.proto, model_config.proto),
+# so stubs generated from Triton's own files interoperate. A renumbered field fails here.
+TRITON_FIELDS = {
+    "ModelInferRequest": dict(model_name=1, model_version=2, id=3, parameters=4, inputs=5, outputs=6, raw_input_contents=7),
+    "ModelInferRequest.InferInputTensor": dict(name=1, datatype=2, shape=3, parameters=4, contents=5),
+    "ModelInferRequest.InferRequestedOutputTensor": dict(name=1, parameters=2),
+    "ModelInferResponse": dict(model_name=1, model_version=2, id=3, parameters=4, outputs=5, raw_output_contents=6),
+    "ModelInferResponse.InferOutputTensor": dict(name=1, datatype=2, shape=3, parameters=4, contents=5),
+    "ModelStreamInferResponse": dict(error_message=1, infer_response=2),
+    "InferParameter": dict(bool_param=1, int64_param=2, string_param=3, double_param=4, uint64_param=5),
+    "InferTensorContents": dict(bool_contents=1, int_contents=2, int64_contents=3, uint_contents=4, uint64_contents=5,
+                                fp32_contents=6, fp64_contents=7, bytes_contents=8),
+    "ModelMetadataResponse": dict(name=1, versions=2, platform=3, inputs=4, outputs=5),
+    "ModelMetadataResponse.TensorMetadata": dict(name=1, datatype=2, shape=3),
+    "ServerMetadataResponse": dict(name=1, version=2, extensions=3),
+    "ModelConfigResponse": dict(config=1),
+    "ModelStatistics": dict(name=1, version=2, last_inference=3, inference_count=4, execution_count=5, inference_stats=6,
+                            batch_stats=7),
+    "InferStatistics": dict(success=1, fail=2, queue=3, compute_input=4, compute_infer=5, compute_output=6, cache_hit=7, cache_miss=8),
+    "InferBatchStatistics": dict(batch_size=1, compute_input=2, compute_infer=3, compute_output=4),
+    "StatisticDuration": dict(count=1, ns=2),
+    "RepositoryIndexRequest": dict(repository_name=1, ready=2),
+    "RepositoryIndexResponse.ModelIndex": dict(name=1, version=2, state=3, reason=4),
+    "RepositoryModelLoadRequest": dict(repository_name=1, model_name=2, parameters=3),
+    "RepositoryModelUnloadRequest": dict(repository_name=1, model_name=2, parameters=3),
+    "ModelConfig": dict(name=1, platform=2, version_policy=3, max_batch_size=4, input=5, output=6, instance_group=7,
+                        default_model_filename=8, dynamic_batching=11, parameters=14, backend=17),
+    "ModelInput": dict(name=1, data_type=2, dims=4),
+    "ModelOutput": dict(name=1, data_type=2, dims=3),
+    "ModelDynamicBatching": dict(preferred_batch_size=1, max_queue_delay_microseconds=2, default_queue_policy=6),
+}
+for path, fields in TRITON_FIELDS.items():
+    desc = pb.DESCRIPTOR.pool.FindMessageTypeByName("inference." + path)
+    for name, number in fields.items():
+        f = desc.fields_by_name.get(name)
+        check(f is not None and f.number == number, "inference.%s.%s is field %d (Triton's), got %s" % (path, name, number, f and f.number))
+service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+check(service.full_name == "inference.GRPCInferenceService", "service name " + service.full_name)
+check(sorted(m.name for m in service.methods) == sorted(["ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata",
+                                                        "ModelInfer", "ModelStreamInfer", "ModelConfig", "ModelStatistics",
+                                                        "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"]),
+      "the service's methods: %s" % [m.name for m in service.methods])
+
+
 # ---- the repository -------------------------------------------------------------------------
 def add_model():
     vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4])
@@ -338,6 +382,12 @@ try:
     r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % ports["grpc"], "--protocol", "grpc", "-m", "nosuch"], capture_output=True, text=True,
                        timeout=60)
     check(r.returncode == 2 and "NOT_FOUND" in r.stderr and "nosuch" in r.stderr, "perf grpc on an unknown model: %s" % r.stderr[-300:])
+
+    # ---- a second server on the same gRPC port fails to start, naming it (no SO_REUSEPORT) --
+    r = subprocess.run([FERRY, "serve", "--model-repository", REPO, "--http-address", "127.0.0.1", "--http-port", "0", "--metrics-port",
+                        "0", "--grpc-port", str(ports["grpc"]), "--model-control-mode", "explicit"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "cannot listen for gRPC on 127.0.0.1:%d" % ports["grpc"] in r.stderr,
+          "a busy gRPC port: %d %s" % (r.returncode, r.stderr[-400:]))
 
     # ---- SIGTERM: not ready at once, new work refused, the queued request finishes ------
     pending = stub.ModelInfer.future(infer_request("queued", x[:1], y[:1], id="last"), timeout=T)
