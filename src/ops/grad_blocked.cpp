@@ -11,7 +11,7 @@
 //       blocked inputs have the same block. Its shape rule is the op's on
 //       the plain shapes; its reference kernel converts the blocked inputs to plain copies, runs the
 //       op's reference kernel and converts the blocked outputs back (the oracle; the cpu backend runs
-//       the blocked tensors directly: dnnl_conv_grad.cpp, train_kernels.cpp).
+//       the blocked tensors directly: dnnl_conv_grad.cpp, grad_blocked.cpp).
 #include <string>
 #include <vector>
 

@@ -149,7 +149,7 @@ bool bf16_activations_off() {
 //     but the positive ones below 2^-134 (bf16's smallest subnormal halved), which become 0.
 // All of them blocked and wrapped (com.ferry Blocked). Bit i of `bf16_outputs` / `bf16_inputs` on
 // the Blocked node says output / input i is such a bf16 tensor that its op sees as f32
-// (grad_blocked.cpp's rules and reference kernel; cpu: dnnl_conv_grad.cpp, train_kernels.cpp).
+// (grad_blocked.cpp's rules and reference kernel; cpu: dnnl_conv_grad.cpp, grad_blocked.cpp).
 // Same values as in f32. $FERRY_AMP_BF16_ACT=0 keeps them in f32.
 void bf16_activations(Graph* graph) {
   if (bf16_activations_off()) return;

@@ -1,4 +1,5 @@
-// The cpu backend's training kernels (src/backends/cpu/dnnl_conv_grad.cpp, train_kernels.cpp)
+// The cpu backend's training kernels (src/backends/cpu/dnnl_conv_grad.cpp, grad_norm_pool.cpp,
+// grad_elementwise.cpp, grad_blocked.cpp, elementwise.cpp's Sum)
 // against the reference kernels: ConvGrad (strides, pads, dilations, groups, depthwise, omitted
 // outputs), Conv with weights fed at run time, BatchNormTraining / BatchNormTrainingGrad (2-D and
 // 4-D), MaxPoolGrad / AveragePoolGrad (pads, ceil_mode, count_include_pad, global) and ReluGrad.
@@ -15,7 +16,7 @@
 #include <map>
 #include <random>
 
-#include "backends/cpu/train_kernels.h"
+#include "backends/cpu/grad_blocked.h"
 #include "cpu_features.h"
 #include "onnx/onnx_import.h"
 #include "ops/conv_grad_link.h"
@@ -327,9 +328,9 @@ OneNode blocked_node(const std::string& op, std::map<std::string, Attribute> att
   return OneNode{"Blocked", "com.ferry", attrs, std::move(inputs), {}, std::move(outputs)};
 }
 
-// Runs the Blocked BN node `n` on the cpu backend, checking that train_kernels.cpp's own nChw16c
+// Runs the Blocked BN node `n` on the cpu backend, checking that grad_blocked.cpp's own nChw16c
 // loops ran it: the reference kernel it falls back to gives the same numbers (several times slower),
-// so only train_kernels.h's counts tell.
+// so only grad_blocked.h's counts tell.
 std::vector<Tensor> run_fast_bn(const OneNode& n, bool grad) {
   const cpu::BlockedBnCounts before = cpu::blocked_bn_counts();
   std::vector<Tensor> out = n.run("cpu");
@@ -341,7 +342,7 @@ std::vector<Tensor> run_fast_bn(const OneNode& n, bool grad) {
   return out;
 }
 
-// BatchNormTraining / BatchNormTrainingGrad reading a bf16 X (train_kernels.cpp's bf16 loads) give
+// BatchNormTraining / BatchNormTrainingGrad reading a bf16 X (grad_blocked.cpp's bf16 loads) give
 // the reference's results, and the f32 kernel's on the same values widened to f32.
 TEST(CpuTrainKernels, BlockedBatchNormReadsBf16X) {
   const int64_t N = 2, C = 32, H = 5, W = 3;

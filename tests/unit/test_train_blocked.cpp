@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "backends/cpu/train_kernels.h"
+#include "backends/cpu/grad_blocked.h"
 #include "grad/registry.h"
 #include "ops/blocked_layout.h"
 #include "runtime/executor.h"
@@ -181,7 +181,7 @@ TEST(TrainBlockedLayout, SameLossesAndUpdatesAsPlain) {
   const cpu::BlockedBnCounts before = cpu::blocked_bn_counts();
   const TrainRun blocked = train(true, 3);
   const cpu::BlockedBnCounts after = cpu::blocked_bn_counts();
-  // Every blocked BatchNorm and BN gradient ran on train_kernels.cpp's nChw16c loops at every step,
+  // Every blocked BatchNorm and BN gradient ran on grad_blocked.cpp's nChw16c loops at every step,
   // none on the reference kernel (same numbers, several times slower: the losses cannot tell).
   EXPECT_GT(blocked.blocked_bn, 0);
   EXPECT_GT(blocked.blocked_bn_grad, 0);
@@ -204,7 +204,7 @@ TEST(TrainBlockedLayout, SameLossesAndUpdatesAsPlain) {
 }
 
 // Blocks of 8 (nChw8c, oneDNN's layout on AVX2 CPUs) and of 16 (AVX-512) give the same losses and
-// updates bit for bit: each channel's sums run in the same order (train_kernels.cpp), and oneDNN's
+// updates bit for bit: each channel's sums run in the same order (grad_blocked.cpp), and oneDNN's
 // convolutions compute the same either way (on a CPU whose kernels want the other block, reordered).
 TEST(TrainBlockedLayout, BlocksOf8And16GiveTheSameBits) {
   TrainRun runs[2];

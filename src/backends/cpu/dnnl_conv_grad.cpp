@@ -702,7 +702,7 @@ StatusOr<std::unique_ptr<Kernel>> make_layout(const Node& node, const OpSchema& 
 }
 
 // com.ferry Blocked (ops/grad_blocked.cpp) wrapping a training convolution; other ops it wraps
-// (BatchNormTraining...) are train_kernels.cpp's.
+// (BatchNormTraining...) are grad_blocked.cpp's.
 StatusOr<std::unique_ptr<Kernel>> make_blocked(const Node& node, const OpSchema& schema, const Graph& graph) {
   const std::string op = inner_op(node);
   if (op == "Conv" || op == "FusedConv") return make_train_conv(node, schema, graph);

@@ -1,6 +1,7 @@
 // CPU kernels for f32 elementwise ops: Add/Sub/Mul/Div with numpy broadcasting (dims collapsed
 // so the inner loop is a contiguous span against a span or a scalar), and unary Relu, Sigmoid,
-// Tanh, Erf, Exp, Neg, Sqrt, Abs. Vectorized loops, threads over chunks of the output.
+// Tanh, Erf, Exp, Neg, Sqrt, Abs; Sum of equally shaped inputs. Vectorized loops, threads over
+// chunks of the output.
 // (bf16 operands and f32<->bf16 Casts: bf16.cpp.)
 #include <algorithm>
 #include <cmath>
@@ -217,6 +218,27 @@ StatusOr<bool> run_unary(KernelContext& ctx) {
   return true;
 }
 
+// Sum of equally shaped inputs (the accumulation of gradients of values read several times).
+
+FERRY_VEC void add_spans(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+StatusOr<bool> run_sum(KernelContext& ctx) {
+  if (!all_f32(ctx) || ctx.num_inputs() < 2) return false;
+  const Tensor& a = ctx.input(0);
+  for (int64_t i = 1; i < ctx.num_inputs(); ++i)
+    if (!ctx.has_input(i) || ctx.input(i).dims() != a.dims()) return false;  // broadcasting: the reference
+  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output_over(0, 0, DType::kF32, a.dims()));
+  float* py = y->mutable_data<float>();
+  // Left to right, as the reference: ((x0 + x1) + x2) + ...
+  parallel_ranges(a.numel(), ctx.num_inputs(), [&](int64_t s, int64_t e) {
+    add_spans(a.data<float>() + s, ctx.input(1).data<float>() + s, py + s, e - s);
+    for (int64_t i = 2; i < ctx.num_inputs(); ++i) add_spans(py + s, ctx.input(i).data<float>() + s, py + s, e - s);
+  });
+  return true;
+}
+
 CpuKernelFactory factory(StatusOr<bool> (*fn)(KernelContext&)) {
   return [fn](const Node& node, const OpSchema& schema, const Graph& g) -> StatusOr<std::unique_ptr<Kernel>> {
     for (const std::string& in : node.inputs)
@@ -243,5 +265,6 @@ void register_cpu_elementwise_kernels(CpuKernelTable& t) {
   t.add("", "Neg", factory(run_unary<neg_span, 1>));
   t.add("", "Sqrt", factory(run_unary<sqrt_span, 4>));
   t.add("", "Abs", factory(run_unary<abs_span, 1>));
+  t.add("", "Sum", factory(run_sum));
 }
 }  // namespace ferry

@@ -1,4 +1,4 @@
-// What train_kernels.cpp's blocked BatchNorm kernels did, for tests: a silent fallback to the
+// What grad_blocked.cpp's blocked BatchNorm kernels did, for tests: a silent fallback to the
 // reference kernel (any operand layout or dtype the fast loops do not take) gives the same numbers
 // several times slower, so only these counts tell the two apart.
 #pragma once
