@@ -430,11 +430,13 @@ class PySession {
     SessionRunOptions ro;
     if (control) ro.terminate = &control->terminate;
     double ms = 0;
+    const bool timed = profiler_ || log_level <= 0;
     {
       py::gil_scoped_release nogil;
-      const auto t0 = std::chrono::steady_clock::now();
+      std::chrono::steady_clock::time_point t0;
+      if (timed) t0 = std::chrono::steady_clock::now();
       st = session_->run(feeds, &outs, ro);
-      ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (timed) ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (profiler_) profiler_->add(tag.empty() ? "model_run" : "model_run " + tag, "Session", ms);
     }
     if (log_level <= 0) {
