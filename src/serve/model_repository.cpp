@@ -44,26 +44,45 @@ std::vector<std::string> ModelRepository::scan() const {
 }
 
 Status ModelRepository::load(const std::string& name) {
-  auto fail = [&](Status st) {
-    log_("error: " + st.message());
-    std::map<int64_t, std::shared_ptr<ServedModel>> old;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ModelEntry& e = models_[name];
-      e.failed.clear();
-      e.failed[-1] = st.message();
-      old = std::move(e.versions);
-      e.versions.clear();
-    }
-    for (auto& [v, m] : old) m->stop();
-    return st;
-  };
   if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
     return not_found("model name '" + name + "' is not a directory name in the repository");
   const fs::path dir = fs::path(root_) / name;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     return not_found("model '" + name + "' is not in the repository " + root_ + " (no directory " + dir.string() + ")");
+  // What is on disk now (taken before reading it: a change during the load shows at the next poll),
+  // and what is serving now (a version unchanged on disk keeps its instance).
+  std::string cfg_fp;
+  std::map<int64_t, std::string> ver_fp;
+  fingerprint(name, &cfg_fp, &ver_fp);
+  std::map<int64_t, std::shared_ptr<ServedModel>> previous;
+  std::string prev_cfg_fp;
+  std::map<int64_t, std::string> prev_ver_fp;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(name);
+    if (it != models_.end()) {
+      previous = it->second.versions;
+      prev_cfg_fp = it->second.config_fp;
+      prev_ver_fp = it->second.version_fp;
+    }
+  }
+  // A failed reload keeps the versions already serving (Triton's rule); a failed first load lists
+  // the model UNAVAILABLE with the reason.
+  auto fail = [&](Status st) {
+    log_("error: " + st.message());
+    std::lock_guard<std::mutex> lock(mu_);
+    ModelEntry& e = models_[name];
+    e.config_fp = cfg_fp;
+    e.version_fp = ver_fp;
+    if (!e.versions.empty()) {
+      log_("model '" + name + "': the reload failed; the versions already loaded keep serving");
+      return st;
+    }
+    e.failed.clear();
+    e.failed[-1] = st.message();
+    return st;
+  };
   // The configuration: config.pbtxt, or derived from the model when there is none.
   ParsedConfig parsed;
   const fs::path cfg_path = dir / "config.pbtxt";
@@ -113,6 +132,11 @@ Status ModelRepository::load(const std::string& name) {
     if (file.find('/') != std::string::npos || file == "..")
       return fail(invalid_argument(name + "/config.pbtxt: default_model_filename '" + file + "' must be a file name inside the version directory"));
     const fs::path path = vdir / file;
+    auto pv = previous.find(v);
+    if (pv != previous.end() && prev_cfg_fp == cfg_fp && prev_ver_fp.count(v) && ver_fp.count(v) && prev_ver_fp[v] == ver_fp[v]) {
+      loaded[v] = pv->second;  // unchanged: keeps serving, nothing reloaded
+      continue;
+    }
     Status st = Status::ok();
     if (!fs::is_regular_file(path, ec)) {
       st = not_found("model '" + name + "' version " + std::to_string(v) + ": no model file " + path.string() +
@@ -130,16 +154,84 @@ Status ModelRepository::load(const std::string& name) {
       if (first_error.is_ok()) first_error = st;
     }
   }
-  std::map<int64_t, std::shared_ptr<ServedModel>> old;
+  std::vector<std::shared_ptr<ServedModel>> to_stop;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ModelEntry& e = models_[name];
-    old = std::move(e.versions);
+    e.config_fp = cfg_fp;
+    e.version_fp = ver_fp;
+    if (loaded.empty() && !e.versions.empty()) {
+      log_("model '" + name + "': the reload failed; the versions already loaded keep serving");
+      return first_error;
+    }
+    for (auto& [v, m] : e.versions) {
+      auto nv = loaded.find(v);
+      if (nv == loaded.end() || nv->second != m) to_stop.push_back(m);
+    }
     e.versions = std::move(loaded);
     e.failed = std::move(failed);
   }
-  for (auto& [v, m] : old) m->stop();  // the previous versions finish what they had queued
+  for (auto& m : to_stop) m->stop();  // the replaced versions finish what they had queued
   return first_error;
+}
+
+void ModelRepository::fingerprint(const std::string& name, std::string* config_fp, std::map<int64_t, std::string>* version_fp) const {
+  const fs::path dir = fs::path(root_) / name;
+  std::vector<std::string> cfg_lines;
+  std::map<int64_t, std::vector<std::string>> ver_lines;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const fs::path rel = it->path().lexically_relative(dir);
+    const std::string first = rel.begin()->string();
+    const bool in_version = is_version_name(first);
+    std::error_code fe;
+    if (it->is_directory(fe)) {
+      if (in_version && it.depth() == 0) ver_lines[std::stoll(first)];  // an empty version directory is a version too
+      continue;
+    }
+    const auto size = it->file_size(fe);
+    const auto mtime = fs::last_write_time(it->path(), fe).time_since_epoch().count();
+    std::string line = rel.string() + "|" + std::to_string(size) + "|" + std::to_string(mtime) + "\n";
+    if (in_version) ver_lines[std::stoll(first)].push_back(std::move(line));
+    else cfg_lines.push_back(std::move(line));
+  }
+  std::sort(cfg_lines.begin(), cfg_lines.end());
+  config_fp->assign("files outside the versions:\n");
+  for (const std::string& l : cfg_lines) *config_fp += l;
+  version_fp->clear();
+  for (auto& [v, lines] : ver_lines) {
+    std::sort(lines.begin(), lines.end());
+    std::string& fp = (*version_fp)[v];
+    for (const std::string& l : lines) fp += l;
+  }
+}
+
+int ModelRepository::poll() {
+  const std::vector<std::string> on_disk = scan();
+  std::vector<std::string> gone, changed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [n, e] : models_)
+      if (!std::binary_search(on_disk.begin(), on_disk.end(), n)) gone.push_back(n);
+  }
+  for (const std::string& n : on_disk) {
+    std::string cfg_fp;
+    std::map<int64_t, std::string> ver_fp;
+    fingerprint(n, &cfg_fp, &ver_fp);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(n);
+    if (it == models_.end() || it->second.config_fp != cfg_fp || it->second.version_fp != ver_fp) changed.push_back(n);
+  }
+  for (const std::string& n : gone) {
+    Status st = unload(n);
+    if (!st.is_ok()) log_("poll: " + st.message());
+    else log_("poll: model '" + n + "' is gone from the repository; unloaded (its queued requests finish first)");
+  }
+  for (const std::string& n : changed) {
+    if (load(n).is_ok()) log_("poll: loaded model '" + n + "'");
+  }
+  return static_cast<int>(gone.size() + changed.size());
 }
 
 Status ModelRepository::unload(const std::string& name) {

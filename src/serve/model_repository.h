@@ -26,9 +26,15 @@ class ModelRepository {
   std::vector<std::string> scan() const;
   /// Loads (or reloads) a model: its config, the versions its policy selects. On failure the
   /// model is listed UNAVAILABLE with the reason, and the error is returned.
+  /// A reload that fails keeps the versions already serving (Triton's rule); a version whose
+  /// directory and the config are unchanged since the last load keeps its running instance.
   Status load(const std::string& name);
   /// Stops the model's versions (queued requests run first) and forgets them.
   Status unload(const std::string& name);
+  /// Poll mode: rescans the repository and loads new models, reloads models whose files changed
+  /// (size or modification time of config.pbtxt or a version directory's files), unloads models
+  /// whose directory is gone. Each change is logged; returns how many models it touched.
+  int poll();
   /// The version to run: `version` "" picks the highest ready one. kNotFound for an unknown
   /// model or version, kResourceExhausted (503) for a known one that is not ready.
   StatusOr<std::shared_ptr<ServedModel>> find(const std::string& name, const std::string& version) const;
@@ -45,7 +51,13 @@ class ModelRepository {
     std::map<int64_t, std::shared_ptr<ServedModel>> versions;
     /// Versions that failed to load (or the whole model, key -1), with the reason.
     std::map<int64_t, std::string> failed;
+    /// What the last load saw on disk: the files outside the version directories, and each
+    /// version directory's files (relative path, size, modification time).
+    std::string config_fp;
+    std::map<int64_t, std::string> version_fp;
   };
+  /// The fingerprints of a model directory as they are now.
+  void fingerprint(const std::string& name, std::string* config_fp, std::map<int64_t, std::string>* version_fp) const;
   std::string root_;
   ServeOptions options_;
   std::function<void(const std::string&)> log_;

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -34,6 +35,7 @@ struct ServeOptions {
   bool allow_grpc = true;
   bool allow_metrics = true;
   std::string control_mode = "none";
+  double poll_secs = 15;
   std::vector<std::string> load_models;
   int exit_timeout_secs = 30;
   int64_t max_input_size = int64_t(64) << 20;
@@ -59,15 +61,16 @@ int cmd_serve(const ServeOptions& opt) {
     std::fprintf(stderr, "ferry serve: %s\n", line.c_str());
     std::fflush(stderr);
   };
-  if (opt.control_mode != "none" && opt.control_mode != "explicit") {
-    std::fprintf(stderr, "error: --model-control-mode '%s': ferry supports none and explicit (poll is not implemented)\n",
+  if (opt.control_mode != "none" && opt.control_mode != "explicit" && opt.control_mode != "poll") {
+    std::fprintf(stderr, "error: --model-control-mode '%s': expected none, explicit or poll\n", opt.control_mode.c_str());
+    return 2;
+  }
+  if (opt.control_mode != "explicit" && !opt.load_models.empty()) {
+    std::fprintf(stderr, "error: --load-model needs --model-control-mode explicit (in mode %s every model is loaded)\n",
                  opt.control_mode.c_str());
     return 2;
   }
-  if (opt.control_mode == "none" && !opt.load_models.empty()) {
-    std::fprintf(stderr, "error: --load-model needs --model-control-mode explicit (in mode none every model is loaded)\n");
-    return 2;
-  }
+  const bool polling = opt.control_mode == "poll";
   if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
     std::perror("pipe");
     return 1;
@@ -87,9 +90,9 @@ int cmd_serve(const ServeOptions& opt) {
   serve::ModelRepository repo(opt.repository, so, log);
   std::vector<std::string> to_load;
   const std::vector<std::string> found = repo.scan();
-  if (found.empty() && opt.control_mode == "none")
+  if (found.empty() && opt.control_mode != "explicit")
     log("warning: no model directories in " + opt.repository);
-  if (opt.control_mode == "none") {
+  if (opt.control_mode != "explicit") {
     to_load = found;
   } else {
     for (const std::string& n : opt.load_models) {
@@ -150,11 +153,24 @@ int cmd_serve(const ServeOptions& opt) {
   }
   log("HTTP on " + opt.address + ":" + std::to_string(server.http_port()) +
       (server.metrics_port() >= 0 ? ", metrics on " + opt.address + ":" + std::to_string(server.metrics_port()) : std::string()));
-  // Wait for SIGTERM / SIGINT.
+  // Wait for SIGTERM / SIGINT; in poll mode, rescan the repository every --repository-poll-secs
+  // (loads and unloads run here, never on a thread that serves requests).
   char sig = 0;
+  const auto poll_every = std::chrono::milliseconds(static_cast<int64_t>(opt.poll_secs * 1000));
+  auto next_poll = std::chrono::steady_clock::now() + poll_every;
   for (;;) {
+    int wait_ms = -1;
+    if (polling) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_poll - std::chrono::steady_clock::now()).count();
+      wait_ms = static_cast<int>(std::max<int64_t>(0, left));
+    }
     pollfd pfd{g_signal_pipe[0], POLLIN, 0};
-    if (poll(&pfd, 1, -1) > 0 && read(g_signal_pipe[0], &sig, 1) == 1) break;
+    const int r = poll(&pfd, 1, wait_ms);
+    if (r > 0 && read(g_signal_pipe[0], &sig, 1) == 1) break;
+    if (polling && std::chrono::steady_clock::now() >= next_poll) {
+      repo.poll();
+      next_poll = std::chrono::steady_clock::now() + poll_every;
+    }
   }
   server.begin_shutdown();
 #ifdef FERRY_HAVE_GRPC
@@ -200,7 +216,10 @@ const bool kRegistered = register_command({"serve", 75, [](CLI::App& app) {
   cmd->add_option("--allow-grpc", opt->allow_grpc, "Serve gRPC (inference.GRPCInferenceService; default true)");
   cmd->add_option("--allow-metrics", opt->allow_metrics, "Serve /metrics (default true)");
   cmd->add_option("--model-control-mode", opt->control_mode,
-                  "none (every model loaded at start, no load/unload) or explicit (--load-model, and the repository API)");
+                  "none (every model loaded at start, no load/unload), explicit (--load-model, and the repository API) or poll "
+                  "(every model loaded at start, the repository rescanned every --repository-poll-secs)");
+  cmd->add_option("--repository-poll-secs", opt->poll_secs, "In poll mode, seconds between rescans of the repository (default 15)")
+      ->check(CLI::Range(0.05, 86400.0));
   cmd->add_option("--load-model", opt->load_models, "In explicit mode, a model to load at start ('*': all); repeatable");
   cmd->add_option("--exit-timeout-secs", opt->exit_timeout_secs, "On SIGTERM, seconds to finish queued requests (default 30)")
       ->check(CLI::NonNegativeNumber);

@@ -2,7 +2,7 @@
 """`ferry serve` over HTTP/REST (KServe v2 as Triton serves it), through Python requests and curl:
 every endpoint, JSON and binary tensors, the dynamic batcher (each request gets its own rows back),
 overload (503), per-request timeout, client disconnect (CANCELED), bad inputs (the server keeps
-serving), config.pbtxt warnings and errors, explicit load/unload, /metrics and the SIGTERM drain.
+serving), config.pbtxt warnings and errors, explicit load/unload, poll mode, /metrics and the SIGTERM drain.
 Servers bind 127.0.0.1 on ports the system picks (--http-port 0), read back from the log.
 
 usage: serve_http_test.py FERRY WORKDIR
@@ -83,8 +83,8 @@ put(REPO, "wrongtype", relu_model(), 'input [ { name: "a" data_type: TYPE_INT64 
 
 # ---- server process -----------------------------------------------------------------------
 class Server:
-    def __init__(self, *args):
-        self.proc = subprocess.Popen([FERRY, "serve", "--model-repository", REPO, "--http-address", "127.0.0.1", "--grpc-port", "0",
+    def __init__(self, *args, repo=REPO):
+        self.proc = subprocess.Popen([FERRY, "serve", "--model-repository", repo, "--http-address", "127.0.0.1", "--grpc-port", "0",
                                       "--http-port", "0", "--metrics-port", "0", "--threads", "1", *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.lines = []
@@ -378,6 +378,80 @@ try:
     check(srv.proc.returncode == 0, "exit 0 after the drain, got %s" % srv.proc.returncode)
 finally:
     srv.stop()
+
+
+# ---- poll mode: the repository rescanned every 0.3 s while a client keeps calling another model ----
+PREPO = os.path.join(WORK, "poll_repo")
+put(PREPO, "add", add_model("N"), ADD_CONFIG % ("add", ""))
+put(PREPO, "relu", relu_model())
+
+
+def wait_for(pred, what, seconds=15):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return check(False, "poll: timed out waiting for " + what)
+
+
+def index_of(url):
+    return {(e["name"], e.get("version", "")): e for e in post(url + "/v2/repository/index", b"").json()}
+
+
+srv = Server("--model-control-mode", "poll", "--repository-poll-secs", "0.3", repo=PREPO)
+stop_calls, outcomes = threading.Event(), []
+try:
+    U = srv.url
+    check(requests.get(U + "/v2/models/add/ready").status_code == 200, "poll: add loaded at start")
+    check(post(U + "/v2/repository/models/relu/unload", b"").status_code == 400, "poll: unload API refused")
+    relu_in = {"inputs": [{"name": "a", "datatype": "FP32", "shape": [2, 3], "data": [-1, 2, -3, 4, -5, 6]}]}
+
+    def caller():  # another model's requests, all through every load, reload and unload below
+        while not stop_calls.is_set():
+            r = post(U + "/v2/models/relu/infer", relu_in)
+            outcomes.append((r.status_code, r.json().get("outputs", [{}])[0].get("data") if r.status_code == 200 else r.text))
+
+    t = threading.Thread(target=caller)
+    t.start()
+    # A new model appears.
+    put(PREPO, "add2", add_model("N"), ADD_CONFIG % ("add2", ""))
+    if wait_for(lambda: requests.get(U + "/v2/models/add2/ready").status_code == 200, "add2 loaded"):
+        check(post(U + "/v2/models/add2/infer", infer_body(x, y)).status_code == 200, "poll: infer on the new model")
+    # A new version: the policy (latest 1) moves to it, version 1 is unloaded.
+    put(PREPO, "add", add_model("N"), None, version=2)
+    wait_for(lambda: requests.get(U + "/v2/models/add/versions/2/ready").status_code == 200, "add version 2 loaded")
+    wait_for(lambda: requests.get(U + "/v2/models/add/versions/1/ready").status_code != 200, "add version 1 unloaded")
+    check(post(U + "/v2/models/add/infer", infer_body(x, y)).status_code == 200, "poll: add serves after the new version")
+    # A model that fails to load is listed UNAVAILABLE with its reason.
+    put(PREPO, "bad", relu_model(), 'name: "bad"\nmax_batch_size: 0\ninput [ { name: "a" data_type: TYPE_FP32 dims: [ 2, 3 ] ]\n')
+    wait_for(lambda: "config.pbtxt:3:" in index_of(U).get(("bad", ""), {}).get("reason", ""), "bad listed with its reason")
+    check(index_of(U).get(("bad", ""), {}).get("state") == "UNAVAILABLE", "poll: bad UNAVAILABLE: %s" % index_of(U).get(("bad", "")))
+    # Fixing it on disk loads it at the next poll.
+    with open(os.path.join(PREPO, "bad", "config.pbtxt"), "w") as f:
+        f.write('name: "bad"\nmax_batch_size: 0\n')
+    wait_for(lambda: requests.get(U + "/v2/models/bad/ready").status_code == 200, "bad loaded once fixed")
+    # A reload that fails keeps the loaded versions serving (Triton's rule).
+    with open(os.path.join(PREPO, "add2", "config.pbtxt"), "a") as f:
+        f.write("max_batch_size: oops\n")
+    wait_for(lambda: "model 'add2': the reload failed" in srv.log(), "add2's failed reload logged")
+    check(post(U + "/v2/models/add2/infer", infer_body(x, y)).status_code == 200, "poll: add2 still serves after a failed reload")
+    # A removed model is unloaded.
+    shutil.rmtree(os.path.join(PREPO, "add2"))
+    wait_for(lambda: requests.get(U + "/v2/models/add2/ready").status_code != 200, "add2 unloaded once removed")
+    check(("add2", "1") not in index_of(U), "poll: add2 gone from the index")
+    time.sleep(0.4)  # one more poll: nothing changed, nothing reloaded
+    stop_calls.set()
+    t.join(30)
+    check(len(outcomes) > 5 and all(c == 200 and d == [0, 2, 0, 4, 0, 6] for c, d in outcomes),
+          "poll: every request to relu answered correctly during the changes (%d calls, bad: %s)"
+          % (len(outcomes), [o for o in outcomes if o[0] != 200][:3]))
+    log = srv.log()
+    check("poll: loaded model 'relu'" not in log and log.count("poll: loaded model 'add'") == 1,
+          "poll: unchanged models are not reloaded:\n" + "".join(l for l in srv.lines if "poll:" in l))
+finally:
+    stop_calls.set()
+    check(srv.stop() == 0, "poll: SIGTERM exits 0")
 
 if failures:
     print("%d failures" % len(failures))
