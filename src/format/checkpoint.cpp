@@ -17,7 +17,7 @@
 #include <xxhash.h>
 
 #include "format/checksum_impl.h"
-#include "io/file_util.h"
+#include "io/file.h"
 
 namespace ferry {
 namespace {
@@ -333,7 +333,7 @@ StatusOr<std::string> latest_checkpoint(const std::string& dir) {
 
 namespace {
 StatusOr<Checkpoint> read_checkpoint_file(const std::string& path) {
-  ASSIGN_OR_RETURN(MappedFile f, map_file(path, INT64_MAX, "checkpoint"));
+  ASSIGN_OR_RETURN(FileBytes f, map_file(path, INT64_MAX, "checkpoint"));
   ASSIGN_OR_RETURN(Checkpoint c, parse_checkpoint(f.data, f.size, "checkpoint '" + path + "'"));
   c.path = path;
   return c;

@@ -1,5 +1,5 @@
-// File helpers shared by the .npy/.npz readers and writers: whole-file mapping and
-// all-or-nothing writes (temporary file + rename).
+// File helpers shared by the loaders and writers: whole-file mapping (two forms, below), safe
+// path joining for external data, and all-or-nothing writes (temporary file + rename).
 #pragma once
 
 #include <cstddef>
@@ -24,10 +24,24 @@ struct FileBytes {
   bool mapped = false;
 };
 
-/// Maps the whole file at `path` (falls back to reading it for non-regular files).
+/// Maps the whole file at `path` (falls back to reading it for non-regular files), writable
+/// copy-on-write, its pages mapped up front: the .npy/.npz readers and .ferry files.
 /// Errors: kNotFound when the file does not exist, kInvalidArgument for other failures.
 /// Note: like any mmap, truncating the file while it is mapped raises SIGBUS on access.
 StatusOr<FileBytes> map_file(const std::string& path);
+
+/// Maps the regular file at `path` read-only (`writable` false), refusing one over `max_bytes`
+/// (kResourceExhausted); errors name it as `what` ('model file', 'checkpoint', ...): NotFound /
+/// InvalidArgument (a folder, a pipe, unmappable). Model files, external data, checkpoints.
+StatusOr<FileBytes> map_file(const std::string& path, int64_t max_bytes, const std::string& what);
+
+/// Resolves `relative` inside `base_dir` and refuses anything that would leave it:
+/// absolute paths, "..", symlinks pointing outside, non-regular files.
+StatusOr<std::string> resolve_inside(const std::string& base_dir, const std::string& relative,
+                                     const std::string& what);
+
+/// Folder part of a path ("." when none).
+std::string dir_name(const std::string& path);
 
 /// Writes a file under a temporary name in the destination's folder; commit() renames it
 /// over `path`. Destroying the writer without a successful commit() removes the temporary,

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <unordered_map>
 
-#include "io/file_util.h"
+#include "io/file.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/tensor_proto.h"
 
@@ -36,7 +36,7 @@ Status inline_external(const std::string& base_dir, const std::string& source, o
     if (kv.key() == "length") length = std::atoll(kv.value().c_str());
   }
   ASSIGN_OR_RETURN(std::string path, resolve_inside(base_dir, location, what));
-  ASSIGN_OR_RETURN(MappedFile f, map_file(path, INT64_MAX, what + " external data"));
+  ASSIGN_OR_RETURN(FileBytes f, map_file(path, INT64_MAX, what + " external data"));
   const long long size = static_cast<long long>(f.size);
   if (length < 0) length = size - offset;
   if (offset < 0 || offset > size || length > size - offset)
@@ -89,7 +89,7 @@ Status write_edited_onnx(const std::string& source_onnx, const OnnxGraphEdit& ed
   if (out_path == source_onnx || (::stat(source_onnx.c_str(), &sa) == 0 && ::stat(out_path.c_str(), &sb) == 0 &&
                                   sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino))
     return invalid_argument("output '" + out_path + "' is the source model '" + source_onnx + "'; write to a new file");
-  ASSIGN_OR_RETURN(MappedFile f, map_file(source_onnx, INT_MAX, "model file"));
+  ASSIGN_OR_RETURN(FileBytes f, map_file(source_onnx, INT_MAX, "model file"));
   onnx::ModelProto mp;
   if (f.size == 0 || !parse_model_proto(f.data, f.size, &mp) || !mp.has_graph())
     return invalid_model("model '" + source_onnx + "' is not a valid ONNX model (protobuf parse failed)");

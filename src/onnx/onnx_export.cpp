@@ -14,7 +14,7 @@
 #include <functional>
 #include <set>
 
-#include "io/file_util.h"
+#include "io/file.h"
 #include "onnx/onnx_import.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/proto_names.h"
@@ -145,7 +145,7 @@ Status inline_external(ExportState& st, onnx::TensorProto* tp) {
   }
   ASSIGN_OR_RETURN(std::string path, resolve_inside(st.base_dir, location, what));
   st.external_files.insert(path);
-  ASSIGN_OR_RETURN(MappedFile f, map_file(path, INT64_MAX, what + " external data"));
+  ASSIGN_OR_RETURN(FileBytes f, map_file(path, INT64_MAX, what + " external data"));
   const int64_t size = static_cast<int64_t>(f.size);
   if (length < 0) length = size - offset;
   if (offset > size || length > size - offset)
@@ -489,7 +489,7 @@ Status export_trained_onnx(const std::string& source_onnx, const TrainedExport& 
   if (out_path == source_onnx || same_file(source_onnx, out_path))
     return invalid_argument("output '" + out_path + "' is the source model '" + source_onnx +
                             "'; write the trained model to a new file");
-  ASSIGN_OR_RETURN(MappedFile f, map_file(source_onnx, INT_MAX, "model file"));
+  ASSIGN_OR_RETURN(FileBytes f, map_file(source_onnx, INT_MAX, "model file"));
   onnx::ModelProto mp;
   if (f.size == 0 || !parse_model_proto(f.data, f.size, &mp) || !mp.has_graph())
     return invalid_model("model '" + source_onnx + "' is not a valid ONNX model (protobuf parse failed)");

@@ -11,7 +11,7 @@
 
 #include "common/utf8.h"
 #include "ir/graph_check.h"
-#include "io/file_util.h"
+#include "io/file.h"
 #include "onnx/onnx_pb.h"
 // After onnx_pb.h, which defines ONNX_API.
 #include "onnx/onnx-data.pb.h"
@@ -424,12 +424,12 @@ StatusOr<std::shared_ptr<Model>> parse_onnx_model(const void* data, size_t size,
 }
 
 StatusOr<std::shared_ptr<Model>> load_onnx_model(const std::string& path, const ImportOptions& options) {
-  ASSIGN_OR_RETURN(MappedFile f, map_file(path, options.max_file_bytes, "model file"));
+  ASSIGN_OR_RETURN(FileBytes f, map_file(path, options.max_file_bytes, "model file"));
   if (f.size == 0) return invalid_model("model file '" + path + "' is empty");
   // The mapping is released once protobuf has parsed it: its pages would otherwise stay resident
   // beside the parsed copy (and the graph's) until the import ends.
   ASSIGN_OR_RETURN(auto model, parse_model(f.data, f.size, dir_name(path), "model '" + path + "'", options,
-                                           [&f] { f = MappedFile{}; }));
+                                           [&f] { f = FileBytes{}; }));
   model->path = path;
   return model;
 }

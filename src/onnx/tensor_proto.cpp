@@ -53,10 +53,10 @@ Status read_external(TensorSource& st, const onnx::TensorProto& tp, const std::s
   ASSIGN_OR_RETURN(std::string path, resolve_inside(st.base_dir, location, what));
   auto it = st.external_files.find(path);
   if (it == st.external_files.end()) {
-    ASSIGN_OR_RETURN(MappedFile f, map_file(path, std::numeric_limits<int64_t>::max(), what + " external data"));
+    ASSIGN_OR_RETURN(FileBytes f, map_file(path, std::numeric_limits<int64_t>::max(), what + " external data"));
     it = st.external_files.emplace(path, f).first;
   }
-  const MappedFile& f = it->second;
+  const FileBytes& f = it->second;
   if (length < 0) length = static_cast<int64_t>(f.size) - offset;
   if (offset > static_cast<int64_t>(f.size) || length > static_cast<int64_t>(f.size) - offset)
     return invalid_model(what + ": external data range [offset " + std::to_string(offset) + ", length " +
@@ -193,7 +193,7 @@ StatusOr<Tensor> parse_tensor_pb_in(const void* data, size_t size, const std::st
 }  // namespace
 
 StatusOr<Tensor> read_tensor_pb(const std::string& path, std::string* name) {
-  ASSIGN_OR_RETURN(MappedFile f, map_file(path, INT_MAX, "tensor file"));
+  ASSIGN_OR_RETURN(FileBytes f, map_file(path, INT_MAX, "tensor file"));
   return parse_tensor_pb_in(f.data, f.size, dir_name(path), "tensor file '" + path + "'", name);
 }
 
@@ -220,7 +220,7 @@ StatusOr<Value> read_value_pb(const std::string& path, ValueKind kind, std::stri
     ASSIGN_OR_RETURN(Tensor t, read_tensor_pb(path, name));
     return Value(std::move(t));
   }
-  ASSIGN_OR_RETURN(MappedFile f, map_file(path, INT_MAX, "value file"));
+  ASSIGN_OR_RETURN(FileBytes f, map_file(path, INT_MAX, "value file"));
   google::protobuf::io::ArrayInputStream raw(f.data, static_cast<int>(f.size));
   google::protobuf::io::CodedInputStream coded(&raw);
   coded.SetTotalBytesLimit(INT_MAX);

@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "common/status.h"
-#include "io/file_util.h"
+#include "io/file.h"
 #include "ir/tensor.h"
 #include "onnx/onnx_pb.h"
 
@@ -20,7 +20,7 @@ struct TensorSource {
   std::string base_dir;  // external data only from regular files inside it ("" refuses external data)
   int64_t max_weight_bytes = std::numeric_limits<int64_t>::max();  // over all tensors read
   int64_t weight_bytes = 0;
-  std::unordered_map<std::string, MappedFile> external_files;  // mapped once, shared by the tensors
+  std::unordered_map<std::string, FileBytes> external_files;  // mapped once, shared by the tensors
 };
 
 /// The tensor a TensorProto holds, checked against its shape before anything is allocated.
