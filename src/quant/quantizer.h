@@ -91,9 +91,9 @@ struct QuantizeReport {
   int64_t weights_gptq = 0;
   double gptq_cosine_before = 0;
   /// Never below plain MinMax: the plain structure's output cosine on the calibration data, the
-  /// Conv/Gemm/MatMul nodes whose output Q/DQ was dropped, in order, with the cosine after each (on the
-  /// probe samples until the plain structure's probe cosine is reached, then on the calibration data), and
-  /// whether the plain structure itself was written (nothing else reached it).
+  /// Conv/Gemm/MatMul nodes whose output Q/DQ was dropped (all candidates, each with the output cosine of
+  /// the file with all of them float), and whether the plain structure itself was written (nothing else
+  /// reached it).
   double plain_cosine = 0;
   std::vector<std::pair<std::string, double>> float_outputs;
   bool plain_written = false;
