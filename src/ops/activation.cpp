@@ -1,5 +1,5 @@
 // Op family 'activation' (see op_families.inc): pointwise activations (Relu, Sigmoid, Gelu, ...),
-// Clip, and the axis-wise Softmax / LogSoftmax / Hardmax.
+// Clip, Shrink, and the axis-wise Softmax / LogSoftmax / Hardmax.
 // Float math is done in double and rounded to the element type; f16/bf16 go through f32.
 #include <algorithm>
 #include <cmath>
@@ -397,6 +397,40 @@ Status k_softmax(KernelContext& ctx) {
   });
 }
 
+// ---- Shrink ---------------------------------------------------------------------------------
+
+Status k_shrink(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const double bias = ctx.get_float("bias", 0.0f);
+  const double lambd = ctx.get_float("lambd", 0.5f);
+  auto f = [&](double v) { return v < -lambd ? v + bias : (v > lambd ? v - bias : 0.0); };
+  const DType dt = x.dtype();
+  if (dt == DType::kF16 || dt == DType::kBF16 || dt == DType::kF64) {
+    vector<double> y(static_cast<size_t>(x.numel()));
+    for (int64_t i = 0; i < x.numel(); ++i) y[i] = f(x.get_double(i));
+    ASSIGN_OR_RETURN(Tensor out, doubles_to_tensor(y, x.dims(), dt));
+    ctx.set_output(0, std::move(out));
+    return Status::ok();
+  }
+  ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output(0, dt, x.dims()));
+  switch (dt) {
+    case DType::kF32: {
+      const float* px = x.data<float>();
+      float* po = out->mutable_data<float>();
+      const float b = static_cast<float>(bias), l = static_cast<float>(lambd);
+      for (int64_t i = 0; i < x.numel(); ++i) po[i] = px[i] < -l ? px[i] + b : (px[i] > l ? px[i] - b : 0.0f);
+      break;
+    }
+    FERRY_DISPATCH_INT_CASES({
+      const scalar_t* px = x.data<scalar_t>();
+      scalar_t* po = out->mutable_data<scalar_t>();
+      for (int64_t i = 0; i < x.numel(); ++i) po[i] = static_cast<scalar_t>(f(static_cast<double>(px[i])));
+    })
+    default: return ctx.error(std::string("element type ") + dtype_name(dt) + " is not supported");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 void register_activation_ops(OpRegistry& r) {
@@ -448,6 +482,8 @@ void register_activation_ops(OpRegistry& r) {
     r.add(OpSchema{.name = s.name, .since_version = 13, .attrs = {{"axis", AttrType::kInt}}, .types = kFloatTypes,
                    .infer = infer_softmax<false>, .kernel = s.current});
   }
+  r.add(OpSchema{.name = "Shrink", .since_version = 9, .attrs = {{"bias", AttrType::kFloat}, {"lambd", AttrType::kFloat}},
+                 .infer = infer_same_as_input0, .kernel = k_shrink});
 }
 
 }  // namespace ferry

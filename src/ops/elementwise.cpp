@@ -1,5 +1,5 @@
 // Elementwise math and logic: unary math, broadcasting binary arithmetic and comparisons,
-// variadic Sum/Mean/Max/Min, Where. f16/bf16 are computed in f32 and rounded back.
+// variadic Sum/Mean/Max/Min, Where, BitShift. f16/bf16 are computed in f32 and rounded back.
 #include <cmath>
 #include <cstring>
 
@@ -356,6 +356,68 @@ Status infer_where(InferContext& ctx) {
   return Status::ok();
 }
 
+// ---- BitShift (unsigned integers, numpy broadcasting) ----------------------------------------
+
+template <class Ctx>
+Status read_direction(Ctx& ctx, bool* left) {
+  if (!ctx.has("direction")) return ctx.error("required attribute 'direction' is missing");
+  const std::string d = ctx.get_string("direction", "");
+  if (d != "LEFT" && d != "RIGHT") return ctx.error("attribute 'direction' must be LEFT or RIGHT, got '" + d + "'");
+  *left = d == "LEFT";
+  return Status::ok();
+}
+
+bool is_unsigned_int(DType t) { return t == DType::kU8 || t == DType::kU16 || t == DType::kU32 || t == DType::kU64; }
+
+Status infer_bitshift(InferContext& ctx) {
+  bool left = true;
+  RETURN_IF_ERROR(read_direction(ctx, &left));
+  const DType a = ctx.input_type(0).dtype, b = ctx.input_type(1).dtype;
+  if (a != DType::kUndefined && !is_unsigned_int(a))
+    return ctx.error(std::string("BitShift expects unsigned integer inputs, got ") + dtype_name(a));
+  if (a != DType::kUndefined && b != DType::kUndefined && a != b)
+    return ctx.error(std::string("inputs have different element types: ") + dtype_name(a) + " and " + dtype_name(b));
+  return infer_broadcast(ctx);
+}
+
+template <typename T>
+void bitshift_loop(const Tensor& x, const Tensor& y, Tensor* out, bool left) {
+  constexpr uint64_t kBits = sizeof(T) * 8;
+  const T* px = x.data<T>();
+  const T* py = y.data<T>();
+  T* po = out->mutable_data<T>();
+  auto f = [left](T a, T s) -> T {
+    if (static_cast<uint64_t>(s) >= kBits) return 0;  // every bit shifted out
+    return left ? static_cast<T>(a << s) : static_cast<T>(a >> s);
+  };
+  vector<vector<int64_t>> strides = {broadcast_strides(x.dims(), out->dims()), broadcast_strides(y.dims(), out->dims())};
+  for (BroadcastIter it(out->dims(), std::move(strides)); !it.done(); it.next())
+    po[it.index()] = f(px[it.offset(0)], py[it.offset(1)]);
+}
+
+Status k_bitshift(KernelContext& ctx) {
+  bool left = true;
+  RETURN_IF_ERROR(read_direction(ctx, &left));
+  const Tensor& x = ctx.input(0);
+  const Tensor& y = ctx.input(1);
+  if (!is_unsigned_int(x.dtype())) return ctx.error(std::string("BitShift expects unsigned integer inputs, got ") + dtype_name(x.dtype()));
+  if (x.dtype() != y.dtype())
+    return ctx.error(std::string("inputs have different element types: ") + dtype_name(x.dtype()) + " and " + dtype_name(y.dtype()));
+  vector<int64_t> dims;
+  if (!broadcast_dims(x.dims(), y.dims(), &dims))
+    return ctx.error("input shapes " + dims_to_string(x.dims()) + " and " + dims_to_string(y.dims()) +
+                     " cannot be broadcast together");
+  ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output(0, x.dtype(), dims));
+  switch (x.dtype()) {
+    case DType::kU8: bitshift_loop<uint8_t>(x, y, out, left); break;
+    case DType::kU16: bitshift_loop<uint16_t>(x, y, out, left); break;
+    case DType::kU32: bitshift_loop<uint32_t>(x, y, out, left); break;
+    case DType::kU64: bitshift_loop<uint64_t>(x, y, out, left); break;
+    default: break;
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 void register_elementwise_ops(OpRegistry& r) {
@@ -396,6 +458,9 @@ void register_elementwise_ops(OpRegistry& r) {
   for (const Binary& b : variadic)
     r.add(OpSchema{.name = b.name, .since_version = b.since, .min_inputs = 1, .max_inputs = 1 << 20, .infer = b.infer, .kernel = b.fn});
   r.add(OpSchema{.name = "Where", .since_version = 9, .min_inputs = 3, .max_inputs = 3, .infer = infer_where, .kernel = k_where});
+  r.add(OpSchema{.name = "BitShift", .since_version = 11, .min_inputs = 2, .max_inputs = 2,
+                 .attrs = {{"direction", AttrType::kString, true}},
+                 .types = {DType::kU8, DType::kU16, DType::kU32, DType::kU64}, .infer = infer_bitshift, .kernel = k_bitshift});
 }
 
 }  // namespace ferry

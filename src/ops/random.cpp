@@ -1,5 +1,5 @@
-// Miscellaneous ops: BitShift, Shrink and the random generators (RandomUniform, RandomNormal, their
-// *Like forms, Bernoulli, Multinomial). The ai.onnx.preview.training optimizers: ops/optimizer_ops.cpp.
+// Op family 'random' (see op_families.inc): the random generators (RandomUniform, RandomNormal,
+// their *Like forms, Bernoulli, Multinomial).
 //
 // Random ops: with a 'seed' attribute every run of the node draws the same values (the generator is
 // seeded from the seed's bits on each call); without one, each call draws fresh values. The values
@@ -17,102 +17,6 @@ namespace {
 
 using std::string;
 using std::vector;
-
-// ---- BitShift -------------------------------------------------------------------------------
-
-template <class Ctx>
-Status read_direction(Ctx& ctx, bool* left) {
-  if (!ctx.has("direction")) return ctx.error("required attribute 'direction' is missing");
-  const string d = ctx.get_string("direction", "");
-  if (d != "LEFT" && d != "RIGHT") return ctx.error("attribute 'direction' must be LEFT or RIGHT, got '" + d + "'");
-  *left = d == "LEFT";
-  return Status::ok();
-}
-
-bool is_unsigned(DType t) { return t == DType::kU8 || t == DType::kU16 || t == DType::kU32 || t == DType::kU64; }
-
-Status infer_bitshift(InferContext& ctx) {
-  bool left = true;
-  RETURN_IF_ERROR(read_direction(ctx, &left));
-  const DType a = ctx.input_type(0).dtype, b = ctx.input_type(1).dtype;
-  if (a != DType::kUndefined && !is_unsigned(a))
-    return ctx.error(string("BitShift expects unsigned integer inputs, got ") + dtype_name(a));
-  if (a != DType::kUndefined && b != DType::kUndefined && a != b)
-    return ctx.error(string("inputs have different element types: ") + dtype_name(a) + " and " + dtype_name(b));
-  return infer_broadcast(ctx);
-}
-
-template <typename T>
-void bitshift_loop(const Tensor& x, const Tensor& y, Tensor* out, bool left) {
-  constexpr uint64_t kBits = sizeof(T) * 8;
-  const T* px = x.data<T>();
-  const T* py = y.data<T>();
-  T* po = out->mutable_data<T>();
-  auto f = [left](T a, T s) -> T {
-    if (static_cast<uint64_t>(s) >= kBits) return 0;  // every bit shifted out
-    return left ? static_cast<T>(a << s) : static_cast<T>(a >> s);
-  };
-  vector<vector<int64_t>> strides = {broadcast_strides(x.dims(), out->dims()), broadcast_strides(y.dims(), out->dims())};
-  for (BroadcastIter it(out->dims(), std::move(strides)); !it.done(); it.next())
-    po[it.index()] = f(px[it.offset(0)], py[it.offset(1)]);
-}
-
-Status k_bitshift(KernelContext& ctx) {
-  bool left = true;
-  RETURN_IF_ERROR(read_direction(ctx, &left));
-  const Tensor& x = ctx.input(0);
-  const Tensor& y = ctx.input(1);
-  if (!is_unsigned(x.dtype())) return ctx.error(string("BitShift expects unsigned integer inputs, got ") + dtype_name(x.dtype()));
-  if (x.dtype() != y.dtype())
-    return ctx.error(string("inputs have different element types: ") + dtype_name(x.dtype()) + " and " + dtype_name(y.dtype()));
-  vector<int64_t> dims;
-  if (!broadcast_dims(x.dims(), y.dims(), &dims))
-    return ctx.error("input shapes " + dims_to_string(x.dims()) + " and " + dims_to_string(y.dims()) +
-                     " cannot be broadcast together");
-  ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output(0, x.dtype(), dims));
-  switch (x.dtype()) {
-    case DType::kU8: bitshift_loop<uint8_t>(x, y, out, left); break;
-    case DType::kU16: bitshift_loop<uint16_t>(x, y, out, left); break;
-    case DType::kU32: bitshift_loop<uint32_t>(x, y, out, left); break;
-    case DType::kU64: bitshift_loop<uint64_t>(x, y, out, left); break;
-    default: break;
-  }
-  return Status::ok();
-}
-
-// ---- Shrink ---------------------------------------------------------------------------------
-
-Status k_shrink(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  const double bias = ctx.get_float("bias", 0.0f);
-  const double lambd = ctx.get_float("lambd", 0.5f);
-  auto f = [&](double v) { return v < -lambd ? v + bias : (v > lambd ? v - bias : 0.0); };
-  const DType dt = x.dtype();
-  if (dt == DType::kF16 || dt == DType::kBF16 || dt == DType::kF64) {
-    vector<double> y(static_cast<size_t>(x.numel()));
-    for (int64_t i = 0; i < x.numel(); ++i) y[i] = f(x.get_double(i));
-    ASSIGN_OR_RETURN(Tensor out, doubles_to_tensor(y, x.dims(), dt));
-    ctx.set_output(0, std::move(out));
-    return Status::ok();
-  }
-  ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output(0, dt, x.dims()));
-  switch (dt) {
-    case DType::kF32: {
-      const float* px = x.data<float>();
-      float* po = out->mutable_data<float>();
-      const float b = static_cast<float>(bias), l = static_cast<float>(lambd);
-      for (int64_t i = 0; i < x.numel(); ++i) po[i] = px[i] < -l ? px[i] + b : (px[i] > l ? px[i] - b : 0.0f);
-      break;
-    }
-    FERRY_DISPATCH_INT_CASES({
-      const scalar_t* px = x.data<scalar_t>();
-      scalar_t* po = out->mutable_data<scalar_t>();
-      for (int64_t i = 0; i < x.numel(); ++i) po[i] = static_cast<scalar_t>(f(static_cast<double>(px[i])));
-    })
-    default: return ctx.error(string("element type ") + dtype_name(dt) + " is not supported");
-  }
-  return Status::ok();
-}
 
 // ---- random ---------------------------------------------------------------------------------
 
@@ -326,13 +230,7 @@ Status k_multinomial(KernelContext& ctx) {
 
 }  // namespace
 
-void register_misc_ops(OpRegistry& r) {
-  r.add(OpSchema{.name = "BitShift", .since_version = 11, .min_inputs = 2, .max_inputs = 2,
-                 .attrs = {{"direction", AttrType::kString, true}},
-                 .types = {DType::kU8, DType::kU16, DType::kU32, DType::kU64}, .infer = infer_bitshift, .kernel = k_bitshift});
-  r.add(OpSchema{.name = "Shrink", .since_version = 9, .attrs = {{"bias", AttrType::kFloat}, {"lambd", AttrType::kFloat}},
-                 .infer = infer_same_as_input0, .kernel = k_shrink});
-
+void register_random_ops(OpRegistry& r) {
   const vector<AttrSpec> uni = {{"dtype", AttrType::kInt}, {"high", AttrType::kFloat}, {"low", AttrType::kFloat},
                                 {"seed", AttrType::kFloat}};
   const vector<AttrSpec> nor = {{"dtype", AttrType::kInt}, {"mean", AttrType::kFloat}, {"scale", AttrType::kFloat},
