@@ -1,5 +1,5 @@
 // Gradient family 'activation' (see grad_families.inc and grad/registry.h): pointwise activations,
-// Clip, Softmax and LogSoftmax. Most emit one com.ferry backward op (src/ops/grad_elementwise.cpp)
+// Clip, Softmax and LogSoftmax. Most emit one com.ferry backward op (src/ops/grad_activation.cpp)
 // reading the forward input or output; Erf is a few composite nodes.
 #include <cmath>
 

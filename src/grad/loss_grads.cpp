@@ -1,4 +1,4 @@
-// Gradient family 'loss' (see grad_families.inc): the training losses of src/ops/train_loss.cpp.
+// Gradient family 'loss' (see grad_families.inc): the training losses of src/ops/grad_loss.cpp.
 #include "grad/registry.h"
 
 namespace ferry {

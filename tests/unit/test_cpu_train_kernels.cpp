@@ -1,5 +1,5 @@
 // The cpu backend's training kernels (src/backends/cpu/dnnl_conv_grad.cpp, grad_norm_pool.cpp,
-// grad_elementwise.cpp, grad_blocked.cpp, elementwise.cpp's Sum)
+// grad_activation.cpp, grad_blocked.cpp, elementwise.cpp's Sum)
 // against the reference kernels: ConvGrad (strides, pads, dilations, groups, depthwise, omitted
 // outputs), Conv with weights fed at run time, BatchNormTraining / BatchNormTrainingGrad (2-D and
 // 4-D), MaxPoolGrad / AveragePoolGrad (pads, ceil_mode, count_include_pad, global) and ReluGrad.

@@ -1,6 +1,6 @@
 // Gradients of the elementwise and activation ops (src/grad/elementwise_grads.cpp,
 // activation_grads.cpp): finite-difference checks in f64 on cpu-ref (grad_check.h), and the
-// backward ops' shape rules and values (src/ops/grad_elementwise.cpp) through OpTester.
+// backward ops' shape rules and values (src/ops/grad_activation.cpp) through OpTester.
 #include <cmath>
 
 #include "grad/registry.h"

@@ -1,4 +1,4 @@
-// Pieces shared by the cpu backend's training kernel files (grad_norm_pool.cpp, grad_elementwise.cpp,
+// Pieces shared by the cpu backend's training kernel files (grad_norm_pool.cpp, grad_activation.cpp,
 // grad_blocked.cpp): the factory of their f32 kernels, the outputs a node wants, per-channel threads.
 #pragma once
 

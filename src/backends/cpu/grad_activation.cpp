@@ -1,4 +1,4 @@
-// CPU kernels of ops/grad_elementwise.cpp's activation gradients: com.ferry ReluGrad,
+// CPU kernels of ops/grad_activation.cpp's activation gradients: com.ferry ReluGrad,
 // LeakyReluGrad, SigmoidGrad, TanhGrad, HardSwishGrad (f32, vectorized, written over dY when the
 // memory plan allows; anything else runs the reference kernel).
 
@@ -41,7 +41,7 @@ StatusOr<bool> run_pair_grad(KernelContext& ctx) {
 }  // namespace ferry::cpu
 
 namespace ferry {
-void register_cpu_grad_elementwise_kernels(CpuKernelTable& t) {
+void register_cpu_grad_activation_kernels(CpuKernelTable& t) {
   using namespace cpu;
   t.add("com.ferry", "ReluGrad", grad_kernel_factory(run_pair_grad<relu_grad_span>));
   t.add("com.ferry", "LeakyReluGrad", grad_kernel_factory(run_pair_grad<leaky_relu_grad_span>));

@@ -1,5 +1,6 @@
-// Op family 'train_loss' (domain com.ferry): the losses `ferry train` appends to a model, with
-// PyTorch's semantics, and their backward ops. Computed in double, stored in the scores' type.
+// Op family 'grad_loss' (domain com.ferry; emitted by grad/loss_grads.cpp): the losses `ferry
+// train` appends to a model, with PyTorch's semantics, and their backward ops. Computed in
+// double, stored in the scores' type.
 //   CrossEntropyLoss(scores [N, C], labels int64 [N]; label_smoothing) -> mean loss []
 //     = torch.nn.functional.cross_entropy(scores, labels, label_smoothing=e):
 //       loss_n = (1 - e) * -log_softmax(s_n)[y_n] + e / C * sum_c -log_softmax(s_n)[c]
@@ -170,7 +171,7 @@ Status k_mse_grad(KernelContext& ctx) {
 
 }  // namespace
 
-void register_train_loss_ops(OpRegistry& r) {
+void register_grad_loss_ops(OpRegistry& r) {
   const std::vector<AttrSpec> ce_attrs = {{"label_smoothing", AttrType::kFloat}};
   r.add(OpSchema{.name = "CrossEntropyLoss", .domain = "com.ferry", .since_version = 1, .min_inputs = 2, .max_inputs = 2,
                  .attrs = ce_attrs, .types = kLossTypes, .infer = infer_ce_loss, .kernel = k_ce_loss});

@@ -1,4 +1,4 @@
-// Op family 'grad_elementwise' (domain com.ferry, see op_families.inc): backward kernels of the
+// Op family 'grad_activation' (domain com.ferry, see op_families.inc): backward kernels of the
 // activations, emitted by the gradient definitions in src/grad/activation_grads.cpp. Each takes
 // the incoming gradient dY and one forward value of the same shape and dtype (the forward input X
 // or output Y, whichever gives the simpler formula) and returns dX:
@@ -255,7 +255,7 @@ Status k_softmax_grad(KernelContext& ctx) {
 
 }  // namespace
 
-void register_grad_elementwise_ops(OpRegistry& r) {
+void register_grad_activation_ops(OpRegistry& r) {
   struct Pointwise {
     const char* name;
     KernelFn fn;
