@@ -1,13 +1,12 @@
 #!/usr/bin/python3
-"""`ferry serve` overhead and batching, measured against in-process `ferry bench` on the same
+"""`ferry serve` overhead, measured against in-process `ferry bench` on the same
 threads (docs/serving.md). Starts a server on a free 127.0.0.1 port, runs `ferry perf`, stops it.
 
   bench/serve_overhead.py FERRY [--model demo/digits_cnn.onnx] [--threads 1] [--seconds 2]
-      [--concurrency 8 --batch-model M.onnx --batch 8] [--grpc-floor /tmp/grpc_floor_probe]
+      [--grpc-floor /tmp/grpc_floor_probe]
 
 Prints: in-process p50 (ferry bench, batch 1), served p50 over HTTP (binary and JSON tensors) and gRPC
-at concurrency 1, and their differences; with --batch-model, served throughput at --concurrency
-with dynamic batching against `ferry bench --batch N` throughput, and the average batch.
+at concurrency 1, and their differences. The batching target is bench/serve_batching.py.
 """
 import argparse
 import json
@@ -25,9 +24,6 @@ ap.add_argument("ferry")
 ap.add_argument("--model", default=os.path.join(os.path.dirname(__file__), "..", "demo", "digits_cnn.onnx"))
 ap.add_argument("--threads", type=int, default=1)
 ap.add_argument("--seconds", type=float, default=2.0)
-ap.add_argument("--batch-model")
-ap.add_argument("--batch", type=int, default=8)
-ap.add_argument("--concurrency", type=int, default=8)
 ap.add_argument("--grpc-floor", help="bench/grpc_floor_probe.cpp built: also the empty-RPC round trip")
 a = ap.parse_args()
 
@@ -74,12 +70,6 @@ try:
     shutil.copy(a.model, os.path.join(repo, "m", "1", "model.onnx"))
     with open(os.path.join(repo, "m", "config.pbtxt"), "w") as f:
         f.write("max_batch_size: 0\n")  # requests carry the model's own shapes (batch 1)
-    if a.batch_model:
-        os.makedirs(os.path.join(repo, "b", "1"))
-        shutil.copy(a.batch_model, os.path.join(repo, "b", "1", "model.onnx"))
-        with open(os.path.join(repo, "b", "config.pbtxt"), "w") as f:
-            f.write("max_batch_size: %d\ndynamic_batching { preferred_batch_size: [ %d ] max_queue_delay_microseconds: 2000 }\n"
-                    % (a.batch, a.batch))
     # Alternated: in-process, served, in-process, served (the machine is shared and noisy).
     rows = []
     for rnd in range(2):
@@ -96,14 +86,6 @@ try:
                  res[2]["p50_us"], res[2]["p50_us"] - inproc))
         if res[3]:
             print("  " + res[3].replace("\n", "\n  "))
-    if a.batch_model:
-        for rnd in range(2):
-            b = bench(a.batch_model, a.batch)
-            res = serve(repo, lambda url, gurl: perf(url, "b", a.concurrency))
-            print("round %d: ferry bench --batch %d %.1f samples/s | served, concurrency %d, dynamic batching %.1f infer/s "
-                  "(%.2fx), average batch %.2f, server queue %.0f us, compute %.0f us"
-                  % (rnd + 1, a.batch, b["samples_per_s"], a.concurrency, res["throughput"], res["throughput"] / b["samples_per_s"],
-                     res["avg_batch"], res["server_queue_us"], res["server_compute_infer_us"]))
     print("load average after:", " ".join(open("/proc/loadavg").read().split()[:3]))
 finally:
     shutil.rmtree(tmp, ignore_errors=True)

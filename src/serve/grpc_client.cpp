@@ -49,6 +49,7 @@ StatusOr<std::unique_ptr<GrpcClient>> GrpcClient::connect(const std::string& url
   if (target.empty()) return invalid_argument("the server URL is empty (want host:port)");
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(INT_MAX);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own: `ferry perf --concurrency 64` is 64 connections
   auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)))
     return invalid_argument("cannot connect to " + target + " over gRPC within 10 s (is `ferry serve` running with --grpc-port?)");
