@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "io/npy.h"
-#include "train/image_folder.h"
+#include "data/image_folder.h"
 
 namespace ferry::quant {
 namespace {

@@ -10,9 +10,9 @@
 
 #include "image_test_util.h"
 #include "io/npy.h"
-#include "train/image_folder.h"
-#include "train/npz_dataset.h"
-#include "train/prefetch.h"
+#include "data/image_folder.h"
+#include "data/npz_dataset.h"
+#include "data/prefetch.h"
 
 namespace ferry {
 namespace {

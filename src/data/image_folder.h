@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "io/image.h"
-#include "train/dataset.h"
+#include "data/dataset.h"
 
 namespace ferry {
 

@@ -1,5 +1,5 @@
 // ImageFolder scanning and loading (see image_folder.h).
-#include "train/image_folder.h"
+#include "data/image_folder.h"
 
 #include <sys/stat.h>
 

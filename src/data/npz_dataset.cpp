@@ -1,5 +1,5 @@
 // .npz data sets (see npz_dataset.h).
-#include "train/npz_dataset.h"
+#include "data/npz_dataset.h"
 
 #include <algorithm>
 #include <cstring>

@@ -8,7 +8,7 @@
 
 #include "common/status.h"
 #include "ir/graph.h"
-#include "train/dataset.h"
+#include "data/dataset.h"
 
 namespace ferry {
 

@@ -1,10 +1,10 @@
 // Opens training / evaluation data (see data_source.h).
-#include "train/data_source.h"
+#include "data/data_source.h"
 
 #include <sys/stat.h>
 
-#include "train/image_folder.h"
-#include "train/npz_dataset.h"
+#include "data/image_folder.h"
+#include "data/npz_dataset.h"
 
 namespace ferry {
 

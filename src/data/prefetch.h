@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "train/dataset.h"
+#include "data/dataset.h"
 
 namespace ferry {
 

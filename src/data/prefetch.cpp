@@ -1,5 +1,5 @@
 // Background batch loading (see prefetch.h).
-#include "train/prefetch.h"
+#include "data/prefetch.h"
 
 #include <algorithm>
 #include <chrono>

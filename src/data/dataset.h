@@ -1,4 +1,4 @@
-// Training data: a Dataset hands out samples by index; a Prefetcher (train/prefetch.h) loads the
+// Training data: a Dataset hands out samples by index; a Prefetcher (data/prefetch.h) loads the
 // batches of coming steps on background threads so a step does not wait on decoding.
 #pragma once
 

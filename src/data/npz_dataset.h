@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "train/dataset.h"
+#include "data/dataset.h"
 
 namespace ferry {
 
