@@ -51,6 +51,7 @@ const char* contents_field(DType dt) {
     case DType::kU64: return "uint64_contents";
     case DType::kF32: return "fp32_contents";
     case DType::kF64: return "fp64_contents";
+    case DType::kString: return "bytes_contents";
     default: return nullptr;
   }
 }
@@ -80,7 +81,6 @@ Status fill_from_contents(const inference::InferTensorContents& c, Tensor* t, co
   const DType dt = t->dtype();
   const char* field = contents_field(dt);
   if (!field) {
-    if (dt == DType::kString) return invalid_argument(what + ": BYTES tensors are not supported by ferry");
     return invalid_argument(what + ": " + kserve_dtype_name(dt) +
                             " values travel only in raw_input_contents (InferTensorContents has no field for them)");
   }
@@ -104,6 +104,12 @@ Status fill_from_contents(const inference::InferTensorContents& c, Tensor* t, co
     case DType::kU64: return copy_values<uint64_t>(c.uint64_contents(), t, what, count);
     case DType::kF32: return copy_values<float>(c.fp32_contents(), t, what, count);
     case DType::kF64: return copy_values<double>(c.fp64_contents(), t, what, count);
+    case DType::kString:
+      if (c.bytes_contents_size() != count)
+        return invalid_argument(what + ": " + std::to_string(c.bytes_contents_size()) + " values given in contents.bytes_contents but shape " +
+                                dims_to_string(t->dims()) + " needs " + std::to_string(count));
+      for (int64_t i = 0; i < count; ++i) t->mutable_strings()[static_cast<size_t>(i)] = c.bytes_contents(static_cast<int>(i));
+      return Status::ok();
     default: return invalid_argument(what + ": datatype " + kserve_dtype_name(dt) + " is not supported");
   }
 }
@@ -144,11 +150,15 @@ StatusOr<GrpcDecoded> decode_request(const ModelInferRequest& r, const ModelSign
     ASSIGN_OR_RETURN(const TensorSpec* spec, check_input(sig, in.name(), in.datatype(), dims, out.request.inputs, &batch, &batch_from));
     ASSIGN_OR_RETURN(int64_t count, checked_element_count(dims, what));
     const int64_t nbytes = count * dtype_size(spec->dtype);
-    if (spec->dtype == DType::kString) return invalid_argument(what + ": BYTES tensors are not supported by ferry");
     if (raw) {
       if (in.has_contents())
         return invalid_argument(what + " has 'contents' but the request uses raw_input_contents; give every input in one form");
       const std::string& bytes = r.raw_input_contents(i);
+      if (spec->dtype == DType::kString) {  // 4-byte little-endian length + bytes per element, as Triton
+        ASSIGN_OR_RETURN(Tensor t, decode_bytes_tensor(bytes, dims, what + " (raw_input_contents[" + std::to_string(i) + "])"));
+        out.request.inputs.emplace_back(in.name(), std::move(t));
+        continue;
+      }
       if (static_cast<int64_t>(bytes.size()) != nbytes)
         return invalid_argument(what + ": raw_input_contents[" + std::to_string(i) + "] has " + std::to_string(bytes.size()) +
                                 " bytes but shape " + dims_to_string(dims) + " of " + in.datatype() + " needs " + std::to_string(nbytes));
@@ -192,7 +202,13 @@ void encode_response(const ModelSignature& sig, const std::string& id, const std
     o->set_name(name);
     o->set_datatype(kserve_dtype_name(t->dtype()));
     for (int64_t d : t->dims()) o->add_shape(d);
-    resp->add_raw_output_contents(static_cast<const char*>(t->raw()), static_cast<size_t>(t->nbytes()));
+    if (t->dtype() == DType::kString) {
+      std::string* raw = resp->add_raw_output_contents();
+      raw->reserve(static_cast<size_t>(bytes_tensor_size(*t)));
+      append_bytes_tensor(*t, raw);
+    } else {
+      resp->add_raw_output_contents(static_cast<const char*>(t->raw()), static_cast<size_t>(t->nbytes()));
+    }
   }
 }
 

@@ -112,6 +112,10 @@ Status fill_from_json(const Value& data, Tensor* t, const std::string& what) {
         if (!v.IsBool()) return fail_at(v);
         reinterpret_cast<bool*>(base)[i] = v.GetBool();
         break;
+      case DType::kString:
+        if (!v.IsString()) return fail_at(v);
+        t->mutable_strings()[static_cast<size_t>(i)].assign(v.GetString(), v.GetStringLength());
+        break;
 #define FERRY_INT_CASE(D, T) \
   case D:                    \
     if (!integer_in_range<T>(v, reinterpret_cast<T*>(base) + i)) return fail_at(v); \
@@ -197,6 +201,47 @@ Status check_output_name(const ModelSignature& sig, const std::string& name) {
   return Status::ok();
 }
 
+StatusOr<Tensor> decode_bytes_tensor(std::string_view raw, const std::vector<int64_t>& dims, const std::string& what) {
+  ASSIGN_OR_RETURN(int64_t count, checked_element_count(dims, what));
+  ASSIGN_OR_RETURN(Tensor t, Tensor::create(DType::kString, dims, what));
+  std::vector<std::string>& out = t.mutable_strings();
+  size_t pos = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (raw.size() - pos < 4)
+      return invalid_argument(what + ": BYTES element " + std::to_string(i) + " of " + std::to_string(count) + " (shape " +
+                              dims_text(dims) + ") has no 4-byte length: the " + std::to_string(raw.size()) +
+                              " bytes end after " + std::to_string(i) + " elements");
+    const auto* b = reinterpret_cast<const unsigned char*>(raw.data() + pos);
+    const uint32_t len = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
+    pos += 4;
+    if (len > raw.size() - pos)
+      return invalid_argument(what + ": BYTES element " + std::to_string(i) + " says " + std::to_string(len) + " bytes but only " +
+                              std::to_string(raw.size() - pos) + " are left");
+    out[static_cast<size_t>(i)].assign(raw.data() + pos, len);
+    pos += len;
+  }
+  if (pos != raw.size())
+    return invalid_argument(what + ": " + std::to_string(raw.size() - pos) + " bytes left over after the " + std::to_string(count) +
+                            " BYTES elements of shape " + dims_text(dims) + " (each element: a 4-byte little-endian length, then its bytes)");
+  return t;
+}
+
+int64_t bytes_tensor_size(const Tensor& t) {
+  int64_t n = 0;
+  for (const std::string& x : t.strings()) n += 4 + static_cast<int64_t>(x.size());
+  return n;
+}
+
+void append_bytes_tensor(const Tensor& t, std::string* out) {
+  for (const std::string& x : t.strings()) {
+    const uint32_t len = static_cast<uint32_t>(x.size());
+    const char b[4] = {static_cast<char>(len & 0xff), static_cast<char>((len >> 8) & 0xff), static_cast<char>((len >> 16) & 0xff),
+                       static_cast<char>((len >> 24) & 0xff)};
+    out->append(b, 4);
+    out->append(x);
+  }
+}
+
 StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t header_length, const ModelSignature& sig) {
   if (header_length > static_cast<int64_t>(body.size()))
     return invalid_argument("Inference-Header-Content-Length is " + std::to_string(header_length) + " but the body has only " +
@@ -261,6 +306,15 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
       if (header_length < 0)
         return invalid_argument(what + " has 'binary_data_size' but the request has no Inference-Header-Content-Length header");
       const uint64_t size = bsize->GetUint64();
+      if (dt == DType::kString) {
+        if (size > binary.size() - binary_offset)
+          return invalid_argument(what + ": binary_data_size " + std::to_string(size) + " runs past the end of the body (" +
+                                  std::to_string(binary.size() - binary_offset) + " bytes of binary data left)");
+        ASSIGN_OR_RETURN(Tensor t, decode_bytes_tensor(binary.substr(binary_offset, size), dims, what));
+        binary_offset += size;
+        out.request.inputs.emplace_back(input_name, std::move(t));
+        continue;
+      }
       if (size != static_cast<uint64_t>(nbytes))
         return invalid_argument(what + ": binary_data_size " + std::to_string(size) + " but shape " + dims_text(dims) + " of " +
                                 dt_name + " needs " + std::to_string(nbytes) + " bytes");
@@ -274,7 +328,6 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
       continue;
     }
     if (!data) return invalid_argument(what + " has neither 'data' nor parameter 'binary_data_size'");
-    if (dt == DType::kString) return invalid_argument(what + ": BYTES tensors are not supported by ferry");
     if (!data->IsArray()) return invalid_argument(what + ": 'data' is not an array");
     int64_t given = 0;
     if (!visit_leaves(*data, 0, [&](const Value&) { ++given; }))
@@ -347,6 +400,9 @@ void write_data(Writer& w, const Tensor& t) {
     case DType::kU16: for (int64_t i = 0; i < n; ++i) w.Uint(t.data<uint16_t>()[i]); break;
     case DType::kU32: for (int64_t i = 0; i < n; ++i) w.Uint(t.data<uint32_t>()[i]); break;
     case DType::kU64: for (int64_t i = 0; i < n; ++i) w.Uint64(t.data<uint64_t>()[i]); break;
+    case DType::kString:
+      for (const std::string& x : t.strings()) w.String(x.data(), static_cast<rapidjson::SizeType>(x.size()));
+      break;
     default: break;
   }
   w.EndArray();
@@ -401,7 +457,7 @@ EncodedResponse encode_infer_response(const ModelSignature& sig, const DecodedIn
       w.Key("parameters");
       w.StartObject();
       w.Key("binary_data_size");
-      w.Int64(t->nbytes());
+      w.Int64(t->dtype() == DType::kString ? bytes_tensor_size(*t) : t->nbytes());
       w.EndObject();
       binary.push_back(t);
     } else {
@@ -418,11 +474,14 @@ EncodedResponse encode_infer_response(const ModelSignature& sig, const DecodedIn
     return out;
   }
   size_t total = sb.GetSize();
-  for (const Tensor* t : binary) total += static_cast<size_t>(t->nbytes());
+  for (const Tensor* t : binary) total += static_cast<size_t>(t->dtype() == DType::kString ? bytes_tensor_size(*t) : t->nbytes());
   out.body.reserve(total);
   out.body.assign(sb.GetString(), sb.GetSize());
   out.json_size = static_cast<int64_t>(sb.GetSize());
-  for (const Tensor* t : binary) out.body.append(static_cast<const char*>(t->raw()), static_cast<size_t>(t->nbytes()));
+  for (const Tensor* t : binary) {
+    if (t->dtype() == DType::kString) append_bytes_tensor(*t, &out.body);
+    else out.body.append(static_cast<const char*>(t->raw()), static_cast<size_t>(t->nbytes()));
+  }
   return out;
 }
 

@@ -43,6 +43,15 @@ StatusOr<const TensorSpec*> check_input(const ModelSignature& sig, const std::st
 Status check_inputs_complete(const ModelSignature& sig, const TensorList& inputs);
 /// `name` is an output of the model.
 Status check_output_name(const ModelSignature& sig, const std::string& name);
+/// BYTES tensors in the binary forms (HTTP binary tensor data, gRPC raw_input_contents /
+/// raw_output_contents), Triton's serialization: each element a 4-byte little-endian length, then
+/// its bytes. The decoder checks the element count against `dims` and names the element that runs
+/// past the end.
+StatusOr<Tensor> decode_bytes_tensor(std::string_view raw, const std::vector<int64_t>& dims, const std::string& what);
+/// Bytes the serialization of a BYTES tensor takes, and the serialization appended to `out`.
+int64_t bytes_tensor_size(const Tensor& t);
+void append_bytes_tensor(const Tensor& t, std::string* out);
+
 /// A tensor's shape as the protocol shows it: the batch axis (-1) first when the model batches.
 std::vector<int64_t> protocol_dims(const TensorSpec& spec, int32_t max_batch);
 

@@ -187,7 +187,8 @@ DType dtype_from_config(inference::DataType t) {
     case inference::TYPE_FP32: return DType::kF32;
     case inference::TYPE_FP64: return DType::kF64;
     case inference::TYPE_BF16: return DType::kBF16;
-    default: return DType::kUndefined;  // TYPE_STRING: ferry's tensors over HTTP are numeric
+    case inference::TYPE_STRING: return DType::kString;
+    default: return DType::kUndefined;
   }
 }
 

@@ -252,6 +252,15 @@ void ServedModel::run_batch(std::vector<Entry> batch) {
         break;
       }
       Tensor merged = std::move(t).value();
+      if (merged.dtype() == DType::kString) {  // BYTES: the elements are strings, not raw bytes
+        size_t k = 0;
+        for (Entry& e : batch)
+          for (const auto& [n, x] : e.request.inputs)
+            if (n == name)
+              for (const std::string& v : x.strings()) merged.mutable_strings()[k++] = v;
+        feeds.emplace_back(name, std::move(merged));
+        continue;
+      }
       char* dst = static_cast<char*>(merged.mutable_raw());
       for (Entry& e : batch)
         for (const auto& [n, x] : e.request.inputs)
@@ -312,7 +321,19 @@ void ServedModel::run_batch(std::vector<Entry> batch) {
     int64_t offset = 0;
     for (Entry& e : batch) {
       NamedTensors mine;
-      for (auto& [n, t] : ordered) mine.emplace_back(n, t.outer_slice(offset, e.request.batch));
+      for (auto& [n, t] : ordered) {
+        if (t.dtype() != DType::kString) {
+          mine.emplace_back(n, t.outer_slice(offset, e.request.batch));
+          continue;
+        }
+        std::vector<int64_t> dims = t.dims();  // BYTES: outer_slice views raw bytes; copy the rows' strings
+        dims[0] = e.request.batch;
+        Tensor part = Tensor::allocate(DType::kString, dims);
+        const size_t per_row = static_cast<size_t>(t.numel() / rows);
+        std::copy_n(t.strings().begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(offset) * per_row),
+                    per_row * static_cast<size_t>(e.request.batch), part.mutable_strings().begin());
+        mine.emplace_back(n, std::move(part));
+      }
       offset += e.request.batch;
       finish(e, {Status::ok(), FailureReason::kOther, std::move(mine)});
     }

@@ -133,6 +133,15 @@ put("queued", add_model(), ADD_CONFIG % ("queued", """dynamic_batching {
   default_queue_policy { max_queue_size: 2 allow_timeout_override: true }
 }"""))
 put("relu", relu_model())
+
+
+def echo_model():  # BYTES with a batch axis: Identity, [N, 2]
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.STRING, ["N", 2])
+    g = helper.make_graph([helper.make_node("Identity", ["s"], ["t"])], "echo", [vi("s")], [vi("t")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+put("echo", echo_model())  # no config.pbtxt: derived (TYPE_STRING, a batch axis)
 put("broken", relu_model(), 'name: "broken"\nmax_batch_size: 0\ninput [ { name: "a" data_type: TYPE_FP32 dims: [ 2, 3 ] ]\n')
 
 # ---- the server -----------------------------------------------------------------------------
@@ -289,6 +298,28 @@ try:
     resp = stub.ModelInfer(infer_request("add", x, y), timeout=T)
     check(np.array_equal(output(resp), x + y), "the server keeps serving after bad requests")
 
+    # ---- BYTES: contents.bytes_contents and raw_input_contents (4-byte length + bytes), raw out ----
+    import struct
+    pack = lambda items: b"".join(struct.pack("<I", len(v)) + v for v in items)
+    vals = [b"", b"\x00\xffbin", "\u00e9t\u00e9".encode(), b"q" * 100]
+    req = pb.ModelInferRequest(model_name="echo")
+    req.inputs.add(name="s", datatype="BYTES", shape=[2, 2]).contents.bytes_contents.extend(vals)
+    resp = stub.ModelInfer(req, timeout=T)
+    check(resp.outputs[0].datatype == "BYTES" and list(resp.outputs[0].shape) == [2, 2] and resp.raw_output_contents[0] == pack(vals),
+          "BYTES through bytes_contents, back as length-prefixed raw_output_contents: %s" % resp)
+    req = pb.ModelInferRequest(model_name="echo")
+    req.inputs.add(name="s", datatype="BYTES", shape=[1, 2])
+    req.raw_input_contents.append(pack(vals[:2]))
+    resp = stub.ModelInfer(req, timeout=T)
+    check(resp.raw_output_contents[0] == pack(vals[:2]), "BYTES through raw_input_contents")
+    req.raw_input_contents[0] = pack(vals[:2])[:-1]
+    expect_error(lambda: stub.ModelInfer(req, timeout=T), grpc.StatusCode.INVALID_ARGUMENT,
+                 "input 's' (raw_input_contents[0]): BYTES element 1 says 5 bytes but only 4 are left", "BYTES raw cut short")
+    req = pb.ModelInferRequest(model_name="echo")
+    req.inputs.add(name="s", datatype="BYTES", shape=[1, 2]).contents.bytes_contents.extend(vals[:3])
+    expect_error(lambda: stub.ModelInfer(req, timeout=T), grpc.StatusCode.INVALID_ARGUMENT,
+                 "3 values given in contents.bytes_contents but shape [1,2] needs 2", "BYTES count")
+
     # ---- the dynamic batcher: 4 concurrent requests, one execution, each its own rows ------
     before = stub.ModelStatistics(pb.ModelStatisticsRequest(name="batched"), timeout=T).model_stats[0]
     reqs = [(np.full((1, 4), i, np.float32), np.full((1, 4), 10 * i, np.float32)) for i in range(4)]
@@ -307,7 +338,7 @@ try:
     check(len(st) == 1 and st[0].name == "add" and st[0].version == "1" and st[0].inference_stats.success.count == 3
           and st[0].inference_count == 6 and st[0].last_inference > 0, "ModelStatistics add: %s" % st)
     allst = stub.ModelStatistics(pb.ModelStatisticsRequest(), timeout=T).model_stats
-    check(sorted(s.name for s in allst) == ["add", "batched", "queued", "relu"], "ModelStatistics of every model: %s" % [s.name for s in allst])
+    check(sorted(s.name for s in allst) == ["add", "batched", "echo", "queued", "relu"], "ModelStatistics of every model: %s" % [s.name for s in allst])
     expect_error(lambda: stub.ModelStatistics(pb.ModelStatisticsRequest(name="nosuch"), timeout=T), grpc.StatusCode.NOT_FOUND, "nosuch",
                  "ModelStatistics unknown model")
 

@@ -78,6 +78,39 @@ put(REPO, "queued", add_model("N"), ADD_CONFIG % ("queued", """dynamic_batching 
 }"""))
 put(REPO, "relu", relu_model())  # no config.pbtxt: derived from the model (max_batch_size 0)
 put(REPO, "broken", relu_model(), 'name: "broken"\nmax_batch_size: 0\ninput [ { name: "a" data_type: TYPE_FP32 dims: [ 2, 3 ] ]\n')
+
+
+def lower_model():  # BYTES in and out: StringNormalizer (lowercase), [1, 3]
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.STRING, [1, 3])
+    g = helper.make_graph([helper.make_node("StringNormalizer", ["s"], ["t"], case_change_action="LOWER")], "lower", [vi("s")], [vi("t")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def echo_model():  # BYTES with a batch axis: Identity, [N, 2]
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.STRING, ["N", 2])
+    g = helper.make_graph([helper.make_node("Identity", ["s"], ["t"])], "echo", [vi("s")], [vi("t")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def pack_bytes(items):  # Triton's BYTES serialization: 4-byte little-endian length, then the bytes
+    return b"".join(struct.pack("<I", len(b)) + b for b in items)
+
+
+def unpack_bytes(buf):
+    out, pos = [], 0
+    while pos < len(buf):
+        (n,) = struct.unpack_from("<I", buf, pos)
+        out.append(bytes(buf[pos + 4:pos + 4 + n]))
+        pos += 4 + n
+    return out
+
+
+put(REPO, "lower", lower_model())  # no config.pbtxt: derived (TYPE_STRING, max_batch_size 0)
+put(REPO, "echo", echo_model(), """max_batch_size: 4
+input [ { name: "s" data_type: TYPE_STRING dims: [ 2 ] } ]
+output [ { name: "t" data_type: TYPE_STRING dims: [ 2 ] } ]
+dynamic_batching { preferred_batch_size: [ 3 ] max_queue_delay_microseconds: 3000000 }
+""")
 put(REPO, "wrongtype", relu_model(), 'input [ { name: "a" data_type: TYPE_INT64 dims: [ 2, 3 ] } ]\n')
 
 
@@ -333,6 +366,45 @@ try:
         check(open(pc).readline().startswith("Concurrency,Inferences/Second"), "perf CSV header")
     r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % srv.port, "-m", "nope"], capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 and "unknown model" in r.stderr, "perf on an unknown model: %s" % r.stderr[-300:])
+
+    # BYTES tensors: JSON strings, binary (length-prefixed), batched rows split back, bad input.
+    r = post(U + "/v2/models/lower/infer", {"inputs": [{"name": "s", "datatype": "BYTES", "shape": [1, 3], "data": ["Hello", "WORLD", "a B"]}]})
+    check(r.status_code == 200 and r.json()["outputs"][0]["datatype"] == "BYTES" and r.json()["outputs"][0]["data"] == ["hello", "world", "a b"],
+          "BYTES in JSON through StringNormalizer: %s" % r.text[:300])
+    check(requests.get(U + "/v2/models/lower").json()["inputs"][0]["datatype"] == "BYTES", "BYTES in the metadata")
+
+    def echo_binary(rows):
+        payload = pack_bytes([v for row in rows for v in row])
+        hdr = json.dumps({"inputs": [{"name": "s", "datatype": "BYTES", "shape": [len(rows), 2], "parameters": {"binary_data_size": len(payload)}}],
+                          "outputs": [{"name": "t", "parameters": {"binary_data": True}}]}).encode()
+        return post(U + "/v2/models/echo/infer", hdr + payload, headers={"Inference-Header-Content-Length": str(len(hdr))})
+
+    got = {}
+    rows_a, rows_b = [[b"", b"\x00bin\xff"]], [[b"r1", "\u00e9t\u00e9".encode()], [b"x" * 300, b"z"]]
+    ta = threading.Thread(target=lambda: got.setdefault("a", echo_binary(rows_a)))
+    ta.start()
+    time.sleep(0.2)
+    rb = echo_binary(rows_b)
+    ta.join()
+    for key, rows, r in (("a", rows_a, got["a"]), ("b", rows_b, rb)):
+        ok = r.status_code == 200
+        if ok:
+            hl = int(r.headers["Inference-Header-Content-Length"])
+            out = json.loads(r.content[:hl])["outputs"][0]
+            ok = out["shape"] == [len(rows), 2] and unpack_bytes(r.content[hl:]) == [v for row in rows for v in row] and \
+                out["parameters"]["binary_data_size"] == len(r.content) - hl
+        check(ok, "BYTES binary, batched: request %s gets its own rows: %s" % (key, r.content[:300]))
+    st = requests.get(U + "/v2/models/echo/stats").json()["model_stats"][0]
+    check(st["inference_count"] == 3 and st["execution_count"] == 1, "BYTES requests merged into one batch of 3: %s" % st)
+    r = post(U + "/v2/models/echo/infer", {"inputs": [{"name": "s", "datatype": "BYTES", "shape": [1, 2], "data": ["a", 3]}]})
+    check(r.status_code == 400 and "input 's': value 1 (3) is not a BYTES value" in r.json()["error"], "BYTES: a number in JSON: " + r.text)
+    bad = pack_bytes([b"ab"]) + struct.pack("<I", 50) + b"xy"
+    hdr = json.dumps({"inputs": [{"name": "s", "datatype": "BYTES", "shape": [1, 2], "parameters": {"binary_data_size": len(bad)}}]}).encode()
+    r = post(U + "/v2/models/echo/infer", hdr + bad, headers={"Inference-Header-Content-Length": str(len(hdr))})
+    check(r.status_code == 400 and "input 's': BYTES element 1 says 50 bytes but only 2 are left" in r.json()["error"],
+          "BYTES: a length past the end: " + r.text)
+    r = post(U + "/v2/models/echo/infer", {"inputs": [{"name": "s", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]})
+    check(r.status_code == 400 and "datatype FP32 but model 'echo' expects BYTES" in r.json()["error"], "BYTES: wrong datatype: " + r.text)
 
     # Still serving after every bad request.
     r = post(U + "/v2/models/add/infer", infer_body(x, y))
