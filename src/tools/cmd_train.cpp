@@ -208,7 +208,9 @@ const bool kRegistered = register_command({"train", 35, [](CLI::App& app) {
   cmd->add_option("--threads", c.threads, "Intra-op threads (default: the machine's cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--data-workers", c.data_workers, "Image decoding threads (default: half the cores; 0: in the step)");
   cmd->add_option("--device", c.device, "cpu (default), cpu-ref");
-  cmd->add_option("--optimizer", c.optimizer.kind, "sgd | adam | adamw (default: sgd)")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  std::string kinds;
+  for (const std::string& k : optimizer_names()) kinds += (kinds.empty() ? "" : " | ") + k;
+  cmd->add_option("--optimizer", c.optimizer.kind, kinds + " (default: sgd)")->check(CLI::IsMember(optimizer_names()));
   cmd->add_option("--lr", o->lr, "Learning rate (default: 0.01 for sgd, 0.001 for adam/adamw)");
   cmd->add_option("--momentum", c.optimizer.momentum, "SGD momentum");
   cmd->add_flag("--nesterov", c.optimizer.nesterov, "SGD Nesterov momentum");

@@ -279,42 +279,24 @@ class Adam final : public Optimizer {
   std::map<std::string, State> states_;
 };
 
-}  // namespace
+// ---- the registry ------------------------------------------------------------------------------
 
-double effective_lr(const OptimizerConfig& c) {
-  if (c.lr) return *c.lr;
-  return c.kind == "sgd" ? 0.01 : 1e-3;
+StatusOr<std::unique_ptr<Optimizer>> make_sgd(const OptimizerConfig& c, const std::string& where) {
+  if (!(c.momentum >= 0) || !std::isfinite(c.momentum)) {
+    return invalid_argument(where + "invalid momentum " + num(c.momentum) + ": must be >= 0");
+  }
+  if (!std::isfinite(c.dampening)) return invalid_argument(where + "invalid dampening " + num(c.dampening));
+  if (c.nesterov && (c.momentum <= 0 || c.dampening != 0)) {
+    return invalid_argument(where + "nesterov momentum requires a momentum > 0 and zero dampening (got momentum " +
+                            num(c.momentum) + ", dampening " + num(c.dampening) + ")");
+  }
+  if (c.amsgrad) return invalid_argument(where + "amsgrad is an option of adam and adamw");
+  return std::unique_ptr<Optimizer>(std::make_unique<Sgd>(c));
 }
 
-double effective_weight_decay(const OptimizerConfig& c) {
-  if (c.weight_decay) return *c.weight_decay;
-  return c.kind == "adamw" ? 1e-2 : 0.0;
-}
-
-StatusOr<std::unique_ptr<Optimizer>> make_optimizer(const OptimizerConfig& c) {
-  const std::string& k = c.kind;
-  if (k != "sgd" && k != "adam" && k != "adamw") {
-    return invalid_argument("optimizer '" + k + "' is not known; use sgd, adam or adamw");
-  }
-  const std::string where = "optimizer '" + k + "': ";
-  const double lr = effective_lr(c), wd = effective_weight_decay(c);
-  // torch's checks are `not 0.0 <= x`, which also refuse NaN.
-  if (!(lr >= 0) || !std::isfinite(lr)) return invalid_argument(where + "invalid learning rate (lr) " + num(lr) + ": must be >= 0");
-  if (!(wd >= 0) || !std::isfinite(wd)) {
-    return invalid_argument(where + "invalid weight_decay " + num(wd) + ": must be >= 0");
-  }
-  if (k == "sgd") {
-    if (!(c.momentum >= 0) || !std::isfinite(c.momentum)) {
-      return invalid_argument(where + "invalid momentum " + num(c.momentum) + ": must be >= 0");
-    }
-    if (!std::isfinite(c.dampening)) return invalid_argument(where + "invalid dampening " + num(c.dampening));
-    if (c.nesterov && (c.momentum <= 0 || c.dampening != 0)) {
-      return invalid_argument(where + "nesterov momentum requires a momentum > 0 and zero dampening (got momentum " +
-                              num(c.momentum) + ", dampening " + num(c.dampening) + ")");
-    }
-    if (c.amsgrad) return invalid_argument(where + "amsgrad is an option of adam and adamw");
-    return std::unique_ptr<Optimizer>(std::make_unique<Sgd>(c));
-  }
+// adam and adamw: the same options; adamw decays the weights apart from the gradient.
+template <bool kDecoupled>
+StatusOr<std::unique_ptr<Optimizer>> make_adam(const OptimizerConfig& c, const std::string& where) {
   if (!(c.eps >= 0) || !std::isfinite(c.eps)) return invalid_argument(where + "invalid epsilon (eps) " + num(c.eps) + ": must be >= 0");
   if (!(c.beta1 >= 0 && c.beta1 < 1)) {
     return invalid_argument(where + "invalid beta1 " + num(c.beta1) + ": must be in [0, 1)");
@@ -325,7 +307,65 @@ StatusOr<std::unique_ptr<Optimizer>> make_optimizer(const OptimizerConfig& c) {
   if (c.momentum != 0 || c.dampening != 0 || c.nesterov) {
     return invalid_argument(where + "momentum, dampening and nesterov are options of sgd (adam's momentum is beta1)");
   }
-  return std::unique_ptr<Optimizer>(std::make_unique<Adam>(c, k == "adamw"));
+  return std::unique_ptr<Optimizer>(std::make_unique<Adam>(c, kDecoupled));
+}
+
+int sgd_slots(const OptimizerConfig& c) { return c.momentum != 0 ? 1 : 0; }  // momentum_buffer
+int adam_slots(const OptimizerConfig&) { return 2; }                         // exp_avg, exp_avg_sq
+
+}  // namespace
+
+const std::vector<OptimizerDef>& optimizer_kinds() {
+  static const std::vector<OptimizerDef> kinds = {
+      // torch.optim requires an lr for SGD; 0.01 is ferry's default.
+      {"sgd", 0.01, 0.0, sgd_slots, make_sgd},
+      {"adam", 1e-3, 0.0, adam_slots, make_adam<false>},
+      {"adamw", 1e-3, 1e-2, adam_slots, make_adam<true>},
+  };
+  return kinds;
+}
+
+const OptimizerDef* find_optimizer(const std::string& name) {
+  for (const OptimizerDef& d : optimizer_kinds())
+    if (d.name == name) return &d;
+  return nullptr;
+}
+
+std::vector<std::string> optimizer_names() {
+  std::vector<std::string> names;
+  for (const OptimizerDef& d : optimizer_kinds()) names.push_back(d.name);
+  return names;
+}
+
+double effective_lr(const OptimizerConfig& c) {
+  if (c.lr) return *c.lr;
+  const OptimizerDef* d = find_optimizer(c.kind);
+  return d ? d->default_lr : 1e-3;
+}
+
+double effective_weight_decay(const OptimizerConfig& c) {
+  if (c.weight_decay) return *c.weight_decay;
+  const OptimizerDef* d = find_optimizer(c.kind);
+  return d ? d->default_weight_decay : 0.0;
+}
+
+StatusOr<std::unique_ptr<Optimizer>> make_optimizer(const OptimizerConfig& c) {
+  const std::string& k = c.kind;
+  const OptimizerDef* def = find_optimizer(k);
+  if (!def) {
+    const std::vector<std::string> names = optimizer_names();
+    std::string list;
+    for (size_t i = 0; i < names.size(); ++i) list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+    return invalid_argument("optimizer '" + k + "' is not known; use " + list);
+  }
+  const std::string where = "optimizer '" + k + "': ";
+  const double lr = effective_lr(c), wd = effective_weight_decay(c);
+  // torch's checks are `not 0.0 <= x`, which also refuse NaN.
+  if (!(lr >= 0) || !std::isfinite(lr)) return invalid_argument(where + "invalid learning rate (lr) " + num(lr) + ": must be >= 0");
+  if (!(wd >= 0) || !std::isfinite(wd)) {
+    return invalid_argument(where + "invalid weight_decay " + num(wd) + ": must be >= 0");
+  }
+  return def->make(c, where);
 }
 
 StatusOr<double> clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm) {

@@ -59,9 +59,29 @@ class Optimizer {
   virtual Status load_state(const std::map<std::string, Tensor>& s) = 0;
 };
 
+/// One optimizer kind, registered as ops and gradients are (optimizer.cpp's table): torch's
+/// defaults for it, the state it keeps, and its maker.
+struct OptimizerDef {
+  std::string name;                 // OptimizerConfig::kind
+  double default_lr = 0;            // when OptimizerConfig::lr is unset
+  double default_weight_decay = 0;  // when OptimizerConfig::weight_decay is unset
+  /// State tensors kept per parameter, each of the parameter's size (the training memory plan).
+  int (*state_slots)(const OptimizerConfig& c) = nullptr;
+  /// Checks the kind's own options (lr and weight_decay are checked before) and creates the
+  /// optimizer; messages start with `where` ("optimizer 'sgd': ").
+  StatusOr<std::unique_ptr<Optimizer>> (*make)(const OptimizerConfig& c, const std::string& where) = nullptr;
+};
+
+/// The registered kinds, in the order help texts list them (sgd, adam, adamw).
+const std::vector<OptimizerDef>& optimizer_kinds();
+/// The kind named `name`, or nullptr.
+const OptimizerDef* find_optimizer(const std::string& name);
+/// The registered kinds' names.
+std::vector<std::string> optimizer_names();
+
 /// Validates `c` (torch's checks: lr >= 0, momentum >= 0, weight_decay >= 0, eps >= 0,
 /// betas in [0, 1), nesterov needs momentum > 0 and dampening 0; options of another kind left
-/// at their defaults) and creates the optimizer.
+/// at their defaults) and creates the optimizer of its kind.
 StatusOr<std::unique_ptr<Optimizer>> make_optimizer(const OptimizerConfig& c);
 
 /// torch.nn.utils.clip_grad_norm_(norm_type=2): total_norm = the 2-norm of the per-tensor

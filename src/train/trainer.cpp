@@ -339,8 +339,8 @@ StatusOr<TrainMemoryPlan> Trainer::memory_plan_at(int64_t batch) {
   for (const auto& p : tg_.params) in.param_bytes += tg_.initial.at(p).nbytes();
   for (const auto& st : tg_.state) in.state_bytes += tg_.initial.at(st.input).nbytes();
   for (const auto& [p, g] : tg_.grads) in.grad_bytes += tg_.initial.at(p).nbytes();
-  const bool adam = c_.optimizer.kind == "adam" || c_.optimizer.kind == "adamw";
-  in.optimizer_slots = adam ? 2 : (c_.optimizer.momentum != 0 ? 1 : 0);
+  const OptimizerDef* optimizer = find_optimizer(c_.optimizer.kind);
+  in.optimizer_slots = optimizer ? optimizer->state_slots(c_.optimizer) : 0;
   in.batches_in_flight = prefetch_->max_queued() + 1;
   return plan_train_memory(*model, in);
 }
