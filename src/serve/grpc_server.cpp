@@ -272,6 +272,7 @@ struct GrpcServer::Impl {
     if (!decoded.is_ok()) return done(to_grpc(decoded.status()));
     InferRequest request = std::move(decoded.value().request);
     request.cancelled = std::move(cancelled);
+    request.version_pinned = !req.model_version().empty();
     auto names = std::make_shared<std::vector<std::string>>(std::move(decoded.value().outputs));
     const std::string id = request.id;
     in_flight.fetch_add(1);

@@ -300,6 +300,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (!decoded.is_ok()) return send(http_status_of(decoded.status()), error_json(decoded.status().message()));
     auto meta = std::make_shared<DecodedInfer>(std::move(decoded).value());
     InferRequest request = std::move(meta->request);
+    request.version_pinned = !version.empty();
     meta->request.id = request.id;
     cancelled_ = request.cancelled;
     counted_ = true;

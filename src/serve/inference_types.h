@@ -42,6 +42,8 @@ struct InferRequest {
   uint64_t timeout_us = 0;
   /// Set by the front end when the client goes away: a queued request is then dropped (CANCELED).
   std::shared_ptr<std::atomic<bool>> cancelled;
+  /// The request named its model version (a replaced version forwards it only to the same number).
+  bool version_pinned = false;
 };
 
 struct InferResult {

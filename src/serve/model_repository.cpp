@@ -154,7 +154,7 @@ Status ModelRepository::load(const std::string& name) {
       if (first_error.is_ok()) first_error = st;
     }
   }
-  std::vector<std::shared_ptr<ServedModel>> to_stop;
+  std::vector<std::pair<std::shared_ptr<ServedModel>, std::shared_ptr<ServedModel>>> to_stop;  // version, successor
   {
     std::lock_guard<std::mutex> lock(mu_);
     ModelEntry& e = models_[name];
@@ -166,12 +166,17 @@ Status ModelRepository::load(const std::string& name) {
     }
     for (auto& [v, m] : e.versions) {
       auto nv = loaded.find(v);
-      if (nv == loaded.end() || nv->second != m) to_stop.push_back(m);
+      if (nv != loaded.end() && nv->second == m) continue;  // unchanged, kept
+      // The successor of a replaced version: the same number if it is still served, else the
+      // highest new one (what a request that named no version gets now).
+      to_stop.emplace_back(m, nv != loaded.end() ? nv->second : (loaded.empty() ? nullptr : loaded.rbegin()->second));
     }
     e.versions = std::move(loaded);
     e.failed = std::move(failed);
   }
-  for (auto& m : to_stop) m->stop();  // the replaced versions finish what they had queued
+  // The replaced versions finish what they had queued; a request that found one of them just
+  // before the swap goes on to its successor.
+  for (auto& [m, next] : to_stop) m->retire(next);
   return first_error;
 }
 

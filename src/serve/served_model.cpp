@@ -90,10 +90,25 @@ StatusOr<std::shared_ptr<ServedModel>> ServedModel::load(const std::string& name
 
 ServedModel::~ServedModel() { stop(); }
 
-void ServedModel::stop() {
+namespace {
+
+bool same_specs(const std::vector<TensorSpec>& a, const std::vector<TensorSpec>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].name != b[i].name || a[i].dtype != b[i].dtype || a[i].dims != b[i].dims) return false;
+  return true;
+}
+
+}  // namespace
+
+void ServedModel::retire(std::shared_ptr<ServedModel> successor) {
+  if (successor && (successor.get() == this || successor->max_batch_ != max_batch_ || !same_specs(successor->inputs_, inputs_) ||
+                    !same_specs(successor->outputs_, outputs_)))
+    successor = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    if (successor) successor_ = std::move(successor);
   }
   cv_.notify_all();
   for (auto& t : threads_)
@@ -114,7 +129,13 @@ void ServedModel::enqueue(InferRequest request, InferCallback done) {
   pending_.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock<std::mutex> lock(mu_);
   if (stopping_) {
+    std::shared_ptr<ServedModel> next = successor_;
     lock.unlock();
+    if (next && (!e.request.version_pinned || next->version_ == version_)) {
+      pending_.fetch_sub(1, std::memory_order_relaxed);
+      next->enqueue(std::move(e.request), std::move(e.done));
+      return;
+    }
     finish(e, {resource_exhausted("model '" + name_ + "' version " + std::to_string(version_) + " is being unloaded"),
                FailureReason::kRejected, {}});
     return;

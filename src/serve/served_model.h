@@ -43,7 +43,12 @@ class ServedModel {
   /// when the queue is full or the model is stopping).
   void enqueue(InferRequest request, InferCallback done);
   /// Stops taking requests, runs what is queued, joins the instance threads.
-  void stop();
+  void stop() { retire(nullptr); }
+  /// stop() for a version that `successor` replaces (a reload, or a new version in its place): a
+  /// request that found this version before the swap and reaches its queue after it goes to the
+  /// successor instead of being refused, when the successor takes the same tensors (inputs,
+  /// outputs, max_batch_size) and, for a request that named its version, has the same number.
+  void retire(std::shared_ptr<ServedModel> successor);
 
   const std::string& name() const { return name_; }
   int64_t version() const { return version_; }
@@ -89,6 +94,7 @@ class ServedModel {
   std::condition_variable cv_;
   std::deque<Entry> queue_;
   bool stopping_ = false;
+  std::shared_ptr<ServedModel> successor_;  // set with stopping_ by retire()
   std::vector<std::thread> threads_;
   std::atomic<int64_t> pending_{0};
   ModelStats stats_;

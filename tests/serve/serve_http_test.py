@@ -484,8 +484,17 @@ try:
             r = post(U + "/v2/models/relu/infer", relu_in)
             outcomes.append((r.status_code, r.json().get("outputs", [{}])[0].get("data") if r.status_code == 200 else r.text))
 
+    add_outcomes = []
+
+    def add_caller():  # the model being replaced: a request racing the swap goes on to the new version
+        while not stop_calls.is_set():
+            r = post(U + "/v2/models/add/infer", infer_body(x, y))
+            add_outcomes.append((r.status_code, r.json()["outputs"][0]["data"] == (x + y).flatten().tolist() if r.status_code == 200 else r.text))
+
     t = threading.Thread(target=caller)
     t.start()
+    t2 = threading.Thread(target=add_caller)
+    t2.start()
     # A new model appears.
     put(PREPO, "add2", add_model("N"), ADD_CONFIG % ("add2", ""))
     if wait_for(lambda: requests.get(U + "/v2/models/add2/ready").status_code == 200, "add2 loaded"):
@@ -515,6 +524,10 @@ try:
     time.sleep(0.4)  # one more poll: nothing changed, nothing reloaded
     stop_calls.set()
     t.join(30)
+    t2.join(30)
+    check(len(add_outcomes) > 5 and all(c == 200 and ok is True for c, ok in add_outcomes),
+          "poll: every request to add answered while its version 2 replaced version 1 (%d calls, bad: %s)"
+          % (len(add_outcomes), [o for o in add_outcomes if o != (200, True)][:3]))
     check(len(outcomes) > 5 and all(c == 200 and d == [0, 2, 0, 4, 0, 6] for c, d in outcomes),
           "poll: every request to relu answered correctly during the changes (%d calls, bad: %s)"
           % (len(outcomes), [o for o in outcomes if o[0] != 200][:3]))
