@@ -185,8 +185,13 @@ void ModelRepository::fingerprint(const std::string& name, std::string* config_f
   std::vector<std::string> cfg_lines;
   std::map<int64_t, std::vector<std::string>> ver_lines;
   std::error_code ec;
-  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+  // Symlinked version directories and files are followed (deployments swap them); depth is bounded
+  // so that a symlink cycle cannot make the walk endless.
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied | fs::directory_options::follow_directory_symlink,
+                                      ec),
+      end;
   for (; !ec && it != end; it.increment(ec)) {
+    if (it.depth() >= 8) it.disable_recursion_pending();
     const fs::path rel = it->path().lexically_relative(dir);
     const std::string first = rel.begin()->string();
     const bool in_version = is_version_name(first);

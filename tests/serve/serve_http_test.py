@@ -504,6 +504,17 @@ try:
     wait_for(lambda: requests.get(U + "/v2/models/add/versions/2/ready").status_code == 200, "add version 2 loaded")
     wait_for(lambda: requests.get(U + "/v2/models/add/versions/1/ready").status_code != 200, "add version 1 unloaded")
     check(post(U + "/v2/models/add/infer", infer_body(x, y)).status_code == 200, "poll: add serves after the new version")
+    # A version directory that is a symlink (deployments swap them): a new model file behind it reloads.
+    os.makedirs(os.path.join(WORK, "deploy", "a"))
+    onnx.save(relu_model(), os.path.join(WORK, "deploy", "a", "model.onnx"))
+    os.makedirs(os.path.join(PREPO, "linked"))
+    os.symlink(os.path.join(WORK, "deploy", "a"), os.path.join(PREPO, "linked", "1"))
+    wait_for(lambda: requests.get(U + "/v2/models/linked/ready").status_code == 200, "linked loaded through its symlinked version")
+    n_linked = srv.log().count("poll: loaded model 'linked'")
+    time.sleep(0.01)  # a new file (another modification time) replaces the one behind the symlink
+    onnx.save(relu_model(), os.path.join(WORK, "deploy", "a", "model.onnx.tmp"))
+    os.replace(os.path.join(WORK, "deploy", "a", "model.onnx.tmp"), os.path.join(WORK, "deploy", "a", "model.onnx"))
+    wait_for(lambda: srv.log().count("poll: loaded model 'linked'") > n_linked, "linked reloaded after its file behind the symlink changed")
     # A model that fails to load is listed UNAVAILABLE with its reason.
     put(PREPO, "bad", relu_model(), 'name: "bad"\nmax_batch_size: 0\ninput [ { name: "a" data_type: TYPE_FP32 dims: [ 2, 3 ] ]\n')
     wait_for(lambda: "config.pbtxt:3:" in index_of(U).get(("bad", ""), {}).get("reason", ""), "bad listed with its reason")
