@@ -11,6 +11,7 @@
 #include "onnx/onnx_export.h"
 #include "onnx/onnx_import.h"
 #include "train/autocast.h"
+#include "train/evaluate.h"
 #include "train/grad_scaler.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
@@ -193,11 +194,7 @@ StatusOr<StepResult> StepTrainer::step(const NamedTensors& inputs, const Tensor&
 }
 
 StatusOr<EvalResult> StepTrainer::evaluate(const NamedTensors& inputs, const Tensor& labels) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Model> m, inference_model(*s_->source, s_->tg, values_));
-  ExecutorOptions eo;  // as Trainer::evaluate: the inference model at the device's defaults
-  eo.device = c_.device;
-  eo.threads = c_.threads;
-  ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(m, eo));
+  ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, make_eval_executor(c_, *s_->source, s_->tg, values_));
   NamedTensors outs;
   RETURN_IF_ERROR(ex->run(inputs, &outs).with_context("evaluate"));
   const Tensor& y = outs[0].second;

@@ -18,6 +18,9 @@
 
 #include "common/env_switch.h"
 #include "common/splitmix64.h"
+#include "data/data_source.h"
+#include "data/image_folder.h"
+#include "data/prefetch.h"
 #include "format/checkpoint.h"
 #include "io/image_metadata.h"
 #include "onnx/onnx_export.h"
@@ -28,11 +31,10 @@
 #include "train/autocast.h"
 #include "runtime/executor.h"
 #include "runtime/memory_estimate.h"
-#include "data/data_source.h"
 #include "train/ddp.h"
-#include "data/image_folder.h"
+#include "train/evaluate.h"
 #include "train/memory_plan_train.h"
-#include "data/prefetch.h"
+#include "train/sampler.h"
 #include "train/train_step.h"
 #include "train/training_graph.h"
 
@@ -66,48 +68,6 @@ const Clock::time_point kProcessStart = Clock::now();
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
-
-// Which samples step k (1-based) takes: a stream of rows through the epochs' orders (the data in
-// order with --no-shuffle, a permutation drawn from (seed, epoch) otherwise), B rows per step.
-class Sampler {
- public:
-  // Data parallel: each rank steps through its DistributedSampler shard of every epoch's order.
-  Sampler(int64_t n, int64_t batch, bool shuffle, uint64_t seed, int rank = 0, int world = 1)
-      : n_(n), b_(batch), shuffle_(shuffle), seed_(seed), rank_(rank), world_(world), shard_(shard_size(n, world)) {}
-  int64_t epoch_of(int64_t step) const { return ((step - 1) * b_) / shard_ + 1; }
-  std::vector<int64_t> indices(int64_t step) {
-    std::vector<int64_t> out;
-    for (int64_t r = (step - 1) * b_; r < step * b_; ++r) {
-      const int64_t epoch = r / shard_;
-      out.push_back(shard_row(order(epoch), r % shard_, rank_, world_));
-    }
-    return out;
-  }
-
- private:
-  const std::vector<int64_t>& order(int64_t epoch) {
-    if (epoch != cached_epoch_) {
-      perm_.resize(static_cast<size_t>(n_));
-      std::iota(perm_.begin(), perm_.end(), 0);
-      if (shuffle_) {
-        std::mt19937_64 rng(splitmix64(seed_ ^ splitmix64(static_cast<uint64_t>(epoch) + 1)));
-        for (int64_t i = n_ - 1; i > 0; --i) {  // Fisher-Yates, independent of the library's shuffle
-          const int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1));
-          std::swap(perm_[static_cast<size_t>(i)], perm_[static_cast<size_t>(j)]);
-        }
-      }
-      cached_epoch_ = epoch;
-    }
-    return perm_;
-  }
-  int64_t n_, b_;
-  bool shuffle_;
-  uint64_t seed_;
-  int rank_, world_;
-  int64_t shard_;
-  int64_t cached_epoch_ = -1;
-  std::vector<int64_t> perm_;
-};
 
 bool exists(const std::string& p) {
   struct stat st{};
@@ -485,25 +445,11 @@ Status Trainer::save_checkpoint(int64_t k) {
 
 Status Trainer::evaluate(int64_t k, int64_t epoch) {
   if (!eval_data_ || !rank0()) return Status::ok();
-  ASSIGN_OR_RETURN(std::shared_ptr<Model> m, inference_model(*source_, tg_, values_));
-  ExecutorOptions eo;
-  eo.device = c_.device;
-  eo.threads = c_.threads;
-  ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(m, eo));
-  const int64_t n = eval_data_->size();
-  double loss_sum = 0;
-  int64_t correct = 0;
-  for (int64_t begin = 0; begin < n; begin += c_.batch_size) {
-    std::vector<int64_t> idx;
-    for (int64_t i = begin; i < std::min(n, begin + c_.batch_size); ++i) idx.push_back(i);
-    const int64_t rows = static_cast<int64_t>(idx.size());
-    while (static_cast<int64_t>(idx.size()) < c_.batch_size) idx.push_back(idx.back());  // fixed-batch models
-    Batch b;
-    RETURN_IF_ERROR(eval_data_->load(idx, 0, &b));
-    NamedTensors outs;
-    RETURN_IF_ERROR(ex->run(b.inputs, &outs).with_context("evaluation"));
-    RETURN_IF_ERROR(add_eval_rows(c_, outs[0].second, b.labels, rows, &loss_sum, &correct).with_context("evaluation"));
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, make_eval_executor(c_, *source_, tg_, values_));
+  ASSIGN_OR_RETURN(const EvalSums sums, evaluate_dataset(c_, *ex, *eval_data_));
+  const int64_t n = sums.samples;
+  const double loss_sum = sums.loss_sum;
+  const int64_t correct = sums.correct;
   StepReport r;
   r.step = k;
   r.total_steps = total_steps_;
