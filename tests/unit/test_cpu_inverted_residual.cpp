@@ -2,9 +2,13 @@
 // -> project 1x1 (+ residual Add) chain on a wide image becomes one node; its reference kernel and
 // the cpu kernel (cpu::InvertedResidual, checked to run) give the unfused graph's outputs, on one
 // thread and on two (bands of rows), at stride 1 with the residual, at stride 2 on an odd width, and
-// without the expand.
+// without the expand. The pass fuses only on CPUs with the kernel's AVX-512F (elsewhere the op's
+// reference kernel would run, far slower than the unfused convolutions): there these tests check
+// that it declines, then fuse with FERRY_INVERTED_RESIDUAL_ANY_CPU=1 to check the rewrite and the
+// reference kernel all the same.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
 
 #include "backends/cpu/inverted_residual.h"
@@ -45,13 +49,23 @@ std::shared_ptr<Model> block(int64_t cin, int64_t cmid, int64_t cout, int64_t h,
   return b.build();
 }
 
-std::shared_ptr<Model> optimized(const Model& m, bool fuse) {
+std::shared_ptr<Model> optimize(const Model& m, bool fuse) {
   std::shared_ptr<Model> copy = m.clone();
   OptimizeOptions oo;
   if (!fuse) oo.disabled.push_back("inverted_residual_fusion");
   Status st = optimize_model(copy.get(), oo);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   return copy;
+}
+
+// fuse: the pass on, and forced on CPUs without the fast kernel (after checking that it declines there).
+std::shared_ptr<Model> optimized(const Model& m, bool fuse) {
+  if (!fuse || cpu::InvertedResidual::available()) return optimize(m, fuse);
+  EXPECT_EQ(count_ops(*optimize(m, true), "InvertedResidual"), 0) << "fused without AVX-512F";
+  EXPECT_EQ(setenv("FERRY_INVERTED_RESIDUAL_ANY_CPU", "1", 1), 0);
+  std::shared_ptr<Model> forced = optimize(m, true);
+  unsetenv("FERRY_INVERTED_RESIDUAL_ANY_CPU");
+  return forced;
 }
 
 NamedTensors run_threads(std::shared_ptr<const Model> m, const NamedTensors& feeds, int threads) {
