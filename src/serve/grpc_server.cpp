@@ -280,6 +280,7 @@ struct GrpcServer::Impl {
       grpc::Status st = grpc::Status::OK;
       if (r.status.is_ok()) {
         encode_response(m->signature(), id, *names, r.outputs, resp);
+        if (r.version > 0) resp->set_model_version(std::to_string(r.version));  // a successor may have run it
       } else if (r.reason == FailureReason::kCanceled) {
         st = grpc::Status(grpc::StatusCode::CANCELLED, r.status.message());
       } else {

@@ -311,7 +311,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
       unsigned status = 200;
       EncodedResponse e;
       if (r.status.is_ok()) {
-        e = encode_infer_response(*sig, *meta, r.outputs);
+        if (r.version != sig->version && r.version > 0) {  // forwarded to a successor version
+          ModelSignature ran = *sig;
+          ran.version = r.version;
+          e = encode_infer_response(ran, *meta, r.outputs);
+        } else {
+          e = encode_infer_response(*sig, *meta, r.outputs);
+        }
       } else {
         status = http_status_of(r.status);
         e.body = error_json(r.status.message());

@@ -52,6 +52,9 @@ struct InferResult {
   FailureReason reason = FailureReason::kOther;
   /// Every output of the model, in the config's order, this request's rows only.
   TensorList outputs;
+  /// The version that ran it (another than the one enqueued to when that one was replaced and
+  /// forwarded it to its successor); 0 when it did not run.
+  int64_t version = 0;
 };
 
 using InferCallback = std::function<void(InferResult)>;

@@ -169,6 +169,7 @@ void ServedModel::finish(Entry& e, InferResult result) {
   while (b < kLatencyBucketsUs.size() && us > kLatencyBucketsUs[b]) ++b;
   stats_.latency_buckets[b].fetch_add(1, std::memory_order_relaxed);
   stats_.latency_sum_us.fetch_add(us, std::memory_order_relaxed);
+  if (result.status.is_ok()) result.version = version_;
   InferCallback done = std::move(e.done);
   pending_.fetch_sub(1, std::memory_order_relaxed);
   if (done) done(std::move(result));

@@ -94,6 +94,7 @@ TEST(ServeSuccessor, ARetiredVersionForwardsWhatItsSuccessorTakes) {
   r = run(*v1_reloaded, /*pinned=*/false);
   ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
   EXPECT_EQ(r.outputs[0].second.data<float>()[3], 8.0f);
+  EXPECT_EQ(r.version, 2);  // the response names the version that ran it
 
   // A successor with other tensors takes nothing; a plain stop forwards nothing.
   v2->retire(other);
