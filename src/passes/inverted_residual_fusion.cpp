@@ -20,6 +20,12 @@
 // command on a copy of the binary): 1 thread b1 (5 rounds) 4.93 -> 4.64 ms, 0.93 -> 0.86; b8 (4)
 // 35.4 -> 35.1, 0.83 -> 0.82; 2 threads b1 (5) 5.39 -> 5.35, 0.59 -> 0.57; b8 (4) 42.5 -> 38.2, 0.49
 // -> 0.40. Outputs against cpu-ref: max abs 2.8e-6 at b1, 3.8e-6 at b8 (3.2e-6 unfused).
+// Only on CPUs with AVX-512F: the kernel has no other path, and the op's reference kernel the cpu
+// backend runs instead made MobileNetV2 ~18x slower on an AVX2 host (AMD EPYC, 2 cores, load 7-7.5,
+// 359720f, `bench/ab_vs_ort.py mobilenet_v2 T 1 2 1.5 "fused=env FERRY_INVERTED_RESIDUAL_ANY_CPU=1
+// build/ferry" gated=build/ferry`): 1 thread 141.3 -> 7.55 CPU ms, ferry/ORT wall 17.8 -> 0.89;
+// 2 threads 142.0 -> 8.54, 10.2 -> 0.61 (docs/performance.md, AVX2 note). FERRY_INVERTED_RESIDUAL_ANY_CPU=1
+// fuses there anyway (tests, A/B).
 // FERRY_DISABLE_PASSES=inverted_residual_fusion: off. FERRY_INVERTED_RESIDUAL_MIN_WIDTH=N: another width limit.
 #include <cstdlib>
 #include <cstring>
