@@ -3,7 +3,6 @@
 
 #include <sys/stat.h>
 #if defined(__GLIBC__)
-#include <malloc.h>
 #endif
 
 #include <algorithm>
@@ -16,7 +15,6 @@
 #include <set>
 #include <thread>
 
-#include "common/env_switch.h"
 #include "common/splitmix64.h"
 #include "data/data_source.h"
 #include "data/image_folder.h"
@@ -40,21 +38,6 @@
 
 namespace ferry {
 
-// The step's graph outputs (the parameter gradients, ~90 MB on ResNet-50) are heap tensors made
-// and freed every step. glibc maps each block above its mmap threshold afresh and learns a higher
-// threshold only as blocks are freed, so steps 2-3 first-touch them again: 23K page faults a step
-// on this VM, ~9 us each. A fixed threshold above them keeps them in the heap, reused step after
-// step, and a trim threshold above one step's outputs keeps the heap's top resident between steps.
-// (The recording run's malloc_trim still gives its temporaries back once.) FERRY_TRAIN_MALLOPT=0
-// leaves glibc's defaults.
-static void keep_freed_heap_pages() {
-#if defined(__GLIBC__)
-  const char* e = env_value("FERRY_TRAIN_MALLOPT");
-  if (e && std::string(e) == "0") return;
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
-#endif
-}
 namespace {
 
 using nlohmann::json;
@@ -196,7 +179,7 @@ Status Trainer::setup() {
   // runtime/page_blocks the arena is assembled from the recording run's pages (2 MiB blocks where
   // they fit) and this flag applies only when there are none ($FERRY_ARENA_REUSE=0).
   // $FERRY_ARENA_HUGEPAGES=0 turns huge pages off everywhere.
-  keep_freed_heap_pages();
+  if (c_.before_executor) c_.before_executor();
   ASSIGN_OR_RETURN(exec_, Executor::create(tg_.model, train_executor_options(c_)));
   if (tg_options_.amp != DType::kF32) {  // native: nodes the amp_bf16_fold pass folded (src/passes/amp_bf16_fold.cpp)
     int64_t native = 0;

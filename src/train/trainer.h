@@ -63,6 +63,10 @@ struct TrainConfig {
   /// Print the training memory plan (memory_plan_train.h) instead of training; as JSON.
   bool plan_memory = false;
   bool plan_json = false;
+  /// Called once, just before the training executor is made: where the application sets
+  /// process-wide state for the steps' allocation pattern (`ferry train`: glibc's malloc
+  /// thresholds, tools/cmd_train.cpp). The library sets none itself.
+  std::function<void()> before_executor;
 };
 
 /// What the CLI shows after each step (progress bar).
