@@ -17,6 +17,15 @@ class Kernel {
  public:
   virtual ~Kernel() = default;
   virtual Status compute(KernelContext& ctx) = 0;
+  /// The executor is about to drop the graph's copy of constant input `i` (a weight only kernels
+  /// read: ExecutorOptions::release_weights). A kernel that keeps its own form of it (packed
+  /// weights), and can serve every later run (other shapes, thread counts, its fallback) without
+  /// the graph's, returns true and drops its own reference to the original once its form is made,
+  /// so the weight is held once; false (the default) keeps the graph's copy.
+  virtual bool release_constant_input(size_t i) {
+    (void)i;
+    return false;
+  }
 };
 
 class Backend {

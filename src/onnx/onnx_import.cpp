@@ -1,5 +1,8 @@
 #include "onnx/onnx_import.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <climits>
 #include <cstring>
 #include <fstream>
@@ -37,7 +40,145 @@ struct ImportState {
   /// The top graph of parse_onnx_model's own ModelProto: each initializer's bytes are freed as
   /// soon as they are copied into the graph, so the import never holds the weights twice.
   onnx::GraphProto* release_initializers_of = nullptr;
+  /// When the ModelProto was parsed without its top graph's initializer bytes (strip_raw_data):
+  /// where initializer i's raw_data lies in the mapped file (-1: it had none), read from there
+  /// one tensor at a time and its pages dropped once copied.
+  const std::vector<std::pair<int64_t, int64_t>>* raw_spans = nullptr;
+  const uint8_t* raw_base = nullptr;
+  size_t raw_size = 0;
+  bool raw_mapped = false;  // raw_base is a private file mapping (its pages may be dropped), not a heap copy
 };
+
+// --- Reading an .onnx file without holding its weights twice ---------------------------------
+// protobuf copies every bytes field it parses: the ModelProto of a mapped file would hold all the
+// weights beside the file's pages. strip_raw_data copies the model's wire bytes without the raw_data
+// of the top graph's initializers (ModelProto.graph = 7, GraphProto.initializer = 5,
+// TensorProto.raw_data = 9), noting where each lies; the weights are then copied from the mapping
+// one initializer at a time. Anything unexpected (a group, a field given twice) returns false: the
+// whole file is then parsed as usual, which also names what is wrong with it.
+bool read_varint(const uint8_t*& p, const uint8_t* end, uint64_t* v) {
+  uint64_t r = 0;
+  for (int shift = 0; shift < 64 && p < end; shift += 7) {
+    const uint8_t b = *p++;
+    r |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      *v = r;
+      return true;
+    }
+  }
+  return false;
+}
+
+void put_varint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+// One field at p: its number, wire type, and (length-delimited) its payload; p moves past it.
+struct WireField {
+  uint32_t number = 0;
+  int type = 0;
+  const uint8_t* begin = nullptr;    // the whole field, tag included
+  const uint8_t* payload = nullptr;  // wire type 2
+  uint64_t length = 0;
+};
+
+bool next_field(const uint8_t*& p, const uint8_t* end, WireField* f) {
+  f->begin = p;
+  uint64_t tag = 0;
+  if (!read_varint(p, end, &tag) || (tag >> 3) == 0 || (tag >> 3) > 0x1fffffff) return false;
+  f->number = static_cast<uint32_t>(tag >> 3);
+  f->type = static_cast<int>(tag & 7);
+  uint64_t skip = 0;
+  switch (f->type) {
+    case 0: return read_varint(p, end, &skip);
+    case 1: skip = 8; break;
+    case 5: skip = 4; break;
+    case 2:
+      if (!read_varint(p, end, &f->length) || f->length > static_cast<uint64_t>(end - p)) return false;
+      f->payload = p;
+      skip = f->length;
+      break;
+    default: return false;  // groups
+  }
+  if (skip > static_cast<uint64_t>(end - p)) return false;
+  p += skip;
+  return true;
+}
+
+void put_message(uint32_t number, const std::string& body, std::string* out) {
+  put_varint((static_cast<uint64_t>(number) << 3) | 2, out);
+  put_varint(body.size(), out);
+  out->append(body);
+}
+
+bool strip_tensor(const uint8_t* p, const uint8_t* end, const uint8_t* base, std::string* out,
+                  std::pair<int64_t, int64_t>* span) {
+  *span = {-1, 0};
+  WireField f;
+  while (p < end) {
+    if (!next_field(p, end, &f)) return false;
+    if (f.number == 9 && f.type == 2) {
+      if (span->first >= 0) return false;
+      *span = {f.payload - base, static_cast<int64_t>(f.length)};
+      continue;
+    }
+    out->append(reinterpret_cast<const char*>(f.begin), static_cast<size_t>(p - f.begin));
+  }
+  return true;
+}
+
+bool strip_graph(const uint8_t* p, const uint8_t* end, const uint8_t* base, std::string* out,
+                 std::vector<std::pair<int64_t, int64_t>>* spans) {
+  WireField f;
+  std::string tensor;
+  while (p < end) {
+    if (!next_field(p, end, &f)) return false;
+    if (f.number == 5 && f.type == 2) {
+      tensor.clear();
+      std::pair<int64_t, int64_t> span;
+      if (!strip_tensor(f.payload, f.payload + f.length, base, &tensor, &span)) return false;
+      put_message(5, tensor, out);
+      spans->push_back(span);
+      continue;
+    }
+    out->append(reinterpret_cast<const char*>(f.begin), static_cast<size_t>(p - f.begin));
+  }
+  return true;
+}
+
+bool strip_raw_data(const uint8_t* data, size_t size, std::string* out, std::vector<std::pair<int64_t, int64_t>>* spans) {
+  const uint8_t* p = data;
+  const uint8_t* end = data + size;
+  WireField f;
+  bool graph_seen = false;
+  out->reserve(1 << 16);
+  while (p < end) {
+    if (!next_field(p, end, &f)) return false;
+    if (f.number == 7 && f.type == 2) {
+      if (graph_seen) return false;  // protobuf would merge the two
+      graph_seen = true;
+      std::string graph;
+      if (!strip_graph(f.payload, f.payload + f.length, data, &graph, spans)) return false;
+      put_message(7, graph, out);
+      continue;
+    }
+    out->append(reinterpret_cast<const char*>(f.begin), static_cast<size_t>(p - f.begin));
+  }
+  return true;
+}
+
+// Drops the whole pages of [begin, begin + length) of a read-only file mapping from this process
+// (they come back from the page cache if read again).
+void drop_pages(const uint8_t* begin, int64_t length) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(begin) + static_cast<uintptr_t>(length)) / page * page;
+  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
 
 Status convert_tensor_type(const onnx::TypeProto_Tensor& tt, const std::string& what, TensorType* out) {
   DType dtype = DType::kUndefined;
@@ -203,10 +344,17 @@ Status convert_graph(ImportState& st, const onnx::GraphProto& gp, Graph* g, int 
     const onnx::TensorProto& tp = gp.initializer(i);
     if (tp.name().empty()) return invalid_model("an initializer has no name");
     if (g->initializers.count(tp.name())) return invalid_model("initializer '" + tp.name() + "' is defined twice");
-    ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(&st.tensors, tp, "initializer '" + tp.name() + "'"));
+    const std::pair<int64_t, int64_t>* span = nullptr;
+    if (release && st.raw_spans && static_cast<size_t>(i) < st.raw_spans->size() && (*st.raw_spans)[static_cast<size_t>(i)].first >= 0)
+      span = &(*st.raw_spans)[static_cast<size_t>(i)];
+    const std::string_view raw = span ? std::string_view(reinterpret_cast<const char*>(st.raw_base) + span->first,
+                                                         static_cast<size_t>(span->second))
+                                      : std::string_view();
+    ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(&st.tensors, tp, "initializer '" + tp.name() + "'", span ? &raw : nullptr));
     g->value_types[tp.name()] = t.type();
     g->initializers.emplace(tp.name(), std::move(t));
     if (release) std::string().swap(*release->mutable_initializer(i)->mutable_raw_data());  // frees, unlike clear()
+    if (span && st.raw_mapped) drop_pages(st.raw_base + span->first, span->second);
   }
   for (const auto& sp : gp.sparse_initializer())
     return unsupported("sparse initializer '" + sp.values().name() + "' is not supported");
@@ -337,9 +485,12 @@ namespace {
 
 /// parse_onnx_model, calling `release_input` (when given) as soon as `data` is no longer read, so
 /// load_onnx_model unmaps the file before the graph's copies of the weights are made.
+/// `stripped`: data is strip_raw_data's copy of the file `stripped->raw_base` maps, whose initializer
+/// bytes are read from the mapping (raw_spans).
 StatusOr<std::shared_ptr<Model>> parse_model(const void* data, size_t size, const std::string& base_dir,
                                              const std::string& what, const ImportOptions& options,
-                                             const std::function<void()>& release_input) {
+                                             const std::function<void()>& release_input,
+                                             const ImportState* stripped = nullptr) {
   if (size > static_cast<size_t>(INT_MAX))
     return resource_exhausted(what + " is over 2 GiB; protobuf cannot hold it: save the weights as external data "
                               "(onnx.save_model(..., save_as_external_data=True))");
@@ -369,6 +520,13 @@ StatusOr<std::shared_ptr<Model>> parse_model(const void* data, size_t size, cons
   if (declared_opset >= 1 && declared_opset < kUpgradeTargetOpset && mp.graph().node_size() > 0) {
     if (mp.graph().node_size() > kMaxNodes)
       return resource_exhausted(what + ": the model has more than " + std::to_string(kMaxNodes) + " nodes");
+    if (stripped) {  // the converter reads initializers: the whole file, parsed as usual
+      mp.Clear();
+      if (!parse_model_proto(stripped->raw_base, stripped->raw_size, &mp))
+        return invalid_model(what + " is not a valid ONNX model (protobuf parse failed)");
+      escape_model_names(&mp);
+      stripped = nullptr;
+    }
     onnx::ModelProto original;
     if (options.require_known_ops) original = mp;
     Status up = upgrade_opset(&mp, declared_opset, what, options.require_known_ops);
@@ -409,6 +567,12 @@ StatusOr<std::shared_ptr<Model>> parse_model(const void* data, size_t size, cons
   }
   model->opset_imports = st.opsets;
   st.release_initializers_of = mp.mutable_graph();
+  if (stripped) {
+    st.raw_spans = stripped->raw_spans;
+    st.raw_base = stripped->raw_base;
+    st.raw_size = stripped->raw_size;
+    st.raw_mapped = stripped->raw_mapped;
+  }
   RETURN_IF_ERROR(convert_graph(st, mp.graph(), &model->graph, 0).with_context(what));
   if (options.infer_shapes) {
     RETURN_IF_ERROR(infer_shapes(model.get(), !options.require_known_ops).with_context(what));
@@ -426,8 +590,24 @@ StatusOr<std::shared_ptr<Model>> parse_onnx_model(const void* data, size_t size,
 StatusOr<std::shared_ptr<Model>> load_onnx_model(const std::string& path, const ImportOptions& options) {
   ASSIGN_OR_RETURN(FileBytes f, map_file(path, options.max_file_bytes, "model file"));
   if (f.size == 0) return invalid_model("model file '" + path + "' is empty");
-  // The mapping is released once protobuf has parsed it: its pages would otherwise stay resident
-  // beside the parsed copy (and the graph's) until the import ends.
+  // protobuf parses the file without its top graph's initializer bytes, which are copied into the
+  // graph from the mapping one at a time (each one's pages dropped once copied): the weights are
+  // never held twice (strip_raw_data).
+  std::string wire;
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  if (strip_raw_data(f.data, f.size, &wire, &spans)) {
+    ImportState stripped;
+    stripped.raw_spans = &spans;
+    stripped.raw_base = f.data;
+    stripped.raw_size = f.size;
+    stripped.raw_mapped = f.mapped;
+    ASSIGN_OR_RETURN(auto model, parse_model(wire.data(), wire.size(), dir_name(path), "model '" + path + "'", options,
+                                             [&wire] { std::string().swap(wire); }, &stripped));
+    model->path = path;
+    return model;
+  }
+  // Not what strip_raw_data reads (the usual parse names the problem): the mapping is released once
+  // protobuf has parsed it, its pages would otherwise stay resident beside the parsed copy.
   ASSIGN_OR_RETURN(auto model, parse_model(f.data, f.size, dir_name(path), "model '" + path + "'", options,
                                            [&f] { f = FileBytes{}; }));
   model->path = path;

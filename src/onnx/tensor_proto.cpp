@@ -99,7 +99,10 @@ std::pair<int64_t, const char*> stored_values(const onnx::TensorProto& tp, DType
 
 }  // namespace
 
-StatusOr<Tensor> tensor_from_proto(TensorSource* st, const onnx::TensorProto& tp, const std::string& what_in) {
+StatusOr<Tensor> tensor_from_proto(TensorSource* st, const onnx::TensorProto& tp, const std::string& what_in,
+                                   const std::string_view* raw_view) {
+  const bool has_raw = raw_view || tp.has_raw_data();
+  const std::string_view raw = raw_view ? *raw_view : std::string_view(tp.raw_data());
   const std::string what = what_in.empty() ? "tensor '" + tp.name() + "'" : what_in;
   DType dtype;
   if (!dtype_from_onnx(tp.data_type(), &dtype))
@@ -124,9 +127,9 @@ StatusOr<Tensor> tensor_from_proto(TensorSource* st, const onnx::TensorProto& tp
     return t;
   }
   // Check the data against the shape before allocating: a few bytes must not declare gigabytes.
-  if (tp.has_raw_data() && dtype != DType::kString) {
-    if (static_cast<int64_t>(tp.raw_data().size()) != nbytes)
-      return invalid_model(what + ": raw_data holds " + std::to_string(tp.raw_data().size()) + " bytes but shape " +
+  if (has_raw && dtype != DType::kString) {
+    if (static_cast<int64_t>(raw.size()) != nbytes)
+      return invalid_model(what + ": raw_data holds " + std::to_string(raw.size()) + " bytes but shape " +
                            dims_to_string(dims) + " of " + dtype_name(dtype) + " needs " + std::to_string(nbytes));
   } else if (auto [count, field] = stored_values(tp, dtype); count != n) {
     return invalid_model(what + ": " + field + " holds " + std::to_string(count) + " values but shape " +
@@ -140,11 +143,11 @@ StatusOr<Tensor> tensor_from_proto(TensorSource* st, const onnx::TensorProto& tp
     for (int64_t i = 0; i < n; ++i) t.mutable_strings()[i] = tp.string_data(static_cast<int>(i));
     return t;
   }
-  if (tp.has_raw_data()) {
-    if (static_cast<int64_t>(tp.raw_data().size()) != nbytes)
-      return invalid_model(what + ": raw_data holds " + std::to_string(tp.raw_data().size()) + " bytes but shape " +
+  if (has_raw) {
+    if (static_cast<int64_t>(raw.size()) != nbytes)
+      return invalid_model(what + ": raw_data holds " + std::to_string(raw.size()) + " bytes but shape " +
                            dims_to_string(dims) + " of " + dtype_name(dtype) + " needs " + std::to_string(nbytes));
-    if (nbytes) std::memcpy(t.mutable_raw(), tp.raw_data().data(), static_cast<size_t>(nbytes));
+    if (nbytes) std::memcpy(t.mutable_raw(), raw.data(), static_cast<size_t>(nbytes));
     if (dtype == DType::kBool)  // normalise to 0/1 so bool reads are defined
       for (int64_t i = 0; i < n; ++i) t.mutable_data<uint8_t>()[i] = t.data<uint8_t>()[i] != 0;
     return t;

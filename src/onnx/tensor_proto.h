@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "common/status.h"
@@ -25,8 +26,10 @@ struct TensorSource {
 
 /// The tensor a TensorProto holds, checked against its shape before anything is allocated.
 /// `src` null: external data is refused and no limit applies. `what` ("" = "tensor '<name>'")
-/// starts every message.
-StatusOr<Tensor> tensor_from_proto(TensorSource* src, const onnx::TensorProto& tp, const std::string& what);
+/// starts every message. `raw_data`, when given, stands for tp's raw_data (bytes read in place from
+/// a mapped file by the import, which leaves them out of the parsed TensorProto).
+StatusOr<Tensor> tensor_from_proto(TensorSource* src, const onnx::TensorProto& tp, const std::string& what,
+                                   const std::string_view* raw_data = nullptr);
 
 /// Parses `size` bytes as one whole ModelProto within protobuf's limits (2 GiB, nesting 200): the one
 /// reader of model bytes (import, export, edit). False when they are not one; the caller names the file.

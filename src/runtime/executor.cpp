@@ -50,6 +50,7 @@ struct Executor::PreparedGraph {
   std::unordered_map<std::string, int32_t> slot_of;
   std::unordered_map<std::string, int32_t> constant_of;
   std::vector<Value> constants;  // the initializers
+  std::unordered_set<int32_t> released;  // constants dropped: their readers hold their own form
   int32_t num_slots = 0;
   std::vector<int32_t> input_slots;  // per graph input
   std::vector<ValueRef> outputs;     // per graph output
@@ -162,7 +163,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model
     const Backend* dev = ex->backend_.get();
     oo.device_supports = [dev](const Model& m, const Node& n) { return backend_takes(m, *dev, n, nullptr); };
     RETURN_IF_ERROR(optimize_model(optimized.get(), oo, &ex->optimize_report_));
-    model = std::move(optimized);
+    if (options.release_weights && is_host_backend(*ex->backend_)) ex->own_model_ = optimized;
+    model = std::move(optimized);  // the caller's model (and the weights only it held) freed here when not shared
   }
   ex->model_ = std::move(model);
   ex->plan_memory_ = options.plan_memory && is_host_backend(*ex->backend_);
@@ -180,6 +182,19 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model
   ex->tell_host_values();
   return ex;
 }
+
+namespace {
+// Released weights were heap allocations below glibc's mmap threshold (`ferry run` sets 32 MiB) with
+// the trim threshold high: their pages stay resident until trimmed. Trimmed every `every` bytes
+// released, so the packed forms made next reuse what the originals held and the peak holds one.
+void give_back_freed(int64_t* released, int64_t every) {
+  if (*released < every) return;
+  *released = 0;
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+}  // namespace
 
 Status Executor::prepare_graph(const Graph& g, Backend* backend) {
   auto owned = std::make_unique<PreparedGraph>();
@@ -199,6 +214,29 @@ Status Executor::prepare_graph(const Graph& g, Backend* backend) {
     for (const std::string& o : node.outputs)
       if (!o.empty()) pg->add_slot(o);
   const size_t n = g.nodes.size();
+  // Weights each held once (ExecutorOptions::release_weights): per initializer of the main graph,
+  // the nodes reading it; one read otherwise (a subgraph, a graph output) keeps it.
+  struct ConstantUse {
+    std::vector<std::pair<size_t, size_t>> reads;  // (node, input position)
+    bool kept = false;
+  };
+  std::unordered_map<std::string, ConstantUse> constant_uses;
+  if (own_model_ && &g == &own_model_->graph) {
+    for (size_t i = 0; i < n; ++i) {
+      const Node& node = g.nodes[i];
+      for (size_t j = 0; j < node.inputs.size(); ++j)
+        if (g.initializers.count(node.inputs[j])) constant_uses[node.inputs[j]].reads.emplace_back(i, j);
+      for (const std::string& in : node.implicit_inputs)
+        if (g.initializers.count(in)) constant_uses[in].kept = true;
+      for (const auto& [k, a] : node.attrs)
+        if (a.g != nullptr || !a.graphs.empty())
+          for (const std::string& in : node.inputs) constant_uses[in].kept = true;
+    }
+    for (const ValueInfo& v : g.outputs)
+      if (g.initializers.count(v.name)) constant_uses[v.name].kept = true;
+    for (auto& [name, use] : constant_uses) use.kept = use.kept || pg->slot_of.count(name) != 0;  // a graph input's default
+  }
+  int64_t untrimmed = 0;  // bytes of weights released since the heap last gave pages back
   std::vector<int32_t> last_use(static_cast<size_t>(pg->num_slots), -1);
   pg->nodes.resize(n);
   for (size_t i = 0; i < n; ++i) {
@@ -211,6 +249,24 @@ Status Executor::prepare_graph(const Graph& g, Backend* backend) {
     if (!runs_on->supports(node, *schema, &why))
       return unsupported(node.describe() + ": not supported on " + runs_on->name() + ": " + why);
     ASSIGN_OR_RETURN(pn.kernel, runs_on->create_kernel(node, *schema, g));
+    // The last reader of a weight made: when every reader keeps its own form, the graph's copy goes.
+    for (const std::string& in : node.inputs) {
+      auto u = constant_uses.find(in);
+      if (u == constant_uses.end() || u->second.kept || u->second.reads.empty() || u->second.reads.back().first != i) continue;
+      bool all = true;
+      for (const auto& [reader, pos] : u->second.reads) {
+        Kernel* k = reader == i ? pn.kernel.get() : pg->nodes[reader].kernel.get();
+        all = all && k && k->release_constant_input(pos);
+      }
+      u->second.kept = true;  // decided once
+      auto c = pg->constant_of.find(in);
+      if (!all || c == pg->constant_of.end()) continue;
+      untrimmed += pg->constants[static_cast<size_t>(c->second)].tensor.nbytes();
+      pg->constants[static_cast<size_t>(c->second)] = Value();
+      pg->released.insert(c->second);
+      own_model_->graph.initializers.erase(in);
+      give_back_freed(&untrimmed, int64_t{16} << 20);
+    }
     pn.schema = schema;
     pn.opset = opset;
     for (const std::string& in : node.inputs) {
@@ -231,6 +287,7 @@ Status Executor::prepare_graph(const Graph& g, Backend* backend) {
       for (const auto& sg : a.graphs) RETURN_IF_ERROR(prepare_graph(*sg, runs_on));
     }
   }
+  give_back_freed(&untrimmed, 1);
   std::vector<bool> keep(static_cast<size_t>(pg->num_slots), false);
   for (const ValueInfo& v : g.outputs) {
     ValueRef ref;
@@ -650,6 +707,10 @@ Status Executor::run_graph(const Graph& g, const PreparedGraph& pg, Frame& frame
                                       : frame.get(ref);
       // A plain tensor (nearly every edge) passes both checks below; the rest is checked in full.
       if (!t || t->kind != ValueKind::kTensor || !t->tensor.defined()) {
+        if (ref.constant && ref.depth == 0 && pg.released.count(ref.index)) {  // the kernel holds its own form
+          inputs[k] = nullptr;
+          continue;
+        }
         if (!t || !t->defined()) return internal_error(node.describe() + ": input '" + node.inputs[k] + "' is not available");
         if (!t->is_tensor() && !pn.schema->accepts_sequences)
           return invalid_argument(node.describe() + ": input " + std::to_string(k) + " ('" + node.inputs[k] + "') is " +

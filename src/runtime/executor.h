@@ -51,6 +51,13 @@ struct ExecutorOptions {
   /// read once, its GEMMs on every row). -1: a third of the last-level cache; 0: off (the whole
   /// graph runs as parts). $FERRY_SPLIT_FRONT (same values) overrides it.
   int64_t split_front_bytes = -1;
+  /// Each weight held once: a constant only kernels read is dropped from the executor's graph as
+  /// soon as the kernels that read it keep their own (packed) form of it
+  /// (Kernel::release_constant_input), as ONNX Runtime frees an initializer once prepacked. Only
+  /// where the executor optimizes the model itself (its own copy of the graph: the caller's model
+  /// is never changed; model().graph then lacks those initializers). The originals are freed when
+  /// the caller holds no other reference to the model it passes (`ferry run`).
+  bool release_weights = false;
 };
 
 /// The memory plan of the last input shapes run (see Executor::memory_stats).
@@ -169,6 +176,7 @@ class Executor {
   void tell_host_values();
 
   std::shared_ptr<const Model> model_;
+  std::shared_ptr<Model> own_model_;  // model_ when the executor optimized a copy and may release weights
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Backend> host_;  // the fallback for nodes the device does not take (null on CPU devices)
   PartitionPlan plan_;

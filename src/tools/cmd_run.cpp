@@ -109,18 +109,6 @@ int cmd_run(const RunOptions& opt) {
     Status fits = check_memory_limit(*model, shapes, limit);
     if (!fits.is_ok()) return report(fits);
   }
-  apply_inference_malloc_defaults();
-  ExecutorOptions eo;
-  eo.device = opt.device;
-  eo.opt_level = opt.opt_level;
-  eo.threads = opt.threads;
-  auto precision = precision_options(opt.precision, opt.keep_fp32, opt.precision_config);
-  if (!precision.is_ok()) return report(precision.status());
-  auto ex = create_precision_executor(model, eo, precision.value());
-  if (!ex.is_ok()) return report(ex.status());
-  NonFiniteWatch overflow;
-  if (!opt.precision.empty()) ex.value()->set_observer(overflow.observer());
-
   // Decide output files before running, so a clash is reported before any work is done.
   std::vector<std::string> out_paths;
   if (!opt.output_dir.empty()) {
@@ -151,6 +139,28 @@ int cmd_run(const RunOptions& opt) {
     }
   }
 
+  // --top-k names the classes when the model carries their names (`ferry train --out` writes them).
+  auto class_names = class_names_from_metadata(loaded.value().model->metadata);
+  if (!class_names.is_ok()) return report(class_names.status().with_context(opt.model));
+  apply_inference_malloc_defaults();
+  ExecutorOptions eo;
+  eo.device = opt.device;
+  eo.opt_level = opt.opt_level;
+  eo.threads = opt.threads;
+  auto precision = precision_options(opt.precision, opt.keep_fp32, opt.precision_config);
+  if (!precision.is_ok()) return report(precision.status());
+  // From an .onnx file the executor holds the only reference to the model: the weights its kernels
+  // pack are then held once (ExecutorOptions::release_weights), the unpacked originals freed.
+  eo.release_weights = loaded.value().compiled == nullptr;
+  if (eo.release_weights) {
+    loaded.value().model.reset();
+    gear.value().model.reset();
+  }
+  auto ex = create_precision_executor(std::move(model), eo, precision.value());
+  if (!ex.is_ok()) return report(ex.status());
+  NonFiniteWatch overflow;
+  if (!opt.precision.empty()) ex.value()->set_observer(overflow.observer());
+
   NamedTensors outputs, first;
   double ms = 0, first_ms = 0;
   for (int r = 0; r < std::max(opt.runs, 1); ++r) {
@@ -178,9 +188,6 @@ int cmd_run(const RunOptions& opt) {
     }
   }
   cut_to_batch(gear.value().batched_outputs, gear.value().batch, &outputs);
-  // --top-k names the classes when the model carries their names (`ferry train --out` writes them).
-  auto class_names = class_names_from_metadata(loaded.value().model->metadata);
-  if (!class_names.is_ok()) return report(class_names.status().with_context(opt.model));
   const std::vector<std::string>& names = class_names.value();
   auto class_label = [&](int64_t cls, const Tensor& t) -> std::string {
     if (names.empty() || t.rank() < 1 || t.dims().back() != static_cast<int64_t>(names.size())) return "";

@@ -127,15 +127,28 @@ class DnnlMatMulKernel : public Kernel {
     }
     if (b && b->rank() == 2 && b->dtype() == dtype_) {
       w_ = *b;
-      if (bias_t_.defined() && bias_t_.numel() != (trans_b_ ? w_.dim(0) : w_.dim(1))) return false;
+      const_w_ = true;
+      wk_ = trans_b_ ? w_.dim(1) : w_.dim(0);
+      wn_ = trans_b_ ? w_.dim(0) : w_.dim(1);
+      if (bias_t_.defined() && bias_t_.numel() != wn_) return false;
     } else if (gemm) {
       return false;
     }
     std::vector<int64_t> a_dims;
-    if (w_.defined() && cpu::static_dims(graph, node_.inputs[0], &a_dims)) {
+    if (const_w_ && cpu::static_dims(graph, node_.inputs[0], &a_dims)) {
       Plan* p = nullptr;
       if (!plan_for(a_dims, {}, &p).is_ok()) return false;
     }
+    return true;
+  }
+
+  // Constant weights (input 1): every path packs its own form of them, re-derived from another
+  // form when the original is gone (original()), so the graph's copy may go, and ours once packed.
+  bool release_constant_input(size_t i) override {
+    if (i != 1 || !const_w_) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    release_ = true;
+    drop_original_if_packed();
     return true;
   }
 
@@ -143,13 +156,13 @@ class DnnlMatMulKernel : public Kernel {
     // Plans and their buffers are shared by every run of this node: one run at a time.
     std::lock_guard<std::mutex> lock(mu_);
     const Tensor& a = ctx.input(0);
-    if (a.dtype() != dtype_) return fallback_(ctx);
+    if (a.dtype() != dtype_) return fallback(ctx);
     const std::vector<int64_t> no_b;
-    const Tensor* b = w_.defined() ? nullptr : &ctx.input(1);
-    if (b && b->dtype() != dtype_) return fallback_(ctx);
+    const Tensor* b = const_w_ ? nullptr : &ctx.input(1);
+    if (b && b->dtype() != dtype_) return fallback(ctx);
     Plan* p = nullptr;
-    if (!plan_for(a.dims(), b ? b->dims() : no_b, &p).is_ok()) return fallback_(ctx);
-    if (has_z_ && (ctx.input(3).dims() != p->out_dims || ctx.input(3).dtype() != dtype_)) return fallback_(ctx);
+    if (!plan_for(a.dims(), b ? b->dims() : no_b, &p).is_ok()) return fallback(ctx);
+    if (has_z_ && (ctx.input(3).dims() != p->out_dims || ctx.input(3).dtype() != dtype_)) return fallback(ctx);
     // The sum post-op adds what dst holds; dst may be the residual's own buffer (memory plan).
     ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 3, dtype_, p->out_dims)
                                         : ctx.allocate_output(0, dtype_, p->out_dims, false));
@@ -167,22 +180,27 @@ class DnnlMatMulKernel : public Kernel {
     if (has_z_ && ctx.input(3).raw() != y->raw())
       std::memcpy(y->mutable_raw(), ctx.input(3).raw(), static_cast<size_t>(y->nbytes()));
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if (threads == 1 && w_.defined() && dtype_ == DType::kF32 && p->m >= kRowGemmMinRows && p->m <= kRowGemmMaxRows &&
+    if (threads == 1 && const_w_ && dtype_ == DType::kF32 && p->m >= kRowGemmMinRows && p->m <= kRowGemmMaxRows &&
         row_gemm_enabled() &&
         (act_.kind == ActKind::kNone || act_.kind == ActKind::kGelu) && cpu::RowGemm::supported(p->k, p->n)) {
       if (!row_gemm_) {
-        ASSIGN_OR_RETURN(row_gemm_, cpu::RowGemm::create(w_.data<float>(), trans_b_,
+        ASSIGN_OR_RETURN(Tensor w, original());
+        ASSIGN_OR_RETURN(row_gemm_, cpu::RowGemm::create(w.data<float>(), trans_b_,
                                                           bias_t_.defined() ? bias_t_.data<float>() : nullptr, p->k, p->n));
         // oneDNN's packed copy is dropped (packed again by a later run that needs it): one copy of the
         // weights per path in use, not two.
         for (auto& [key, plan] : plans_) plan.weights = nullptr;
         packed_.clear();
+        drop_original_if_packed();
       }
       row_gemm_->run(a.data<float>(), p->m, p->k, y->mutable_data<float>(), has_z_, act_.kind == ActKind::kGelu);
       return Status::ok();
     }
-    if (w_.defined() && !p->weights) {
-      RETURN_IF_ERROR(cpu::dnnl_call(node_, [&] { p->weights = packed_weights(p->prim_wei, p->wei); }));
+    if (const_w_ && !p->weights) {
+      RETURN_IF_ERROR(cpu::dnnl_call(node_, [&]() -> Status {
+        ASSIGN_OR_RETURN(p->weights, packed_weights(p->prim_wei, p->wei));
+        return Status::ok();
+      }));
     }
     if (threads > 1 && p->weights && dtype_ == DType::kF32 && p->m <= nsplit_max_rows()) {
       std::vector<Split>* splits = nullptr;
@@ -231,6 +249,7 @@ class DnnlMatMulKernel : public Kernel {
     if (blocks < threads) return Status::ok();
     // Single-thread primitives: they run inside our parallel region.
     const SingleThreadScope one_thread;
+    ASSIGN_OR_RETURN(const Tensor w, original());
     try {
       const memory::data_type f32 = memory::data_type::f32;
       for (int t = 0; t < threads; ++t) {
@@ -257,7 +276,7 @@ class DnnlMatMulKernel : public Kernel {
         // Columns c0.. of B = w_ [K, N], or of w_ [N, K] read transposed (Gemm transB).
         const memory::desc user_d = trans_b_ ? memory::desc({p->k, nb}, f32, memory::dims{1, p->k})
                                              : memory::desc({p->k, nb}, f32, memory::dims{p->n, 1});
-        const float* w0 = w_.data<float>() + (trans_b_ ? c0 * p->k : c0);
+        const float* w0 = w.data<float>() + (trans_b_ ? c0 * p->k : c0);
         memory user(user_d, dnnl_engine(), const_cast<float*>(w0));
         sp.weights = memory(pd.weights_desc(), dnnl_engine());
         dnnl::reorder(user, sp.weights).execute(dnnl_stream(), user, sp.weights);
@@ -313,8 +332,8 @@ class DnnlMatMulKernel : public Kernel {
     Plan plan;
     memory::dims sd, wd, dd;
     memory::dims w_strides;
-    if (w_.defined()) {
-      const int64_t k = trans_b_ ? w_.dim(1) : w_.dim(0), n = trans_b_ ? w_.dim(0) : w_.dim(1);
+    if (const_w_) {
+      const int64_t k = wk_, n = wn_;
       if (a_dims.back() != k || k == 0 || n == 0) return unsupported("shape");
       int64_t m = 1;
       for (size_t i = 0; i + 1 < a_dims.size(); ++i) m *= a_dims[i];
@@ -357,12 +376,15 @@ class DnnlMatMulKernel : public Kernel {
       const char* e = env_value("FERRY_MATMUL_SMALL_GEMM");
       return !(e && std::string(e) == "0");
     }();
-    if (gemv_enabled && w_.defined() && dtype_ == DType::kF32 && !has_z_ && act_.kind == ActKind::kNone && sd[0] <= kGemvRows &&
+    if (gemv_enabled && const_w_ && dtype_ == DType::kF32 && !has_z_ && act_.kind == ActKind::kNone && sd[0] <= kGemvRows &&
         (!bias_t_.defined() || bias_t_.dtype() == DType::kF32)) {
       const int64_t k = sd[1], n = dd[1];
       // Packed once, under mu_; (k, n) of B is w_[n][k] with transB, w_[k][n] without.
-      if (gemv_w_.data.empty())
-        gemv_w_ = trans_b_ ? cpu::pack_panels(k, n, w_.data<float>(), 1, k) : cpu::pack_panels(k, n, w_.data<float>(), n, 1);
+      if (gemv_w_.data.empty()) {
+        ASSIGN_OR_RETURN(const Tensor w, original());
+        gemv_w_ = trans_b_ ? cpu::pack_panels(k, n, w.data<float>(), 1, k) : cpu::pack_panels(k, n, w.data<float>(), n, 1);
+        drop_original_if_packed();
+      }
       plan.gemv = true;
       plan.gemv_rows = sd[0];
       *out = &plans_.emplace(key, std::move(plan)).first->second;
@@ -373,7 +395,7 @@ class DnnlMatMulKernel : public Kernel {
       plan.src = memory::desc(sd, dt, plain);
       plan.dst = memory::desc(dd, dt, plain);
       plan.wei = memory::desc(wd, dt, trans_b_ ? tag::ba : plain);
-      const memory::desc wei_md = w_.defined() ? memory::desc(wd, dt, tag::any) : plan.wei;
+      const memory::desc wei_md = const_w_ ? memory::desc(wd, dt, tag::any) : plan.wei;
       dnnl::primitive_attr attr;
       RETURN_IF_ERROR(post_op_attr(&attr));
       std::unique_ptr<dnnl::matmul::desc> d;
@@ -390,7 +412,9 @@ class DnnlMatMulKernel : public Kernel {
       dnnl::matmul::primitive_desc pd(*d, attr, dnnl_engine());
       plan.prim = dnnl::matmul(pd);
       plan.prim_wei = pd.weights_desc();
-      if (w_.defined()) plan.weights = packed_weights(plan.prim_wei, plan.wei);
+      if (const_w_) {
+        ASSIGN_OR_RETURN(plan.weights, packed_weights(plan.prim_wei, plan.wei));
+      }
       return Status::ok();
     };
     RETURN_IF_ERROR(cpu::dnnl_call(node_, plan_primitives));
@@ -398,19 +422,70 @@ class DnnlMatMulKernel : public Kernel {
     return Status::ok();
   }
 
-  const memory* packed_weights(const memory::desc& want, const memory::desc& user_desc) {
+  StatusOr<const memory*> packed_weights(const memory::desc& want, const memory::desc& user_desc) {
     for (auto& [desc, mem] : packed_)
       if (desc == want) return &mem;
-    memory user(user_desc, dnnl_engine(), const_cast<void*>(w_.raw()));
+    ASSIGN_OR_RETURN(const Tensor w, original());
+    memory user(user_desc, dnnl_engine(), const_cast<void*>(w.raw()));
     memory packed = cpu::packed_weights(node_, "dnnl_matmul", want, user);  // stored by `ferry compile`, or reordered
     packed_.emplace_back(want, packed);
+    drop_original_if_packed();
     return &packed_.back().second;
+  }
+
+  // The constant weights as the graph gave them ([K, N], or [N, K] with transB): w_ while held, else
+  // unpacked from a form this kernel keeps (the same values: every form is a copy). Under mu_.
+  StatusOr<Tensor> original() const {
+    if (w_.defined()) return w_;
+    const std::vector<int64_t> dims = trans_b_ ? std::vector<int64_t>{wn_, wk_} : std::vector<int64_t>{wk_, wn_};
+    ASSIGN_OR_RETURN(Tensor w, Tensor::try_allocate(dtype_, dims));
+    float* out = dtype_ == DType::kF32 ? w.mutable_data<float>() : nullptr;
+    if (out && !gemv_w_.data.empty()) {
+      cpu::unpack_panels(gemv_w_, out, trans_b_ ? 1 : wn_, trans_b_ ? wk_ : 1);
+    } else if (!packed_.empty()) {
+      RETURN_IF_ERROR(cpu::dnnl_call(node_, [&] {
+        memory::data_type dt;
+        cpu::to_dnnl_type(dtype_, &dt);
+        memory user(memory::desc({wk_, wn_}, dt, trans_b_ ? tag::ba : tag::ab), dnnl_engine(), w.mutable_raw());
+        memory packed = packed_.front().second;
+        dnnl::reorder(packed, user).execute(dnnl_stream(), packed, user);
+        dnnl_stream().wait();
+      }));
+    } else if (out && row_gemm_) {
+      row_gemm_->unpack(out, trans_b_);
+    } else {
+      return internal_error("node '" + node_.name + "': its weights were released before any packed form was made");
+    }
+    return w;
+  }
+
+  // With the graph's copy released, the original goes once some form of it is packed.
+  void drop_original_if_packed() {
+    if (release_ && (!packed_.empty() || !gemv_w_.data.empty() || row_gemm_)) w_ = Tensor();
+  }
+
+  // The reference kernel (shapes or types this kernel does not take), given the weights back.
+  Status fallback(KernelContext& ctx) {
+    if (!const_w_ || ctx.has_input(1)) return fallback_(ctx);
+    ASSIGN_OR_RETURN(Tensor w, original());
+    const Value weights(std::move(w));
+    std::vector<const Value*> inputs;
+    for (int64_t i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(i == 1 ? &weights : ctx.has_input(i) ? &ctx.input_value(i) : nullptr);
+    std::vector<Value> outputs(static_cast<size_t>(ctx.num_outputs()));
+    KernelContext inner(node_, ctx.opset(), std::move(inputs), &outputs);
+    inner.allocator = ctx.allocator;
+    RETURN_IF_ERROR(fallback_(inner));
+    for (size_t i = 0; i < outputs.size(); ++i) ctx.set_output_value(static_cast<int64_t>(i), std::move(outputs[i]));
+    return Status::ok();
   }
 
   Node node_;
   KernelFn fallback_;
   DType dtype_ = DType::kUndefined;
-  Tensor w_;       // constant 2-D weights (packed path) or undefined
+  Tensor w_;       // constant 2-D weights (packed path) or undefined; dropped once packed when released
+  bool const_w_ = false;  // input 1 is constant 2-D weights, [wk_, wn_] as B (whether or not w_ still holds them)
+  bool release_ = false;  // the graph's copy is released: ours goes once packed
+  int64_t wk_ = 0, wn_ = 0;
   Tensor bias_t_;  // bias as [N] / [1, N] (Gemm: beta * C in f32)
   bool trans_b_ = false, has_z_ = false;
   FusedActivation act_;

@@ -72,6 +72,19 @@ StatusOr<std::unique_ptr<RowGemm>> RowGemm::create(const float* w, bool trans_b,
   return g;
 }
 
+void RowGemm::unpack(float* w, bool trans_b) const {
+  const int64_t k = k_, n = n_, kc = kc_, nc = nc_;
+  const int64_t kb_count = (k + kc - 1) / kc;
+  const float* p = packed_.get();
+  for (int64_t c0 = 0; c0 < n; c0 += nc)  // create()'s order
+    for (int64_t kb = 0; kb < kb_count; ++kb) {
+      const int64_t k0 = kb * kc, k1 = std::min(k, k0 + kc);
+      for (int64_t s = c0; s < c0 + nc; s += kCols)
+        for (int64_t kk = k0; kk < k1; ++kk)
+          for (int64_t j = s; j < s + kCols; ++j) (trans_b ? w[j * k + kk] : w[kk * n + j]) = *p++;
+    }
+}
+
 #if defined(__x86_64__)
 bool RowGemm::supported(int64_t k, int64_t n) {
   return __builtin_cpu_supports("avx512f") && k > 0 && n > 0 && n % kCols == 0;

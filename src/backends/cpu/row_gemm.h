@@ -35,6 +35,8 @@ class RowGemm {
   /// (erf form) when gelu. x: [m, K] rows lda apart; y: [m, N] dense. One thread.
   void run(const float* x, int64_t m, int64_t lda, float* y, bool accumulate, bool gelu) const;
 
+  /// The weights back as create() was given them ([K, N], or [N, K] when trans_b): the same values.
+  void unpack(float* w, bool trans_b) const;
   /// How many times run() was called in this process (tests check that a path fires).
   static int64_t calls();
 

@@ -122,6 +122,12 @@ PanelMatrix pack_panels(int64_t K, int64_t N, const float* src, int64_t stride_k
   return p;
 }
 
+void unpack_panels(const PanelMatrix& p, float* dst, int64_t stride_k, int64_t stride_n) {
+  const int64_t K = p.rows, N = p.cols;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) dst[k * stride_k + n * stride_n] = p.data[static_cast<size_t>((n / kP) * K * kP + k * kP + n % kP)];
+}
+
 void small_gemm(int64_t M, const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C,
                 int64_t ldc) {
   small_gemm_panels(M, A, lda, B, bias, C, ldc, 0, (B.cols + kP - 1) / kP);

@@ -20,6 +20,9 @@ struct PanelMatrix {
 /// Packs the [K, N] matrix whose element (k, n) is src[k * stride_k + n * stride_n].
 PanelMatrix pack_panels(int64_t K, int64_t N, const float* src, int64_t stride_k, int64_t stride_n);
 
+/// The inverse of pack_panels: element (k, n) of `panels` into dst[k * stride_k + n * stride_n].
+void unpack_panels(const PanelMatrix& panels, float* dst, int64_t stride_k, int64_t stride_n);
+
 /// C[m, n] = bias[n] + sum_k A[m, k] * B[k, n] for m < M, n < B.cols, k < B.rows; A and C row-major
 /// with leading dims lda / ldc. `bias` may be null (zero). C must not alias A.
 void small_gemm(int64_t M, const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C, int64_t ldc);
