@@ -94,6 +94,8 @@ class ArenaAllocator : public OutputAllocator {
   /// Leaves the arena to whoever still references it; serves nothing until the next bind().
   void abandon();
   bool active() const { return active_; }
+  /// Bytes of the arena bound now (0 when none: before the first bind, or once abandoned).
+  int64_t bytes() const { return arena_ ? arena_bytes_ : 0; }
   /// Whether `p` points into the arena (a graph output that does must be copied out).
   bool contains(const void* p) const;
 

@@ -1,4 +1,5 @@
 #include "runtime/executor.h"
+#include "backends/packed_weights.h"
 
 #include "common/env_switch.h"
 #include "runtime/batch_split_parts.h"
@@ -7,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -14,6 +16,7 @@
 #include <unordered_set>
 #if defined(__GLIBC__)
 #include <malloc.h>
+#include <unistd.h>
 #endif
 
 namespace ferry {
@@ -847,6 +850,41 @@ MemoryStats Executor::memory_stats() const {
   s.unplanned_bytes = last_plan_->unplanned_bytes;
   s.unplanned = last_plan_->unplanned;
   return s;
+}
+
+namespace {
+// The process's resident set now: /proc/self/statm's second field, in pages (0: unreadable).
+int64_t process_resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%lld %lld", &size, &resident);
+  std::fclose(f);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  return got == 2 && page > 0 ? static_cast<int64_t>(resident) * page : 0;
+}
+}  // namespace
+
+ResidentBytes Executor::resident_bytes() const {
+  ResidentBytes r;
+  std::unordered_set<const void*> seen;  // a buffer shared by the model, a graph and a kernel counts once
+  auto count = [&](const Tensor& t) {
+    if (t.defined() && t.raw() && seen.insert(t.raw()).second) r.weights += t.nbytes();
+  };
+  for (const auto& [name, t] : model_->graph.initializers) count(t);
+  for (const auto& [graph, pg] : graphs_) {
+    for (const Value& v : pg->constants)
+      if (v.is_tensor()) count(v.tensor);
+    for (const PreparedNode& n : pg->nodes)
+      if (const auto* h = dynamic_cast<const PackedWeightsHolder*>(n.kernel.get())) r.packed_weights += h->packed_weight_bytes();
+  }
+  {
+    std::lock_guard<std::mutex> lock(states_mu_);
+    for (const auto& state : idle_states_) r.arena += state->arena.bytes();
+  }
+  r.process = process_resident_bytes();
+  r.other = std::max<int64_t>(0, r.process - r.weights - r.packed_weights - r.arena);
+  return r;
 }
 
 void Executor::count_crossings(const Node& node, const std::vector<Value>& outputs, CrossingStats* stats) const {

@@ -71,6 +71,16 @@ struct MemoryStats {
   int64_t unplanned = 0;
 };
 
+/// The resident bytes by kind (Executor::resident_bytes; `ferry bench` prints them).
+struct ResidentBytes {
+  int64_t weights = 0;         // the constants (initializers) the executor's graphs still hold
+  int64_t packed_weights = 0;  // the kernels' own (packed) forms of them (PackedWeightsHolder)
+  int64_t arena = 0;           // the arenas bound by the runs' memory plans (idle runs only)
+  int64_t process = 0;         // the whole process's resident set now (/proc/self/statm; 0: unreadable)
+  int64_t other = 0;           // process less the three above, at least 0: code, libraries, heap,
+                               // graph outputs, other executors
+};
+
 /// Device<->host copies of one inference (see runtime/partition.h).
 struct CrossingStats {
   int64_t boundaries = 0;  // values copied
@@ -119,6 +129,11 @@ class Executor {
   }
   /// Arena size against the sum of the planned tensors' sizes, for the last input shapes run.
   MemoryStats memory_stats() const;
+  /// What this executor holds resident by kind, and the process's resident set beside it. Weights
+  /// count each buffer once (a kernel's reference to a graph constant is not a copy); a weight
+  /// released to its kernels (ExecutorOptions::release_weights) counts only as packed. Call it
+  /// between runs: the arena of a run in progress is not counted.
+  ResidentBytes resident_bytes() const;
   /// The model that runs: the optimized copy when passes ran, else the one given.
   const Model& model() const { return *model_; }
   /// What the optimizer did (empty at opt level 0).
@@ -201,7 +216,7 @@ class Executor {
   mutable std::mutex plans_mu_;
   std::map<std::vector<int64_t>, std::shared_ptr<const ArenaPlan>> plans_;  // input shapes -> plan
   std::shared_ptr<const ArenaPlan> last_plan_;
-  std::mutex states_mu_;
+  mutable std::mutex states_mu_;
   std::vector<std::unique_ptr<RunState>> idle_states_;
 };
 

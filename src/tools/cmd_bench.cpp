@@ -1,5 +1,6 @@
 // `ferry bench MODEL [--device D] [--threads N] [--batch B] [--warmup W] [--iterations I |
-// --duration S] [--json]`: latency percentiles, throughput, load time and peak memory.
+// --duration S] [--json]`: latency percentiles, throughput, load time, peak memory and the resident
+// bytes by kind (Executor::resident_bytes).
 #include <algorithm>
 #include <cstdlib>
 #include <cstdio>
@@ -57,6 +58,7 @@ int cmd_bench(const BenchOptions& opt) {
   const double per_s = total_ms > 0 ? 1000.0 * static_cast<double>(times.size()) / total_ms : 0.0;
   const double on_cpu = total_ms > 0 ? total_cpu / (total_ms * std::max(1, b.threads)) : 0.0;
   const MemoryStats mem = b.executor->memory_stats();
+  const ResidentBytes res = b.executor->resident_bytes();  // after the runs: every packed form made
   const int64_t rss = peak_rss_bytes();
   // A busy machine slows every run alike, so a low spread does not make the figures this model's
   // speed: more runnable work than cores, or a single-threaded run off its core half the time.
@@ -95,6 +97,8 @@ int cmd_bench(const BenchOptions& opt) {
     j["memory_plan"] = {{"planned", mem.planned}, {"arena_bytes", mem.arena_bytes},
                         {"tensor_bytes", mem.tensor_bytes}, {"tensors", mem.tensors},
                         {"in_place", mem.in_place}, {"unplanned_bytes", mem.unplanned_bytes}};
+    j["resident_bytes"] = {{"weights", res.weights}, {"packed_weights", res.packed_weights}, {"arena", res.arena},
+                           {"other", res.other}, {"process", res.process}};
     const BatchSplitInfo& split = b.executor->batch_split();
     j["batch_split"] = {{"rows_per_part", b.executor->last_split_rows()}, {"separable", split.separable},
                         {"largest_row_bytes", split.largest_row_bytes}};
@@ -135,6 +139,10 @@ int cmd_bench(const BenchOptions& opt) {
                 human_bytes(mem.tensor_bytes).c_str(), static_cast<long long>(mem.tensors),
                 static_cast<long long>(mem.in_place));
   std::printf("\n");
+  if (res.process > 0)
+    std::printf("  resident    %s now: weights %s, packed weights %s, arena %s, other %s (code, libraries, heap)\n",
+                human_bytes(res.process).c_str(), human_bytes(res.weights).c_str(),
+                human_bytes(res.packed_weights).c_str(), human_bytes(res.arena).c_str(), human_bytes(res.other).c_str());
   return kExitOk;
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ctest for `ferry bench` and `ferry profile` on the demo model: the JSON keys, the Chrome trace
-format, --batch / --threads, and that the arena-backed timed runs compute what `ferry run` does.
+format, --batch / --threads, the resident bytes by kind, and that the arena-backed timed runs compute what `ferry run` does.
 No timing assertions (timing is for benchmarks only).
 
     check_bench_cli.py FERRY MODEL SAMPLE.npy WORKDIR
@@ -51,6 +51,36 @@ def check_bench_json(j, batch=None, threads=None, iterations=None):
     check(0 < plan.get("arena_bytes", 0) <= plan.get("tensor_bytes", 0), "arena no larger than the tensors it holds")
 
 
+def initializer_bytes(model):
+    import onnx
+    from onnx import numpy_helper
+    return sum(numpy_helper.to_array(t).nbytes for t in onnx.load(model).graph.initializer)
+
+
+def check_resident(ferry, model):
+    """Executor::resident_bytes in bench's JSON and table. At -O0 the executor runs the file's own
+    graph, so its weights are exactly the file's initializers; the demo's Conv and Gemm kernels keep
+    packed forms on cpu, the reference kernels (cpu-ref) none."""
+    want = initializer_bytes(model)
+    for device, packs in (("cpu", True), ("cpu-ref", False)):
+        p = run(ferry, "bench", model, "--json", "-n", "2", "-w", "0", "-O", "0", "--device", device)
+        r = json.loads(p.stdout).get("resident_bytes", {}) if p.returncode == 0 else {}
+        for key in ("weights", "packed_weights", "arena", "other", "process"):
+            check(isinstance(r.get(key), int) and r[key] >= 0, f"{device}: resident_bytes.{key} is a count of bytes: {r}")
+        if not all(isinstance(r.get(k), int) for k in ("weights", "packed_weights", "arena", "other", "process")):
+            continue
+        check(r["weights"] == want, f"{device}: resident weights {r['weights']} are the file's initializers' {want} bytes")
+        check((r["packed_weights"] > 0) == packs,
+              f"{device}: packed weights {r['packed_weights']} bytes ({'some' if packs else 'none'} expected)")
+        check(r["arena"] > 0, f"{device}: the memory plan's arena is counted")
+        check(r["process"] > r["weights"] + r["packed_weights"] + r["arena"] and r["other"] > 1 << 20,
+              f"{device}: the process holds more than the executor (code, libraries): {r}")
+        check(r["weights"] + r["packed_weights"] + r["arena"] + r["other"] == r["process"], f"{device}: the kinds add up: {r}")
+    p = run(ferry, "bench", model, "-n", "1", "-w", "0")
+    check("resident" in p.stdout and "packed weights" in p.stdout and "arena" in p.stdout,
+          f"human table has the resident row: {p.stdout}")
+
+
 def check_trace(path, nodes, runs):
     with open(path) as f:
         doc = json.load(f)
@@ -83,6 +113,7 @@ def main():
     j = json.loads(p.stdout)
     check_bench_json(j, batch=3, threads=1, iterations=2)
     check(j.get("device") == "cpu-ref", "device is reported")
+    check_resident(ferry, model)
     p = run(ferry, "bench", model, "--duration", "0.2", "-w", "0")
     check("latency" in p.stdout and "throughput" in p.stdout and "peak RSS" in p.stdout, "human table has its rows")
     # Idle-thread policy (src/tools/omp_defaults.cpp): the user's own settings win and are reported;

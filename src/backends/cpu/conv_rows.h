@@ -43,6 +43,9 @@ class ConvRows {
   int64_t out_h(int64_t h) const { return (h + 2 * pad_h_ - kh_) / sh_ + 1; }
   int64_t out_w(int64_t w) const { return (w + 2 * pad_w_ - kw_) / sw_ + 1; }
 
+ /// Bytes of the packed weights and bias this holds.
+  int64_t packed_bytes() const { return static_cast<int64_t>((packed_.size() + bias_.size()) * sizeof(float)); }
+
  private:
   void run_1x1(const float* x, int64_t n, int64_t h, int64_t w, const float* z, float* y, bool relu) const;
 

@@ -37,6 +37,7 @@
 #include "backends/cpu/small_gemm.h"
 #include "backends/cpu/vec_math.h"
 #include "backends/cpu/winograd.h"
+#include "backends/packed_weights.h"
 #include "common/env_switch.h"
 #include "ops/conv_pool_util.h"
 
@@ -103,9 +104,20 @@ FERRY_VEC void activate_in_place(float* y, int64_t n, ActKind kind, float alpha,
   }
 }
 
-class DnnlConvKernel : public Kernel {
+class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
  public:
   DnnlConvKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+
+  // oneDNN's blocked forms (one per layout plans asked for), the small_gemm panels, the Winograd
+  // and conv_rows forms: each made by the first plan needing it, under the plan cache's lock (read
+  // here between runs, as Executor::resident_bytes does).
+  int64_t packed_weight_bytes() const override {
+    int64_t b = static_cast<int64_t>(gemv_w_.data.size() * sizeof(float));
+    for (const auto& [desc, mem] : packed_) b += static_cast<int64_t>(desc.get_size());
+    if (winograd_) b += winograd_->packed_bytes();
+    if (rows_) b += rows_->packed_bytes();
+    return b;
+  }
 
   // Reads the node; false when the fast path does not cover it.
   bool init(const Graph& graph) {

@@ -31,6 +31,7 @@
 #include "common/env_switch.h"
 #include "ops/op_util.h"
 #include "backends/cpu/prepacked.h"
+#include "backends/packed_weights.h"
 
 namespace ferry {
 namespace {
@@ -84,7 +85,7 @@ bool row_gemm_enabled() {  // read on each eligible call (tests turn it on)
   return !(e && std::string(e) == "0");
 }
 
-class DnnlMatMulKernel : public Kernel {
+class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
  public:
   DnnlMatMulKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
 
@@ -150,6 +151,19 @@ class DnnlMatMulKernel : public Kernel {
     release_ = true;
     drop_original_if_packed();
     return true;
+  }
+
+  // oneDNN's packed forms (one per layout, and the per-thread column blocks), the small_gemm
+  // panels and RowGemm's: each made by the first run that needs it.
+  int64_t packed_weight_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t b = static_cast<int64_t>(gemv_w_.data.size() * sizeof(float));
+    for (const auto& [desc, mem] : packed_) b += static_cast<int64_t>(desc.get_size());
+    for (const auto& [key, plan] : plans_)
+      for (const auto& [threads, splits] : plan.splits)
+        for (const Split& sp : splits) b += static_cast<int64_t>(sp.weights.get_desc().get_size());
+    if (row_gemm_) b += row_gemm_->packed_bytes();
+    return b;
   }
 
   Status compute(KernelContext& ctx) override {
@@ -492,7 +506,7 @@ class DnnlMatMulKernel : public Kernel {
   std::unique_ptr<cpu::RowGemm> row_gemm_;  // made by the first run taking the RowGemm path
   cpu::PanelMatrix gemv_w_;  // w_ as [K, N] column panels, packed by the first plan taking the small_gemm path
   std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, Plan> plans_;
-  std::mutex mu_;  // guards plans_ and the plans' buffers (concurrent runs of one model)
+  mutable std::mutex mu_;  // guards plans_ and the plans' buffers (concurrent runs of one model)
   std::list<std::pair<memory::desc, memory>> packed_;
 };
 

@@ -57,6 +57,7 @@ StatusOr<std::unique_ptr<RowGemm>> RowGemm::create(const float* w, bool trans_b,
   if (!g->packed_)
     return resource_exhausted("cpu RowGemm: cannot allocate " + std::to_string(bytes) + " bytes for the packed weights of a [" +
                               std::to_string(k) + ", " + std::to_string(n) + "] product; set FERRY_MATMUL_ROW_GEMM=0 to leave it to oneDNN");
+  g->packed_bytes_ = static_cast<int64_t>(bytes);
   if (huge) ::madvise(g->packed_.get(), bytes, MADV_HUGEPAGE);
   std::memset(g->packed_.get(), 0, bytes);
   float* p = g->packed_.get();

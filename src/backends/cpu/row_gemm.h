@@ -39,6 +39,8 @@ class RowGemm {
   void unpack(float* w, bool trans_b) const;
   /// How many times run() was called in this process (tests check that a path fires).
   static int64_t calls();
+  /// Bytes of the packed weights and bias this holds.
+  int64_t packed_bytes() const { return packed_bytes_ + static_cast<int64_t>(bias_.size() * sizeof(float)); }
 
   static constexpr int64_t kCols = 48;  // sliver width
   static constexpr int64_t kRows = 8;   // microkernel rows
@@ -51,6 +53,7 @@ class RowGemm {
   };
   std::unique_ptr<float[], Free> packed_;  // [N / nc][ceil(K / kc)][nc / 48][kc_b][48] (+ one sliver of slack)
   std::vector<float> bias_;    // [N], zeros when none
+  int64_t packed_bytes_ = 0;   // packed_'s allocation
 };
 
 }  // namespace ferry::cpu

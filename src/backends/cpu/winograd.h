@@ -59,6 +59,12 @@ class WinogradConv3x3 {
 
   int64_t cin() const { return cin_; }
   int64_t cout() const { return cout_; }
+  /// Bytes of the transformed weights (U, packed per plan's column blocks) and bias this holds.
+  int64_t packed_bytes() const {
+    int64_t b = static_cast<int64_t>(bias_.size() * sizeof(float));
+    for (const Packed& p : packed_) b += static_cast<int64_t>(p.mem.get_desc().get_size());
+    return b;
+  }
 
  private:
   const dnnl::memory* packed_weights(const dnnl::memory::desc& want, int64_t n0);
