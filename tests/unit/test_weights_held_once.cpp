@@ -3,7 +3,8 @@
 // same tensors as the in-memory parse and the same errors; the executor's release_weights drops
 // a constant from its graph once the MatMul/Gemm kernels reading it hold their packed form, runs
 // every later shape (other plans re-derived from a packed form) bit for bit as with the original
-// kept, and never changes the caller's model; the packed forms unpack to the original exactly.
+// kept, and never changes the caller's model (resident_bytes counts what each graph still holds);
+// the packed forms unpack to the original exactly.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -179,6 +180,20 @@ TEST(WeightsHeldOnce, ReleasedWeightsRunEveryShapeBitForBit) {
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(same_bytes(a[i].second, b[i].second)) << a[i].first;
   }
+  // Executor::resident_bytes: the weights are what each executor's graph still holds (a released
+  // weight counts only as its kernels' packed forms, which both executors hold).
+  auto initializer_bytes = [](const Model& m) {
+    int64_t b = 0;
+    for (const auto& [name, t] : m.graph.initializers) b += t.nbytes();
+    return b;
+  };
+  const ResidentBytes rk = kept.value()->resident_bytes(), rr = released.value()->resident_bytes();
+  EXPECT_EQ(rk.weights, initializer_bytes(kept.value()->model()));
+  EXPECT_EQ(rr.weights, initializer_bytes(released.value()->model()));
+  EXPECT_LT(rr.weights + 40 * 96 * 4, rk.weights);
+  EXPECT_GT(rk.packed_weights, 0);
+  EXPECT_GT(rr.packed_weights, 0);
+  EXPECT_GT(rk.process, rk.weights + rk.packed_weights + rk.arena);
 }
 
 TEST(WeightsHeldOnce, PackedFormsUnpackToTheOriginal) {
