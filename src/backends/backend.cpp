@@ -166,4 +166,10 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device) {
   return invalid_argument("unknown device '" + device + "'; devices compiled in: " + known);
 }
 
+std::vector<std::string> device_graph_traits(const std::string& device) {
+  for (const BackendEntry& e : backend_entries())
+    if (!e.module && !e.open && e.factory && device == e.name) return e.factory()->graph_traits();
+  return {};
+}
+
 }  // namespace ferry

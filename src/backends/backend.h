@@ -45,6 +45,15 @@ class Backend {
   /// (weights to pre-pack).
   virtual StatusOr<std::unique_ptr<Kernel>> create_kernel(const Node& node, const OpSchema& schema,
                                                           const Graph& graph) = 0;
+  /// The graph rewrites this backend has kernels to profit from, by name: a graph pass that makes
+  /// nodes only some devices run well declares the trait it needs (GraphPass::needs, passes/
+  /// passes.inc) and the pipeline runs it only for a backend listing that trait. The traits the
+  /// passes name today: "channels_last" (CNN regions in NHWC: nhwc_layout), "attention_qkv_views"
+  /// (an Attention reading q/k/v as strided Slices of one QKV tensor), "fused_inverted_residual"
+  /// (com.ferry.InvertedResidual), "bf16_conv" (Conv/ConvGrad on bf16 operands: amp_bf16_fold),
+  /// "blocked_training_layout" (com.ferry Blocked nChwBc training regions). A new device opts in
+  /// by listing them; the passes do not change. Default: none (the portable passes only).
+  virtual std::vector<std::string> graph_traits() const { return {}; }
   /// Threads the backend's kernels may use (0: the machine's cores).
   virtual void set_num_threads(int threads) { (void)threads; }
   /// Optional (device backends that keep values in their own memory). Called after the kernels of
@@ -78,5 +87,9 @@ const std::vector<BackendEntry>& backend_entries();
 /// Makes the backend for a --device value ("cpu", "cpu-ref", "cuda:1"), loading its module when
 /// it is one; the error lists the known ones, or says why a module or device cannot be opened.
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device);
+/// Backend::graph_traits() of a --device value without opening a device: a built-in backend's
+/// ("cpu", "cpu-ref"); none for an unknown name, a device taking an index or a backend module
+/// (those are asked where their Backend is made: Executor::create optimizes with it).
+std::vector<std::string> device_graph_traits(const std::string& device);
 
 }  // namespace ferry

@@ -104,7 +104,7 @@ Status check_on_backend(const Model& model, const std::string& target, const Che
   std::shared_ptr<Model> copy = model.clone();
   OptimizeOptions oo;
   oo.opt_level = 1;
-  oo.device = device->name();
+  oo.device_traits = device->graph_traits();
   for (const GraphPass& p : graph_passes())
     if (std::string(p.name) != "decompose") oo.disabled.push_back(p.name);
   const Backend* dev = device.get();

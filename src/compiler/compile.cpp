@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "backends/backend.h"
 #include "compiler/prepack.h"
 #include "compiler/tuner.h"
 #include "ops/shape_inference.h"
@@ -143,7 +144,7 @@ StatusOr<CompiledModelSpec> compile_model(const Model& source, const CompileOpti
     if (spec.opt_level > 0) {
       OptimizeOptions oo;
       oo.opt_level = spec.opt_level;
-      oo.device = options.device;
+      oo.device_traits = device_graph_traits(options.device);
       RETURN_IF_ERROR(optimize_model(m.get(), oo));
     }
     if (!precision.is_identity()) RETURN_IF_ERROR(apply_precision(m.get(), precision).with_context("--precision-mode"));

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "backends/backend.h"
 #include "compiler/gears.h"
 #include "onnx/onnx_import.h"
 #include "passes/pipeline.h"
@@ -67,7 +68,7 @@ StatusOr<std::shared_ptr<Session>> Session::open_file(const std::string& path, c
   if (cm.opt_level > 0) {
     OptimizeOptions oo;
     oo.opt_level = cm.opt_level;
-    oo.device = cm.device;
+    oo.device_traits = device_graph_traits(cm.device);
     RETURN_IF_ERROR(optimize_model(m.get(), oo));
   }
   m->metadata[kOptimizedMetadataKey] = std::to_string(cm.opt_level);

@@ -1,4 +1,5 @@
-// Pass amp_bf16_fold (level 2, device "cpu" on a CPU with avx512_bf16): `ferry train --amp bf16`
+// Pass amp_bf16_fold (level 2, devices with trait "bf16_conv": cpu, on a CPU with avx512_bf16):
+// `ferry train --amp bf16`
 // computes its convolutions natively in bf16. The autocast rewrite (src/train/autocast.cpp) is the
 // specification: each operand of a matrix op is rounded by a Cast pair f32 -> bf16 -> f32, the op
 // computes in f32 and its result is rounded by another pair; autodiff differentiates through the
@@ -75,7 +76,7 @@ bool rounding_reader(const Graph& g, const GraphUses& u, const std::vector<bool>
 }
 
 Status run_amp_bf16_fold(Model* model, PassContext& ctx) {
-  if (ctx.options.device != "cpu" || !native_bf16_cpu()) return Status::ok();
+  if (!native_bf16_cpu()) return Status::ok();
   Graph& g = model->graph;
   const GraphUses u(g);
   std::vector<bool> dead(g.nodes.size(), false);
@@ -113,7 +114,7 @@ Status run_amp_bf16_fold(Model* model, PassContext& ctx) {
 GraphPass amp_bf16_fold_pass() {
   return {"amp_bf16_fold", 2,
           "--amp bf16: the Cast pairs around training convolutions fold into them (oneDNN bf16 kernels)",
-          run_amp_bf16_fold};
+          run_amp_bf16_fold, "bf16_conv"};
 }
 
 }  // namespace ferry

@@ -1,4 +1,5 @@
-// Pass attention_qkv_views (level 2, cpu): after attention_layout, a block's q, k and v are
+// Pass attention_qkv_views (level 2, devices with trait "attention_qkv_views": cpu): after
+// attention_layout, a block's q, k and v are
 //   q/k/v = Reshape(Slice(QKV, [a, b), last axis), [.., H, D])
 // of one fused QKV product: three copies of a third of QKV each, which the Attention kernel then
 // gathers again per head (per-node CPU ms per run at 1 thread, `ferry profile -t 1 -b 8 --top 0`,
@@ -103,7 +104,6 @@ bool rewrite(PatternContext& pc, long ai) {
 }
 
 Status run_attention_qkv_views(Model* model, PassContext& ctx) {
-  if (ctx.options.device != "cpu") return Status::ok();
   PatternContext pc(model->graph);
   int changes = 0;
   for (size_t i = 0; i < pc.g.nodes.size(); ++i) {
@@ -121,7 +121,7 @@ Status run_attention_qkv_views(Model* model, PassContext& ctx) {
 GraphPass attention_qkv_views_pass() {
   return {"attention_qkv_views", 2,
           "q, k, v sliced from one QKV product are read by the Attention in place (q_slice/k_slice/v_slice)",
-          run_attention_qkv_views};
+          run_attention_qkv_views, "attention_qkv_views"};
 }
 
 }  // namespace ferry

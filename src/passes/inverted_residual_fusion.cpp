@@ -1,4 +1,5 @@
-// Pass inverted_residual_fusion (level 2, cpu, after nhwc_layout): MobileNetV2's inverted-residual
+// Pass inverted_residual_fusion (level 2, devices with trait "fused_inverted_residual": cpu; after
+// nhwc_layout): MobileNetV2's inverted-residual
 // block, three channels-last FusedConv nodes
 //   expand 1x1 (+ Relu / Clip) -> depthwise 3x3, stride 1 or 2, pad 1 (+ Relu / Clip) -> project 1x1 (+ Z)
 // (or the last two alone: MobileNetV2's first block has no expand)
@@ -155,7 +156,7 @@ bool rewrite(PatternContext& pc, long c) {
 }
 
 Status run_inverted_residual_fusion(Model* model, PassContext& ctx) {
-  if (ctx.options.device != "cpu" || !fused_kernel_fast()) return Status::ok();
+  if (!fused_kernel_fast()) return Status::ok();
   PatternContext pc(model->graph);
   int changes = 0;
   for (size_t i = 0; i < pc.g.nodes.size(); ++i)
@@ -172,7 +173,7 @@ Status run_inverted_residual_fusion(Model* model, PassContext& ctx) {
 GraphPass inverted_residual_fusion_pass() {
   return {"inverted_residual_fusion", 2,
           "channels-last expand 1x1 -> depthwise 3x3 -> project 1x1 FusedConvs on wide images are one InvertedResidual",
-          run_inverted_residual_fusion};
+          run_inverted_residual_fusion, "fused_inverted_residual"};
 }
 
 }  // namespace ferry

@@ -1,4 +1,5 @@
-// Pass nhwc_layout (level 2, device "cpu" only): runs CNN regions in channels-last (NHWC) layout so
+// Pass nhwc_layout (level 2, devices with trait "channels_last": cpu): runs CNN regions in
+// channels-last (NHWC) layout so
 // oneDNN's fast NHWC convolutions chain without a layout change between layers. Explicit Transposes
 // are inserted only at region edges.
 //
@@ -245,7 +246,6 @@ void to_nhwc_op(Node* n, Kind k) {
 }
 
 Status run_nhwc_layout(Model* model, PassContext& ctx) {
-  if (ctx.options.device != "cpu") return Status::ok();
   Graph& g = model->graph;
   const GraphUses uses(g);
   const size_t count = g.nodes.size();
@@ -328,7 +328,7 @@ Status run_nhwc_layout(Model* model, PassContext& ctx) {
 
 GraphPass nhwc_layout_pass() {
   return {"nhwc_layout", 2, "CNN regions run channels-last (NHWC) with Transposes only at the region's edges (cpu)",
-          run_nhwc_layout};
+          run_nhwc_layout, "channels_last"};
 }
 
 }  // namespace ferry

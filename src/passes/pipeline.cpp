@@ -51,12 +51,18 @@ Status passes_disabled_by_env(std::vector<std::string>* out) {
 
 }  // namespace
 
+bool pass_applies(const GraphPass& pass, const OptimizeOptions& options) {
+  if (pass.needs == nullptr || !options.device_traits) return true;
+  const std::vector<std::string>& traits = *options.device_traits;
+  return std::find(traits.begin(), traits.end(), pass.needs) != traits.end();
+}
+
 Status optimize_model(Model* model, const OptimizeOptions& options, OptimizeReport* report) {
   if (report) report->nodes_before = static_cast<int64_t>(model->graph.nodes.size());
   std::vector<std::string> disabled = options.disabled;
   RETURN_IF_ERROR(passes_disabled_by_env(&disabled));
   for (const GraphPass& pass : graph_passes()) {
-    if (pass.level > options.opt_level) continue;
+    if (pass.level > options.opt_level || !pass_applies(pass, options)) continue;
     if (std::find(disabled.begin(), disabled.end(), pass.name) != disabled.end()) continue;
     PassContext ctx{options};
     auto start = std::chrono::steady_clock::now();

@@ -1,4 +1,5 @@
-// Pass train_blocked_layout (level 2, device "cpu", training graphs: those with a com.ferry
+// Pass train_blocked_layout (level 2, devices with trait "blocked_training_layout": cpu; training
+// graphs: those with a com.ferry
 // ConvGrad): the activations of a CNN's training graph stay in oneDNN's blocked layout nChw16c
 // (nChw8c on AVX2 CPUs, graph_layout_block) between its ops, as the logical shape [N, C/B, H, W, B]
 // (ops/blocked_layout.h), so the
@@ -230,7 +231,7 @@ void bf16_activations(Graph* graph) {
 }
 
 Status run_train_blocked_layout(Model* model, PassContext& ctx) {
-  if (ctx.options.device != "cpu" || disabled_by_env()) return Status::ok();
+  if (disabled_by_env()) return Status::ok();
   Graph& g = model->graph;
   bool training = false;
   for (const Node& n : g.nodes) training |= is(n, kFerryDomain, "ConvGrad");
@@ -387,7 +388,7 @@ GraphPass train_blocked_layout_pass() {
   return {"train_blocked_layout", 2,
           "training graphs (cpu): activations stay in oneDNN's blocked layout nChw16c between convolutions, "
           "BN and elementwise ops, reorders only at the region's edges",
-          run_train_blocked_layout};
+          run_train_blocked_layout, "blocked_training_layout"};
 }
 
 }  // namespace ferry

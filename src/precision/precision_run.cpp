@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "backends/backend.h"
+
 namespace ferry {
 
 int effective_opt_level(const ExecutorOptions& options) {
@@ -23,7 +25,7 @@ StatusOr<std::shared_ptr<const Model>> prepare_precision_model(std::shared_ptr<c
   if (level > 0 && !copy->metadata.count(kOptimizedMetadataKey)) {
     OptimizeOptions oo;
     oo.opt_level = level;
-    oo.device = options.device;
+    oo.device_traits = device_graph_traits(options.device);
     RETURN_IF_ERROR(optimize_model(copy.get(), oo));
   }
   RETURN_IF_ERROR(apply_precision(copy.get(), precision, report));

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "backends/backend.h"
 #include "compiler/session.h"
 #include "format/compiled_model.h"
 #include "onnx/onnx_import.h"
@@ -386,7 +387,7 @@ class PySession {
       if (cm.opt_level > 0) {
         OptimizeOptions oo;
         oo.opt_level = cm.opt_level;
-        oo.device = cm.device;
+        oo.device_traits = device_graph_traits(cm.device);
         RETURN_IF_ERROR(optimize_model(m.get(), oo));
       }
       m->metadata[kOptimizedMetadataKey] = std::to_string(cm.opt_level);

@@ -162,7 +162,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model
     std::shared_ptr<Model> optimized = model->clone();
     OptimizeOptions oo;
     oo.opt_level = level;
-    oo.device = ex->backend_->name();
+    oo.device_traits = ex->backend_->graph_traits();
     const Backend* dev = ex->backend_.get();
     oo.device_supports = [dev](const Model& m, const Node& n) { return backend_takes(m, *dev, n, nullptr); };
     RETURN_IF_ERROR(optimize_model(optimized.get(), oo, &ex->optimize_report_));

@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "backends/backend.h"
 #include "common/splitmix64.h"
 #include "data/data_source.h"
 #include "data/image_folder.h"
@@ -272,7 +273,7 @@ StatusOr<TrainMemoryPlan> Trainer::memory_plan_at(int64_t batch) {
     ASSIGN_OR_RETURN(TrainGraph tg, build_train_graph(*source_, o));
     OptimizeOptions oo;
     oo.opt_level = c_.opt_level >= 0 ? c_.opt_level : (c_.device == "cpu-ref" ? 0 : 2);
-    oo.device = c_.device;
+    oo.device_traits = device_graph_traits(c_.device);
     if (oo.opt_level > 0) RETURN_IF_ERROR(optimize_model(tg.model.get(), oo));
     model = tg.model;
   }

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backends/backend.h"
 #include "ops/shape_inference.h"
 #include "passes/pipeline.h"
 #include "runtime/executor.h"
@@ -103,7 +104,7 @@ std::vector<Tensor> run(std::shared_ptr<Model> m, bool fold, int* amp_nodes, int
                         const std::string& device = "cpu") {
   EXPECT_TRUE(infer_shapes(m.get()).is_ok());
   OptimizeOptions oo;
-  oo.device = device;
+  oo.device_traits = device_graph_traits(device);
   if (!fold) oo.disabled = {"amp_bf16_fold"};
   Status s = optimize_model(m.get(), oo);
   EXPECT_TRUE(s.is_ok()) << s.to_string();

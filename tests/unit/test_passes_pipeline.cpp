@@ -1,6 +1,8 @@
 // The pipeline around the passes (passes/pipeline.h): FERRY_DISABLE_PASSES skips passes by name.
+#include <algorithm>
 #include <cstdlib>
 
+#include "backends/backend.h"
 #include "pass_test_util.h"
 
 namespace ferry::testing {
@@ -49,6 +51,34 @@ TEST(PassPipeline, DisablePassesFromTheEnvironment) {
     EXPECT_NE(s.message().find("'no_such_pass'"), std::string::npos) << s.to_string();
   }
   ::unsetenv("FERRY_DISABLE_PASSES");
+}
+
+// Passes name no device: each declares the trait it needs (GraphPass::needs) and the pipeline runs it
+// only for a backend listing that trait. The device-specific passes are the five below, the cpu
+// backend lists every trait a pass needs, cpu-ref none.
+TEST(PassPipeline, PassesRunForTheBackendsWithTheirTrait) {
+  const std::vector<std::string> cpu = device_graph_traits("cpu");
+  std::vector<std::string> needing;
+  for (const GraphPass& p : graph_passes()) {
+    if (!p.needs) continue;
+    needing.push_back(p.name);
+    EXPECT_NE(std::find(cpu.begin(), cpu.end(), std::string(p.needs)), cpu.end())
+        << p.name << " needs '" << p.needs << "', which the cpu backend does not list";
+  }
+  EXPECT_EQ(needing, (std::vector<std::string>{"attention_qkv_views", "nhwc_layout", "inverted_residual_fusion",
+                                               "amp_bf16_fold", "train_blocked_layout"}));
+  EXPECT_TRUE(device_graph_traits("cpu-ref").empty());
+  EXPECT_TRUE(device_graph_traits("no_such_device").empty());
+  for (const GraphPass& p : graph_passes()) {
+    OptimizeOptions oo;
+    EXPECT_TRUE(pass_applies(p, oo)) << p.name << ": no device named, every pass applies";
+    oo.device_traits = cpu;
+    EXPECT_TRUE(pass_applies(p, oo)) << p.name;
+    oo.device_traits = device_graph_traits("cpu-ref");
+    EXPECT_EQ(pass_applies(p, oo), p.needs == nullptr) << p.name;
+    oo.device_traits = std::vector<std::string>{"channels_last"};  // a device opting into one pass
+    EXPECT_EQ(pass_applies(p, oo), p.needs == nullptr || std::string(p.name) == "nhwc_layout") << p.name;
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 
+#include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/prepacked.h"
 #include "compiler/compile.h"
@@ -634,7 +635,7 @@ TEST(QdqFusion, Int8RegionStaysInt8) {
   auto model = int8_region_model();
   auto opt = model->clone();
   OptimizeOptions oo;
-  oo.device = "cpu";
+  oo.device_traits = device_graph_traits("cpu");
   ASSERT_TRUE(optimize_model(opt.get(), oo).is_ok());
   // On cpu the region runs channels-last: Transposes only where the uint8 tensors enter and leave it.
   EXPECT_EQ(count_ops(*opt, "QConvFused"), 2);
@@ -681,7 +682,7 @@ TEST(QdqFusion, GlobalAveragePoolRunsOnUint8) {
   EXPECT_EQ(count_ops(*fused, "GlobalAveragePool"), 0);
   auto opt = model->clone();
   OptimizeOptions oo;
-  oo.device = "cpu";
+  oo.device_traits = device_graph_traits("cpu");
   ASSERT_TRUE(optimize_model(opt.get(), oo).is_ok());
   EXPECT_EQ(count_ops(*opt, "NhwcQGlobalAveragePool"), 1);
   EXPECT_EQ(count_ops(*opt, "DequantizeLinear") + count_ops(*opt, "QuantizeLinear"), 0);
@@ -730,7 +731,7 @@ TEST(QdqFusion, FloatIslandStaysChannelsLast) {
   auto model = b.build();
   auto opt = model->clone();
   OptimizeOptions oo;
-  oo.device = "cpu";
+  oo.device_traits = device_graph_traits("cpu");
   ASSERT_TRUE(optimize_model(opt.get(), oo).is_ok());
   EXPECT_EQ(count_ops(*opt, "QConvFused"), 2);
   EXPECT_EQ(count_ops(*opt, "Transpose"), 2);

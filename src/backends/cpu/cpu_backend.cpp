@@ -60,6 +60,12 @@ class CpuBackend : public Backend {
     if (!schema.kernel) return unsupported(node.describe() + ": no CPU kernel");
     return std::unique_ptr<Kernel>(new ReferenceFallbackKernel(schema.kernel));
   }
+  // The passes that rewrite graphs for these kernels (backends/backend.h): NHWC convolutions and
+  // pools, the Attention kernel's in-place q/k/v Slices, InvertedResidual, oneDNN bf16
+  // convolutions, the nChwBc training kernels (grad_blocked.h).
+  std::vector<std::string> graph_traits() const override {
+    return {"channels_last", "attention_qkv_views", "fused_inverted_residual", "bf16_conv", "blocked_training_layout"};
+  }
   // oneDNN and the own kernels run on the OpenMP runtime.
   void set_num_threads(int threads) override {
     omp_set_num_threads(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
