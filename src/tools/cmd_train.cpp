@@ -187,6 +187,10 @@ int cmd_train(TrainOptions& o) {
     std::snprintf(g_interrupt_dir, sizeof g_interrupt_dir, "%s", c.checkpoint_dir.c_str());
     std::signal(SIGINT, on_interrupt);
   }
+  // A rank writes to its peers' sockets: when a peer dies, the write must fail with EPIPE (Gloo
+  // reports the lost rank, named) rather than kill this rank with SIGPIPE, which made the launcher
+  // blame the surviving rank (train_ddp's "--nproc, rank 1 killed" case, under load).
+  if (c.dist.distributed()) std::signal(SIGPIPE, SIG_IGN);
   c.before_executor = keep_freed_heap_pages;
   StatusOr<TrainSummary> s = run_training(c, on_step, on_start);
   bar.finish();
