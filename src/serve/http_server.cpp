@@ -306,8 +306,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     counted_ = true;
     server_->in_flight.fetch_add(1);
     auto self = shared_from_this();
-    m->enqueue(std::move(request), [self, sig, meta](InferResult r) {
-      // Encoded on the instance thread, written on the connection's strand.
+    // The response is written by whichever comes second: this handler once enqueue returned, or
+    // the callback. A request the model ran inline (or refused) is answered here, on this thread,
+    // without a post; one answered from an instance thread is posted to the connection's strand.
+    auto reply = std::make_shared<Reply>();
+    m->enqueue(std::move(request), [self, sig, meta, reply](InferResult r) {
+      // Encoded on the thread that ran the model.
       unsigned status = 200;
       EncodedResponse e;
       if (r.status.is_ok()) {
@@ -322,13 +326,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
         status = http_status_of(r.status);
         e.body = error_json(r.status.message());
       }
-      net::post(self->stream_.get_executor(), [self, status, e = std::move(e)]() mutable {
+      reply->status = status;
+      reply->encoded = std::move(e);
+      if (reply->phase.exchange(Reply::kAnswered, std::memory_order_acq_rel) != Reply::kWaiting) return;
+      net::post(self->stream_.get_executor(), [self, reply]() mutable {
         beast::error_code ignored;
         self->stream_.socket().cancel(ignored);  // ends the disconnect watch
-        self->send(status, std::move(e.body), e.json_size >= 0 ? "application/octet-stream" : "application/json", e.json_size);
+        self->send_reply(*reply);
       });
     });
+    if (reply->phase.exchange(Reply::kWaiting, std::memory_order_acq_rel) == Reply::kAnswered) return send_reply(*reply);
     watch_disconnect();
+  }
+
+  // An inference response, handed from the thread that ran the model to the connection's strand.
+  struct Reply {
+    enum Phase : int { kQueuing, kWaiting, kAnswered };
+    std::atomic<int> phase{kQueuing};
+    unsigned status = 200;
+    EncodedResponse encoded;
+  };
+
+  void send_reply(Reply& r) {
+    const int64_t json_size = r.encoded.json_size;
+    send(r.status, std::move(r.encoded.body), json_size >= 0 ? "application/octet-stream" : "application/json", json_size);
   }
 
   void watch_disconnect() {

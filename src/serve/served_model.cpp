@@ -72,6 +72,8 @@ StatusOr<std::shared_ptr<ServedModel>> ServedModel::load(const std::string& name
     if (db.preferred_batch_size_size() > 0)
       m->target_batch_ = *std::max_element(db.preferred_batch_size().begin(), db.preferred_batch_size().end());
   }
+  m->instances_ = std::max(1, instances);
+  m->run_inline_ = !m->dynamic_batching_ || m->max_delay_.count() == 0;
   m->inputs_ = input_specs(config);
   m->outputs_ = output_specs(config);
   m->signature_.name = name;
@@ -114,6 +116,8 @@ void ServedModel::retire(std::shared_ptr<ServedModel> successor) {
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
+  std::unique_lock<std::mutex> lock(mu_);  // inline runs still going (enqueue's callers)
+  cv_.wait(lock, [&] { return busy_ == 0; });
 }
 
 void ServedModel::enqueue(InferRequest request, InferCallback done) {
@@ -146,6 +150,20 @@ void ServedModel::enqueue(InferRequest request, InferCallback done) {
                                   std::to_string(max_queue_size_) + "); retry later or raise dynamic_batching."
                                   "default_queue_policy.max_queue_size"),
                FailureReason::kRejected, {}});
+    return;
+  }
+  if (run_inline_ && queue_.empty() && busy_ < instances_) {
+    ++busy_;
+    lock.unlock();
+    std::vector<Entry> batch;
+    batch.push_back(std::move(e));
+    run_batch(std::move(batch));
+    lock.lock();
+    --busy_;
+    // Requests queued meanwhile (every instance was busy) wait for a free one; retire() for the end.
+    const bool wake = !queue_.empty() || stopping_;
+    lock.unlock();
+    if (wake) cv_.notify_all();
     return;
   }
   queue_.push_back(std::move(e));
@@ -214,7 +232,8 @@ std::vector<ServedModel::Entry> ServedModel::take_batch(std::unique_lock<std::mu
 void ServedModel::instance_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    // Work when an instance is free (inline runs take instances too).
+    cv_.wait(lock, [&] { return (stopping_ && queue_.empty()) || (!queue_.empty() && busy_ < instances_); });
     if (queue_.empty()) {
       if (stopping_) return;
       continue;
@@ -233,6 +252,7 @@ void ServedModel::instance_loop() {
     }
     std::vector<Entry> batch = queue_.empty() ? std::vector<Entry>() : take_batch(lock);
     const bool more = !queue_.empty();
+    if (!batch.empty()) ++busy_;
     lock.unlock();
     if (more && !batch.empty()) cv_.notify_one();  // another instance may take the rest
     for (Entry& e : dropped) {
@@ -246,8 +266,14 @@ void ServedModel::instance_loop() {
                                       " us)"),
                    FailureReason::kRejected, {}});
     }
-    if (!batch.empty()) run_batch(std::move(batch));
+    if (batch.empty()) {
+      lock.lock();
+      continue;
+    }
+    run_batch(std::move(batch));
     lock.lock();
+    --busy_;
+    if (stopping_ && busy_ == 0) cv_.notify_all();  // retire() waits for the inline runs' end
   }
 }
 

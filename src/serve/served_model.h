@@ -39,8 +39,16 @@ class ServedModel {
                                                      std::vector<std::string>* warnings);
   ~ServedModel();
 
-  /// Queues a request; `done` runs exactly once, on an instance thread (or at once, on this one,
-  /// when the queue is full or the model is stopping).
+  /// Queues a request; `done` runs exactly once, on an instance thread, or on this thread before
+  /// enqueue returns: when the queue is full or the model is stopping, and when the request runs
+  /// inline (below).
+  ///
+  /// Inline: a request that finds the queue empty and an instance idle, on a model that does not
+  /// wait to batch (no dynamic_batching, or max_queue_delay_microseconds 0), runs on the calling
+  /// thread in that instance's place, without the hand-off to the instance thread and back (two
+  /// thread wake-ups, the bulk of the served overhead at low concurrency). It counts against the
+  /// instances: at most instance_group count runs at once, inline or not; what finds them all busy
+  /// is queued and batched as before.
   void enqueue(InferRequest request, InferCallback done);
   /// Stops taking requests, runs what is queued, joins the instance threads.
   void stop() { retire(nullptr); }
@@ -89,11 +97,14 @@ class ServedModel {
   uint32_t max_queue_size_ = 0;
   uint64_t default_timeout_us_ = 0;
   bool allow_timeout_override_ = false;
+  int instances_ = 1;
+  bool run_inline_ = false;  // no batching delay: see enqueue()
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Entry> queue_;
   bool stopping_ = false;
+  int busy_ = 0;  // instances running a batch, on their thread or inline
   std::shared_ptr<ServedModel> successor_;  // set with stopping_ by retire()
   std::vector<std::thread> threads_;
   std::atomic<int64_t> pending_{0};
