@@ -152,7 +152,7 @@ void ServedModel::enqueue(InferRequest request, InferCallback done) {
                FailureReason::kRejected, {}});
     return;
   }
-  if (run_inline_ && queue_.empty() && busy_ < instances_) {
+  if (run_inline_ && queue_.empty() && busy_ < instances_ && recent_run_ns_.load(std::memory_order_relaxed) < kInlineMaxNs) {
     ++busy_;
     lock.unlock();
     std::vector<Entry> batch;
@@ -324,6 +324,8 @@ void ServedModel::run_batch(std::vector<Entry> batch) {
   if (st.is_ok()) st = session_->run(feeds, &outputs);
   const auto infer_end = Clock::now();
   const uint64_t infer_ns = ns_between(infer_start, infer_end);
+  const uint64_t recent = recent_run_ns_.load(std::memory_order_relaxed);
+  recent_run_ns_.store(recent == 0 ? infer_ns : (3 * recent + infer_ns) / 4, std::memory_order_relaxed);
   stats_.compute_input_ns.fetch_add(ns_between(start, infer_start), std::memory_order_relaxed);
   stats_.compute_infer_ns.fetch_add(infer_ns, std::memory_order_relaxed);
   stats_.execution_count.fetch_add(1, std::memory_order_relaxed);

@@ -48,8 +48,11 @@ class ServedModel {
   /// thread in that instance's place, without the hand-off to the instance thread and back (two
   /// thread wake-ups, the bulk of the served overhead at low concurrency). It counts against the
   /// instances: at most instance_group count runs at once, inline or not; what finds them all busy
-  /// is queued and batched as before.
+  /// is queued and batched as before. Only while the model's recent executions took under
+  /// kInlineMaxNs: a longer run goes to an instance thread, so that the caller (an I/O thread with
+  /// other connections to serve) is never held long; there the hand-off is a small part.
   void enqueue(InferRequest request, InferCallback done);
+  static constexpr uint64_t kInlineMaxNs = 1000000;
   /// Stops taking requests, runs what is queued, joins the instance threads.
   void stop() { retire(nullptr); }
   /// stop() for a version that `successor` replaces (a reload, or a new version in its place): a
@@ -108,6 +111,7 @@ class ServedModel {
   std::shared_ptr<ServedModel> successor_;  // set with stopping_ by retire()
   std::vector<std::thread> threads_;
   std::atomic<int64_t> pending_{0};
+  std::atomic<uint64_t> recent_run_ns_{0};  // executions' time, a moving average (3/4 old, 1/4 new)
   ModelStats stats_;
 };
 
