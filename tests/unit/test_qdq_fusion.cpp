@@ -858,13 +858,14 @@ TEST(QdqFusion, MatMulAndGemmBecomeQMatMulFused) {
 // EPYC without it the u8 cases were off by 122-183 steps and the s8 convolution by 1. On a host with
 // VNNI this passes with or without the split (nothing saturates there).
 TEST(QdqFusion, FullRangeWeightsExactWithoutVnni) {
-  // conv NCHW, conv NHWC, matmul; conv and matmul on s8; depthwise NCHW and NHWC
-  for (int variant = 0; variant < 7; ++variant) {
-    const bool matmul = variant == 2 || variant == 4, s8 = variant == 3 || variant == 4, dw = variant >= 5;
+  // conv NCHW, conv NHWC, matmul; conv and matmul on s8; depthwise NCHW and NHWC; conv NHWC of one group
+  // (unsplit with repair, init_fixup: here every output saturates, more than 1/256, so the split runs)
+  for (int variant = 0; variant < 8; ++variant) {
+    const bool matmul = variant == 2 || variant == 4, s8 = variant == 3 || variant == 4, dw = variant == 5 || variant == 6;
     SCOPED_TRACE(::testing::Message() << (matmul ? "QMatMulFused" : variant % 2 ? "QConvFused NHWC" : "QConvFused NCHW")
                                       << (s8 ? " s8" : " u8") << (dw ? " depthwise" : ""));
     std::mt19937 rng(31 + variant);
-    const int64_t C = 8, M = dw ? 8 : 16, G = matmul ? 1 : dw ? 8 : 2, K = matmul ? 24 : C / G * 9;
+    const int64_t C = 8, M = dw ? 8 : 16, G = matmul || variant == 7 ? 1 : dw ? 8 : 2, K = matmul ? 24 : C / G * 9;
     ModelBuilder b(13);
     const DType xdt = s8 ? DType::kI8 : DType::kU8;
     auto x = b.input("x", matmul ? vector<int64_t>{2, 3, K} : vector<int64_t>{1, C, 6, 6}, xdt);
@@ -900,6 +901,87 @@ TEST(QdqFusion, FullRangeWeightsExactWithoutVnni) {
     EXPECT_EQ(n, 1);
     Tensor xt = i8_tensor(model->graph.inputs[0].type.shape->values(), rng, s8 ? 64 : 192, s8 ? 127 : 255, xdt);
     const NamedTensors feeds = {{"x", xt}};
+    const NamedTensors ref = run_model(fused, feeds, "cpu-ref");
+    const NamedTensors cpu = run_model(fast, feeds, "cpu");
+    ASSERT_EQ(ref.size(), 1u);
+    ASSERT_EQ(cpu.size(), 1u);
+    double exact = 0;
+    EXPECT_EQ(max_step_diff(cpu[0].second, ref[0].second, &exact), 0);
+    int64_t interior = 0;
+    const Tensor& r = ref[0].second;
+    for (int64_t i = 0; i < r.numel(); ++i) interior += r.data<uint8_t>()[i] > 0 && r.data<uint8_t>()[i] < 255;
+    EXPECT_GT(interior, r.numel() / 2);
+  }
+}
+
+// Without VNNI an NHWC u8 convolution of one group runs unsplit and repairs the outputs a saturated pair
+// touched (dnnl_int8.cpp, init_fixup): weights small but for one violating pair (same sign, |w0| + |w1| >
+// 128) of the centre tap in 4 of the 16 output channels, inputs small but for two pixels whose channels
+// 2..5 are 250..255, so 8 outputs saturate (counted here: the case must exercise it), fewer than 1/256 of
+// them (the repair, not the split), on a source with zero point 0 (the repair's condition: a Relu's
+// output). 3x3 stride 1 with the residual (the output may be z's own buffer: z read before the run) and
+// a Relu; 3x3 stride 2 with a mid Q/DQ
+// and an output zero point; 1x1. Power-of-two scales: oneDNN against the reference, bit for bit. On a
+// host with VNNI nothing is repaired and this passes the same.
+TEST(QdqFusion, SaturatedPairsRepairedExactlyWithoutVnni) {
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(::testing::Message() << "variant " << variant);
+    const int64_t C = 8, M = 16, HW = 40, K = variant == 2 ? 1 : 3, S = variant == 1 ? 2 : 1, P = K / 2;
+    const int64_t OHW = (HW + 2 * P - K) / S + 1;
+    std::mt19937 rng(77 + variant);
+    ModelBuilder b(13);
+    auto x = b.input("x", {1, C, HW, HW}, DType::kU8);
+    auto dqx = b.node("DequantizeLinear", {x, b.scalar(std::ldexp(1.f, -6)), b.constant(u8_scalar(0))});
+    Tensor w = i8_tensor({M, C, K, K}, rng, -30, 30, DType::kI8);
+    const int64_t centre = (K / 2) * K + K / 2;
+    for (int64_t m = 0; m < M; ++m) {  // the violating pairs: channels (2, 3) or (4, 5) of the centre tap
+      int8_t* wm = w.mutable_data<int8_t>() + m * C * K * K + centre;
+      if (m % 8 == 0) wm[2 * K * K] = 127, wm[3 * K * K] = 100;
+      if (m % 8 == 4) wm[4 * K * K] = -128, wm[5 * K * K] = -90;
+    }
+    Tensor ws = Tensor::allocate(DType::kF32, {M});
+    for (int64_t m = 0; m < M; ++m) ws.mutable_data<float>()[m] = std::ldexp(1.f, -7 - static_cast<int>(m % 3));
+    auto dqw = b.node("DequantizeLinear", {b.constant(w), b.constant(ws)}, {{"axis", axis0()}});
+    auto y = b.node("Conv", {dqx, dqw},
+                    {{"pads", ints_attr({P, P, P, P})}, {"strides", ints_attr({S, S})}, {"kernel_shape", ints_attr({K, K})}});
+    if (variant == 0) y = b.node("Relu", {y});
+    std::string q = b.node("QuantizeLinear", {y, b.scalar(std::ldexp(1.f, -2)), b.constant(u8_scalar(variant == 0 ? 0 : 128))});
+    if (variant == 0) {  // the residual
+      auto z = b.input("z", {1, M, OHW, OHW}, DType::kU8);
+      auto d1 = b.node("DequantizeLinear", {q, b.scalar(std::ldexp(1.f, -2)), b.constant(u8_scalar(0))});
+      auto dz = b.node("DequantizeLinear", {z, b.scalar(std::ldexp(1.f, -3)), b.constant(u8_scalar(7))});
+      q = b.node("QuantizeLinear", {b.node("Relu", {b.node("Add", {d1, dz})}), b.scalar(0.5f), b.constant(u8_scalar(0))});
+    } else if (variant == 1) {  // a mid Q/DQ before the output's Q (another scale)
+      auto d1 = b.node("DequantizeLinear", {q, b.scalar(std::ldexp(1.f, -2)), b.constant(u8_scalar(128))});
+      q = b.node("QuantizeLinear", {d1, b.scalar(std::ldexp(1.f, -1)), b.constant(u8_scalar(128))});
+    }
+    b.output(q);
+    auto model = b.build();
+    auto fused = run_pass(*model, "qdq_fusion");
+    ASSERT_EQ(count_ops(*fused, "QConvFused"), 1);
+    auto fast = run_pass(*fused, "nhwc_layout");
+    int n = 0;
+    EXPECT_TRUE(fast_kernels_taken(*fast, &n));
+    EXPECT_EQ(n, 1);
+    Tensor xt = i8_tensor({1, C, HW, HW}, rng, 0, 60, DType::kU8);
+    const int64_t hot[2][2] = {{4, 6}, {HW - 2, 0}};  // (h, w): one inside, one on the border; even (stride 2)
+    for (const auto& h : hot)
+      for (int64_t c = 2; c < 6; ++c) xt.mutable_data<uint8_t>()[(c * HW + h[0]) * HW + h[1]] = static_cast<uint8_t>(250 + c);
+    // Saturating (pixel, pair, output channel) products of the centre tap: a0 * w0 + a1 * w1 outside int16
+    // (each touches one output: the hot pixels are even, the other taps' pairs cannot saturate).
+    int64_t saturating = 0;
+    for (int64_t i = 0; i < HW * HW; ++i)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t j = 0; j < C / 2; ++j) {
+          const int a0 = xt.data<uint8_t>()[2 * j * HW * HW + i], a1 = xt.data<uint8_t>()[(2 * j + 1) * HW * HW + i];
+          const int8_t* wm = w.data<int8_t>() + m * C * K * K + centre;
+          const int v = a0 * wm[2 * j * K * K] + a1 * wm[(2 * j + 1) * K * K];
+          saturating += v > 32767 || v < -32768;
+        }
+    EXPECT_EQ(saturating, 2 * 4);  // both hot pixels, 4 of the 16 channels
+    EXPECT_LE(saturating, M * OHW * OHW / 256);
+    NamedTensors feeds = {{"x", xt}};
+    if (variant == 0) feeds.emplace_back("z", i8_tensor({1, M, OHW, OHW}, rng, 0, 255, DType::kU8));
     const NamedTensors ref = run_model(fused, feeds, "cpu-ref");
     const NamedTensors cpu = run_model(fast, feeds, "cpu");
     ASSERT_EQ(ref.size(), 1u);

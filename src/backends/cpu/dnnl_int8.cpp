@@ -131,6 +131,8 @@ bool scalar(const Graph& g, const Node& n, size_t i, float* v) {
 }
 
 class DnnlQConvKernel : public Kernel {
+  struct Plan;
+
  public:
   DnnlQConvKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
 
@@ -145,11 +147,6 @@ class DnnlQConvKernel : public Kernel {
     // widen to 32 bits before they multiply (no pairs; FullRangeWeightsExactWithoutVnni checks it).
     const int64_t G = NodeAttrs(node_).get_int("group", 1);
     split_ = !(w_.dim(1) == 1 && G == M) && needs_split(w_);
-    if (split_) {
-      std::vector<int64_t> d = w_.dims();
-      d[1] *= 2;
-      w_split_ = split_weights(w_, M, std::move(d));
-    }
     if (has(node_, kWZp)) {
       const Tensor* wz = cpu::constant_input(graph, node_, kWZp);
       if (!wz) return false;
@@ -159,7 +156,6 @@ class DnnlQConvKernel : public Kernel {
     const TensorType* xt = graph.find_type(node_.inputs[kX]);
     if (!xt || (xt->dtype != DType::kU8 && xt->dtype != DType::kI8)) return false;
     x_dt_ = xt->dtype;
-    flip_ = int8_pairs_saturate() && x_dt_ == DType::kI8;
     float_y_ = !has(node_, kYScale) && !has(node_, kYZp);
     float xs = 0, ys = 1, s1 = 0;
     if (float_y_) {
@@ -213,7 +209,6 @@ class DnnlQConvKernel : public Kernel {
     clip_ = clip_lo_ > -INFINITY || clip_hi_ < INFINITY;
     act_ = clip_attrs.get_string("activation", "");
     if (!act_.empty() && (!float_y_ || (act_ != "Silu" && act_ != "Sigmoid"))) return false;
-    src_zp_ = static_cast<int32_t>(xz_) + (flip_ ? 128 : 0);  // an s8 source made u8 (int8_pairs_saturate)
     dst_zp_ = static_cast<int32_t>(yz_);
     NodeAttrs attrs(node_);
     conv_relu_ = attrs.get_int("conv_relu", 0) != 0;
@@ -221,6 +216,25 @@ class DnnlQConvKernel : public Kernel {
     if (channels_last_ && w->rank() != 4) return false;
     relu_ = attrs.get_int("relu", 0) != 0;
     group_ = attrs.get_int("group", 1);
+    // See int8_pairs_saturate: an NHWC u8 convolution of one group on channels in fours whose source has
+    // zero point 0 (a Relu's output) runs unsplit and repairs the few outputs a saturated pair touched
+    // (init_fixup); the others split.
+    if (split_ && channels_last_ && group_ == 1 && x_dt_ == DType::kU8 && xz_ == 0 && act_.empty() && w_.dim(1) % 4 == 0) {
+      split_ = false;
+      init_fixup(ws, xs, s1);
+      if (has(node_, kB)) {
+        const Tensor* b = cpu::constant_input(graph, node_, kB);
+        if (b->dtype() == DType::kI32) fix_ibias_.assign(b->data<int32_t>(), b->data<int32_t>() + M);
+        else fix_fbias_.assign(b->data<float>(), b->data<float>() + M);
+      }
+    }
+    if (split_) {
+      std::vector<int64_t> d = w_.dims();
+      d[1] *= 2;
+      w_split_ = split_weights(w_, M, std::move(d));
+    }
+    flip_ = int8_pairs_saturate() && x_dt_ == DType::kI8;
+    src_zp_ = static_cast<int32_t>(xz_) + (flip_ ? 128 : 0);  // an s8 source made u8 (int8_pairs_saturate)
     const std::vector<int64_t> kernel(w->dims().begin() + 2, w->dims().end());
     if (!read_spatial_attrs(attrs, w->rank() - 2, &kernel, true, &attrs_).is_ok()) return false;
     if (group_ < 1 || M % group_ != 0) return false;
@@ -247,7 +261,7 @@ class DnnlQConvKernel : public Kernel {
     }
     std::vector<int64_t> x_dims;
     if (cpu::static_dims(graph, node_.inputs[kX], &x_dims)) {
-      auto p = plans_.get(x_dims, [this](const std::vector<int64_t>& d, Plan* plan) { return make_plan(d, plan); });
+      auto p = plans_.get(x_dims, [this](const std::vector<int64_t>& d, Plan* plan) { return make_plan(d, plan, split_); });
       if (!p.is_ok()) return false;  // this oneDNN has no int8 kernel for the node: the reference runs it
     }
     return true;
@@ -256,21 +270,46 @@ class DnnlQConvKernel : public Kernel {
   Status compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(kX);
     if (x.dtype() != x_dt_ || x.rank() != w_.rank()) return fallback_(ctx);
-    auto plan = plans_.get(x.dims(), [this](const std::vector<int64_t>& d, Plan* p) { return make_plan(d, p); });
+    auto plan = plans_.get(x.dims(), [this](const std::vector<int64_t>& d, Plan* p) { return make_plan(d, p, split_); });
     if (!plan.is_ok()) return fallback_(ctx);
     const Plan* p = plan.value();
     if (has_z_ && (ctx.input(kZ).dims() != p->out_dims || ctx.input(kZ).dtype() != z_dt_)) return fallback_(ctx);
     // The sum post-op reads dst: with z of y's type, dst may be z's own buffer (the memory plan decides).
     const bool over = has_z_ && z_dt_ == y_dt_;
+    std::vector<int64_t> fix;  // the outputs a saturated pair touched (init_fixup), NHWC offsets
+    std::vector<int32_t> fix_z;
+    if (!fixup_.empty() && x.numel() > 0) {
+      if (!find_saturated(*p, x.data<uint8_t>(), y_numel(*p) / 256, &fix)) {  // many: the split
+        auto sp = split_plans_.get(x.dims(), [this](const std::vector<int64_t>& d, Plan* q) { return make_plan(d, q, true); });
+        if (!sp.is_ok()) return fallback_(ctx);
+        p = sp.value();
+        fix.clear();
+      }
+      if (has_z_) {  // read before the run: the output may be z's own buffer
+        const Tensor& z = ctx.input(kZ);
+        for (int64_t i : fix)
+          fix_z.push_back(z_dt_ == DType::kU8 ? z.data<uint8_t>()[i] : static_cast<int32_t>(z.data<int8_t>()[i]));
+      }
+    }
     ASSIGN_OR_RETURN(Tensor * y, over ? ctx.allocate_output_over(0, kZ, y_dt_, p->out_dims)
                                       : ctx.allocate_output(0, y_dt_, p->out_dims, false));
+    if (!fix.empty()) {
+      RETURN_IF_ERROR(run_onednn(ctx, x, p, y));
+      repair(*p, x.data<uint8_t>(), fix, fix_z, y);
+      return Status::ok();
+    }
+    return run_onednn(ctx, x, p, y);
+  }
+
+ private:
+  Status run_onednn(KernelContext& ctx, const Tensor& x, const Plan* p, Tensor* y) {
     const void* src_data = x.raw();
-    if ((split_ || flip_) && x.numel() > 0) {  // [x, x] per group along the channels; s8 as u8 (int8_pairs_saturate)
+    if ((p->split || flip_) && x.numel() > 0) {  // [x, x] per group along the channels; s8 as u8 (int8_pairs_saturate)
       auto* buf = static_cast<uint8_t*>(cpu::scratch_data(p->user_src.get_size(), cpu::ScratchSlot::kSplit));
       const int64_t C = channels_last_ ? x.dim(3) : x.dim(1);
       const int64_t inner = channels_last_ ? 1 : x.numel() / (x.dim(0) * C);
       const int64_t block = C / group_ * inner;
-      copy_blocks(static_cast<const uint8_t*>(x.raw()), x.numel() / block, block, split_ ? 2 : 1, flip_, buf);
+      copy_blocks(static_cast<const uint8_t*>(x.raw()), x.numel() / block, block, p->split ? 2 : 1, flip_, buf);
       src_data = buf;
     }
     if (p->tap_packed) {
@@ -324,7 +363,162 @@ class DnnlQConvKernel : public Kernel {
     });
   }
 
- private:
+  // ---- Unsplit with repair (int8_pairs_saturate) ----
+  // vpmaddubsw adds the products of input channels 2j and 2j + 1 of one tap (oneDNN's int8 convolutions
+  // group input channels in fours per tap; a gemm im2col reduction orders (kh, kw, c): the same pairs
+  // where C % 4 == 0), and saturates that pair's sum to int16. A pair can only saturate where its two
+  // weights have one sign and |w0| + |w1| > 128 (255 * 128 = 32640 fits): ResNet-50's default file has
+  // 1-7% such pairs in every layer, so no layer runs unsplit by the bound alone. It saturates only where
+  // its inputs are large too (a0 + a1 >= 256 at the least): on ResNet-50's ReLU outputs ~1% of the
+  // values are >= 128 and 0.0005-0.17% of the outputs (layers after the stem) are touched. So the
+  // convolution runs unsplit (half the split's multiply-adds), find_saturated lists every output a
+  // saturating pair feeds (a superset is harmless), and repair recomputes those outputs exactly, in the
+  // reference's order (its integer sum and f32 epilogue), over what oneDNN wrote (ResNet-50 at 1 thread:
+  // 51 CPU ms per run against 89 split, the same outputs). Only on a source with zero point 0, a Relu's
+  // output whose values >= 128 are its tail: MobileNetV2's expansions read residual sums (zero point
+  // ~128, half the values >= 128), 0.7-3% of their outputs touched, and the scan and repair there cost
+  // more than the split saves (12.2 CPU ms per run against 10.5). Where a run touches more than 1/256 of
+  // the outputs anyway (adversarial inputs), it takes the split (made then).
+  struct Viol {
+    int32_t m;
+    int16_t w0, w1;
+  };
+
+  void init_fixup(const Tensor* ws, float xs, float s1) {
+    const int64_t M = w_.dim(0), C = w_.dim(1), KH = w_.dim(2), KW = w_.dim(3), J = C / 2;
+    const int8_t* w = w_.data<int8_t>();
+    std::vector<std::vector<Viol>> v(static_cast<size_t>(KH * KW * J));
+    bool any = false;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < J; ++j)
+        for (int64_t t = 0; t < KH * KW; ++t) {
+          const int w0 = w[(m * C + 2 * j) * KH * KW + t], w1 = w[(m * C + 2 * j + 1) * KH * KW + t];
+          if ((w0 > 0 && w1 > 0 && w0 + w1 > 128) || (w0 < 0 && w1 < 0 && w0 + w1 < -128)) {
+            v[static_cast<size_t>(t * J + j)].push_back({static_cast<int32_t>(m), static_cast<int16_t>(w0), static_cast<int16_t>(w1)});
+            any = true;
+          }
+        }
+    if (!any) return;  // no pair can saturate: exact unsplit
+    fixup_ = std::move(v);
+    fix_pair_.assign(static_cast<size_t>(J), 0);
+    for (int64_t j = 0; j < J; ++j)
+      for (int64_t t = 0; t < KH * KW; ++t) fix_pair_[j] |= !fixup_[static_cast<size_t>(t * J + j)].empty();
+    fix_real_.resize(static_cast<size_t>(M));
+    for (int64_t m = 0; m < M; ++m) fix_real_[m] = xs * ws->data<float>()[ws->numel() == 1 ? 0 : m];
+    fix_s1_ = s1;
+  }
+
+  int64_t y_numel(const Plan& p) const {
+    int64_t n = 1;
+    for (int64_t d : p.out_dims) n *= d;
+    return n;
+  }
+
+  // Every output (NHWC offset) some pair of `x` (NHWC u8) may saturate in, sorted, once each; false
+  // (stopped early) where more than `limit` are.
+  bool find_saturated(const Plan& p, const uint8_t* x, int64_t limit, std::vector<int64_t>* out) const {
+    const int64_t N = p.in_dims[0], H = p.in_dims[1], W = p.in_dims[2], C = p.in_dims[3];
+    const int64_t OH = p.out_dims[1], OW = p.out_dims[2], M = p.out_dims[3], KH = w_.dim(2), KW = w_.dim(3), J = C / 2;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t ih = 0; ih < H; ++ih)
+        for (int64_t iw = 0; iw < W; ++iw) {
+          const uint8_t* a = x + ((n * H + ih) * W + iw) * C;
+          if (!row_has_large_pair(a, C)) continue;
+          for (int64_t j = 0; j < J; ++j) {
+            const int a0 = a[2 * j], a1 = a[2 * j + 1];
+            if (a0 + a1 < 256 || !fix_pair_[j]) continue;
+            for (int64_t kh = 0; kh < KH; ++kh) {
+              const int64_t th = ih + p.pad[0] - kh * p.dil[0];  // oh * stride
+              if (th < 0 || th % p.stride[0] != 0 || th / p.stride[0] >= OH) continue;
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                const int64_t tw = iw + p.pad[1] - kw * p.dil[1];
+                if (tw < 0 || tw % p.stride[1] != 0 || tw / p.stride[1] >= OW) continue;
+                const int64_t base = ((n * OH + th / p.stride[0]) * OW + tw / p.stride[1]) * M;
+                for (const Viol& v : fixup_[static_cast<size_t>((kh * KW + kw) * J + j)]) {
+                  const int s = a0 * v.w0 + a1 * v.w1;
+                  if (s > 32767 || s < -32768) out->push_back(base + v.m);
+                }
+              }
+            }
+            if (static_cast<int64_t>(out->size()) > 2 * limit) return false;
+          }
+        }
+    std::sort(out->begin(), out->end());
+    out->erase(std::unique(out->begin(), out->end()), out->end());
+    return static_cast<int64_t>(out->size()) <= limit;
+  }
+
+  // Whether some pair (2j, 2j + 1) of the C bytes at `a` sums to 256 or more.
+  static bool row_has_large_pair(const uint8_t* a, int64_t C) {
+    int64_t j = 0;
+#if defined(__x86_64__)
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (avx2) {
+      const int64_t n = C / 32 * 32;
+      if (n > 0 && any_large_pair_avx2(a, n)) return true;
+      j = n;
+    }
+#endif
+    for (; j + 1 < C; j += 2)
+      if (a[j] + a[j + 1] >= 256) return true;
+    return false;
+  }
+
+#if defined(__x86_64__)
+  __attribute__((target("avx2"))) static bool any_large_pair_avx2(const uint8_t* a, int64_t n) {
+    const __m256i ones = _mm256_set1_epi8(1), lim = _mm256_set1_epi16(255);
+    __m256i acc = _mm256_setzero_si256();
+    for (int64_t i = 0; i < n; i += 32) {
+      const __m256i s = _mm256_maddubs_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)), ones);  // a0 + a1 <= 510
+      acc = _mm256_or_si256(acc, _mm256_cmpgt_epi16(s, lim));
+    }
+    return !_mm256_testz_si256(acc, acc);
+  }
+#endif
+
+  // The listed outputs recomputed as the reference does (ops/quantize_fused.cpp k_qconv_fused).
+  void repair(const Plan& p, const uint8_t* x, const std::vector<int64_t>& fix, const std::vector<int32_t>& fix_z,
+              Tensor* y) const {
+    const int64_t H = p.in_dims[1], W = p.in_dims[2], C = p.in_dims[3];
+    const int64_t OH = p.out_dims[1], OW = p.out_dims[2], M = p.out_dims[3], KH = w_.dim(2), KW = w_.dim(3);
+    const int8_t* w = w_.data<int8_t>();
+    const int32_t zp = static_cast<int32_t>(xz_);
+    float lo = 0, hi = 0;
+    if (!float_y_) quant_range(y_dt_, &lo, &hi);
+    for (size_t f = 0; f < fix.size(); ++f) {
+      const int64_t i = fix[f], m = i % M, ow = (i / M) % OW, oh = (i / M / OW) % OH, n = i / M / OW / OH;
+      int64_t acc = 0;
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        const int64_t ih = oh * p.stride[0] - p.pad[0] + kh * p.dil[0];
+        if (ih < 0 || ih >= H) continue;
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          const int64_t iw = ow * p.stride[1] - p.pad[1] + kw * p.dil[1];
+          if (iw < 0 || iw >= W) continue;
+          const uint8_t* a = x + ((n * H + ih) * W + iw) * C;
+          const int8_t* wm = w + m * C * KH * KW + kh * KW + kw;
+          int32_t s = 0;
+          for (int64_t c = 0; c < C; ++c) s += (static_cast<int32_t>(a[c]) - zp) * wm[c * KH * KW];
+          acc += s;
+        }
+      }
+      float v = fix_fbias_.empty()
+                    ? static_cast<float>(static_cast<int32_t>(acc) + (fix_ibias_.empty() ? 0 : fix_ibias_[m])) * scales_[m]
+                    : (static_cast<float>(acc) * fix_real_[m] + fix_fbias_[m]) / fix_s1_;
+      if (conv_relu_) v = std::max(v, 0.0f);
+      v = std::min(std::max(v, clip_lo_), clip_hi_);
+      if (float_y_) {
+        y->mutable_data<float>()[i] = v;
+        continue;
+      }
+      if (has_mid_) v = std::min(std::max(std::nearbyint(v), mlo_ - mz_), mhi_ - mz_) * mid_to_y_;
+      if (has_z_) v = std::fma(z_to_y_, static_cast<float>(fix_z[f] - static_cast<int32_t>(zz_)), v);
+      if (relu_) v = std::max(v, 0.0f);
+      const float q = quantize_value(v, yz_, lo, hi);
+      if (y_dt_ == DType::kU8) y->mutable_data<uint8_t>()[i] = static_cast<uint8_t>(q);
+      else y->mutable_data<int8_t>()[i] = static_cast<int8_t>(q);
+    }
+  }
+
   // A plan's arguments where it needs no reorder, made once: a call that finds them free (try_lock)
   // points src, dst and the scratchpad at its buffers and runs; a concurrent call makes its own. This
   // saves the oneDNN memory objects and the argument map of every call (their create/destroy and the
@@ -340,6 +534,7 @@ class DnnlQConvKernel : public Kernel {
     dnnl::convolution_forward conv;
     std::unique_ptr<CachedArgs> args;  // null where src or dst is reordered
     bool tap_packed = false;           // src is P (init_tap_packing), made from x by pack_taps
+    bool split = false;                // [x, x] against [w1; w2] (int8_pairs_saturate)
     std::vector<int64_t> x_dims;
     int64_t pad_top = 0, pad_left = 0, tap_rows = 0;
     memory::desc user_src, user_dst, user_z, bias_md;
@@ -347,10 +542,13 @@ class DnnlQConvKernel : public Kernel {
     dnnl::reorder to_internal, to_user, z_to_internal;
     const memory* weights = nullptr;
     std::vector<int64_t> out_dims;
+    std::vector<int64_t> in_dims;  // x's (NHWC); stride, dil, pad: the spatial geometry (repair)
+    std::array<int64_t, 2> stride{1, 1}, dil{1, 1}, pad{0, 0};
   };
 
-  Status make_plan(const std::vector<int64_t>& x_dims, Plan* plan) {
+  Status make_plan(const std::vector<int64_t>& x_dims, Plan* plan, bool split) {
     const int64_t nd = w_.rank() - 2;
+    plan->split = split;
     std::vector<int64_t> xd = x_dims;  // logical N, C, spatial...
     if (channels_last_) {
       if (x_dims.size() != 4) return unsupported("channels_last needs 4-D");
@@ -365,6 +563,11 @@ class DnnlQConvKernel : public Kernel {
       RETURN_IF_ERROR(conv_pool_axis(attrs, attrs_, i, xd[2 + i], &g));
       if (g.pad_begin < 0 || g.pad_end < 0 || g.out <= 0) return unsupported("geometry");
       yd.push_back(g.out);
+      if (i < 2) {
+        plan->stride[i] = attrs_.strides[i];
+        plan->dil[i] = attrs_.dilations[i];
+        plan->pad[i] = g.pad_begin;
+      }
       strides.push_back(attrs_.strides[i]);
       dilations.push_back(attrs_.dilations[i] - 1);
       pad_l.push_back(g.pad_begin);
@@ -383,7 +586,7 @@ class DnnlQConvKernel : public Kernel {
       pad_l = {0, 0};
       pad_r = {0, 0};
     }
-    if (split_) xd[1] *= 2;  // [x, x] against [w1; w2]
+    if (split) xd[1] *= 2;  // [x, x] against [w1; w2]
     const bool src_zp = src_zp_ != 0 && !plan->tap_packed;
     const auto plan_primitives = [&] {
       const memory::data_type xdt = int8_type(flip_ ? DType::kU8 : x_dt_), ydt = int8_type(y_dt_), zdt = int8_type(z_dt_);
@@ -428,7 +631,7 @@ class DnnlQConvKernel : public Kernel {
         plan->bias_md = memory::desc({w_.dim(0)}, bdt, tag::x);
       }
       const memory::desc src_any(cpu::to_dnnl_dims(xd), xdt, tag::any), dst_any(cpu::to_dnnl_dims(yd), ydt, tag::any);
-      const memory::desc w_any(weight_dims(plan->tap_packed), memory::data_type::s8, tag::any);
+      const memory::desc w_any(weight_dims(plan->tap_packed, split), memory::data_type::s8, tag::any);
       const auto d = b_.defined()
                          ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                                            src_any, w_any, plan->bias_md, dst_any, strides, dilations, pad_l, pad_r)
@@ -463,7 +666,7 @@ class DnnlQConvKernel : public Kernel {
         return unsupported("residual of another type than the output");
       }
       if (plan->tap_packed && plan->reorder_src) return unsupported("packed taps in another layout");
-      plan->weights = packed_weights(pd.weights_desc(), plan->tap_packed);
+      plan->weights = packed_weights(pd.weights_desc(), plan->tap_packed, split);
       if (!plan->reorder_src && !plan->reorder_dst) {
         auto a = std::make_unique<CachedArgs>();
         a->src = memory(plan->user_src, dnnl_engine(), nullptr);
@@ -479,6 +682,7 @@ class DnnlQConvKernel : public Kernel {
       return Status::ok();
     };
     RETURN_IF_ERROR(cpu::dnnl_call(node_, plan_primitives));
+    plan->in_dims = x_dims;
     plan->out_dims = channels_last_ ? std::vector<int64_t>{yd[0], yd[2], yd[3], yd[1]} : yd;
     return Status::ok();
   }
@@ -595,10 +799,10 @@ class DnnlQConvKernel : public Kernel {
       }
   }
 
-  memory::dims weight_dims(bool tap_packed) const {
+  memory::dims weight_dims(bool tap_packed, bool split) const {
     if (tap_packed) return {w_.dim(0), tap_channels_, w_.dim(2), 1};
     memory::dims d;
-    const int64_t I = w_.dim(1) * (split_ ? 2 : 1);
+    const int64_t I = w_.dim(1) * (split ? 2 : 1);
     if (group_ > 1) d = {group_, w_.dim(0) / group_, I};
     else d = {w_.dim(0), I};
     d.insert(d.end(), w_.dims().begin() + 2, w_.dims().end());
@@ -607,18 +811,25 @@ class DnnlQConvKernel : public Kernel {
 
   // The weights in `want`'s layout, reordered once per layout (under the plan cache's lock), or the
   // bytes `ferry compile` stored on the node.
-  const memory* packed_weights(const memory::desc& want, bool tap_packed) {
+  const memory* packed_weights(const memory::desc& want, bool tap_packed, bool split) {
     if (tap_packed)
       return packed_.get(node_, "dnnl_int8_conv_taps", want, [this] {
-        return memory(memory::desc(weight_dims(true), memory::data_type::s8, tag::oihw), dnnl_engine(),
+        return memory(memory::desc(weight_dims(true, false), memory::data_type::s8, tag::oihw), dnnl_engine(),
                       const_cast<void*>(w_packed_.raw()));
       });
-    return packed_.get(node_, split_ ? "dnnl_int8_conv_split" : "dnnl_int8_conv", want, [this] {
-      const memory::dims wd = weight_dims(false);
+    return packed_.get(node_, split ? "dnnl_int8_conv_split" : "dnnl_int8_conv", want, [this, split] {
+      if (split)  // made here where the repair runs unsplit and some input saturates too many outputs
+        std::call_once(split_once_, [this] {
+          if (w_split_.defined()) return;
+          std::vector<int64_t> d = w_.dims();
+          d[1] *= 2;
+          w_split_ = split_weights(w_, w_.dim(0), std::move(d));
+        });
+      const memory::dims wd = weight_dims(false, split);
       const tag t = group_ > 1 ? (wd.size() == 4 ? tag::goiw : wd.size() == 5 ? tag::goihw : tag::goidhw)
                                : (wd.size() == 3 ? tag::oiw : wd.size() == 4 ? tag::oihw : tag::oidhw);
       return memory(memory::desc(wd, memory::data_type::s8, t), dnnl_engine(),
-                    const_cast<void*>(split_ ? w_split_.raw() : w_.raw()));
+                    const_cast<void*>(split ? w_split_.raw() : w_.raw()));
     });
   }
 
@@ -640,10 +851,16 @@ class DnnlQConvKernel : public Kernel {
   bool split_ = false;                      // see int8_pairs_saturate: the weights as [w1; w2] per output channel
   bool flip_ = false;                       // see int8_pairs_saturate: an s8 source run as u8
   Tensor w_split_;
+  std::once_flag split_once_;
+  std::vector<std::vector<Viol>> fixup_;  // per (tap, pair j): the output channels whose pair may saturate
+  std::vector<uint8_t> fix_pair_;         // per pair j: any tap has one
+  std::vector<int32_t> fix_ibias_;        // the op's int32 bias, or its float bias (real units), for repair
+  std::vector<float> fix_fbias_, fix_real_;
+  float fix_s1_ = 1;
   int64_t tap_channels_ = 0;
   Tensor w_packed_;
   SpatialAttrs attrs_;
-  cpu::PlanCache<Plan> plans_;
+  cpu::PlanCache<Plan> plans_, split_plans_;  // split_plans_: where the repair gives way (find_saturated)
   cpu::PackedWeightsCache packed_;
 };
 
@@ -739,6 +956,8 @@ class DnnlQMatMulKernel : public Kernel {
     memory::desc src, dst, bias;
     const memory* weights = nullptr;
     std::vector<int64_t> out_dims;
+    std::vector<int64_t> in_dims;  // x's (NHWC); stride, dil, pad: the spatial geometry (repair)
+    std::array<int64_t, 2> stride{1, 1}, dil{1, 1}, pad{0, 0};
   };
 
   Status make_plan(const std::vector<int64_t>& a_dims, Plan* plan) {
