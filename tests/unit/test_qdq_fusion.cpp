@@ -920,13 +920,13 @@ TEST(QdqFusion, FullRangeWeightsExactWithoutVnni) {
 // 2..5 are 250..255, so 8 outputs saturate (counted here: the case must exercise it), fewer than 1/256 of
 // them (the repair, not the split), on a source with zero point 0 (the repair's condition: a Relu's
 // output). 3x3 stride 1 with the residual (the output may be z's own buffer: z read before the run) and
-// a Relu; 3x3 stride 2 with a mid Q/DQ
-// and an output zero point; 1x1. Power-of-two scales: oneDNN against the reference, bit for bit. On a
+// a Relu; 3x3 stride 2 with a mid Q/DQ and an output zero point; 1x1 on 8 channels; 1x1 on 40 (the
+// scan in 32-byte blocks and a tail, a violating pair in each, 12 outputs). Power-of-two scales: oneDNN against the reference, bit for bit. On a
 // host with VNNI nothing is repaired and this passes the same.
 TEST(QdqFusion, SaturatedPairsRepairedExactlyWithoutVnni) {
-  for (int variant = 0; variant < 3; ++variant) {
+  for (int variant = 0; variant < 4; ++variant) {
     SCOPED_TRACE(::testing::Message() << "variant " << variant);
-    const int64_t C = 8, M = 16, HW = 40, K = variant == 2 ? 1 : 3, S = variant == 1 ? 2 : 1, P = K / 2;
+    const int64_t C = variant == 3 ? 40 : 8, M = 16, HW = 40, K = variant >= 2 ? 1 : 3, S = variant == 1 ? 2 : 1, P = K / 2;
     const int64_t OHW = (HW + 2 * P - K) / S + 1;
     std::mt19937 rng(77 + variant);
     ModelBuilder b(13);
@@ -938,6 +938,7 @@ TEST(QdqFusion, SaturatedPairsRepairedExactlyWithoutVnni) {
       int8_t* wm = w.mutable_data<int8_t>() + m * C * K * K + centre;
       if (m % 8 == 0) wm[2 * K * K] = 127, wm[3 * K * K] = 100;
       if (m % 8 == 4) wm[4 * K * K] = -128, wm[5 * K * K] = -90;
+      if (m % 8 == 2 && C == 40) wm[34 * K * K] = 90, wm[35 * K * K] = 110;  // past the 32-byte blocks
     }
     Tensor ws = Tensor::allocate(DType::kF32, {M});
     for (int64_t m = 0; m < M; ++m) ws.mutable_data<float>()[m] = std::ldexp(1.f, -7 - static_cast<int>(m % 3));
@@ -966,7 +967,8 @@ TEST(QdqFusion, SaturatedPairsRepairedExactlyWithoutVnni) {
     Tensor xt = i8_tensor({1, C, HW, HW}, rng, 0, 60, DType::kU8);
     const int64_t hot[2][2] = {{4, 6}, {HW - 2, 0}};  // (h, w): one inside, one on the border; even (stride 2)
     for (const auto& h : hot)
-      for (int64_t c = 2; c < 6; ++c) xt.mutable_data<uint8_t>()[(c * HW + h[0]) * HW + h[1]] = static_cast<uint8_t>(250 + c);
+      for (int64_t c = 2; c < C; ++c)
+        if (c < 6 || c == 34 || c == 35) xt.mutable_data<uint8_t>()[(c * HW + h[0]) * HW + h[1]] = static_cast<uint8_t>(250 + c % 6);
     // Saturating (pixel, pair, output channel) products of the centre tap: a0 * w0 + a1 * w1 outside int16
     // (each touches one output: the hot pixels are even, the other taps' pairs cannot saturate).
     int64_t saturating = 0;
@@ -978,7 +980,7 @@ TEST(QdqFusion, SaturatedPairsRepairedExactlyWithoutVnni) {
           const int v = a0 * wm[2 * j * K * K] + a1 * wm[(2 * j + 1) * K * K];
           saturating += v > 32767 || v < -32768;
         }
-    EXPECT_EQ(saturating, 2 * 4);  // both hot pixels, 4 of the 16 channels
+    EXPECT_EQ(saturating, 2 * (C == 40 ? 6 : 4));  // both hot pixels, 4 (6) of the 16 channels
     EXPECT_LE(saturating, M * OHW * OHW / 256);
     NamedTensors feeds = {{"x", xt}};
     if (variant == 0) feeds.emplace_back("z", i8_tensor({1, M, OHW, OHW}, rng, 0, 255, DType::kU8));

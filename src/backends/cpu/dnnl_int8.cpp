@@ -419,14 +419,16 @@ class DnnlQConvKernel : public Kernel {
   bool find_saturated(const Plan& p, const uint8_t* x, int64_t limit, std::vector<int64_t>* out) const {
     const int64_t N = p.in_dims[0], H = p.in_dims[1], W = p.in_dims[2], C = p.in_dims[3];
     const int64_t OH = p.out_dims[1], OW = p.out_dims[2], M = p.out_dims[3], KH = w_.dim(2), KW = w_.dim(3), J = C / 2;
+    std::vector<int32_t> js(static_cast<size_t>(J));
     for (int64_t n = 0; n < N; ++n)
       for (int64_t ih = 0; ih < H; ++ih)
         for (int64_t iw = 0; iw < W; ++iw) {
           const uint8_t* a = x + ((n * H + ih) * W + iw) * C;
-          if (!row_has_large_pair(a, C)) continue;
-          for (int64_t j = 0; j < J; ++j) {
+          const int64_t large = large_pairs(a, C, js.data());
+          for (int64_t k = 0; k < large; ++k) {
+            const int64_t j = js[k];
+            if (!fix_pair_[j]) continue;
             const int a0 = a[2 * j], a1 = a[2 * j + 1];
-            if (a0 + a1 < 256 || !fix_pair_[j]) continue;
             for (int64_t kh = 0; kh < KH; ++kh) {
               const int64_t th = ih + p.pad[0] - kh * p.dil[0];  // oh * stride
               if (th < 0 || th % p.stride[0] != 0 || th / p.stride[0] >= OH) continue;
@@ -440,39 +442,44 @@ class DnnlQConvKernel : public Kernel {
                 }
               }
             }
-            if (static_cast<int64_t>(out->size()) > 2 * limit) return false;
           }
+          if (static_cast<int64_t>(out->size()) > 2 * limit) return false;
         }
     std::sort(out->begin(), out->end());
     out->erase(std::unique(out->begin(), out->end()), out->end());
     return static_cast<int64_t>(out->size()) <= limit;
   }
 
-  // Whether some pair (2j, 2j + 1) of the C bytes at `a` sums to 256 or more.
-  static bool row_has_large_pair(const uint8_t* a, int64_t C) {
-    int64_t j = 0;
+  // The pairs j (channels 2j, 2j + 1) of the C bytes at `a` whose sum is 256 or more (the others cannot
+  // saturate: 255 * 128 fits in int16), into js; their count.
+  static int64_t large_pairs(const uint8_t* a, int64_t C, int32_t* js) {
+    int64_t c = 0, n = 0;
 #if defined(__x86_64__)
     static const bool avx2 = __builtin_cpu_supports("avx2");
     if (avx2) {
-      const int64_t n = C / 32 * 32;
-      if (n > 0 && any_large_pair_avx2(a, n)) return true;
-      j = n;
+      n = large_pairs_avx2(a, C / 32 * 32, js);
+      c = C / 32 * 32;
     }
 #endif
-    for (; j + 1 < C; j += 2)
-      if (a[j] + a[j + 1] >= 256) return true;
-    return false;
+    for (; c + 1 < C; c += 2)
+      if (a[c] + a[c + 1] >= 256) js[n++] = static_cast<int32_t>(c / 2);
+    return n;
   }
 
 #if defined(__x86_64__)
-  __attribute__((target("avx2"))) static bool any_large_pair_avx2(const uint8_t* a, int64_t n) {
+  __attribute__((target("avx2"))) static int64_t large_pairs_avx2(const uint8_t* a, int64_t bytes, int32_t* js) {
     const __m256i ones = _mm256_set1_epi8(1), lim = _mm256_set1_epi16(255);
-    __m256i acc = _mm256_setzero_si256();
-    for (int64_t i = 0; i < n; i += 32) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < bytes; i += 32) {
       const __m256i s = _mm256_maddubs_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)), ones);  // a0 + a1 <= 510
-      acc = _mm256_or_si256(acc, _mm256_cmpgt_epi16(s, lim));
+      auto mask = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi16(s, lim)));  // 2 bits per pair
+      while (mask != 0) {
+        const int bit = __builtin_ctz(mask);
+        js[n++] = static_cast<int32_t>((i + bit) / 2);
+        mask &= ~(3u << bit);
+      }
     }
-    return !_mm256_testz_si256(acc, acc);
+    return n;
   }
 #endif
 
