@@ -126,9 +126,9 @@ class Sgd final : public Optimizer {
     return Status::ok();
   }
 
-  std::map<std::string, Tensor> state() const override {
+  std::map<std::string, Tensor> state_view() const override {
     std::map<std::string, Tensor> s;
-    for (const auto& [name, buf] : buffers_) s.emplace("momentum_buffer/" + name, buf.clone());
+    for (const auto& [name, buf] : buffers_) s.emplace("momentum_buffer/" + name, buf);
     return s;
   }
 
@@ -211,13 +211,13 @@ class Adam final : public Optimizer {
     return Status::ok();
   }
 
-  std::map<std::string, Tensor> state() const override {
+  std::map<std::string, Tensor> state_view() const override {
     std::map<std::string, Tensor> s;
     for (const auto& [name, st] : states_) {
       s.emplace("step/" + name, Tensor::scalar<float>(st.step));
-      s.emplace("exp_avg/" + name, st.exp_avg.clone());
-      s.emplace("exp_avg_sq/" + name, st.exp_avg_sq.clone());
-      if (amsgrad_) s.emplace("max_exp_avg_sq/" + name, st.max_exp_avg_sq.clone());
+      s.emplace("exp_avg/" + name, st.exp_avg);
+      s.emplace("exp_avg_sq/" + name, st.exp_avg_sq);
+      if (amsgrad_) s.emplace("max_exp_avg_sq/" + name, st.max_exp_avg_sq);
     }
     return s;
   }

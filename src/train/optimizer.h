@@ -52,7 +52,14 @@ class Optimizer {
   /// A deep copy of the state for checkpoints: "momentum_buffer/<name>" (sgd with momentum),
   /// "exp_avg/<name>", "exp_avg_sq/<name>", "max_exp_avg_sq/<name>" (amsgrad) and "step/<name>"
   /// (a float32 scalar, as torch keeps it) for adam/adamw. Parameters never stepped have none.
-  virtual std::map<std::string, Tensor> state() const = 0;
+  std::map<std::string, Tensor> state() const {
+    std::map<std::string, Tensor> s = state_view();
+    for (auto& [name, t] : s) t = t.clone();
+    return s;
+  }
+  /// The same entries sharing the live buffers (no copy): they change with the next step(). What a
+  /// checkpoint writes at once takes this, so saving does not hold the state twice (issue 40).
+  virtual std::map<std::string, Tensor> state_view() const = 0;
   /// Replaces the state with a copy of `s` (as state() returned it). Validates the names, dtypes
   /// and that each parameter's entries agree in shape; shapes against the parameters are checked
   /// at the next step(). Errors name the tensor; the state is unchanged then.

@@ -120,6 +120,7 @@ Status StepTrainer::setup() {
   ASSIGN_OR_RETURN(TrainGraphOptions o, train_graph_options(c_));
   ASSIGN_OR_RETURN(s_->tg, build_train_graph(*s_->source, o));
   values_ = s_->tg.initial;
+  share_trained_initializers(s_->source.get(), s_->tg);  // one copy of each parameter (issue 40)
   for (const std::string& name : s_->tg.data_inputs) {
     const TensorType* t = s_->tg.model->graph.find_type(name);
     ValueInfo v{name, t ? *t : TensorType{}};

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "common/splitmix64.h"
@@ -76,7 +77,7 @@ StatusOr<StepUpdate> apply_step_update(const TrainConfig& c, const ScheduleConfi
 void add_checkpoint_tensors(const std::map<std::string, Tensor>& values, const Optimizer& optimizer,
                             const GradScaler* scaler, Checkpoint* ck) {
   for (const auto& [name, t] : values) ck->tensors["param/" + name] = t;
-  for (const auto& [name, t] : optimizer.state()) ck->tensors["optim/" + name] = t;
+  for (const auto& [name, t] : optimizer.state_view()) ck->tensors["optim/" + name] = t;
   if (scaler)
     for (const auto& [name, t] : scaler->state()) ck->tensors["scaler/" + name] = t;
 }
@@ -89,7 +90,9 @@ Status restore_checkpoint_tensors(const Checkpoint& ck, const std::string& path,
     if (it->second.dims() != t.dims() || it->second.dtype() != t.dtype())
       return invalid_argument("checkpoint '" + path + "': '" + name + "' is " + it->second.type().to_string() +
                               ", the model wants " + t.type().to_string());
-    t = it->second.clone();
+    // In place: the training graph's initial values, the source model and the run share this
+    // storage, a new tensor here would leave them holding a second copy (issue 40).
+    std::memcpy(t.mutable_raw(), it->second.raw(), static_cast<size_t>(t.nbytes()));
   }
   std::map<std::string, Tensor> opt, sc;
   for (const auto& [name, t] : ck.tensors) {

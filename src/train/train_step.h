@@ -44,10 +44,12 @@ StatusOr<StepUpdate> apply_step_update(const TrainConfig& c, const ScheduleConfi
                                        int64_t k, double loss, std::map<std::string, Tensor>* grads,
                                        std::map<std::string, Tensor>* values, GradScaler* scaler, Optimizer* optimizer);
 
-/// The checkpoint's tensors: param/ (weights and BN statistics), optim/, scaler/ (when scaling).
+/// The checkpoint's tensors: param/ (weights and BN statistics), optim/, scaler/ (when scaling),
+/// sharing the live buffers (write the checkpoint before the next step).
 void add_checkpoint_tensors(const std::map<std::string, Tensor>& values, const Optimizer& optimizer,
                             const GradScaler* scaler, Checkpoint* ck);
-/// Restores them from checkpoint `path`; the errors name the checkpoint and the tensor.
+/// Restores them from checkpoint `path` (the weights copied into `values`' own storage, which the
+/// training graph and the source model share); the errors name the checkpoint and the tensor.
 /// `no_scaler_fix`: what to do when the run scales the loss and the checkpoint has no scaler/.
 Status restore_checkpoint_tensors(const Checkpoint& ck, const std::string& path, std::map<std::string, Tensor>* values,
                                   Optimizer* optimizer, GradScaler* scaler, const std::string& no_scaler_fix);

@@ -141,6 +141,8 @@ Status Trainer::setup() {
   }
   tg_options_ = o;
   values_ = tg_.initial;
+  // The source model's weights become the training values' storage: one copy of each parameter.
+  share_trained_initializers(source_.get(), tg_);
   if (tg_.recompute_segments > 0)
     summary_.notes.push_back("--recompute: " + std::to_string(tg_.recompute_segments) + " segments, " +
                              std::to_string(tg_.recomputed_nodes) + " forward nodes recomputed in backward");
@@ -504,6 +506,13 @@ StatusOr<TrainSummary> Trainer::run() {
                                        splitmix64(c_.seed ^ splitmix64(first_micro(start_step_ + 1)))));
   for (int64_t k = start_step_ + 1; k <= total_steps_; ++k) {
     RETURN_IF_ERROR(step(k));
+    // The last step done: the training executor (its arena of activations and gradients) and the
+    // batches in flight go before the final checkpoint, evaluation and export, which then run
+    // beside the weights and optimizer state alone rather than on top of the steps' peak.
+    if (k == total_steps_) {
+      exec_.reset();
+      prefetch_.reset();
+    }
     // --checkpoint-dir without --save-every: the end only (never silently nothing).
     if (!c_.checkpoint_dir.empty() && ((c_.save_every > 0 && k % c_.save_every == 0) || k == total_steps_))
       RETURN_IF_ERROR(save_checkpoint(k));

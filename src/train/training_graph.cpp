@@ -386,6 +386,19 @@ StatusOr<TrainGraph> build_train_graph(const Model& model, const TrainGraphOptio
   return tg;
 }
 
+int64_t share_trained_initializers(Model* source, const TrainGraph& tg) {
+  int64_t released = 0;
+  for (const auto& [name, t] : tg.initial) {
+    auto it = source->graph.initializers.find(name);
+    if (it == source->graph.initializers.end() || it->second.raw() == t.raw() || it->second.dtype() != t.dtype() ||
+        it->second.dims() != t.dims())
+      continue;
+    released += it->second.nbytes();
+    it->second = t;
+  }
+  return released;
+}
+
 StatusOr<std::vector<std::string>> untrainable_nodes(const Model& model, const TrainGraphOptions& o) {
   TrainGraph tg;
   std::shared_ptr<Model> m = model.clone();

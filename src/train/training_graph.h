@@ -93,6 +93,13 @@ Status prepare_training_forward(Model* model, const TrainGraphOptions& options, 
 /// Builds the whole training graph (see TrainGraph) of `model` (left unchanged).
 StatusOr<TrainGraph> build_train_graph(const Model& model, const TrainGraphOptions& options);
 
+/// Points `source`'s initializers of tg's parameters and BN statistics at tg.initial's tensors (the
+/// same storage), so the source model stops holding a copy of its own once the training graph owns
+/// them: a run then keeps each parameter once (issue 40). The source's values are the live ones
+/// from then on (the optimizer updates tg.initial in place); an initializer whose type differs
+/// (the classifier --num-classes replaced) keeps its own. Returns the bytes released.
+int64_t share_trained_initializers(Model* source, const TrainGraph& tg);
+
 /// Nodes of `model` that would stop training for lack of a gradient (as `ferry check --train`
 /// reports them): node descriptions, empty when the model trains.
 StatusOr<std::vector<std::string>> untrainable_nodes(const Model& model, const TrainGraphOptions& options);

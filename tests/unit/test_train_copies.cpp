@@ -1,0 +1,133 @@
+// One copy of each parameter in a training run (issue 40): the source model shares its trained
+// initializers' storage with the training graph's values (share_trained_initializers), a resumed
+// checkpoint is copied into that storage rather than beside it, and a checkpoint takes the
+// optimizer's state without copying it (Optimizer::state_view), while state() stays a snapshot.
+#include <gtest/gtest.h>
+
+#include "format/checkpoint.h"
+#include "grad/registry.h"
+#include "train/optimizer.h"
+#include "train/train_step.h"
+#include "train/training_graph.h"
+
+namespace ferry {
+namespace {
+
+Tensor filled(std::vector<int64_t> dims, float v) {
+  Tensor t = Tensor::allocate(DType::kF32, std::move(dims));
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = v + 0.01f * static_cast<float>(i);
+  return t;
+}
+
+// x[2,4] -> Gemm(w1, b1) -> BatchNormalization(g, beta, rm, rv) -> Relu -> Gemm(w2, b2) -> y[2,5].
+std::shared_ptr<Model> mlp() {
+  auto m = std::make_shared<Model>();
+  m->opset_imports[""] = 17;
+  Graph& g = m->graph;
+  auto init = [&](const std::string& name, Tensor t) {
+    g.value_types[name] = t.type();
+    g.initializers[name] = std::move(t);
+  };
+  init("w1", filled({3, 4}, 0.1f));
+  init("b1", filled({3}, 0.f));
+  init("g", filled({3}, 1.f));
+  init("beta", filled({3}, 0.f));
+  init("rm", filled({3}, 0.f));
+  init("rv", filled({3}, 1.f));
+  init("w2", filled({5, 3}, -0.2f));
+  init("b2", filled({5}, 0.f));
+  g.inputs.push_back(ValueInfo{"x", TensorType{DType::kF32, Shape::of({2, 4})}});
+  g.value_types["x"] = g.inputs.back().type;
+  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+    Node n;
+    n.op_type = op;
+    n.name = out;
+    n.inputs = std::move(in);
+    n.outputs = {out};
+    if (op == "Gemm") n.attrs["transB"] = attr_int(1);
+    g.nodes.push_back(n);
+  };
+  node("Gemm", {"x", "w1", "b1"}, "h");
+  node("BatchNormalization", {"h", "g", "beta", "rm", "rv"}, "hn");
+  node("Relu", {"hn"}, "hr");
+  node("Gemm", {"hr", "w2", "b2"}, "y");
+  g.outputs.push_back(ValueInfo{"y", {}});
+  return m;
+}
+
+TEST(TrainCopies, SourceSharesTheTrainedInitializers) {
+  std::shared_ptr<Model> source = mlp();
+  TrainGraphOptions o;
+  o.batch_size = 2;
+  auto tg = build_train_graph(*source, o);
+  ASSERT_TRUE(tg.is_ok()) << tg.status().to_string();
+  // build_train_graph leaves the source as it was: its own storage beside the graph's values.
+  for (const auto& [name, t] : tg.value().initial) EXPECT_NE(source->graph.initializers.at(name).raw(), t.raw()) << name;
+  const int64_t released = share_trained_initializers(source.get(), tg.value());
+  int64_t bytes = 0;
+  for (const auto& [name, t] : tg.value().initial) {
+    bytes += t.nbytes();
+    EXPECT_EQ(source->graph.initializers.at(name).raw(), t.raw()) << name << " (parameters and BN statistics)";
+  }
+  EXPECT_EQ(tg.value().initial.size(), 8u);
+  EXPECT_EQ(released, bytes);
+  EXPECT_EQ(share_trained_initializers(source.get(), tg.value()), 0) << "a second call has nothing left to release";
+  // The training graph itself holds no parameter: they are its inputs.
+  for (const auto& p : tg.value().params) EXPECT_EQ(tg.value().model->graph.find_initializer(p), nullptr) << p;
+  // Training writes the values in place, so the source (the evaluation's and export's model) sees them.
+  Tensor w1 = tg.value().initial.at("w1");
+  w1.mutable_data<float>()[0] = 42.f;
+  EXPECT_EQ(source->graph.initializers.at("w1").data<float>()[0], 42.f);
+}
+
+TEST(TrainCopies, AReplacedClassifierKeepsTheSourcesOwn) {
+  std::shared_ptr<Model> source = mlp();
+  TrainGraphOptions o;
+  o.batch_size = 2;
+  o.num_classes = 7;
+  auto tg = build_train_graph(*source, o);
+  ASSERT_TRUE(tg.is_ok()) << tg.status().to_string();
+  share_trained_initializers(source.get(), tg.value());
+  EXPECT_EQ(tg.value().initial.at("w2").dims(), (std::vector<int64_t>{7, 3}));
+  EXPECT_EQ(source->graph.initializers.at("w2").dims(), (std::vector<int64_t>{5, 3})) << "the source's classifier is another shape";
+  EXPECT_NE(source->graph.initializers.at("w2").raw(), tg.value().initial.at("w2").raw());
+  EXPECT_EQ(source->graph.initializers.at("w1").raw(), tg.value().initial.at("w1").raw());
+}
+
+TEST(TrainCopies, CheckpointTakesTheStateUncopiedAndResumesInPlace) {
+  OptimizerConfig c;
+  c.kind = "adamw";
+  auto opt = make_optimizer(c).value();
+  std::map<std::string, Tensor> values = {{"w", filled({2, 3}, 1.f)}};
+  Tensor grad = filled({2, 3}, 0.5f);
+  ASSERT_TRUE(opt->step({{"w", &values.at("w"), &grad}}, 0.1).is_ok());
+  const auto view = opt->state_view();
+  const auto snapshot = opt->state();
+  ASSERT_EQ(view.size(), 3u);  // step/w, exp_avg/w, exp_avg_sq/w
+  EXPECT_NE(view.at("exp_avg/w").raw(), snapshot.at("exp_avg/w").raw()) << "state() is a copy";
+  Checkpoint ck;
+  add_checkpoint_tensors(values, *opt, nullptr, &ck);
+  EXPECT_EQ(ck.tensors.at("optim/exp_avg/w").raw(), view.at("exp_avg/w").raw()) << "the checkpoint shares the live state";
+  EXPECT_EQ(ck.tensors.at("param/w").raw(), values.at("w").raw());
+  EXPECT_EQ(view.at("exp_avg/w").data<float>()[0], snapshot.at("exp_avg/w").data<float>()[0]);
+
+  // Resume: the weights are copied into the run's own storage.
+  Checkpoint saved;
+  saved.tensors["param/w"] = filled({2, 3}, 7.f);
+  for (const auto& [name, t] : snapshot) saved.tensors["optim/" + name] = t;
+  std::map<std::string, Tensor> resumed = {{"w", filled({2, 3}, 0.f)}};
+  const void* storage = resumed.at("w").raw();
+  auto fresh = make_optimizer(c).value();
+  Status st = restore_checkpoint_tensors(saved, "ck", &resumed, fresh.get(), nullptr, "");
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_EQ(resumed.at("w").raw(), storage);
+  EXPECT_EQ(resumed.at("w").data<float>()[5], 7.05f);
+  // A mismatched checkpoint is refused and leaves the storage alone.
+  saved.tensors["param/w"] = filled({3, 2}, 9.f);
+  st = restore_checkpoint_tensors(saved, "ck", &resumed, fresh.get(), nullptr, "");
+  EXPECT_NE(st.message().find("'w' is f32[3,2], the model wants f32[2,3]"), std::string::npos) << st.message();
+  EXPECT_EQ(resumed.at("w").data<float>()[0], 7.f);
+}
+
+}  // namespace
+}  // namespace ferry
