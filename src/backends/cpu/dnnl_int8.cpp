@@ -370,11 +370,12 @@ class DnnlQConvKernel : public Kernel {
   // weights have one sign and |w0| + |w1| > 128 (255 * 128 = 32640 fits): ResNet-50's default file has
   // 1-7% such pairs in every layer, so no layer runs unsplit by the bound alone. It saturates only where
   // its inputs are large too (a0 + a1 >= 256 at the least): on ResNet-50's ReLU outputs ~1% of the
-  // values are >= 128 and 0.0005-0.17% of the outputs (layers after the stem) are touched. So the
+  // values are >= 128 and at most 0.003% of the outputs after the stem are touched
+  // (bench/int8_pair_saturation.py, docs/performance.md "INT8"). So the
   // convolution runs unsplit (half the split's multiply-adds), find_saturated lists every output a
   // saturating pair feeds (a superset is harmless), and repair recomputes those outputs exactly, in the
   // reference's order (its integer sum and f32 epilogue), over what oneDNN wrote (ResNet-50 at 1 thread:
-  // 51 CPU ms per run against 89 split, the same outputs). Only on a source with zero point 0, a Relu's
+  // 52 CPU ms per run against 93 split, the same outputs). Only on a source with zero point 0, a Relu's
   // output whose values >= 128 are its tail: MobileNetV2's expansions read residual sums (zero point
   // ~128, half the values >= 128), 0.7-3% of their outputs touched, and the scan and repair there cost
   // more than the split saves (12.2 CPU ms per run against 10.5). Where a run touches more than 1/256 of
