@@ -14,6 +14,9 @@
 #include <functional>
 #include <set>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+
 #include "io/file.h"
 #include "onnx/onnx_import.h"
 #include "onnx/onnx_pb.h"
@@ -106,6 +109,7 @@ onnx::TensorProto* find_initializer(onnx::GraphProto* g, const std::string& name
 
 void set_tensor(onnx::TensorProto* tp, const Tensor& t) {
   const std::string name = tp->name(), doc = tp->doc_string();
+  std::string().swap(*tp->mutable_raw_data());  // Clear() keeps the old bytes' buffer: freed before the new one
   tp->Clear();
   tp->set_name(name);
   if (!doc.empty()) tp->set_doc_string(doc);
@@ -114,7 +118,7 @@ void set_tensor(onnx::TensorProto* tp, const Tensor& t) {
   if (t.dtype() == DType::kString) {
     for (const std::string& s : t.strings()) tp->add_string_data(s);
   } else {
-    tp->set_raw_data(std::string(static_cast<const char*>(t.raw()), static_cast<size_t>(t.nbytes())));
+    tp->mutable_raw_data()->assign(static_cast<const char*>(t.raw()), static_cast<size_t>(t.nbytes()));
   }
 }
 
@@ -460,18 +464,46 @@ bool same_file(const std::string& a, const std::string& b) {
 }
 
 // Writes `bytes` to a new temporary file next to `final_path`, synced; returns its path.
-StatusOr<std::string> write_temp(const std::string& final_path, const std::string& bytes) {
+// A temporary sibling of `final_path` filled by `fill(fd)` (0, or the errno of the failed write)
+// and fsynced; returns its path.
+// Parses the model file at `path` through a read buffer, not a mapping: the process holds its
+// bytes once, parsed (a mapping's pages would stay resident beside the parse until it is done).
+// Errors as map_file's ('model file' ...); false when the bytes are not a model.
+StatusOr<bool> read_model_proto(const std::string& path, onnx::ModelProto* mp) {
+  const std::string what = "model file";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) return not_found(what + " '" + path + "' does not exist");
+    return invalid_argument(what + " '" + path + "' cannot be opened: " + std::strerror(e));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return invalid_argument(what + " '" + path + "' is not a regular file");
+  }
+  if (st.st_size > INT_MAX) {
+    ::close(fd);
+    return resource_exhausted(what + " '" + path + "' is " + std::to_string(st.st_size) + " bytes, over the limit of " +
+                              std::to_string(INT_MAX) + " bytes");
+  }
+  bool ok = st.st_size > 0;
+  if (ok) {
+    google::protobuf::io::FileInputStream in(fd, 1 << 20);
+    google::protobuf::io::CodedInputStream coded(&in);
+    coded.SetTotalBytesLimit(INT_MAX);
+    coded.SetRecursionLimit(200);  // as parse_model_proto
+    ok = mp->ParseFromCodedStream(&coded) && coded.ConsumedEntireMessage() && in.GetErrno() == 0;
+  }
+  ::close(fd);
+  return ok;
+}
+
+StatusOr<std::string> write_temp_with(const std::string& final_path, const std::function<int(int)>& fill) {
   const std::string tmp = dir_name(final_path) + "/." + base_name(final_path) + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return invalid_argument("cannot create '" + tmp + "' to write '" + final_path + "': " + std::strerror(errno));
-  size_t done = 0;
-  int err = 0;
-  while (done < bytes.size() && !err) {
-    const ssize_t w = ::write(fd, bytes.data() + done, std::min<size_t>(bytes.size() - done, size_t(1) << 30));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) err = w < 0 ? errno : EIO;
-    else done += static_cast<size_t>(w);
-  }
+  int err = fill(fd);
   if (!err && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && !err) err = errno;
   if (err) {
@@ -479,6 +511,30 @@ StatusOr<std::string> write_temp(const std::string& final_path, const std::strin
     return resource_exhausted("writing '" + final_path + "' failed: " + std::strerror(err) + "; nothing was written");
   }
   return tmp;
+}
+
+StatusOr<std::string> write_temp(const std::string& final_path, const std::string& bytes) {
+  return write_temp_with(final_path, [&bytes](int fd) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t w = ::write(fd, bytes.data() + done, std::min<size_t>(bytes.size() - done, size_t(1) << 30));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return w < 0 ? errno : EIO;
+      done += static_cast<size_t>(w);
+    }
+    return 0;
+  });
+}
+
+// The model serialized straight into the file: no second copy of its weights in a string.
+StatusOr<std::string> write_temp(const std::string& final_path, const onnx::ModelProto& mp) {
+  return write_temp_with(final_path, [&mp](int fd) {
+    google::protobuf::io::FileOutputStream out(fd);
+    const bool written = mp.SerializeToZeroCopyStream(&out);
+    const bool flushed = out.Flush();
+    if (out.GetErrno() != 0) return out.GetErrno();
+    return written && flushed ? 0 : EIO;
+  });
 }
 
 }  // namespace
@@ -489,9 +545,9 @@ Status export_trained_onnx(const std::string& source_onnx, const TrainedExport& 
   if (out_path == source_onnx || same_file(source_onnx, out_path))
     return invalid_argument("output '" + out_path + "' is the source model '" + source_onnx +
                             "'; write the trained model to a new file");
-  ASSIGN_OR_RETURN(FileBytes f, map_file(source_onnx, INT_MAX, "model file"));
   onnx::ModelProto mp;
-  if (f.size == 0 || !parse_model_proto(f.data, f.size, &mp) || !mp.has_graph())
+  ASSIGN_OR_RETURN(const bool parsed, read_model_proto(source_onnx, &mp));
+  if (!parsed || !mp.has_graph())
     return invalid_model("model '" + source_onnx + "' is not a valid ONNX model (protobuf parse failed)");
   escape_model_names(&mp);  // the names the importer gave the trained weights
   for (const auto& [key, value] : e.metadata) {
@@ -548,13 +604,12 @@ Status export_trained_onnx(const std::string& source_onnx, const TrainedExport& 
                               "source model '" + source_onnx + "'; choose another output name");
     RETURN_IF_ERROR(externalize(&mp, options, base_name(data_path), &data).with_context(what));
   }
-  std::string bytes;
-  if (!mp.SerializeToString(&bytes)) return internal_error(what + ": protobuf serialization failed");
+  if (static_cast<int64_t>(mp.ByteSizeLong()) > INT_MAX) return internal_error(what + ": protobuf serialization failed (over 2 GiB)");
   std::string data_tmp;
   if (!data.empty()) {
     ASSIGN_OR_RETURN(data_tmp, write_temp(data_path, data));
   }
-  auto model_tmp = write_temp(out_path, bytes);
+  auto model_tmp = write_temp(out_path, mp);
   if (!model_tmp.is_ok()) {
     if (!data_tmp.empty()) ::unlink(data_tmp.c_str());
     return model_tmp.status();

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 #if defined(__GLIBC__)
+#include <malloc.h>
 #endif
 
 #include <algorithm>
@@ -512,6 +513,9 @@ StatusOr<TrainSummary> Trainer::run() {
     if (k == total_steps_) {
       exec_.reset();
       prefetch_.reset();
+#if defined(__GLIBC__)
+      malloc_trim(0);  // the steps' freed gradients, which the heap keeps for the next step (cmd_train.cpp)
+#endif
     }
     // --checkpoint-dir without --save-every: the end only (never silently nothing).
     if (!c_.checkpoint_dir.empty() && ((c_.save_every > 0 && k % c_.save_every == 0) || k == total_steps_))
