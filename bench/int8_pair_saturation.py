@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Where u8 x s8 pairs saturate without VNNI: per Conv of a QDQ file, the weight pairs that can and the
-outputs that do on given inputs (the figures behind dnnl_int8.cpp's repair, docs/performance.md "INT8").
+outputs that do on given inputs (the figures behind dnnl_int8_conv.cpp's repair, docs/performance.md "INT8").
 
     /usr/bin/python3 bench/int8_pair_saturation.py --int8 M.int8.onnx --input NAME=FILE.npy [--ferry build/ferry]
 

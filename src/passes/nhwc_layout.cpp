@@ -5,7 +5,7 @@
 //
 // A region grows from every 2-D convolution with constant weights (Conv / FusedConv become FusedConv
 // with channels_last = 1; so does the int8 com.ferry.QConvFused) through the ops that do not care
-// about the layout or have an NHWC form (an 8-bit MaxPool too: src/backends/cpu/dnnl_int8.cpp):
+// about the layout or have an NHWC form (an 8-bit MaxPool too: src/backends/cpu/int8_pool.cpp):
 //   - unary activations (Relu, Sigmoid, Clip, ...) and com.ferry.Gelu;
 //   - Add / Sub / Mul / Div of 4-D values (constants are permuted to match, e.g. a [C,1,1] scale; an
 //     Add / Mul whose input 0 is broadcast and input 1 full takes the full one first: in place);

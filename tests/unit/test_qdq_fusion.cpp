@@ -1,6 +1,6 @@
 // QDQ models fused into int8 ops: the qdq_fusion pass (src/passes/qdq_fusion.cpp), com.ferry.QConvFused's
 // reference kernel (src/ops/quantize_fused.cpp, built on ConvInteger's) and the cpu backend's oneDNN int8
-// kernel (src/backends/cpu/dnnl_int8.cpp). Three-way comparison on small generated QDQ graphs:
+// kernel (src/backends/cpu/dnnl_int8_conv.cpp). Three-way comparison on small generated QDQ graphs:
 //   unfused QDQ graph (reference kernels)  ==  fused graph (reference)  ==  fused graph (oneDNN int8)
 // bit for bit with power-of-two scales (every f32 step is then exact, so only the integer math counts),
 // and within one quantization step with arbitrary scales (f32 rounding next to a tie; see the op's header).
@@ -227,7 +227,7 @@ TEST(QdqFusion, PointwiseResidualEpilogues) {
 }
 
 // Few input channels (an image network's first convolution): the kernel's taps packed into channels
-// (dnnl_int8.cpp, init_tap_packing), the zero point moved into the bias, padded borders included.
+// (dnnl_int8_conv.cpp, init_tap_packing), the zero point moved into the bias, padded borders included.
 // An image network's conv1: 7x7/2 on 3 channels, uint8 zero point 128, channels-last.
 QdqCase conv1_case() {
   QdqCase qc;
@@ -278,7 +278,7 @@ TEST(QdqFusion, StridedPointwiseGroupedAndDepthwise) {
 }
 
 // On large images with few channels a 1x1 residual convolution (ResNet-50's layer1/layer2 conv3) runs on
-// oneDNN's jit_int8_1x1 and a 3x3 (conv2) on jit_int8 (dnnl_int8.cpp, preferred_impl), the others on
+// oneDNN's jit_int8_1x1 and a 3x3 (conv2) on jit_int8 (dnnl_int8_conv.cpp, preferred_impl), the others on
 // brgconv_1x1 / brgconv: each, forced with FERRY_QCONV_IMPL (a name oneDNN does not offer leaves the node
 // to the reference: the fast-kernel check fails), is the reference bit for bit, with and without the mid
 // Relu (and for the 1x1 a source zero point); the tap-packed few-channel convolution too.
@@ -848,7 +848,7 @@ TEST(QdqFusion, MatMulAndGemmBecomeQMatMulFused) {
 }
 
 // Full-range weights on large inputs. Without VNNI (AVX2; AVX-512 before VNNI) oneDNN's u8 x s8 kernels
-// add each pair of products in int16 with saturation (255 * 127 * 2 > 32767); dnnl_int8.cpp then splits
+// add each pair of products in int16 with saturation (255 * 127 * 2 > 32767); the cpu kernels then split
 // the weights into two halves in [-64, 64] over a doubled reduction (int8_pairs_saturate), which keeps the
 // integer sums exact: QConvFused (NCHW and NHWC, grouped, padded, with a source zero point; depthwise, which
 // oneDNN multiplies in 32 bits and is not split) and QMatMulFused, oneDNN against the reference, bit for
@@ -915,7 +915,7 @@ TEST(QdqFusion, FullRangeWeightsExactWithoutVnni) {
 }
 
 // Without VNNI an NHWC u8 convolution of one group runs unsplit and repairs the outputs a saturated pair
-// touched (dnnl_int8.cpp, init_fixup): weights small but for one violating pair (same sign, |w0| + |w1| >
+// touched (dnnl_int8_conv.cpp, init_fixup): weights small but for one violating pair (same sign, |w0| + |w1| >
 // 128) of the centre tap in 4 of the 16 output channels, inputs small but for two pixels whose channels
 // 2..5 are 250..255, so 8 outputs saturate (counted here: the case must exercise it), fewer than 1/256 of
 // them (the repair, not the split), on a source with zero point 0 (the repair's condition: a Relu's
@@ -1233,7 +1233,7 @@ TEST(QdqFusion, CompiledModelStoresPackedTaps) {
   int64_t packed = 0;
   for (const Node& n : compiled.graph.nodes)
     if (const Attribute* k = n.attr(cpu::kPackedKeyAttr); n.op_type == "QConvFused" && k)
-      // (on a host without VNNI the weights are split instead of tap-packed: dnnl_int8.cpp, int8_pairs_saturate)
+      // (on a host without VNNI the weights are split instead of tap-packed: int8_pair_saturation.h)
       packed += k->s.rfind("dnnl_int8_conv_taps|", 0) == 0 || k->s.rfind("dnnl_int8_conv_split|", 0) == 0;
   EXPECT_EQ(packed, 1);
   auto bytes = serialize_compiled_model(spec.value());

@@ -52,7 +52,7 @@ class PlanCache {
 };
 
 /// Scratch slots of the calling thread, one per role within a primitive's execution.
-enum class ScratchSlot { kScratchpad = 0, kSrc = 1, kDst = 2, kSplit = 3 };  // kSplit: dnnl_int8.cpp's doubled source
+enum class ScratchSlot { kScratchpad = 0, kSrc = 1, kDst = 2, kSplit = 3 };  // kSplit: the int8 conv/matmul's doubled source
 constexpr int kScratchSlots = 4;
 
 /// A oneDNN memory of `desc` over the calling thread's slot (grown when too small). Valid until the

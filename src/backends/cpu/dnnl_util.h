@@ -1,5 +1,5 @@
 // oneDNN plumbing shared by the cpu backend's oneDNN kernels (dnnl_conv, dnnl_conv_grad, dnnl_matmul, dnnl_pool,
-// dnnl_int8, attention):
+// dnnl_int8_conv, dnnl_int8_matmul, int8_pool, int8_transpose, attention):
 // the engine and stream, dtype mapping, fused activations as post-ops, wrapping ferry tensors as
 // oneDNN memory without copies, and the one try/catch of their plans and runs (oneDNN throws; kernels
 // return Status: dnnl_call).
@@ -82,7 +82,7 @@ const Tensor* constant_input(const Graph& graph, const Node& node, size_t i);
 /// Static dims of value `v` (false when unknown or symbolic).
 bool static_dims(const Graph& graph, const std::string& v, std::vector<int64_t>* dims);
 
-// Primitive-plan plumbing of the int8 kernels (dnnl_int8.cpp).
+// Primitive-plan plumbing of the int8 kernels (dnnl_int8_conv.cpp, dnnl_int8_matmul.cpp).
 
 /// A reorder primitive between two layouts on the CPU engine.
 dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
