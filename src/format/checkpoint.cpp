@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -254,7 +255,13 @@ Status write_checkpoint(const std::string& dir_in, const Checkpoint& c, int keep
   return Status::ok();
 }
 
-StatusOr<Checkpoint> parse_checkpoint(const uint8_t* data, size_t size, const std::string& what) {
+namespace {
+
+// parse_checkpoint; `done(p, n)` is told of bytes it will not need resident again: each piece of
+// the file once checksummed, then each tensor's bytes once copied (read_checkpoint_file drops those pages of
+// its mapping, so a resume holds the file's tensors once, copied, rather than mapped beside them).
+StatusOr<Checkpoint> parse_checkpoint_releasing(const uint8_t* data, size_t size, const std::string& what,
+                                                const std::function<void(const uint8_t*, size_t)>& done) {
   if (size < sizeof kCkptMagic || std::memcmp(data, kCkptMagic, sizeof kCkptMagic) != 0)
     return invalid_model(what + ": not a ferry checkpoint (no 'FERRYCKP' magic)");
   if (size < kCkptHeaderSize)
@@ -270,7 +277,20 @@ StatusOr<Checkpoint> parse_checkpoint(const uint8_t* data, size_t size, const st
     return invalid_model(what + (size < h.file_size ? ": truncated: " : ": wrong size: ") + std::to_string(size) +
                          " bytes, the header says " + std::to_string(h.file_size) +
                          " (an interrupted copy? use an older checkpoint)");
-  if (ferry_checksum_zeroed_field(data, size, kChecksumAt) != h.checksum)
+  // ferry_checksum_zeroed_field's XXH3 in 8 MiB pieces, each let go once hashed: a large
+  // checkpoint is never resident whole for its checksum.
+  XXH3_state_t state;
+  const uint64_t zero = 0;
+  XXH3_64bits_reset(&state);
+  XXH3_64bits_update(&state, data, kChecksumAt);
+  XXH3_64bits_update(&state, &zero, sizeof zero);
+  constexpr size_t kPiece = size_t(8) << 20;
+  for (size_t at = kChecksumAt + sizeof zero; at < size; at += kPiece) {
+    const size_t n = std::min(kPiece, size - at);
+    XXH3_64bits_update(&state, data + at, n);
+    done(data + at, n);
+  }
+  if (XXH3_64bits_digest(&state) != h.checksum)
     return invalid_model(what + ": checksum mismatch (the file is corrupted); use an older checkpoint");
   if (h.step < 0) return invalid_model(what + ": negative step " + std::to_string(h.step));
   const uint64_t body = size - kCkptHeaderSize;
@@ -316,6 +336,7 @@ StatusOr<Checkpoint> parse_checkpoint(const uint8_t* data, size_t size, const st
     if (c.tensors.count(name)) return invalid_model(tw + " is stored twice");
     ASSIGN_OR_RETURN(Tensor t, Tensor::create(dtype, dims, tw));
     if (nbytes) std::memcpy(t.mutable_raw(), data + offset, static_cast<size_t>(nbytes));
+    done(data + offset, static_cast<size_t>(nbytes));
     if (dtype == DType::kBool)  // only 0 and 1 are valid bools
       for (int64_t k = 0; k < n; ++k) t.mutable_data<uint8_t>()[k] = t.data<uint8_t>()[k] != 0;
     c.tensors.emplace(std::move(name), std::move(t));
@@ -323,6 +344,12 @@ StatusOr<Checkpoint> parse_checkpoint(const uint8_t* data, size_t size, const st
   if (cur.left != 0)
     return invalid_model(what + ": " + std::to_string(cur.left) + " unexpected bytes at the end of the tensor index");
   return c;
+}
+
+}  // namespace
+
+StatusOr<Checkpoint> parse_checkpoint(const uint8_t* data, size_t size, const std::string& what) {
+  return parse_checkpoint_releasing(data, size, what, [](const uint8_t*, size_t) {});
 }
 
 StatusOr<std::string> latest_checkpoint(const std::string& dir) {
@@ -334,7 +361,8 @@ StatusOr<std::string> latest_checkpoint(const std::string& dir) {
 namespace {
 StatusOr<Checkpoint> read_checkpoint_file(const std::string& path) {
   ASSIGN_OR_RETURN(FileBytes f, map_file(path, INT64_MAX, "checkpoint"));
-  ASSIGN_OR_RETURN(Checkpoint c, parse_checkpoint(f.data, f.size, "checkpoint '" + path + "'"));
+  ASSIGN_OR_RETURN(Checkpoint c, parse_checkpoint_releasing(f.data, f.size, "checkpoint '" + path + "'",
+                                                            [&f](const uint8_t* p, size_t n) { drop_mapped_pages(f, p, n); }));
   c.path = path;
   return c;
 }

@@ -208,6 +208,14 @@ Status AtomicFileWriter::commit() {
 }
 
 // The read-only, size-limited form (model files, external data, checkpoints).
+void drop_mapped_pages(const FileBytes& f, const uint8_t* begin, size_t length) {
+  if (!f.mapped || length == 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(begin) + length) / page * page;
+  if (e > b) (void)::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
 StatusOr<FileBytes> map_file(const std::string& path, int64_t max_bytes, const std::string& what) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {

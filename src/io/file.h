@@ -35,6 +35,11 @@ StatusOr<FileBytes> map_file(const std::string& path);
 /// InvalidArgument (a folder, a pipe, unmappable). Model files, external data, checkpoints.
 StatusOr<FileBytes> map_file(const std::string& path, int64_t max_bytes, const std::string& what);
 
+/// Drops the whole pages of [begin, begin + length) inside `f`'s mapping from this process (they
+/// come back from the page cache if read again): bytes already copied out need not stay resident.
+/// Nothing for a FileBytes that is not a mapping.
+void drop_mapped_pages(const FileBytes& f, const uint8_t* begin, size_t length);
+
 /// Resolves `relative` inside `base_dir` and refuses anything that would leave it:
 /// absolute paths, "..", symlinks pointing outside, non-regular files.
 StatusOr<std::string> resolve_inside(const std::string& base_dir, const std::string& relative,

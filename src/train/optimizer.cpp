@@ -132,14 +132,14 @@ class Sgd final : public Optimizer {
     return s;
   }
 
-  Status load_state(const std::map<std::string, Tensor>& s) override {
+  Status load(const std::map<std::string, Tensor>& s, bool copy) override {
     std::vector<std::string> kinds;
     if (momentum_ != 0) kinds.push_back("momentum_buffer");
     std::map<std::string, Tensor> buffers;
     for (const auto& [key, t] : s) {
       ASSIGN_OR_RETURN(auto kind_name, split_key(key, kinds));
       RETURN_IF_ERROR(check_state_tensor(key, t));
-      buffers.emplace(kind_name.second, t.clone());
+      buffers.emplace(kind_name.second, copy ? t.clone() : t);
     }
     buffers_ = std::move(buffers);
     return Status::ok();
@@ -222,7 +222,7 @@ class Adam final : public Optimizer {
     return s;
   }
 
-  Status load_state(const std::map<std::string, Tensor>& s) override {
+  Status load(const std::map<std::string, Tensor>& s, bool copy) override {
     std::vector<std::string> kinds = {"step", "exp_avg", "exp_avg_sq"};
     if (amsgrad_) kinds.push_back("max_exp_avg_sq");
     std::map<std::string, std::map<std::string, const Tensor*>> by_param;
@@ -251,7 +251,8 @@ class Adam final : public Optimizer {
       }
       State st;
       st.step = step_value;
-      st.exp_avg = entries.at("exp_avg")->clone();
+      auto take = [copy](const Tensor* t) { return copy ? t->clone() : *t; };
+      st.exp_avg = take(entries.at("exp_avg"));
       for (const std::string& k : kinds) {
         if (k == "step") continue;
         const Tensor& t = *entries.at(k);
@@ -260,8 +261,8 @@ class Adam final : public Optimizer {
                                   name + "' is " + dims_str(st.exp_avg.dims()));
         }
       }
-      st.exp_avg_sq = entries.at("exp_avg_sq")->clone();
-      if (amsgrad_) st.max_exp_avg_sq = entries.at("max_exp_avg_sq")->clone();
+      st.exp_avg_sq = take(entries.at("exp_avg_sq"));
+      if (amsgrad_) st.max_exp_avg_sq = take(entries.at("max_exp_avg_sq"));
       states.emplace(name, std::move(st));
     }
     states_ = std::move(states);

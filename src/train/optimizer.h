@@ -63,7 +63,18 @@ class Optimizer {
   /// Replaces the state with a copy of `s` (as state() returned it). Validates the names, dtypes
   /// and that each parameter's entries agree in shape; shapes against the parameters are checked
   /// at the next step(). Errors name the tensor; the state is unchanged then.
-  virtual Status load_state(const std::map<std::string, Tensor>& s) = 0;
+  Status load_state(const std::map<std::string, Tensor>& s) { return load(s, /*copy=*/true); }
+  /// As load_state, taking `s`'s tensors themselves (no copy; `s` is consumed, also on an error):
+  /// the caller holds no other reference to them, and they are writable memory of their own (a
+  /// checkpoint just read), so a resume holds the state once.
+  Status adopt_state(std::map<std::string, Tensor>&& s) {
+    const std::map<std::string, Tensor> taken = std::move(s);
+    return load(taken, /*copy=*/false);
+  }
+
+ protected:
+  /// load_state (copy) and adopt_state (!copy).
+  virtual Status load(const std::map<std::string, Tensor>& s, bool copy) = 0;
 };
 
 /// One optimizer kind, registered as ops and gradients are (optimizer.cpp's table): torch's

@@ -244,7 +244,7 @@ StatusOr<std::unique_ptr<StepTrainer>> StepTrainer::resume(const std::string& pa
     return invalid_argument("checkpoint '" + path + "': its configuration is unreadable (" + e.what() + ")");
   }
   ASSIGN_OR_RETURN(auto t, create(c));
-  RETURN_IF_ERROR(restore_checkpoint_tensors(ck, path, &t->values_, t->s_->optimizer.get(), t->s_->scaler.get(),
+  RETURN_IF_ERROR(restore_checkpoint_tensors(&ck, path, &t->values_, t->s_->optimizer.get(), t->s_->scaler.get(),
                                              "its configuration asks for it: the checkpoint is damaged"));
   t->step_ = ck.step;
   return t;

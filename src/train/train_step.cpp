@@ -82,24 +82,26 @@ void add_checkpoint_tensors(const std::map<std::string, Tensor>& values, const O
     for (const auto& [name, t] : scaler->state()) ck->tensors["scaler/" + name] = t;
 }
 
-Status restore_checkpoint_tensors(const Checkpoint& ck, const std::string& path, std::map<std::string, Tensor>* values,
+Status restore_checkpoint_tensors(Checkpoint* ck, const std::string& path, std::map<std::string, Tensor>* values,
                                   Optimizer* optimizer, GradScaler* scaler, const std::string& no_scaler_fix) {
   for (auto& [name, t] : *values) {
-    auto it = ck.tensors.find("param/" + name);
-    if (it == ck.tensors.end()) return invalid_argument("checkpoint '" + path + "' has no tensor for '" + name + "'");
+    auto it = ck->tensors.find("param/" + name);
+    if (it == ck->tensors.end()) return invalid_argument("checkpoint '" + path + "' has no tensor for '" + name + "'");
     if (it->second.dims() != t.dims() || it->second.dtype() != t.dtype())
       return invalid_argument("checkpoint '" + path + "': '" + name + "' is " + it->second.type().to_string() +
                               ", the model wants " + t.type().to_string());
     // In place: the training graph's initial values, the source model and the run share this
     // storage, a new tensor here would leave them holding a second copy (issue 40).
     std::memcpy(t.mutable_raw(), it->second.raw(), static_cast<size_t>(t.nbytes()));
+    ck->tensors.erase(it);  // copied: freed now, not when the checkpoint goes
   }
   std::map<std::string, Tensor> opt, sc;
-  for (const auto& [name, t] : ck.tensors) {
-    if (name.rfind("optim/", 0) == 0) opt[name.substr(6)] = t.clone();
-    if (name.rfind("scaler/", 0) == 0) sc[name.substr(7)] = t.clone();
+  for (auto& [name, t] : ck->tensors) {
+    if (name.rfind("optim/", 0) == 0) opt[name.substr(6)] = std::move(t);
+    if (name.rfind("scaler/", 0) == 0) sc[name.substr(7)] = std::move(t);
   }
-  RETURN_IF_ERROR(optimizer->load_state(opt));
+  ck->tensors.clear();
+  RETURN_IF_ERROR(optimizer->adopt_state(std::move(opt)));  // parsed for this resume alone: taken, not copied
   if (scaler) {
     if (sc.empty()) return invalid_argument("checkpoint '" + path + "' was written without loss scaling; " + no_scaler_fix);
     RETURN_IF_ERROR(scaler->load_state(sc).with_context("checkpoint '" + path + "'"));

@@ -48,10 +48,11 @@ StatusOr<StepUpdate> apply_step_update(const TrainConfig& c, const ScheduleConfi
 /// sharing the live buffers (write the checkpoint before the next step).
 void add_checkpoint_tensors(const std::map<std::string, Tensor>& values, const Optimizer& optimizer,
                             const GradScaler* scaler, Checkpoint* ck);
-/// Restores them from checkpoint `path` (the weights copied into `values`' own storage, which the
-/// training graph and the source model share); the errors name the checkpoint and the tensor.
-/// `no_scaler_fix`: what to do when the run scales the loss and the checkpoint has no scaler/.
-Status restore_checkpoint_tensors(const Checkpoint& ck, const std::string& path, std::map<std::string, Tensor>* values,
+/// Restores them from checkpoint `path`, consuming `ck`'s tensors (the weights copied into `values`'
+/// own storage, which the training graph and the source model share, each freed once copied; the
+/// optimizer state taken as it is): a resume holds each once. The errors name the checkpoint and
+/// the tensor. `no_scaler_fix`: what to do when the run scales the loss and the checkpoint has no scaler/.
+Status restore_checkpoint_tensors(Checkpoint* ck, const std::string& path, std::map<std::string, Tensor>* values,
                                   Optimizer* optimizer, GradScaler* scaler, const std::string& no_scaler_fix);
 
 /// Adds the loss (and for cross_entropy the correct predictions) of the first `rows` rows of the

@@ -1,7 +1,8 @@
 // One copy of each parameter in a training run (issue 40): the source model shares its trained
 // initializers' storage with the training graph's values (share_trained_initializers), a resumed
-// checkpoint is copied into that storage rather than beside it, and a checkpoint takes the
-// optimizer's state without copying it (Optimizer::state_view), while state() stays a snapshot.
+// checkpoint is copied into that storage rather than beside it and its optimizer state adopted
+// (Optimizer::adopt_state), and a checkpoint takes the optimizer's state without copying it
+// (Optimizer::state_view), while state() stays a snapshot.
 #include <gtest/gtest.h>
 
 #include "format/checkpoint.h"
@@ -111,20 +112,28 @@ TEST(TrainCopies, CheckpointTakesTheStateUncopiedAndResumesInPlace) {
   EXPECT_EQ(ck.tensors.at("param/w").raw(), values.at("w").raw());
   EXPECT_EQ(view.at("exp_avg/w").data<float>()[0], snapshot.at("exp_avg/w").data<float>()[0]);
 
-  // Resume: the weights are copied into the run's own storage.
+  // Resume: the weights are copied into the run's own storage, the optimizer state taken as read.
   Checkpoint saved;
   saved.tensors["param/w"] = filled({2, 3}, 7.f);
   for (const auto& [name, t] : snapshot) saved.tensors["optim/" + name] = t;
+  const void* exp_avg = snapshot.at("exp_avg/w").raw();
   std::map<std::string, Tensor> resumed = {{"w", filled({2, 3}, 0.f)}};
   const void* storage = resumed.at("w").raw();
   auto fresh = make_optimizer(c).value();
-  Status st = restore_checkpoint_tensors(saved, "ck", &resumed, fresh.get(), nullptr, "");
+  Status st = restore_checkpoint_tensors(&saved, "ck", &resumed, fresh.get(), nullptr, "");
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   EXPECT_EQ(resumed.at("w").raw(), storage);
   EXPECT_EQ(resumed.at("w").data<float>()[5], 7.05f);
+  EXPECT_TRUE(saved.tensors.empty()) << "the checkpoint's tensors are consumed";
+  EXPECT_EQ(fresh->state_view().at("exp_avg/w").raw(), exp_avg) << "the state is adopted, not copied";
+  EXPECT_EQ(fresh->state_view().at("step/w").data<float>()[0], 1.f);
+  // load_state still copies.
+  auto copied = make_optimizer(c).value();
+  ASSERT_TRUE(copied->load_state(snapshot).is_ok());
+  EXPECT_NE(copied->state_view().at("exp_avg/w").raw(), exp_avg);
   // A mismatched checkpoint is refused and leaves the storage alone.
   saved.tensors["param/w"] = filled({3, 2}, 9.f);
-  st = restore_checkpoint_tensors(saved, "ck", &resumed, fresh.get(), nullptr, "");
+  st = restore_checkpoint_tensors(&saved, "ck", &resumed, fresh.get(), nullptr, "");
   EXPECT_NE(st.message().find("'w' is f32[3,2], the model wants f32[2,3]"), std::string::npos) << st.message();
   EXPECT_EQ(resumed.at("w").data<float>()[0], 7.f);
 }
