@@ -1,6 +1,10 @@
 // inference.GRPCInferenceService on gRPC's callback API; see grpc_server.h. Unary calls answer on
-// the gRPC thread that received them, except ModelInfer (answered from the model's instance thread
-// when its batch ran) and model load / unload (on a thread of their own: loading takes seconds).
+// the gRPC thread that received them, except ModelInfer and model load / unload (on a thread of
+// their own: loading takes seconds). ModelInfer is on the async API: completion queues polled by
+// threads of ours (kInferPollers), which decode each call and queue it on the model (or run it
+// inline when nothing else is in flight, ServedModel::enqueue) and finish it from there or from
+// the instance thread that ran its batch. gRPC's callback API costs about 50 us more a call on this path (one more
+// thread hand-off inside gRPC; bench/grpc_floor_probe.cpp --bare callback|async).
 // ModelStreamInfer queues each request as it is read and writes each response when it is ready,
 // one write at a time; a per-request error goes in the response's error_message and the stream
 // goes on. A client that cancels takes its queued requests with it (CANCELED), as over HTTP.
@@ -15,6 +19,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <shared_mutex>
 #include <thread>
 #include <type_traits>
 
@@ -24,6 +29,12 @@
 namespace ferry::serve {
 
 namespace {
+
+// Threads polling ModelInfer's completion queues (each its own queue). They decode and queue the
+// calls (the instance threads finish them), and run one inline only when no other is in flight:
+// one poller alone serialized every client's decoding at concurrency 16 (13-24% fewer inferences/s
+// than the callback API here); two matched it within this machine's noise, four did not do better.
+constexpr int kInferPollers = 2;
 
 using inference::ModelInferRequest;
 using inference::ModelInferResponse;
@@ -254,15 +265,21 @@ struct GrpcServer::Impl {
   std::atomic<int64_t> in_flight{0};
   std::unique_ptr<grpc::Service> service;
   std::unique_ptr<grpc::Server> server;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> infer_cqs;  // ModelInfer's calls, one poller thread each
+  std::vector<std::thread> infer_threads;
+  std::shared_mutex infer_cq_mu;
+  bool infer_cq_open = false;  // a response may still be finished on infer_cqs
   int port = 0;
 
   Impl(ModelRepository* r, GrpcServerOptions o, std::function<void(const std::string&)> l)
       : repo(r), opt(std::move(o)), log(std::move(l)) {}
 
   // Decodes and queues one inference request. `done` runs exactly once (on an instance thread, or
-  // on this one when the request is refused), after the response is filled in when it succeeded.
+  // on this one when the request is refused or ran inline), after the response is filled in when
+  // it succeeded. `one_poller`: the caller is the one thread that takes every client's calls, so a
+  // request runs inline only when no other is in flight (else it would serialize them all).
   void infer(const ModelInferRequest& req, std::shared_ptr<std::atomic<bool>> cancelled, ModelInferResponse* resp,
-             std::function<void(grpc::Status)> done) {
+             std::function<void(grpc::Status)> done, bool one_poller = false) {
     if (shutting_down.load())
       return done(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down and accepts no new inference requests"));
     auto model = repo->find(req.model_name(), req.model_version());
@@ -275,7 +292,8 @@ struct GrpcServer::Impl {
     request.version_pinned = !req.model_version().empty();
     auto names = std::make_shared<std::vector<std::string>>(std::move(decoded.value().outputs));
     const std::string id = request.id;
-    in_flight.fetch_add(1);
+    const bool alone = in_flight.fetch_add(1) == 0;
+    const InlinePolicy policy = !one_poller ? InlinePolicy::kInstanceFree : alone ? InlinePolicy::kIdle : InlinePolicy::kNever;
     m->enqueue(std::move(request), [this, m, names, id, resp, done = std::move(done)](InferResult r) {
       grpc::Status st = grpc::Status::OK;
       if (r.status.is_ok()) {
@@ -288,23 +306,11 @@ struct GrpcServer::Impl {
       }
       in_flight.fetch_sub(1);
       done(st);
-    });
+    }, policy);
   }
 };
 
 namespace {
-
-// ModelInfer: finished from the model's callback; a cancelled call drops its queued request.
-class InferReactor final : public grpc::ServerUnaryReactor {
- public:
-  InferReactor() : cancelled_(std::make_shared<std::atomic<bool>>(false)) {}
-  const std::shared_ptr<std::atomic<bool>>& cancelled() const { return cancelled_; }
-  void OnCancel() override { cancelled_->store(true); }
-  void OnDone() override { delete this; }
-
- private:
-  std::shared_ptr<std::atomic<bool>> cancelled_;
-};
 
 // ModelStreamInfer: reads one request at a time and queues it; responses are written in the
 // order they finish, one StartWrite in flight; Finish once reading ended and every queued
@@ -405,7 +411,15 @@ grpc::ServerUnaryReactor* answer(grpc::CallbackServerContext* ctx, const grpc::S
   return r;
 }
 
-class Service final : public inference::GRPCInferenceService::CallbackService {
+// CallbackService's mixins, with ModelInfer on the async API instead (marked async first, while it
+// is still a sync method: a method marked callback keeps its callback handler when marked async).
+using G = inference::GRPCInferenceService;
+using ServiceBase = G::WithCallbackMethod_ServerLive<G::WithCallbackMethod_ServerReady<G::WithCallbackMethod_ModelReady<
+    G::WithCallbackMethod_ServerMetadata<G::WithCallbackMethod_ModelMetadata<G::WithCallbackMethod_ModelStreamInfer<
+        G::WithCallbackMethod_ModelConfig<G::WithCallbackMethod_ModelStatistics<G::WithCallbackMethod_RepositoryIndex<
+            G::WithCallbackMethod_RepositoryModelLoad<G::WithCallbackMethod_RepositoryModelUnload<G::WithAsyncMethod_ModelInfer<G::Service>>>>>>>>>>>>;
+
+class Service final : public ServiceBase {
  public:
   explicit Service(GrpcServer::Impl* s) : s_(s) {}
 
@@ -454,13 +468,6 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
       }
     }
     return answer(ctx, grpc::Status::OK);
-  }
-
-  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* /*ctx*/, const ModelInferRequest* req,
-                                       ModelInferResponse* resp) override {
-    auto* reactor = new InferReactor();
-    s_->infer(*req, reactor->cancelled(), resp, [reactor](grpc::Status st) { reactor->Finish(st); });
-    return reactor;
   }
 
   grpc::ServerBidiReactor<ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
@@ -539,6 +546,71 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
   GrpcServer::Impl* s_;
 };
 
+// One ModelInfer call on the async API. Its tags come back on the completion queue's thread:
+// started (a client called; the next call is requested at once), done (the call ended, or the
+// client cancelled it: a queued request is dropped, CANCELLED) and finished (the response went
+// out). It is deleted when both done and finished came back (or at once when it never started).
+class AsyncInfer {
+ public:
+  enum Kind { kStarted, kDone, kFinished };
+  struct Tag {
+    AsyncInfer* call;
+    Kind kind;
+  };
+
+  static void request(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq) {
+    auto* c = new AsyncInfer(s, cq);
+    c->ctx_.AsyncNotifyWhenDone(&c->done_tag_);
+    static_cast<Service*>(s->service.get())->RequestModelInfer(&c->ctx_, &c->req_, &c->writer_, cq, cq, &c->started_tag_);
+  }
+
+  // On the completion queue's thread.
+  static void proceed(const Tag* tag, bool ok) {
+    AsyncInfer* c = tag->call;
+    switch (tag->kind) {
+      case kStarted:
+        if (!ok) {  // the server is shutting down: this call never started
+          delete c;
+          return;
+        }
+        request(c->s_, c->cq_);
+        c->s_->infer(c->req_, c->cancelled_, &c->resp_, [c](grpc::Status st) { c->finish(st); }, /*one_poller=*/true);
+        return;
+      case kDone:
+        if (c->ctx_.IsCancelled()) c->cancelled_->store(true);
+        return c->release();
+      case kFinished:
+        return c->release();
+    }
+  }
+
+ private:
+  AsyncInfer(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq) : s_(s), cq_(cq), cancelled_(std::make_shared<std::atomic<bool>>(false)) {}
+
+  // From the thread that answered (this one, or an instance thread).
+  void finish(const grpc::Status& st) {
+    {
+      std::shared_lock<std::shared_mutex> lock(s_->infer_cq_mu);
+      if (s_->infer_cq_open) return writer_.Finish(resp_, st, &finished_tag_);
+    }
+    release();  // the queue is gone: no finished tag will come
+  }
+
+  void release() {
+    if (refs_.fetch_sub(1) == 1) delete this;
+  }
+
+  GrpcServer::Impl* s_;
+  grpc::ServerCompletionQueue* cq_;
+  grpc::ServerContext ctx_;
+  ModelInferRequest req_;
+  ModelInferResponse resp_;
+  grpc::ServerAsyncResponseWriter<ModelInferResponse> writer_{&ctx_};
+  std::shared_ptr<std::atomic<bool>> cancelled_;
+  std::atomic<int> refs_{2};  // done and finished
+  Tag started_tag_{this, kStarted}, done_tag_{this, kDone}, finished_tag_{this, kFinished};
+};
+
 }  // namespace
 
 GrpcServer::GrpcServer(ModelRepository* repository, GrpcServerOptions options, std::function<void(const std::string&)> log)
@@ -558,11 +630,29 @@ Status GrpcServer::start() {
   builder.SetMaxSendMessageSize(INT_MAX);
   // gRPC turns SO_REUSEPORT on by default: a second server on a busy port would bind silently.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  for (int i = 0; i < kInferPollers; ++i) impl_->infer_cqs.push_back(builder.AddCompletionQueue());
   impl_->server = builder.BuildAndStart();
   if (!impl_->server || impl_->port == 0) {
     impl_->server.reset();
+    for (auto& cq : impl_->infer_cqs) {
+      cq->Shutdown();
+      void* tag;
+      bool ok;
+      while (cq->Next(&tag, &ok)) {
+      }
+    }
+    impl_->infer_cqs.clear();
     return invalid_argument("cannot listen for gRPC on " + where + " (the port is in use or the address is not local; choose another "
                             "--grpc-port, or --allow-grpc false)");
+  }
+  impl_->infer_cq_open = true;
+  for (auto& cq : impl_->infer_cqs) {
+    AsyncInfer::request(impl_.get(), cq.get());
+    impl_->infer_threads.emplace_back([cq = cq.get()] {
+      void* tag;
+      bool ok;
+      while (cq->Next(&tag, &ok)) AsyncInfer::proceed(static_cast<const AsyncInfer::Tag*>(tag), ok);
+    });
   }
   return Status::ok();
 }
@@ -575,7 +665,15 @@ void GrpcServer::stop() {
   if (!impl_->server) return;
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   impl_->server->Wait();
+  {
+    std::unique_lock<std::shared_mutex> lock(impl_->infer_cq_mu);
+    impl_->infer_cq_open = false;
+  }
+  for (auto& cq : impl_->infer_cqs) cq->Shutdown();
+  for (auto& t : impl_->infer_threads) t.join();  // drain the queues: every call's last tag comes back
+  impl_->infer_threads.clear();
   impl_->server.reset();
+  impl_->infer_cqs.clear();
   impl_->service.reset();
 }
 

@@ -1,6 +1,6 @@
 // The gRPC front end: inference.GRPCInferenceService (grpc_service.proto, the KServe v2 / Triton
-// protocol) on gRPC's callback API, over the same repository, batcher and statistics as the HTTP
-// front end. Status codes as Triton's: INVALID_ARGUMENT (a bad request, with the HTTP path's
+// protocol) on gRPC's callback API (ModelInfer on the async API: grpc_server.cpp), over the same
+// repository, batcher and statistics as the HTTP front end. Status codes as Triton's: INVALID_ARGUMENT (a bad request, with the HTTP path's
 // messages), NOT_FOUND (unknown model or version), UNAVAILABLE (not ready, queue full, timed out
 // in the queue, shutting down), RESOURCE_EXHAUSTED (a message over the size limit, from gRPC).
 // Only grpc_server.cpp and grpc_client.cpp include gRPC (library ferry_serve_grpc, FERRY_GRPC).

@@ -120,7 +120,7 @@ void ServedModel::retire(std::shared_ptr<ServedModel> successor) {
   cv_.wait(lock, [&] { return busy_ == 0; });
 }
 
-void ServedModel::enqueue(InferRequest request, InferCallback done) {
+void ServedModel::enqueue(InferRequest request, InferCallback done, InlinePolicy policy) {
   Entry e;
   e.request = std::move(request);
   e.done = std::move(done);
@@ -137,7 +137,7 @@ void ServedModel::enqueue(InferRequest request, InferCallback done) {
     lock.unlock();
     if (next && (!e.request.version_pinned || next->version_ == version_)) {
       pending_.fetch_sub(1, std::memory_order_relaxed);
-      next->enqueue(std::move(e.request), std::move(e.done));
+      next->enqueue(std::move(e.request), std::move(e.done), policy);
       return;
     }
     finish(e, {resource_exhausted("model '" + name_ + "' version " + std::to_string(version_) + " is being unloaded"),
@@ -152,7 +152,8 @@ void ServedModel::enqueue(InferRequest request, InferCallback done) {
                FailureReason::kRejected, {}});
     return;
   }
-  if (run_inline_ && queue_.empty() && busy_ < instances_ && recent_run_ns_.load(std::memory_order_relaxed) < kInlineMaxNs) {
+  const int busy_limit = policy == InlinePolicy::kNever ? 0 : policy == InlinePolicy::kIdle ? 1 : instances_;
+  if (run_inline_ && queue_.empty() && busy_ < busy_limit && recent_run_ns_.load(std::memory_order_relaxed) < kInlineMaxNs) {
     ++busy_;
     lock.unlock();
     std::vector<Entry> batch;

@@ -30,6 +30,13 @@ struct ServeOptions {
   int threads = 0;
 };
 
+/// When enqueue() may run a request on the caller's thread (see there).
+enum class InlinePolicy {
+  kInstanceFree,  // an instance is free and the queue empty (callers on many threads: HTTP)
+  kIdle,          // nothing queued or running (a caller that is one thread for every client)
+  kNever,
+};
+
 class ServedModel {
  public:
   /// Loads `path` (model.onnx or model.ferry) and starts one thread per instance. `config` is
@@ -51,7 +58,7 @@ class ServedModel {
   /// is queued and batched as before. Only while the model's recent executions took under
   /// kInlineMaxNs: a longer run goes to an instance thread, so that the caller (an I/O thread with
   /// other connections to serve) is never held long; there the hand-off is a small part.
-  void enqueue(InferRequest request, InferCallback done);
+  void enqueue(InferRequest request, InferCallback done, InlinePolicy policy = InlinePolicy::kInstanceFree);
   static constexpr uint64_t kInlineMaxNs = 1000000;
   /// Stops taking requests, runs what is queued, joins the instance threads.
   void stop() { retire(nullptr); }
