@@ -258,8 +258,10 @@ Status write_checkpoint(const std::string& dir_in, const Checkpoint& c, int keep
 namespace {
 
 // parse_checkpoint; `done(p, n)` is told of bytes it will not need resident again: each piece of
-// the file once checksummed, then each tensor's bytes once copied (read_checkpoint_file drops those pages of
-// its mapping, so a resume holds the file's tensors once, copied, rather than mapped beside them).
+// the file once checksummed, then of each tensor once copied (read_checkpoint_file drops those
+// pages of its mapping, so a resume holds the file's tensors once, copied, not mapped beside them).
+constexpr size_t kPiece = size_t(8) << 20;  // what parse_checkpoint_releasing lets go at a time
+
 StatusOr<Checkpoint> parse_checkpoint_releasing(const uint8_t* data, size_t size, const std::string& what,
                                                 const std::function<void(const uint8_t*, size_t)>& done) {
   if (size < sizeof kCkptMagic || std::memcmp(data, kCkptMagic, sizeof kCkptMagic) != 0)
@@ -284,7 +286,6 @@ StatusOr<Checkpoint> parse_checkpoint_releasing(const uint8_t* data, size_t size
   XXH3_64bits_reset(&state);
   XXH3_64bits_update(&state, data, kChecksumAt);
   XXH3_64bits_update(&state, &zero, sizeof zero);
-  constexpr size_t kPiece = size_t(8) << 20;
   for (size_t at = kChecksumAt + sizeof zero; at < size; at += kPiece) {
     const size_t n = std::min(kPiece, size - at);
     XXH3_64bits_update(&state, data + at, n);
@@ -335,8 +336,11 @@ StatusOr<Checkpoint> parse_checkpoint_releasing(const uint8_t* data, size_t size
     prev_end = offset + nbytes;
     if (c.tensors.count(name)) return invalid_model(tw + " is stored twice");
     ASSIGN_OR_RETURN(Tensor t, Tensor::create(dtype, dims, tw));
-    if (nbytes) std::memcpy(t.mutable_raw(), data + offset, static_cast<size_t>(nbytes));
-    done(data + offset, static_cast<size_t>(nbytes));
+    for (uint64_t at = 0; at < nbytes; at += kPiece) {  // in pieces: the file's pages go as the copy grows
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, nbytes - at));
+      std::memcpy(static_cast<uint8_t*>(t.mutable_raw()) + at, data + offset + at, n);
+      done(data + offset + at, n);
+    }
     if (dtype == DType::kBool)  // only 0 and 1 are valid bools
       for (int64_t k = 0; k < n; ++k) t.mutable_data<uint8_t>()[k] = t.data<uint8_t>()[k] != 0;
     c.tensors.emplace(std::move(name), std::move(t));
