@@ -1,5 +1,5 @@
 // Which forward convolutions of a training graph hand their input X, in the backend's layout, to
-// the ConvGrad that reads the same X and W (backends/cpu/dnnl_conv_grad.cpp keeps the forward's
+// the ConvGrad that reads the same X and W (backends/cpu/dnnl_conv_train.cpp keeps the forward's
 // blocked copy of X for ConvGrad's backward-weights instead of reordering X twice per step;
 // train/memory_plan_train.cpp counts the copies). One rule for both.
 #pragma once
@@ -55,7 +55,7 @@ inline std::vector<ConvGradLink> conv_grad_links(const Graph& g) {
 }
 
 /// --amp bf16: whether a ConvGrad's backward-weights runs in f32 on bf16-rounded operands instead of
-/// oneDNN's bf16 kernel (backends/cpu/dnnl_conv_grad.cpp measured why; train/memory_plan_train.cpp
+/// oneDNN's bf16 kernel (backends/cpu/dnnl_conv_train_util.h measured why; train/memory_plan_train.cpp
 /// counts its buffers): kernels wider than 1 with 128 input channels or more, ungrouped.
 /// $FERRY_AMP_WGRAD = bf16 | f32 forces one for every shape.
 inline bool amp_wgrad_f32(int64_t group, int64_t in_channels, const std::vector<int64_t>& kernel) {

@@ -1,8 +1,6 @@
 // oneDNN convolutions of training graphs (f32, 1-D..3-D, groups and depthwise, strides, dilations,
 // pads and auto_pad):
-//   Conv / FusedConv whose weights are fed at run time (a trained parameter is a graph input, so
-//       dnnl_conv.cpp, which packs constant weights once, declines them): the weights are reordered
-//       on every run, the bias, residual Z and activation are fused as in dnnl_conv.cpp;
+//   Conv / FusedConv whose weights are fed at run time: dnnl_conv_train.cpp (registered here);
 //   com.ferry ConvGrad(dY, X, W) -> (dX, dW, dB): convolution_backward_data and
 //       convolution_backward_weights (with the bias gradient), created with the forward primitive
 //       descriptor as hint; outputs given as "" are not computed.
@@ -14,20 +12,20 @@
 // layout (no reorder); see blocked_layout() for when the primitives run on
 // oneDNN's blocked layouts (reorders in and out inside the kernel) and when directly on NCHW.
 // Also com.ferry ToBlocked / FromBlocked (the blocked region's edges): oneDNN reorders.
+// The pieces the forward and backward share (buffers, kept X, layout changes, geometry, the layout and
+// Winograd choices, --amp bf16's mode): dnnl_conv_train_util.h.
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
-#include <unordered_map>
 
 #include "backends/cpu/cpu_kernel_util.h"
+#include "backends/cpu/dnnl_conv_train_util.h"
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/node_attrs.h"
-#include "common/env_switch.h"
 #include "ops/blocked_layout.h"
 #include "ops/conv_grad_link.h"
-#include "ops/conv_pool_util.h"
 
 namespace ferry {
 namespace {
@@ -35,374 +33,9 @@ namespace {
 using cpu::NodeAttrs;
 using cpu::dnnl_engine;
 using cpu::dnnl_stream;
+using cpu::make_reorder;
 using cpu::wrap;
-using dnnl::memory;
-using tag = dnnl::memory::format_tag;
-
-// Per-thread buffers for the tensors in oneDNN's layouts, one per role (as cpu::scratch_memory:
-// a run executes its nodes one after another on one thread, so each run owns its buffers).
-enum Buf { kBufSrc, kBufWei, kBufDst, kBufDiffSrc, kBufDiffWei, kBufDiffDst2, kBufPad, kBufRoundX, kBufRoundDy, kBufRoundDw, kBufs };
-
-struct GrowBuffer {
-  void* data = nullptr;
-  size_t size = 0;
-  GrowBuffer() = default;
-  GrowBuffer(const GrowBuffer&) = delete;
-  GrowBuffer& operator=(const GrowBuffer&) = delete;
-  ~GrowBuffer() { std::free(data); }
-};
-
-memory grow_memory(const memory::desc& d, GrowBuffer& b) {
-  const size_t bytes = d.get_size();
-  if (bytes > b.size) {
-    std::free(b.data);
-    b.size = (bytes + 4095) / 4096 * 4096;
-    b.data = std::aligned_alloc(64, b.size);
-    if (!b.data) {
-      b.size = 0;
-      throw dnnl::error(dnnl_out_of_memory, "training convolution buffer allocation failed");
-    }
-  }
-  return memory(d, dnnl_engine(), bytes ? b.data : nullptr);
-}
-
-memory buf_memory(const memory::desc& d, Buf slot) {
-  thread_local GrowBuffer bufs[kBufs];
-  return grow_memory(d, bufs[slot]);
-}
-
-// The forward's X in the layout of its primitive, kept for the linked ConvGrad's backward-weights
-// (ops/conv_grad_link.h) so that X is reordered once per step, not twice. One per link and thread
-// (a run executes its nodes one after another on one thread): the forward clears it first thing and
-// fills it with the reorder it makes anyway; ConvGrad takes it when it is of the same data pointer
-// and layout, and clears it (read once). So a copy is only ever read by the ConvGrad that follows
-// the forward which made it, in the same run. The buffer is kept (not freed after the read): the
-// copies are all alive at the end of the forward pass, the step's peak, and returning them to the
-// system would page them in again every step (train/memory_plan_train.cpp counts them).
-struct KeptX {
-  GrowBuffer buf;
-  memory::desc md;
-  const void* x = nullptr;  // the data pointer it is a copy of; nullptr: nothing to read
-};
-
-KeptX& kept_x(const std::string& link) {
-  thread_local std::unordered_map<std::string, KeptX> kept;
-  return kept[link];
-}
-
-// The link key of the forward (`grad` false) or ConvGrad node `node` of `graph`; empty: none.
-std::string link_of(const Graph& graph, const Node& node, bool grad) {
-  for (const ConvGradLink& l : conv_grad_links(graph)) {
-    const Node& n = graph.nodes[grad ? l.grad : l.forward];
-    if (n.name == node.name && n.inputs == node.inputs && n.outputs == node.outputs) return l.key;
-  }
-  return {};
-}
-
-dnnl::reorder make_reorder(const memory::desc& from, const memory::desc& to) {
-  return dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), from, dnnl_engine(), to));
-}
-
-// A tensor in the layout a primitive wants: the user's memory, or a reorder of it into `slot`.
-struct LayoutChange {
-  memory::desc user, want;
-  bool needed = false;
-  dnnl::reorder prim;
-
-  void make(const memory::desc& user_desc, const memory::desc& want_desc) {
-    user = user_desc;
-    want = want_desc;
-    needed = user != want;
-    if (needed) prim = make_reorder(user, want);
-  }
-  // Input side: the tensor as the primitive reads it (reordered into `to`, else into `slot`).
-  memory in(const Tensor& t, Buf slot, dnnl::stream& s, GrowBuffer* to = nullptr) const {
-    memory m = wrap(user, t);
-    if (!needed) return m;
-    memory b = to ? grow_memory(want, *to) : buf_memory(want, slot);
-    prim.execute(s, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, b}});
-    return b;
-  }
-  // Output side (user = the primitive's layout, want = the tensor's): where the primitive writes.
-  memory out(Tensor* t, Buf slot) const { return needed ? buf_memory(user, slot) : wrap(want, *t); }
-  void finish(const memory& written, Tensor* t, dnnl::stream& s) const {
-    if (needed) prim.execute(s, {{DNNL_ARG_FROM, written}, {DNNL_ARG_TO, wrap(want, *t)}});
-  }
-};
-
-// Geometry of one convolution in oneDNN's terms.
-struct ConvShape {
-  memory::dims src, wei, dst, strides, dil, pad_l, pad_r;
-  int64_t group = 1;
-  tag io_tag = tag::undef, wei_tag = tag::undef;
-};
-
-Status conv_shape(const Node& node, const std::vector<int64_t>& x, const std::vector<int64_t>& w, ConvShape* s) {
-  NodeAttrs attrs(node);
-  const int64_t rank = static_cast<int64_t>(x.size()), nd = rank - 2;
-  if (rank < 3 || rank > 5 || static_cast<int64_t>(w.size()) != rank) return unsupported("rank");
-  s->group = attrs.get_int("group", 1);
-  const int64_t g = s->group;
-  if (g < 1 || w[0] % g != 0 || x[1] != w[1] * g) return unsupported("channels");
-  const std::vector<int64_t> kernel(w.begin() + 2, w.end());
-  SpatialAttrs sa;
-  RETURN_IF_ERROR(read_spatial_attrs(attrs, nd, &kernel, true, &sa));
-  s->src = cpu::to_dnnl_dims(x);
-  s->dst = {x[0], w[0]};
-  for (int64_t i = 0; i < nd; ++i) {
-    AxisGeom ag;
-    RETURN_IF_ERROR(conv_pool_axis(attrs, sa, i, x[2 + i], &ag));
-    if (ag.pad_begin < 0 || ag.pad_end < 0 || ag.out <= 0) return unsupported("geometry");
-    s->dst.push_back(ag.out);
-    s->strides.push_back(sa.strides[i]);
-    s->dil.push_back(sa.dilations[i] - 1);
-    s->pad_l.push_back(ag.pad_begin);
-    s->pad_r.push_back(ag.pad_end);
-  }
-  for (int64_t d : x)
-    if (d <= 0) return unsupported("empty");
-  s->wei = g > 1 ? memory::dims{g, w[0] / g, w[1]} : memory::dims{w[0], w[1]};
-  s->wei.insert(s->wei.end(), kernel.begin(), kernel.end());
-  s->io_tag = cpu::plain_tag(x.size());
-  s->wei_tag = g > 1 ? (rank == 3 ? tag::goiw : rank == 4 ? tag::goihw : tag::goidhw)
-                     : (rank == 3 ? tag::oiw : rank == 4 ? tag::oihw : tag::oidhw);
-  return Status::ok();
-}
-
-// Whether the primitives run on oneDNN's own (blocked) layouts, reordering NCHW in and out, or
-// directly on NCHW (oneDNN's gemm-based convolution). Measured on a ResNet-50 training step (b8, 2
-// threads, oneDNN's own timings): blocked 1.04 s of convolutions + reorders; plain 1x1 convolutions
-// alone cost 0.91 s (gemm: 546 ms forward against 161 ms blocked, reorders included). So always
-// blocked; $FERRY_TRAIN_CONV_LAYOUT = plain | blocked forces one (to compare).
-bool blocked_layout(const ConvShape& s) {
-  static const int forced = [] {
-    const char* e = env_value("FERRY_TRAIN_CONV_LAYOUT");
-    if (!e) return -1;
-    return std::string(e) == "plain" ? 0 : std::string(e) == "blocked" ? 1 : -1;
-  }();
-  if (forced >= 0) return forced == 1;
-  (void)s;  // measured on ResNet-50 (oneDNN verbose, 2 threads): blocked wins for 1x1 convolutions too
-  return true;
-}
-
-// Winograd F(4x4, 3x3) for 3x3 stride-1 ungrouped convolutions on large images, forward and
-// backward, on the shapes dnnl_conv.cpp measured for inference. ResNet-50 b8 (2 threads, oneDNN's
-// timings): its six 3x3 convolutions of layer1/2 take 74 ms per step (forward + both backward)
-// instead of ~200 ms direct; rounding differs by ~1e-6 relative. Also for the wide 3x3s of layer3/4
-// (>= 256 channels in and out, >= 7x7 out), which the inference measurements left direct: oneDNN's
-// timings of one step each way, same load (3.3-3.6, so ~2.8x quiet times): the five 14x14x256
-// convolutions 338 -> 226 ms, the two 7x7x512 135 -> 116 ms (forward + both backward).
-// $FERRY_TRAIN_CONV_WINOGRAD=0 turns it off, =all takes every 3x3 stride-1 shape (to measure).
-// Blocked layouts only.
-bool winograd(const ConvShape& s, bool blocked) {
-  static const int enabled = [] {
-    const char* e = env_value("FERRY_TRAIN_CONV_WINOGRAD");
-    return e && std::string(e) == "0" ? 0 : e && std::string(e) == "all" ? 2 : 1;
-  }();
-  if (!enabled || !blocked || s.group != 1 || s.src.size() != 4 || s.wei[2] != 3 || s.wei[3] != 3) return false;
-  for (size_t i = 0; i < 2; ++i)
-    if (s.strides[i] != 1 || s.dil[i] != 0) return false;
-  if (enabled == 2) return true;
-  if (s.dst[2] * s.dst[3] >= 7 * 7 && s.src[1] >= 256 && s.dst[1] >= 256) return true;  // training: see above
-  return s.dst[2] * s.dst[3] >= 24 * 24 && s.src[1] >= 32 && s.dst[1] >= 16 && std::min(s.src[1], s.dst[1]) <= 128;
-}
-
-using dt = memory::data_type;
-
-memory::desc layout_desc(const memory::dims& d, tag plain, bool blocked, dt type = dt::f32) {
-  return memory::desc(d, type, blocked ? tag::any : plain);
-}
-
-// --amp bf16 folded into the node (src/passes/amp_bf16_fold.cpp): amp_bf16 = 1 runs the oneDNN bf16
-// primitives (operands converted to bf16 by the reorders into the primitive's layout, f32
-// accumulation); bit i of amp_round_outputs: output i is written in bf16 (rounded), else in f32.
-struct AmpMode {
-  bool bf16 = false;
-  int64_t round = 0;
-  explicit AmpMode(const Node& n) {
-    NodeAttrs a(n);
-    bf16 = a.get_int("amp_bf16", 0) != 0;
-    round = bf16 ? a.get_int("amp_round_outputs", 0) : 0;
-  }
-  dt in() const { return bf16 ? dt::bf16 : dt::f32; }
-  dt out(int i) const { return (round >> i) & 1 ? dt::bf16 : dt::f32; }
-};
-
-// --amp bf16, backward-weights of the 3x3 (any kernel wider than 1) convolutions with 128 input
-// channels or more: oneDNN 2.6's bf16 kernel (jit_bf16) is 5-10x slower there than the f32 one on
-// the same shape (ResNet-50 b8, 2 threads, oneDNN's timings in one step, same load: the 13 such
-// convolutions 735 ms bf16 against 109 ms f32, Winograd for the stride-1 ones), while the 1x1 and
-// 64-channel ones are even. Those run f32 backward-weights on the operands rounded to bf16 (a
-// reorder f32 -> bf16 -> f32 each), dW rounded afterwards where the graph rounds it: the autocast
-// specification (f32 compute on rounded operands). $FERRY_AMP_WGRAD = bf16 | f32 forces one for
-// every shape (to compare). ResNet-50 b8 --amp bf16, 2 threads, 3 interleaved rounds (loaded
-// machine, load 4.1-4.7): median step 2316-2521 / 1614 ms all bf16, 1418-1695 / 960 ms with this.
-// The rule: ops/conv_grad_link.h (the memory plan counts its buffers).
-bool wgrad_in_f32(const ConvShape& s) {
-  return amp_wgrad_f32(s.group, s.src[1], std::vector<int64_t>(s.wei.end() - (s.src.size() - 2), s.wei.end()));
-}
-
-Status amp_unsupported(const Node& node, const std::string& why) {
-  return unsupported(node.describe() + ": --amp bf16 folded into this convolution, but " + why +
-                     "; run with FERRY_AMP_NATIVE=0 (the emulated bf16 graph)");
-}
-
-dnnl::convolution_forward::primitive_desc forward_pd(const ConvShape& s, bool blocked, bool bias,
-                                                     const dnnl::primitive_attr& attr, dnnl::algorithm alg,
-                                                     dt in = dt::f32, dt out = dt::f32) {
-  const auto src = layout_desc(s.src, s.io_tag, blocked, in), dst = layout_desc(s.dst, s.io_tag, blocked, out),
-             wei = layout_desc(s.wei, s.wei_tag, blocked, in);
-  const memory::desc b({s.dst[1]}, memory::data_type::f32, tag::x);
-  const auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src, wei, b, dst,
-                                                        s.strides, s.dil, s.pad_l, s.pad_r)
-                      : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src, wei, dst,
-                                                        s.strides, s.dil, s.pad_l, s.pad_r);
-  return dnnl::convolution_forward::primitive_desc(d, attr, dnnl_engine());
-}
-
-// The plain dims of an activation held blocked (`blocked`) or plain.
-std::vector<int64_t> logical_dims(const Tensor& t, bool blocked) { return blocked ? plain_dims(t.dims()) : t.dims(); }
-
-// The blocked layout of `block` channels (ops/blocked_layout.h: 16, or 8 on AVX2 hosts).
-tag blocked_tag(int64_t block) { return block == 8 ? tag::nChw8c : tag::nChw16c; }
-
-// The user's (the graph's) memory descriptor of an activation: nChw16c / nChw8c when held blocked.
-memory::desc user_desc(const memory::dims& d, tag plain, bool blocked, dt type, int64_t block) {
-  return memory::desc(d, type, blocked ? blocked_tag(block) : plain);
-}
-
-std::vector<int64_t> plan_key(const Tensor& x, bool x_blocked, const Tensor& w) {
-  std::vector<int64_t> k = logical_dims(x, x_blocked);
-  k.push_back(-1);
-  k.insert(k.end(), w.dims().begin(), w.dims().end());
-  return k;
-}
-
-void split_key(const std::vector<int64_t>& key, std::vector<int64_t>* x, std::vector<int64_t>* w) {
-  const auto sep = std::find(key.begin(), key.end(), -1);
-  x->assign(key.begin(), sep);
-  w->assign(sep + 1, key.end());
-}
-
-// ---- forward: Conv / FusedConv with run-time weights -------------------------------------------
-
-class TrainConvKernel : public Kernel {
- public:
-  TrainConvKernel(const Node& node, const Graph& graph, KernelFn fallback)
-      : node_(node), fallback_(fallback), amp_(node), link_(link_of(graph, node, false)),
-        bx_(input_blocked(node, 0)), by_(output_blocked(node, 0)), block_(node_layout_block(node)),
-        y_bf16_(amp_.bf16 && (amp_.round & 1) && blocked_bit(node, "bf16_outputs", 0)),
-        x_bf16_(amp_.bf16 && bx_ && blocked_bit(node, "bf16_inputs", 0)) {}
-  bool amp() const { return amp_.bf16; }
-
-  bool init(const Graph& graph) {
-    if ((!x_bf16_ && !cpu::maybe_f32(graph, node_.inputs[0])) || !cpu::maybe_f32(graph, node_.inputs[1])) return false;
-    NodeAttrs attrs(node_);
-    if (attrs.get_int("channels_last", 0) != 0) return false;
-    has_b_ = node_.inputs.size() > 2 && !node_.inputs[2].empty();
-    has_z_ = node_.inputs.size() > 3 && !node_.inputs[3].empty();
-    return cpu::node_activation(node_, &act_);
-  }
-
-  Status compute(KernelContext& ctx) override {
-    KeptX* keep = link_.empty() ? nullptr : &kept_x(link_);
-    if (keep) keep->x = nullptr;  // whatever this node kept in an earlier run is stale now
-    const Tensor &x = ctx.input(0), &w = ctx.input(1);
-    const bool inputs_f32 = (x_bf16_ ? x.dtype() == DType::kBF16 : f32(x)) && f32(w) && (!has_b_ || f32(ctx.input(2))) &&
-                            (!has_z_ || f32(ctx.input(3)));
-    if (!inputs_f32) return amp() ? amp_unsupported(node_, "an input is not f32") : fallback_(ctx);
-    if (bx_ && (x.rank() != 5 || x.dims().back() != block_)) return fallback_(ctx);  // it reports it
-    auto plan = plans_.get(plan_key(x, bx_, w), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(k, p); });
-    if (!plan.is_ok()) return amp() ? amp_unsupported(node_, plan.status().message()) : fallback_(ctx);
-    const Plan* p = plan.value();
-    if ((has_b_ && ctx.input(2).numel() != w.dim(0)) || (has_z_ && ctx.input(3).dims() != p->out_dims))
-      return amp() ? amp_unsupported(node_, "the bias or residual shape does not match") : fallback_(ctx);
-    if (y_bf16_ && has_z_) return amp_unsupported(node_, "a bf16 output with a residual sum");
-    ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 3, DType::kF32, p->out_dims)
-                                        : ctx.allocate_output(0, y_bf16_ ? DType::kBF16 : DType::kF32, p->out_dims, false));
-    const auto run_primitives = [&] {
-      dnnl::stream& s = dnnl_stream();
-      std::unordered_map<int, memory> args = {
-          {DNNL_ARG_SRC, p->src.in(x, kBufSrc, s, keep && p->src.needed ? &keep->buf : nullptr)},
-          {DNNL_ARG_WEIGHTS, p->wei.in(w, kBufWei, s)},
-          {DNNL_ARG_SCRATCHPAD, buf_memory(p->pd.scratchpad_desc(), kBufPad)}};
-      memory dst = p->dst.out(y, kBufDst);
-      if (has_z_) {  // the sum post-op adds what dst holds
-        const Tensor& z = ctx.input(3);
-        if (p->dst.needed) p->z_in.execute(s, {{DNNL_ARG_FROM, wrap(p->dst.want, z)}, {DNNL_ARG_TO, dst}});
-        else if (z.raw() != y->raw()) std::memcpy(y->mutable_raw(), z.raw(), static_cast<size_t>(z.nbytes()));
-      }
-      args[DNNL_ARG_DST] = dst;
-      if (has_b_) args[DNNL_ARG_BIAS] = wrap(memory::desc({w.dim(0)}, memory::data_type::f32, tag::x), ctx.input(2));
-      p->prim.execute(s, args);
-      p->dst.finish(dst, y, s);
-      s.wait();
-    };
-    RETURN_IF_ERROR(cpu::dnnl_call(node_, run_primitives));
-    if (keep && p->src.needed) {
-      keep->md = p->src.want;
-      keep->x = x.raw();
-    }
-    return Status::ok();
-  }
-
- private:
-  struct Plan {
-    dnnl::convolution_forward::primitive_desc pd;
-    dnnl::convolution_forward prim;
-    LayoutChange src, wei, dst;
-    dnnl::reorder z_in;
-    std::vector<int64_t> out_dims;
-  };
-
-  static bool f32(const Tensor& t) { return t.dtype() == DType::kF32; }
-
-  Status make_plan(const std::vector<int64_t>& key, Plan* p) {
-    std::vector<int64_t> xd, wd;
-    split_key(key, &xd, &wd);
-    ConvShape s;
-    RETURN_IF_ERROR(conv_shape(node_, xd, wd, &s));
-    if (amp() && has_z_) return unsupported("a residual sum");  // would round conv + Z, not conv
-    const auto plan_primitives = [&] {
-      const bool blocked = blocked_layout(s);
-      dnnl::post_ops ops;
-      if (has_z_) ops.append_sum(1.f);
-      if (!cpu::append_activation(act_, &ops)) return unsupported("activation");
-      dnnl::primitive_attr attr = cpu::concurrent_attr();
-      attr.set_post_ops(ops);
-      cpu::make_winograd_or_direct(winograd(s, blocked), [&](dnnl::algorithm alg) {
-        p->pd = forward_pd(s, blocked, has_b_, attr, alg, amp_.in(), amp_.out(0));
-      });
-      p->prim = dnnl::convolution_forward(p->pd);
-      if (by_ && s.dst[1] % block_ != 0) return unsupported("blocked output channels");
-      if (y_bf16_ && !by_) return unsupported("a bf16 output not held blocked");
-      const memory::desc user_x = user_desc(s.src, s.io_tag, bx_, x_bf16_ ? dt::bf16 : dt::f32, block_),
-                         user_y = user_desc(s.dst, s.io_tag, by_, y_bf16_ ? dt::bf16 : dt::f32, block_),
-                         user_w(s.wei, memory::data_type::f32, s.wei_tag);
-      p->src.make(user_x, p->pd.src_desc());
-      p->wei.make(user_w, p->pd.weights_desc());
-      p->dst.make(p->pd.dst_desc(), user_y);
-      if (p->dst.needed && has_z_) p->z_in = make_reorder(user_y, p->pd.dst_desc());
-      return Status::ok();
-    };
-    RETURN_IF_ERROR(cpu::dnnl_call(node_, plan_primitives));
-    p->out_dims.assign(s.dst.begin(), s.dst.end());
-    if (by_) p->out_dims = blocked_dims(p->out_dims, block_);
-    return Status::ok();
-  }
-
-  Node node_;
-  KernelFn fallback_;
-  AmpMode amp_;
-  std::string link_;  // conv_grad_links key: X is kept for that ConvGrad
-  bool bx_ = false, by_ = false;  // X; Y and Z held blocked (com.ferry Blocked)
-  int64_t block_ = kLayoutBlock;  // their block (the node's attribute `block`)
-  bool y_bf16_ = false;           // Y stored in bf16 (bf16_outputs, train_blocked_layout's bf16_activations)
-  bool x_bf16_ = false;           // X stored in bf16 (bf16_inputs)
-  bool has_b_ = false, has_z_ = false;
-  FusedActivation act_;
-  cpu::PlanCache<Plan> plans_;
-};
+using namespace cpu::train_conv;  // NOLINT: the shared pieces of the training convolutions
 
 // ---- backward: ConvGrad ------------------------------------------------------------------------
 
@@ -642,15 +275,6 @@ class ConvGradKernel : public Kernel {
   bool dy_bf16_ = false, x_bf16_ = false, dx_bf16_ = false;  // dY / X / dX stored in bf16 (bf16_activations)
   cpu::PlanCache<Plan> plans_;
 };
-
-StatusOr<std::unique_ptr<Kernel>> make_train_conv(const Node& node, const OpSchema& schema, const Graph& graph) {
-  auto k = std::make_unique<TrainConvKernel>(node, graph, schema.kernel);
-  if (!k->init(graph)) {
-    if (k->amp()) return amp_unsupported(node, "oneDNN's training convolution does not take it (layout or activation)");
-    return std::unique_ptr<Kernel>();
-  }
-  return std::unique_ptr<Kernel>(std::move(k));
-}
 
 StatusOr<std::unique_ptr<Kernel>> make_conv_grad(const Node& node, const OpSchema& schema, const Graph& graph) {
   return std::unique_ptr<Kernel>(std::make_unique<ConvGradKernel>(node, graph, schema.kernel));

@@ -1,4 +1,4 @@
-// oneDNN plumbing shared by the cpu backend's oneDNN kernels (dnnl_conv, dnnl_conv_grad, dnnl_matmul, dnnl_pool,
+// oneDNN plumbing shared by the cpu backend's oneDNN kernels (dnnl_conv, dnnl_conv_train, dnnl_conv_grad, dnnl_matmul, dnnl_pool,
 // dnnl_int8_conv, dnnl_int8_matmul, int8_pool, int8_transpose, attention):
 // the engine and stream, dtype mapping, fused activations as post-ops, wrapping ferry tensors as
 // oneDNN memory without copies, and the one try/catch of their plans and runs (oneDNN throws; kernels
