@@ -268,19 +268,7 @@ StatusOr<bool> bn_training_blocked(KernelContext& ctx) {
     float fa[kB], fb[kB];
     for (int64_t j = 0; j < kB; ++j) {
       const int64_t c = cb * kB + j;
-      const double dmean = s1[j] / static_cast<double>(count);
-      const double ss = std::max(0.0, s2[j] - s1[j] * dmean);
-      const double mu = k[j] + dmean, var = ss / static_cast<double>(count);
-      const double inv = 1.0 / std::sqrt(var + eps);
-      if (out[1]) out[1]->mutable_data<float>()[c] = static_cast<float>(rm[c] * momentum + mu * (1.0 - momentum));
-      if (out[2])
-        out[2]->mutable_data<float>()[c] =
-            static_cast<float>(rv[c] * momentum + ss / static_cast<double>(count - 1) * (1.0 - momentum));
-      if (out[3]) out[3]->mutable_data<float>()[c] = static_cast<float>(mu);
-      if (out[4]) out[4]->mutable_data<float>()[c] = static_cast<float>(inv);
-      const double a = inv * sc[c];
-      fa[j] = static_cast<float>(a);
-      fb[j] = static_cast<float>(bias[c] - mu * a);
+      bn_training_channel(k[j], s1[j], s2[j], count, eps, momentum, sc[c], bias[c], rm[c], rv[c], out, c, &fa[j], &fb[j]);
     }
     if (!py) return;
     for (int64_t n = 0; n < N; ++n) {
@@ -374,14 +362,7 @@ StatusOr<bool> bn_training_grad_blocked(KernelContext& ctx) {
     float fa[kB], fb[kB], fc[kB];
     for (int64_t j = 0; j < kB; ++j) {
       const int64_t c = cb * kB + j;
-      const double is = inv[c], sgx = sgxm[j] * is;
-      if (out[1]) out[1]->mutable_data<float>()[c] = static_cast<float>(sgx);
-      if (out[2]) out[2]->mutable_data<float>()[c] = static_cast<float>(sg[j]);
-      const double k = sc[c] * is / count;
-      const double a = k * count, b = -k * is * sgx, cc = -k * sg[j] - b * mean[c];
-      fa[j] = static_cast<float>(a);
-      fb[j] = static_cast<float>(b);
-      fc[j] = static_cast<float>(cc);
+      bn_training_grad_channel(sg[j], sgxm[j], inv[c], sc[c], mean[c], count, out, c, &fa[j], &fb[j], &fc[j]);
     }
     if (!pdx) return;
     for (int64_t n = 0; n < N; ++n) {

@@ -143,19 +143,9 @@ StatusOr<bool> run_bn_training(KernelContext& ctx) {
     const float k = px[c * S];
     double s1 = 0, s2 = 0;
     for (int64_t n = 0; n < N; ++n) shifted_moments(px + (n * C + c) * S, S, k, &s1, &s2);
-    const double dmean = s1 / static_cast<double>(count);
-    const double ss = std::max(0.0, s2 - s1 * dmean);  // sum of squared deviations
-    const double mu = k + dmean, var = ss / static_cast<double>(count);
-    const double inv = 1.0 / std::sqrt(var + eps);
-    if (out[1]) out[1]->mutable_data<float>()[c] = static_cast<float>(rm[c] * momentum + mu * (1.0 - momentum));
-    if (out[2])
-      out[2]->mutable_data<float>()[c] =
-          static_cast<float>(rv[c] * momentum + ss / static_cast<double>(count - 1) * (1.0 - momentum));
-    if (out[3]) out[3]->mutable_data<float>()[c] = static_cast<float>(mu);
-    if (out[4]) out[4]->mutable_data<float>()[c] = static_cast<float>(inv);
+    float fa, fb;
+    bn_training_channel(k, s1, s2, count, eps, momentum, sc[c], bias[c], rm[c], rv[c], out, c, &fa, &fb);
     if (!py) return;
-    const double a = inv * sc[c];
-    const float fa = static_cast<float>(a), fb = static_cast<float>(bias[c] - mu * a);
     for (int64_t n = 0; n < N; ++n)
       (relu ? affine_relu : affine)(px + (n * C + c) * S, fa, fb, py + (n * C + c) * S, S);
   });
@@ -195,13 +185,9 @@ StatusOr<bool> run_bn_training_grad(KernelContext& ctx) {
       if (pz) grad_moments_masked(pg + o, pz + o, px + o, S, mean[c], &sg, &sgxm);
       else grad_moments(pg + o, px + o, S, mean[c], &sg, &sgxm);
     }
-    const double is = inv[c], sgx = sgxm * is;
-    if (out[1]) out[1]->mutable_data<float>()[c] = static_cast<float>(sgx);
-    if (out[2]) out[2]->mutable_data<float>()[c] = static_cast<float>(sg);
+    float fa, fb, fc;
+    bn_training_grad_channel(sg, sgxm, inv[c], sc[c], mean[c], count, out, c, &fa, &fb, &fc);
     if (!pdx) return;
-    const double k = sc[c] * is / count;
-    const double a = k * count, b = -k * is * sgx, cc = -k * sg - b * mean[c];
-    const float fa = static_cast<float>(a), fb = static_cast<float>(b), fc = static_cast<float>(cc);
     for (int64_t n = 0; n < N; ++n) {
       const int64_t o = (n * C + c) * S;
       if (pz) affine2_masked(pg + o, pz + o, px + o, fa, fb, fc, pdx + o, S);
