@@ -127,7 +127,12 @@ void GrpcClient::set_request(const std::string& model, const std::string& versio
     in->set_name(name);
     in->set_datatype(kserve_dtype_name(t.dtype()));
     for (int64_t d : t.dims()) in->add_shape(d);
-    r.add_raw_input_contents(static_cast<const char*>(t.raw()), static_cast<size_t>(t.nbytes()));
+    if (t.dtype() == DType::kString) {  // 4-byte little-endian length + bytes per element, as Triton
+      std::string* raw = r.add_raw_input_contents();
+      append_bytes_tensor(t, raw);
+    } else {
+      r.add_raw_input_contents(static_cast<const char*>(t.raw()), static_cast<size_t>(t.nbytes()));
+    }
   }
 }
 

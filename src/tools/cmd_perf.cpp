@@ -21,6 +21,7 @@
 #endif
 #include "serve/http_client.h"
 #include "serve/inference_types.h"
+#include "serve/kserve_json.h"
 #include "serve/model_config.h"
 #include "tools/cli_common.h"
 #include "tools/command_registry.h"
@@ -43,6 +44,7 @@ struct PerfOptions {
   int max_windows = 10;
   double stability = 10.0;
   bool json_data = false;
+  int string_length = 128;  // random BYTES elements, as perf_analyzer's --string-length
   std::string csv;
   std::string json_out;
 };
@@ -79,7 +81,7 @@ StatusOr<Body> make_body(const json& meta, int32_t max_batch, const PerfOptions&
   for (const json& in : meta["inputs"]) {
     const std::string name = in["name"];
     DType dt;
-    if (!serve::dtype_from_kserve(in["datatype"].get<std::string>(), &dt) || dt == DType::kString)
+    if (!serve::dtype_from_kserve(in["datatype"].get<std::string>(), &dt))
       return unsupported("input '" + name + "': datatype " + in["datatype"].get<std::string>() + " is not supported by ferry perf");
     Tensor t;
     std::string file;
@@ -89,6 +91,9 @@ StatusOr<Body> make_body(const json& meta, int32_t max_batch, const PerfOptions&
     }
     if (file.empty() && k < opt.inputs.size() && opt.inputs[k].find('=') == std::string::npos) file = opt.inputs[k];
     if (!file.empty()) {
+      if (dt == DType::kString)
+        return unsupported("input '" + name + "' is BYTES: a .npy file cannot give it; leave --input out for random strings "
+                           "(--string-length characters each)");
       ASSIGN_OR_RETURN(t, read_npy(file));
       if (t.dtype() != dt) return invalid_argument(file + ": " + dtype_name(t.dtype()) + " but input '" + name + "' is " + in["datatype"].get<std::string>());
     } else {
@@ -102,7 +107,12 @@ StatusOr<Body> make_body(const json& meta, int32_t max_batch, const PerfOptions&
       }
       ASSIGN_OR_RETURN(t, Tensor::create(dt, dims, "input '" + name + "'"));
       auto* bytes = static_cast<uint8_t*>(t.mutable_raw());
-      if (dt == DType::kF32) {
+      if (dt == DType::kString) {  // random printable ASCII, as perf_analyzer
+        for (std::string& s : t.mutable_strings()) {
+          s.resize(static_cast<size_t>(opt.string_length));
+          for (char& c : s) c = static_cast<char>('!' + rng() % 94);
+        }
+      } else if (dt == DType::kF32) {
         std::uniform_real_distribution<float> u(0.f, 1.f);
         for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = u(rng);
       } else if (dt == DType::kBool) {
@@ -119,7 +129,14 @@ StatusOr<Body> make_body(const json& meta, int32_t max_batch, const PerfOptions&
   std::string binary;
   for (const auto& [name, t] : tensors) {
     json in = {{"name", name}, {"datatype", serve::kserve_dtype_name(t.dtype())}, {"shape", t.dims()}};
-    if (opt.json_data) {
+    if (t.dtype() == DType::kString) {
+      if (opt.json_data) {
+        in["data"] = t.strings();
+      } else {
+        in["parameters"] = {{"binary_data_size", serve::bytes_tensor_size(t)}};
+        serve::append_bytes_tensor(t, &binary);
+      }
+    } else if (opt.json_data) {
       json data = json::array();
       const auto values = t.to_double_vector();
       for (double v : values) {
@@ -448,6 +465,8 @@ const bool kRegistered = register_command({"perf", 76, [](CLI::App& app) {
   cmd->add_option("-p,--measurement-interval", opt->measurement_interval_ms, "Window length in ms (default 2000)")->check(CLI::Range(50, 600000));
   cmd->add_option("--max-trials", opt->max_windows, "Most windows per level before reporting it unstable (default 10)")->check(CLI::Range(3, 1000));
   cmd->add_option("-s,--stability-percentage", opt->stability, "Three windows in a row within this percent are stable (default 10)");
+  cmd->add_option("--string-length", opt->string_length, "Characters of each random BYTES element (default 128)")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--json-data", opt->json_data, "Send JSON tensors (default: the binary tensor data extension)");
   cmd->add_option("-f,--csv", opt->csv, "Write the results as CSV");
   cmd->add_option("--json", opt->json_out, "Write the results as JSON");

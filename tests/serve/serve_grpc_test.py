@@ -413,6 +413,11 @@ try:
     r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % ports["grpc"], "--protocol", "grpc", "-m", "nosuch"], capture_output=True, text=True,
                        timeout=60)
     check(r.returncode == 2 and "NOT_FOUND" in r.stderr and "nosuch" in r.stderr, "perf grpc on an unknown model: %s" % r.stderr[-300:])
+    r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % ports["grpc"], "--protocol", "grpc", "-m", "echo", "-p", "100", "--max-trials", "3",
+                        "-b", "2", "--string-length", "7", "--json", pj], capture_output=True, text=True, timeout=60)
+    if check(r.returncode == 0, "ferry perf --protocol grpc, BYTES: %d %s %s" % (r.returncode, r.stdout[-500:], r.stderr[-500:])):
+        rows = json.load(open(pj))
+        check(rows[0]["throughput"] > 0 and rows[0]["errors"] == 0, "perf grpc BYTES rows: %s" % rows)
 
     # ---- a second server on the same gRPC port fails to start, naming it (no SO_REUSEPORT) --
     r = subprocess.run([FERRY, "serve", "--model-repository", REPO, "--http-address", "127.0.0.1", "--http-port", "0", "--metrics-port",

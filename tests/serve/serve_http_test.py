@@ -405,6 +405,17 @@ try:
           "BYTES: a length past the end: " + r.text)
     r = post(U + "/v2/models/echo/infer", {"inputs": [{"name": "s", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]})
     check(r.status_code == 400 and "datatype FP32 but model 'echo' expects BYTES" in r.json()["error"], "BYTES: wrong datatype: " + r.text)
+    # ferry perf with BYTES inputs: random strings, binary (length-prefixed) and JSON; no .npy for them
+    # (3 rows a request: echo's preferred batch, so it runs without its 3 s delay).
+    for extra in ([], ["--json-data"]):
+        r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % srv.port, "-m", "echo", "-p", "100", "--max-trials", "3", "-b", "3",
+                            "--string-length", "7", "--json", pj] + extra, capture_output=True, text=True, timeout=60)
+        if check(r.returncode == 0, "ferry perf BYTES %s: %d %s %s" % (extra, r.returncode, r.stdout[-500:], r.stderr[-500:])):
+            rows = json.load(open(pj))
+            check(rows[0]["throughput"] > 0 and rows[0]["errors"] == 0 and rows[0]["avg_batch"] == 3.0, "perf BYTES rows %s: %s" % (extra, rows))
+    r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % srv.port, "-m", "echo", "--input", os.path.join(WORK, "none.npy")],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode != 0 and "input 's' is BYTES: a .npy file cannot give it" in r.stderr, "perf BYTES from .npy: " + r.stderr[-300:])
 
     # Still serving after every bad request.
     r = post(U + "/v2/models/add/infer", infer_body(x, y))
