@@ -2,6 +2,7 @@
 // A new device (an NPU) implements this and registers itself; the runtime needs no change.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,22 @@ class Kernel {
     (void)i;
     return false;
   }
+};
+
+/// Node attribute (int) pinning a node's kernel: one of Backend::kernel_choices, set by `ferry compile
+/// --tune` (compiler/tuner.h); -1: the reference kernel. The backend honours it in create_kernel; a
+/// pinned kernel that declines the node falls back to the reference kernel.
+inline constexpr const char* kKernelChoiceAttr = "ferry.impl";
+
+/// What a backend's kernels packed of their constant weights while `ferry compile` made them
+/// (Backend::begin_prepack, compiler/prepack.h).
+class WeightPrepack {
+ public:
+  virtual ~WeightPrepack() = default;
+  /// Stores on `graph`'s nodes what the kernels made since begin_prepack packed of their own
+  /// weights (node attributes the backend's kernels use in place at a later load); adds the nodes
+  /// and bytes stored to `nodes` and `bytes`.
+  virtual void store(Graph& graph, int64_t* nodes, int64_t* bytes) = 0;
 };
 
 class Backend {
@@ -54,6 +71,29 @@ class Backend {
   /// "blocked_training_layout" (com.ferry Blocked nChwBc training regions). A new device opts in
   /// by listing them; the passes do not change. Default: none (the portable passes only).
   virtual std::vector<std::string> graph_traits() const { return {}; }
+  /// `ferry compile` (compiler/prepack.h): removes what an earlier compile stored on `graph`'s nodes
+  /// and starts recording, on the calling thread, the weights the kernels this backend creates pack,
+  /// until the returned object goes; the compiler then makes the graph's kernels and calls store().
+  /// nullptr (the default): the backend packs nothing ahead of the load.
+  virtual std::unique_ptr<WeightPrepack> begin_prepack(Graph& graph) {
+    (void)graph;
+    return nullptr;
+  }
+  /// `ferry compile --tune` (compiler/tuner.h): whether this backend has several kernels for
+  /// `node`'s op, so that timing them may pay (asked before the node's inputs are known).
+  /// Default: none.
+  virtual bool has_kernel_choices(const Node& node) const {
+    (void)node;
+    return false;
+  }
+  /// The kernels that accept `node`, as kKernelChoiceAttr values in the order create_kernel tries
+  /// them (the first is the one it makes unpinned); the reference kernel (-1) is the tuner's to add.
+  virtual StatusOr<std::vector<int>> kernel_choices(const Node& node, const OpSchema& schema, const Graph& graph) {
+    (void)node;
+    (void)schema;
+    (void)graph;
+    return std::vector<int>{};
+  }
   /// Threads the backend's kernels may use (0: the machine's cores).
   virtual void set_num_threads(int threads) { (void)threads; }
   /// Optional (device backends that keep values in their own memory). Called after the kernels of

@@ -1,9 +1,8 @@
 // See doctor.h.
 #include "check/doctor.h"
 
-#include <dnnl.h>
-
 #include "backends/backend.h"
+#include "backends/library_versions.h"
 #include "onnx/library_versions.h"
 
 namespace ferry {
@@ -52,9 +51,7 @@ DoctorReport run_doctor() {
     }
     r.backends.push_back(std::move(h));
   }
-  const dnnl_version_t* dv = dnnl_version();
-  r.libraries.push_back({"oneDNN", std::to_string(dv->major) + "." + std::to_string(dv->minor) + "." +
-                                       std::to_string(dv->patch) + " (" + dv->hash + ")"});
+  r.libraries.push_back({"oneDNN", onednn_version()});
   r.libraries.push_back({"protobuf", protobuf_version()});
   r.libraries.push_back({"ONNX", onnx_library_version()});
   std::string unusable;

@@ -1,7 +1,9 @@
-// Pre-packing weights at compile time (issue 8): the cpu backend's oneDNN kernels reorder constant
-// weights into the blocked layout their primitive wants; `ferry compile` makes the kernels once,
-// exactly as a load would, and stores what they packed on the nodes (backends/cpu/prepacked.h), so
-// loading the .ferry file uses those bytes in place from the mapping instead of reordering.
+// Pre-packing weights at compile time (issue 8): kernels reorder constant weights into the layout
+// they compute in (the cpu backend's oneDNN kernels: the blocked layout their primitive wants);
+// `ferry compile` makes the kernels once, exactly as a load would, under the backend's
+// Backend::begin_prepack, and stores what they packed on the nodes (the cpu backend's form:
+// backends/cpu/prepacked.h), so loading the .ferry file uses those bytes in place from the mapping
+// instead of reordering.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +21,8 @@ struct PrepackReport {
 };
 
 /// Creates the kernels of `model` (an optimized gear) on `device` with `threads` intra-op threads and
-/// stores the weights they pack on their nodes. Only the "cpu" device packs; others are left as
-/// they are. Any packed attributes already on the nodes are replaced.
+/// stores the weights they pack on their nodes. Only a backend with Backend::begin_prepack packs (the
+/// "cpu" device); others are left as they are. Any packed attributes already on the nodes are replaced.
 StatusOr<PrepackReport> prepack_weights(const std::shared_ptr<Model>& model, const std::string& device, int threads);
 
 }  // namespace ferry

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "backends/backend.h"
 #include "common/env_switch.h"
 #include "io/file.h"
 #include "runtime/executor.h"
@@ -134,7 +134,7 @@ std::string cache_key(const TuneOptions& o, int threads, const Node& node, int64
   }
   s << '|';
   for (const auto& [k, a] : node.attrs)
-    if (k != kCpuImplAttr) s << k << '=' << attr_key(a) << ';';
+    if (k != kKernelChoiceAttr) s << k << '=' << attr_key(a) << ';';
   return s.str();
 }
 
@@ -204,18 +204,20 @@ Status tune_model(Model* model, const TuneOptions& o, TuneResult* result) {
   }
   result->threads = threads;
 
-  // 2. Per-node kernel choice (only devices with a kernel table: "cpu").
-  if (o.device != "cpu") return Status::ok();
+  // 2. Per-node kernel choice (backends with several kernels for an op: Backend::kernel_choices;
+  // a device that cannot be opened here has none to time).
+  StatusOr<std::unique_ptr<Backend>> made = make_backend(o.device);
+  if (!made.is_ok()) return Status::ok();
+  std::unique_ptr<Backend> backend = std::move(made).value();
   std::vector<size_t> tunable;
   for (size_t i = 0; i < model->graph.nodes.size(); ++i) {
     const Node& n = model->graph.nodes[i];
-    if (cpu_kernel_table().find(n.domain, n.op_type) && static_inputs(n, model->graph)) tunable.push_back(i);
+    if (backend->has_kernel_choices(n) && static_inputs(n, model->graph)) tunable.push_back(i);
   }
   if (tunable.empty()) return Status::ok();
   std::map<std::string, Value> values;
   RETURN_IF_ERROR(capture_values(view, o, threads, feeds, &values));
   json cache = read_cache(o.cache_path);
-  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.device));
   backend->set_num_threads(threads);
   const Graph& g = model->graph;
 
@@ -224,13 +226,8 @@ Status tune_model(Model* model, const TuneOptions& o, TuneResult* result) {
     if (o.progress) o.progress("tune", static_cast<int64_t>(step), static_cast<int64_t>(tunable.size()), o.label + ": " + node.name);
     const int64_t opset = model->opset(node.domain);
     ASSIGN_OR_RETURN(const OpSchema* schema, resolve_schema(node, opset));
-    const auto& factories = *cpu_kernel_table().find(node.domain, node.op_type);
-    // Candidates: the factories that accept the node, then the reference kernel.
-    std::vector<int> candidates;
-    for (size_t k = 0; k < factories.size(); ++k) {
-      ASSIGN_OR_RETURN(std::unique_ptr<Kernel> probe, factories[k](node, *schema, g));
-      if (probe) candidates.push_back(static_cast<int>(k));
-    }
+    // Candidates: the backend's kernels that accept the node, then the reference kernel.
+    ASSIGN_OR_RETURN(std::vector<int> candidates, backend->kernel_choices(node, *schema, g));
     const int default_impl = candidates.empty() ? kReferenceImpl : candidates.front();
     if (schema->kernel) candidates.push_back(kReferenceImpl);
     if (candidates.size() < 2) continue;
@@ -261,7 +258,7 @@ Status tune_model(Model* model, const TuneOptions& o, TuneResult* result) {
         Attribute a;
         a.type = AttrType::kInt;
         a.i = impl;
-        pinned.attrs[kCpuImplAttr] = a;
+        pinned.attrs[kKernelChoiceAttr] = a;
         ASSIGN_OR_RETURN(std::unique_ptr<Kernel> kernel, backend->create_kernel(pinned, *schema, g));
         const double ms = time_kernel(*kernel, pinned, opset, inputs);
         if (ms < 0) continue;
@@ -278,7 +275,7 @@ Status tune_model(Model* model, const TuneOptions& o, TuneResult* result) {
     Attribute pin;
     pin.type = AttrType::kInt;
     pin.i = best_impl;
-    node.attrs[kCpuImplAttr] = pin;
+    node.attrs[kKernelChoiceAttr] = pin;
     if (best_impl != default_impl) ++result->changed;
     choice.impl = impl_name(best_impl);
     result->choices.push_back(std::move(choice));

@@ -1,9 +1,10 @@
 // `ferry compile --tune`: times the candidate kernel implementations of each node on this
-// machine and pins the fastest (the AOE idea). Candidates on "cpu": the reference kernel and
-// every optimized kernel factory that accepts the node; the intra-op thread count is tuned for
-// the whole model first. Choices are pinned on the node as the kCpuImplAttr attribute (which
-// the cpu backend honours) and kept in a JSON tuning cache keyed by device, ISA, op, input
-// types and attributes, so later compiles of the same layers skip the timing.
+// machine and pins the fastest (the AOE idea). Candidates: the reference kernel and the device's
+// kernels that accept the node (Backend::kernel_choices; on "cpu", every optimized kernel factory
+// that accepts it); the intra-op thread count is tuned for the whole model first. Choices are
+// pinned on the node as the kKernelChoiceAttr attribute (which the backend honours) and kept in a
+// JSON tuning cache keyed by device, ISA, op, input types and attributes, so later compiles of the
+// same layers skip the timing.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Pass amp_bf16_fold (level 2, devices with trait "bf16_conv": cpu, on a CPU with avx512_bf16):
+// Pass amp_bf16_fold (level 2, devices with trait "bf16_conv": cpu, offered on a CPU with avx512_bf16):
 // `ferry train --amp bf16`
 // computes its convolutions natively in bf16. The autocast rewrite (src/train/autocast.cpp) is the
 // specification: each operand of a matrix op is rounded by a Cast pair f32 -> bf16 -> f32, the op
@@ -16,30 +16,13 @@
 // The pairs nothing reads any more (the rounded copies of the saved activations among them) go with
 // dead_node_removal. Results differ from the emulated graph only by oneDNN's f32 accumulation order.
 // A node folds only when every convolution operand (X, W; dY, X, W for ConvGrad) comes through a
-// pair; the bias keeps its pair. $FERRY_AMP_NATIVE=0 turns the pass off (the emulated graph runs).
-#include <cstdlib>
-#include <cstring>
-
-#include "common/env_switch.h"
+// pair; the bias keeps its pair. $FERRY_AMP_NATIVE=0 takes the trait from the cpu backend
+// (backends/cpu/cpu_backend.cpp), so the pass does not run (the emulated graph runs).
 #include "passes/graph_edit.h"
 #include "passes/pipeline.h"
 
 namespace ferry {
 namespace {
-
-bool native_bf16_cpu() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool ok = [] {
-    const char* e = env_value("FERRY_AMP_NATIVE");
-    if (e && std::strcmp(e, "0") == 0) return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bf16") != 0;
-  }();
-  return ok;
-#else
-  return false;
-#endif
-}
 
 bool is_cast_to(const Node& n, DType to) {
   if (!n.domain.empty() || n.op_type != "Cast" || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
@@ -76,7 +59,6 @@ bool rounding_reader(const Graph& g, const GraphUses& u, const std::vector<bool>
 }
 
 Status run_amp_bf16_fold(Model* model, PassContext& ctx) {
-  if (!native_bf16_cpu()) return Status::ok();
   Graph& g = model->graph;
   const GraphUses u(g);
   std::vector<bool> dead(g.nodes.size(), false);

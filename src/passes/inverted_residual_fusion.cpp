@@ -21,7 +21,8 @@
 // command on a copy of the binary): 1 thread b1 (5 rounds) 4.93 -> 4.64 ms, 0.93 -> 0.86; b8 (4)
 // 35.4 -> 35.1, 0.83 -> 0.82; 2 threads b1 (5) 5.39 -> 5.35, 0.59 -> 0.57; b8 (4) 42.5 -> 38.2, 0.49
 // -> 0.40. Outputs against cpu-ref: max abs 2.8e-6 at b1, 3.8e-6 at b8 (3.2e-6 unfused).
-// Only on CPUs with AVX-512F: the kernel has no other path, and the op's reference kernel the cpu
+// Only on CPUs with AVX-512F (the cpu backend offers the trait only there: backends/cpu/cpu_backend.cpp):
+// the kernel has no other path, and the op's reference kernel the cpu
 // backend runs instead made MobileNetV2 ~18x slower on an AVX2 host (AMD EPYC, 2 cores, load 7-7.5,
 // 359720f, `bench/ab_vs_ort.py mobilenet_v2 T 1 2 1.5 "fused=env FERRY_INVERTED_RESIDUAL_ANY_CPU=1
 // build/ferry" gated=build/ferry`): 1 thread 141.3 -> 7.55 CPU ms, ferry/ORT wall 17.8 -> 0.89;
@@ -29,7 +30,6 @@
 // fuses there anyway (tests, A/B).
 // FERRY_DISABLE_PASSES=inverted_residual_fusion: off. FERRY_INVERTED_RESIDUAL_MIN_WIDTH=N: another width limit.
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -49,23 +49,6 @@ int64_t min_width() {
     return e && std::atoll(e) > 0 ? std::atoll(e) : kMinWidth;
   }();
   return w;
-}
-
-// The fused kernel exists only for AVX-512F (cpu::InvertedResidual::available()); elsewhere the cpu
-// backend runs the op's reference kernel, ~12x slower than the three oneDNN convolutions it replaced
-// (AVX2 host, figures at the top). FERRY_INVERTED_RESIDUAL_ANY_CPU=1 fuses anyway (tests, A/B).
-bool fused_kernel_fast() {
-  const char* any = env_value("FERRY_INVERTED_RESIDUAL_ANY_CPU");
-  if (any && std::strcmp(any, "1") == 0) return true;
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool ok = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return ok;
-#else
-  return false;
-#endif
 }
 
 int64_t int_attr(const Node& n, const char* key, int64_t dflt) {
@@ -156,7 +139,6 @@ bool rewrite(PatternContext& pc, long c) {
 }
 
 Status run_inverted_residual_fusion(Model* model, PassContext& ctx) {
-  if (!fused_kernel_fast()) return Status::ok();
   PatternContext pc(model->graph);
   int changes = 0;
   for (size_t i = 0; i < pc.g.nodes.size(); ++i)

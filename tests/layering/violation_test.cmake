@@ -24,7 +24,9 @@ set(cases
   "upward|ir/zz_layering_case.h|#include \"runtime/executor.h\"|ir/zz_layering_case.h: #include \"runtime/executor.h\": ir/ may not use runtime/"
   "sideways|format/zz_layering_case.cpp|  #  include \"ops/registry.h\"  // spaced|format/zz_layering_case.cpp: #include \"ops/registry.h\": format/ may not use ops/"
   "private subfolder|runtime/zz_layering_case.cpp|#include \"backends/cpu/cpu_kernels.h\"|backends/cpu/ is private to backends/"
-  "new folder|zz_layering_case/a.h|#include \"common/status.h\"|src/zz_layering_case/: not in ARCHITECTURE.md's layer table")
+  "new folder|zz_layering_case/a.h|#include \"common/status.h\"|src/zz_layering_case/: not in ARCHITECTURE.md's layer table"
+  "external library|runtime/zz_layering_case.cpp|#include <dnnl.hpp>|src/runtime/zz_layering_case.cpp: #include <dnnl.hpp> brings DNNL::dnnl's headers outside backends/cpu/"
+  "external library through a header|backends/zz_layering_case.h|#include \"backends/cpu/dnnl_util.h\"|src/backends/zz_layering_case.h: #include \"backends/cpu/dnnl_util.h\" brings DNNL::dnnl's headers outside backends/cpu/")
 foreach(c IN LISTS cases)
   string(REPLACE "|" ";" parts "${c}")
   list(GET parts 0 name)
@@ -55,4 +57,13 @@ if(rc EQUAL 0 OR at EQUAL -1)
   message(FATAL_ERROR "a missing link: the check did not fail as it should (rc ${rc}):\n${out}")
 endif()
 message(STATUS "missing link: refused")
+
+# oneDNN linked PUBLIC by the cpu backend's library must fail.
+file(WRITE ${WORK}/links_dnnl_public.cmake "${links_text}\nlist(APPEND FERRY_IFACE_ferry_backends DNNL::dnnl)\n")
+run_check(${WORK}/links_dnnl_public.cmake out rc)
+string(FIND "${out}" "ferry_backends links DNNL::dnnl PUBLIC" at)
+if(rc EQUAL 0 OR at EQUAL -1)
+  message(FATAL_ERROR "an external library linked PUBLIC: the check did not fail as it should (rc ${rc}):\n${out}")
+endif()
+message(STATUS "external library linked PUBLIC: refused")
 file(REMOVE_RECURSE ${WORK})

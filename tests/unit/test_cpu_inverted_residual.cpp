@@ -2,8 +2,8 @@
 // -> project 1x1 (+ residual Add) chain on a wide image becomes one node; its reference kernel and
 // the cpu kernel (cpu::InvertedResidual, checked to run) give the unfused graph's outputs, on one
 // thread and on two (bands of rows), at stride 1 with the residual, at stride 2 on an odd width, and
-// without the expand. The pass fuses only on CPUs with the kernel's AVX-512F (elsewhere the op's
-// reference kernel would run, far slower than the unfused convolutions): there these tests check
+// without the expand. The cpu backend offers the pass's trait only on CPUs with the kernel's AVX-512F
+// (elsewhere the op's reference kernel would run, far slower than the unfused convolutions): there these tests check
 // that it declines, then fuse with FERRY_INVERTED_RESIDUAL_ANY_CPU=1 to check the rewrite and the
 // reference kernel all the same.
 #include <gtest/gtest.h>
@@ -52,6 +52,7 @@ std::shared_ptr<Model> block(int64_t cin, int64_t cmid, int64_t cout, int64_t h,
 std::shared_ptr<Model> optimize(const Model& m, bool fuse) {
   std::shared_ptr<Model> copy = m.clone();
   OptimizeOptions oo;
+  oo.device_traits = device_graph_traits("cpu");  // the trait comes with AVX-512F (or ..._ANY_CPU=1)
   if (!fuse) oo.disabled.push_back("inverted_residual_fusion");
   Status st = optimize_model(copy.get(), oo);
   EXPECT_TRUE(st.is_ok()) << st.to_string();

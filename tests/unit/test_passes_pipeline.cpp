@@ -56,13 +56,37 @@ TEST(PassPipeline, DisablePassesFromTheEnvironment) {
 // Passes name no device: each declares the trait it needs (GraphPass::needs) and the pipeline runs it
 // only for a backend listing that trait. The device-specific passes are the five below, the cpu
 // backend lists every trait a pass needs, cpu-ref none.
+bool lists(const std::vector<std::string>& traits, const std::string& t) {
+  return std::find(traits.begin(), traits.end(), t) != traits.end();
+}
+
+// The cpu backend lists a trait a pass needs when its CPU has what the kernels need: InvertedResidual's
+// AVX-512F (or FERRY_INVERTED_RESIDUAL_ANY_CPU=1), oneDNN's native bf16 (avx512_bf16; not with
+// FERRY_AMP_NATIVE=0); the passes test no CPU feature themselves.
+TEST(PassPipeline, TheCpuBackendOffersTheCpuDependentTraitsWhereTheCpuHasThem) {
+  __builtin_cpu_init();
+  const bool avx512f = __builtin_cpu_supports("avx512f") != 0, bf16 = __builtin_cpu_supports("avx512bf16") != 0;
+  std::vector<std::string> cpu = device_graph_traits("cpu");
+  EXPECT_EQ(lists(cpu, "fused_inverted_residual"), avx512f);
+  EXPECT_EQ(lists(cpu, "bf16_conv"), bf16);
+  ASSERT_EQ(setenv("FERRY_INVERTED_RESIDUAL_ANY_CPU", "1", 1), 0);
+  ASSERT_EQ(setenv("FERRY_AMP_NATIVE", "0", 1), 0);
+  cpu = device_graph_traits("cpu");
+  unsetenv("FERRY_INVERTED_RESIDUAL_ANY_CPU");
+  unsetenv("FERRY_AMP_NATIVE");
+  EXPECT_TRUE(lists(cpu, "fused_inverted_residual"));
+  EXPECT_FALSE(lists(cpu, "bf16_conv"));
+  for (const char* t : {"channels_last", "attention_qkv_views", "blocked_training_layout"}) EXPECT_TRUE(lists(cpu, t)) << t;
+}
+
 TEST(PassPipeline, PassesRunForTheBackendsWithTheirTrait) {
   const std::vector<std::string> cpu = device_graph_traits("cpu");
   std::vector<std::string> needing;
   for (const GraphPass& p : graph_passes()) {
     if (!p.needs) continue;
     needing.push_back(p.name);
-    EXPECT_NE(std::find(cpu.begin(), cpu.end(), std::string(p.needs)), cpu.end())
+    const std::string needs = p.needs;
+    EXPECT_TRUE(lists(cpu, needs) || needs == "fused_inverted_residual" || needs == "bf16_conv")
         << p.name << " needs '" << p.needs << "', which the cpu backend does not list";
   }
   EXPECT_EQ(needing, (std::vector<std::string>{"attention_qkv_views", "nhwc_layout", "inverted_residual_fusion",
@@ -73,7 +97,7 @@ TEST(PassPipeline, PassesRunForTheBackendsWithTheirTrait) {
     OptimizeOptions oo;
     EXPECT_TRUE(pass_applies(p, oo)) << p.name << ": no device named, every pass applies";
     oo.device_traits = cpu;
-    EXPECT_TRUE(pass_applies(p, oo)) << p.name;
+    EXPECT_EQ(pass_applies(p, oo), p.needs == nullptr || lists(cpu, p.needs)) << p.name;
     oo.device_traits = device_graph_traits("cpu-ref");
     EXPECT_EQ(pass_applies(p, oo), p.needs == nullptr) << p.name;
     oo.device_traits = std::vector<std::string>{"channels_last"};  // a device opting into one pass

@@ -40,10 +40,9 @@ class CpuKernelTable {
   std::map<std::pair<std::string, std::string>, std::vector<CpuKernelFactory>> table_;
 };
 
-/// Node attribute (int) that pins a node's CPU kernel, set by `ferry compile --tune`
-/// (compiler/tuner.h): the index of the factory in the op's list, or -1 for the reference kernel.
-/// A pinned factory that declines the node falls back to the reference kernel.
-inline constexpr const char* kCpuImplAttr = "ferry.impl";
+/// The node attribute that pins a node's CPU kernel (backends/backend.h's kKernelChoiceAttr, set by
+/// `ferry compile --tune`): the index of the factory in the op's list, or -1 for the reference kernel.
+inline constexpr const char* kCpuImplAttr = kKernelChoiceAttr;
 
 /// The table with every kernel file's registrations.
 const CpuKernelTable& cpu_kernel_table();

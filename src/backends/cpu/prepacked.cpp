@@ -73,6 +73,55 @@ PackRecorder::~PackRecorder() {
   if (t_recorder == this) t_recorder = nullptr;
 }
 
+namespace {
+
+class CpuWeightPrepack : public WeightPrepack {
+ public:
+  void store(Graph& g, int64_t* nodes, int64_t* bytes) override {
+    for (Node& n : g.nodes) {
+      if (n.outputs.empty()) continue;
+      auto it = recorder_.by_output.find(n.outputs[0]);
+      if (it == recorder_.by_output.end()) continue;
+      // Only bytes packed from one of this node's own weights (an initializer it reads).
+      bool own = false;
+      for (const std::string& in : n.inputs) {
+        auto w = g.initializers.find(in);
+        if (w != g.initializers.end() && w->second.raw() == it->second.source) own = true;
+      }
+      // The few-channel int8 convolution packs a copy of its own weights made at load (KW taps as channels:
+      // dnnl_int8_conv.cpp, init_tap_packing), as do the int8 conv / matmul split on hosts without VNNI
+      // (int8_pair_saturation.h); their kinds say so, and the key still checks the layout and ISA.
+      const std::string& k = it->second.key;
+      if (!own && k.rfind("dnnl_int8_conv_taps|", 0) != 0 && k.rfind("dnnl_int8_conv_split|", 0) != 0 &&
+          k.rfind("dnnl_int8_matmul_split|", 0) != 0)
+        continue;
+      Attribute packed;
+      packed.type = AttrType::kTensor;
+      packed.t = it->second.bytes;
+      Attribute key;
+      key.type = AttrType::kString;
+      key.s = it->second.key;
+      *bytes += it->second.bytes.nbytes();
+      ++*nodes;
+      n.attrs[kPackedAttr] = std::move(packed);
+      n.attrs[kPackedKeyAttr] = std::move(key);
+    }
+  }
+
+ private:
+  PackRecorder recorder_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightPrepack> begin_prepack(Graph& graph) {
+  for (Node& n : graph.nodes) {
+    n.attrs.erase(kPackedAttr);
+    n.attrs.erase(kPackedKeyAttr);
+  }
+  return std::make_unique<CpuWeightPrepack>();
+}
+
 PackCounts pack_counts() { return {g_stored.load(), g_reordered.load()}; }
 
 }  // namespace ferry::cpu

@@ -10,8 +10,10 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
+#include "backends/backend.h"
 #include "ir/graph.h"
 
 namespace ferry::cpu {
@@ -49,6 +51,11 @@ class PackRecorder {
   PackRecorder& operator=(const PackRecorder&) = delete;
   std::map<std::string, PackedWeights> by_output;
 };
+
+/// Backend::begin_prepack of the cpu backend: removes the packed attributes on `graph`'s nodes and
+/// records, under a PackRecorder, what the kernels made next pack; store() puts the bytes packed
+/// from a node's own weights on that node.
+std::unique_ptr<WeightPrepack> begin_prepack(Graph& graph);
 
 /// Process-wide counts of packed_weights calls: served from stored bytes, reordered at load.
 struct PackCounts {
