@@ -232,4 +232,30 @@ Status int_values(const Ctx& ctx, const Tensor& t, int64_t i, std::vector<int64_
   return Status::ok();
 }
 
+// An integer list that opset 13 moved from attribute `attr` to input 1 (Squeeze / Unsqueeze axes,
+// Split's split): *given: it was specified; *known: its values are known (always in a kernel; at load
+// not when input 1 is computed). `value`: input 1's value, or null when unknown. With
+// `empty_is_absent` an empty input 1 counts as not given (Split).
+template <typename Ctx>
+Status attr_or_input_ints(const Ctx& ctx, const char* attr, const Tensor* value, bool empty_is_absent,
+                          std::vector<int64_t>* out, bool* given, bool* known) {
+  *known = true;
+  if (ctx.opset() < 13) {
+    *given = ctx.has(attr);
+    *out = ctx.get_ints(attr);
+    return Status::ok();
+  }
+  *given = ctx.has_input(1);
+  if (!*given) return Status::ok();
+  if (!value) {
+    *known = false;
+    return Status::ok();
+  }
+  if (empty_is_absent && value->numel() == 0) {
+    *given = false;
+    return Status::ok();
+  }
+  return int_values(ctx, *value, 1, out);
+}
+
 }  // namespace ferry::dm

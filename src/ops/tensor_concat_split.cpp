@@ -10,7 +10,6 @@ namespace {
 
 using dm::input_desc;
 using dm::input_dtype;
-using dm::int_values;
 using dm::input_shape_or_null;
 using dm::input_type_or_null;
 using dm::shape_str;
@@ -166,26 +165,11 @@ Status split_sizes(const Ctx& ctx, int64_t dim, int64_t n, bool split_given, con
   return Status::ok();
 }
 
-// The split given by attribute (opset < 13) or input 1. *known false when the input's value is unknown.
+// The split given by attribute (opset < 13) or input 1 (an empty one: not given). *known false when
+// the input's value is unknown.
 template <typename Ctx>
 Status split_arg(const Ctx& ctx, const Tensor* value, vector<int64_t>* split, bool* given, bool* known) {
-  *known = true;
-  if (ctx.opset() < 13) {
-    *given = ctx.has("split");
-    *split = ctx.get_ints("split");
-    return Status::ok();
-  }
-  *given = ctx.has_input(1);
-  if (!*given) return Status::ok();
-  if (!value) {
-    *known = false;
-    return Status::ok();
-  }
-  if (value->numel() == 0) {  // an empty split input means "not given"
-    *given = false;
-    return Status::ok();
-  }
-  return int_values(ctx, *value, 1, split);
+  return dm::attr_or_input_ints(ctx, "split", value, /*empty_is_absent=*/true, split, given, known);
 }
 
 Status k_split(KernelContext& ctx) {

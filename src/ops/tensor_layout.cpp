@@ -259,19 +259,7 @@ Status infer_transpose(InferContext& ctx) {
 // *given: axes were specified; *known: their values are known (always true in kernels).
 template <typename Ctx>
 Status squeeze_axes(const Ctx& ctx, const Tensor* axes_value, vector<int64_t>* axes, bool* given, bool* known) {
-  *known = true;
-  if (ctx.opset() < 13) {
-    *given = ctx.has("axes");
-    *axes = ctx.get_ints("axes");
-    return Status::ok();
-  }
-  *given = ctx.has_input(1);
-  if (!*given) return Status::ok();
-  if (!axes_value) {
-    *known = false;
-    return Status::ok();
-  }
-  return int_values(ctx, *axes_value, 1, axes);
+  return dm::attr_or_input_ints(ctx, "axes", axes_value, /*empty_is_absent=*/false, axes, given, known);
 }
 
 // Output dims of Squeeze for static-or-symbolic dims; symbolic dims named in axes are taken to be 1.
