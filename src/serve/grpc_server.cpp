@@ -417,7 +417,12 @@ using G = inference::GRPCInferenceService;
 using ServiceBase = G::WithCallbackMethod_ServerLive<G::WithCallbackMethod_ServerReady<G::WithCallbackMethod_ModelReady<
     G::WithCallbackMethod_ServerMetadata<G::WithCallbackMethod_ModelMetadata<G::WithCallbackMethod_ModelStreamInfer<
         G::WithCallbackMethod_ModelConfig<G::WithCallbackMethod_ModelStatistics<G::WithCallbackMethod_RepositoryIndex<
-            G::WithCallbackMethod_RepositoryModelLoad<G::WithCallbackMethod_RepositoryModelUnload<G::WithAsyncMethod_ModelInfer<G::Service>>>>>>>>>>>>;
+            G::WithCallbackMethod_RepositoryModelLoad<G::WithCallbackMethod_RepositoryModelUnload<
+                G::WithCallbackMethod_SystemSharedMemoryStatus<G::WithCallbackMethod_SystemSharedMemoryRegister<
+                    G::WithCallbackMethod_SystemSharedMemoryUnregister<G::WithCallbackMethod_CudaSharedMemoryStatus<
+                        G::WithCallbackMethod_CudaSharedMemoryRegister<G::WithCallbackMethod_CudaSharedMemoryUnregister<
+                            G::WithCallbackMethod_TraceSetting<G::WithCallbackMethod_LogSettings<
+                                G::WithAsyncMethod_ModelInfer<G::Service>>>>>>>>>>>>>>>>>>>>;
 
 class Service final : public ServiceBase {
  public:
@@ -523,7 +528,57 @@ class Service final : public ServiceBase {
     return load_or_unload(ctx, req->model_name(), false);
   }
 
+  // Triton's shared-memory, trace and log-settings methods: ferry has no shared-memory regions
+  // (the status methods say so truthfully), no tracing, and its log settings are its command line.
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryStatusRequest* req,
+                                                     inference::SystemSharedMemoryStatusResponse*) override {
+    return answer(ctx, no_region("SystemSharedMemoryStatus", req->name()));
+  }
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryRegisterRequest*,
+                                                       inference::SystemSharedMemoryRegisterResponse*) override {
+    return answer(ctx, unsupported_shm("SystemSharedMemoryRegister"));
+  }
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(grpc::CallbackServerContext* ctx,
+                                                         const inference::SystemSharedMemoryUnregisterRequest* req,
+                                                         inference::SystemSharedMemoryUnregisterResponse*) override {
+    return answer(ctx, no_region("SystemSharedMemoryUnregister", req->name()));
+  }
+  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryStatusRequest* req,
+                                                   inference::CudaSharedMemoryStatusResponse*) override {
+    return answer(ctx, no_region("CudaSharedMemoryStatus", req->name()));
+  }
+  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryRegisterRequest*,
+                                                     inference::CudaSharedMemoryRegisterResponse*) override {
+    return answer(ctx, unsupported_shm("CudaSharedMemoryRegister"));
+  }
+  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryUnregisterRequest* req,
+                                                       inference::CudaSharedMemoryUnregisterResponse*) override {
+    return answer(ctx, no_region("CudaSharedMemoryUnregister", req->name()));
+  }
+  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* ctx, const inference::TraceSettingRequest*,
+                                         inference::TraceSettingResponse*) override {
+    return answer(ctx, grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "TraceSetting: request tracing is not supported by ferry"));
+  }
+  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx, const inference::LogSettingsRequest*,
+                                        inference::LogSettingsResponse*) override {
+    return answer(ctx, grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                    "LogSettings: ferry's log settings are its command line (--log-verbose); they cannot be read or "
+                                    "changed over gRPC"));
+  }
+
  private:
+  // No region is registered: all of them ("") is an empty answer, a named one is not found.
+  static grpc::Status no_region(const char* method, const std::string& name) {
+    if (name.empty()) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, std::string(method) + ": no shared-memory region '" + name +
+                                                         "' is registered (ferry does not support shared-memory tensors)");
+  }
+  static grpc::Status unsupported_shm(const char* method) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, std::string(method) +
+                                                             ": shared-memory tensors are not supported by ferry; send the tensor data "
+                                                             "in the request (raw_input_contents or contents)");
+  }
+
   grpc::ServerUnaryReactor* load_or_unload(grpc::CallbackServerContext* ctx, const std::string& name, bool load) {
     if (!s_->opt.explicit_control)
       return answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

@@ -82,6 +82,22 @@ TRITON_FIELDS = {
     "ModelInput": dict(name=1, data_type=2, dims=4),
     "ModelOutput": dict(name=1, data_type=2, dims=3),
     "ModelDynamicBatching": dict(preferred_batch_size=1, max_queue_delay_microseconds=2, default_queue_policy=6),
+    "SystemSharedMemoryStatusRequest": dict(name=1),
+    "SystemSharedMemoryStatusResponse": dict(regions=1),
+    "SystemSharedMemoryStatusResponse.RegionStatus": dict(name=1, key=2, offset=3, byte_size=4),
+    "SystemSharedMemoryRegisterRequest": dict(name=1, key=2, offset=3, byte_size=4),
+    "SystemSharedMemoryUnregisterRequest": dict(name=1),
+    "CudaSharedMemoryStatusRequest": dict(name=1),
+    "CudaSharedMemoryStatusResponse": dict(regions=1),
+    "CudaSharedMemoryStatusResponse.RegionStatus": dict(name=1, device_id=2, byte_size=3),
+    "CudaSharedMemoryRegisterRequest": dict(name=1, raw_handle=2, device_id=3, byte_size=4),
+    "CudaSharedMemoryUnregisterRequest": dict(name=1),
+    "TraceSettingRequest": dict(settings=1, model_name=2),
+    "TraceSettingRequest.SettingValue": dict(value=1),
+    "TraceSettingResponse": dict(settings=1),
+    "LogSettingsRequest": dict(settings=1),
+    "LogSettingsRequest.SettingValue": dict(bool_param=1, uint32_param=2, string_param=3),
+    "LogSettingsResponse": dict(settings=1),
 }
 for path, fields in TRITON_FIELDS.items():
     desc = pb.DESCRIPTOR.pool.FindMessageTypeByName("inference." + path)
@@ -92,7 +108,10 @@ service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 check(service.full_name == "inference.GRPCInferenceService", "service name " + service.full_name)
 check(sorted(m.name for m in service.methods) == sorted(["ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata",
                                                         "ModelInfer", "ModelStreamInfer", "ModelConfig", "ModelStatistics",
-                                                        "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"]),
+                                                        "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload",
+                                                        "SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister",
+                                                        "CudaSharedMemoryStatus", "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister",
+                                                        "TraceSetting", "LogSettings"]),
       "the service's methods: %s" % [m.name for m in service.methods])
 
 
@@ -319,6 +338,23 @@ try:
     req.inputs.add(name="s", datatype="BYTES", shape=[1, 2]).contents.bytes_contents.extend(vals[:3])
     expect_error(lambda: stub.ModelInfer(req, timeout=T), grpc.StatusCode.INVALID_ARGUMENT,
                  "3 values given in contents.bytes_contents but shape [1,2] needs 2", "BYTES count")
+
+    # ---- Triton's shared-memory, trace and log-settings methods: truthful status, named refusals ----
+    check(len(stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest(), timeout=T).regions) == 0, "no system shm region")
+    check(len(stub.CudaSharedMemoryStatus(pb.CudaSharedMemoryStatusRequest(), timeout=T).regions) == 0, "no CUDA shm region")
+    stub.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest(), timeout=T)  # all of none: OK
+    expect_error(lambda: stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest(name="r0"), timeout=T), grpc.StatusCode.NOT_FOUND,
+                 "SystemSharedMemoryStatus: no shared-memory region 'r0' is registered", "shm status of a named region")
+    expect_error(lambda: stub.CudaSharedMemoryUnregister(pb.CudaSharedMemoryUnregisterRequest(name="r1"), timeout=T), grpc.StatusCode.NOT_FOUND,
+                 "CudaSharedMemoryUnregister: no shared-memory region 'r1'", "CUDA shm unregister of a named region")
+    expect_error(lambda: stub.SystemSharedMemoryRegister(pb.SystemSharedMemoryRegisterRequest(name="r", key="/k", byte_size=64), timeout=T),
+                 grpc.StatusCode.UNIMPLEMENTED, "SystemSharedMemoryRegister: shared-memory tensors are not supported by ferry", "shm register")
+    expect_error(lambda: stub.CudaSharedMemoryRegister(pb.CudaSharedMemoryRegisterRequest(name="r", byte_size=64), timeout=T),
+                 grpc.StatusCode.UNIMPLEMENTED, "CudaSharedMemoryRegister: shared-memory tensors are not supported by ferry", "CUDA shm register")
+    expect_error(lambda: stub.TraceSetting(pb.TraceSettingRequest(), timeout=T), grpc.StatusCode.UNIMPLEMENTED,
+                 "TraceSetting: request tracing is not supported by ferry", "trace settings")
+    expect_error(lambda: stub.LogSettings(pb.LogSettingsRequest(), timeout=T), grpc.StatusCode.UNIMPLEMENTED,
+                 "LogSettings: ferry's log settings are its command line", "log settings")
 
     # ---- the dynamic batcher: 4 concurrent requests, one execution, each its own rows ------
     before = stub.ModelStatistics(pb.ModelStatisticsRequest(name="batched"), timeout=T).model_stats[0]
