@@ -62,7 +62,7 @@ struct CompiledModelSpec {
 };
 
 /// The format version this build writes and reads.
-constexpr uint32_t kCompiledFormatVersion = 1;
+constexpr uint32_t kCompiledFormatVersion = 2;  // 2: weights stored once, packed (issue 40)
 
 /// The instruction-set architecture this build targets ("x86_64", "aarch64").
 std::string host_isa();

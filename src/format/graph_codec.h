@@ -29,6 +29,8 @@ class GraphWriter {
 
  private:
   flatbuffers::Offset<fb::TensorRef> tensor(const Tensor& t);
+  /// A weight stored as the packed bytes `packed` of the node reading it, in `layout`.
+  flatbuffers::Offset<fb::TensorRef> packed_tensor(const Tensor& t, const Tensor& packed, const std::vector<int64_t>& layout);
   flatbuffers::Offset<fb::TensorType> type(const TensorType& t);
   flatbuffers::Offset<fb::Node> node(const Node& n);
   flatbuffers::Offset<fb::Attribute> attribute(const std::string& name, const Attribute& a);

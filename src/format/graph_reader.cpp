@@ -4,6 +4,7 @@
 #include "common/utf8.h"
 #include "format/file_header.h"
 #include "format/graph_codec.h"
+#include "ir/packed_layout.h"
 #include "ir/graph_check.h"
 
 namespace ferry::format {
@@ -57,6 +58,41 @@ Status read_type(const fb::TensorType* in, const std::string& where, TensorType*
   return Status::ok();
 }
 
+// The plain form of a weight stored only packed, made on first read (ir/packed_layout.h).
+class UnpackedBytes : public LazyBytes {
+ public:
+  UnpackedBytes(std::shared_ptr<const void> owner, const uint8_t* packed, std::vector<int64_t> layout, DType dtype,
+                std::vector<int64_t> dims)
+      : owner_(std::move(owner)), packed_(packed), layout_(std::move(layout)), dtype_(dtype), dims_(std::move(dims)) {}
+
+ protected:
+  std::shared_ptr<const void> make() override {
+    auto plain = std::make_shared<Tensor>(Tensor::allocate(dtype_, dims_));
+    unpack_layout(layout_, packed_, plain->mutable_raw(), dtype_size(dtype_));
+    const void* data = plain->raw();
+    return std::shared_ptr<const void>(std::move(plain), data);
+  }
+
+ private:
+  std::shared_ptr<const void> owner_;  // the mapping
+  const uint8_t* packed_;
+  std::vector<int64_t> layout_;
+  DType dtype_;
+  std::vector<int64_t> dims_;
+};
+
+Status read_packed_tensor(const fb::TensorRef* in, const WeightsView& w, const std::string& where, DType dt,
+                          std::vector<int64_t> dims, Tensor* out) {
+  if (dt == DType::kString || dtype_size(dt) <= 0) return invalid_model(where + ": a packed tensor of " + dtype_name(dt));
+  if (in->offset() % kWeightAlignment != 0 || in->offset() > w.size || in->nbytes() > w.size - in->offset())
+    return invalid_model(where + ": packed tensor bytes lie outside the weights section");
+  std::vector<int64_t> layout(in->layout()->begin(), in->layout()->end());
+  RETURN_IF_ERROR(check_packed_layout(layout, element_count(dims), dtype_size(dt), in->nbytes(), where));
+  auto bytes = std::make_shared<UnpackedBytes>(w.owner, w.data + in->offset(), std::move(layout), dt, dims);
+  *out = Tensor::deferred(dt, std::move(dims), std::move(bytes));
+  return Status::ok();
+}
+
 Status read_tensor(const fb::TensorRef* in, const WeightsView& w, const std::string& where, Tensor* out) {
   if (!in) return invalid_model(where + ": missing tensor");
   DType dt;
@@ -78,6 +114,7 @@ Status read_tensor(const fb::TensorRef* in, const WeightsView& w, const std::str
     return Status::ok();
   }
   const uint64_t expected = static_cast<uint64_t>(count.value() * dtype_size(dt));
+  if (in->layout() && in->layout()->size() > 0) return read_packed_tensor(in, w, where, dt, std::move(dims), out);
   if (in->nbytes() != expected)
     return invalid_model(where + ": tensor of " + dims_to_string(dims) + " " + dtype_name(dt) + " has " +
                          std::to_string(in->nbytes()) + " bytes, expected " + std::to_string(expected));

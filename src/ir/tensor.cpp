@@ -74,6 +74,15 @@ Tensor Tensor::wrap(DType dtype, std::vector<int64_t> dims, std::shared_ptr<cons
   return t;
 }
 
+Tensor Tensor::deferred(DType dtype, std::vector<int64_t> dims, std::shared_ptr<LazyBytes> bytes) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.dims_ = std::move(dims);
+  t.numel_ = element_count(t.dims_);
+  t.lazy_ = std::move(bytes);
+  return t;
+}
+
 Tensor Tensor::reshaped(std::vector<int64_t> dims) const {
   Tensor t = *this;
   t.dims_ = std::move(dims);
@@ -82,11 +91,16 @@ Tensor Tensor::reshaped(std::vector<int64_t> dims) const {
 
 Tensor Tensor::outer_slice(int64_t begin, int64_t count) const {
   Tensor t = *this;
+  if (t.lazy_) {  // a view of the made bytes, keeping them alive
+    t.data_ = raw();
+    t.owner_ = std::shared_ptr<const void>(lazy_, t.data_);
+    t.lazy_.reset();
+  }
   const int64_t rows = dims_.empty() ? 1 : dims_[0];
   const int64_t row_bytes = rows > 0 ? nbytes() / rows : 0;
   t.dims_[0] = count;
   t.numel_ = rows > 0 ? numel_ / rows * count : 0;
-  t.data_ = static_cast<const uint8_t*>(data_) + begin * row_bytes;
+  t.data_ = static_cast<const uint8_t*>(t.data_) + begin * row_bytes;
   return t;
 }
 
@@ -95,7 +109,7 @@ Tensor Tensor::clone() const {
   if (dtype_ == DType::kString) {
     *t.strings_ = *strings_;
   } else if (nbytes() > 0) {
-    std::memcpy(t.mutable_raw(), data_, static_cast<size_t>(nbytes()));
+    std::memcpy(t.mutable_raw(), raw(), static_cast<size_t>(nbytes()));
   }
   return t;
 }

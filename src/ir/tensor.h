@@ -1,8 +1,10 @@
 // Tensor: dtype + concrete dims + shared storage. Copies share data (like a shared_ptr).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,33 @@
 #include "ir/shape.h"
 
 namespace ferry {
+
+/// Bytes made on first read, once: a weight a .ferry file stores only in a kernel's packed layout
+/// (ir/packed_layout.h) is unpacked to its plain form when something reads it (the reference
+/// kernels, another machine's kernels), never when nothing does (the kernel that uses the packed
+/// bytes in place). make() must not fail (it allocates as Tensor::allocate does).
+class LazyBytes {
+ public:
+  virtual ~LazyBytes() = default;
+  const void* get() {
+    if (made_.load(std::memory_order_acquire)) return bytes_.get();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!made_.load(std::memory_order_relaxed)) {
+      bytes_ = make();
+      made_.store(true, std::memory_order_release);
+    }
+    return bytes_.get();
+  }
+  bool made() const { return made_.load(std::memory_order_acquire); }
+
+ protected:
+  virtual std::shared_ptr<const void> make() = 0;
+
+ private:
+  std::mutex mu_;
+  std::atomic<bool> made_{false};
+  std::shared_ptr<const void> bytes_;
+};
 
 class Tensor {
  public:
@@ -28,6 +57,8 @@ class Tensor {
   static Tensor allocate(DType dtype, std::vector<int64_t> dims);
   /// Views memory owned by `owner` (an mmap, an initializer blob) without copying.
   static Tensor wrap(DType dtype, std::vector<int64_t> dims, std::shared_ptr<const void> owner, const void* data);
+  /// A tensor whose bytes `bytes` makes when first read (raw(), data(), any copy's); see LazyBytes.
+  static Tensor deferred(DType dtype, std::vector<int64_t> dims, std::shared_ptr<LazyBytes> bytes);
   /// A rank-0 or rank-1 tensor holding `values`.
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values, std::vector<int64_t> dims);
@@ -43,11 +74,14 @@ class Tensor {
   int64_t nbytes() const { return numel_ * dtype_size(dtype_); }
   TensorType type() const { return TensorType{dtype_, Shape::of(dims_)}; }
 
-  const void* raw() const { return data_; }
+  const void* raw() const { return lazy_ ? lazy_->get() : data_; }
   /// Writable pointer. Tensors wrapping read-only memory (initializers) must not be written.
-  void* mutable_raw() { return const_cast<void*>(data_); }
-  template <typename T> const T* data() const { return static_cast<const T*>(data_); }
+  void* mutable_raw() { return const_cast<void*>(raw()); }
+  template <typename T> const T* data() const { return static_cast<const T*>(raw()); }
   template <typename T> T* mutable_data() { return static_cast<T*>(mutable_raw()); }
+
+  /// Whether the bytes are not made yet (a deferred tensor nothing has read): they take no memory.
+  bool pending() const { return lazy_ && !lazy_->made(); }
 
   /// String tensors keep their elements here (raw() is null for them).
   const std::vector<std::string>& strings() const { return *strings_; }
@@ -75,6 +109,7 @@ class Tensor {
   int64_t numel_ = 0;
   std::shared_ptr<const void> owner_;
   const void* data_ = nullptr;
+  std::shared_ptr<LazyBytes> lazy_;  // deferred tensors: the bytes (data_ unused)
   std::shared_ptr<std::vector<std::string>> strings_;
 };
 

@@ -368,7 +368,8 @@ ResidentBytes Executor::resident_bytes() const {
   ResidentBytes r;
   std::unordered_set<const void*> seen;  // a buffer shared by the model, a graph and a kernel counts once
   auto count = [&](const Tensor& t) {
-    if (t.defined() && t.raw() && seen.insert(t.raw()).second) r.weights += t.nbytes();
+    // A weight the file stores only packed, not unpacked by any reader, holds no bytes of its own.
+    if (t.defined() && !t.pending() && t.raw() && seen.insert(t.raw()).second) r.weights += t.nbytes();
   };
   for (const auto& [name, t] : model_->graph.initializers) count(t);
   for (const auto& [graph, pg] : graphs_) {

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 
 #include "backends/cpu/prepacked.h"
 #include "compiler/compile.h"
 #include "compiler/session.h"
 #include "format/compiled_model.h"
+#include "ir/packed_layout.h"
 #include "io/npy.h"
 #include "onnx/onnx_import.h"
 #include "runtime/executor.h"
@@ -139,6 +141,88 @@ TEST(PrepackedWeights, WrongSizeFallsBackToPackingAtLoad) {
   EXPECT_EQ(delta.stored, 0);
   EXPECT_GT(delta.reordered, 0);
   EXPECT_TRUE(bit_equal(got, run_onnx(c.onnx, images(4))));
+}
+
+// Issue 40: a weight whose packed form the kernel uses is stored once, packed; the loaded graph's
+// initializer is deferred and stays unmade on cpu (the kernel uses the packed bytes in place), and
+// anything reading it (the reference kernels) gets exactly the original weights back.
+TEST(PrepackedWeights, WeightsStoredOnceAsTheirPackedForm) {
+  Compiled c = compile_demo(true);
+  Compiled plain = compile_demo(false);
+  auto packed_bytes = serialize_compiled_model(c.spec);
+  auto plain_bytes = serialize_compiled_model(plain.spec);
+  ASSERT_TRUE(packed_bytes.is_ok() && plain_bytes.is_ok());
+  // Both forms stored would add report.packed_bytes; one form adds at most the blocked layouts' padding.
+  EXPECT_LT(packed_bytes.value().size(), plain_bytes.value().size() + static_cast<size_t>(c.report.packed_bytes) / 2)
+      << "packed " << c.report.packed_bytes;
+  std::map<std::string, Tensor> originals;  // the compiled gears' weights stored packed only, by name
+  for (const CompiledGear& g : c.spec.gears)
+    for (const Node& n : g.model->graph.nodes)
+      if (const Attribute* in = n.attr(kPackedInputAttr))
+        originals[n.inputs[static_cast<size_t>(in->i)]] = g.model->graph.initializers.at(n.inputs[static_cast<size_t>(in->i)]);
+  ASSERT_GT(originals.size(), 0u);
+
+  auto load = [&](const std::string& device) {
+    auto cm = parse_compiled_model_copy(packed_bytes.value().data(), packed_bytes.value().size(), "once.ferry");
+    EXPECT_TRUE(cm.is_ok()) << cm.status().message();
+    SessionOptions so;
+    so.device = device;
+    auto s = Session::open(std::move(cm).value(), so);
+    EXPECT_TRUE(s.is_ok()) << s.status().message();
+    return std::move(s).value();
+  };
+  // Weights still unmade after a cpu run: those whose kernel used the packed bytes in place. A plan
+  // taking another path for its shape (the 1x1 gemv panels, Winograd, conv_rows) reads the plain form.
+  auto pending = [&](Session& s) {
+    int64_t n = 0;
+    for (const CompiledGear& g : s.compiled().gears)
+      for (const auto& [name, t] : g.model->graph.initializers) n += originals.count(name) && t.pending();
+    return n;
+  };
+  {
+    auto s = load("cpu");
+    NamedTensors out;
+    ASSERT_TRUE(s->run({{"image", images(4)}}, &out).is_ok());
+    EXPECT_TRUE(bit_equal(out[0].second, run_onnx(c.onnx, images(4))));
+    EXPECT_GT(pending(*s), 0) << "a cpu run unpacked every weight its kernels packed";
+  }
+  {
+    auto s = load("cpu-ref");
+    NamedTensors out;
+    ASSERT_TRUE(s->run({{"image", images(4)}}, &out).is_ok());
+    for (const CompiledGear& g : s->compiled().gears)
+      for (const auto& [name, t] : g.model->graph.initializers) {
+        auto o = originals.find(name);
+        if (o == originals.end()) continue;
+        ASSERT_EQ(t.dims(), o->second.dims()) << name;
+        EXPECT_EQ(std::memcmp(t.raw(), o->second.raw(), static_cast<size_t>(t.nbytes())), 0) << name;
+        EXPECT_FALSE(t.pending()) << name;
+      }
+  }
+}
+
+// ferry's blocked layout: a [4, 3] tensor stored as 2-row blocks of its first dim (padded to 4x4).
+TEST(PackedLayout, UnpacksBlocksAndRefusesWhatReachesOutside) {
+  // dims [4, 3]; plain strides {3, 1}; outer strides {8 (block of 2 rows x 4 padded cols), 2}; blocks: dim 0 by 2.
+  const std::vector<int64_t> layout{2, 4, 3, 3, 1, 8, 2, 0, 1, 2, 0};
+  std::vector<float> packed(16, -1.f);
+  for (int r = 0; r < 4; ++r)
+    for (int col = 0; col < 3; ++col) packed[static_cast<size_t>((r / 2) * 8 + col * 2 + r % 2)] = static_cast<float>(r * 3 + col);
+  ASSERT_TRUE(check_packed_layout(layout, 12, 4, 64, "w").is_ok());
+  std::vector<float> plain(12, 0.f);
+  unpack_layout(layout, packed.data(), plain.data(), 4);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(plain[static_cast<size_t>(i)], static_cast<float>(i));
+  EXPECT_TRUE(check_packed_layout(layout, 12, 4, 56, "w").is_ok());   // the last element: offset 13
+  EXPECT_FALSE(check_packed_layout(layout, 12, 4, 52, "w").is_ok());  // lies past the bytes
+  EXPECT_FALSE(check_packed_layout(layout, 11, 4, 64, "w").is_ok());  // another element count
+  std::vector<int64_t> gap = layout;
+  gap[3] = 4;  // plain rows 4 apart: not dense
+  EXPECT_FALSE(check_packed_layout(gap, 12, 4, 64, "w").is_ok());
+  std::vector<int64_t> bad_idx = layout;
+  bad_idx.back() = 5;  // a block of a dim that does not exist
+  EXPECT_FALSE(check_packed_layout(bad_idx, 12, 4, 64, "w").is_ok());
+  const Status st = check_packed_layout({2, 4}, 12, 4, 64, "graph 'g' initializer 'w'");
+  EXPECT_NE(st.message().find("initializer 'w'"), std::string::npos) << st.message();
 }
 
 // The key pins the kernel kind, oneDNN's version, the ISA and the exact layout.

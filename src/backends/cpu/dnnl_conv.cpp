@@ -672,8 +672,9 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
     const memory::dims wd = weight_dims();
     const tag t = group_ > 1 ? (wd.size() == 4 ? tag::goiw : wd.size() == 5 ? tag::goihw : tag::goidhw)
                              : (wd.size() == 3 ? tag::oiw : wd.size() == 4 ? tag::oihw : tag::oidhw);
-    memory user(memory::desc(wd, dt, t), dnnl_engine(), const_cast<void*>(w_.raw()));
-    memory packed = cpu::packed_weights(node_, "dnnl_conv", want, user);  // stored by `ferry compile`, or reordered
+    memory packed = cpu::packed_weights(node_, "dnnl_conv", want, [&] {  // stored by `ferry compile`, or reordered
+      return memory(memory::desc(wd, dt, t), dnnl_engine(), const_cast<void*>(w_.raw()));
+    });
     packed_.emplace_back(want, packed);
     return &packed_.back().second;
   }

@@ -440,8 +440,9 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
     for (auto& [desc, mem] : packed_)
       if (desc == want) return &mem;
     ASSIGN_OR_RETURN(const Tensor w, original());
-    memory user(user_desc, dnnl_engine(), const_cast<void*>(w.raw()));
-    memory packed = cpu::packed_weights(node_, "dnnl_matmul", want, user);  // stored by `ferry compile`, or reordered
+    memory packed = cpu::packed_weights(node_, "dnnl_matmul", want, [&] {  // stored by `ferry compile`, or reordered
+      return memory(user_desc, dnnl_engine(), const_cast<void*>(w.raw()));
+    });
     packed_.emplace_back(want, packed);
     drop_original_if_packed();
     return &packed_.back().second;

@@ -119,7 +119,7 @@ const dnnl::memory* PackedWeightsCache::get(const Node& node, const char* kind, 
                                             const std::function<dnnl::memory()>& user) {
   for (auto& [desc, mem] : packed_)
     if (desc == want) return &mem;
-  packed_.emplace_back(want, packed_weights(node, kind, want, user()));
+  packed_.emplace_back(want, packed_weights(node, kind, want, user));
   return &packed_.back().second;
 }
 

@@ -9,6 +9,7 @@
 #include <dnnl.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,19 +27,24 @@ inline constexpr const char* kPackedKeyAttr = "ferry.packed_key";
 /// "KIND|oneDNN X.Y.Z|isa N|<hex of the memory descriptor>" for weights packed into `want`.
 std::string packed_key(const char* kind, const dnnl::memory::desc& want);
 
-/// `node`'s constant weights (`user`, a view of the initializer) in layout `want`: the bytes
+/// `node`'s constant weights (`user()`, a view of the initializer) in layout `want`: the bytes
 /// stored on the node by `ferry compile` when their key matches (no copy; the node's attribute
-/// keeps the mapping alive as long as the node lives), else a new buffer reordered from `user`.
+/// keeps the mapping alive as long as the node lives), else a new buffer reordered from `user()`.
+/// `user` is called only to reorder: a weight the file stores only packed is never unpacked when
+/// its stored bytes serve.
 /// `kind` names the kernel ("dnnl_conv", "dnnl_matmul"). Under a PackRecorder, a reorder made
 /// here is recorded for the compiler.
 dnnl::memory packed_weights(const Node& node, const char* kind, const dnnl::memory::desc& want,
-                            const dnnl::memory& user);
+                            const std::function<dnnl::memory()>& user);
 
 /// What a kernel packed while a PackRecorder was active on the thread.
 struct PackedWeights {
   std::string key;
   Tensor bytes;                  // uint8 [size]
   const void* source = nullptr;  // the weights it was packed from (the initializer's data)
+  /// How the packed bytes map to the plain weights (ir/packed_layout.h), when the packing is a
+  /// pure permutation with padding (same element type, no compensation); empty otherwise.
+  std::vector<int64_t> layout;
 };
 
 /// While alive, records on this thread the first weights each node packs, by the node's first
