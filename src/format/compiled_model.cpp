@@ -137,8 +137,20 @@ Status write_compiled_model(const std::string& path, const CompiledModelSpec& sp
   return writer->commit();
 }
 
+namespace {
+// `mapped`: `data` is a read-only file mapping, whose pages may be dropped and come back from the file.
+StatusOr<CompiledModel> parse_impl(std::shared_ptr<const void> owner, const uint8_t* data, size_t size,
+                                   const std::string& what, bool mapped);
+}  // namespace
+
 StatusOr<CompiledModel> parse_compiled_model(std::shared_ptr<const void> owner, const uint8_t* data, size_t size,
                                              const std::string& what) {
+  return parse_impl(std::move(owner), data, size, what, false);
+}
+
+namespace {
+StatusOr<CompiledModel> parse_impl(std::shared_ptr<const void> owner, const uint8_t* data, size_t size,
+                                   const std::string& what, bool mapped) {
   LoadTrace trace;
   FileHeader h;
   RETURN_IF_ERROR(format::check_header(data, size, what, &h));
@@ -193,7 +205,7 @@ StatusOr<CompiledModel> parse_compiled_model(std::shared_ptr<const void> owner, 
   base.path = what;
 
   if (!m->gears() || m->gears()->size() == 0) return invalid_model(what + ": the compiled model holds no graph");
-  format::WeightsView weights{owner, data + h.weights_offset, h.weights_size};
+  format::WeightsView weights{owner, data + h.weights_offset, h.weights_size, mapped};
   for (const fb::Gear* g : *m->gears()) {
     if (!g->graph()) return invalid_model(what + ": a gear without a graph (the file is corrupted)");
     if (g->batch() < 0 || (g->batch() == 0 && m->gears()->size() > 1))
@@ -209,6 +221,7 @@ StatusOr<CompiledModel> parse_compiled_model(std::shared_ptr<const void> owner, 
   trace.mark("verify + decode");
   return cm;
 }
+}  // namespace
 
 StatusOr<CompiledModel> parse_compiled_model_copy(const void* data, size_t size, const std::string& what) {
   const size_t rounded = (size + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
@@ -225,7 +238,7 @@ StatusOr<CompiledModel> load_compiled_model(const std::string& path) {
   trace.mark("map", bytes.size);
   if (reinterpret_cast<uintptr_t>(bytes.data) % kWeightAlignment != 0)  // read into a heap buffer (a pipe)
     return parse_compiled_model_copy(bytes.data, bytes.size, path);
-  ASSIGN_OR_RETURN(CompiledModel cm, parse_compiled_model(bytes.owner, bytes.data, bytes.size, path));
+  ASSIGN_OR_RETURN(CompiledModel cm, parse_impl(bytes.owner, bytes.data, bytes.size, path, bytes.mapped));
   // The checksum read every page of the file into this process; nothing has written to them yet.
   // Drop them: the weights a kernel reads come back from the page cache on first touch, and the
   // rest (the original of a weight whose packed form is used in place, the gears not run) no

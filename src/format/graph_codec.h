@@ -48,6 +48,7 @@ struct WeightsView {
   std::shared_ptr<const void> owner;
   const uint8_t* data = nullptr;
   uint64_t size = 0;
+  bool mapped = false;  // a read-only file mapping: pages dropped come back from the file
 };
 
 /// Reads a graph; `parent` is the enclosing graph (nullptr for the main graph). Checks every

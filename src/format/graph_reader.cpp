@@ -1,4 +1,7 @@
 // flatbuffer -> Graph with every reference checked; see graph_codec.h.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <unordered_set>
 
 #include "common/utf8.h"
@@ -61,14 +64,23 @@ Status read_type(const fb::TensorType* in, const std::string& where, TensorType*
 // The plain form of a weight stored only packed, made on first read (ir/packed_layout.h).
 class UnpackedBytes : public LazyBytes {
  public:
-  UnpackedBytes(std::shared_ptr<const void> owner, const uint8_t* packed, std::vector<int64_t> layout, DType dtype,
-                std::vector<int64_t> dims)
-      : owner_(std::move(owner)), packed_(packed), layout_(std::move(layout)), dtype_(dtype), dims_(std::move(dims)) {}
+  UnpackedBytes(std::shared_ptr<const void> owner, const uint8_t* packed, uint64_t packed_bytes, bool mapped,
+                std::vector<int64_t> layout, DType dtype, std::vector<int64_t> dims)
+      : owner_(std::move(owner)), packed_(packed), packed_bytes_(packed_bytes), mapped_(mapped), layout_(std::move(layout)),
+        dtype_(dtype), dims_(std::move(dims)) {}
 
  protected:
   std::shared_ptr<const void> make() override {
     auto plain = std::make_shared<Tensor>(Tensor::allocate(dtype_, dims_));
     unpack_layout(layout_, packed_, plain->mutable_raw(), dtype_size(dtype_));
+    // The packed bytes just read stay in the process only if a kernel uses them in place (it then
+    // touches them again, from the page cache): from a file mapping they are dropped.
+    if (mapped_) {
+      static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+      const uintptr_t b = (reinterpret_cast<uintptr_t>(packed_) + page - 1) / page * page;
+      const uintptr_t e = (reinterpret_cast<uintptr_t>(packed_) + packed_bytes_) / page * page;
+      if (e > b) (void)::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+    }
     const void* data = plain->raw();
     return std::shared_ptr<const void>(std::move(plain), data);
   }
@@ -76,6 +88,8 @@ class UnpackedBytes : public LazyBytes {
  private:
   std::shared_ptr<const void> owner_;  // the mapping
   const uint8_t* packed_;
+  uint64_t packed_bytes_;
+  bool mapped_;
   std::vector<int64_t> layout_;
   DType dtype_;
   std::vector<int64_t> dims_;
@@ -88,7 +102,7 @@ Status read_packed_tensor(const fb::TensorRef* in, const WeightsView& w, const s
     return invalid_model(where + ": packed tensor bytes lie outside the weights section");
   std::vector<int64_t> layout(in->layout()->begin(), in->layout()->end());
   RETURN_IF_ERROR(check_packed_layout(layout, element_count(dims), dtype_size(dt), in->nbytes(), where));
-  auto bytes = std::make_shared<UnpackedBytes>(w.owner, w.data + in->offset(), std::move(layout), dt, dims);
+  auto bytes = std::make_shared<UnpackedBytes>(w.owner, w.data + in->offset(), in->nbytes(), w.mapped, std::move(layout), dt, dims);
   *out = Tensor::deferred(dt, std::move(dims), std::move(bytes));
   return Status::ok();
 }
