@@ -1,5 +1,4 @@
 // flatbuffer -> Graph with every reference checked; see graph_codec.h.
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <unordered_set>
@@ -7,6 +6,7 @@
 #include "common/utf8.h"
 #include "format/file_header.h"
 #include "format/graph_codec.h"
+#include "io/file.h"
 #include "ir/packed_layout.h"
 #include "ir/graph_check.h"
 
@@ -75,12 +75,7 @@ class UnpackedBytes : public LazyBytes {
     unpack_layout(layout_, packed_, plain->mutable_raw(), dtype_size(dtype_));
     // The packed bytes just read stay in the process only if a kernel uses them in place (it then
     // touches them again, from the page cache): from a file mapping they are dropped.
-    if (mapped_) {
-      static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-      const uintptr_t b = (reinterpret_cast<uintptr_t>(packed_) + page - 1) / page * page;
-      const uintptr_t e = (reinterpret_cast<uintptr_t>(packed_) + packed_bytes_) / page * page;
-      if (e > b) (void)::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
-    }
+    if (mapped_) drop_pages(packed_, static_cast<size_t>(packed_bytes_));
     const void* data = plain->raw();
     return std::shared_ptr<const void>(std::move(plain), data);
   }

@@ -209,7 +209,11 @@ Status AtomicFileWriter::commit() {
 
 // The read-only, size-limited form (model files, external data, checkpoints).
 void drop_mapped_pages(const FileBytes& f, const uint8_t* begin, size_t length) {
-  if (!f.mapped || length == 0) return;
+  if (f.mapped) drop_pages(begin, length);
+}
+
+void drop_pages(const uint8_t* begin, size_t length) {
+  if (length == 0) return;
   static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t b = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
   const uintptr_t e = (reinterpret_cast<uintptr_t>(begin) + length) / page * page;

@@ -40,6 +40,10 @@ StatusOr<FileBytes> map_file(const std::string& path, int64_t max_bytes, const s
 /// Nothing for a FileBytes that is not a mapping.
 void drop_mapped_pages(const FileBytes& f, const uint8_t* begin, size_t length);
 
+/// drop_mapped_pages for a caller that knows [begin, begin + length) lies in a read-only file
+/// mapping (never call it on heap bytes: their contents would be lost).
+void drop_pages(const uint8_t* begin, size_t length);
+
 /// Resolves `relative` inside `base_dir` and refuses anything that would leave it:
 /// absolute paths, "..", symlinks pointing outside, non-regular files.
 StatusOr<std::string> resolve_inside(const std::string& base_dir, const std::string& relative,

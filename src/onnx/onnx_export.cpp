@@ -463,9 +463,6 @@ bool same_file(const std::string& a, const std::string& b) {
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-// Writes `bytes` to a new temporary file next to `final_path`, synced; returns its path.
-// A temporary sibling of `final_path` filled by `fill(fd)` (0, or the errno of the failed write)
-// and fsynced; returns its path.
 // Parses the model file at `path` through a read buffer, not a mapping: the process holds its
 // bytes once, parsed (a mapping's pages would stay resident beside the parse until it is done).
 // Errors as map_file's ('model file' ...); false when the bytes are not a model.
@@ -499,6 +496,8 @@ StatusOr<bool> read_model_proto(const std::string& path, onnx::ModelProto* mp) {
   return ok;
 }
 
+// A temporary sibling of `final_path` filled by `fill(fd)` (0, or the errno of the failed write)
+// and fsynced; returns its path.
 StatusOr<std::string> write_temp_with(const std::string& final_path, const std::function<int(int)>& fill) {
   const std::string tmp = dir_name(final_path) + "/." + base_name(final_path) + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -513,6 +512,7 @@ StatusOr<std::string> write_temp_with(const std::string& final_path, const std::
   return tmp;
 }
 
+// Writes `bytes` to a new temporary file next to `final_path`, synced; returns its path.
 StatusOr<std::string> write_temp(const std::string& final_path, const std::string& bytes) {
   return write_temp_with(final_path, [&bytes](int fd) {
     size_t done = 0;

@@ -1,6 +1,5 @@
 #include "onnx/onnx_import.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <climits>
@@ -169,15 +168,6 @@ bool strip_raw_data(const uint8_t* data, size_t size, std::string* out, std::vec
     out->append(reinterpret_cast<const char*>(f.begin), static_cast<size_t>(p - f.begin));
   }
   return true;
-}
-
-// Drops the whole pages of [begin, begin + length) of a read-only file mapping from this process
-// (they come back from the page cache if read again).
-void drop_pages(const uint8_t* begin, int64_t length) {
-  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t b = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
-  const uintptr_t e = (reinterpret_cast<uintptr_t>(begin) + static_cast<uintptr_t>(length)) / page * page;
-  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
 }
 
 Status convert_tensor_type(const onnx::TypeProto_Tensor& tt, const std::string& what, TensorType* out) {
@@ -354,7 +344,7 @@ Status convert_graph(ImportState& st, const onnx::GraphProto& gp, Graph* g, int 
     g->value_types[tp.name()] = t.type();
     g->initializers.emplace(tp.name(), std::move(t));
     if (release) std::string().swap(*release->mutable_initializer(i)->mutable_raw_data());  // frees, unlike clear()
-    if (span && st.raw_mapped) drop_pages(st.raw_base + span->first, span->second);
+    if (span && st.raw_mapped) drop_pages(st.raw_base + span->first, static_cast<size_t>(span->second));
   }
   for (const auto& sp : gp.sparse_initializer())
     return unsupported("sparse initializer '" + sp.values().name() + "' is not supported");
