@@ -220,7 +220,7 @@ void drop_pages(const uint8_t* begin, size_t length) {
   if (e > b) (void)::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
 }
 
-StatusOr<FileBytes> map_file(const std::string& path, int64_t max_bytes, const std::string& what) {
+StatusOr<OpenedFile> open_regular_file(const std::string& path, int64_t max_bytes, const std::string& what) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
@@ -237,8 +237,14 @@ StatusOr<FileBytes> map_file(const std::string& path, int64_t max_bytes, const s
     return resource_exhausted(what + " '" + path + "' is " + std::to_string(st.st_size) +
                               " bytes, over the limit of " + std::to_string(max_bytes) + " bytes");
   }
+  return OpenedFile{fd, static_cast<int64_t>(st.st_size)};
+}
+
+StatusOr<FileBytes> map_file(const std::string& path, int64_t max_bytes, const std::string& what) {
+  ASSIGN_OR_RETURN(const OpenedFile opened, open_regular_file(path, max_bytes, what));
+  const int fd = opened.fd;
   FileBytes f;
-  f.size = static_cast<size_t>(st.st_size);
+  f.size = static_cast<size_t>(opened.size);
   if (f.size == 0) {
     ::close(fd);
     static const uint8_t kEmpty = 0;

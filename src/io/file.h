@@ -35,6 +35,14 @@ StatusOr<FileBytes> map_file(const std::string& path);
 /// InvalidArgument (a folder, a pipe, unmappable). Model files, external data, checkpoints.
 StatusOr<FileBytes> map_file(const std::string& path, int64_t max_bytes, const std::string& what);
 
+/// Opens the regular file at `path` read-only for a caller that reads it itself (a stream parse),
+/// with map_file's checks and errors (`what`, `max_bytes`). The caller closes `fd`.
+struct OpenedFile {
+  int fd = -1;
+  int64_t size = 0;
+};
+StatusOr<OpenedFile> open_regular_file(const std::string& path, int64_t max_bytes, const std::string& what);
+
 /// Drops the whole pages of [begin, begin + length) inside `f`'s mapping from this process (they
 /// come back from the page cache if read again): bytes already copied out need not stay resident.
 /// Nothing for a FileBytes that is not a mapping.

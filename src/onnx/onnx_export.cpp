@@ -467,24 +467,9 @@ bool same_file(const std::string& a, const std::string& b) {
 // bytes once, parsed (a mapping's pages would stay resident beside the parse until it is done).
 // Errors as map_file's ('model file' ...); false when the bytes are not a model.
 StatusOr<bool> read_model_proto(const std::string& path, onnx::ModelProto* mp) {
-  const std::string what = "model file";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    if (e == ENOENT) return not_found(what + " '" + path + "' does not exist");
-    return invalid_argument(what + " '" + path + "' cannot be opened: " + std::strerror(e));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return invalid_argument(what + " '" + path + "' is not a regular file");
-  }
-  if (st.st_size > INT_MAX) {
-    ::close(fd);
-    return resource_exhausted(what + " '" + path + "' is " + std::to_string(st.st_size) + " bytes, over the limit of " +
-                              std::to_string(INT_MAX) + " bytes");
-  }
-  bool ok = st.st_size > 0;
+  ASSIGN_OR_RETURN(const OpenedFile opened, open_regular_file(path, INT_MAX, "model file"));
+  const int fd = opened.fd;
+  bool ok = opened.size > 0;
   if (ok) {
     google::protobuf::io::FileInputStream in(fd, 1 << 20);
     google::protobuf::io::CodedInputStream coded(&in);
