@@ -2,8 +2,7 @@
 // a [rows, C] tensor and a row broadcast over it (elementwise.cpp's row loop: the NHWC
 // squeeze-excitation scale, either operand first, and per batch row), and a SiLU convolution large enough that the SiLU
 // pass after the oneDNN primitive (dnnl_conv.cpp, act_after_postop) splits over the threads, with a
-// residual, NCHW and channels-last; strided 1x1 channels-last convolutions (dnnl_conv.cpp's
-// subsampled source); the f32 NHWC global average pool's own loop (dnnl_pool.cpp).
+// residual, NCHW and channels-last; strided 1x1 channels-last convolutions; the f32 NHWC global average pool's own loop (dnnl_pool.cpp).
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -60,10 +59,9 @@ TEST(CpuCnnKernels, SiluConvolutionOnALargeImageMatchesReference) {
   }
 }
 
-// Strided 1x1 convolutions, channels-last, with and without dnnl_conv.cpp's use_subsample
-// (FERRY_CONV_SUBSAMPLE=1: every stride-th pixel copied, then a stride-1 kernel): odd sizes so the
-// last row and column are read, unequal strides, a residual with ReLU, several images; a one-pixel
-// image (the small-GEMM path) and a padded one (not subsampled) for the bounds of the rule.
+// Strided 1x1 convolutions, channels-last: odd sizes so the last row and column are read, unequal
+// strides, a residual with ReLU, several images; a one-pixel image (the small-GEMM path) and a
+// padded one. (The subsampled-source variant, FERRY_CONV_SUBSAMPLE=1, lost and is gone: issue 39.)
 TEST(CpuCnnKernels, StridedPointwiseConvolutionMatchesReference) {
   struct Case {
     vector<int64_t> x, strides, pads;
@@ -91,14 +89,9 @@ TEST(CpuCnnKernels, StridedPointwiseConvolutionMatchesReference) {
       return t.run(device)[0];
     };
     const Tensor want = run("cpu-ref");
-    for (const char* subsample : {"0", "1"}) {  // the strided kernel, and the subsampled source (off by default)
-      SCOPED_TRACE(std::string("FERRY_CONV_SUBSAMPLE=") + subsample);
-      ::setenv("FERRY_CONV_SUBSAMPLE", subsample, 1);
-      const Tensor got = run("cpu");
-      ::unsetenv("FERRY_CONV_SUBSAMPLE");
-      ASSERT_EQ(got.dims(), yd);
-      expect_near(got, want, 1e-4, 1e-4);
-    }
+    const Tensor got = run("cpu");
+    ASSERT_EQ(got.dims(), yd);
+    expect_near(got, want, 1e-4, 1e-4);
   }
 }
 

@@ -199,7 +199,7 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
           if (z.raw() != y->raw()) std::memcpy(y->mutable_raw(), z.raw(), static_cast<size_t>(z.nbytes()));
         }
         BoundArgs& a = bound_args(*p);
-        a.src.set_data_handle(p->subsample ? subsample(*p, x) : const_cast<void*>(x.raw()));
+        a.src.set_data_handle(const_cast<void*>(x.raw()));
         a.dst.set_data_handle(y->mutable_raw());
         if (a.scratch_bytes) a.scratch.set_data_handle(cpu::scratch_data(a.scratch_bytes, cpu::ScratchSlot::kScratchpad));
         const BoundArgs::Weights w(a, *p->weights);
@@ -249,10 +249,6 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
     bool rows = false;          // computed by rows_ (cpu/conv_rows.h) instead of the primitives
     cpu::WinogradConv3x3::Plan winograd;
     bool act_after = false;  // the activation runs after the primitive (activate_in_place), not as a post-op
-    // A strided 1x1 convolution runs as a stride-1 one on x subsampled into scratch (see
-    // use_subsample): user_src is then the subsampled NHWC tensor; these are x's dims and strides.
-    bool subsample = false;
-    int64_t sub_n = 0, sub_h = 0, sub_w = 0, sub_in_h = 0, sub_in_w = 0, sub_sh = 1, sub_sw = 1;
     uint64_t id = 0;         // unique in the process (bound_args' key)
     dnnl::reorder to_internal, to_user, z_to_internal;
     const memory* weights = nullptr;
@@ -352,18 +348,6 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
       plan->out_dims = {yd[0], yd[2], yd[3], yd[1]};
       return Status::ok();
     }
-    if (use_subsample(xd, pad_l, pad_r)) {
-      plan->subsample = true;
-      plan->sub_n = xd[0];
-      plan->sub_in_h = xd[2];
-      plan->sub_in_w = xd[3];
-      plan->sub_h = yd[2];
-      plan->sub_w = yd[3];
-      plan->sub_sh = strides[0];
-      plan->sub_sw = strides[1];
-      xd = {xd[0], xd[1], yd[2], yd[3]};  // the primitive's source: x[:, :, ::sh, ::sw]
-      strides = {1, 1};
-    }
     const auto plan_primitives = [&] {
       memory::data_type dt;
       cpu::to_dnnl_type(dtype_, &dt);
@@ -416,8 +400,7 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
     RETURN_IF_ERROR(cpu::dnnl_call(node_, plan_primitives));
     const auto all_zero = [](const memory::dims& v) { return std::all_of(v.begin(), v.end(), [](int64_t d) { return d == 0; }); };
     const auto all_one = [](auto b, auto e) { return std::all_of(b, e, [](int64_t d) { return d == 1; }); };
-    if (plan->subsample && (plan->reorder_src || plan->reorder_dst)) return unsupported("subsampled source with a reorder");
-    plan->gemv = gemv_ok_ && !has_z_ && !plan->subsample && (!b_.defined() || b_.dtype() == DType::kF32) &&
+    plan->gemv = gemv_ok_ && !has_z_ && (!b_.defined() || b_.dtype() == DType::kF32) &&
                  all_one(xd.begin() + 2, xd.end()) && all_one(yd.begin() + 2, yd.end()) && all_zero(pad_l) &&
                  all_zero(pad_r);
     // Packed once, under the plan cache's lock; runs read it only through a plan made after this.
@@ -610,41 +593,6 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
     for (size_t i = 0; i < 2; ++i)
       if (attrs_.dilations[i] != 1 || pad_l[i] != 0 || pad_r[i] != 0) return false;
     return (xd[2] - 1) / attrs_.strides[0] + 1 == yd[2] && (xd[3] - 1) / attrs_.strides[1] + 1 == yd[3];
-  }
-
-  // A strided 1x1 convolution without padding (ResNet's downsample projections) reads only every
-  // stride-th pixel: it can run as oneDNN's stride-1 1x1 kernel on those pixels copied into a dense
-  // NHWC tensor. Off by default, FERRY_CONV_SUBSAMPLE=1 turns it on (read at each plan). Measured
-  // (1 thread): alone (oneDNN 2.6 brgconv_1x1 both ways, interleaved in one process, copy included)
-  // 1x28x28 512->1024 s2 0.89-0.90x the time, 1x14x14 1024->2048 0.95-0.97x, 8x28x28 512->1024
-  // 0.91-0.94x, 1x56x56 256->512 0.96-1.03x; `ferry profile` of ResNet-50 b1, layer3.0's projection
-  // 1.11-1.12 -> 0.97-1.01 ms, the others unchanged; but whole-model `ferry bench` p50 of ResNet-50
-  // b1 came out 0.5-1 ms slower in 10 of 12 interleaved pairs (a loaded machine: not resolved).
-  // Channels-last 2-D nodes with a plain NHWC source only.
-  bool use_subsample(const std::vector<int64_t>& xd, const memory::dims& pad_l, const memory::dims& pad_r) const {
-    const char* e = env_value("FERRY_CONV_SUBSAMPLE");
-    if (!(e && std::string(e) == "1") || !channels_last_ || nchw_input_ || group_ != 1 || w_.rank() != 4 || w_.dim(2) != 1 || w_.dim(3) != 1)
-      return false;
-    if (attrs_.strides[0] == 1 && attrs_.strides[1] == 1) return false;
-    if (xd[2] == 1 && xd[3] == 1) return false;  // one pixel: nothing to skip (and the small-GEMM path may take it)
-    for (size_t i = 0; i < 2; ++i)
-      if (pad_l[i] != 0 || pad_r[i] != 0) return false;
-    return true;
-  }
-  // Copies x[:, ::sh, ::sw, :] (NHWC) into the calling thread's kSrc scratch; returns it.
-  void* subsample(const Plan& p, const Tensor& x) const {
-    const int64_t c = w_.dim(1), es = dtype_size(dtype_), pixel = c * es;
-    char* dst = static_cast<char*>(cpu::scratch_data(static_cast<size_t>(p.sub_n * p.sub_h * p.sub_w * pixel), cpu::ScratchSlot::kSrc));
-    const char* src = static_cast<const char*>(x.raw());
-    parallel_ranges(p.sub_n * p.sub_h, p.sub_w * c, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t n = r / p.sub_h, h = r % p.sub_h;
-        const char* in = src + ((n * p.sub_in_h + h * p.sub_sh) * p.sub_in_w) * pixel;
-        char* out = dst + r * p.sub_w * pixel;
-        for (int64_t w = 0; w < p.sub_w; ++w) std::memcpy(out + w * pixel, in + w * p.sub_sw * pixel, static_cast<size_t>(pixel));
-      }
-    });
-    return dst;
   }
 
   // f32 SiLU runs after the primitive, as one vectorized pass over the output (activate_in_place,
