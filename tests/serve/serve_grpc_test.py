@@ -15,26 +15,16 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper
+
+from serve_util import ADD_CONFIG, ServeProcess, add_model, check, echo_model, failures, pack_bytes, put, relu_model
 
 FERRY, SRC, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return cond
-
 
 # ---- stubs, generated now from the repository's .proto files ---------------------------------
 STUBS = os.path.join(WORK, "stubs")
@@ -116,78 +106,21 @@ check(sorted(m.name for m in service.methods) == sorted(["ServerLive", "ServerRe
 
 
 # ---- the repository -------------------------------------------------------------------------
-def add_model():
-    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4])
-    g = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"])], "add", [vi("x"), vi("y")], [vi("z")])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def relu_model():
-    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3])
-    g = helper.make_graph([helper.make_node("Relu", ["a"], ["b"])], "relu", [vi("a")], [vi("b")])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def put(name, model, config=None):
-    d = os.path.join(REPO, name, "1")
-    os.makedirs(d, exist_ok=True)
-    onnx.save(model, os.path.join(d, "model.onnx"))
-    if config is not None:
-        with open(os.path.join(REPO, name, "config.pbtxt"), "w") as f:
-            f.write(config)
-
-
 REPO = os.path.join(WORK, "repo")
-ADD_CONFIG = """name: "%s"
-platform: "onnxruntime_onnx"
-max_batch_size: 8
-input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "z" data_type: TYPE_FP32 dims: [ 4 ] } ]
-%s
-"""
-put("add", add_model(), ADD_CONFIG % ("add", ""))
-put("batched", add_model(), ADD_CONFIG % ("batched", "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 5000000 }"))
-put("queued", add_model(), ADD_CONFIG % ("queued", """dynamic_batching {
+put(REPO, "add", add_model(), ADD_CONFIG % ("add", ""))
+put(REPO, "batched", add_model(), ADD_CONFIG % ("batched", "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 5000000 }"))
+put(REPO, "queued", add_model(), ADD_CONFIG % ("queued", """dynamic_batching {
   preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 2500000
   default_queue_policy { max_queue_size: 2 allow_timeout_override: true }
 }"""))
-put("relu", relu_model())
-
-
-def echo_model():  # BYTES with a batch axis: Identity, [N, 2]
-    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.STRING, ["N", 2])
-    g = helper.make_graph([helper.make_node("Identity", ["s"], ["t"])], "echo", [vi("s")], [vi("t")])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-put("echo", echo_model())  # no config.pbtxt: derived (TYPE_STRING, a batch axis)
-put("broken", relu_model(), 'name: "broken"\nmax_batch_size: 0\ninput [ { name: "a" data_type: TYPE_FP32 dims: [ 2, 3 ] ]\n')
+put(REPO, "relu", relu_model())
+put(REPO, "echo", echo_model())  # no config.pbtxt: derived (TYPE_STRING, a batch axis)
+put(REPO, "broken", relu_model(), 'name: "broken"\nmax_batch_size: 0\ninput [ { name: "a" data_type: TYPE_FP32 dims: [ 2, 3 ] ]\n')
 
 # ---- the server -----------------------------------------------------------------------------
-proc = subprocess.Popen([FERRY, "serve", "--model-repository", REPO, "--http-address", "127.0.0.1", "--http-port", "0",
-                         "--grpc-port", "0", "--metrics-port", "0", "--threads", "1", "--model-control-mode", "explicit",
-                         "--load-model", "*", "--exit-on-error=false", "--http-max-input-size", "1000000"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-lines = []
-ports = {}
-started = threading.Event()
-
-
-def pump():
-    for line in proc.stderr:
-        lines.append(line)
-        m = re.search(r"gRPC on 127\.0\.0\.1:(\d+)", line)
-        if m:
-            ports["grpc"] = int(m.group(1))
-        m = re.search(r"HTTP on 127\.0\.0\.1:(\d+), metrics on 127\.0\.0\.1:(\d+)", line)
-        if m:
-            ports["metrics"] = int(m.group(2))
-            started.set()
-    started.set()
-
-
-threading.Thread(target=pump, daemon=True).start()
-started.wait(60)
+srv = ServeProcess(FERRY, REPO, "--model-control-mode", "explicit", "--load-model", "*", "--exit-on-error=false",
+                   "--http-max-input-size", "1000000")
+proc, lines, ports = srv.proc, srv.lines, srv.ports
 if "grpc" not in ports:
     print("the server did not report its gRPC port:\n" + "".join(lines))
     proc.kill()
@@ -318,20 +251,18 @@ try:
     check(np.array_equal(output(resp), x + y), "the server keeps serving after bad requests")
 
     # ---- BYTES: contents.bytes_contents and raw_input_contents (4-byte length + bytes), raw out ----
-    import struct
-    pack = lambda items: b"".join(struct.pack("<I", len(v)) + v for v in items)
     vals = [b"", b"\x00\xffbin", "\u00e9t\u00e9".encode(), b"q" * 100]
     req = pb.ModelInferRequest(model_name="echo")
     req.inputs.add(name="s", datatype="BYTES", shape=[2, 2]).contents.bytes_contents.extend(vals)
     resp = stub.ModelInfer(req, timeout=T)
-    check(resp.outputs[0].datatype == "BYTES" and list(resp.outputs[0].shape) == [2, 2] and resp.raw_output_contents[0] == pack(vals),
+    check(resp.outputs[0].datatype == "BYTES" and list(resp.outputs[0].shape) == [2, 2] and resp.raw_output_contents[0] == pack_bytes(vals),
           "BYTES through bytes_contents, back as length-prefixed raw_output_contents: %s" % resp)
     req = pb.ModelInferRequest(model_name="echo")
     req.inputs.add(name="s", datatype="BYTES", shape=[1, 2])
-    req.raw_input_contents.append(pack(vals[:2]))
+    req.raw_input_contents.append(pack_bytes(vals[:2]))
     resp = stub.ModelInfer(req, timeout=T)
-    check(resp.raw_output_contents[0] == pack(vals[:2]), "BYTES through raw_input_contents")
-    req.raw_input_contents[0] = pack(vals[:2])[:-1]
+    check(resp.raw_output_contents[0] == pack_bytes(vals[:2]), "BYTES through raw_input_contents")
+    req.raw_input_contents[0] = pack_bytes(vals[:2])[:-1]
     expect_error(lambda: stub.ModelInfer(req, timeout=T), grpc.StatusCode.INVALID_ARGUMENT,
                  "input 's' (raw_input_contents[0]): BYTES element 1 says 5 bytes but only 4 are left", "BYTES raw cut short")
     req = pb.ModelInferRequest(model_name="echo")

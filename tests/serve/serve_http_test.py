@@ -24,49 +24,14 @@ import onnx
 import requests
 from onnx import TensorProto, helper
 
+from serve_util import ADD_CONFIG, ServeProcess, add_model, check, echo_model, failures, pack_bytes, put, relu_model, unpack_bytes
+
 FERRY, WORK = sys.argv[1], sys.argv[2]
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return cond
-
 
 # ---- the repository -------------------------------------------------------------------------
-def add_model(batch_dim):
-    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch_dim, 4])
-    g = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"])], "add", [vi("x"), vi("y")], [vi("z")])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def relu_model():
-    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3])
-    g = helper.make_graph([helper.make_node("Relu", ["a"], ["b"])], "relu", [vi("a")], [vi("b")])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def put(repo, name, model, config=None, version=1):
-    d = os.path.join(repo, name, str(version))
-    os.makedirs(d, exist_ok=True)
-    onnx.save(model, os.path.join(d, "model.onnx"))
-    if config is not None:
-        with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
-            f.write(config)
-
-
 REPO = os.path.join(WORK, "repo")
-ADD_CONFIG = """name: "%s"
-platform: "onnxruntime_onnx"
-max_batch_size: 8
-input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "z" data_type: TYPE_FP32 dims: [ 4 ] } ]
-%s
-"""
 put(REPO, "add", add_model("N"), ADD_CONFIG % ("add", "optimization { graph { level: 1 } }\nmodel_warmup [ { name: \"w\" batch_size: 1 } ]"))
 put(REPO, "add", add_model("N"), None, version=2)
 put(REPO, "batched", add_model("N"),
@@ -86,25 +51,6 @@ def lower_model():  # BYTES in and out: StringNormalizer (lowercase), [1, 3]
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def echo_model():  # BYTES with a batch axis: Identity, [N, 2]
-    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.STRING, ["N", 2])
-    g = helper.make_graph([helper.make_node("Identity", ["s"], ["t"])], "echo", [vi("s")], [vi("t")])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def pack_bytes(items):  # Triton's BYTES serialization: 4-byte little-endian length, then the bytes
-    return b"".join(struct.pack("<I", len(b)) + b for b in items)
-
-
-def unpack_bytes(buf):
-    out, pos = [], 0
-    while pos < len(buf):
-        (n,) = struct.unpack_from("<I", buf, pos)
-        out.append(bytes(buf[pos + 4:pos + 4 + n]))
-        pos += 4 + n
-    return out
-
-
 put(REPO, "lower", lower_model())  # no config.pbtxt: derived (TYPE_STRING, max_batch_size 0)
 put(REPO, "echo", echo_model(), """max_batch_size: 4
 input [ { name: "s" data_type: TYPE_STRING dims: [ 2 ] } ]
@@ -112,43 +58,6 @@ output [ { name: "t" data_type: TYPE_STRING dims: [ 2 ] } ]
 dynamic_batching { preferred_batch_size: [ 3 ] max_queue_delay_microseconds: 3000000 }
 """)
 put(REPO, "wrongtype", relu_model(), 'input [ { name: "a" data_type: TYPE_INT64 dims: [ 2, 3 ] } ]\n')
-
-
-# ---- server process -----------------------------------------------------------------------
-class Server:
-    def __init__(self, *args, repo=REPO):
-        self.proc = subprocess.Popen([FERRY, "serve", "--model-repository", repo, "--http-address", "127.0.0.1", "--grpc-port", "0",
-                                      "--http-port", "0", "--metrics-port", "0", "--threads", "1", *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.lines = []
-        self.port = self.metrics_port = None
-        started = threading.Event()
-
-        def pump():
-            for line in self.proc.stderr:
-                self.lines.append(line)
-                m = re.search(r"HTTP on 127\.0\.0\.1:(\d+), metrics on 127\.0\.0\.1:(\d+)", line)
-                if m:
-                    self.port, self.metrics_port = int(m.group(1)), int(m.group(2))
-                    started.set()
-            started.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        started.wait(60)
-        self.url = "http://127.0.0.1:%s" % self.port
-
-    def log(self):
-        return "".join(self.lines)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
 
 
 def infer_body(x, y, **extra):
@@ -170,7 +79,7 @@ check(re.search(r"broken/config\.pbtxt:3:\d+:", r.stderr) is not None, "the synt
 check("wrongtype/config.pbtxt: input 'a': data_type TYPE_INT64 but the model's input is TYPE_FP32" in r.stderr,
       "a config dtype that disagrees with the model is named: " + r.stderr[-600:])
 
-srv = Server("--exit-on-error=false", "--http-max-input-size", "1000000")
+srv = ServeProcess(FERRY, REPO, "--exit-on-error=false", "--http-max-input-size", "1000000")
 try:
     check(srv.port is not None, "server started: " + srv.log()[-2000:])
     U = srv.url
@@ -425,7 +334,7 @@ finally:
 check(rc == 0, "SIGTERM with nothing queued exits 0, got %s" % rc)
 
 # ---- explicit mode: load / unload; SIGTERM drains a queued request ---------------------------
-srv = Server("--model-control-mode", "explicit", "--load-model", "queued", "--load-model", "add")
+srv = ServeProcess(FERRY, REPO, "--model-control-mode", "explicit", "--load-model", "queued", "--load-model", "add")
 try:
     U = srv.url
     check(requests.get(U + "/v2/models/relu/ready").status_code == 400, "relu not loaded in explicit mode")
@@ -482,7 +391,7 @@ def index_of(url):
     return {(e["name"], e.get("version", "")): e for e in post(url + "/v2/repository/index", b"").json()}
 
 
-srv = Server("--model-control-mode", "poll", "--repository-poll-secs", "0.3", repo=PREPO)
+srv = ServeProcess(FERRY, PREPO, "--model-control-mode", "poll", "--repository-poll-secs", "0.3")
 stop_calls, outcomes = threading.Event(), []
 try:
     U = srv.url
