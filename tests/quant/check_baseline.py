@@ -86,7 +86,11 @@ def main():
     print(p.stdout, end="")
     r = json.load(open(out))["mean_cosine"]
     base, ours = r["baseline (ferry-ref)"], r["ferry (ferry)"]
-    if not ours >= base:
+    # The baseline runs on the reference kernels, ferry's file on the cpu backend: where the two files
+    # quantize the same (here they can), their cosines differ only by the engines' float rounding
+    # (~1e-12; with the exact int8 GEMM, int8_gemm.h, ferry's was 1.6e-12 below). 1e-9 is far below
+    # any quantization choice's effect (1e-5 and up) and far above that rounding.
+    if not ours >= base - 1e-9:
         sys.exit(f"FAIL: ferry quantize's default held-out cosine {ours:.6f} is below the plain MinMax baseline's {base:.6f}")
     print(f"ok: ferry quantize's default held-out cosine {ours:.6f} >= the plain MinMax baseline's {base:.6f}")
 

@@ -1,0 +1,312 @@
+// The exact AVX2 int8 GEMM (int8_gemm.h) and the QMatMulFused kernel built on it.
+#include "backends/cpu/int8_gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/int8_pair_saturation.h"
+#include "backends/cpu/int8_util.h"
+#include "backends/cpu/node_attrs.h"
+#include "ops/quantize_util.h"
+
+namespace ferry::cpu {
+namespace {
+
+constexpr int kNr = 16;  // columns per panel (two ymm of int32)
+constexpr int kMr = 6;   // rows per micro kernel (12 accumulators)
+
+// acc[r][0..15] = sum over the pairs j of a_r[2j, 2j+1] . panel[j][n][0..1], for R rows of a (int16, row
+// stride lda) against one panel.
+template <int R>
+__attribute__((target("avx2"))) void micro(const int16_t* a, int64_t lda, const int16_t* panel, int64_t pairs,
+                                           int32_t* acc) {
+  // Named accumulators (arrays of __m256i were kept on the stack by gcc 12).
+  __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
+          c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  const int16_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
+#define FERRY_INT8_GEMM_ROW(r)                                       \
+  if constexpr (R > r) {                                             \
+    int32_t v;                                                       \
+    std::memcpy(&v, a##r + 2 * j, sizeof v);                         \
+    const __m256i av = _mm256_set1_epi32(v);                         \
+    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(av, b0));  \
+    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, b1));  \
+  }
+  for (int64_t j = 0; j < pairs; ++j) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j + 16));
+    FERRY_INT8_GEMM_ROW(0)
+    FERRY_INT8_GEMM_ROW(1)
+    FERRY_INT8_GEMM_ROW(2)
+    FERRY_INT8_GEMM_ROW(3)
+    FERRY_INT8_GEMM_ROW(4)
+    FERRY_INT8_GEMM_ROW(5)
+  }
+#undef FERRY_INT8_GEMM_ROW
+#define FERRY_INT8_GEMM_STORE(r)                                                \
+  if constexpr (R > r) {                                                        \
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kNr), c##r##0);    \
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kNr + 8), c##r##1); \
+  }
+  FERRY_INT8_GEMM_STORE(0)
+  FERRY_INT8_GEMM_STORE(1)
+  FERRY_INT8_GEMM_STORE(2)
+  FERRY_INT8_GEMM_STORE(3)
+  FERRY_INT8_GEMM_STORE(4)
+  FERRY_INT8_GEMM_STORE(5)
+#undef FERRY_INT8_GEMM_STORE
+}
+
+using MicroFn = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, int32_t*);
+constexpr MicroFn kMicro[kMr + 1] = {nullptr, micro<1>, micro<2>, micro<3>, micro<4>, micro<5>, micro<6>};
+
+// The epilogue's per-column inputs of one panel (16 entries each, or nullptr).
+struct PanelEpi {
+  const float *mul, *real, *fbias;
+  const int32_t* bias;
+};
+
+// One row of a panel: 16 accumulators -> 16 outputs (the reference's float steps, in its order; no FMA
+// in this target, so no contraction either), `cols` of them stored at y.
+__attribute__((target("avx2"))) void epilogue_row(const int32_t* acc, const PanelEpi& p, const Int8GemmEpilogue& e,
+                                                  int cols, void* y) {
+  __m256 v[2];
+  const __m256 zero = _mm256_setzero_ps();
+  for (int h = 0; h < 2; ++h) {
+    __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + 8 * h));
+    if (p.fbias) {
+      const __m256 prod = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_loadu_ps(p.real + 8 * h));
+      v[h] = _mm256_div_ps(_mm256_add_ps(prod, _mm256_loadu_ps(p.fbias + 8 * h)), _mm256_set1_ps(e.y_scale));
+    } else {
+      if (p.bias) s = _mm256_add_epi32(s, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.bias + 8 * h)));
+      v[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_loadu_ps(p.mul + 8 * h));
+    }
+    if (e.relu) v[h] = _mm256_max_ps(zero, v[h]);  // std::max(v, 0.f): v unless v < 0 (-0.f and NaN kept)
+  }
+  if (e.y_dt == DType::kF32) {
+    if (cols == kNr) {
+      _mm256_storeu_ps(static_cast<float*>(y), v[0]);
+      _mm256_storeu_ps(static_cast<float*>(y) + 8, v[1]);
+    } else {
+      alignas(32) float t[kNr];
+      _mm256_store_ps(t, v[0]);
+      _mm256_store_ps(t + 8, v[1]);
+      std::memcpy(y, t, sizeof(float) * static_cast<size_t>(cols));
+    }
+    return;
+  }
+  const bool u8 = e.y_dt == DType::kU8;
+  const __m256 lo = _mm256_set1_ps(u8 ? 0.f : -128.f), hi = _mm256_set1_ps(u8 ? 255.f : 127.f);
+  const __m256 zp = _mm256_set1_ps(e.y_zp);
+  __m256i q[2];
+  for (int h = 0; h < 2; ++h) {
+    const __m256 x = _mm256_and_ps(v[h], _mm256_cmp_ps(v[h], v[h], _CMP_ORD_Q));  // NaN -> 0
+    __m256 r = _mm256_add_ps(_mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
+    r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
+    q[h] = _mm256_cvtps_epi32(r);
+  }
+  const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);  // 16 int16 in order
+  const __m128i w0 = _mm256_castsi256_si128(w), w1 = _mm256_extracti128_si256(w, 1);
+  const __m128i b = u8 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);
+  if (cols == kNr) {
+    _mm_storeu_si128(static_cast<__m128i*>(y), b);
+  } else {
+    alignas(16) uint8_t t[kNr];
+    _mm_store_si128(reinterpret_cast<__m128i*>(t), b);
+    std::memcpy(y, t, static_cast<size_t>(cols));
+  }
+}
+
+// Rows [m0, m1) of a, minus a_zp, widened to int16 rows of 2 * pairs (a zero after an odd K).
+__attribute__((target("avx2"))) void widen_rows(const void* a, bool a_signed, int32_t a_zp, int64_t K, int64_t m0,
+                                                int64_t m1, int64_t lda, int16_t* out) {
+  const __m256i zp = _mm256_set1_epi16(static_cast<int16_t>(a_zp));
+  for (int64_t m = m0; m < m1; ++m) {
+    const uint8_t* src = static_cast<const uint8_t*>(a) + m * K;
+    int16_t* d = out + m * lda;
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k));
+      const __m256i w = a_signed ? _mm256_cvtepi8_epi16(x) : _mm256_cvtepu8_epi16(x);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + k), _mm256_sub_epi16(w, zp));
+    }
+    for (; k < K; ++k)
+      d[k] = static_cast<int16_t>((a_signed ? static_cast<int32_t>(static_cast<int8_t>(src[k])) : src[k]) - a_zp);
+    for (; k < lda; ++k) d[k] = 0;
+  }
+}
+
+}  // namespace
+
+bool int8_gemm_available() {
+  static const bool on = [] {
+    const char* env = std::getenv("FERRY_INT8_GEMM");
+    if (env && std::string(env) == "0") return false;
+    return __builtin_cpu_supports("avx2") && int8_pairs_saturate();
+  }();
+  return on;
+}
+
+void PackedInt8B::pack(const int8_t* b, int64_t k_dim, int64_t n_dim, const int8_t* b_zp, int64_t zp_count) {
+  K = k_dim;
+  N = n_dim;
+  pairs = (K + 1) / 2;
+  panels = (N + kNr - 1) / kNr;
+  data.assign(static_cast<size_t>(panels * pairs * kNr * 2), 0);
+  for (int64_t p = 0; p < panels; ++p)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t c = 0; c < kNr && p * kNr + c < N; ++c) {
+        const int64_t n = p * kNr + c;
+        const int32_t zp = b_zp && zp_count > 0 ? b_zp[zp_count == 1 ? 0 : n] : 0;
+        data[static_cast<size_t>(((p * pairs + k / 2) * kNr + c) * 2 + k % 2)] = static_cast<int16_t>(b[k * N + n] - zp);
+      }
+}
+
+void int8_gemm(const void* a, bool a_signed, int32_t a_zp, int64_t M, const PackedInt8B& b, const Int8GemmEpilogue& e,
+               void* y) {
+  if (M <= 0 || b.N <= 0) return;
+  const int64_t lda = 2 * b.pairs, N = b.N;
+  thread_local std::vector<int16_t> a16;
+  if (static_cast<int64_t>(a16.size()) < M * lda) a16.resize(static_cast<size_t>(M * lda));
+  int16_t* aw = a16.data();
+  parallel_ranges(M, lda, [&](int64_t m0, int64_t m1) { widen_rows(a, a_signed, a_zp, b.K, m0, m1, lda, aw); });
+  // Rows in chunks whose int16 copy stays in L2 (~192 KB) while a thread's panels pass over it.
+  const int64_t mc = std::max<int64_t>(kMr, (int64_t{96} * 1024 / std::max<int64_t>(lda, 1)) / kMr * kMr);
+  const int64_t chunks = (M + mc - 1) / mc, tasks = chunks * b.panels;
+  const size_t ysize = e.y_dt == DType::kF32 ? 4 : 1;
+  parallel_ranges(tasks, std::min(M, mc) * lda * kNr, [&](int64_t t0, int64_t t1) {
+    alignas(32) int32_t acc[kMr * kNr];
+    alignas(32) float pmul[kNr] = {}, preal[kNr] = {}, pfb[kNr] = {};
+    alignas(32) int32_t pbias[kNr] = {};
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t chunk = t / b.panels, p = t % b.panels, n0 = p * kNr;
+      const int cols = static_cast<int>(std::min<int64_t>(kNr, N - n0));
+      PanelEpi pe{e.mul ? e.mul + n0 : nullptr, e.real ? e.real + n0 : nullptr, e.fbias ? e.fbias + n0 : nullptr,
+                  e.bias ? e.bias + n0 : nullptr};
+      if (cols < kNr) {  // the last panel's columns, padded
+        const auto pad = [&](auto* dst, auto src) {
+          if (!src) return static_cast<decltype(src)>(nullptr);
+          std::copy(src, src + cols, dst);
+          return static_cast<decltype(src)>(dst);
+        };
+        pe = PanelEpi{pad(pmul, pe.mul), pad(preal, pe.real), pad(pfb, pe.fbias), pad(pbias, pe.bias)};
+      }
+      const int16_t* panel = b.data.data() + p * b.pairs * kNr * 2;
+      const int64_t m_end = std::min(M, (chunk + 1) * mc);
+      for (int64_t m = chunk * mc; m < m_end; m += kMr) {
+        const int rows = static_cast<int>(std::min<int64_t>(kMr, m_end - m));
+        kMicro[rows](aw + m * lda, lda, panel, b.pairs, acc);
+        for (int r = 0; r < rows; ++r)
+          epilogue_row(acc + r * kNr, pe, e, cols, static_cast<char*>(y) + ((m + r) * N + n0) * ysize);
+      }
+    }
+  });
+}
+
+}  // namespace ferry::cpu
+
+namespace ferry {
+namespace {
+
+// com.ferry.QMatMulFused on int8_gemm: constant s8 b [K, N] (any zero point, scalar or per column),
+// scalar a scale / zero point, the reference's epilogue. Declines (oneDNN's kernel then runs) off AVX2
+// hosts without VNNI, or where an input it needs is not constant.
+class Int8GemmQMatMulKernel : public Kernel {
+ public:
+  Int8GemmQMatMulKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+
+  bool init(const Graph& graph) {
+    if (!cpu::int8_gemm_available()) return false;
+    enum : size_t { kA = 0, kAScale, kAZp, kBm, kBScale, kBZp, kYScale, kYZp, kBias };
+    const Tensor* b = cpu::constant_input(graph, node_, kBm);
+    const Tensor* bs = cpu::constant_input(graph, node_, kBScale);
+    if (!b || b->dtype() != DType::kI8 || b->rank() != 2 || !bs || bs->dtype() != DType::kF32) return false;
+    const int64_t K = b->dim(0), N = b->dim(1);
+    if (bs->numel() != 1 && bs->numel() != N) return false;
+    const int8_t* bzp = nullptr;
+    int64_t bzp_count = 0;
+    if (cpu::has_input(node_, kBZp)) {
+      const Tensor* bz = cpu::constant_input(graph, node_, kBZp);
+      if (!bz || bz->dtype() != DType::kI8 || (bz->numel() != 1 && bz->numel() != N)) return false;
+      bzp = bz->data<int8_t>();
+      bzp_count = bz->numel();
+    }
+    const TensorType* at = graph.find_type(node_.inputs[kA]);
+    if (!at || (at->dtype != DType::kU8 && at->dtype != DType::kI8)) return false;
+    a_signed_ = at->dtype == DType::kI8;
+    const bool float_y = !cpu::has_input(node_, kYScale) && !cpu::has_input(node_, kYZp);
+    const Tensor* yzt = float_y ? nullptr : cpu::constant_input(graph, node_, kYZp);
+    if (!float_y && (!yzt || (yzt->dtype() != DType::kU8 && yzt->dtype() != DType::kI8))) return false;
+    float as = 0, az = 0, ys = 1, yz = 0;
+    if (!cpu::scalar_input(graph, node_, kAScale, &as) || !cpu::scalar_input(graph, node_, kAZp, &az) ||
+        (!float_y && (!cpu::scalar_input(graph, node_, kYScale, &ys) || !cpu::scalar_input(graph, node_, kYZp, &yz))))
+      return false;
+    if (cpu::has_input(node_, kAZp)) {  // the zero point's type must be a's (the reference's MatMulInteger checks)
+      const Tensor* azt = cpu::constant_input(graph, node_, kAZp);
+      if (!azt || azt->dtype() != at->dtype) return false;
+    }
+    a_zp_ = static_cast<int32_t>(az);
+    mul_.resize(static_cast<size_t>(N));
+    real_.resize(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) {
+      real_[n] = as * bs->data<float>()[bs->numel() == 1 ? 0 : n];
+      mul_[n] = real_[n] / ys;
+    }
+    if (cpu::has_input(node_, kBias)) {
+      const Tensor* bias = cpu::constant_input(graph, node_, kBias);
+      if (!bias || bias->numel() != N) return false;
+      if (bias->dtype() == DType::kI32) bias_.assign(bias->data<int32_t>(), bias->data<int32_t>() + N);
+      else if (bias->dtype() == DType::kF32) fbias_.assign(bias->data<float>(), bias->data<float>() + N);
+      else return false;
+    }
+    epi_.mul = mul_.data();
+    epi_.real = real_.data();
+    epi_.bias = bias_.empty() ? nullptr : bias_.data();
+    epi_.fbias = fbias_.empty() ? nullptr : fbias_.data();
+    epi_.y_scale = ys;
+    epi_.y_zp = yz;
+    epi_.relu = AttrReader(node_).get_int("relu", 0) != 0;
+    epi_.y_dt = float_y ? DType::kF32 : yzt->dtype();
+    packed_.pack(b->data<int8_t>(), K, N, bzp, bzp_count);
+    return true;
+  }
+
+  Status compute(KernelContext& ctx) override {
+    const Tensor& a = ctx.input(0);
+    const DType want = a_signed_ ? DType::kI8 : DType::kU8;
+    if (a.dtype() != want || a.rank() < 2 || a.dims().back() != packed_.K || packed_.K == 0) return fallback_(ctx);
+    std::vector<int64_t> out_dims = a.dims();
+    out_dims.back() = packed_.N;
+    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, epi_.y_dt, out_dims, false));
+    const int64_t M = a.numel() / packed_.K;
+    cpu::int8_gemm(a.raw(), a_signed_, a_zp_, M, packed_, epi_, y->mutable_raw());
+    return Status::ok();
+  }
+
+ private:
+  Node node_;
+  KernelFn fallback_;
+  bool a_signed_ = false;
+  int32_t a_zp_ = 0;
+  std::vector<float> mul_, real_, fbias_;
+  std::vector<int32_t> bias_;
+  cpu::Int8GemmEpilogue epi_;
+  cpu::PackedInt8B packed_;
+};
+
+}  // namespace
+
+void register_cpu_int8_gemm_kernels(CpuKernelTable& t) {
+  t.add("com.ferry", "QMatMulFused", cpu::make_if_init<Int8GemmQMatMulKernel>);
+}
+
+}  // namespace ferry

@@ -1,0 +1,57 @@
+// An exact AVX2 int8 GEMM for hosts without VNNI: y[m, n] = epilogue(sum_k (a[m, k] - a_zp) *
+// (b[k, n] - b_zp[n])), a u8 or s8 [M, K] row-major, b s8 [K, N] constant (packed once).
+//
+// oneDNN (and ONNX Runtime's MLAS) multiply u8 x s8 on AVX2 with vpmaddubsw, whose int16 pair sums
+// saturate (int8_pair_saturation.h): oneDNN's results are exact here only through the split (twice the
+// reduction). This kernel widens both operands to int16 instead, a - a_zp when the rows are copied
+// (vpmovzxbw / vpmovsxbw, in [-255, 255]) and b - b_zp[n] once when packed, and multiplies with
+// vpmaddwd: 16 multiply-adds per instruction into int32, the rate of the vpmaddubsw + vpmaddwd pair,
+// with no saturation (|a| * |b| * 2 <= 255 * 255 * 2 < 2^31). So the integer sum is exact (int32, as
+// the reference's MatMulInteger) and the epilogue is the reference's float steps in the same order
+// (src/ops/quantize_fused.cpp k_qmatmul_fused): bit for bit the reference kernel.
+//
+// Layout: b in panels of 16 columns; a panel holds, per pair of k, the 16 columns' (b[2j, n], b[2j+1, n])
+// int16 pairs (K padded to even and N to 16 with zeros). The micro kernel holds 6 rows x 16 columns
+// of int32 accumulators (12 ymm), broadcasts one int16 pair of a row per step and reads the panel once
+// per 6 rows. Threads split the panels (OpenMP, cpu_parallel.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ir/tensor.h"
+
+namespace ferry::cpu {
+
+/// Whether int8_gemm runs on this host: AVX2, and oneDNN's u8 x s8 pairs saturate (no VNNI; with VNNI
+/// oneDNN's vpdpbusd is exact and faster). FERRY_INT8_GEMM=0 turns it off (then oneDNN's split runs).
+bool int8_gemm_available();
+
+/// b (s8 [K, N] row-major) minus its zero point per column, widened to int16 and packed.
+struct PackedInt8B {
+  int64_t K = 0, N = 0, pairs = 0, panels = 0;
+  std::vector<int16_t> data;  // [panels][pairs][16 columns][2]
+
+  /// `b_zp`: nullptr (0), or `zp_count` (1 or N) zero points.
+  void pack(const int8_t* b, int64_t K, int64_t N, const int8_t* b_zp = nullptr, int64_t zp_count = 0);
+};
+
+/// The QMatMulFused epilogue (src/ops/quantize_fused.cpp), per column n of the N given:
+///   int32 bias (or none): v = float(acc + bias[n]) * mul[n]
+///   float bias:           v = (float(acc) * real[n] + fbias[n]) / y_scale
+///   v = max(v, 0) if relu; y = v (f32 output) or saturate(round_half_even(v) + y_zp) (u8 / s8 output).
+struct Int8GemmEpilogue {
+  const float* mul = nullptr;       // [N]: a_scale * b_scale[n] / y_scale
+  const int32_t* bias = nullptr;    // [N] or nullptr
+  const float* real = nullptr;      // [N]: a_scale * b_scale[n] (with fbias)
+  const float* fbias = nullptr;     // [N] or nullptr
+  float y_scale = 1, y_zp = 0;
+  bool relu = false;
+  DType y_dt = DType::kF32;  // kF32, kU8 or kI8
+};
+
+/// y ([M, N] of e.y_dt) = epilogue(a ([M, K], u8 or s8 by `a_signed`) x b); needs int8_gemm_available().
+void int8_gemm(const void* a, bool a_signed, int32_t a_zp, int64_t M, const PackedInt8B& b, const Int8GemmEpilogue& e,
+               void* y);
+
+}  // namespace ferry::cpu

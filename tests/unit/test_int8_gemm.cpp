@@ -1,0 +1,245 @@
+// The exact AVX2 int8 GEMM (src/backends/cpu/int8_gemm.h) under com.ferry.QMatMulFused: the cpu
+// backend's output against the reference kernel (src/ops/quantize_fused.cpp), bit for bit, over odd
+// shapes (K odd, K = 1, N not a multiple of 16, M not a multiple of 6, several row chunks), source
+// zero points 0 / 128 / 255 (u8) and -128 / 0 / 127 (s8), weight zero points (scalar, per column), int32
+// and float biases, Relu, u8 / s8 / f32 outputs, and operands that saturate oneDNN's vpmaddubsw pairs
+// without its split (255 x same-sign weights of magnitude 127..128). Runs where int8_gemm does (AVX2
+// without VNNI); skipped elsewhere, where oneDNN's kernels take the node.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/int8_gemm.h"
+#include "ops/shape_inference.h"
+#include "pass_test_util.h"
+
+namespace ferry {
+namespace {
+
+using testing::int_attr;
+using testing::run_model;
+using std::vector;
+
+struct GemmCase {
+  vector<int64_t> a_dims;  // [..., K]
+  int64_t N = 16;
+  bool a_s8 = false;
+  int a_zp = 0;
+  int b_zp = 0;           // 0; or a scalar zero point (per_col false) / the base of per-column ones
+  bool b_zp_per_col = false;
+  enum Bias { kNone, kInt, kFloat } bias = kNone;
+  bool relu = false;
+  DType y_dt = DType::kU8;  // kU8, kI8 or kF32 (y_scale / y_zero_point absent)
+  bool extreme = false;     // a at its top (after the zero point), b at +-(127..128) with one sign per column
+  uint32_t seed = 1;
+};
+
+Tensor scalar_of(DType dt, int v) {
+  Tensor t = Tensor::allocate(dt, {});
+  if (dt == DType::kU8) t.mutable_data<uint8_t>()[0] = static_cast<uint8_t>(v);
+  else t.mutable_data<int8_t>()[0] = static_cast<int8_t>(v);
+  return t;
+}
+
+std::shared_ptr<Model> qmatmul_model(const GemmCase& gc, std::mt19937& rng) {
+  auto m = std::make_shared<Model>();
+  m->opset_imports[""] = 13;
+  m->opset_imports["com.ferry"] = 1;
+  Graph& g = m->graph;
+  const int64_t K = gc.a_dims.back(), N = gc.N;
+  const DType adt = gc.a_s8 ? DType::kI8 : DType::kU8;
+  g.inputs.push_back(ValueInfo{"a", TensorType{adt, Shape::of(gc.a_dims)}});
+  g.value_types["a"] = TensorType{adt, Shape::of(gc.a_dims)};
+  const auto init = [&](const std::string& name, Tensor t) {
+    g.initializers[name] = t;
+    g.value_types[name] = t.type();
+    return name;
+  };
+  Tensor b = Tensor::allocate(DType::kI8, {K, N});
+  std::uniform_int_distribution<int> any(-128, 127), big(127, 128);
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    const int v = gc.extreme ? (i % N % 2 ? -big(rng) : std::min(big(rng), 127)) : any(rng);
+    b.mutable_data<int8_t>()[i] = static_cast<int8_t>(v);
+  }
+  Tensor bs = Tensor::allocate(DType::kF32, {N});
+  for (int64_t n = 0; n < N; ++n) bs.mutable_data<float>()[n] = 0.013f * (1.f + 0.37f * static_cast<float>(n % 7));
+  vector<std::string> in = {"a", init("a_scale", Tensor::scalar<float>(0.021f)), init("a_zp", scalar_of(adt, gc.a_zp)),
+                            init("b", b), init("b_scale", bs)};
+  if (gc.b_zp != 0) {
+    Tensor bz = Tensor::allocate(DType::kI8, gc.b_zp_per_col ? vector<int64_t>{N} : vector<int64_t>{});
+    for (int64_t n = 0; n < bz.numel(); ++n) bz.mutable_data<int8_t>()[n] = static_cast<int8_t>(gc.b_zp - n % 5);
+    in.push_back(init("b_zp", bz));
+  } else {
+    in.push_back("");
+  }
+  // y_scale chosen so the outputs spread over the 8-bit range (the sums grow with K and the operands).
+  const double spread = gc.extreme ? 2 * 255.0 * 128 * static_cast<double>(K) : 200.0 * 74 * std::sqrt(static_cast<double>(K));
+  const float ys = static_cast<float>(0.021 * 0.02 * spread / 100.0);
+  if (gc.y_dt == DType::kF32) {
+    in.push_back("");
+    in.push_back("");
+  } else {
+    in.push_back(init("y_scale", Tensor::scalar<float>(ys)));
+    in.push_back(init("y_zp", scalar_of(gc.y_dt, gc.y_dt == DType::kU8 ? (gc.relu ? 0 : 128) : -3)));
+  }
+  if (gc.bias == GemmCase::kInt) {
+    Tensor bias = Tensor::allocate(DType::kI32, {N});
+    for (int64_t n = 0; n < N; ++n) bias.mutable_data<int32_t>()[n] = static_cast<int32_t>(rng() % 20001) - 10000;
+    in.push_back(init("bias", bias));
+  } else if (gc.bias == GemmCase::kFloat) {
+    Tensor bias = Tensor::allocate(DType::kF32, {N});
+    for (int64_t n = 0; n < N; ++n) bias.mutable_data<float>()[n] = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) * 0.0037f;
+    in.push_back(init("bias", bias));
+  }
+  while (!in.empty() && in.back().empty()) in.pop_back();
+  Node n;
+  n.op_type = "QMatMulFused";
+  n.domain = "com.ferry";
+  n.name = "qmm";
+  n.inputs = in;
+  n.outputs = {"y"};
+  if (gc.relu) n.attrs["relu"] = int_attr(1);
+  g.nodes.push_back(n);
+  g.outputs.push_back(ValueInfo{"y", {}});
+  Status s = infer_shapes(m.get());
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  return m;
+}
+
+// Whether the first factory taking the node is int8_gemm's (registered before oneDNN's).
+bool int8_gemm_takes(const Model& m) {
+  const Node& n = m.graph.nodes[0];
+  auto schema = resolve_schema(n, m.opset(n.domain));
+  const auto* factories = cpu_kernel_table().find(n.domain, n.op_type);
+  if (!schema.is_ok() || !factories) return false;
+  for (const CpuKernelFactory& f : *factories) {
+    auto k = f(n, *schema.value(), m.graph);
+    if (k.is_ok() && k.value()) return std::string(typeid(*k.value()).name()).find("Int8Gemm") != std::string::npos;
+  }
+  return false;
+}
+
+void check(const GemmCase& gc) {
+  SCOPED_TRACE(::testing::Message() << "K=" << gc.a_dims.back() << " N=" << gc.N << " s8=" << gc.a_s8 << " a_zp=" << gc.a_zp
+                                    << " b_zp=" << gc.b_zp << (gc.b_zp_per_col ? "/col" : "") << " bias=" << gc.bias
+                                    << " relu=" << gc.relu << " y=" << dtype_name(gc.y_dt) << " extreme=" << gc.extreme);
+  std::mt19937 rng(gc.seed);
+  auto model = qmatmul_model(gc, rng);
+  ASSERT_TRUE(int8_gemm_takes(*model));
+  Tensor a = Tensor::allocate(gc.a_s8 ? DType::kI8 : DType::kU8, gc.a_dims);
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    int v = static_cast<int>(rng() % 256);
+    if (gc.extreme) v = gc.a_zp >= 128 ? 0 : 255;  // |a - a_zp| at its largest
+    if (gc.a_s8) v -= 128;
+    if (gc.extreme && gc.a_s8) v = gc.a_zp >= 0 ? -128 : 127;
+    a.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(v);
+  }
+  const NamedTensors feeds = {{"a", a}};
+  const NamedTensors ref = run_model(model, feeds, "cpu-ref");
+  const NamedTensors cpu = run_model(model, feeds, "cpu");
+  ASSERT_EQ(ref.size(), 1u);
+  ASSERT_EQ(cpu.size(), 1u);
+  const Tensor &r = ref[0].second, &c = cpu[0].second;
+  ASSERT_EQ(r.dims(), c.dims());
+  ASSERT_EQ(r.dtype(), c.dtype());
+  int64_t diff = 0, interior = 0;
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    const size_t sz = dtype_size(r.dtype());
+    diff += std::memcmp(static_cast<const char*>(r.raw()) + i * sz, static_cast<const char*>(c.raw()) + i * sz, sz) != 0;
+    if (r.dtype() == DType::kU8) interior += r.data<uint8_t>()[i] > 0 && r.data<uint8_t>()[i] < 255;
+    else if (r.dtype() == DType::kI8) interior += r.data<int8_t>()[i] > -128 && r.data<int8_t>()[i] < 127;
+    else interior += r.data<float>()[i] != 0;
+  }
+  EXPECT_EQ(diff, 0) << "of " << r.numel() << " outputs";
+  EXPECT_GT(interior, r.numel() / (gc.relu ? 4 : 2));  // the case is not all clamped
+}
+
+class Int8Gemm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cpu::int8_gemm_available()) GTEST_SKIP() << "int8_gemm runs on AVX2 hosts without VNNI only";
+  }
+};
+
+TEST_F(Int8Gemm, OddShapesAndSourceZeroPoints) {
+  GemmCase gc;
+  for (int zp : {0, 128, 255}) {
+    gc.a_dims = {13, 37};  // K odd, M % 6 != 0, N % 16 != 0
+    gc.N = 21;
+    gc.a_zp = zp;
+    gc.seed = 3 + zp;
+    check(gc);
+  }
+  gc = GemmCase{};
+  gc.a_dims = {2, 3, 1};  // K = 1 (one pair, half of it padding), rank 3
+  gc.N = 5;
+  check(gc);
+  gc.a_dims = {1, 2};  // one row, one pair
+  gc.N = 48;
+  gc.a_zp = 77;
+  check(gc);
+  gc.a_dims = {100, 1001};  // several row chunks and panels (split over the threads)
+  gc.N = 35;
+  gc.a_zp = 128;
+  gc.bias = GemmCase::kInt;
+  check(gc);
+}
+
+TEST_F(Int8Gemm, SignedSourceWeightZeroPointsBiasesAndOutputs) {
+  GemmCase gc;
+  gc.a_dims = {7, 64};
+  gc.N = 40;
+  gc.a_s8 = true;
+  for (int zp : {-128, 0, 127}) {
+    gc.a_zp = zp;
+    gc.y_dt = zp == 0 ? DType::kI8 : DType::kU8;
+    gc.seed = 20 + zp;
+    check(gc);
+  }
+  gc = GemmCase{};
+  gc.a_dims = {9, 33};
+  gc.N = 17;
+  gc.a_zp = 3;
+  gc.b_zp = 5;  // scalar
+  gc.bias = GemmCase::kInt;
+  gc.relu = true;
+  check(gc);
+  gc.b_zp = -7;  // per column
+  gc.b_zp_per_col = true;
+  gc.bias = GemmCase::kFloat;
+  gc.relu = false;
+  gc.y_dt = DType::kI8;
+  check(gc);
+  gc.b_zp = 0;
+  gc.y_dt = DType::kF32;  // the dequantized output (MatMulIntegerToFloat), float bias
+  check(gc);
+  gc.bias = GemmCase::kNone;
+  gc.relu = true;
+  check(gc);
+}
+
+TEST_F(Int8Gemm, OperandsThatSaturateByteProductPairs) {
+  // 255 * 127 * 2 = 64770 > 32767: every pair of vpmaddubsw saturates on these; vpmaddwd on int16 does not.
+  GemmCase gc;
+  gc.extreme = true;
+  gc.a_dims = {6, 34};
+  gc.N = 32;
+  for (int zp : {0, 255}) {
+    gc.a_zp = zp;
+    check(gc);
+  }
+  gc.a_s8 = true;  // s8 source, zero point 127: a - zp = -255
+  gc.a_zp = 127;
+  gc.y_dt = DType::kF32;
+  check(gc);
+}
+
+}  // namespace
+}  // namespace ferry
