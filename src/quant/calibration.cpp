@@ -3,16 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <limits>
 
-#include "io/npy.h"
-#include "data/image_folder.h"
+#include "data/data_source.h"
 
 namespace ferry::quant {
 namespace {
 
-namespace fs = std::filesystem;
 constexpr int kBins = 2048;
 
 std::string dims_string(const std::vector<int64_t>& d) {
@@ -22,10 +19,6 @@ std::string dims_string(const std::vector<int64_t>& d) {
     s += std::to_string(d[i]);
   }
   return s + "]";
-}
-
-bool ends_with(const std::string& s, const std::string& e) {
-  return s.size() >= e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0;
 }
 
 // One file's arrays matched to the model inputs (samples on axis 0).
@@ -102,20 +95,15 @@ StatusOr<CalibrationData> load_calibration_data(const Model& model, const Calibr
   bool fixed = false;
   for (const ValueInfo& in : model.graph.inputs)
     fixed |= in.type.shape && in.type.shape->rank() > 0 && in.type.shape->dims[0].is_known();
-  std::error_code ec;
-  if (!fs::exists(o.path, ec))
-    return invalid_argument("calibration data '" + o.path + "' does not exist; give an .npz, a folder of .npy/.npz "
-                            "files or an image folder with --image-size");
-  if (o.image_size > 0) {
-    if (model.graph.inputs.size() != 1)
-      return invalid_argument("--image-size feeds images to a single-input model; this one has " +
-                              std::to_string(model.graph.inputs.size()) + " inputs");
-    ImageFolderOptions io;
-    io.input_name = model.graph.inputs[0].name;
-    io.image_size = o.image_size;
-    io.train = false;
-    ASSIGN_OR_RETURN(auto ds, ImageFolderDataset::open(o.path, io));
-    int64_t n = ds->size();
+  DataOptions d;
+  d.use = DataUse::kCalibration;
+  d.image_size = o.image_size;
+  d.train = false;
+  for (const ValueInfo& in : model.graph.inputs) d.inputs.push_back(in.name);
+  ASSIGN_OR_RETURN(DataSource src, open_data_source(o.path, d));
+  if (src.dataset) {  // an image folder
+    const Dataset& ds = *src.dataset;
+    int64_t n = ds.size();
     if (o.max_samples > 0) n = std::min(n, o.max_samples);
     for (int64_t b = 0; b < n; b += batch) {
       const int64_t count = std::min(batch, n - b);
@@ -123,37 +111,16 @@ StatusOr<CalibrationData> load_calibration_data(const Model& model, const Calibr
       std::vector<int64_t> idx;
       for (int64_t i = 0; i < count; ++i) idx.push_back(b + i);
       Batch out;
-      RETURN_IF_ERROR(ds->load(idx, 0, &out));
+      RETURN_IF_ERROR(ds.load(idx, 0, &out));
       ASSIGN_OR_RETURN(NamedTensors feeds, match_inputs(model, out.inputs, o.path));
       data.batches.push_back(std::move(feeds));
       data.samples += count;
     }
     return data;
   }
-  std::vector<std::string> files;
-  if (fs::is_directory(o.path, ec)) {
-    for (const auto& e : fs::directory_iterator(o.path, ec)) {
-      const std::string p = e.path().string();
-      if (e.is_regular_file(ec) && (ends_with(p, ".npy") || ends_with(p, ".npz"))) files.push_back(p);
-    }
-    std::sort(files.begin(), files.end());
-    if (files.empty())
-      return invalid_argument("calibration folder '" + o.path + "' holds no .npy or .npz files; for an image folder "
-                              "give --image-size");
-  } else {
-    files.push_back(o.path);
-  }
-  for (const std::string& f : files) {
+  for (const std::string& f : src.array_files) {
     if (o.max_samples > 0 && data.samples >= o.max_samples) break;
-    std::vector<std::pair<std::string, Tensor>> arrays;
-    if (ends_with(f, ".npy")) {
-      ASSIGN_OR_RETURN(Tensor t, read_npy(f));
-      arrays.emplace_back(model.graph.inputs.size() == 1 ? model.graph.inputs[0].name : "", std::move(t));
-    } else if (ends_with(f, ".npz")) {
-      ASSIGN_OR_RETURN(arrays, read_npz(f));
-    } else {
-      return invalid_argument("calibration data '" + f + "' is not an .npz, .npy or folder; for images give --image-size");
-    }
+    ASSIGN_OR_RETURN(auto arrays, read_array_file(f, d));
     ASSIGN_OR_RETURN(NamedTensors all, match_inputs(model, arrays, f));
     add_batches(all, batch, fixed, o.max_samples, &data);
   }
