@@ -16,6 +16,7 @@
 #include "backends/cpu/int8_pair_saturation.h"
 #include "backends/cpu/int8_util.h"
 #include "backends/cpu/node_attrs.h"
+#include "common/env_switch.h"
 #include "ops/quantize_util.h"
 
 namespace ferry::cpu {
@@ -149,8 +150,7 @@ __attribute__((target("avx2"))) void widen_rows(const void* a, bool a_signed, in
 
 bool int8_gemm_available() {
   static const bool on = [] {
-    const char* env = std::getenv("FERRY_INT8_GEMM");
-    if (env && std::string(env) == "0") return false;
+    if (!env_switch_on("FERRY_INT8_GEMM")) return false;
     return __builtin_cpu_supports("avx2") && int8_pairs_saturate();
   }();
   return on;
