@@ -241,5 +241,137 @@ TEST_F(Int8Gemm, OperandsThatSaturateByteProductPairs) {
   check(gc);
 }
 
+// QConvFused 1x1 on a channels-last source as the same GEMM (int8_gemm.cpp Int8GemmQConvKernel): a source
+// with a zero point (the repair's zero-point-0 case stays with oneDNN), full-range weights (the split's
+// case), 64 and 70 input channels (odd pairs count: 35), conv_relu, a Clip, an int32 / float bias, a
+// weight zero point, u8 and f32 outputs; bit for bit the reference kernel.
+struct ConvCase {
+  int64_t C = 64, M = 40, H = 5, W = 7;
+  bool x_s8 = false;
+  int x_zp = 128;
+  bool conv_relu = false, clip = false, float_y = false, fbias = false, w_zp = false;
+  uint32_t seed = 9;
+};
+
+std::shared_ptr<Model> qconv_model(const ConvCase& cc, std::mt19937& rng) {
+  auto m = std::make_shared<Model>();
+  m->opset_imports[""] = 13;
+  m->opset_imports["com.ferry"] = 1;
+  Graph& g = m->graph;
+  const DType xdt = cc.x_s8 ? DType::kI8 : DType::kU8;
+  const vector<int64_t> xd = {1, cc.H, cc.W, cc.C};
+  g.inputs.push_back(ValueInfo{"x", TensorType{xdt, Shape::of(xd)}});
+  g.value_types["x"] = TensorType{xdt, Shape::of(xd)};
+  const auto init = [&](const std::string& name, Tensor t) {
+    g.initializers[name] = t;
+    g.value_types[name] = t.type();
+    return name;
+  };
+  Tensor w = Tensor::allocate(DType::kI8, {cc.M, cc.C, 1, 1});
+  for (int64_t i = 0; i < w.numel(); ++i) w.mutable_data<int8_t>()[i] = static_cast<int8_t>(static_cast<int>(rng() % 256) - 128);
+  Tensor ws = Tensor::allocate(DType::kF32, {cc.M});
+  for (int64_t n = 0; n < cc.M; ++n) ws.mutable_data<float>()[n] = 0.011f * (1.f + 0.29f * static_cast<float>(n % 5));
+  const float xs = 0.017f, ys = static_cast<float>(xs * 0.015 * 74 * 74 * std::sqrt(static_cast<double>(cc.C)) / 40);
+  vector<std::string> in = {"x", init("xs", Tensor::scalar<float>(xs)), init("xz", scalar_of(xdt, cc.x_zp)), init("w", w),
+                            init("ws", ws)};
+  if (cc.w_zp) {
+    Tensor wz = Tensor::allocate(DType::kI8, {cc.M});
+    for (int64_t n = 0; n < cc.M; ++n) wz.mutable_data<int8_t>()[n] = static_cast<int8_t>(n % 7 - 3);
+    in.push_back(init("wz", wz));
+  } else {
+    in.push_back("");
+  }
+  if (cc.float_y) {
+    in.push_back("");
+    in.push_back("");
+  } else {
+    in.push_back(init("ys", Tensor::scalar<float>(ys)));
+    in.push_back(init("yz", scalar_of(DType::kU8, cc.conv_relu ? 0 : 128)));
+  }
+  Tensor b = Tensor::allocate(cc.fbias ? DType::kF32 : DType::kI32, {cc.M});
+  for (int64_t n = 0; n < cc.M; ++n) {
+    const int r = static_cast<int>(rng() % 2001) - 1000;
+    if (cc.fbias) b.mutable_data<float>()[n] = static_cast<float>(r) * 0.0041f;
+    else b.mutable_data<int32_t>()[n] = r * 17;
+  }
+  in.push_back(init("b", b));
+  Node n;
+  n.op_type = "QConvFused";
+  n.domain = "com.ferry";
+  n.name = "qconv";
+  n.inputs = in;
+  n.outputs = {"y"};
+  n.attrs["channels_last"] = int_attr(1);
+  n.attrs["kernel_shape"] = testing::ints_attr({1, 1});
+  if (cc.conv_relu) n.attrs["conv_relu"] = int_attr(1);
+  if (cc.clip) {
+    Attribute lo, hi;
+    lo.type = hi.type = AttrType::kFloat;
+    lo.f = -0.5f;
+    hi.f = 6.f * ys / 40 * 12;
+    n.attrs["conv_min"] = lo;
+    n.attrs["conv_max"] = hi;
+  }
+  g.nodes.push_back(n);
+  g.outputs.push_back(ValueInfo{"y", {}});
+  Status s = infer_shapes(m.get());
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  return m;
+}
+
+void check_conv(const ConvCase& cc, bool taken) {
+  SCOPED_TRACE(::testing::Message() << "C=" << cc.C << " s8=" << cc.x_s8 << " x_zp=" << cc.x_zp << " conv_relu=" << cc.conv_relu
+                                    << " clip=" << cc.clip << " float_y=" << cc.float_y << " fbias=" << cc.fbias
+                                    << " w_zp=" << cc.w_zp);
+  std::mt19937 rng(cc.seed);
+  auto model = qconv_model(cc, rng);
+  EXPECT_EQ(int8_gemm_takes(*model), taken);
+  Tensor x = Tensor::allocate(cc.x_s8 ? DType::kI8 : DType::kU8, {1, cc.H, cc.W, cc.C});
+  for (int64_t i = 0; i < x.numel(); ++i) x.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 256);
+  const NamedTensors feeds = {{"x", x}};
+  const NamedTensors ref = run_model(model, feeds, "cpu-ref");
+  const NamedTensors cpu = run_model(model, feeds, "cpu");
+  ASSERT_EQ(ref.size(), 1u);
+  ASSERT_EQ(cpu.size(), 1u);
+  const Tensor &r = ref[0].second, &c = cpu[0].second;
+  ASSERT_EQ(r.dims(), c.dims());
+  ASSERT_EQ(r.nbytes(), c.nbytes());
+  int64_t interior = 0, diff = 0;
+  const int64_t sz = dtype_size(r.dtype());
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    diff += std::memcmp(static_cast<const char*>(r.raw()) + i * sz, static_cast<const char*>(c.raw()) + i * sz, static_cast<size_t>(sz)) != 0;
+    if (r.dtype() == DType::kU8) interior += r.data<uint8_t>()[i] > 0 && r.data<uint8_t>()[i] < 255;
+    else interior += r.data<float>()[i] != 0;
+  }
+  if (taken) {
+    EXPECT_EQ(diff, 0) << "of " << r.numel();
+  }
+  EXPECT_GT(interior, r.numel() / 4);
+}
+
+TEST_F(Int8Gemm, PointwiseConvolutionOnChannelsLastSource) {
+  ConvCase cc;
+  check_conv(cc, true);
+  cc.C = 70;  // 35 pairs
+  cc.conv_relu = true;
+  cc.w_zp = true;
+  check_conv(cc, true);
+  cc.conv_relu = false;
+  cc.clip = true;
+  cc.fbias = true;
+  check_conv(cc, true);
+  cc.clip = false;
+  cc.float_y = true;
+  cc.x_s8 = true;
+  cc.x_zp = -3;
+  check_conv(cc, true);
+  cc = ConvCase{};
+  cc.x_zp = 0;  // u8 with zero point 0: oneDNN unsplit with the repair
+  check_conv(cc, false);
+  cc.x_zp = 128;
+  cc.C = 32;  // few channels: oneDNN's split
+  check_conv(cc, false);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -91,7 +91,10 @@ __attribute__((target("avx2"))) void epilogue_row(const int32_t* acc, const Pane
       if (p.bias) s = _mm256_add_epi32(s, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.bias + 8 * h)));
       v[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_loadu_ps(p.mul + 8 * h));
     }
-    if (e.relu) v[h] = _mm256_max_ps(zero, v[h]);  // std::max(v, 0.f): v unless v < 0 (-0.f and NaN kept)
+    // std::max(v, b) is v unless v < b, as _mm256_max_ps(b, v) (-0.f and NaN kept); std::min(v, b) likewise.
+    if (e.conv_relu) v[h] = _mm256_max_ps(zero, v[h]);
+    if (e.clip) v[h] = _mm256_min_ps(_mm256_set1_ps(e.clip_hi), _mm256_max_ps(_mm256_set1_ps(e.clip_lo), v[h]));
+    if (e.relu) v[h] = _mm256_max_ps(zero, v[h]);
   }
   if (e.y_dt == DType::kF32) {
     if (cols == kNr) {
@@ -156,7 +159,7 @@ bool int8_gemm_available() {
   return on;
 }
 
-void PackedInt8B::pack(const int8_t* b, int64_t k_dim, int64_t n_dim, const int8_t* b_zp, int64_t zp_count) {
+void PackedInt8B::pack(const int8_t* b, int64_t k_dim, int64_t n_dim, const int8_t* b_zp, int64_t zp_count, bool n_major) {
   K = k_dim;
   N = n_dim;
   pairs = (K + 1) / 2;
@@ -167,7 +170,7 @@ void PackedInt8B::pack(const int8_t* b, int64_t k_dim, int64_t n_dim, const int8
       for (int64_t c = 0; c < kNr && p * kNr + c < N; ++c) {
         const int64_t n = p * kNr + c;
         const int32_t zp = b_zp && zp_count > 0 ? b_zp[zp_count == 1 ? 0 : n] : 0;
-        data[static_cast<size_t>(((p * pairs + k / 2) * kNr + c) * 2 + k % 2)] = static_cast<int16_t>(b[k * N + n] - zp);
+        data[static_cast<size_t>(((p * pairs + k / 2) * kNr + c) * 2 + k % 2)] = static_cast<int16_t>(b[n_major ? n * K + k : k * N + n] - zp);
       }
 }
 
@@ -303,10 +306,114 @@ class Int8GemmQMatMulKernel : public Kernel {
   cpu::PackedInt8B packed_;
 };
 
+// com.ferry.QConvFused as a GEMM where it is one and oneDNN would split: channels last, 1x1, stride 1,
+// no padding, one group ([N*H*W, C] x w^T [C, M]), no residual z, no mid Q/DQ, no activation, weights
+// that need the split (int8_pair_saturation.h: some outside [-64, 64]) and a source outside the
+// repair's case (u8 with zero point 0: dnnl_int8_conv.cpp runs those unsplit), on 64 input channels or
+// more. MobileNetV2's wider expansions and its last 1x1 read residual sums (zero point ~128).
+constexpr int64_t kMinConvChannels = 64;
+
+class Int8GemmQConvKernel : public Kernel {
+ public:
+  Int8GemmQConvKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+
+  bool init(const Graph& graph) {
+    if (!cpu::int8_gemm_available()) return false;
+    enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB, kZ, kZScale, kZZp, kMidScale, kMidZp };
+    cpu::NodeAttrs attrs(node_);
+    if (attrs.get_int("channels_last", 0) == 0 || attrs.get_int("group", 1) != 1 || !attrs.get_string("activation", "").empty() ||
+        cpu::has_input(node_, kZ) || cpu::has_input(node_, kMidScale) || attrs.get_string("auto_pad", "NOTSET") != "NOTSET")
+      return false;
+    for (int64_t v : attrs.get_ints("strides"))
+      if (v != 1) return false;
+    for (int64_t v : attrs.get_ints("pads"))
+      if (v != 0) return false;
+    const Tensor* w = cpu::constant_input(graph, node_, kW);
+    const Tensor* ws = cpu::constant_input(graph, node_, kWScale);
+    if (!w || w->dtype() != DType::kI8 || w->rank() != 4 || w->dim(2) != 1 || w->dim(3) != 1 || !ws ||
+        ws->dtype() != DType::kF32 || !cpu::needs_split(*w))
+      return false;
+    const int64_t M = w->dim(0), C = w->dim(1);
+    // Below 64 input channels oneDNN's split is as fast or faster (the epilogue dominates; MobileNetV2's
+    // expansions of 16-32 channels, `ferry profile -t 1`): those stay with it.
+    if (C < kMinConvChannels || (ws->numel() != 1 && ws->numel() != M)) return false;
+    const int8_t* wzp = nullptr;
+    int64_t wzp_count = 0;
+    if (cpu::has_input(node_, kWZp)) {
+      const Tensor* wz = cpu::constant_input(graph, node_, kWZp);
+      if (!wz || wz->dtype() != DType::kI8 || (wz->numel() != 1 && wz->numel() != M)) return false;
+      wzp = wz->data<int8_t>();
+      wzp_count = wz->numel();
+    }
+    const TensorType* xt = graph.find_type(node_.inputs[kX]);
+    if (!xt || (xt->dtype != DType::kU8 && xt->dtype != DType::kI8)) return false;
+    x_signed_ = xt->dtype == DType::kI8;
+    const bool float_y = !cpu::has_input(node_, kYScale) && !cpu::has_input(node_, kYZp);
+    const Tensor* yzt = float_y ? nullptr : cpu::constant_input(graph, node_, kYZp);
+    if (!float_y && (!yzt || (yzt->dtype() != DType::kU8 && yzt->dtype() != DType::kI8))) return false;
+    float xs = 0, xz = 0, ys = 1, yz = 0;
+    if (!cpu::scalar_input(graph, node_, kXScale, &xs) || !cpu::scalar_input(graph, node_, kXZp, &xz) ||
+        (!float_y && (!cpu::scalar_input(graph, node_, kYScale, &ys) || !cpu::scalar_input(graph, node_, kYZp, &yz))))
+      return false;
+    if (cpu::has_input(node_, kXZp) && cpu::constant_input(graph, node_, kXZp)->dtype() != xt->dtype) return false;
+    if (!x_signed_ && xz == 0) return false;  // oneDNN unsplit with the repair (dnnl_int8_conv.cpp)
+    x_zp_ = static_cast<int32_t>(xz);
+    mul_.resize(static_cast<size_t>(M));
+    real_.resize(static_cast<size_t>(M));
+    for (int64_t m = 0; m < M; ++m) {
+      real_[m] = xs * ws->data<float>()[ws->numel() == 1 ? 0 : m];
+      mul_[m] = real_[m] / ys;
+    }
+    if (cpu::has_input(node_, kB)) {
+      const Tensor* bias = cpu::constant_input(graph, node_, kB);
+      if (!bias || bias->numel() != M) return false;
+      if (bias->dtype() == DType::kI32) bias_.assign(bias->data<int32_t>(), bias->data<int32_t>() + M);
+      else if (bias->dtype() == DType::kF32) fbias_.assign(bias->data<float>(), bias->data<float>() + M);
+      else return false;
+    }
+    epi_.mul = mul_.data();
+    epi_.real = real_.data();
+    epi_.bias = bias_.empty() ? nullptr : bias_.data();
+    epi_.fbias = fbias_.empty() ? nullptr : fbias_.data();
+    epi_.y_scale = ys;
+    epi_.y_zp = yz;
+    epi_.conv_relu = attrs.get_int("conv_relu", 0) != 0;
+    epi_.clip_lo = attrs.get_float("conv_min", -INFINITY) / ys;
+    epi_.clip_hi = attrs.get_float("conv_max", INFINITY) / ys;
+    epi_.clip = epi_.clip_lo > -INFINITY || epi_.clip_hi < INFINITY;
+    epi_.relu = !float_y && attrs.get_int("relu", 0) != 0;  // (the reference's float output skips it)
+    epi_.y_dt = float_y ? DType::kF32 : yzt->dtype();
+    packed_.pack(w->data<int8_t>(), C, M, wzp, wzp_count, /*n_major=*/true);
+    return true;
+  }
+
+  Status compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const DType want = x_signed_ ? DType::kI8 : DType::kU8;
+    if (x.dtype() != want || x.rank() != 4 || x.dim(3) != packed_.K || packed_.K == 0) return fallback_(ctx);
+    std::vector<int64_t> out_dims = x.dims();
+    out_dims.back() = packed_.N;
+    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, epi_.y_dt, out_dims, false));
+    cpu::int8_gemm(x.raw(), x_signed_, x_zp_, x.numel() / packed_.K, packed_, epi_, y->mutable_raw());
+    return Status::ok();
+  }
+
+ private:
+  Node node_;
+  KernelFn fallback_;
+  bool x_signed_ = false;
+  int32_t x_zp_ = 0;
+  std::vector<float> mul_, real_, fbias_;
+  std::vector<int32_t> bias_;
+  cpu::Int8GemmEpilogue epi_;
+  cpu::PackedInt8B packed_;
+};
+
 }  // namespace
 
 void register_cpu_int8_gemm_kernels(CpuKernelTable& t) {
   t.add("com.ferry", "QMatMulFused", cpu::make_if_init<Int8GemmQMatMulKernel>);
+  t.add("com.ferry", "QConvFused", cpu::make_if_init<Int8GemmQConvKernel>);
 }
 
 }  // namespace ferry

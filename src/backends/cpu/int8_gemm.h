@@ -32,21 +32,26 @@ struct PackedInt8B {
   int64_t K = 0, N = 0, pairs = 0, panels = 0;
   std::vector<int16_t> data;  // [panels][pairs][16 columns][2]
 
-  /// `b_zp`: nullptr (0), or `zp_count` (1 or N) zero points.
-  void pack(const int8_t* b, int64_t K, int64_t N, const int8_t* b_zp = nullptr, int64_t zp_count = 0);
+  /// `b_zp`: nullptr (0), or `zp_count` (1 or N) zero points. `n_major`: b given as [N, K] (a
+  /// convolution's M x C weights).
+  void pack(const int8_t* b, int64_t K, int64_t N, const int8_t* b_zp = nullptr, int64_t zp_count = 0,
+            bool n_major = false);
 };
 
-/// The QMatMulFused epilogue (src/ops/quantize_fused.cpp), per column n of the N given:
+/// The QMatMulFused / QConvFused epilogue (src/ops/quantize_fused.cpp; QConvFused with no residual, no
+/// mid Q/DQ and no activation), per column n of the N given, in the reference's order:
 ///   int32 bias (or none): v = float(acc + bias[n]) * mul[n]
 ///   float bias:           v = (float(acc) * real[n] + fbias[n]) / y_scale
-///   v = max(v, 0) if relu; y = v (f32 output) or saturate(round_half_even(v) + y_zp) (u8 / s8 output).
+///   v = max(v, 0) if conv_relu; v = min(max(v, clip_lo), clip_hi) if clip; v = max(v, 0) if relu;
+///   y = v (f32 output) or saturate(round_half_even(v) + y_zp) (u8 / s8 output).
 struct Int8GemmEpilogue {
   const float* mul = nullptr;       // [N]: a_scale * b_scale[n] / y_scale
   const int32_t* bias = nullptr;    // [N] or nullptr
   const float* real = nullptr;      // [N]: a_scale * b_scale[n] (with fbias)
   const float* fbias = nullptr;     // [N] or nullptr
-  float y_scale = 1, y_zp = 0;
-  bool relu = false;
+  float y_scale = 1, y_zp = 0;      // y_scale: the divisor of the float-bias form (QConvFused's s1)
+  bool conv_relu = false, clip = false, relu = false;
+  float clip_lo = 0, clip_hi = 0;
   DType y_dt = DType::kF32;  // kF32, kU8 or kI8
 };
 
