@@ -1,4 +1,4 @@
-// Op family 'quantize_fused' (domain com.ferry, opset 1): QConvFused (and QMatMulFused, QGlobalAveragePool / NhwcQGlobalAveragePool, below), the node the qdq_fusion pass
+// Op family 'quantize_fused' (domain com.ferry, opset 1): QConvFused (and QMatMulFused, QGlobalAveragePool / NhwcQGlobalAveragePool, QLookup, below), the node the qdq_fusion pass
 // (src/passes/qdq_fusion.cpp) makes of a QDQ convolution region
 //   DQ(x) , DQ(w per-channel) [, DQ(B int32)] -> Conv [-> Relu] [-> Q -> DQ] [-> Add(DQ(z))] [-> Relu] -> Q
 // so that 8-bit tensors flow from one fused node to the next with no float tensor in between.
@@ -383,7 +383,42 @@ Status k_qgap(KernelContext& ctx) {
 
 }  // namespace
 
+// ---- QLookup ----------------------------------------------------------------------------------
+// Made by the qdq_lookup pass (src/passes/qdq_lookup.cpp) of DQ(x) -> one elementwise float op (Gelu,
+// Sigmoid, Tanh, ...) -> Q, all per tensor: x takes 256 values, so the region is a table of its 256
+// results, computed at load by the reference kernels of the three nodes (bit for bit what they give).
+// Inputs: x (uint8 or int8), table (256 elements of y's 8-bit type; int8 x indexes it by x + 128).
+//   y[i] = table[x[i]]  (uint8 x)  /  table[x[i] + 128]  (int8 x)
+
+Status infer_qlookup(InferContext& ctx) {
+  const TensorType& x = ctx.input_type(0);
+  const TensorType& t = ctx.input_type(1);
+  RETURN_IF_ERROR(check_8bit(ctx, x.dtype, "x"));
+  RETURN_IF_ERROR(check_8bit(ctx, t.dtype, "table"));
+  if (t.shape && t.shape->is_static() && (t.shape->rank() != 1 || t.shape->values()[0] != 256))
+    return ctx.error("input 'table' must have shape [256], got " + t.shape->to_string());
+  ctx.set_output(0, TensorType{t.dtype, x.shape});
+  return Status::ok();
+}
+
+Status k_qlookup(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& t = ctx.input(1);
+  if (!is_8bit(x.dtype()) || !is_8bit(t.dtype()))
+    return ctx.error("inputs 'x' and 'table' must be uint8 or int8, got " + x.type().to_string() + " and " + t.type().to_string());
+  if (t.numel() != 256) return ctx.error("input 'table' has " + std::to_string(t.numel()) + " elements; expected 256");
+  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, t.dtype(), x.dims(), false));
+  const uint8_t* px = static_cast<const uint8_t*>(x.raw());
+  const uint8_t* pt = static_cast<const uint8_t*>(t.raw());
+  uint8_t* py = static_cast<uint8_t*>(y->mutable_raw());
+  const uint8_t flip = x.dtype() == DType::kI8 ? 0x80 : 0;  // int8 v -> index v + 128
+  for (int64_t i = 0; i < x.numel(); ++i) py[i] = pt[static_cast<uint8_t>(px[i] ^ flip)];
+  return Status::ok();
+}
+
 void register_quantize_fused_ops(OpRegistry& r) {
+  r.add(OpSchema{.name = "QLookup", .domain = "com.ferry", .since_version = 1, .min_inputs = 2, .max_inputs = 2,
+                 .types = {DType::kU8, DType::kI8}, .infer = infer_qlookup, .kernel = k_qlookup});
   r.add(OpSchema{.name = "QGlobalAveragePool", .domain = "com.ferry", .since_version = 1, .min_inputs = kNumPoolInputs,
                  .max_inputs = kNumPoolInputs, .types = {DType::kU8, DType::kI8}, .infer = infer_qgap<false>,
                  .kernel = k_qgap<false>});
