@@ -3,10 +3,11 @@
 threads (docs/serving.md). Starts a server on a free 127.0.0.1 port, runs `ferry perf`, stops it.
 
   bench/serve_overhead.py FERRY [--model demo/digits_cnn.onnx] [--threads 1] [--seconds 2]
-      [--grpc-floor /tmp/grpc_floor_probe]
+      [--grpc-floor /tmp/grpc_floor_probe] [--io-spin-microseconds 0,200] [--rounds 2]
 
 Prints: in-process p50 (ferry bench, batch 1), served p50 over HTTP (binary and JSON tensors) and gRPC
-at concurrency 1, and their differences. The batching target is bench/serve_batching.py.
+at concurrency 1, and their differences. --io-spin-microseconds: the servers' and clients' spin budgets
+to compare (comma-separated; each round serves once per value, alternated; default: ferry's own). The batching target is bench/serve_batching.py.
 """
 import argparse
 import json
@@ -24,6 +25,8 @@ ap.add_argument("ferry")
 ap.add_argument("--model", default=os.path.join(os.path.dirname(__file__), "..", "demo", "digits_cnn.onnx"))
 ap.add_argument("--threads", type=int, default=1)
 ap.add_argument("--seconds", type=float, default=2.0)
+ap.add_argument("--io-spin-microseconds", default="", help="comma-separated budgets to alternate (default: ferry's)")
+ap.add_argument("--rounds", type=int, default=2)
 ap.add_argument("--grpc-floor", help="bench/grpc_floor_probe.cpp built: also the empty-RPC round trip")
 a = ap.parse_args()
 
@@ -34,9 +37,10 @@ def bench(model, batch):
     return json.loads(out)
 
 
-def serve(repo, fn):
+def serve(repo, fn, spin):
     p = subprocess.Popen([a.ferry, "serve", "--model-repository", repo, "--http-address", "127.0.0.1", "--http-port", "0",
-                          "--grpc-port", "0", "--metrics-port", "0", "--threads", str(a.threads)], stderr=subprocess.PIPE, text=True)
+                          "--grpc-port", "0", "--metrics-port", "0", "--threads", str(a.threads)] + spin,
+                         stderr=subprocess.PIPE, text=True)
     port = grpc_port = None
     for line in p.stderr:
         m = re.search(r"gRPC on 127\.0\.0\.1:(\d+)", line)
@@ -54,10 +58,10 @@ def serve(repo, fn):
         p.wait(60)
 
 
-def perf(url, model, concurrency, *extra):
+def perf(url, model, concurrency, spin, *extra):
     out = os.path.join(tmp, "perf.json")
     subprocess.run([a.ferry, "perf", url, "-m", model, "--concurrency-range", str(concurrency), "-p",
-                    str(int(a.seconds * 1000)), "--json", out, *extra], check=True, stdout=subprocess.DEVNULL)
+                    str(int(a.seconds * 1000)), "--json", out, *spin, *extra], check=True, stdout=subprocess.DEVNULL)
     return json.load(open(out))[0]
 
 
@@ -71,21 +75,21 @@ try:
     with open(os.path.join(repo, "m", "config.pbtxt"), "w") as f:
         f.write("max_batch_size: 0\n")  # requests carry the model's own shapes (batch 1)
     # Alternated: in-process, served, in-process, served (the machine is shared and noisy).
-    rows = []
-    for rnd in range(2):
+    spins = [["--io-spin-microseconds", v.strip()] for v in a.io_spin_microseconds.split(",")] if a.io_spin_microseconds else [[]]
+    for rnd in range(a.rounds):
         b = bench(a.model, 1)
-        res = serve(repo, lambda url, gurl: (perf(url, "m", 1), perf(url, "m", 1, "--json-data"),
-                                             perf(gurl, "m", 1, "--protocol", "grpc"),
-                                             subprocess.run([a.grpc_floor, gurl], capture_output=True, text=True,
-                                                            check=True).stdout.strip() if a.grpc_floor else ""))
         inproc = b["latency_ms"]["p50"] * 1000
-        rows.append((inproc, res[0]["p50_us"], res[1]["p50_us"], res[2]["p50_us"]))
-        print("round %d: in-process p50 %.0f us | HTTP binary p50 %.0f us (+%.0f) | HTTP JSON p50 %.0f us (+%.0f) | "
-              "gRPC p50 %.0f us (+%.0f)"
-              % (rnd + 1, inproc, res[0]["p50_us"], res[0]["p50_us"] - inproc, res[1]["p50_us"], res[1]["p50_us"] - inproc,
-                 res[2]["p50_us"], res[2]["p50_us"] - inproc))
-        if res[3]:
-            print("  " + res[3].replace("\n", "\n  "))
+        for spin in spins:
+            res = serve(repo, lambda url, gurl: (perf(url, "m", 1, spin), perf(url, "m", 1, spin, "--json-data"),
+                                                 perf(gurl, "m", 1, spin, "--protocol", "grpc"),
+                                                 subprocess.run([a.grpc_floor, gurl], capture_output=True, text=True,
+                                                                check=True).stdout.strip() if a.grpc_floor else ""), spin)
+            print("round %d%s: in-process p50 %.0f us | HTTP binary p50 %.0f us (+%.0f) | HTTP JSON p50 %.0f us (+%.0f) | "
+                  "gRPC p50 %.0f us (+%.0f)"
+                  % (rnd + 1, " spin %s us" % spin[1] if spin else "", inproc, res[0]["p50_us"], res[0]["p50_us"] - inproc,
+                     res[1]["p50_us"], res[1]["p50_us"] - inproc, res[2]["p50_us"], res[2]["p50_us"] - inproc), flush=True)
+            if res[3]:
+                print("  " + res[3].replace("\n", "\n  "))
     print("load average after:", " ".join(open("/proc/loadavg").read().split()[:3]))
 finally:
     shutil.rmtree(tmp, ignore_errors=True)

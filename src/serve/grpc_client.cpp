@@ -8,6 +8,7 @@
 
 #include "serve/grpc_service.grpc.pb.h"
 #include "serve/kserve_json.h"
+#include "serve/spin_wait.h"
 
 namespace ferry::serve {
 
@@ -39,9 +40,18 @@ struct GrpcClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub;
   inference::ModelInferRequest request;
+  grpc::CompletionQueue cq;  // infer()'s, polled by its caller
+  SpinWait spin{0};
+  ~Impl() {
+    cq.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq.Next(&tag, &ok)) {
+    }
+  }
 };
 
-StatusOr<std::unique_ptr<GrpcClient>> GrpcClient::connect(const std::string& url) {
+StatusOr<std::unique_ptr<GrpcClient>> GrpcClient::connect(const std::string& url, int64_t spin_us) {
   std::string target = url;
   for (const char* prefix : {"grpc://", "http://"})
     if (target.rfind(prefix, 0) == 0) target = target.substr(std::char_traits<char>::length(prefix));
@@ -56,6 +66,7 @@ StatusOr<std::unique_ptr<GrpcClient>> GrpcClient::connect(const std::string& url
   std::unique_ptr<GrpcClient> c(new GrpcClient());
   c->impl_ = std::make_unique<Impl>();
   c->impl_->channel = channel;
+  c->impl_->spin = SpinWait(spin_us);
   c->impl_->stub = inference::GRPCInferenceService::NewStub(channel);
   return c;
 }
@@ -137,9 +148,26 @@ void GrpcClient::set_request(const std::string& model, const std::string& versio
 }
 
 Status GrpcClient::infer() {
+  // On the async API with a queue of this client's, so that the wait for the response can poll
+  // the queue without blocking first (SpinWait) instead of blocking at once as the sync stub does.
   inference::ModelInferResponse resp;
   grpc::ClientContext ctx;
-  return from_grpc(impl_->stub->ModelInfer(&ctx, impl_->request, &resp), "ModelInfer '" + impl_->request.model_name() + "'");
+  grpc::Status status;
+  auto rpc = impl_->stub->AsyncModelInfer(&ctx, impl_->request, &impl_->cq);
+  rpc->Finish(&resp, &status, &resp);
+  impl_->spin.arm();
+  const gpr_timespec now = gpr_time_0(GPR_CLOCK_MONOTONIC);
+  void* tag = nullptr;
+  bool ok = false;
+  for (;;) {
+    const auto st = impl_->cq.AsyncNext(&tag, &ok, now);
+    if (st == grpc::CompletionQueue::GOT_EVENT) break;
+    if (st == grpc::CompletionQueue::TIMEOUT && impl_->spin.again()) continue;
+    if (st == grpc::CompletionQueue::SHUTDOWN || !impl_->cq.Next(&tag, &ok)) return internal_error("ModelInfer: the client's completion queue shut down");
+    break;
+  }
+  if (!ok) return internal_error("ModelInfer '" + impl_->request.model_name() + "': the call did not complete");
+  return from_grpc(status, "ModelInfer '" + impl_->request.model_name() + "'");
 }
 
 }  // namespace ferry::serve

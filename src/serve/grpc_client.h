@@ -15,7 +15,9 @@ namespace ferry::serve {
 class GrpcClient {
  public:
   /// Connects to host:port ("grpc://" or "http://" prefixes accepted), waiting at most 10 s.
-  static StatusOr<std::unique_ptr<GrpcClient>> connect(const std::string& url);
+  /// infer() polls for its response without blocking for up to `spin_us` before it blocks
+  /// (serve/spin_wait.h); 0: it always blocks.
+  static StatusOr<std::unique_ptr<GrpcClient>> connect(const std::string& url, int64_t spin_us = 0);
   ~GrpcClient();
   /// ModelMetadata as the HTTP endpoint's JSON (GET /v2/models/M), so callers read one format.
   StatusOr<std::string> model_metadata_json(const std::string& model, const std::string& version);

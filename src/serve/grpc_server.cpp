@@ -703,10 +703,23 @@ Status GrpcServer::start() {
   impl_->infer_cq_open = true;
   for (auto& cq : impl_->infer_cqs) {
     AsyncInfer::request(impl_.get(), cq.get());
-    impl_->infer_threads.emplace_back([cq = cq.get()] {
+    impl_->infer_threads.emplace_back([cq = cq.get(), spin_us = impl_->opt.io_spin_us] {
+      // Right after work, poll the queue without blocking for up to spin_us before blocking in
+      // Next (SpinWait: bounded, never on busy cores): the next call is taken without a wake-up.
+      SpinWait spin(spin_us);
+      const gpr_timespec now = gpr_time_0(GPR_CLOCK_MONOTONIC);
       void* tag;
       bool ok;
-      while (cq->Next(&tag, &ok)) AsyncInfer::proceed(static_cast<const AsyncInfer::Tag*>(tag), ok);
+      for (;;) {
+        const auto st = spin_us > 0 ? cq->AsyncNext(&tag, &ok, now) : grpc::CompletionQueue::TIMEOUT;
+        if (st == grpc::CompletionQueue::SHUTDOWN) break;
+        if (st == grpc::CompletionQueue::TIMEOUT) {
+          if (spin.again()) continue;
+          if (!cq->Next(&tag, &ok)) break;
+        }
+        AsyncInfer::proceed(static_cast<const AsyncInfer::Tag*>(tag), ok);
+        spin.arm();
+      }
     });
   }
   return Status::ok();

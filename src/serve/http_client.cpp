@@ -1,9 +1,13 @@
 // Blocking HTTP/1.1 client on Boost.Beast; see http_client.h.
 #include "serve/http_client.h"
 
+#include <poll.h>
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+
+#include "serve/spin_wait.h"
 
 namespace ferry::serve {
 
@@ -17,6 +21,17 @@ struct HttpClient::Impl {
   net::io_context ioc;
   std::unique_ptr<beast::tcp_stream> stream;
   beast::flat_buffer buffer;
+  SpinWait spin{0};
+
+  // After a request went out: polls the socket without blocking while the spin lasts, so that
+  // the read that follows finds the response there instead of blocking for it.
+  void spin_for_response() {
+    spin.arm();
+    if (buffer.size() > 0) return;
+    pollfd p{stream->socket().native_handle(), POLLIN, 0};
+    while (::poll(&p, 1, 0) == 0 && spin.again()) {
+    }
+  }
 
   Status open() {
     beast::error_code ec;
@@ -32,13 +47,14 @@ struct HttpClient::Impl {
   }
 };
 
-StatusOr<std::unique_ptr<HttpClient>> HttpClient::connect(const std::string& url) {
+StatusOr<std::unique_ptr<HttpClient>> HttpClient::connect(const std::string& url, int64_t spin_us) {
   std::string rest = url;
   if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
   const size_t colon = rest.rfind(':');
   std::unique_ptr<HttpClient> c(new HttpClient());
   c->impl_ = std::make_unique<Impl>();
+  c->impl_->spin = SpinWait(spin_us);
   c->impl_->host = colon == std::string::npos ? rest : rest.substr(0, colon);
   c->impl_->port = colon == std::string::npos ? "8000" : rest.substr(colon + 1);
   if (c->impl_->host.empty()) return invalid_argument("server URL '" + url + "' has no host (want host:port)");
@@ -61,6 +77,7 @@ StatusOr<HttpResponse> HttpClient::request(const std::string& method, const std:
     http::write(*impl_->stream, req, ec);
     http::response_parser<http::string_body> parser;
     parser.body_limit(uint64_t(1) << 32);
+    if (!ec) impl_->spin_for_response();
     if (!ec) http::read(*impl_->stream, impl_->buffer, parser, ec);
     if (ec) {
       if (attempt == 0 && (ec == http::error::end_of_stream || ec == net::error::connection_reset || ec == net::error::broken_pipe)) {

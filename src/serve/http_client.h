@@ -2,6 +2,7 @@
 // what `ferry perf` drives the server with, one client per concurrent stream.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -20,8 +21,10 @@ struct HttpResponse {
 
 class HttpClient {
  public:
-  /// Connects to host:port ("localhost:8000", "http://127.0.0.1:8000" also accepted).
-  static StatusOr<std::unique_ptr<HttpClient>> connect(const std::string& url);
+  /// Connects to host:port ("localhost:8000", "http://127.0.0.1:8000" also accepted). After
+  /// sending a request it polls for the response without blocking for up to `spin_us` before it
+  /// blocks (serve/spin_wait.h); 0: it always blocks.
+  static StatusOr<std::unique_ptr<HttpClient>> connect(const std::string& url, int64_t spin_us = 0);
   ~HttpClient();
   /// One request and its response; reconnects once when the server closed the kept-alive
   /// connection. `headers`: extra (name, value) pairs.

@@ -20,6 +20,7 @@
 
 #include "serve/kserve_json.h"
 #include "serve/metrics.h"
+#include "serve/spin_wait.h"
 
 namespace ferry::serve {
 
@@ -438,6 +439,29 @@ void HttpServer::Impl::accept(tcp::acceptor* a, bool metrics) {
   });
 }
 
+namespace {
+
+// An I/O thread's loop: handlers run as their events arrive; right after work the thread polls
+// without blocking for up to `spin_us` (SpinWait: bounded, never on busy cores) before it blocks
+// in the reactor, so that a client's next request is read without an idle vCPU's wake-up.
+void run_io(net::io_context& ioc, int64_t spin_us) {
+  if (spin_us <= 0) {
+    ioc.run();
+    return;
+  }
+  SpinWait spin(spin_us);
+  while (!ioc.stopped()) {
+    if (ioc.poll() > 0) {
+      spin.arm();
+      continue;
+    }
+    if (spin.again()) continue;
+    if (ioc.run_one() > 0) spin.arm();
+  }
+}
+
+}  // namespace
+
 HttpServer::HttpServer(ModelRepository* repository, HttpServerOptions options, std::function<void(const std::string&)> log)
     : impl_(std::make_unique<Impl>(repository, std::move(options), std::move(log))) {}
 
@@ -449,7 +473,8 @@ Status HttpServer::start() {
     RETURN_IF_ERROR(impl_->listen(impl_->opt.metrics_port, &impl_->metrics_acceptor, &impl_->metrics_port, "metrics"));
   impl_->accept(impl_->http_acceptor.get(), false);
   if (impl_->metrics_acceptor) impl_->accept(impl_->metrics_acceptor.get(), true);
-  for (auto& ioc : impl_->iocs) impl_->threads.emplace_back([ioc = ioc.get()] { ioc->run(); });
+  for (auto& ioc : impl_->iocs)
+    impl_->threads.emplace_back([ioc = ioc.get(), spin_us = impl_->opt.io_spin_us] { run_io(*ioc, spin_us); });
   return Status::ok();
 }
 

@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "serve/model_repository.h"
+#include "serve/spin_wait.h"
 
 namespace ferry::serve {
 
@@ -20,6 +21,9 @@ struct HttpServerOptions {
   /// -1: no metrics endpoint.
   int metrics_port = 8002;
   int threads = 8;
+  /// Microseconds an I/O thread polls without blocking right after work, before it blocks
+  /// (serve/spin_wait.h); 0: it always blocks.
+  int64_t io_spin_us = kDefaultIoSpinMicroseconds;
   /// Largest request body; a larger one is answered 413.
   int64_t max_input_size = int64_t(64) << 20;
   /// explicit: the repository extension may load and unload models.

@@ -23,6 +23,7 @@
 #include "serve/inference_types.h"
 #include "serve/kserve_json.h"
 #include "serve/model_config.h"
+#include "serve/spin_wait.h"
 #include "tools/cli_common.h"
 #include "tools/command_registry.h"
 
@@ -44,6 +45,7 @@ struct PerfOptions {
   int max_windows = 10;
   double stability = 10.0;
   bool json_data = false;
+  int64_t io_spin_us = serve::kDefaultIoSpinMicroseconds;
   int string_length = 128;  // random BYTES elements, as perf_analyzer's --string-length
   std::string csv;
   std::string json_out;
@@ -173,11 +175,11 @@ class Client {
     c->path_ = "/v2/models/" + opt.model + (opt.version.empty() ? "" : "/versions/" + opt.version);
 #ifdef FERRY_HAVE_GRPC
     if (opt.protocol == "grpc") {
-      ASSIGN_OR_RETURN(c->grpc_, serve::GrpcClient::connect(opt.url));
+      ASSIGN_OR_RETURN(c->grpc_, serve::GrpcClient::connect(opt.url, opt.io_spin_us));
       return c;
     }
 #endif
-    ASSIGN_OR_RETURN(c->http_, serve::HttpClient::connect(opt.url));
+    ASSIGN_OR_RETURN(c->http_, serve::HttpClient::connect(opt.url, opt.io_spin_us));
     return c;
   }
   /// The model's metadata as KServe JSON.
@@ -468,6 +470,10 @@ const bool kRegistered = register_command({"perf", 76, [](CLI::App& app) {
   cmd->add_option("--string-length", opt->string_length, "Characters of each random BYTES element (default 128)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--json-data", opt->json_data, "Send JSON tensors (default: the binary tensor data extension)");
+  cmd->add_option("--io-spin-microseconds", opt->io_spin_us,
+                  "After sending a request, poll for the response without blocking for up to this long before blocking; "
+                  "only when the machine has an idle core (default " + std::to_string(serve::kDefaultIoSpinMicroseconds) + "; 0: never)")
+      ->check(CLI::Range(0, 100000));
   cmd->add_option("-f,--csv", opt->csv, "Write the results as CSV");
   cmd->add_option("--json", opt->json_out, "Write the results as JSON");
   return CommandRun{cmd, [opt] { return cmd_perf(*opt); }};

@@ -42,6 +42,7 @@ struct ServeOptions {
   bool exit_on_error = true;
   int threads = 0;
   int http_threads = 8;
+  int64_t io_spin_us = serve::kDefaultIoSpinMicroseconds;
   std::string device = "cpu";
   int log_verbose = 0;
 };
@@ -116,6 +117,7 @@ int cmd_serve(const ServeOptions& opt) {
   ho.http_port = opt.http_port;
   ho.metrics_port = opt.allow_metrics ? opt.metrics_port : -1;
   ho.threads = opt.http_threads;
+  ho.io_spin_us = opt.io_spin_us;
   ho.max_input_size = opt.max_input_size;
   ho.explicit_control = opt.control_mode == "explicit";
 #ifdef FERRY_VERSION
@@ -129,6 +131,7 @@ int cmd_serve(const ServeOptions& opt) {
     go.port = opt.grpc_port;
     go.max_message_size = opt.max_input_size;
     go.explicit_control = ho.explicit_control;
+    go.io_spin_us = opt.io_spin_us;
     go.version = ho.version;
     grpc = std::make_unique<serve::GrpcServer>(&repo, go, log);
     Status gst = grpc->start();
@@ -229,6 +232,11 @@ const bool kRegistered = register_command({"serve", 75, [](CLI::App& app) {
   cmd->add_option("-t,--threads", opt->threads, "Compute threads per model, divided between its instances (default: the machine's cores)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--http-thread-count", opt->http_threads, "HTTP I/O threads (default 8)")->check(CLI::Range(1, 256));
+  cmd->add_option("--io-spin-microseconds", opt->io_spin_us,
+                  "After a request, an HTTP I/O thread or gRPC poller polls for the next without blocking for up to this long "
+                  "before blocking; only when the machine has an idle core (default " + std::to_string(serve::kDefaultIoSpinMicroseconds) +
+                      "; 0: never)")
+      ->check(CLI::Range(0, 100000));
   cmd->add_option("-d,--device", opt->device, "Device the models run on (default cpu)");
   cmd->add_option("--log-verbose", opt->log_verbose, "Verbose logging level (accepted for Triton compatibility)");
   return CommandRun{cmd, [opt] { return cmd_serve(*opt); }};

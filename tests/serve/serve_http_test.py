@@ -276,6 +276,29 @@ try:
     r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % srv.port, "-m", "nope"], capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 and "unknown model" in r.stderr, "perf on an unknown model: %s" % r.stderr[-300:])
 
+    # --io-spin-microseconds: the I/O threads and gRPC pollers spin only right after work, for at
+    # most the budget; an idle server burns no core. (The spin also stops where the machine's cores
+    # are busy, so on a loaded machine this passes without spinning at all.)
+    spinner = ServeProcess(FERRY, REPO, "--model-control-mode", "explicit", "--load-model", "add", "--io-spin-microseconds", "100000")
+    try:
+        for proto in [p for p in ("http", "grpc") if p in spinner.ports]:
+            port = spinner.ports[proto]
+            r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % port, "-i", proto, "-m", "add", "-p", "100", "--max-trials", "3", "-b", "2"],
+                               capture_output=True, text=True, timeout=60)
+            check(r.returncode == 0, "ferry perf against a spinning server (%s): %s" % (proto, r.stderr[-300:]))
+
+        def cpu_s(pid):  # utime + stime
+            f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+        time.sleep(0.3)  # past the last spin (0.1 s at most)
+        t0 = cpu_s(spinner.proc.pid)
+        time.sleep(1.0)
+        used = cpu_s(spinner.proc.pid) - t0
+        check(used < 0.05, "an idle server with --io-spin-microseconds 100000 used %.2f s of CPU in 1 s" % used)
+    finally:
+        spinner.stop()
+
     # BYTES tensors: JSON strings, binary (length-prefixed), batched rows split back, bad input.
     r = post(U + "/v2/models/lower/infer", {"inputs": [{"name": "s", "datatype": "BYTES", "shape": [1, 3], "data": ["Hello", "WORLD", "a B"]}]})
     check(r.status_code == 200 and r.json()["outputs"][0]["datatype"] == "BYTES" and r.json()["outputs"][0]["data"] == ["hello", "world", "a b"],
