@@ -121,7 +121,9 @@ bool AllocationRecorder::record(int64_t index, int64_t over, bool elementwise, D
       for (size_t j = 0; j < inputs_->size(); ++j) {
         if (j == static_cast<size_t>(over)) continue;
         const Value* v = (*inputs_)[j];
-        if (!v || !v->is_tensor() || !v->tensor.raw()) continue;
+        // A weight a .ferry file stores only packed and nothing has read yet (Tensor::pending) is in
+        // no arena buffer, and reading its address here would unpack it (ir/tensor.h LazyBytes).
+        if (!v || !v->is_tensor() || v->tensor.pending() || !v->tensor.raw()) continue;
         const auto* p = static_cast<const uint8_t*>(v->tensor.raw());
         // An elementwise op may read the same whole buffer twice (Add(x, x)); other kernels may not
         // share it at all (a convolution reading x while its sum post-op writes over x).

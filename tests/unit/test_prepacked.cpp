@@ -14,6 +14,7 @@
 #include "io/npy.h"
 #include "onnx/onnx_import.h"
 #include "runtime/executor.h"
+#include "graph_builder.h"
 
 namespace ferry {
 namespace {
@@ -172,7 +173,7 @@ TEST(PrepackedWeights, WeightsStoredOnceAsTheirPackedForm) {
     return std::move(s).value();
   };
   // Weights still unmade after a cpu run: those whose kernel used the packed bytes in place. A plan
-  // taking another path for its shape (the 1x1 gemv panels, Winograd, conv_rows) reads the plain form.
+  // taking another path for its shape or thread count (Winograd, conv_rows) reads the plain form.
   auto pending = [&](Session& s) {
     int64_t n = 0;
     for (const CompiledGear& g : s.compiled().gears)
@@ -199,6 +200,67 @@ TEST(PrepackedWeights, WeightsStoredOnceAsTheirPackedForm) {
         EXPECT_FALSE(t.pending()) << name;
       }
   }
+}
+
+// A cpu run of a .ferry file reads none of the weights the file stores only packed in their plain
+// form (issue 40: each such read unpacks a copy into new memory at every load): not the memory
+// plan's recording run (which compares its inputs' addresses, a convolution's residual being written
+// over), and not a 1x1 convolution on one pixel (squeeze-excitation after a global pool), whose
+// small_gemm panels are made from the plain weights, so `ferry compile` stores those plain.
+TEST(PrepackedWeights, ACpuRunOfTheFileUnpacksNoWeight) {
+  using testing::GraphBuilder;
+  using testing::random_tensor;
+  GraphBuilder b;
+  const std::string x = b.input("x", DType::kF32, {1, 32, 8, 8});
+  const std::string w0 = b.initializer("w0", random_tensor({32, 32, 1, 1}, 5));
+  const std::string x0 = b.node("Conv", {x, w0});
+  const std::string w1 = b.initializer("w1", random_tensor({32, 32, 3, 3}, 1));
+  const std::string y = b.node("Conv", {x0, w1}, {{"pads", GraphBuilder::ints({1, 1, 1, 1})}});
+  const std::string r = b.node("Relu", {b.node("Add", {y, x0})});
+  const std::string p = b.node("GlobalAveragePool", {r});
+  const std::string w2 = b.initializer("w2", random_tensor({8, 32, 1, 1}, 2));
+  const std::string b2 = b.initializer("b2", random_tensor({8}, 3));
+  const std::string s1 = b.node("Relu", {b.node("Conv", {p, w2, b2})});
+  const std::string w3 = b.initializer("w3", random_tensor({32, 8, 1, 1}, 6));
+  const std::string b3 = b.initializer("b3", random_tensor({32}, 7));
+  b.output(b.node("Mul", {r, b.node("Sigmoid", {b.node("Conv", {s1, w3, b3})})}));
+  std::shared_ptr<Model> m = b.build();
+  const Tensor in = random_tensor({1, 32, 8, 8}, 4);
+  NamedTensors expect;
+  {
+    auto ex = Executor::create(m);
+    ASSERT_TRUE(ex.is_ok()) << ex.status().message();
+    ASSERT_TRUE(ex.value()->run({{x, in}}, &expect).is_ok());
+  }
+  CompileOptions o;
+  CompileReport rep;
+  auto spec = compile_model(*m, o, &rep);
+  ASSERT_TRUE(spec.is_ok()) << spec.status().message();
+  int64_t stored_packed = 0;  // the weights the file stores only packed (ir/packed_layout.h)
+  for (const CompiledGear& g : spec.value().gears)
+    for (const Node& n : g.model->graph.nodes) stored_packed += n.attr(kPackedInputAttr) != nullptr;
+  EXPECT_GE(stored_packed, 2) << "the 1x1 and 3x3 convolutions' weights should be stored only packed";
+  auto bytes = serialize_compiled_model(spec.value());
+  ASSERT_TRUE(bytes.is_ok()) << bytes.status().message();
+  auto cm = parse_compiled_model_copy(bytes.value().data(), bytes.value().size(), "se.ferry");
+  ASSERT_TRUE(cm.is_ok()) << cm.status().message();
+  auto s = Session::open(std::move(cm).value());
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  const auto pending = [&] {
+    int64_t n = 0;
+    for (const CompiledGear& g : s.value()->compiled().gears)
+      for (const auto& [name, t] : g.model->graph.initializers) n += t.pending();
+    return n;
+  };
+  EXPECT_EQ(pending(), stored_packed) << "the load unpacked a weight stored only packed";
+  NamedTensors out;
+  ASSERT_TRUE(s.value()->run({{x, in}}, &out).is_ok());
+  ASSERT_TRUE(s.value()->run({{x, in}}, &out).is_ok());  // a planned run after the recording one
+  EXPECT_EQ(pending(), stored_packed) << "a cpu run unpacked a weight stored only packed";
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].second.dims(), expect[0].second.dims());
+  for (int64_t i = 0; i < out[0].second.numel(); ++i)
+    EXPECT_NEAR(out[0].second.data<float>()[i], expect[0].second.data<float>()[i], 1e-4) << i;
 }
 
 // ferry's blocked layout: a [4, 3] tensor stored as 2-row blocks of its first dim (padded to 4x4).

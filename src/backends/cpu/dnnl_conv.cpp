@@ -348,6 +348,20 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
       plan->out_dims = {yd[0], yd[2], yd[3], yd[1]};
       return Status::ok();
     }
+    // A 1x1 convolution on one pixel runs as cpu::small_gemm on gemv_w_ (see init), without the
+    // primitives: making them would pack oneDNN's form of the weights, unused beside the panels (and
+    // have `ferry compile` store the weights only in that form, to be unpacked at every load).
+    const auto all_zero = [](const memory::dims& v) { return std::all_of(v.begin(), v.end(), [](int64_t d) { return d == 0; }); };
+    const auto all_one = [](auto b, auto e) { return std::all_of(b, e, [](int64_t d) { return d == 1; }); };
+    if (gemv_ok_ && !has_z_ && (!b_.defined() || b_.dtype() == DType::kF32) && all_one(xd.begin() + 2, xd.end()) &&
+        all_one(yd.begin() + 2, yd.end()) && all_zero(pad_l) && all_zero(pad_r)) {
+      dnnl::post_ops ops;  // the activations the primitive path takes (activate_in_place runs them here)
+      if (!act_after_postop() && !cpu::append_activation(act_, &ops)) return unsupported("activation");
+      plan->gemv = true;
+      // Packed once, under the plan cache's lock; runs read it only through a plan made after this.
+      if (gemv_w_.data.empty()) gemv_w_ = cpu::pack_panels(w_.dim(1), w_.dim(0), w_.data<float>(), 1, w_.dim(1));
+      return finish_plan(yd, plan);
+    }
     const auto plan_primitives = [&] {
       memory::data_type dt;
       cpu::to_dnnl_type(dtype_, &dt);
@@ -398,14 +412,11 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
       return Status::ok();
     };
     RETURN_IF_ERROR(cpu::dnnl_call(node_, plan_primitives));
-    const auto all_zero = [](const memory::dims& v) { return std::all_of(v.begin(), v.end(), [](int64_t d) { return d == 0; }); };
-    const auto all_one = [](auto b, auto e) { return std::all_of(b, e, [](int64_t d) { return d == 1; }); };
-    plan->gemv = gemv_ok_ && !has_z_ && (!b_.defined() || b_.dtype() == DType::kF32) &&
-                 all_one(xd.begin() + 2, xd.end()) && all_one(yd.begin() + 2, yd.end()) && all_zero(pad_l) &&
-                 all_zero(pad_r);
-    // Packed once, under the plan cache's lock; runs read it only through a plan made after this.
-    if (plan->gemv && gemv_w_.data.empty())
-      gemv_w_ = cpu::pack_panels(w_.dim(1), w_.dim(0), w_.data<float>(), 1, w_.dim(1));
+    return finish_plan(yd, plan);
+  }
+
+  // The plan's id and output dims (channels-last: NHWC).
+  Status finish_plan(const std::vector<int64_t>& yd, Plan* plan) {
     static std::atomic<uint64_t> next_id{1};
     plan->id = next_id.fetch_add(1, std::memory_order_relaxed);
     plan->out_dims = yd;
