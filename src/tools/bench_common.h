@@ -39,7 +39,7 @@ void add_bench_options(CLI::App* cmd, BenchOptions* opt);
 
 /// A model loaded, its executor made and its inputs ready.
 struct BenchSetup {
-  std::shared_ptr<Model> model;
+  std::shared_ptr<Model> model;  // null from an .onnx file: the executor holds it alone (release_weights)
   std::unique_ptr<Executor> executor;
   NamedTensors feeds;
   double load_ms = 0;     // model load + executor create (optimization passes, kernel creation)
