@@ -67,7 +67,7 @@ std::map<std::string, std::pair<const Tensor*, const std::vector<int64_t>*>> pac
   for (const Node& n : g.nodes) {
     const Attribute* layout = n.attr(kPackedLayoutAttr);
     const Attribute* input = n.attr(kPackedInputAttr);
-    const Attribute* packed = n.attr("ferry.packed");
+    const Attribute* packed = n.attr(kPackedBytesAttr);
     if (!layout || !input || !packed || layout->type != AttrType::kInts || input->type != AttrType::kInt ||
         packed->type != AttrType::kTensor || input->i < 0 || input->i >= static_cast<int64_t>(n.inputs.size()))
       continue;

@@ -109,4 +109,31 @@ void unpack_layout(const std::vector<int64_t>& layout, const void* packed, void*
   }
 }
 
+StoredWeights stored_weights(const Graph& graph) {
+  StoredWeights s;
+  for (const auto& [name, t] : graph.initializers) {
+    if (t.pending()) continue;  // counted below, as the packed bytes stored for it
+    s.plain_bytes += t.nbytes();
+    ++s.plain_count;
+  }
+  for (const Node& n : graph.nodes) {
+    const Attribute* packed = n.attr(kPackedBytesAttr);
+    if (!packed || packed->type != AttrType::kTensor) continue;
+    const Attribute* input = n.attr(kPackedInputAttr);
+    const Tensor* w = nullptr;
+    if (input && input->type == AttrType::kInt && input->i >= 0 && input->i < static_cast<int64_t>(n.inputs.size())) {
+      auto it = graph.initializers.find(n.inputs[static_cast<size_t>(input->i)]);
+      if (it != graph.initializers.end()) w = &it->second;
+    }
+    if (w && w->pending()) {
+      s.packed_only_bytes += packed->t.nbytes();
+      ++s.packed_only_count;
+    } else {
+      s.packed_beside_bytes += packed->t.nbytes();
+      ++s.packed_beside_nodes;
+    }
+  }
+  return s;
+}
+
 }  // namespace ferry

@@ -20,10 +20,14 @@
 #include <vector>
 
 #include "common/status.h"
+#include "ir/graph.h"
 
 namespace ferry {
 
-/// Node attribute (ints): the layout of the node's kPackedAttr bytes ("ferry.packed").
+/// Node attribute (uint8 tensor): the packed bytes of a node's weights, as its kernel uses them
+/// (backends/cpu/prepacked.h, whose kPackedAttr this is).
+inline constexpr const char* kPackedBytesAttr = "ferry.packed";
+/// Node attribute (ints): the layout of the node's kPackedBytesAttr bytes.
 inline constexpr const char* kPackedLayoutAttr = "ferry.packed_layout";
 /// Node attribute (int): the input whose initializer the packed bytes hold.
 inline constexpr const char* kPackedInputAttr = "ferry.packed_input";
@@ -33,6 +37,17 @@ inline constexpr const char* kPackedInputAttr = "ferry.packed_input";
 /// written once), every packed offset inside the bytes. Errors (kInvalidModel) start with `where`.
 Status check_packed_layout(const std::vector<int64_t>& layout, int64_t numel, int64_t elem_size, uint64_t packed_bytes,
                            const std::string& where);
+
+/// How a graph's weights are stored (`ferry info`): plain (in place, or in memory from an .onnx
+/// file), only in a kernel's packed layout (a .ferry file's deferred tensors, Tensor::pending, not
+/// yet unpacked), and the packed forms stored beside plain weights (a MatMul's, whose form depends
+/// on the run's thread count). Reads no weight (nothing is unpacked).
+struct StoredWeights {
+  int64_t plain_bytes = 0, plain_count = 0;
+  int64_t packed_only_bytes = 0, packed_only_count = 0;  // the packed bytes stored for them
+  int64_t packed_beside_bytes = 0, packed_beside_nodes = 0;
+};
+StoredWeights stored_weights(const Graph& graph);
 
 /// Writes the plain tensor (numel * elem_size bytes at `plain`) from `packed`. `layout` must have
 /// passed check_packed_layout.

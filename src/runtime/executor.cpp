@@ -17,6 +17,7 @@
 #include <unordered_set>
 #if defined(__GLIBC__)
 #include <malloc.h>
+#include <fcntl.h>
 #include <unistd.h>
 #endif
 
@@ -362,14 +363,41 @@ int64_t process_resident_bytes() {
   const long page = ::sysconf(_SC_PAGESIZE);
   return got == 2 && page > 0 ? static_cast<int64_t>(resident) * page : 0;
 }
+// The bytes of [p, p + n) on pages the process has in memory now (/proc/self/pagemap's present bit):
+// a weight a file mapping holds counts only where something read it (a .ferry file's plain weights
+// that a kernel replaced with its packed form are never read). `pagemap` is the open file (-1: all
+// of n, as when it cannot be read).
+int64_t resident_part(int pagemap, const void* p, int64_t n) {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pagemap < 0 || page <= 0 || n <= 0) return std::max<int64_t>(n, 0);
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p), end = begin + static_cast<uintptr_t>(n);
+  const uintptr_t first = begin / static_cast<uintptr_t>(page), last = (end - 1) / static_cast<uintptr_t>(page);
+  int64_t bytes = 0;
+  std::vector<uint64_t> entries;
+  for (uintptr_t at = first; at <= last;) {
+    const size_t count = static_cast<size_t>(std::min<uintptr_t>(last - at + 1, 4096));
+    entries.resize(count);
+    const ssize_t got = ::pread(pagemap, entries.data(), count * sizeof(uint64_t), static_cast<off_t>(at * sizeof(uint64_t)));
+    if (got != static_cast<ssize_t>(count * sizeof(uint64_t))) return n;
+    for (size_t i = 0; i < count; ++i) {
+      if (!(entries[i] >> 63)) continue;  // bit 63: present in memory
+      const uintptr_t lo = std::max(begin, (at + i) * static_cast<uintptr_t>(page));
+      const uintptr_t hi = std::min(end, (at + i + 1) * static_cast<uintptr_t>(page));
+      bytes += static_cast<int64_t>(hi - lo);
+    }
+    at += count;
+  }
+  return bytes;
+}
 }  // namespace
 
 ResidentBytes Executor::resident_bytes() const {
   ResidentBytes r;
   std::unordered_set<const void*> seen;  // a buffer shared by the model, a graph and a kernel counts once
+  const int pagemap = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
   auto count = [&](const Tensor& t) {
     // A weight the file stores only packed, not unpacked by any reader, holds no bytes of its own.
-    if (t.defined() && !t.pending() && t.raw() && seen.insert(t.raw()).second) r.weights += t.nbytes();
+    if (t.defined() && !t.pending() && t.raw() && seen.insert(t.raw()).second) r.weights += resident_part(pagemap, t.raw(), t.nbytes());
   };
   for (const auto& [name, t] : model_->graph.initializers) count(t);
   for (const auto& [graph, pg] : graphs_) {
@@ -382,6 +410,7 @@ ResidentBytes Executor::resident_bytes() const {
     std::lock_guard<std::mutex> lock(states_mu_);
     for (const auto& state : idle_states_) r.arena += state->arena.bytes();
   }
+  if (pagemap >= 0) ::close(pagemap);
   r.process = process_resident_bytes();
   r.other = std::max<int64_t>(0, r.process - r.weights - r.packed_weights - r.arena);
   return r;

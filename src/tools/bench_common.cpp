@@ -314,6 +314,16 @@ MachineLoad machine_load() {
 }
 
 int64_t peak_rss_bytes() {
+  // This process image's own peak (VmHWM): getrusage's ru_maxrss keeps the peak of the image exec
+  // replaced (a Python harness that spawned ferry: ~160 MiB that ferry never held).
+  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    long long kib = -1;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "VmHWM: %lld kB", &kib) == 1) break;
+    std::fclose(f);
+    if (kib >= 0) return static_cast<int64_t>(kib) * 1024;
+  }
   struct rusage ru {};
   if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
   return static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB

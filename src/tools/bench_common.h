@@ -86,7 +86,7 @@ Status run_timed(Executor& ex, const NamedTensors& feeds, int warmup, int iterat
                  std::vector<double>* times_ms, double* first_ms, NamedTensors* outputs,
                  std::vector<double>* cpu_ms = nullptr);
 
-/// The process's peak resident set size in bytes (getrusage).
+/// The process's peak resident set size in bytes (/proc/self/status VmHWM, else getrusage).
 int64_t peak_rss_bytes();
 
 /// Writes each output as DIR/<safe name>.npy (creates DIR). `files`, when given, receives each

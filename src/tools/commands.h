@@ -10,6 +10,9 @@ struct InfoOptions {
   std::string model;
   bool json = false;
   int64_t batch = 0;  // a compiled model with batch gears: describe the gear for this batch (0: the smallest)
+  bool resident = false;  // make the executor, run twice, report Executor::resident_bytes by kind
+  std::string device = "cpu";
+  int threads = 0;
 };
 int cmd_info(const InfoOptions& options);
 

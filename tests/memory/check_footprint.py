@@ -10,9 +10,14 @@
    bound in multiples of the weights over `ferry --version`'s.
 3. The .ferry file of that model (compiled for cpu, with pre-packed weights) at most a bound times
    its ONNX file.
+4. `ferry info`'s memory rows: how the weights are stored (plain, only packed, packed beside plain;
+   the file's size), and with --resident what the process holds by kind after two runs: the kinds
+   add up to the process, the .onnx's MatMul weights are released to their packed forms, a .ferry
+   file's plain weights count only where resident.
 
     check_footprint.py FERRY WORKDIR
 """
+import json
 import os
 import re
 import shutil
@@ -141,6 +146,47 @@ def main():
                   f"(bound {FERRY_OVER_ONNX_MAX})")
     if size_ratio > FERRY_OVER_ONNX_MAX:
         problems.append(f".ferry file {size_ratio:.2f} x its ONNX file (> {FERRY_OVER_ONNX_MAX})")
+
+    # 4. `ferry info`'s memory rows.
+    def info(path, *extra):
+        code, out, err = run([ferry, "info", path, "--json", *extra])
+        if code != 0:
+            problems.append(f"`ferry info {path} {' '.join(extra)}` exited {code}: {err[-1000:]}")
+            return None
+        return json.loads(out)
+    kinds = ("weights", "packed_weights", "arena", "other", "process")
+    for path in (model, compiled):
+        j = info(path)
+        if j is None:
+            continue
+        st = j.get("weights_stored", {})
+        if j.get("file_bytes") != os.path.getsize(path):
+            problems.append(f"`ferry info {path}`: file_bytes {j.get('file_bytes')} != {os.path.getsize(path)}")
+        if path == model and (st.get("plain_bytes") != weights or st.get("packed_only_count") != 0):
+            problems.append(f"`ferry info` on the .onnx: weights stored {st}, expected {weights} plain bytes, none packed")
+        if path == compiled and not (st.get("packed_only_count", 0) >= 1 and 0 < st.get("plain_bytes", 0) < weights
+                                     and st.get("packed_only_bytes", 0) >= weights - st["plain_bytes"]):
+            problems.append(f"`ferry info` on the .ferry: weights stored {st}: expected the convolutions' "
+                            f"weights only packed, the rest of the {weights} bytes plain")
+        r = info(path, "--resident", "--threads", "1")
+        r = r.get("resident_bytes", {}) if r else {}
+        if not all(isinstance(r.get(k), int) and r[k] >= 0 for k in kinds):
+            problems.append(f"`ferry info {path} --resident`: resident_bytes {r}")
+            continue
+        report.append(f"info --resident {os.path.basename(path)}: " + ", ".join(f"{k} {r[k] / MiB:.1f}" for k in kinds) + " MiB")
+        if r["weights"] + r["packed_weights"] + r["arena"] + r["other"] != r["process"] or r["other"] <= 0:
+            problems.append(f"`ferry info {path} --resident`: the kinds do not add up to the process: {r}")
+        if r["packed_weights"] <= 0 or r["arena"] <= 0 or not r["process"] <= r["peak_rss"]:
+            problems.append(f"`ferry info {path} --resident`: packed weights, arena and peak expected: {r}")
+        if path == model and r["weights"] > weights // 4:  # the MatMuls' 24 of 28 MiB held packed only
+            problems.append(f"`ferry info {path} --resident`: {r['weights']} bytes of weights held beside "
+                            f"their packed forms (the MatMuls' should be released)")
+        if path == compiled and r["weights"] > st.get("plain_bytes", 0):
+            problems.append(f"`ferry info {path} --resident`: weights {r['weights']} above the file's plain "
+                            f"{st.get('plain_bytes')} bytes")
+    code, out, _ = run([ferry, "info", model])
+    if "weights:" not in out or "--resident" not in out:
+        problems.append(f"`ferry info` text has no weights row pointing at --resident: {out}")
 
     print("\n".join(report))
     if problems:

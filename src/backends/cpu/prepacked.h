@@ -16,11 +16,12 @@
 
 #include "backends/backend.h"
 #include "ir/graph.h"
+#include "ir/packed_layout.h"
 
 namespace ferry::cpu {
 
 /// Node attribute (uint8 tensor): the packed weight bytes.
-inline constexpr const char* kPackedAttr = "ferry.packed";
+inline constexpr const char* kPackedAttr = kPackedBytesAttr;  // ir/packed_layout.h
 /// Node attribute (string): what the bytes are (see packed_key).
 inline constexpr const char* kPackedKeyAttr = "ferry.packed_key";
 
