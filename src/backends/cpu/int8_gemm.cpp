@@ -182,9 +182,11 @@ void int8_gemm(const void* a, bool a_signed, int32_t a_zp, int64_t M, const Pack
   if (static_cast<int64_t>(a16.size()) < M * lda) a16.resize(static_cast<size_t>(M * lda));
   int16_t* aw = a16.data();
   parallel_ranges(M, lda, [&](int64_t m0, int64_t m1) { widen_rows(a, a_signed, a_zp, b.K, m0, m1, lda, aw); });
-  // Rows in chunks whose int16 copy stays in L2 (~192 KB) while a thread's panels pass over it.
-  const int64_t mc = std::max<int64_t>(kMr, (int64_t{96} * 1024 / std::max<int64_t>(lda, 1)) / kMr * kMr);
-  const int64_t chunks = (M + mc - 1) / mc, tasks = chunks * b.panels;
+  // Rows in chunks whose int16 copy stays in L2 (<= 192 KB) while a thread's panels pass over it, of
+  // even sizes (a chunk of a few rows would stream all of b for them; two chunks split two threads).
+  const int64_t mc_max = std::max<int64_t>(kMr, (int64_t{96} * 1024 / std::max<int64_t>(lda, 1)) / kMr * kMr);
+  const int64_t chunks = (M + mc_max - 1) / mc_max, tasks = chunks * b.panels;
+  const int64_t mc = ((M + chunks - 1) / chunks + kMr - 1) / kMr * kMr;
   const size_t ysize = e.y_dt == DType::kF32 ? 4 : 1;
   parallel_ranges(tasks, std::min(M, mc) * lda * kNr, [&](int64_t t0, int64_t t1) {
     alignas(32) int32_t acc[kMr * kNr];
