@@ -1,0 +1,34 @@
+// inference.GRPCInferenceService's messages <-> ferry's serving types: a ModelInferRequest decoded
+// and checked against the model (the HTTP decoder's checks and messages, kserve_json.h), the
+// outputs into a ModelInferResponse, a model's statistics into ModelStatistics. On the generated
+// protobuf messages only (no gRPC); grpc_server.cpp serves them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "serve/grpc_service.pb.h"
+#include "serve/inference_types.h"
+#include "serve/served_model.h"
+
+namespace ferry::serve {
+
+struct GrpcDecoded {
+  InferRequest request;
+  std::vector<std::string> outputs;  // in the order asked for (all of the model's when none named)
+};
+
+/// ModelInferRequest -> InferRequest, checked against the model with the HTTP decoder's checks:
+/// typed `contents` (the field that matches the datatype, and no other) or `raw_input_contents`
+/// (one per input), the `timeout` parameter, the requested outputs.
+StatusOr<GrpcDecoded> decode_request(const inference::ModelInferRequest& r, const ModelSignature& sig);
+
+/// The model's outputs (config order) into the response: the requested ones, as raw bytes.
+void encode_response(const ModelSignature& sig, const std::string& id, const std::vector<std::string>& names, const TensorList& outputs,
+                     inference::ModelInferResponse* resp);
+
+/// One model version's statistics, as Triton's ModelStatistics.
+void fill_stats(const ServedModel& m, inference::ModelStatistics* out);
+
+}  // namespace ferry::serve
