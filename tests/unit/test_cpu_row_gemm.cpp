@@ -1,9 +1,11 @@
 // cpu::RowGemm (single-thread product on sliver-packed constant weights, dnnl_matmul.cpp's path at 1
-// thread for 16..256 rows unless FERRY_MATMUL_ROW_GEMM=0) against a plain-loop product in double, and through the FusedMatMul
-// kernel against the reference backend (checking that the path is taken).
+// thread for 16..256 rows unless FERRY_MATMUL_ROW_GEMM=0) against a plain-loop product in double,
+// each microkernel set the CPU runs (AVX-512F, AVX2 + FMA) bit for bit against a scalar model of its
+// operations, and through the FusedMatMul kernel against the reference backend (checking that the path is taken).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -29,6 +31,15 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
   return v;
 }
 
+// The ISAs whose microkernels this CPU runs.
+std::vector<cpu::RowGemm::Isa> isas() {
+  std::vector<cpu::RowGemm::Isa> v;
+  for (auto isa : {cpu::RowGemm::Isa::kAvx2, cpu::RowGemm::Isa::kAvx512})
+    if (cpu::RowGemm::has(isa)) v.push_back(isa);
+  return v;
+}
+const char* isa_name(cpu::RowGemm::Isa isa) { return isa == cpu::RowGemm::Isa::kAvx512 ? "AVX-512F" : "AVX2"; }
+
 TEST(CpuRowGemm, MatchesPlainLoopProduct) {
   struct Case {
     int64_t m, k, n, lda;
@@ -41,12 +52,14 @@ TEST(CpuRowGemm, MatchesPlainLoopProduct) {
   uint32_t seed = 1;
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << c.m << "x" << c.k << "x" << c.n << (c.trans_b ? " transB" : ""));
-    if (!cpu::RowGemm::supported(c.k, c.n)) GTEST_SKIP() << "no AVX-512F";
+    if (!cpu::RowGemm::supported(c.k, c.n)) GTEST_SKIP() << "no AVX-512F nor AVX2 + FMA";
     const auto x = random_floats(static_cast<size_t>(c.m * c.lda), seed++);
     const auto w = random_floats(static_cast<size_t>(c.k * c.n), seed++);
     const auto bias = random_floats(static_cast<size_t>(c.n), seed++);
     const auto z = random_floats(static_cast<size_t>(c.m * c.n), seed++);
-    auto created = cpu::RowGemm::create(w.data(), c.trans_b, bias.data(), c.k, c.n);
+   for (const auto isa : isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    auto created = cpu::RowGemm::create(w.data(), c.trans_b, bias.data(), c.k, c.n, true, isa);
     ASSERT_TRUE(created.is_ok()) << created.status().to_string();
     cpu::RowGemm& g = *created.value();
     // Without and with the residual already in y, without and with GELU.
@@ -68,13 +81,79 @@ TEST(CpuRowGemm, MatchesPlainLoopProduct) {
           ASSERT_NEAR(y[i * c.n + j], acc, 2e-5 * (1.0 + std::sqrt(double(c.k)))) << "at " << i << "," << j;
         }
     }
+   }
+  }
+}
+
+// The microkernels' operations in scalar float, in their order: each element is its products summed
+// by FMA with k ascending (over every K block), + bias, + the residual; GELU as gelu16/gelu8.
+float model_gelu(float x) {
+  float u = x * 0.70710678118654752f;
+  u = u > -4.f ? u : -4.f;  // maxps(u, -4), then minps(., 4)
+  u = u < 4.f ? u : 4.f;
+  const float x2 = u * u;
+  float p = -2.72614225801306e-10f;
+  for (float c : {2.77068142495902e-08f, -2.10102402082508e-06f, -5.69250639462346e-05f, -7.34990630326855e-04f,
+                  -2.95459980854025e-03f, -1.60960333262415e-02f})
+    p = std::fma(p, x2, c);
+  p = p * u;
+  float q = -1.45660718464996e-05f;
+  for (float c : {-2.13374055278905e-04f, -1.68282697438203e-03f, -7.37332916720468e-03f, -1.42647390514189e-02f})
+    q = std::fma(q, x2, c);
+  const float erf = p / q;
+  const float half_x = x * 0.5f;
+  return std::fma(half_x, erf, half_x);
+}
+
+// Every microkernel set this CPU runs gives the model's bits: with and without a residual (several K
+// blocks: staged through the scratch chunk), GELU, row tails of 1..7 rows (M = 8 + 1..7), a 3-row
+// tail, a single row, transB. So the AVX2 and AVX-512 paths agree with each other bit for bit.
+TEST(CpuRowGemm, EveryIsaGivesTheSameBitsAsItsScalarModel) {
+  if (isas().empty()) GTEST_SKIP() << "no AVX-512F nor AVX2 + FMA";
+  struct Case {
+    int64_t m, k, n, lda;
+    bool trans_b;
+  };
+  const Case cases[] = {{15, 300, 96, 301, false}, {11, 129, 48, 129, true}, {3, 64, 144, 64, false},
+                        {1, 200, 48, 200, false}, {13, 256, 96, 256, true}};
+  uint32_t seed = 100;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.m << "x" << c.k << "x" << c.n << (c.trans_b ? " transB" : ""));
+    const auto x = random_floats(static_cast<size_t>(c.m * c.lda), seed++);
+    const auto w = random_floats(static_cast<size_t>(c.k * c.n), seed++);
+    const auto bias = random_floats(static_cast<size_t>(c.n), seed++);
+    auto z = random_floats(static_cast<size_t>(c.m * c.n), seed++);
+    for (float& v : z) v *= 64.f;  // a residual larger than the product, as a transformer's
+    for (int mode = 0; mode < 4; ++mode) {
+      const bool accumulate = mode & 1, gelu = mode & 2;
+      std::vector<float> want(z.size());
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          float acc = 0.f;
+          for (int64_t kk = 0; kk < c.k; ++kk)
+            acc = std::fma(x[i * c.lda + kk], c.trans_b ? w[j * c.k + kk] : w[kk * c.n + j], acc);
+          acc = acc + bias[j];
+          if (accumulate) acc = acc + z[i * c.n + j];
+          want[i * c.n + j] = gelu ? model_gelu(acc) : acc;
+        }
+      for (const auto isa : isas()) {
+        SCOPED_TRACE(::testing::Message() << isa_name(isa) << " mode " << mode);
+        auto created = cpu::RowGemm::create(w.data(), c.trans_b, bias.data(), c.k, c.n, false, isa);
+        ASSERT_TRUE(created.is_ok()) << created.status().to_string();
+        std::vector<float> y = accumulate ? z : std::vector<float>(z.size(), -7.f);
+        created.value()->run(x.data(), c.m, c.lda, y.data(), accumulate, gelu);
+        for (size_t e = 0; e < y.size(); ++e)
+          ASSERT_EQ(std::memcmp(&y[e], &want[e], sizeof(float)), 0)
+              << "at " << e / c.n << "," << e % c.n << ": " << y[e] << " vs " << want[e];
+      }
+    }
   }
 }
 
 // Through the FusedMatMul kernel at 1 thread (FERRY_MATMUL_ROW_GEMM=1 set here): [1, 24, 200] x [200, 96] +
 // bias (+ residual), GELU, takes cpu::RowGemm and equals cpu-ref.
 TEST(CpuRowGemm, FusedMatMulTakesThePathAndMatchesReference) {
-  if (!cpu::RowGemm::supported(200, 96)) GTEST_SKIP() << "no AVX-512F";
+  if (!cpu::RowGemm::supported(200, 96)) GTEST_SKIP() << "no AVX-512F nor AVX2 + FMA";
   const char* e = std::getenv("FERRY_MATMUL_ROW_GEMM");
   const std::string saved = e ? e : "";
   ::setenv("FERRY_MATMUL_ROW_GEMM", "1", 1);
@@ -115,7 +194,7 @@ TEST(CpuRowGemm, FusedMatMulTakesThePathAndMatchesReference) {
 // oneDNN's packed weights), then 300 rows (above the RowGemm limit) take oneDNN again, which packs
 // them anew, then 24 rows again; each equals cpu-ref.
 TEST(CpuRowGemm, OneDnnRepacksAfterRowGemm) {
-  if (!cpu::RowGemm::supported(200, 96)) GTEST_SKIP() << "no AVX-512F";
+  if (!cpu::RowGemm::supported(200, 96)) GTEST_SKIP() << "no AVX-512F nor AVX2 + FMA";
   const char* e = std::getenv("FERRY_MATMUL_ROW_GEMM");
   if (e && std::string(e) == "0") GTEST_SKIP() << "FERRY_MATMUL_ROW_GEMM=0";
   testing::GraphBuilder b(13);

@@ -30,7 +30,7 @@
 #include <optional>
 #include <vector>
 
-#include "backends/cpu/avx512_exp.h"
+#include "backends/cpu/exp_neg.h"
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/bf16_span.h"
 #include "backends/cpu/const_weight_gemm.h"
@@ -81,7 +81,7 @@ FERRY_VEC void lstm_row(int64_t H, In x, In wb, In g, In pi, In po, In pf, float
 #if defined(__x86_64__)
 // ---- LSTM gate equations on AVX-512 (FERRY_RNN_AVX512_GATES=0: lstm_row instead) ----------------
 // The compiler-vectorized lstm_row spends most of its time in the masks and blends of vec::exp's
-// range checks and the infinite clip; here sigmoid is 1 / (1 + 2^n p(f)) with scalef (avx512_exp.h, shared with SiLU
+// range checks and the infinite clip; here sigmoid is 1 / (1 + 2^n p(f)) with scalef (exp_neg.h, shared with SiLU
 // in dnnl_conv.cpp), tanh vec::tanh's rational form with min/max clamps, and the recurrent product
 // already carries both biases (Wb + Rb), so a gate is x + g. BiLSTM gates, 8 rows x H 128 x 100
 // steps, 1 thread: 36-52 ns per 16 floats -> 14-18 (bench/lstm_gates_probe.cpp);
@@ -89,7 +89,7 @@ FERRY_VEC void lstm_row(int64_t H, In x, In wb, In g, In pi, In po, In pf, float
 
 // 1 / (1 + e^-x): 0 where e^-x overflows (x below about -88.7), 1 for large x; NaN stays NaN.
 __attribute__((target("avx512f"))) inline __m512 sigmoid16(__m512 x) {
-  return _mm512_div_ps(_mm512_set1_ps(1.f), cpu::one_plus_exp_neg16(x));  // avx512_exp.h
+  return _mm512_div_ps(_mm512_set1_ps(1.f), cpu::one_plus_exp_neg16(x));  // exp_neg.h
 }
 
 // vec::tanh's rational approximation (saturating beyond |x| = 7.9; NaN stays NaN).

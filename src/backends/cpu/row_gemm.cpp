@@ -44,8 +44,9 @@ RowGemm::RowGemm(int64_t k, int64_t n) : k_(k), n_(n) {
 }
 
 StatusOr<std::unique_ptr<RowGemm>> RowGemm::create(const float* w, bool trans_b, const float* bias, int64_t k, int64_t n,
-                                                   bool huge_pages) {
+                                                   bool huge_pages, std::optional<Isa> isa) {
   std::unique_ptr<RowGemm> g(new RowGemm(k, n));
+  g->isa_ = isa ? *isa : best_isa();
   const int64_t kc = g->kc_, nc = g->nc_;
   const int64_t kb_count = (k + kc - 1) / kc;
   // One sliver of slack for the last prefetch; with huge_pages 2 MiB aligned and on transparent huge
@@ -87,9 +88,15 @@ void RowGemm::unpack(float* w, bool trans_b) const {
 }
 
 #if defined(__x86_64__)
-bool RowGemm::supported(int64_t k, int64_t n) {
-  return __builtin_cpu_supports("avx512f") && k > 0 && n > 0 && n % kCols == 0;
+bool RowGemm::has(Isa isa) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return isa == Isa::kAvx512 ? avx512 : avx2;
 }
+
+RowGemm::Isa RowGemm::best_isa() { return has(Isa::kAvx512) ? Isa::kAvx512 : Isa::kAvx2; }
+
+bool RowGemm::supported(int64_t k, int64_t n) { return has(best_isa()) && k > 0 && n > 0 && n % kCols == 0; }
 
 namespace {
 
@@ -179,10 +186,124 @@ __attribute__((target("avx512f"))) void gelu_tile(float* c, int64_t rows, int64_
     for (int j = 0; j < 3; ++j) _mm512_storeu_ps(c + r * ldc + 16 * j, gelu16(_mm512_loadu_ps(c + r * ldc + 16 * j)));
 }
 
+// The AVX2 + FMA path (16 ymm registers): rows24_avx2 holds R <= 4 rows x 24 columns (12
+// accumulators, 3 loads of b and R broadcasts per k step); rows48_avx2 covers R <= 8 rows x 48
+// columns with it, in groups of 4 rows, each over the sliver's two halves. Every element sums the
+// same products in the same order as rows48 (cin, then k ascending, FMA; bias; the residual), so
+// both paths give the same bits.
+template <int R>
+__attribute__((target("avx2,fma"))) void rows24_avx2(const float* a, int64_t lda, const float* b, int64_t kc,
+                                                     const float* cin, int64_t ldin, float* c, int64_t ldc,
+                                                     const float* bias, const float* z, const char* pf,
+                                                     int64_t pf_lines) {
+  __m256 acc[R][3];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
+    for (int j = 0; j < 3; ++j) acc[r][j] = cin ? _mm256_loadu_ps(cin + r * ldin + 8 * j) : _mm256_setzero_ps();
+  int64_t k = 0;
+  const int64_t pf_end = std::min(pf_lines, kc);
+  for (; k < pf_end; ++k) {
+    _mm_prefetch(pf + 64 * k, _MM_HINT_T1);
+    const __m256 b0 = _mm256_loadu_ps(b + 48 * k), b1 = _mm256_loadu_ps(b + 48 * k + 8),
+                 b2 = _mm256_loadu_ps(b + 48 * k + 16);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256 v = _mm256_broadcast_ss(a + r * lda + k);
+      acc[r][0] = _mm256_fmadd_ps(v, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(v, b1, acc[r][1]);
+      acc[r][2] = _mm256_fmadd_ps(v, b2, acc[r][2]);
+    }
+  }
+  for (; k < kc; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(b + 48 * k), b1 = _mm256_loadu_ps(b + 48 * k + 8),
+                 b2 = _mm256_loadu_ps(b + 48 * k + 16);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256 v = _mm256_broadcast_ss(a + r * lda + k);
+      acc[r][0] = _mm256_fmadd_ps(v, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(v, b1, acc[r][1]);
+      acc[r][2] = _mm256_fmadd_ps(v, b2, acc[r][2]);
+    }
+  }
+  if (bias) {
+    const __m256 c0 = _mm256_loadu_ps(bias), c1 = _mm256_loadu_ps(bias + 8), c2 = _mm256_loadu_ps(bias + 16);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = _mm256_add_ps(acc[r][0], c0);
+      acc[r][1] = _mm256_add_ps(acc[r][1], c1);
+      acc[r][2] = _mm256_add_ps(acc[r][2], c2);
+    }
+  }
+  if (z) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
+      for (int j = 0; j < 3; ++j) acc[r][j] = _mm256_add_ps(acc[r][j], _mm256_loadu_ps(z + r * ldc + 8 * j));
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
+    for (int j = 0; j < 3; ++j) _mm256_storeu_ps(c + r * ldc + 8 * j, acc[r][j]);
+}
+
+template <int R>
+void rows48_avx2(const float* a, int64_t lda, const float* b, int64_t kc, const float* cin, int64_t ldin, float* c,
+                 int64_t ldc, const float* bias, const float* z, const char* pf, int64_t pf_lines) {
+  for (int r0 = 0; r0 < R; r0 += 4)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t o = 24 * h;
+      // The next sliver's prefetch goes with the first quarter (one line per k step, as rows48).
+      const int64_t lines = r0 == 0 && h == 0 ? pf_lines : 0;
+      const float* ci = cin ? cin + r0 * ldin + o : nullptr;
+      const float* zi = z ? z + r0 * ldc + o : nullptr;
+      const float* bi = bias ? bias + o : nullptr;
+      const float* ai = a + r0 * lda;
+      float* co = c + r0 * ldc + o;
+      switch (std::min(4, R - r0)) {
+        case 1: rows24_avx2<1>(ai, lda, b + o, kc, ci, ldin, co, ldc, bi, zi, pf, lines); break;
+        case 2: rows24_avx2<2>(ai, lda, b + o, kc, ci, ldin, co, ldc, bi, zi, pf, lines); break;
+        case 3: rows24_avx2<3>(ai, lda, b + o, kc, ci, ldin, co, ldc, bi, zi, pf, lines); break;
+        default: rows24_avx2<4>(ai, lda, b + o, kc, ci, ldin, co, ldc, bi, zi, pf, lines); break;
+      }
+    }
+}
+
+// gelu16 on 8 lanes: the same operations in the same order.
+__attribute__((target("avx2,fma"))) inline __m256 gelu8(__m256 x) {
+  __m256 u = _mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f));
+  u = _mm256_min_ps(_mm256_max_ps(u, _mm256_set1_ps(-4.f)), _mm256_set1_ps(4.f));
+  const __m256 x2 = _mm256_mul_ps(u, u);
+  __m256 p = _mm256_set1_ps(-2.72614225801306e-10f);
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(2.77068142495902e-08f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-2.10102402082508e-06f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-5.69250639462346e-05f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-7.34990630326855e-04f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-2.95459980854025e-03f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-1.60960333262415e-02f));
+  p = _mm256_mul_ps(p, u);
+  __m256 q = _mm256_set1_ps(-1.45660718464996e-05f);
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-2.13374055278905e-04f));
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.68282697438203e-03f));
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-7.37332916720468e-03f));
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.42647390514189e-02f));
+  const __m256 erf = _mm256_div_ps(p, q);
+  const __m256 half_x = _mm256_mul_ps(x, _mm256_set1_ps(0.5f));
+  return _mm256_fmadd_ps(half_x, erf, half_x);
+}
+
+__attribute__((target("avx2,fma"))) void gelu_tile_avx2(float* c, int64_t rows, int64_t ldc) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int j = 0; j < 6; ++j) _mm256_storeu_ps(c + r * ldc + 8 * j, gelu8(_mm256_loadu_ps(c + r * ldc + 8 * j)));
+}
+
 using RowsKernel = void (*)(const float*, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
                             const float*, const float*, const char*, int64_t);
+using GeluTile = void (*)(float*, int64_t, int64_t);
 constexpr RowsKernel kKernels[9] = {nullptr, rows48<1>, rows48<2>, rows48<3>, rows48<4>,
                                     rows48<5>, rows48<6>, rows48<7>, rows48<8>};
+constexpr RowsKernel kKernelsAvx2[9] = {nullptr, rows48_avx2<1>, rows48_avx2<2>, rows48_avx2<3>, rows48_avx2<4>,
+                                        rows48_avx2<5>, rows48_avx2<6>, rows48_avx2<7>, rows48_avx2<8>};
 
 }  // namespace
 
@@ -197,6 +318,8 @@ void RowGemm::run(const float* x, int64_t m, int64_t lda, float* y, bool accumul
   static thread_local std::vector<float> scratch;
   if (staged && scratch.size() < static_cast<size_t>(m * nc_)) scratch.resize(static_cast<size_t>(m * nc_));
   const float* p = packed_.get();
+  const RowsKernel* kernels = isa_ == Isa::kAvx512 ? kKernels : kKernelsAvx2;
+  const GeluTile gelu_rows = isa_ == Isa::kAvx512 ? gelu_tile : gelu_tile_avx2;
   for (int64_t c0 = 0; c0 < n_; c0 += nc_)
     for (int64_t kb = 0; kb < kb_count; ++kb) {
       const int64_t k0 = kb * kc_, kcb = std::min(kc_, k_ - k0);
@@ -214,15 +337,17 @@ void RowGemm::run(const float* x, int64_t m, int64_t lda, float* y, bool accumul
           float* part = staged ? scratch.data() + r0 * nc_ + (s - c0) : c;
           const int64_t ldp = staged ? nc_ : n_;
           const float* cin = first ? nullptr : part;
-          kKernels[rows](x + r0 * lda + k0, lda, b, kcb, cin, ldp, last ? c : part, last ? n_ : ldp,
+          kernels[rows](x + r0 * lda + k0, lda, b, kcb, cin, ldp, last ? c : part, last ? n_ : ldp,
                          last ? bias_.data() + s : nullptr, last && accumulate ? c : nullptr,
                          next + rb * per_block * 64, pf_lines);
-          if (last && gelu) gelu_tile(c, rows, n_);
+          if (last && gelu) gelu_rows(c, rows, n_);
         }
       }
     }
 }
 #else
+bool RowGemm::has(Isa) { return false; }
+RowGemm::Isa RowGemm::best_isa() { return Isa::kAvx2; }
 bool RowGemm::supported(int64_t, int64_t) { return false; }
 void RowGemm::run(const float*, int64_t, int64_t, float*, bool, bool) const {}  // not supported()
 #endif

@@ -6,13 +6,17 @@
 // software-prefetched while the current one is in use. oneDNN 2.6's brgemm runs BERT's shapes 7-13%
 // slower with cold weights than hot (bench/matmul_probe.cpp COLD=1); RowGemm on huge pages takes back
 // about half of that (ILV=cold), on 4 KiB pages it is no faster than oneDNN: the page walks of the
-// cold weight stream cost more than the prefetch saves. Microkernel: 8 rows x 48 columns in 24
+// cold weight stream cost more than the prefetch saves. Microkernel (AVX-512F): 8 rows x 48 columns in 24
 // accumulators; with a residual and several K blocks the partial sums go through a scratch chunk
-// and the residual is added last, as oneDNN's sum post-op does.
+// and the residual is added last, as oneDNN's sum post-op does. On AVX2 + FMA CPUs (no AVX-512F)
+// the same slivers run through a 4 rows x 24 columns microkernel (row_gemm.cpp), which gives the
+// same bits; there oneDNN 2.6's f32 matmul applies a GELU post-op at ~15 ns per element (BERT's
+// FFN1: 14 ms of CPU per node at 1 thread against 7.7 ms for the FFN2 of the same FLOPs).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "common/status.h"
@@ -21,15 +25,24 @@ namespace ferry::cpu {
 
 class RowGemm {
  public:
+  /// The microkernels: 8 rows x 48 columns in 24 zmm accumulators (AVX-512F), or 4 rows x 24 columns
+  /// in 12 ymm ones (AVX2 + FMA), run over the same packed slivers; both sum each element's products
+  /// in the same order with the same operations, so they give the same bits.
+  enum class Isa { kAvx2, kAvx512 };
+
   /// w: [K, N] row-major, or [N, K] when trans_b (Gemm transB); bias: [N] or null (copied).
   /// Requires supported(K, N).
   /// huge_pages: the packed weights on transparent huge pages (madvise) where the system gives them.
   /// kResourceExhausted, naming the bytes, when the packed copy cannot be allocated.
+  /// isa: the microkernels (default best_isa(); tests pick each one has() says this CPU runs).
   static StatusOr<std::unique_ptr<RowGemm>> create(const float* w, bool trans_b, const float* bias, int64_t k, int64_t n,
-                                                   bool huge_pages = true);
+                                                   bool huge_pages = true, std::optional<Isa> isa = std::nullopt);
 
-  /// Whether this build and CPU can run it (AVX-512F) and the shape fits (N a multiple of 48).
+  /// Whether this build and CPU can run it (AVX-512F, or AVX2 + FMA) and the shape fits (N a multiple of 48).
   static bool supported(int64_t k, int64_t n);
+  /// Whether this build and CPU run the microkernels of `isa`; the widest of them (AVX-512F over AVX2).
+  static bool has(Isa isa);
+  static Isa best_isa();
 
   /// y = x * W + bias (+ y's own values when accumulate: the residual already in y), then GELU
   /// (erf form) when gelu. x: [m, K] rows lda apart; y: [m, N] dense. One thread.
@@ -48,6 +61,7 @@ class RowGemm {
  private:
   RowGemm(int64_t k, int64_t n);  // the blocking for [K, N]; create() packs
   int64_t k_, n_, kc_, nc_;
+  Isa isa_ = Isa::kAvx2;
   struct Free {
     void operator()(float* p) const;
   };
