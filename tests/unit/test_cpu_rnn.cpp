@@ -135,46 +135,61 @@ TEST(CpuRnn, SmallGemmMatchesPlainLoops) {
     }
 }
 
-TEST(CpuRnn, Avx512LstmGatesMatchDoublePrecision) {
-  // The AVX-512 gate row (the kernel's LSTM path on such CPUs) against the equations in double, on
-  // hidden sizes off the vector width, every variant, and gate inputs out to saturation.
+TEST(CpuRnn, VectorLstmGatesMatchDoublePrecision) {
+  // The AVX-512 and AVX2 gate rows (the kernel's LSTM path on such CPUs) against the equations in
+  // double, on hidden sizes off the vector widths, every variant, and gate inputs out to saturation;
+  // where the CPU has both, the two give the same bits.
   std::mt19937 rng(21);
   std::normal_distribution<float> nd(0.f, 3.f);
   const float extremes[] = {-200.f, -90.f, -20.f, -8.f, 8.f, 20.f, 90.f, 200.f};
   auto sig = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  bool ran = false;
   for (bool peep : {false, true})
     for (bool clip : {false, true}) {
-      const cpu::LstmGatesFn fn = cpu::lstm_gates_avx512(peep, clip);
-      if (!fn) GTEST_SKIP() << "no AVX-512F on this CPU (or FERRY_RNN_AVX512_GATES=0): the kernel uses its plain loop";
+      const std::pair<const char*, cpu::LstmGatesFn> fns[] = {{"AVX-512", cpu::lstm_gates_avx512(peep, clip)},
+                                                              {"AVX2", cpu::lstm_gates_avx2(peep, clip)}};
       const float clip_v = clip ? 2.5f : std::numeric_limits<float>::infinity();
-      for (int64_t H : {1, 7, 16, 17, 40, 128})
+      for (int64_t H : {1, 7, 8, 9, 16, 17, 40, 128})
         for (bool input_forget : {false, true}) {
           SCOPED_TRACE("H " + std::to_string(H) + (peep ? " peepholes" : "") + (clip ? " clip" : "") +
                        (input_forget ? " input_forget" : ""));
-          vector<float> x(4 * H), g(4 * H), p(3 * H), c(H + 16, -7.f), h(H + 16, -7.f);
+          vector<float> x(4 * H), g(4 * H), p(3 * H), c_in(H + 16, -7.f);
           for (float& v : x) v = nd(rng);
           for (float& v : g) v = nd(rng);
           for (float& v : p) v = 0.3f * nd(rng);
-          for (int64_t j = 0; j < H; ++j) c[j] = 0.5f * nd(rng);
+          for (int64_t j = 0; j < H; ++j) c_in[j] = 0.5f * nd(rng);
           for (size_t e = 0; e < std::size(extremes) && int64_t(e) < 4 * H; ++e) x[(e * 7) % (4 * H)] = extremes[e];
-          const vector<float> c_in = c;
-          fn(H, x.data(), g.data(), p.data(), p.data() + H, p.data() + 2 * H, clip_v, input_forget, c.data(), h.data());
-          auto in = [&](int64_t q, int64_t j, double peep_term) {
-            const double v = double(x[q * H + j]) + g[q * H + j] + (peep ? peep_term : 0.0);
-            return clip ? std::clamp(v, -double(clip_v), double(clip_v)) : v;
-          };
-          for (int64_t j = 0; j < H; ++j) {
-            const double c0 = c_in[j];
-            const double ig = sig(in(0, j, p[j] * c0));
-            const double fg = input_forget ? 1.0 - ig : sig(in(2, j, p[2 * H + j] * c0));
-            const double cn = fg * c0 + ig * std::tanh(in(3, j, 0.0));
-            const double hn = sig(in(1, j, p[H + j] * cn)) * std::tanh(cn);
-            ASSERT_NEAR(c[j], cn, 2e-6 * (1.0 + std::fabs(cn))) << "c at " << j;
-            ASSERT_NEAR(h[j], hn, 2e-6) << "h at " << j;
+          vector<vector<float>> outs;  // c then h of each variant that ran
+          for (const auto& [name, fn] : fns) {
+            if (!fn) continue;
+            SCOPED_TRACE(name);
+            ran = true;
+            vector<float> c = c_in, h(H + 16, -7.f);
+            fn(H, x.data(), g.data(), p.data(), p.data() + H, p.data() + 2 * H, clip_v, input_forget, c.data(), h.data());
+            auto in = [&](int64_t q, int64_t j, double peep_term) {
+              const double v = double(x[q * H + j]) + g[q * H + j] + (peep ? peep_term : 0.0);
+              return clip ? std::clamp(v, -double(clip_v), double(clip_v)) : v;
+            };
+            for (int64_t j = 0; j < H; ++j) {
+              const double c0 = c_in[j];
+              const double ig = sig(in(0, j, p[j] * c0));
+              const double fg = input_forget ? 1.0 - ig : sig(in(2, j, p[2 * H + j] * c0));
+              const double cn = fg * c0 + ig * std::tanh(in(3, j, 0.0));
+              const double hn = sig(in(1, j, p[H + j] * cn)) * std::tanh(cn);
+              ASSERT_NEAR(c[j], cn, 2e-6 * (1.0 + std::fabs(cn))) << "c at " << j;
+              ASSERT_NEAR(h[j], hn, 2e-6) << "h at " << j;
+            }
+            for (int64_t j = H; j < H + 16; ++j) ASSERT_TRUE(c[j] == -7.f && h[j] == -7.f) << "wrote past H at " << j;
+            outs.push_back(c);
+            outs.push_back(h);
           }
-          for (int64_t j = H; j < H + 16; ++j) ASSERT_TRUE(c[j] == -7.f && h[j] == -7.f) << "wrote past H at " << j;
+          if (outs.size() == 4) {
+            EXPECT_EQ(std::memcmp(outs[0].data(), outs[2].data(), outs[0].size() * sizeof(float)), 0) << "c: AVX-512 != AVX2";
+            EXPECT_EQ(std::memcmp(outs[1].data(), outs[3].data(), outs[1].size() * sizeof(float)), 0) << "h: AVX-512 != AVX2";
+          }
         }
     }
+  if (!ran) GTEST_SKIP() << "no AVX-512F nor AVX2 + FMA on this CPU (or FERRY_RNN_AVX512_GATES=0): the kernel uses its plain loop";
 }
 
 TEST(CpuRnn, EveryDirectionAndLayoutMatchesReference) {

@@ -1,4 +1,4 @@
-// The LSTM gate equations of the cpu backend's recurrent kernel (rnn.cpp) on AVX-512, exposed for
+// The LSTM gate equations of the cpu backend's recurrent kernel (rnn.cpp) on AVX-512 and AVX2, exposed for
 // the unit tests (tests/unit/test_cpu_rnn.cpp).
 #pragma once
 
@@ -16,5 +16,8 @@ using LstmGatesFn = void (*)(int64_t H, const float* x, const float* g, const fl
 /// The AVX-512 variant for nodes with / without peepholes and clip; null where the CPU has no
 /// AVX-512F or FERRY_RNN_AVX512_GATES=0 (the kernel then runs its compiler-vectorized loop).
 LstmGatesFn lstm_gates_avx512(bool peepholes, bool clip);
+/// The AVX2 + FMA variant (the same operations on 8 lanes: the same bits as the AVX-512 one); null where
+/// the CPU lacks AVX2 or FMA or FERRY_RNN_AVX512_GATES=0. The kernel takes it where the AVX-512 one is null.
+LstmGatesFn lstm_gates_avx2(bool peepholes, bool clip);
 
 }  // namespace ferry::cpu
