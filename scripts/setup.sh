@@ -5,7 +5,7 @@ PKGS=(build-essential cmake make pkg-config ccache time
   libdnnl-dev ocl-icd-opencl-dev libonnx-dev libprotobuf-dev protobuf-compiler
   libflatbuffers-dev flatbuffers-compiler libxxhash-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libgloo-dev clang libclang-rt-14-dev
-  libboost-dev rapidjson-dev curl python3-requests libgrpc++-dev protobuf-compiler-grpc python3-grpcio python3-protobuf
+  libboost-dev rapidjson-dev libsimdjson-dev curl python3-requests libgrpc++-dev protobuf-compiler-grpc python3-grpcio python3-protobuf
   python3 python3-numpy python3-onnx python3-torch python3-torchvision python3-sklearn
   python3-dev python3-venv python3-pip python3-setuptools python3-wheel pybind11-dev python3-pybind11 python3-pytest)
 missing=()

@@ -1,4 +1,5 @@
-// KServe v2 JSON encoding and decoding (rapidjson); see kserve_json.h.
+// KServe v2 JSON encoding (rapidjson's writer) and decoding (simdjson's DOM for inference requests,
+// rapidjson for the small ones); see kserve_json.h.
 #define RAPIDJSON_HAS_STDSTRING 1
 #include "serve/kserve_json.h"
 
@@ -7,10 +8,14 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <simdjson.h>
+
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <optional>
 
 namespace ferry::serve {
 
@@ -44,21 +49,68 @@ std::vector<int64_t> full_dims(const TensorSpec& spec, int32_t max_batch) {
   return d;
 }
 
+// A simdjson DOM value (an inference request's) with the rapidjson accessors the decoder reads, so
+// that one decoder reads both: IsInt64 / IsUint64 as rapidjson's (an integer that fits).
+class J {
+ public:
+  explicit J(simdjson::dom::element e) : e_(e) {}
+  bool IsObject() const { return e_.is_object(); }
+  bool IsArray() const { return e_.is_array(); }
+  bool IsString() const { return e_.is_string(); }
+  bool IsBool() const { return e_.is_bool(); }
+  bool IsNumber() const { return e_.is_number(); }
+  bool IsInt64() const { return e_.is_int64(); }
+  bool IsUint64() const { return e_.is_uint64(); }
+  int64_t GetInt64() const { return e_.get_int64().value_unsafe(); }
+  uint64_t GetUint64() const { return e_.get_uint64().value_unsafe(); }
+  double GetDouble() const { return e_.get_double().value_unsafe(); }
+  bool GetBool() const { return e_.get_bool().value_unsafe(); }
+  std::string_view GetString() const { return e_.get_string().value_unsafe(); }
+  /// The array's elements (an empty range for a non-array).
+  simdjson::dom::array GetArray() const {
+    simdjson::dom::array a;
+    if (e_.get_array().get(a)) return simdjson::dom::array();
+    return a;
+  }
+  std::optional<J> member(const char* key) const {
+    simdjson::dom::object o;
+    if (e_.get_object().get(o)) return std::nullopt;
+    simdjson::dom::element v;
+    if (o.at_key(key).get(v)) return std::nullopt;
+    return J(v);
+  }
+  /// As JSON text, for error messages.
+  std::string text() const { return simdjson::to_string(e_); }
+
+ private:
+  simdjson::dom::element e_;
+};
+
+std::optional<J> member(const J& obj, const char* key) { return obj.member(key); }
+
+std::string value_text(const J& v) { return v.text(); }
+std::string_view str_of(const J& v) { return v.GetString(); }
+
+template <typename V>
+auto elements(const V& v) {
+  return v.GetArray();
+}
+
 // Leaves of a (possibly nested) JSON array, depth-first; false when nesting exceeds kMaxRank.
-template <typename F>
-bool visit_leaves(const Value& v, int depth, F&& f) {
+template <typename V, typename F>
+bool visit_leaves(const V& v, int depth, F&& f) {
   if (!v.IsArray()) {
     f(v);
     return true;
   }
   if (depth > kMaxRank) return false;
-  for (const Value& e : v.GetArray())
-    if (!visit_leaves(e, depth + 1, f)) return false;
+  for (const auto& e : elements(v))
+    if (!visit_leaves(V(e), depth + 1, f)) return false;
   return true;
 }
 
-template <typename T>
-bool integer_in_range(const Value& v, T* out) {
+template <typename T, typename V>
+bool integer_in_range(const V& v, T* out) {
   if constexpr (std::numeric_limits<T>::is_signed) {
     if (!v.IsInt64()) return false;
     const int64_t x = v.GetInt64();
@@ -75,20 +127,19 @@ bool integer_in_range(const Value& v, T* out) {
 }
 
 // Writes JSON values into `t` (already sized); the first value that does not fit the dtype fails.
-Status fill_from_json(const Value& data, Tensor* t, const std::string& what) {
+template <typename V>
+Status fill_from_json(const V& data, Tensor* t, const std::string& what) {
   int64_t i = 0;
   const DType dt = t->dtype();
   std::string bad;
-  auto fail_at = [&](const Value& v) {
+  auto fail_at = [&](const V& v) {
     if (bad.empty()) {
-      rapidjson::StringBuffer sb;
-      Writer w(sb);
-      v.Accept(w);
-      std::string shown(sb.GetString(), std::min<size_t>(sb.GetSize(), 40));
+      const std::string text = value_text(v);
+      std::string shown(text, 0, std::min<size_t>(text.size(), 40));
       bad = what + ": value " + std::to_string(i) + " (" + shown + ") is not a " + kserve_dtype_name(dt) + " value";
     }
   };
-  auto put = [&](const Value& v) {
+  auto put = [&](const V& v) {
     if (!bad.empty()) return;
     char* base = static_cast<char*>(t->mutable_raw());
     switch (dt) {
@@ -114,7 +165,7 @@ Status fill_from_json(const Value& data, Tensor* t, const std::string& what) {
         break;
       case DType::kString:
         if (!v.IsString()) return fail_at(v);
-        t->mutable_strings()[static_cast<size_t>(i)].assign(v.GetString(), v.GetStringLength());
+        t->mutable_strings()[static_cast<size_t>(i)].assign(str_of(v));
         break;
 #define FERRY_INT_CASE(D, T) \
   case D:                    \
@@ -138,6 +189,24 @@ Status fill_from_json(const Value& data, Tensor* t, const std::string& what) {
   visit_leaves(data, 0, put);
   if (!bad.empty()) return invalid_argument(bad);
   return Status::ok();
+}
+
+// `data` as a flat array of exactly `count` numbers into a FP32 / FP64 tensor; false for anything
+// else (nested, another count, a value that is not a number), which the checked path then reports.
+bool fill_flat_floats(const J& data, int64_t count, Tensor* t) {
+  const simdjson::dom::array a = data.GetArray();
+  if (static_cast<int64_t>(a.size()) != count) return false;
+  const bool f32 = t->dtype() == DType::kF32;
+  char* base = static_cast<char*>(t->mutable_raw());
+  int64_t i = 0;
+  for (simdjson::dom::element e : a) {
+    double x;
+    if (e.get_double().get(x)) return false;
+    if (f32) reinterpret_cast<float*>(base)[i] = static_cast<float>(x);
+    else reinterpret_cast<double*>(base)[i] = x;
+    ++i;
+  }
+  return true;
 }
 
 const Value* member(const Value& obj, const char* key) {
@@ -248,47 +317,63 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
                             std::to_string(body.size()) + " bytes");
   const std::string_view json = header_length >= 0 ? body.substr(0, static_cast<size_t>(header_length)) : body;
   const std::string_view binary = header_length >= 0 ? body.substr(static_cast<size_t>(header_length)) : std::string_view();
-  rapidjson::Document doc;
-  doc.Parse<rapidjson::kParseIterativeFlag>(json.data(), json.size());
-  if (doc.HasParseError())
-    return invalid_argument("malformed JSON in the inference request at byte " + std::to_string(doc.GetErrorOffset()) + ": " +
-                            rapidjson::GetParseError_En(doc.GetParseError()));
+  // simdjson's DOM: 2-3x rapidjson's parse of a body of numbers (docs/serving.md). One parser per
+  // thread, reused (it keeps its buffers), for bodies up to kReusedParserBytes; a larger body gets a
+  // parser of its own, freed after, so that no thread keeps a large one.
+  constexpr size_t kReusedParserBytes = size_t(256) << 10;
+  thread_local simdjson::dom::parser reused;
+  std::unique_ptr<simdjson::dom::parser> own;
+  simdjson::dom::parser* parser = &reused;
+  if (json.size() > kReusedParserBytes) parser = (own = std::make_unique<simdjson::dom::parser>()).get();
+  simdjson::dom::element root;
+  if (const auto err = parser->parse(json.data(), json.size()).get(root)) {
+    // The message as before (rapidjson's, with the byte offset), on this error path only.
+    rapidjson::Document check;
+    check.Parse<rapidjson::kParseIterativeFlag>(json.data(), json.size());
+    if (check.HasParseError())
+      return invalid_argument("malformed JSON in the inference request at byte " + std::to_string(check.GetErrorOffset()) + ": " +
+                              rapidjson::GetParseError_En(check.GetParseError()));
+    return invalid_argument(std::string("malformed JSON in the inference request: ") + simdjson::error_message(err));
+  }
+  const J doc(root);
   if (!doc.IsObject()) return invalid_argument("the inference request is not a JSON object");
   DecodedInfer out;
   out.request.cancelled = std::make_shared<std::atomic<bool>>(false);
-  if (const Value* id = member(doc, "id")) {
+  if (auto id = member(doc, "id")) {
     if (!id->IsString()) return invalid_argument("request 'id' is not a string");
-    out.request.id.assign(id->GetString(), id->GetStringLength());
+    out.request.id.assign(id->GetString());
   }
   bool binary_default = false;
-  if (const Value* params = member(doc, "parameters")) {
+  if (auto params = member(doc, "parameters")) {
     if (!params->IsObject()) return invalid_argument("request 'parameters' is not an object");
-    if (const Value* b = member(*params, "binary_data_output")) {
+    if (auto b = member(*params, "binary_data_output")) {
       if (!b->IsBool()) return invalid_argument("parameter 'binary_data_output' is not a boolean");
       binary_default = b->GetBool();
     }
-    if (const Value* t = member(*params, "timeout")) {
+    if (auto t = member(*params, "timeout")) {
       if (!t->IsUint64()) return invalid_argument("parameter 'timeout' is not a non-negative integer (microseconds)");
       out.request.timeout_us = t->GetUint64();
     }
   }
-  const Value* inputs = member(doc, "inputs");
+  auto inputs = member(doc, "inputs");
   if (!inputs || !inputs->IsArray()) return invalid_argument("the inference request has no 'inputs' array");
   size_t binary_offset = 0;
   int64_t batch = -1;
   std::string batch_from;
-  for (const Value& in : inputs->GetArray()) {
-    const Value* name = member(in, "name");
+  for (simdjson::dom::element in_e : inputs->GetArray()) {
+    const J in(in_e);
+    auto name = member(in, "name");
     if (!name || !name->IsString()) return invalid_argument("an input has no 'name' string");
-    const std::string input_name(name->GetString(), name->GetStringLength());
+    const std::string input_name(name->GetString());
     const std::string what = "input '" + input_name + "'";
-    const Value* datatype = member(in, "datatype");
+    auto datatype = member(in, "datatype");
     if (!datatype || !datatype->IsString()) return invalid_argument(what + " has no 'datatype' string");
-    const std::string dt_name(datatype->GetString(), datatype->GetStringLength());
-    const Value* shape = member(in, "shape");
+    const std::string dt_name(datatype->GetString());
+    auto shape = member(in, "shape");
     if (!shape || !shape->IsArray()) return invalid_argument(what + " has no 'shape' array");
     std::vector<int64_t> dims;
-    for (const Value& d : shape->GetArray()) {
+    for (simdjson::dom::element d_e : shape->GetArray()) {
+      const J d(d_e);
       if (!d.IsInt64() || d.GetInt64() < 0) return invalid_argument(what + ": shape entries are integers >= 0");
       if (dims.size() >= static_cast<size_t>(kMaxRank)) return invalid_argument(what + ": shape has more than 64 dims");
       dims.push_back(d.GetInt64());
@@ -297,9 +382,9 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
     const DType dt = spec->dtype;
     ASSIGN_OR_RETURN(int64_t count, checked_element_count(dims, what));
     const int64_t nbytes = count * dtype_size(dt);
-    const Value* params = member(in, "parameters");
-    const Value* bsize = params ? member(*params, "binary_data_size") : nullptr;
-    const Value* data = member(in, "data");
+    auto params = member(in, "parameters");
+    auto bsize = params ? member(*params, "binary_data_size") : std::nullopt;
+    auto data = member(in, "data");
     if (bsize) {
       if (data) return invalid_argument(what + " has both 'data' and parameter 'binary_data_size'; give one");
       if (!bsize->IsUint64()) return invalid_argument(what + ": 'binary_data_size' is not a non-negative integer");
@@ -329,8 +414,16 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
     }
     if (!data) return invalid_argument(what + " has neither 'data' nor parameter 'binary_data_size'");
     if (!data->IsArray()) return invalid_argument(what + ": 'data' is not an array");
+    if (dt == DType::kF32 || dt == DType::kF64) {  // the common case in one pass: a flat array of count numbers
+      ASSIGN_OR_RETURN(Tensor t, Tensor::create(dt, dims, what));
+      if (fill_flat_floats(*data, count, &t)) {
+        out.request.inputs.emplace_back(input_name, std::move(t));
+        continue;
+      }
+    }
+    // Anything else (nested rows, other datatypes, a bad value) through the checked path.
     int64_t given = 0;
-    if (!visit_leaves(*data, 0, [&](const Value&) { ++given; }))
+    if (!visit_leaves(*data, 0, [&](const J&) { ++given; }))
       return invalid_argument(what + ": 'data' is nested deeper than 64 levels");
     if (given != count)
       return invalid_argument(what + ": " + std::to_string(given) + " values given but shape " + dims_text(dims) + " needs " +
@@ -344,18 +437,19 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
                             "binary_data_size add up to " + std::to_string(binary_offset));
   RETURN_IF_ERROR(check_inputs_complete(sig, out.request.inputs));
   out.request.batch = batch > 0 ? batch : 1;
-  if (const Value* outputs = member(doc, "outputs")) {
+  if (auto outputs = member(doc, "outputs")) {
     if (!outputs->IsArray()) return invalid_argument("request 'outputs' is not an array");
-    for (const Value& o : outputs->GetArray()) {
-      const Value* name = member(o, "name");
+    for (simdjson::dom::element o_e : outputs->GetArray()) {
+      const J o(o_e);
+      auto name = member(o, "name");
       if (!name || !name->IsString()) return invalid_argument("a requested output has no 'name' string");
       RequestedOutput r;
-      r.name.assign(name->GetString(), name->GetStringLength());
+      r.name.assign(name->GetString());
       RETURN_IF_ERROR(check_output_name(sig, r.name));
       r.binary = binary_default;
-      if (const Value* params = member(o, "parameters")) {
+      if (auto params = member(o, "parameters")) {
         if (!params->IsObject()) return invalid_argument("output '" + r.name + "': 'parameters' is not an object");
-        if (const Value* b = member(*params, "binary_data")) {
+        if (auto b = member(*params, "binary_data")) {
           if (!b->IsBool()) return invalid_argument("output '" + r.name + "': 'binary_data' is not a boolean");
           r.binary = b->GetBool();
         }
