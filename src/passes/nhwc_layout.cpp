@@ -6,7 +6,7 @@
 // A region grows from every 2-D convolution with constant weights (Conv / FusedConv become FusedConv
 // with channels_last = 1; so does the int8 com.ferry.QConvFused) through the ops that do not care
 // about the layout or have an NHWC form (an 8-bit MaxPool too: src/backends/cpu/int8_pool.cpp):
-//   - unary activations (Relu, Sigmoid, Clip, ...) and com.ferry.Gelu;
+//   - unary activations (Relu, Sigmoid, Clip, ...), com.ferry.Gelu and com.ferry.QLookup;
 //   - Add / Sub / Mul / Div of 4-D values (constants are permuted to match, e.g. a [C,1,1] scale; an
 //     Add / Mul whose input 0 is broadcast and input 1 full takes the full one first: in place);
 //   - Concat of 4-D values (the axis is remapped);
@@ -118,7 +118,7 @@ Kind kind_of(const Graph& g, const Node& n) {
       return Kind::kNone;
     return Kind::kQConv;
   }
-  if (n.domain == kFerryDomain && n.op_type == "Gelu") return Kind::kUnary;
+  if (n.domain == kFerryDomain && (n.op_type == "Gelu" || n.op_type == "QLookup")) return Kind::kUnary;  // (QLookup: qdq_lookup, per tensor)
   if (n.domain == kFerryDomain && n.op_type == "QGlobalAveragePool")  // int8 (qdq_fusion): -> NhwcQGlobalAveragePool
     return rank_of(g, n.inputs[0]) == 4 ? Kind::kPool : Kind::kNone;
   if (!is_onnx(n)) return Kind::kNone;

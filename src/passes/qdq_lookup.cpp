@@ -5,8 +5,9 @@
 // DQ -> Gelu -> Q between its two int8 MatMuls (com.ferry.Gelu after gelu_fusion, which runs first):
 // a float GELU over 128 x 3072 values per layer becomes one byte lookup each (ONNX Runtime's
 // QLinearSigmoid / QLinearLeakyRelu are such tables too). The op: src/ops/quantize_fused.cpp.
-// The float op must read only x and be one of kOps (unary, elementwise, attributes only); the DQ stays
-// where another node reads its output.
+// The float op must read only x and be one of kOps (unary, elementwise, attributes only), or be the
+// SiLU / HardSwish of exports, x * Sigmoid(x) / x * HardSigmoid(x) (EfficientNet's 49 SiLUs on quantized
+// tensors); the DQ stays where another node reads its output.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -50,8 +51,27 @@ bool fuse_lookup(Model* model, PatternContext& pc, long qi) {
   const long ui = pc.uses.producer_of(u_out);
   if (ui < 0 || pc.dead[ui] || !pc.uses.single_use(u_out)) return false;
   const Node& u = g.nodes[ui];
-  if (!lookup_op(u) || u.inputs.size() != 1 || u.outputs.size() != 1) return false;
-  const long di = pc.uses.producer_of(u.inputs[0]);
+  if (u.outputs.size() != 1) return false;
+  // The float region between the DQ's output d and the Q: one op of kOps on d, or d * Sigmoid(d)
+  // (SiLU) / d * HardSigmoid(d) (HardSwish's export), the gate read only by the Mul.
+  std::string d;
+  long gi = -1;
+  if (lookup_op(u) && u.inputs.size() == 1) {
+    d = u.inputs[0];
+  } else if (is_onnx(u, "Mul") && u.inputs.size() == 2) {
+    for (int k = 0; k < 2 && d.empty(); ++k) {
+      const long si = pc.uses.producer_of(u.inputs[k]);
+      if (si < 0 || pc.dead[si] || !pc.uses.single_use(u.inputs[k])) continue;
+      const Node& sn = g.nodes[si];
+      if ((is_onnx(sn, "Sigmoid") || is_onnx(sn, "HardSigmoid")) && sn.inputs.size() == 1 && sn.outputs.size() == 1 &&
+          sn.inputs[0] == u.inputs[1 - k]) {
+        d = sn.inputs[0];
+        gi = si;
+      }
+    }
+  }
+  if (d.empty()) return false;
+  const long di = pc.uses.producer_of(d);
   if (di < 0 || pc.dead[di] || !is_onnx(g.nodes[di], "DequantizeLinear")) return false;
   const Node& dq = g.nodes[di];
   if (!per_tensor(g, dq)) return false;
@@ -65,9 +85,18 @@ bool fuse_lookup(Model* model, PatternContext& pc, long qi) {
     for (size_t k = 1; k < n.inputs.size(); ++k) in.push_back(n.inputs[k].empty() ? nullptr : constant_value(g, n.inputs[k]));
     return in;
   };
-  auto d = evaluate_node(*model, dq, params(dq, &x));
-  if (!d.is_ok() || d.value().size() != 1) return false;
-  auto v = evaluate_node(*model, u, {&d.value()[0]});
+  auto dv = evaluate_node(*model, dq, params(dq, &x));
+  if (!dv.is_ok() || dv.value().size() != 1) return false;
+  StatusOr<std::vector<Tensor>> v = std::vector<Tensor>{};
+  if (gi < 0) {
+    v = evaluate_node(*model, u, {&dv.value()[0]});
+  } else {
+    auto gate = evaluate_node(*model, g.nodes[gi], {&dv.value()[0]});
+    if (!gate.is_ok() || gate.value().size() != 1) return false;
+    std::vector<const Tensor*> in;
+    for (const std::string& name : u.inputs) in.push_back(name == d ? &dv.value()[0] : &gate.value()[0]);
+    v = evaluate_node(*model, u, in);
+  }
   if (!v.is_ok() || v.value().size() != 1) return false;
   auto t = evaluate_node(*model, q, params(q, &v.value()[0]));
   if (!t.is_ok() || t.value().size() != 1 || t.value()[0].numel() != 256 ||
@@ -83,7 +112,9 @@ bool fuse_lookup(Model* model, PatternContext& pc, long qi) {
   fused.inputs = {dq.inputs[0], table};
   fused.outputs = {q.outputs[0]};
   std::vector<long> covered = {ui, qi};
-  if (pc.uses.single_use(u.inputs[0])) covered.insert(covered.begin(), di);
+  if (gi >= 0) covered.insert(covered.begin(), gi);
+  // The DQ goes where the region's nodes are its only readers (d read once, or by the gate and the Mul).
+  if (pc.uses.num_readers(d) == (gi < 0 ? 1u : 2u) && !pc.uses.pinned.count(d)) covered.insert(covered.begin(), di);
   pc.replace(covered, std::move(fused));
   return true;
 }
@@ -101,7 +132,7 @@ Status run_qdq_lookup(Model* model, PassContext& ctx) {
 
 GraphPass qdq_lookup_pass() {
   return {"qdq_lookup", 2,
-          "DequantizeLinear -> Gelu|Sigmoid|Tanh|... -> QuantizeLinear (per tensor) become com.ferry.QLookup, a 256-entry table",
+          "DequantizeLinear -> Gelu|Sigmoid|Tanh|...|x*Sigmoid(x) -> QuantizeLinear (per tensor) become com.ferry.QLookup, a 256-entry table",
           run_qdq_lookup};
 }
 
