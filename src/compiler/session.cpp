@@ -9,6 +9,8 @@
 
 #include "backends/backend.h"
 #include "compiler/gears.h"
+#include "compiler/prepack.h"
+#include "ir/packed_layout.h"
 #include "onnx/onnx_import.h"
 #include "passes/pipeline.h"
 #include "runtime/run_control.h"
@@ -72,6 +74,19 @@ StatusOr<std::shared_ptr<Session>> Session::open_file(const std::string& path, c
     RETURN_IF_ERROR(optimize_model(m.get(), oo));
   }
   m->metadata[kOptimizedMetadataKey] = std::to_string(cm.opt_level);
+  // The executors of the pool share one packed form of each weight, as they do a .ferry file's: the
+  // kernels' packed forms are made once here (compiler/prepack.h) and kept on the nodes, where every
+  // executor's kernels use them in place (not one copy per executor). A weight a node can hold in
+  // its packed form alone then goes: it is unpacked only if something reads it (ir/packed_layout.h)
+  // — ONNX Runtime's shared prepacked weights, with the initializer freed once prepacked.
+  if (cm.device == "cpu") {
+    ASSIGN_OR_RETURN(PrepackReport packed, prepack_weights(m, cm.device, options.threads));
+    (void)packed;
+    for (const auto& [name, p] : packed_only_weights(m->graph)) {
+      Tensor& w = m->graph.initializers.at(name);
+      w = unpacked_on_read(*p.packed, *p.layout, w.dtype(), w.dims());
+    }
+  }
   cm.source = path;
   cm.gears.push_back({0, std::move(m)});
   return open(std::move(cm), options);

@@ -52,36 +52,6 @@ Offset<fb::TensorRef> GraphWriter::packed_tensor(const Tensor& t, const Tensor& 
   return fb::CreateTensorRef(fbb_, static_cast<int32_t>(t.dtype()), dims, off, static_cast<uint64_t>(packed.nbytes()), 0, l);
 }
 
-namespace {
-// The initializers stored only as their packed form: a node carries that form with its layout
-// (compiler/prepack.cpp) and nothing else in the graph reads the initializer.
-std::map<std::string, std::pair<const Tensor*, const std::vector<int64_t>*>> packed_only(const Graph& g) {
-  std::map<std::string, std::pair<const Tensor*, const std::vector<int64_t>*>> out;
-  std::map<std::string, int> reads;
-  for (const Node& n : g.nodes) {
-    for (const std::string& in : n.inputs) ++reads[in];
-    for (const std::string& in : n.implicit_inputs) reads[in] += 2;
-  }
-  for (const ValueInfo& v : g.inputs) reads[v.name] += 2;
-  for (const ValueInfo& v : g.outputs) reads[v.name] += 2;
-  for (const Node& n : g.nodes) {
-    const Attribute* layout = n.attr(kPackedLayoutAttr);
-    const Attribute* input = n.attr(kPackedInputAttr);
-    const Attribute* packed = n.attr(kPackedBytesAttr);
-    if (!layout || !input || !packed || layout->type != AttrType::kInts || input->type != AttrType::kInt ||
-        packed->type != AttrType::kTensor || input->i < 0 || input->i >= static_cast<int64_t>(n.inputs.size()))
-      continue;
-    const std::string& name = n.inputs[static_cast<size_t>(input->i)];
-    auto w = g.initializers.find(name);
-    if (w == g.initializers.end() || w->second.dtype() == DType::kString || reads[name] != 1) continue;
-    if (!check_packed_layout(layout->ints, w->second.numel(), dtype_size(w->second.dtype()),
-                             static_cast<uint64_t>(packed->t.nbytes()), name).is_ok())
-      continue;
-    out[name] = {&packed->t, &layout->ints};
-  }
-  return out;
-}
-}  // namespace
 
 Offset<fb::TensorType> GraphWriter::type(const TensorType& t) {
   Offset<flatbuffers::Vector<Offset<fb::Dim>>> dims = 0;
@@ -146,11 +116,11 @@ Offset<fb::Graph> GraphWriter::graph(const Graph& g) {
   std::vector<Offset<fb::Node>> nodes;
   for (const Node& n : g.nodes) nodes.push_back(node(n));
   std::vector<Offset<fb::NamedTensor>> inits;
-  const auto packed = packed_only(g);
+  const auto packed = packed_only_weights(g);
   for (const auto& [name, t] : g.initializers) {
     auto n = str(name);
     auto p = packed.find(name);
-    auto tr = p == packed.end() ? tensor(t) : packed_tensor(t, *p->second.first, *p->second.second);
+    auto tr = p == packed.end() ? tensor(t) : packed_tensor(t, *p->second.packed, *p->second.layout);
     inits.push_back(fb::CreateNamedTensor(fbb_, n, tr));
   }
   // Sorted so that compiling the same model twice gives the same bytes.

@@ -136,4 +136,58 @@ StoredWeights stored_weights(const Graph& graph) {
   return s;
 }
 
+std::map<std::string, PackedOnlyWeight> packed_only_weights(const Graph& g) {
+  std::map<std::string, PackedOnlyWeight> out;
+  std::map<std::string, int> reads;
+  for (const Node& n : g.nodes) {
+    for (const std::string& in : n.inputs) ++reads[in];
+    for (const std::string& in : n.implicit_inputs) reads[in] += 2;
+  }
+  for (const ValueInfo& v : g.inputs) reads[v.name] += 2;
+  for (const ValueInfo& v : g.outputs) reads[v.name] += 2;
+  for (const Node& n : g.nodes) {
+    const Attribute* layout = n.attr(kPackedLayoutAttr);
+    const Attribute* input = n.attr(kPackedInputAttr);
+    const Attribute* packed = n.attr(kPackedBytesAttr);
+    if (!layout || !input || !packed || layout->type != AttrType::kInts || input->type != AttrType::kInt ||
+        packed->type != AttrType::kTensor || input->i < 0 || input->i >= static_cast<int64_t>(n.inputs.size()))
+      continue;
+    const std::string& name = n.inputs[static_cast<size_t>(input->i)];
+    auto w = g.initializers.find(name);
+    if (w == g.initializers.end() || w->second.dtype() == DType::kString || reads[name] != 1) continue;
+    if (!check_packed_layout(layout->ints, w->second.numel(), dtype_size(w->second.dtype()),
+                             static_cast<uint64_t>(packed->t.nbytes()), name).is_ok())
+      continue;
+    out[name] = {&packed->t, &layout->ints};
+  }
+  return out;
+}
+
+namespace {
+class UnpackOnRead : public LazyBytes {
+ public:
+  UnpackOnRead(Tensor packed, std::vector<int64_t> layout, DType dtype, std::vector<int64_t> dims)
+      : packed_(std::move(packed)), layout_(std::move(layout)), dtype_(dtype), dims_(std::move(dims)) {}
+
+ protected:
+  std::shared_ptr<const void> make() override {
+    auto plain = std::make_shared<Tensor>(Tensor::allocate(dtype_, dims_));
+    unpack_layout(layout_, packed_.raw(), plain->mutable_raw(), dtype_size(dtype_));
+    const void* data = plain->raw();
+    return std::shared_ptr<const void>(std::move(plain), data);
+  }
+
+ private:
+  Tensor packed_;
+  std::vector<int64_t> layout_;
+  DType dtype_;
+  std::vector<int64_t> dims_;
+};
+}  // namespace
+
+Tensor unpacked_on_read(Tensor packed, std::vector<int64_t> layout, DType dtype, std::vector<int64_t> dims) {
+  auto bytes = std::make_shared<UnpackOnRead>(std::move(packed), std::move(layout), dtype, dims);
+  return Tensor::deferred(dtype, std::move(dims), std::move(bytes));
+}
+
 }  // namespace ferry

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,19 @@ struct StoredWeights {
   int64_t packed_beside_bytes = 0, packed_beside_nodes = 0;
 };
 StoredWeights stored_weights(const Graph& graph);
+
+/// The initializers a graph can hold only as their packed form: a node carries that form with its
+/// layout (compiler/prepack.h) and nothing else in the graph reads the initializer. By name; the
+/// pointers are into the nodes' attributes.
+struct PackedOnlyWeight {
+  const Tensor* packed = nullptr;
+  const std::vector<int64_t>* layout = nullptr;
+};
+std::map<std::string, PackedOnlyWeight> packed_only_weights(const Graph& graph);
+
+/// A deferred tensor (Tensor::deferred) of `dtype` and `dims` whose plain bytes are unpacked from
+/// `packed` (kept alive by it) on first read. `layout` must have passed check_packed_layout.
+Tensor unpacked_on_read(Tensor packed, std::vector<int64_t> layout, DType dtype, std::vector<int64_t> dims);
 
 /// Writes the plain tensor (numel * elem_size bytes at `plain`) from `packed`. `layout` must have
 /// passed check_packed_layout.

@@ -3,7 +3,10 @@
 // any mismatch (another key, a wrong size) falls back to packing at load with the same results.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <fstream>
 #include <map>
 
 #include "backends/cpu/prepacked.h"
@@ -13,6 +16,7 @@
 #include "ir/packed_layout.h"
 #include "io/npy.h"
 #include "onnx/onnx_import.h"
+#include "onnx/onnx_pb.h"
 #include "runtime/executor.h"
 #include "graph_builder.h"
 
@@ -261,6 +265,42 @@ TEST(PrepackedWeights, ACpuRunOfTheFileUnpacksNoWeight) {
   ASSERT_EQ(out[0].second.dims(), expect[0].second.dims());
   for (int64_t i = 0; i < out[0].second.numel(); ++i)
     EXPECT_NEAR(out[0].second.data<float>()[i], expect[0].second.data<float>()[i], 1e-4) << i;
+}
+
+// A Session over an .onnx file (ferry serve's instances, the Python Session, the C API) packs each
+// weight once at open and keeps the forms on the nodes: every executor of its pool uses them in
+// place (not one copy each), and a weight a node holds in its packed form alone is freed, unpacked
+// only if something reads it (issue 40).
+// (Shapes known at open: a dynamic batch packs on the first run, per executor.)
+TEST(PrepackedWeights, SessionFromOnnxSharesOnePackedFormAcrossExecutors) {
+  onnx::ModelProto proto;
+  {
+    std::ifstream in(kDemo, std::ios::binary);
+    ASSERT_TRUE(proto.ParseFromIstream(&in));
+  }
+  proto.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_value(4);
+  const std::string path = ::testing::TempDir() + "prepacked_session_" + std::to_string(::getpid()) + ".onnx";
+  {
+    std::ofstream out(path, std::ios::binary);
+    ASSERT_TRUE(proto.SerializeToOstream(&out));
+  }
+  const cpu::PackCounts before = cpu::pack_counts();
+  auto s = Session::open_file(path);
+  ::unlink(path.c_str());
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  const cpu::PackCounts after = cpu::pack_counts();
+  const Model& m = *s.value()->compiled().gears.at(0).model;
+  EXPECT_GT(packed_nodes(m), 0);
+  EXPECT_EQ(after.stored - before.stored, packed_nodes(m)) << "the pool's executor packed its own copies";
+  int64_t pending = 0;
+  for (const auto& [name, t] : m.graph.initializers) pending += t.pending();
+  EXPECT_GT(pending, 0) << "no original was freed once packed";
+  NamedTensors out;
+  ASSERT_TRUE(s.value()->run({{"image", images(4)}}, &out).is_ok());
+  EXPECT_TRUE(bit_equal(out[0].second, run_onnx(load_onnx_model(kDemo).value(), images(4))));
+  int64_t still = 0;
+  for (const auto& [name, t] : m.graph.initializers) still += t.pending();
+  EXPECT_EQ(still, pending) << "a run unpacked a weight held packed only";
 }
 
 // ferry's blocked layout: a [4, 3] tensor stored as 2-row blocks of its first dim (padded to 4x4).

@@ -86,8 +86,9 @@ dnnl::memory packed_weights(const Node& node, const char* kind, const dnnl::memo
     const size_t n = want.get_size();
     PackedWeights pw;
     pw.key = packed_key(kind, want);
-    pw.bytes = Tensor::allocate(DType::kU8, {static_cast<int64_t>(n)});
-    std::memcpy(pw.bytes.mutable_raw(), packed.get_data_handle(), n);
+    // The kernel's own buffer (kept alive by the record beyond the kernel), not a copy of it.
+    pw.bytes = Tensor::wrap(DType::kU8, {static_cast<int64_t>(n)}, std::make_shared<dnnl::memory>(packed),
+                            packed.get_data_handle());
     pw.source = user.get_data_handle();
     pw.layout = layout_of(want, user.get_desc());
     t_recorder->by_output.emplace(node.outputs[0], std::move(pw));
