@@ -196,6 +196,42 @@ TEST(WeightsHeldOnce, ReleasedWeightsRunEveryShapeBitForBit) {
   EXPECT_GT(rk.process, rk.weights + rk.packed_weights + rk.arena);
 }
 
+// Convolutions release their weights too once oneDNN's packed form is made (not where Winograd's
+// or ConvRows' form is the one held: those cannot be turned back into the weights).
+TEST(WeightsHeldOnce, ReleasedConvolutionWeightsRunBitForBit) {
+  ModelBuilder b;
+  auto x = b.input("x", {2, 32, 10, 10});
+  const std::string w1 = b.constant(ramp({48, 32, 3, 3}, 0.05f, -0.02f));
+  const std::string w2 = b.constant(ramp({16, 48, 1, 1}, 0.1f, -0.05f));
+  const std::string bias = b.constant(ramp({16}, 0.1f, 0.f));
+  Attribute strides;
+  strides.type = AttrType::kInts;
+  strides.ints = {2, 2};
+  auto h = b.node("Relu", {b.node("Conv", {x, w1}, {{"strides", strides}})});
+  b.output(b.node("Conv", {h, w2, bias}));
+  std::shared_ptr<Model> model = b.build();
+  ExecutorOptions kept_o, released_o;
+  kept_o.threads = released_o.threads = 1;
+  released_o.release_weights = true;
+  auto kept = Executor::create(model, kept_o);
+  ASSERT_TRUE(kept.is_ok()) << kept.status().to_string();
+  auto released = Executor::create(model, released_o);
+  ASSERT_TRUE(released.is_ok()) << released.status().to_string();
+  EXPECT_EQ(model->graph.initializers.size(), 3u);
+  for (const auto& [name, t] : released.value()->model().graph.initializers)
+    EXPECT_LT(t.numel(), 16 * 48) << name << ": a convolution's weights kept beside its packed form";
+  const NamedTensors feeds = {{"x", ramp({2, 32, 10, 10}, 1.f, -0.5f)}};
+  for (int run = 0; run < 2; ++run) {
+    NamedTensors a, c;
+    ASSERT_TRUE(kept.value()->run(feeds, &a).is_ok());
+    Status st = released.value()->run(feeds, &c);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    ASSERT_EQ(a.size(), c.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(same_bytes(a[i].second, c[i].second)) << a[i].first;
+  }
+  EXPECT_LT(released.value()->resident_bytes().weights + 48 * 32 * 9 * 4, kept.value()->resident_bytes().weights + 1);
+}
+
 TEST(WeightsHeldOnce, PackedFormsUnpackToTheOriginal) {
   for (bool trans_b : {false, true}) {
     SCOPED_TRACE(trans_b);

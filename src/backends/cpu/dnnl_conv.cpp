@@ -136,6 +136,23 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
     return b;
   }
 
+  // The graph's copy of the weights (input 1) may go once this kernel holds oneDNN's packed form of
+  // them and no form it cannot invert (Winograd's transformed weights, ConvRows' panels): w_ then
+  // becomes a deferred tensor (ir/tensor.h) that reorders the packed form back into the plain
+  // weights (exact: a permutation) only if a later plan or the fallback reads them.
+  bool release_constant_input(size_t i) override {
+    if (i != 1 || released_ || packed_.empty() || winograd_ || rows_) return false;
+    memory::data_type dt;
+    if (!cpu::to_dnnl_type(dtype_, &dt)) return false;
+    const memory::dims wd = weight_dims();
+    const tag t = group_ > 1 ? (wd.size() == 4 ? tag::goiw : wd.size() == 5 ? tag::goihw : tag::goidhw)
+                             : (wd.size() == 3 ? tag::oiw : wd.size() == 4 ? tag::oihw : tag::oidhw);
+    auto bytes = std::make_shared<ReorderedBack>(packed_.front().second, memory::desc(wd, dt, t), dtype_, w_.dims());
+    w_ = Tensor::deferred(dtype_, w_.dims(), std::move(bytes));
+    released_ = true;
+    return true;
+  }
+
   // Reads the node; false when the fast path does not cover it.
   bool init(const Graph& graph) {
     const Tensor* w = cpu::constant_input(graph, node_, 1);
@@ -176,13 +193,13 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
 
   Status compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
-    if (x.dtype() != dtype_ || x.rank() != w_.rank()) return fallback_(ctx);
+    if (x.dtype() != dtype_ || x.rank() != w_.rank()) return fallback(ctx);
     std::optional<SingleThreadScope> one;  // its plan is then keyed and made for one thread
     if (one_thread_depthwise(x.dims())) one.emplace();
     auto plan = plans_.get(plan_key(x.dims()), [this](const std::vector<int64_t>& k, Plan* p) { return make_plan(dims_of(k), p); });
-    if (!plan.is_ok()) return fallback_(ctx);
+    if (!plan.is_ok()) return fallback(ctx);
     const Plan* p = plan.value();
-    if (has_z_ && (ctx.input(3).dims() != p->out_dims || ctx.input(3).dtype() != dtype_)) return fallback_(ctx);
+    if (has_z_ && (ctx.input(3).dims() != p->out_dims || ctx.input(3).dtype() != dtype_)) return fallback(ctx);
     if (p->own_winograd) {  // y = act(conv(x) + bias + z) in one pass of cpu::WinogradConv3x3
       ASSIGN_OR_RETURN(Tensor * y, has_z_ ? ctx.allocate_output_over(0, 3, dtype_, p->out_dims)
                                           : ctx.allocate_output(0, dtype_, p->out_dims, false));
@@ -655,9 +672,48 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
     return &packed_.back().second;
   }
 
+  // The plain weights, reordered back from a packed form on first read (release_constant_input).
+  class ReorderedBack : public LazyBytes {
+   public:
+    ReorderedBack(memory packed, memory::desc plain, DType dtype, std::vector<int64_t> dims)
+        : packed_(std::move(packed)), plain_(std::move(plain)), dtype_(dtype), dims_(std::move(dims)) {}
+
+   protected:
+    std::shared_ptr<const void> make() override {
+      auto w = std::make_shared<Tensor>(Tensor::allocate(dtype_, dims_));
+      memory user(plain_, dnnl_engine(), w->mutable_raw());
+      dnnl::reorder(packed_, user).execute(dnnl_stream(), packed_, user);  // same dims and type: cannot fail
+      dnnl_stream().wait();
+      const void* data = w->raw();
+      return std::shared_ptr<const void>(std::move(w), data);
+    }
+
+   private:
+    memory packed_;
+    memory::desc plain_;
+    DType dtype_;
+    std::vector<int64_t> dims_;
+  };
+
+  // The reference kernel (shapes or types this kernel does not take), given the weights back when
+  // the graph's copy was released.
+  Status fallback(KernelContext& ctx) {
+    if (!released_ || ctx.has_input(1)) return fallback_(ctx);
+    const Value weights(w_);
+    std::vector<const Value*> inputs;
+    for (int64_t i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(i == 1 ? &weights : ctx.has_input(i) ? &ctx.input_value(i) : nullptr);
+    std::vector<Value> outputs(static_cast<size_t>(ctx.num_outputs()));
+    KernelContext inner(node_, ctx.opset(), std::move(inputs), &outputs);
+    inner.allocator = ctx.allocator;
+    RETURN_IF_ERROR(fallback_(inner));
+    for (size_t i = 0; i < outputs.size(); ++i) ctx.set_output_value(static_cast<int64_t>(i), std::move(outputs[i]));
+    return Status::ok();
+  }
+
   Node node_;
   KernelFn fallback_;
   DType dtype_ = DType::kUndefined;
+  bool released_ = false;  // the graph's copy of the weights is gone: w_ is deferred (release_constant_input)
   Tensor w_, b_;
   bool has_z_ = false, channels_last_ = false, nchw_input_ = false;
   int64_t group_ = 1;
