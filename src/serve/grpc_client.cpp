@@ -160,7 +160,7 @@ Status GrpcClient::infer() {
   void* tag = nullptr;
   bool ok = false;
   for (;;) {
-    const auto st = impl_->cq.AsyncNext(&tag, &ok, now);
+    const auto st = impl_->spin.spinning() ? impl_->cq.AsyncNext(&tag, &ok, now) : grpc::CompletionQueue::TIMEOUT;
     if (st == grpc::CompletionQueue::GOT_EVENT) break;
     if (st == grpc::CompletionQueue::TIMEOUT && impl_->spin.again()) continue;
     if (st == grpc::CompletionQueue::SHUTDOWN || !impl_->cq.Next(&tag, &ok)) return internal_error("ModelInfer: the client's completion queue shut down");

@@ -507,7 +507,8 @@ Status GrpcServer::start() {
       void* tag;
       bool ok;
       for (;;) {
-        const auto st = spin_us > 0 ? cq->AsyncNext(&tag, &ok, now) : grpc::CompletionQueue::TIMEOUT;
+        // No spin on (none started: busy cores, backed off, or no budget): straight to the blocking Next.
+        const auto st = spin.spinning() ? cq->AsyncNext(&tag, &ok, now) : grpc::CompletionQueue::TIMEOUT;
         if (st == grpc::CompletionQueue::SHUTDOWN) break;
         if (st == grpc::CompletionQueue::TIMEOUT) {
           if (spin.again()) continue;

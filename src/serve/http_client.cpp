@@ -27,7 +27,7 @@ struct HttpClient::Impl {
   // the read that follows finds the response there instead of blocking for it.
   void spin_for_response() {
     spin.arm();
-    if (buffer.size() > 0) return;
+    if (!spin.spinning() || buffer.size() > 0) return;
     pollfd p{stream->socket().native_handle(), POLLIN, 0};
     while (::poll(&p, 1, 0) == 0 && spin.again()) {
     }

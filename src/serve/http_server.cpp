@@ -451,11 +451,13 @@ void run_io(net::io_context& ioc, int64_t spin_us) {
   }
   SpinWait spin(spin_us);
   while (!ioc.stopped()) {
-    if (ioc.poll() > 0) {
-      spin.arm();
-      continue;
+    if (spin.spinning()) {  // else (no spin started: busy cores, backed off) straight to the blocking wait
+      if (ioc.poll() > 0) {
+        spin.arm();
+        continue;
+      }
+      if (spin.again()) continue;
     }
-    if (spin.again()) continue;
     if (ioc.run_one() > 0) spin.arm();
   }
 }
