@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "backends/backend_module.h"
+#include "backends/device_defaults.h"
 #include "common/env_switch.h"
 
 namespace ferry {
@@ -164,6 +165,34 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device) {
     known += known.empty() ? e.name : std::string(", ") + e.name;
   }
   return invalid_argument("unknown device '" + device + "'; devices compiled in: " + known);
+}
+
+namespace {
+
+// What device_defaults.h answers for the built-in devices (backend_entries' first two); a device
+// not listed (a module's, "cuda:1") is not the host's and runs optimized.
+struct DeviceDefaults {
+  const char* name;
+  bool host;
+  int opt_level;
+};
+constexpr DeviceDefaults kDeviceDefaults[] = {
+    {"cpu-ref", true, 0},  // the oracle runs graphs as imported
+    {"cpu", true, 2},
+};
+
+}  // namespace
+
+bool is_host_device(const std::string& device) {
+  for (const DeviceDefaults& d : kDeviceDefaults)
+    if (device == d.name) return d.host;
+  return false;
+}
+
+int default_opt_level(const std::string& device) {
+  for (const DeviceDefaults& d : kDeviceDefaults)
+    if (device == d.name) return d.opt_level;
+  return 2;
 }
 
 std::vector<std::string> device_graph_traits(const std::string& device) {

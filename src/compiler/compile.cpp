@@ -6,6 +6,7 @@
 #include <set>
 
 #include "backends/backend.h"
+#include "backends/device_defaults.h"
 #include "compiler/prepack.h"
 #include "compiler/tuner.h"
 #include "ops/shape_inference.h"
@@ -124,7 +125,7 @@ StatusOr<CompiledModelSpec> compile_model(const Model& source, const CompileOpti
   CompiledModelSpec spec;
   spec.source = source.path;
   spec.device = options.device;
-  spec.opt_level = options.opt_level >= 0 ? options.opt_level : (options.device == "cpu-ref" ? 0 : 2);
+  spec.opt_level = options.opt_level >= 0 ? options.opt_level : default_opt_level(options.device);
   PrecisionOptions precision;
   ASSIGN_OR_RETURN(precision.mode, parse_precision_mode(options.precision_mode));
   if (!options.precision_config.empty()) RETURN_IF_ERROR(load_precision_config(options.precision_config, &precision));

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "backends/backend.h"
+#include "backends/device_defaults.h"
 #include "compiler/gears.h"
 #include "compiler/prepack.h"
 #include "ir/packed_layout.h"
@@ -31,10 +32,8 @@ Session::~Session() = default;
 StatusOr<std::shared_ptr<Session>> Session::open(CompiledModel model, const SessionOptions& options) {
   std::shared_ptr<Session> s(new Session());
   s->device_ = options.device.empty() ? model.device : options.device;
-  const bool cpu_family = [](const std::string& a, const std::string& b) {
-    return (a == "cpu" || a == "cpu-ref") && (b == "cpu" || b == "cpu-ref");
-  }(s->device_, model.device);
-  if (s->device_ != model.device && !cpu_family)
+  // A graph compiled for one host backend runs on another ("cpu" <-> "cpu-ref").
+  if (s->device_ != model.device && !(is_host_device(s->device_) && is_host_device(model.device)))
     return invalid_argument((model.gears.empty() ? std::string("model") : model.gears[0].model->path) + ": compiled for device '" + model.device + "', the selected device is '" +
                             s->device_ + "'; recompile with `ferry compile --device " + s->device_ + "`");
   s->executor_options_.device = s->device_;
@@ -66,7 +65,7 @@ StatusOr<std::shared_ptr<Session>> Session::open_file(const std::string& path, c
   ASSIGN_OR_RETURN(std::shared_ptr<Model> m, load_onnx_model(path));
   CompiledModel cm;
   cm.device = options.device.empty() ? "cpu" : options.device;
-  cm.opt_level = cm.device == "cpu-ref" ? 0 : 2;
+  cm.opt_level = default_opt_level(cm.device);
   if (cm.opt_level > 0) {
     OptimizeOptions oo;
     oo.opt_level = cm.opt_level;

@@ -4,12 +4,13 @@
 #include <cmath>
 
 #include "backends/backend.h"
+#include "backends/device_defaults.h"
 
 namespace ferry {
 
 int effective_opt_level(const ExecutorOptions& options) {
   if (options.opt_level >= 0) return options.opt_level;
-  return options.device == "cpu-ref" ? 0 : 2;  // as Executor::create decides
+  return default_opt_level(options.device);  // as Executor::create decides
 }
 
 StatusOr<std::shared_ptr<const Model>> prepare_precision_model(std::shared_ptr<const Model> model,

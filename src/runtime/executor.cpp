@@ -1,4 +1,5 @@
 #include "runtime/executor.h"
+#include "backends/device_defaults.h"
 #include "backends/packed_weights.h"
 #include "runtime/executor_internal.h"
 
@@ -47,7 +48,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model
     ASSIGN_OR_RETURN(ex->host_, make_backend("cpu"));
     ex->host_->set_num_threads(options.threads);
   }
-  const int level = options.opt_level >= 0 ? options.opt_level : (ex->backend_->name() == "cpu-ref" ? 0 : 2);
+  const int level = options.opt_level >= 0 ? options.opt_level : default_opt_level(ex->backend_->name());
   if (level > 0 && !model->metadata.count(kOptimizedMetadataKey)) {  // compiled models are optimized
     std::shared_ptr<Model> optimized = model->clone();
     OptimizeOptions oo;

@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include "backends/device_defaults.h"
+
 namespace ferry {
 namespace {
 
@@ -76,8 +78,7 @@ int64_t PartitionPlan::static_bytes() const {
 }
 
 bool is_host_backend(const Backend& backend) {
-  const std::string name = backend.name();
-  return name == "cpu" || name == "cpu-ref";
+  return is_host_device(backend.name());
 }
 
 bool backend_takes(const Model& model, const Backend& backend, const Node& node, std::string* why) {

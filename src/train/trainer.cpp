@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "backends/backend.h"
+#include "backends/device_defaults.h"
 #include "common/splitmix64.h"
 #include "data/data_source.h"
 #include "data/image_folder.h"
@@ -281,7 +282,7 @@ StatusOr<TrainMemoryPlan> Trainer::memory_plan_at(int64_t batch) {
     o.batch_size = batch;
     ASSIGN_OR_RETURN(TrainGraph tg, build_train_graph(*source_, o));
     OptimizeOptions oo;
-    oo.opt_level = c_.opt_level >= 0 ? c_.opt_level : (c_.device == "cpu-ref" ? 0 : 2);
+    oo.opt_level = c_.opt_level >= 0 ? c_.opt_level : default_opt_level(c_.device);
     oo.device_traits = device_graph_traits(c_.device);
     if (oo.opt_level > 0) RETURN_IF_ERROR(optimize_model(tg.model.get(), oo));
     model = tg.model;

@@ -1,0 +1,17 @@
+// What a --device value is without opening a device: whether it runs on the host CPU and the
+// --opt-level it runs at when none is given. The layers above ask here instead of naming devices.
+#pragma once
+
+#include <string>
+
+namespace ferry {
+
+/// Whether `device` runs on the host CPU, on host memory ("cpu", "cpu-ref"): no copies between it
+/// and another host backend, and a graph compiled for one runs on the other.
+bool is_host_device(const std::string& device);
+
+/// The --opt-level `device` runs at when none is given: 0 on "cpu-ref" (the reference backend, the
+/// oracle, runs graphs as imported), 2 on any other.
+int default_opt_level(const std::string& device);
+
+}  // namespace ferry
