@@ -14,7 +14,6 @@
 #include <functional>
 #include <set>
 
-#include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 
 #include "io/file.h"
@@ -472,10 +471,7 @@ StatusOr<bool> read_model_proto(const std::string& path, onnx::ModelProto* mp) {
   bool ok = opened.size > 0;
   if (ok) {
     google::protobuf::io::FileInputStream in(fd, 1 << 20);
-    google::protobuf::io::CodedInputStream coded(&in);
-    coded.SetTotalBytesLimit(INT_MAX);
-    coded.SetRecursionLimit(200);  // as parse_model_proto
-    ok = mp->ParseFromCodedStream(&coded) && coded.ConsumedEntireMessage() && in.GetErrno() == 0;
+    ok = parse_model_proto(&in, mp) && in.GetErrno() == 0;
   }
   ::close(fd);
   return ok;

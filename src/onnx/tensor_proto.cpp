@@ -19,13 +19,17 @@
 
 namespace ferry {
 
-bool parse_model_proto(const void* data, size_t size, onnx::ModelProto* mp) {
-  if (size > static_cast<size_t>(INT_MAX)) return false;
-  google::protobuf::io::ArrayInputStream raw(data, static_cast<int>(size));
-  google::protobuf::io::CodedInputStream coded(&raw);
+bool parse_model_proto(google::protobuf::io::ZeroCopyInputStream* in, onnx::ModelProto* mp) {
+  google::protobuf::io::CodedInputStream coded(in);
   coded.SetTotalBytesLimit(INT_MAX);
   coded.SetRecursionLimit(200);
   return mp->ParseFromCodedStream(&coded) && coded.ConsumedEntireMessage();
+}
+
+bool parse_model_proto(const void* data, size_t size, onnx::ModelProto* mp) {
+  if (size > static_cast<size_t>(INT_MAX)) return false;
+  google::protobuf::io::ArrayInputStream raw(data, static_cast<int>(size));
+  return parse_model_proto(&raw, mp);
 }
 
 namespace {

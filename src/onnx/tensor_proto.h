@@ -9,6 +9,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include <google/protobuf/io/zero_copy_stream.h>
+
 #include "common/status.h"
 #include "io/file.h"
 #include "ir/tensor.h"
@@ -34,5 +36,7 @@ StatusOr<Tensor> tensor_from_proto(TensorSource* src, const onnx::TensorProto& t
 /// Parses `size` bytes as one whole ModelProto within protobuf's limits (2 GiB, nesting 200): the one
 /// reader of model bytes (import, export, edit). False when they are not one; the caller names the file.
 bool parse_model_proto(const void* data, size_t size, onnx::ModelProto* mp);
+/// The same limits on a stream (a file read through a buffer, the export's read_model_proto).
+bool parse_model_proto(google::protobuf::io::ZeroCopyInputStream* in, onnx::ModelProto* mp);
 
 }  // namespace ferry
