@@ -381,20 +381,22 @@ Status k_qgap(KernelContext& ctx) {
   return Status::ok();
 }
 
-}  // namespace
-
-// ---- QLookup ----------------------------------------------------------------------------------
-// Made by the qdq_lookup pass (src/passes/qdq_lookup.cpp) of DQ(x) -> one elementwise float op (Gelu,
-// Sigmoid, Tanh, ...) -> Q, all per tensor: x takes 256 values, so the region is a table of its 256
-// results, computed at load by the reference kernels of the three nodes (bit for bit what they give).
-// Inputs: x (uint8 or int8), table (256 elements of y's 8-bit type; int8 x indexes it by x + 128).
-//   y[i] = table[x[i]]  (uint8 x)  /  table[x[i] + 128]  (int8 x)
+// ---- QLookup -----------------------------------------------------------------------------------
+// Inputs: x (uint8 or int8), table ([256] of y's type: uint8, int8 or float32; int8 x indexes it by x + 128).
+//   y[i] = table[x[i]]  (uint8 x)  /  table[x[i] + 128]  (int8 x); y has x's shape.
+// x takes 256 values, so a region DQ(x) -> element-wise float ops [-> Q], all per tensor, is a table of its
+// 256 results, computed at load by the reference kernels of its nodes (bit for bit what they give). Made by
+// the qdq_fusion pass of chains of element-wise ops on x alone (EfficientNet's SiLU: DQ -> Sigmoid, Mul ->
+// Q; a float table where the chain's end is read in float) and by the qdq_lookup pass of DQ -> one op (a
+// fused com.ferry.Gelu) -> Q (src/passes/qdq_fusion.cpp, qdq_lookup.cpp). ONNX Runtime's QLinearSigmoid /
+// QLinearLeakyRelu are such tables too.
+enum QLookupInput : int64_t { kLX = 0, kLTable };
 
 Status infer_qlookup(InferContext& ctx) {
-  const TensorType& x = ctx.input_type(0);
-  const TensorType& t = ctx.input_type(1);
+  const TensorType& x = ctx.input_type(kLX);
+  const TensorType& t = ctx.input_type(kLTable);
   RETURN_IF_ERROR(check_8bit(ctx, x.dtype, "x"));
-  RETURN_IF_ERROR(check_8bit(ctx, t.dtype, "table"));
+  if (t.dtype != DType::kF32) RETURN_IF_ERROR(check_8bit(ctx, t.dtype, "table"));
   if (t.shape && t.shape->is_static() && (t.shape->rank() != 1 || t.shape->values()[0] != 256))
     return ctx.error("input 'table' must have shape [256], got " + t.shape->to_string());
   ctx.set_output(0, TensorType{t.dtype, x.shape});
@@ -402,19 +404,28 @@ Status infer_qlookup(InferContext& ctx) {
 }
 
 Status k_qlookup(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  const Tensor& t = ctx.input(1);
-  if (!is_8bit(x.dtype()) || !is_8bit(t.dtype()))
-    return ctx.error("inputs 'x' and 'table' must be uint8 or int8, got " + x.type().to_string() + " and " + t.type().to_string());
-  if (t.numel() != 256) return ctx.error("input 'table' has " + std::to_string(t.numel()) + " elements; expected 256");
+  const Tensor& x = ctx.input(kLX);
+  const Tensor& t = ctx.input(kLTable);
+  RETURN_IF_ERROR(check_8bit(ctx, x.dtype(), "x"));
+  if (t.dtype() != DType::kF32) RETURN_IF_ERROR(check_8bit(ctx, t.dtype(), "table"));
+  if (t.numel() != 256)
+    return ctx.error("input 'table' has " + std::to_string(t.numel()) + " elements; expected 256 (one per 8-bit value of x)");
   ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, t.dtype(), x.dims(), false));
-  const uint8_t* px = static_cast<const uint8_t*>(x.raw());
-  const uint8_t* pt = static_cast<const uint8_t*>(t.raw());
-  uint8_t* py = static_cast<uint8_t*>(y->mutable_raw());
-  const uint8_t flip = x.dtype() == DType::kI8 ? 0x80 : 0;  // int8 v -> index v + 128
-  for (int64_t i = 0; i < x.numel(); ++i) py[i] = pt[static_cast<uint8_t>(px[i] ^ flip)];
+  const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
+  const uint8_t flip = x.dtype() == DType::kI8 ? 0x80 : 0;  // s8 v -> index v + 128 (its byte with the top bit flipped)
+  if (t.dtype() == DType::kF32) {
+    const float* tab = t.data<float>();
+    float* yp = y->mutable_data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) yp[i] = tab[xp[i] ^ flip];
+  } else {
+    const uint8_t* tab = static_cast<const uint8_t*>(t.raw());
+    uint8_t* yp = static_cast<uint8_t*>(y->mutable_raw());
+    for (int64_t i = 0; i < x.numel(); ++i) yp[i] = tab[xp[i] ^ flip];
+  }
   return Status::ok();
 }
+
+}  // namespace
 
 void register_quantize_fused_ops(OpRegistry& r) {
   r.add(OpSchema{.name = "QLookup", .domain = "com.ferry", .since_version = 1, .min_inputs = 2, .max_inputs = 2,

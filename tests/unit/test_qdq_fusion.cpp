@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
@@ -1277,6 +1278,103 @@ TEST(QdqFusion, FlattenAndReshapeRunOnUint8) {
   const NamedTensors feeds = u8_feeds(*model, 4);
   double exact = 0;
   EXPECT_EQ(max_step_diff(run_model(fused, feeds, "cpu")[0].second, run_model(model, feeds, "cpu-ref")[0].second, &exact), 0);
+}
+
+// Bytes (or float bits) of two tensors of the same type: the count of elements that differ.
+int64_t differing(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.type().to_string(), b.type().to_string());
+  if (a.nbytes() != b.nbytes()) return std::max<int64_t>(a.numel(), 1);
+  const int64_t es = a.nbytes() / std::max<int64_t>(a.numel(), 1);
+  int64_t n = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    n += std::memcmp(static_cast<const char*>(a.raw()) + i * es, static_cast<const char*>(b.raw()) + i * es, es) != 0;
+  return n;
+}
+
+int count_op(const Model& m, const std::string& op) {
+  int n = 0;
+  for (const Node& node : m.graph.nodes) n += node.op_type == op;
+  return n;
+}
+
+// DQ -> element-wise float ops -> Q as com.ferry.QLookup (EfficientNet's SiLU; qdq_fusion.cpp fuse_qlookup):
+//  - SiLU with its float output also read by a squeeze-excitation Mul: the Q becomes a u8 table, the
+//    chain a float table (its other reader stays in float), the Mul and its Q as they were;
+//  - an s8 input through Clip, HardSwish and a scalar Add to an s8 Q (zero points 0/128/255 across the cases);
+// the fused model on the cpu kernels (AVX2 byte shuffles where there) and on cpu-ref against the QDQ
+// graph on cpu-ref: every byte and float bit the same.
+TEST(QdqFusion, ElementwiseChainsBecomeLookupTables) {
+  for (int zp : {0, 128, 255}) {
+    SCOPED_TRACE(zp);
+    ModelBuilder b(14);  // HardSwish
+    auto x = b.input("x", {1, 8, 9, 11}, DType::kU8);  // 792 values: the vector loop and its tail
+    auto g = b.input("g", {1, 8, 1, 1});
+    auto d = b.node("DequantizeLinear", {x, b.scalar(0.043f), b.constant(u8_scalar(static_cast<uint8_t>(zp)))});
+    auto silu = b.node("Mul", {d, b.node("Sigmoid", {d})});
+    b.output(b.node("QuantizeLinear", {silu, b.scalar(0.021f), b.constant(u8_scalar(7))}));
+    b.output(b.node("QuantizeLinear", {b.node("Mul", {silu, g}), b.scalar(0.017f), b.constant(u8_scalar(3))}));
+    auto xs = b.input("xs", {2, 5, 7, 3}, DType::kI8);
+    Tensor s8zp = Tensor::allocate(DType::kI8, {});
+    s8zp.mutable_data<int8_t>()[0] = static_cast<int8_t>(zp - 128);
+    auto ds = b.node("DequantizeLinear", {xs, b.scalar(0.05f), b.constant(s8zp)});
+    auto chain = b.node("Add", {b.node("HardSwish", {b.node("Clip", {ds, b.scalar(-3.5f), b.scalar(5.f)})}), b.scalar(0.25f)});
+    Tensor s8z2 = Tensor::allocate(DType::kI8, {});
+    s8z2.mutable_data<int8_t>()[0] = -9;
+    b.output(b.node("QuantizeLinear", {chain, b.scalar(0.031f), b.constant(s8z2)}));
+    auto model = b.build();
+    auto fused = run_pass(*model, "qdq_fusion");
+    EXPECT_EQ(count_op(*fused, "QLookup"), 3);  // SiLU's Q (u8), SiLU itself (f32), the s8 chain
+    EXPECT_EQ(count_op(*fused, "Sigmoid"), 0);
+    EXPECT_EQ(count_op(*fused, "Mul"), 1);  // the squeeze-excitation scale
+    EXPECT_EQ(count_op(*fused, "QuantizeLinear"), 1);
+    EXPECT_EQ(count_op(*fused, "DequantizeLinear"), 0);
+    int lookups = 0;
+    EXPECT_TRUE(fast_kernels_taken(*fused, &lookups, "QLookup"));
+    std::mt19937 rng(21);
+    NamedTensors feeds = {{"x", i8_tensor({1, 8, 9, 11}, rng, 0, 255, DType::kU8)},
+                          {"g", Tensor::allocate(DType::kF32, {1, 8, 1, 1})},
+                          {"xs", i8_tensor({2, 5, 7, 3}, rng, -128, 127, DType::kI8)}};
+    for (int64_t c = 0; c < 8; ++c) feeds[1].second.mutable_data<float>()[c] = 0.1f + 0.13f * static_cast<float>(c);
+    const NamedTensors want = run_model(model, feeds, "cpu-ref");
+    for (const char* dev : {"cpu", "cpu-ref"}) {
+      const NamedTensors got = run_model(fused, feeds, dev);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(differing(got[i].second, want[i].second), 0) << dev << " output " << i;
+    }
+    // Not degenerate: the SiLU output takes many values.
+    std::set<uint8_t> values(want[0].second.data<uint8_t>(), want[0].second.data<uint8_t>() + want[0].second.numel());
+    EXPECT_GT(values.size(), zp == 255 ? 5u : 40u);  // zero point 255: only x <= 0, SiLU in [-0.28, 0]
+  }
+}
+
+// Chains a table cannot replace stay: a per-channel (non-scalar) constant, two different DQs; a value of a
+// chain that is a graph output keeps its name (a float table).
+TEST(QdqFusion, LookupLeavesOtherChainsAlone) {
+  ModelBuilder b(13);
+  auto x = b.input("x", {1, 4, 3, 3}, DType::kU8);
+  auto y = b.input("y", {1, 4, 3, 3}, DType::kU8);
+  const std::string s = b.scalar(0.1f), z = b.constant(u8_scalar(9));
+  auto dx = b.node("DequantizeLinear", {x, s, z});
+  auto dy = b.node("DequantizeLinear", {y, s, z});
+  Tensor per_c = Tensor::allocate(DType::kF32, {1, 4, 1, 1});
+  for (int i = 0; i < 4; ++i) per_c.mutable_data<float>()[i] = 1.f + static_cast<float>(i);
+  b.output(b.node("QuantizeLinear", {b.node("Mul", {dx, b.constant(per_c)}), s, z}));
+  b.output(b.node("QuantizeLinear", {b.node("Add", {dx, dy}), s, z}));
+  auto t = b.node("Tanh", {dy});
+  b.output(t);
+  b.output(b.node("QuantizeLinear", {b.node("Relu", {t}), s, z}));
+  auto model = b.build();
+  auto fused = run_pass(*model, "qdq_fusion");
+  // Q(Relu(Tanh(DQ(y)))) a u8 table and Tanh (a graph output) a float one; the rest as it was.
+  EXPECT_EQ(count_op(*fused, "QLookup"), 2);
+  EXPECT_EQ(count_op(*fused, "Tanh") + count_op(*fused, "Relu"), 0);
+  EXPECT_EQ(count_op(*fused, "Mul") + count_op(*fused, "Add"), 2);
+  EXPECT_EQ(count_op(*fused, "QuantizeLinear"), 2);
+  EXPECT_EQ(count_op(*fused, "DequantizeLinear"), 2);
+  const NamedTensors feeds = u8_feeds(*model, 5);
+  const NamedTensors want = run_model(model, feeds, "cpu-ref"), got = run_model(fused, feeds, "cpu");
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(differing(got[i].second, want[i].second), 0) << "output " << i;
 }
 
 TEST(QdqFusion, LeavesNonMatchingPatternsAlone) {
