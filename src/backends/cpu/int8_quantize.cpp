@@ -1,13 +1,11 @@
 // QuantizeLinear (f32 -> u8/s8) and DequantizeLinear (u8/s8 -> f32) with a per-tensor constant scale
 // and zero point: the int8 region's entry and exit (src/ops/quantize.cpp has the reference kernels),
-// bit for bit the reference's; and com.ferry.QLookup's table (below).
+// bit for bit the reference's. (com.ferry.QLookup: int8_lookup.cpp.)
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 
 #include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/int8_util.h"
 #include "backends/cpu/vec_math.h"
@@ -149,54 +147,11 @@ class DequantizeKernel : public Kernel {
   int32_t zp_ = 0;
 };
 
-// com.ferry.QLookup (the qdq_lookup pass; src/ops/quantize_fused.cpp): the reference's byte lookup,
-// split over the threads (EfficientNet-B0's SiLU tables read up to 1.2M bytes each).
-class QLookupKernel : public Kernel {
- public:
-  QLookupKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
-
-  bool init(const Graph& graph) {
-    if (node_.inputs.size() != 2 || node_.outputs.size() != 1) return false;
-    const TensorType* xt = graph.find_type(node_.inputs[0]);
-    const Tensor* table = cpu::constant_input(graph, node_, 1);
-    if (!xt || !is_8bit(xt->dtype) || !table || !is_8bit(table->dtype()) || table->numel() != 256) return false;
-    x_dt_ = xt->dtype;
-    y_dt_ = table->dtype();
-    std::memcpy(table_, table->raw(), 256);
-    return true;
-  }
-
-  Status compute(KernelContext& ctx) override {
-    const Tensor& x = ctx.input(0);
-    if (x.dtype() != x_dt_) return fallback_(ctx);
-    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, y_dt_, x.dims(), false));
-    const uint8_t* px = static_cast<const uint8_t*>(x.raw());
-    uint8_t* py = static_cast<uint8_t*>(y->mutable_raw());
-    const uint8_t flip = x_dt_ == DType::kI8 ? 0x80 : 0;  // int8 v -> index v + 128
-    const uint8_t* table = table_;
-    parallel_ranges(x.numel(), 1, [px, py, flip, table](int64_t b, int64_t e) {
-      uint8_t t[256];  // local copies: the byte stores may alias anything reached through memory
-      std::memcpy(t, table, sizeof t);
-      const uint8_t* in = px;
-      uint8_t* out = py;
-      for (int64_t i = b; i < e; ++i) out[i] = t[static_cast<uint8_t>(in[i] ^ flip)];
-    });
-    return Status::ok();
-  }
-
- private:
-  Node node_;
-  KernelFn fallback_;
-  DType x_dt_ = DType::kU8, y_dt_ = DType::kU8;
-  uint8_t table_[256] = {};
-};
-
 }  // namespace
 
 void register_cpu_int8_quantize_kernels(CpuKernelTable& t) {
   t.add("", "QuantizeLinear", cpu::make_if_init<QuantizeKernel>);
   t.add("", "DequantizeLinear", cpu::make_if_init<DequantizeKernel>);
-  t.add("com.ferry", "QLookup", cpu::make_if_init<QLookupKernel>);
 }
 
 }  // namespace ferry
