@@ -194,9 +194,7 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
     if (has_z_ && ctx.input(3).raw() != y->raw())
       std::memcpy(y->mutable_raw(), ctx.input(3).raw(), static_cast<size_t>(y->nbytes()));
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if (threads == 1 && const_w_ && dtype_ == DType::kF32 && p->m >= kRowGemmMinRows && p->m <= kRowGemmMaxRows &&
-        row_gemm_enabled() &&
-        (act_.kind == ActKind::kNone || act_.kind == ActKind::kGelu) && cpu::RowGemm::supported(p->k, p->n)) {
+    if (row_gemm_takes(*p)) {
       if (!row_gemm_) {
         ASSIGN_OR_RETURN(Tensor w, original());
         ASSIGN_OR_RETURN(row_gemm_, cpu::RowGemm::create(w.data<float>(), trans_b_,
@@ -249,6 +247,15 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
     int64_t m = 0, k = 0, n = 0;  // the 2-D product (constant weights)
     std::map<int, std::vector<Split>> splits;  // by thread count (nsplit_max_rows)
   };
+
+  // Whether a run of plan p on this thread goes to cpu::RowGemm: constant f32 weights, 16-256 rows,
+  // one thread (the calling thread's count, as the executor set it).
+  bool row_gemm_takes(const Plan& p) const {
+    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    return threads == 1 && const_w_ && dtype_ == DType::kF32 && p.m >= kRowGemmMinRows && p.m <= kRowGemmMaxRows &&
+           row_gemm_enabled() && (act_.kind == ActKind::kNone || act_.kind == ActKind::kGelu) &&
+           cpu::RowGemm::supported(p.k, p.n);
+  }
 
   // The per-thread column blocks of plan p for `threads` threads (64-column multiples), built once;
   // *out stays null when N is too narrow to give each thread a block.
@@ -426,7 +433,10 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
       dnnl::matmul::primitive_desc pd(*d, attr, dnnl_engine());
       plan.prim = dnnl::matmul(pd);
       plan.prim_wei = pd.weights_desc();
-      if (const_w_) {
+      // Not where its runs go to RowGemm (at the executor's thread count): oneDNN's form would be made
+      // here and dropped when the first run packs RowGemm's, its heap kept (issue 40: ViT-B/16's peak
+      // 415 -> 733 MiB at 1 thread). A run that does need it packs it then (compute).
+      if (const_w_ && !row_gemm_takes(plan)) {
         ASSIGN_OR_RETURN(plan.weights, packed_weights(plan.prim_wei, plan.wei));
       }
       return Status::ok();
