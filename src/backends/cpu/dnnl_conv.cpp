@@ -14,8 +14,8 @@
 // use_own_winograd), else oneDNN's on large images at 1 thread (see use_winograd); small outputs
 // with large weights run ferry's direct cpu::ConvRows (see use_rows), and so do most of ResNet's 1x1s
 // on 2+ images (its pixel-major form, see use_rows_1x1); an
-// f32 SiLU is applied after the primitive rather than as its post-op (see act_after_postop; on
-// AVX-512 by silu16, on AVX2 + FMA by silu8, the same bits).
+// f32 SiLU is applied after the primitive rather than as its post-op (see act_after_postop;
+// cpu::activate_in_place, activation_in_place.h).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -25,7 +25,7 @@
 #include <optional>
 #include <unordered_map>
 
-#include "backends/cpu/exp_neg.h"
+#include "backends/cpu/activation_in_place.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/conv_rows.h"
 #include "backends/cpu/cpu_parallel.h"
@@ -35,15 +35,10 @@
 #include "backends/cpu/one_thread_rules.h"
 #include "backends/cpu/prepacked.h"
 #include "backends/cpu/small_gemm.h"
-#include "backends/cpu/vec_math.h"
 #include "backends/cpu/winograd.h"
 #include "backends/packed_weights.h"
 #include "common/env_switch.h"
 #include "ops/conv_pool_util.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace ferry {
 namespace {
@@ -54,72 +49,6 @@ using cpu::dnnl_stream;
 using cpu::wrap;
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
-
-// AttrReader with the error() the shared conv/pool attribute parsers want.
-#if defined(__x86_64__)
-// SiLU of 16 floats: x / (1 + e^-x), with e^-x = 2^v, v = -x log2(e) = n + f (n = round(v), |f| <= 1/2,
-// f from two FMAs with log2(e) in two parts, so it carries no error from v's rounding), 2^f a
-// degree-5 polynomial (fitted to 2^f's relative error on [-1/2, 1/2]: 1.0e-7) and 2^n by scalef; one
-// division. x is clamped above at 104 only (2^-150 rounds to 0, so +inf gives inf); far below,
-// 2^n overflows to inf and x / inf is -0, as x * sigmoid(x) is (NaN for -inf, as vec::sigmoid gives).
-// 11 vector ops on the FMA ports against 15 for the Cephes e^x form it replaced (range reduction in
-// ln 2, a degree-7 polynomial, clamps on both sides and a fix-up below them): 64K floats in cache,
-// 1 thread, 1.55 ns per 16 floats against 2.36 (bench/silu_probe.cpp, best of 7 x 50 calls); max
-// relative error 2.4e-7 against double precision on a sweep of [-100, 100] (1.4e-7 before).
-__attribute__((target("avx512f"))) inline __m512 silu16(__m512 x) {
-  return _mm512_div_ps(x, cpu::one_plus_exp_neg16(x));  // exp_neg.h
-}
-
-__attribute__((target("avx512f"))) void silu_avx512(float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, silu16(_mm512_loadu_ps(y + i)));
-  if (i < n) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(y + i, m, silu16(_mm512_maskz_loadu_ps(m, y + i)));
-  }
-}
-
-// silu16 on 8 lanes (one_plus_exp_neg8: the same bits). The compiler-vectorized loop below it was
-// left scalar by gcc 12 in the AVX2 clone: EfficientNet-B0 at 1 thread on a Zen 3 core (AVX2, no
-// AVX-512) spent 64% of its time there (perf), 54.6 ms CPU per run against ONNX Runtime's 16.8.
-__attribute__((target("avx2,fma"))) inline __m256 silu8(__m256 x) { return _mm256_div_ps(x, cpu::one_plus_exp_neg8(x)); }
-
-__attribute__((target("avx2,fma"))) void silu_avx2(float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, silu8(_mm256_loadu_ps(y + i)));
-  if (i < n) {
-    float t[8] = {};
-    std::memcpy(t, y + i, static_cast<size_t>(n - i) * sizeof(float));
-    _mm256_storeu_ps(t, silu8(_mm256_loadu_ps(t)));
-    std::memcpy(y + i, t, static_cast<size_t>(n - i) * sizeof(float));
-  }
-}
-#endif
-
-// act(y) in place, one vectorized loop per activation kind.
-FERRY_VEC void activate_in_place(float* y, int64_t n, ActKind kind, float alpha, float beta) {
-  switch (kind) {
-    case ActKind::kNone: return;
-    case ActKind::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0.f ? 0.f : y[i]; return;  // NaN stays NaN
-    case ActKind::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] >= 0.f ? y[i] : alpha * y[i]; return;
-    case ActKind::kClip: for (int64_t i = 0; i < n; ++i) y[i] = vec::clampf(y[i], alpha, beta); return;
-    case ActKind::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = vec::sigmoid(y[i]); return;
-    case ActKind::kHardSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = vec::clampf(alpha * y[i] + beta, 0.f, 1.f); return;
-    case ActKind::kHardSwish:
-      for (int64_t i = 0; i < n; ++i) y[i] = y[i] * vec::clampf(y[i] * (1.f / 6.f) + 0.5f, 0.f, 1.f);
-      return;
-    case ActKind::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = vec::tanh(y[i]); return;
-    case ActKind::kSilu:
-#if defined(__x86_64__)
-      if (__builtin_cpu_supports("avx512f")) return silu_avx512(y, n);
-      if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return silu_avx2(y, n);
-#endif
-      for (int64_t i = 0; i < n; ++i) y[i] = y[i] * vec::sigmoid(y[i]);
-      return;
-    case ActKind::kGelu: for (int64_t i = 0; i < n; ++i) y[i] = vec::gelu_erf(y[i]); return;
-    case ActKind::kGeluTanh: for (int64_t i = 0; i < n; ++i) y[i] = vec::gelu_tanh(y[i]); return;
-  }
-}
 
 class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
  public:
@@ -219,7 +148,7 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
       const int64_t rows = x.dim(0), cout = w_.dim(0);
       float* yp = y->mutable_data<float>();
       cpu::small_gemm(rows, x.data<float>(), w_.dim(1), gemv_w_, b_.defined() ? b_.data<float>() : nullptr, yp, cout);
-      activate_in_place(yp, rows * cout, act_.kind, act_.alpha, act_.beta);
+      cpu::activate_in_place(yp, rows * cout, act_.kind, act_.alpha, act_.beta);
       return Status::ok();
     }
     // The sum post-op adds what dst holds: dst may be the residual's own buffer when nothing reads
@@ -325,7 +254,7 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
   void apply_act_after(const Plan& p, Tensor* y) const {
     if (!p.act_after) return;
     float* yp = y->mutable_data<float>();
-    parallel_ranges(y->numel(), 32, [&](int64_t b, int64_t e) { activate_in_place(yp + b, e - b, act_.kind, act_.alpha, act_.beta); });
+    parallel_ranges(y->numel(), 32, [&](int64_t b, int64_t e) { cpu::activate_in_place(yp + b, e - b, act_.kind, act_.alpha, act_.beta); });
   }
 
   bool gemv_ok_ = false;      // f32, ungrouped, 1x1 kernel: a plan may take the small-GEMM path
