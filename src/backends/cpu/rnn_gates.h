@@ -1,5 +1,5 @@
-// The LSTM gate equations of the cpu backend's recurrent kernel (rnn.cpp) on AVX-512 and AVX2, exposed for
-// the unit tests (tests/unit/test_cpu_rnn.cpp).
+// The LSTM gate equations of the cpu backend's recurrent kernel (rnn.cpp) on AVX-512 and AVX2
+// (rnn_gates.cpp), also called by the unit tests (tests/unit/test_cpu_rnn.cpp).
 #pragma once
 
 #include <cstdint>
