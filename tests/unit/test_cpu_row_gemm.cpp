@@ -114,8 +114,9 @@ TEST(CpuRowGemm, EveryIsaGivesTheSameBitsAsItsScalarModel) {
     int64_t m, k, n, lda;
     bool trans_b;
   };
+  // N = 480: two column chunks of 240, also run one chunk at a time (run_chunks, as threads do).
   const Case cases[] = {{15, 300, 96, 301, false}, {11, 129, 48, 129, true}, {3, 64, 144, 64, false},
-                        {1, 200, 48, 200, false}, {13, 256, 96, 256, true}};
+                        {1, 200, 48, 200, false}, {13, 256, 96, 256, true}, {9, 150, 480, 150, false}};
   uint32_t seed = 100;
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << c.m << "x" << c.k << "x" << c.n << (c.trans_b ? " transB" : ""));
@@ -140,11 +141,17 @@ TEST(CpuRowGemm, EveryIsaGivesTheSameBitsAsItsScalarModel) {
         SCOPED_TRACE(::testing::Message() << isa_name(isa) << " mode " << mode);
         auto created = cpu::RowGemm::create(w.data(), c.trans_b, bias.data(), c.k, c.n, false, isa);
         ASSERT_TRUE(created.is_ok()) << created.status().to_string();
+        const cpu::RowGemm& g = *created.value();
         std::vector<float> y = accumulate ? z : std::vector<float>(z.size(), -7.f);
-        created.value()->run(x.data(), c.m, c.lda, y.data(), accumulate, gelu);
+        g.run(x.data(), c.m, c.lda, y.data(), accumulate, gelu);
         for (size_t e = 0; e < y.size(); ++e)
           ASSERT_EQ(std::memcmp(&y[e], &want[e], sizeof(float)), 0)
               << "at " << e / c.n << "," << e % c.n << ": " << y[e] << " vs " << want[e];
+        if (g.chunks() > 1) {  // chunk by chunk, the last first
+          std::vector<float> yc = accumulate ? z : std::vector<float>(z.size(), -7.f);
+          for (int64_t ch = g.chunks() - 1; ch >= 0; --ch) g.run_chunks(x.data(), c.m, c.lda, yc.data(), accumulate, gelu, ch, ch + 1);
+          ASSERT_EQ(std::memcmp(yc.data(), want.data(), want.size() * sizeof(float)), 0) << "chunk by chunk";
+        }
       }
     }
   }
@@ -187,6 +194,46 @@ TEST(CpuRowGemm, FusedMatMulTakesThePathAndMatchesReference) {
     EXPECT_GT(cpu::RowGemm::calls(), before) << "the FusedMatMul kernel did not take cpu::RowGemm";
     ASSERT_EQ(outs.size(), 1u);
     expect_near(outs[0].second, want, 1e-4, 1e-4);
+  }
+}
+
+// At 2 threads on an AVX2 CPU without AVX-512 (dnnl_matmul.cpp: row_gemm_threads), a FusedMatMul of
+// two column chunks ([1, 24, 200] x [200, 480] + bias + residual, GELU) takes cpu::RowGemm, both
+// threads a chunk, and gives the 1-thread run's bits; elsewhere 2 threads keep oneDNN (within 1e-4).
+TEST(CpuRowGemm, TwoThreadsShareTheChunksOnAvx2) {
+  if (!cpu::RowGemm::supported(200, 480)) GTEST_SKIP() << "no AVX-512F nor AVX2 + FMA";
+  const char* e = std::getenv("FERRY_MATMUL_ROW_GEMM");
+  if (e && std::string(e) == "0") GTEST_SKIP() << "FERRY_MATMUL_ROW_GEMM=0";
+  const bool avx2_only = cpu::RowGemm::best_isa() == cpu::RowGemm::Isa::kAvx2;
+  Tensor x = random_tensor({1, 24, 200}, 81), z = random_tensor({1, 24, 480}, 84);
+  OpTester t("FusedMatMul", 1, "com.ferry");
+  t.attr("activation", std::string("Gelu")).input(x).const_input(random_tensor({200, 480}, 82));
+  t.const_input(random_tensor({480}, 83)).input(z);
+  const Tensor want = t.run("cpu-ref")[0];
+  std::vector<Tensor> got;
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    ExecutorOptions eo;
+    eo.device = "cpu";
+    eo.threads = threads;
+    auto ex = Executor::create(t.last_model(), eo);
+    ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+    const auto& in = t.last_model()->graph.inputs;
+    NamedTensors feeds = {{in[0].name, x}, {in[1].name, z}}, outs;
+    const int64_t before = cpu::RowGemm::calls();
+    const Status st = ex.value()->run(feeds, &outs);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    if (threads == 1 || avx2_only) {
+      EXPECT_GT(cpu::RowGemm::calls(), before) << "did not take cpu::RowGemm";
+    } else {
+      EXPECT_EQ(cpu::RowGemm::calls(), before) << "took cpu::RowGemm at 2 threads on an AVX-512 CPU";
+    }
+    ASSERT_EQ(outs.size(), 1u);
+    expect_near(outs[0].second, want, 1e-4, 1e-4);
+    got.push_back(outs[0].second);
+  }
+  if (avx2_only) {
+    EXPECT_EQ(std::memcmp(got[0].raw(), got[1].raw(), static_cast<size_t>(got[0].nbytes())), 0) << "2 threads != 1 thread";
   }
 }
 

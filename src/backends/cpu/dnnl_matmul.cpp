@@ -80,6 +80,13 @@ std::atomic<int64_t> g_column_split_runs{0};
 // at load 5.6-6.4 showed no difference (65.5 / 65.4). More rows reuse each weight enough for oneDNN
 // (and the column chunk of y would leave L2).
 constexpr int64_t kRowGemmMinRows = 16, kRowGemmMaxRows = 256;
+// On AVX2 CPUs without AVX-512 RowGemm also serves 2+ threads, each thread a share of its column
+// chunks: there oneDNN 2.6 runs [128, 768] x [768, 3072] at half RowGemm's speed (row_gemm.h). Zen 3,
+// 2 threads, batch 1, bench/ab_vs_ort.py MODEL 2 1 3 1.5 (oneDNN, then chunks), alternated, load
+// 10.5-12: process CPU p50 BERT-like 155.8 -> 136.1 ms, ViT-B/16 524.0 -> 405.2; wall / ORT per round
+// (median) 0.65 -> 0.63 and 0.79 -> 0.74. On AVX-512 CPUs 2+ threads keep oneDNN (RowGemm was
+// measured there at 1 thread only).
+bool row_gemm_threads() { return cpu::RowGemm::best_isa() == cpu::RowGemm::Isa::kAvx2; }
 bool row_gemm_enabled() {  // read on each eligible call (tests turn it on)
   const char* e = env_value("FERRY_MATMUL_ROW_GEMM");
   return !(e && std::string(e) == "0");
@@ -205,7 +212,12 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
         packed_.clear();
         drop_original_if_packed();
       }
-      row_gemm_->run(a.data<float>(), p->m, p->k, y->mutable_data<float>(), has_z_, act_.kind == ActKind::kGelu);
+      const cpu::RowGemm& g = *row_gemm_;
+      const bool gelu = act_.kind == ActKind::kGelu;
+      // Threads take whole column chunks (each its own part of the weight stream).
+      parallel_ranges(g.chunks(), p->m * p->k * p->n / g.chunks(), [&](int64_t b, int64_t e) {
+        g.run_chunks(a.data<float>(), p->m, p->k, y->mutable_data<float>(), has_z_, gelu, b, e);
+      });
       return Status::ok();
     }
     if (const_w_ && !p->weights) {
@@ -249,10 +261,11 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
   };
 
   // Whether a run of plan p on this thread goes to cpu::RowGemm: constant f32 weights, 16-256 rows,
-  // one thread (the calling thread's count, as the executor set it).
+  // one thread (the calling thread's count, as the executor set it), or any count on AVX2 CPUs
+  // without AVX-512 (row_gemm_threads).
   bool row_gemm_takes(const Plan& p) const {
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    return threads == 1 && const_w_ && dtype_ == DType::kF32 && p.m >= kRowGemmMinRows && p.m <= kRowGemmMaxRows &&
+    return (threads == 1 || row_gemm_threads()) && const_w_ && dtype_ == DType::kF32 && p.m >= kRowGemmMinRows && p.m <= kRowGemmMaxRows &&
            row_gemm_enabled() && (act_.kind == ActKind::kNone || act_.kind == ActKind::kGelu) &&
            cpu::RowGemm::supported(p.k, p.n);
   }

@@ -308,8 +308,13 @@ constexpr RowsKernel kKernelsAvx2[9] = {nullptr, rows48_avx2<1>, rows48_avx2<2>,
 }  // namespace
 
 void RowGemm::run(const float* x, int64_t m, int64_t lda, float* y, bool accumulate, bool gelu) const {
+  run_chunks(x, m, lda, y, accumulate, gelu, 0, chunks());
+}
+
+void RowGemm::run_chunks(const float* x, int64_t m, int64_t lda, float* y, bool accumulate, bool gelu,
+                         int64_t chunk_begin, int64_t chunk_end) const {
   g_calls.fetch_add(1, std::memory_order_relaxed);
-  if (m <= 0) return;
+  if (m <= 0 || chunk_begin >= chunk_end) return;
   const int64_t kb_count = (k_ + kc_ - 1) / kc_, row_blocks = (m + kRows - 1) / kRows;
   // With a residual in y and several K blocks, the partial sums go to a scratch chunk [m, nc], and
   // the residual is added once at the end: summing the products into the residual directly loses
@@ -317,10 +322,10 @@ void RowGemm::run(const float* x, int64_t m, int64_t lda, float* y, bool accumul
   const bool staged = accumulate && kb_count > 1;
   static thread_local std::vector<float> scratch;
   if (staged && scratch.size() < static_cast<size_t>(m * nc_)) scratch.resize(static_cast<size_t>(m * nc_));
-  const float* p = packed_.get();
+  const float* p = packed_.get() + chunk_begin * nc_ * k_;  // each chunk's slivers: k x nc floats
   const RowsKernel* kernels = isa_ == Isa::kAvx512 ? kKernels : kKernelsAvx2;
   const GeluTile gelu_rows = isa_ == Isa::kAvx512 ? gelu_tile : gelu_tile_avx2;
-  for (int64_t c0 = 0; c0 < n_; c0 += nc_)
+  for (int64_t c0 = chunk_begin * nc_; c0 < chunk_end * nc_; c0 += nc_)
     for (int64_t kb = 0; kb < kb_count; ++kb) {
       const int64_t k0 = kb * kc_, kcb = std::min(kc_, k_ - k0);
       const bool first = kb == 0, last = kb == kb_count - 1;
@@ -346,6 +351,7 @@ void RowGemm::run(const float* x, int64_t m, int64_t lda, float* y, bool accumul
     }
 }
 #else
+void RowGemm::run_chunks(const float*, int64_t, int64_t, float*, bool, bool, int64_t, int64_t) const {}  // not supported()
 bool RowGemm::has(Isa) { return false; }
 RowGemm::Isa RowGemm::best_isa() { return Isa::kAvx2; }
 bool RowGemm::supported(int64_t, int64_t) { return false; }

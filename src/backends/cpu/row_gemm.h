@@ -48,6 +48,12 @@ class RowGemm {
   /// y = x * W + bias (+ y's own values when accumulate: the residual already in y), then GELU
   /// (erf form) when gelu. x: [m, K] rows lda apart; y: [m, N] dense. One thread.
   void run(const float* x, int64_t m, int64_t lda, float* y, bool accumulate, bool gelu) const;
+  /// run() for the columns of chunks [chunk_begin, chunk_end) only (chunk c: columns [c nc, (c + 1) nc)
+  /// of y, its own part of the weight stream), so threads can share one product; the same bits as run().
+  void run_chunks(const float* x, int64_t m, int64_t lda, float* y, bool accumulate, bool gelu, int64_t chunk_begin,
+                  int64_t chunk_end) const;
+  /// The column chunks (N / nc).
+  int64_t chunks() const { return n_ / nc_; }
 
   /// The weights back as create() was given them ([K, N], or [N, K] when trans_b): the same values.
   void unpack(float* w, bool trans_b) const;
