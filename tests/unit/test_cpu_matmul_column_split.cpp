@@ -4,6 +4,7 @@
 // bias, N not a multiple of 64 (a partial last block), MatMul + bias + residual Add + Relu fused into
 // one FusedMatMul (the sum post-op on each block's columns of the residual), leading dims folded
 // into M; one thread never splits.
+#include <cstdlib>
 #include <string>
 
 #include "backends/cpu/dnnl_matmul.h"
@@ -75,7 +76,17 @@ TEST(CpuMatMulColumnSplit, FusedMatMulBiasResidualRelu) {
 }
 
 // A transformer-sized product (BERT's out-projection: 128 rows, 768 x 768 + bias), two blocks of 384.
+// FERRY_MATMUL_ROW_GEMM=0 here: on AVX2 CPUs without AVX-512 cpu::RowGemm takes this shape at 2
+// threads too (dnnl_matmul.cpp: row_gemm_threads; test_cpu_row_gemm.cpp), and the split is what is tested.
 TEST(CpuMatMulColumnSplit, TransformerShapeBlocksMatchReference) {
+  const char* e = std::getenv("FERRY_MATMUL_ROW_GEMM");
+  const std::string saved = e ? e : "";
+  ::setenv("FERRY_MATMUL_ROW_GEMM", "0", 1);
+  struct Restore {
+    std::string v;
+    bool had;
+    ~Restore() { had ? ::setenv("FERRY_MATMUL_ROW_GEMM", v.c_str(), 1) : ::unsetenv("FERRY_MATMUL_ROW_GEMM"); }
+  } restore{saved, e != nullptr};
   GraphBuilder b(13);
   const std::string a = b.input("a", DType::kF32, {128, 768});
   b.output(b.node("Gemm", {a, b.initializer("w", random_tensor({768, 768}, 31)), b.initializer("c", random_tensor({768}, 32))}));
