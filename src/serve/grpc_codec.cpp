@@ -1,6 +1,7 @@
 // See grpc_codec.h.
 #include "serve/grpc_codec.h"
 
+#include <climits>
 #include <cstring>
 #include <type_traits>
 
@@ -150,26 +151,39 @@ StatusOr<GrpcDecoded> decode_request(const ModelInferRequest& r, const ModelSign
   out.request.batch = batch > 0 ? batch : 1;
   for (const auto& o : r.outputs()) {
     RETURN_IF_ERROR(check_output_name(sig, o.name()));
-    for (const auto& [key, p] : o.parameters())
-      if (key == "classification")
-        return invalid_argument("output '" + o.name() + "': the classification extension is not supported by ferry");
-    out.outputs.push_back(o.name());
+    RequestedOutput req{o.name()};
+    for (const auto& [key, p] : o.parameters()) {
+      if (key != "classification") continue;
+      if (p.parameter_choice_case() == inference::InferParameter::kInt64Param) req.classification = p.int64_param();
+      else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param && p.uint64_param() <= uint64_t(INT64_MAX))
+        req.classification = static_cast<int64_t>(p.uint64_param());
+      else return invalid_argument("output '" + o.name() + "': parameter 'classification' is not an integer");
+      RETURN_IF_ERROR(check_classification(sig, o.name(), req.classification));
+    }
+    out.outputs.push_back(std::move(req));
   }
   if (out.outputs.empty())
-    for (const TensorSpec& s : sig.outputs) out.outputs.push_back(s.name);
+    for (const TensorSpec& s : sig.outputs) out.outputs.push_back({s.name});
   return out;
 }
 
-void encode_response(const ModelSignature& sig, const std::string& id, const std::vector<std::string>& names, const TensorList& outputs,
+void encode_response(const ModelSignature& sig, const std::string& id, const std::vector<RequestedOutput>& names, const TensorList& outputs,
                      ModelInferResponse* resp) {
   resp->set_model_name(sig.name);
   resp->set_model_version(std::to_string(sig.version));
   resp->set_id(id);
-  for (const std::string& name : names) {
+  for (const RequestedOutput& req : names) {
+    const std::string& name = req.name;
     const Tensor* t = nullptr;
     for (const auto& [n, tensor] : outputs)
       if (n == name) t = &tensor;
     if (!t) continue;
+    StatusOr<Tensor> classified = Tensor();
+    if (req.classification > 0) {
+      classified = classify(*t, req.classification, sig.max_batch > 0);
+      if (!classified.is_ok()) continue;  // cannot fail: the strings tensor is no larger than the output
+      t = &classified.value();
+    }
     auto* o = resp->add_outputs();
     o->set_name(name);
     o->set_datatype(kserve_dtype_name(t->dtype()));

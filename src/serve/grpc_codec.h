@@ -10,13 +10,14 @@
 #include "common/status.h"
 #include "serve/grpc_service.pb.h"
 #include "serve/inference_types.h"
+#include "serve/kserve_json.h"
 #include "serve/served_model.h"
 
 namespace ferry::serve {
 
 struct GrpcDecoded {
   InferRequest request;
-  std::vector<std::string> outputs;  // in the order asked for (all of the model's when none named)
+  std::vector<RequestedOutput> outputs;  // in the order asked for (all of the model's when none named)
 };
 
 /// ModelInferRequest -> InferRequest, checked against the model with the HTTP decoder's checks:
@@ -24,8 +25,9 @@ struct GrpcDecoded {
 /// (one per input), the `timeout` parameter, the requested outputs.
 StatusOr<GrpcDecoded> decode_request(const inference::ModelInferRequest& r, const ModelSignature& sig);
 
-/// The model's outputs (config order) into the response: the requested ones, as raw bytes.
-void encode_response(const ModelSignature& sig, const std::string& id, const std::vector<std::string>& names, const TensorList& outputs,
+/// The model's outputs (config order) into the response: the requested ones, as raw bytes (a
+/// classification as BYTES, kserve_json.h classify).
+void encode_response(const ModelSignature& sig, const std::string& id, const std::vector<RequestedOutput>& names, const TensorList& outputs,
                      inference::ModelInferResponse* resp);
 
 /// One model version's statistics, as Triton's ModelStatistics.

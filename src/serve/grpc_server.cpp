@@ -86,7 +86,7 @@ struct GrpcServer::Impl {
     InferRequest request = std::move(decoded.value().request);
     request.cancelled = std::move(cancelled);
     request.version_pinned = !req.model_version().empty();
-    auto names = std::make_shared<std::vector<std::string>>(std::move(decoded.value().outputs));
+    auto names = std::make_shared<std::vector<RequestedOutput>>(std::move(decoded.value().outputs));
     const std::string id = request.id;
     const bool alone = in_flight.fetch_add(1) == 0;
     const InlinePolicy policy = !one_poller ? InlinePolicy::kInstanceFree : alone ? InlinePolicy::kIdle : InlinePolicy::kNever;
@@ -246,7 +246,7 @@ class Service final : public ServiceBase {
                                            inference::ServerMetadataResponse* resp) override {
     resp->set_name("ferry");
     resp->set_version(s_->opt.version);
-    for (const char* e : {"binary_tensor_data", "model_repository", "model_configuration", "statistics", "parameters"})
+    for (const char* e : {"binary_tensor_data", "classification", "model_repository", "model_configuration", "statistics", "parameters"})
       resp->add_extensions(e);
     return answer(ctx, grpc::Status::OK);
   }

@@ -10,9 +10,11 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -270,6 +272,38 @@ Status check_output_name(const ModelSignature& sig, const std::string& name) {
   return Status::ok();
 }
 
+Status check_classification(const ModelSignature& sig, const std::string& name, int64_t classes) {
+  const TensorSpec* spec = find_spec(sig.outputs, name);
+  if (!spec) return check_output_name(sig, name);
+  if (classes <= 0) return invalid_argument("output '" + name + "': parameter 'classification' is " + std::to_string(classes) +
+                                            "; give the number of classes wanted, >= 1");
+  if (spec->dtype == DType::kString || spec->dtype == DType::kBool)
+    return invalid_argument("output '" + name + "' is " + kserve_dtype_name(spec->dtype) +
+                            ": the classification extension needs a numeric output");
+  return Status::ok();
+}
+
+StatusOr<Tensor> classify(const Tensor& t, int64_t classes, bool batched) {
+  const std::vector<double> v = t.to_double_vector();
+  const int64_t rows = batched && !t.dims().empty() ? t.dims()[0] : 1;
+  const int64_t per_row = rows > 0 ? static_cast<int64_t>(v.size()) / rows : 0;
+  const int64_t k = std::min(classes, per_row);
+  std::vector<int64_t> dims = batched ? std::vector<int64_t>{rows, k} : std::vector<int64_t>{k};
+  ASSIGN_OR_RETURN(Tensor out, Tensor::create(DType::kString, dims, "classification"));
+  std::vector<int64_t> idx(static_cast<size_t>(per_row));
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* row = v.data() + r * per_row;
+    for (int64_t i = 0; i < per_row; ++i) idx[static_cast<size_t>(i)] = i;
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [row](int64_t a, int64_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t i = idx[static_cast<size_t>(j)];
+      out.mutable_strings()[static_cast<size_t>(r * k + j)] = std::to_string(static_cast<float>(row[i])) + ":" + std::to_string(i);
+    }
+  }
+  return out;
+}
+
 StatusOr<Tensor> decode_bytes_tensor(std::string_view raw, const std::vector<int64_t>& dims, const std::string& what) {
   ASSIGN_OR_RETURN(int64_t count, checked_element_count(dims, what));
   ASSIGN_OR_RETURN(Tensor t, Tensor::create(DType::kString, dims, what));
@@ -453,8 +487,11 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
           if (!b->IsBool()) return invalid_argument("output '" + r.name + "': 'binary_data' is not a boolean");
           r.binary = b->GetBool();
         }
-        if (member(*params, "classification"))
-          return invalid_argument("output '" + r.name + "': the classification extension is not supported by ferry");
+        if (auto c = member(*params, "classification")) {
+          if (!c->IsInt64()) return invalid_argument("output '" + r.name + "': parameter 'classification' is not an integer");
+          RETURN_IF_ERROR(check_classification(sig, r.name, c->GetInt64()));
+          r.classification = c->GetInt64();
+        }
       }
       out.outputs.push_back(std::move(r));
     }
@@ -535,11 +572,18 @@ EncodedResponse encode_infer_response(const ModelSignature& sig, const DecodedIn
   w.Key("outputs");
   w.StartArray();
   std::vector<const Tensor*> binary;
+  std::deque<Tensor> classified;  // pointers into it stay valid as it grows
   for (const RequestedOutput& r : req.outputs) {
     const Tensor* t = nullptr;
     for (const auto& [n, x] : outputs)
       if (n == r.name) t = &x;
     if (!t) continue;
+    if (r.classification > 0) {
+      auto c = classify(*t, r.classification, sig.max_batch > 0);
+      if (!c.is_ok()) continue;  // cannot fail: the strings tensor is no larger than the output
+      classified.push_back(std::move(c).value());
+      t = &classified.back();
+    }
     w.StartObject();
     w.Key("name");
     w.String(r.name);
@@ -599,7 +643,7 @@ std::string server_metadata_json(std::string_view version) {
   w.String(version.data(), static_cast<rapidjson::SizeType>(version.size()));
   w.Key("extensions");
   w.StartArray();
-  for (const char* e : {"binary_tensor_data", "model_repository", "model_configuration", "statistics", "parameters"}) w.String(e);
+  for (const char* e : {"binary_tensor_data", "classification", "model_repository", "model_configuration", "statistics", "parameters"}) w.String(e);
   w.EndArray();
   w.EndObject();
   return std::string(sb.GetString(), sb.GetSize());

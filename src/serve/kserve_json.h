@@ -19,6 +19,8 @@ namespace ferry::serve {
 struct RequestedOutput {
   std::string name;
   bool binary = false;
+  /// > 0: Triton's classification extension, the top this many classes instead of the tensor.
+  int64_t classification = 0;
 };
 
 struct DecodedInfer {
@@ -43,6 +45,12 @@ StatusOr<const TensorSpec*> check_input(const ModelSignature& sig, const std::st
 Status check_inputs_complete(const ModelSignature& sig, const TensorList& inputs);
 /// `name` is an output of the model.
 Status check_output_name(const ModelSignature& sig, const std::string& name);
+/// Triton's classification extension for output `name`: `classes` (> 0) and a numeric output.
+Status check_classification(const ModelSignature& sig, const std::string& name, int64_t classes);
+/// Triton's classification extension: the `classes` largest values of each batch row of `t` (of
+/// all of it when the model does not batch), largest first (ties: the lower index), as BYTES
+/// "value:index" (value as std::to_string); shape [rows, k] or [k], k = min(classes, values per row).
+StatusOr<Tensor> classify(const Tensor& t, int64_t classes, bool batched);
 /// BYTES tensors in the binary forms (HTTP binary tensor data, gRPC raw_input_contents /
 /// raw_output_contents), Triton's serialization: each element a 4-byte little-endian length, then
 /// its bytes. The decoder checks the element count against `dims` and names the element that runs

@@ -20,7 +20,7 @@ import urllib.request
 
 import numpy as np
 
-from serve_util import ADD_CONFIG, ServeProcess, add_model, check, echo_model, failures, pack_bytes, put, relu_model
+from serve_util import ADD_CONFIG, ServeProcess, add_model, check, echo_model, failures, pack_bytes, put, relu_model, unpack_bytes
 
 FERRY, SRC, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 shutil.rmtree(WORK, ignore_errors=True)
@@ -202,6 +202,19 @@ try:
     resp = stub.ModelInfer(req, timeout=T)
     check(np.array_equal(output(resp, "b"), np.maximum(a, 0)), "ModelInfer relu with a requested output")
 
+    # Triton's classification extension: each row's top classes as "value:index" BYTES.
+    xc = np.array([[1, 5, 3, 2], [0, -1, 7, 7]], dtype=np.float32)
+    req = infer_request("add", xc, np.zeros_like(xc))
+    req.outputs.add(name="z").parameters["classification"].int64_param = 2
+    resp = stub.ModelInfer(req, timeout=T)
+    o = resp.outputs[0]
+    check(o.datatype == "BYTES" and list(o.shape) == [2, 2] and
+          unpack_bytes(resp.raw_output_contents[0]) == [b"5.000000:1", b"3.000000:2", b"7.000000:2", b"7.000000:3"],
+          "ModelInfer classification: %s %s %s" % (o.datatype, list(o.shape), resp.raw_output_contents[:1]))
+    req.outputs[0].parameters["classification"].int64_param = 0
+    expect_error(lambda: stub.ModelInfer(req, timeout=T), grpc.StatusCode.INVALID_ARGUMENT, "'classification' is 0",
+                 "ModelInfer classification 0")
+
     # ---- bad requests: the code, and a message naming the input, expected vs given ---------
     bad = infer_request("add", x, y)
     bad.inputs[1].datatype = "INT64"
@@ -302,8 +315,8 @@ try:
 
     # ---- statistics ----------------------------------------------------------------------
     st = stub.ModelStatistics(pb.ModelStatisticsRequest(name="add"), timeout=T).model_stats
-    check(len(st) == 1 and st[0].name == "add" and st[0].version == "1" and st[0].inference_stats.success.count == 3
-          and st[0].inference_count == 6 and st[0].last_inference > 0, "ModelStatistics add: %s" % st)
+    check(len(st) == 1 and st[0].name == "add" and st[0].version == "1" and st[0].inference_stats.success.count == 4
+          and st[0].inference_count == 8 and st[0].last_inference > 0, "ModelStatistics add: %s" % st)  # with the classification's
     allst = stub.ModelStatistics(pb.ModelStatisticsRequest(), timeout=T).model_stats
     check(sorted(s.name for s in allst) == ["add", "batched", "echo", "queued", "relu"], "ModelStatistics of every model: %s" % [s.name for s in allst])
     expect_error(lambda: stub.ModelStatistics(pb.ModelStatisticsRequest(name="nosuch"), timeout=T), grpc.StatusCode.NOT_FOUND, "nosuch",

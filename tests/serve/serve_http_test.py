@@ -276,6 +276,20 @@ try:
     r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % srv.port, "-m", "nope"], capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 and "unknown model" in r.stderr, "perf on an unknown model: %s" % r.stderr[-300:])
 
+    # Triton's classification extension: each row's top classes as "value:index" BYTES.
+    xc = np.array([[1, 5, 3, 2], [0, -1, 7, 7]], np.float32)
+    r = post(U + "/v2/models/add/infer", infer_body(xc, np.zeros_like(xc), outputs=[{"name": "z", "parameters": {"classification": 2}}]))
+    o = r.json()["outputs"][0] if r.status_code == 200 else {}
+    check(o.get("datatype") == "BYTES" and o.get("shape") == [2, 2] and o.get("data") == ["5.000000:1", "3.000000:2", "7.000000:2", "7.000000:3"],
+          "classification: " + r.text)
+    r = post(U + "/v2/models/add/infer", infer_body(xc, np.zeros_like(xc), outputs=[{"name": "z", "parameters": {"classification": 0}}]))
+    check(r.status_code == 400 and "output 'z': parameter 'classification' is 0" in r.json()["error"], "classification 0: " + r.text)
+    r = post(U + "/v2/models/add/infer", infer_body(xc, np.zeros_like(xc), outputs=[{"name": "z", "parameters": {"classification": 9, "binary_data": True}}]))
+    hl = int(r.headers.get("Inference-Header-Content-Length", "0"))
+    check(r.status_code == 200 and unpack_bytes(r.content[hl:]) == [b"5.000000:1", b"3.000000:2", b"2.000000:3", b"1.000000:0",
+                                                                   b"7.000000:2", b"7.000000:3", b"0.000000:0", b"-1.000000:1"],
+          "classification, more classes than values, binary: %s" % r.content[hl:hl + 80])
+
     # --io-spin-microseconds: the I/O threads and gRPC pollers spin only right after work, for at
     # most the budget; an idle server burns no core. (The spin also stops where the machine's cores
     # are busy, so on a loaded machine this passes without spinning at all.)
