@@ -175,10 +175,11 @@ struct DeviceDefaults {
   const char* name;
   bool host;
   int opt_level;
+  bool split_batches;
 };
 constexpr DeviceDefaults kDeviceDefaults[] = {
-    {"cpu-ref", true, 0},  // the oracle runs graphs as imported
-    {"cpu", true, 2},
+    {"cpu-ref", true, 0, false},  // the oracle runs graphs as imported, batches whole
+    {"cpu", true, 2, true},
 };
 
 }  // namespace
@@ -193,6 +194,12 @@ int default_opt_level(const std::string& device) {
   for (const DeviceDefaults& d : kDeviceDefaults)
     if (device == d.name) return d.opt_level;
   return 2;
+}
+
+bool splits_batches(const std::string& device) {
+  for (const DeviceDefaults& d : kDeviceDefaults)
+    if (device == d.name) return d.split_batches;
+  return true;  // the executor asks only for host devices
 }
 
 std::vector<std::string> device_graph_traits(const std::string& device) {

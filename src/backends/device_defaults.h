@@ -1,5 +1,5 @@
-// What a --device value is without opening a device: whether it runs on the host CPU and the
-// --opt-level it runs at when none is given. The layers above ask here instead of naming devices.
+// What a --device value is without opening a device: whether it runs on the host CPU, the
+// --opt-level it runs at when none is given and whether its batches may be split. The layers above ask here instead of naming devices.
 #pragma once
 
 #include <string>
@@ -13,5 +13,9 @@ bool is_host_device(const std::string& device);
 /// The --opt-level `device` runs at when none is given: 0 on "cpu-ref" (the reference backend, the
 /// oracle, runs graphs as imported), 2 on any other.
 int default_opt_level(const std::string& device);
+
+/// Whether the executor may run `device`'s batches as cache-sized parts (runtime/batch_split.h):
+/// a host device's but "cpu-ref"'s (the oracle runs a batch whole).
+bool splits_batches(const std::string& device);
 
 }  // namespace ferry

@@ -65,7 +65,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model
   ex->arena_huge_pages_ = options.arena_huge_pages;
   ex->split_rows_option_ = options.batch_split_rows;
   if (const char* e = env_value("FERRY_BATCH_SPLIT"); e && *e) ex->split_rows_option_ = std::atoll(e);
-  ex->split_enabled_ = ex->split_rows_option_ != 0 && is_host_backend(*ex->backend_) && ex->backend_->name() != "cpu-ref";
+  ex->split_enabled_ = ex->split_rows_option_ != 0 && is_host_backend(*ex->backend_) && splits_batches(ex->backend_->name());
   if (ex->split_enabled_) ex->split_info_ = analyze_batch_split(ex->model_->graph);
   ex->split_front_bytes_ = options.split_front_bytes;
   if (const char* e = env_value("FERRY_SPLIT_FRONT"); e && *e) ex->split_front_bytes_ = std::atoll(e);
