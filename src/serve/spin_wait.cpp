@@ -23,20 +23,23 @@ inline void cpu_pause() {
 
 bool cores_free() {
   using Clock = std::chrono::steady_clock;
-  static const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);  // one for the process, never closed
   static const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
   thread_local Clock::time_point checked{};
   thread_local bool free_now = true;
   const auto now = Clock::now();
-  if (fd < 0 || now - checked < std::chrono::milliseconds(1)) return free_now;
+  if (now - checked < std::chrono::milliseconds(1)) return free_now;
   checked = now;
+  // Opened and closed each time (at most once a millisecond per thread): no descriptor stays open.
+  const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return free_now = true;
   char buf[128];
-  const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
   if (n <= 0) return free_now = true;
   buf[n] = '\0';
   // "0.52 0.61 0.70 2/517 12345": the fourth field is runnable/total tasks.
   const char* p = buf;
-  for (int field = 0; field < 3 && p; ++field) {
+  for (int field = 0; field < 3; ++field) {
     while (*p && *p != ' ') ++p;
     while (*p == ' ') ++p;
   }
