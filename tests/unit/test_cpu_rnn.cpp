@@ -115,6 +115,8 @@ struct RnnCase {
 
 TEST(CpuRnn, SmallGemmMatchesPlainLoops) {
   std::mt19937 rng(7);
+  const bool vector_kernel = __builtin_cpu_supports("avx512f") ||
+                             (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
   for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 9, 17})
     for (int64_t N : {1, 15, 16, 33, 64, 130}) {
       const int64_t K = 11, ldb = N + 3, ldc = N + 5;
@@ -131,6 +133,12 @@ TEST(CpuRnn, SmallGemmMatchesPlainLoops) {
           double want = bias.data<float>()[n];
           for (int64_t k = 0; k < K; ++k) want += double(a.data<float>()[m * K + k]) * b.data<float>()[k * ldb + n];
           ASSERT_NEAR(c[m * ldc + n], want, 1e-4) << "M " << M << " N " << N << " at " << m << "," << n;
+          if (vector_kernel) {  // the AVX-512 and AVX2 blocks: the bias, then FMA with k ascending, bit for bit
+            float model = bias.data<float>()[n];
+            for (int64_t k = 0; k < K; ++k) model = std::fma(a.data<float>()[m * K + k], b.data<float>()[k * ldb + n], model);
+            ASSERT_EQ(std::memcmp(&c[m * ldc + n], &model, sizeof(float)), 0)
+                << "M " << M << " N " << N << " at " << m << "," << n << ": " << c[m * ldc + n] << " vs " << model;
+          }
         }
     }
 }

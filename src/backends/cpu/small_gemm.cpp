@@ -107,6 +107,74 @@ void small_gemm_avx512(int64_t M, const float* A, int64_t lda, const PanelMatrix
   }
 }
 
+// The same blocks on AVX2 + FMA (8 lanes, 16 ymm registers): MR <= 3 rows x 32 columns (NV = 4) or
+// MR <= 6 rows x 16 columns (NV = 2). Each element is its bias, then its products by FMA with k
+// ascending, as block_avx512: the same bits. The compiler-vectorized loop (no FMA in its AVX2 clone)
+// took 27% of the BiLSTM's time at 1 thread on a Zen 3 core (perf).
+template <int MR, int NV>
+__attribute__((target("avx2,fma"))) void block_avx2(int64_t K, int64_t width, const float* A, int64_t lda,
+                                                    const float* bp, const float* bias, float* C, int64_t ldc) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256i mask[NV];
+  __m256 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    const int64_t left = std::clamp<int64_t>(width - 8 * v, 0, 8);
+    mask[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), lane);
+    const __m256 b0 = bias ? _mm256_maskload_ps(bias + 8 * v, mask[v]) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) acc[m][v] = b0;
+  }
+  for (int64_t k = 0; k < K; ++k, bp += kP) {
+    __m256 bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(bp + 8 * v);
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const __m256 a = _mm256_broadcast_ss(A + m * lda + k);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_fmadd_ps(a, bv[v], acc[m][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    if (width - 8 * v <= 0) break;
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) _mm256_maskstore_ps(C + m * ldc + 8 * v, mask[v], acc[m][v]);
+  }
+}
+
+template <int MR>
+void rows_avx2(const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C, int64_t ldc,
+               int64_t n_begin, int64_t N) {
+  const int64_t K = B.rows;
+  constexpr int NV = MR <= 3 ? 4 : 2;
+  for (int64_t n0 = n_begin; n0 < N; n0 += kP) {
+    const float* panel = B.data.data() + (n0 / kP) * K * kP;
+    for (int64_t h = 0; h < kP && n0 + h < N; h += 8 * NV)
+      block_avx2<MR, NV>(K, std::min<int64_t>(8 * NV, N - n0 - h), A, lda, panel + h,
+                         bias ? bias + n0 + h : nullptr, C + n0 + h, ldc);
+  }
+}
+
+void small_gemm_avx2(int64_t M, const float* A, int64_t lda, const PanelMatrix& B, const float* bias, float* C,
+                     int64_t ldc, int64_t n_begin, int64_t n_end) {
+  for (int64_t m0 = 0; m0 < M;) {
+    const int64_t rows = std::min<int64_t>(6, M - m0);
+    const float* a = A + m0 * lda;
+    float* c = C + m0 * ldc;
+    switch (rows) {
+      case 1: rows_avx2<1>(a, lda, B, bias, c, ldc, n_begin, n_end); break;
+      case 2: rows_avx2<2>(a, lda, B, bias, c, ldc, n_begin, n_end); break;
+      case 3: rows_avx2<3>(a, lda, B, bias, c, ldc, n_begin, n_end); break;
+      case 4: rows_avx2<4>(a, lda, B, bias, c, ldc, n_begin, n_end); break;
+      case 5: rows_avx2<5>(a, lda, B, bias, c, ldc, n_begin, n_end); break;
+      default: rows_avx2<6>(a, lda, B, bias, c, ldc, n_begin, n_end); break;
+    }
+    m0 += rows;
+  }
+}
+
 #endif
 
 }  // namespace
@@ -141,6 +209,11 @@ void small_gemm_panels(int64_t M, const float* A, int64_t lda, const PanelMatrix
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   if (avx512) {
     small_gemm_avx512(M, A, lda, B, bias, C, ldc, n_begin, n_end);
+    return;
+  }
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2) {
+    small_gemm_avx2(M, A, lda, B, bias, C, ldc, n_begin, n_end);
     return;
   }
 #endif
