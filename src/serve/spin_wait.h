@@ -14,8 +14,10 @@
 
 namespace ferry::serve {
 
-/// Default spin budget of `ferry serve` / `ferry perf --io-spin-microseconds` (docs/serving.md).
-constexpr int64_t kDefaultIoSpinMicroseconds = 200;
+/// Default spin budget of `ferry serve` / `ferry perf --io-spin-microseconds`: off. Measured on the
+/// shared 2-core VM at load 2.5-13, 200 us gained nothing and at load ~3 cost gRPC 36 us at
+/// concurrency 1 (docs/serving.md "Spinning before blocking"); not yet measured on a quiet machine.
+constexpr int64_t kDefaultIoSpinMicroseconds = 0;
 
 /// Whether a thread that spins would not take a core from another: the machine's runnable tasks
 /// (the calling thread included; /proc/loadavg) are no more than its online cores. Read at most
