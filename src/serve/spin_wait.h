@@ -15,7 +15,7 @@
 namespace ferry::serve {
 
 /// Default spin budget of `ferry serve` / `ferry perf --io-spin-microseconds`: off. Measured on the
-/// shared 2-core VM at load 2.5-13, 200 us gained nothing and at load ~3 cost gRPC 36 us at
+/// shared 2-core VM at load 2.5-13, 200 us gained nothing and at load ~3 cost gRPC 16-45 us at
 /// concurrency 1 (docs/serving.md "Spinning before blocking"); not yet measured on a quiet machine.
 constexpr int64_t kDefaultIoSpinMicroseconds = 0;
 
