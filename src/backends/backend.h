@@ -31,7 +31,8 @@ class Kernel {
 
 /// Node attribute (int) pinning a node's kernel: one of Backend::kernel_choices, set by `ferry compile
 /// --tune` (compiler/tuner.h); -1: the reference kernel. The backend honours it in create_kernel; a
-/// pinned kernel that declines the node falls back to the reference kernel.
+/// pin its kernels no longer match (the pinned kernel declines the node, or the index is out of range:
+/// a file tuned by another build or on another ISA) falls back to the unpinned choice.
 inline constexpr const char* kKernelChoiceAttr = "ferry.impl";
 
 /// What a backend's kernels packed of their constant weights while `ferry compile` made them

@@ -69,9 +69,18 @@ class CpuBackend : public Backend {
   }
   StatusOr<std::unique_ptr<Kernel>> create_kernel(const Node& node, const OpSchema& schema, const Graph& graph) override {
     if (const auto* factories = cpu_kernel_table().find(schema.domain, schema.name)) {
-      const Attribute* pin = node.attr(kCpuImplAttr);  // a tuned choice
-      for (size_t i = 0; i < factories->size(); ++i) {
-        if (pin && pin->i != static_cast<int64_t>(i)) continue;
+      // A tuned choice (kKernelChoiceAttr) is tried first. A pin the kernel table no longer honours
+      // (a file tuned by another build or on another ISA: the factory declines, or the index is past
+      // the table) takes the unpinned order, as an untuned node would, never the slow reference kernel.
+      const Attribute* pin = node.attr(kCpuImplAttr);
+      const bool pinned = pin && pin->i >= 0 && pin->i < static_cast<int64_t>(factories->size());
+      if (pinned) {
+        ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, (*factories)[static_cast<size_t>(pin->i)](node, schema, graph));
+        if (k) return k;
+      }
+      const bool pinned_reference = pin && pin->i == -1;
+      for (size_t i = 0; i < factories->size() && !pinned_reference; ++i) {
+        if (pinned && pin->i == static_cast<int64_t>(i)) continue;
         ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, (*factories)[i](node, schema, graph));
         if (k) return k;
       }
