@@ -14,10 +14,11 @@
 
 namespace ferry::serve {
 
-/// Default spin budget of `ferry serve` / `ferry perf --io-spin-microseconds`: off. Measured on the
-/// shared 2-core VM at load 2.5-13, 200 us gained nothing and at load ~3 cost gRPC 16-45 us at
-/// concurrency 1 (docs/serving.md "Spinning before blocking"); not yet measured on a quiet machine.
-constexpr int64_t kDefaultIoSpinMicroseconds = 0;
+/// Default spin budget of `ferry serve` / `ferry perf --io-spin-microseconds`: 200 us. On a quiet
+/// machine (load 1.2-1.7) it takes concurrency 1's overhead from +161 to +56 us over HTTP binary, and
+/// costs 3-5% of HTTP throughput at concurrency 16; at load ~3 it cost up to 45 us (docs/serving.md
+/// "Spinning before blocking").
+constexpr int64_t kDefaultIoSpinMicroseconds = 200;
 
 /// Whether a thread that spins would not take a core from another: the machine's runnable tasks
 /// (the calling thread included; /proc/loadavg) are no more than its online cores. Read at most
