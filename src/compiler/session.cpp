@@ -77,8 +77,9 @@ StatusOr<std::shared_ptr<Session>> Session::open_file(const std::string& path, c
   // kernels' packed forms are made once here (compiler/prepack.h) and kept on the nodes, where every
   // executor's kernels use them in place (not one copy per executor). A weight a node can hold in
   // its packed form alone then goes: it is unpacked only if something reads it (ir/packed_layout.h)
-  // — ONNX Runtime's shared prepacked weights, with the initializer freed once prepacked.
-  if (cm.device == "cpu") {
+  // — ONNX Runtime's shared prepacked weights, with the initializer freed once prepacked. A backend
+  // that packs nothing ahead (Backend::begin_prepack: cpu-ref, cuda) leaves the graph as it is.
+  {
     ASSIGN_OR_RETURN(PrepackReport packed, prepack_weights(m, cm.device, options.threads));
     (void)packed;
     for (const auto& [name, p] : packed_only_weights(m->graph)) {
