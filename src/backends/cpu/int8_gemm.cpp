@@ -222,6 +222,38 @@ void int8_gemm(const void* a, bool a_signed, int32_t a_zp, int64_t M, const Pack
 namespace ferry {
 namespace {
 
+// The epilogue's per-output-channel factors both kernels set the same way: mul[n] = a_scale *
+// w_scale[n] / y_scale and real[n] = a_scale * w_scale[n] (w_scale scalar or [n]), the int32 or float
+// bias (constant, n values; another type or count declines), y's scale and zero point; `epi` points
+// into this object, which stays where it is for the kernel's life.
+struct EpilogueFactors {
+  std::vector<float> mul, real, fbias;
+  std::vector<int32_t> bias;
+
+  bool set(float a_scale, const Tensor& w_scale, float y_scale, float y_zp, bool has_bias, const Tensor* b, int64_t n,
+           cpu::Int8GemmEpilogue* epi) {
+    mul.resize(static_cast<size_t>(n));
+    real.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      real[i] = a_scale * w_scale.data<float>()[w_scale.numel() == 1 ? 0 : i];
+      mul[i] = real[i] / y_scale;
+    }
+    if (has_bias) {
+      if (!b || b->numel() != n) return false;
+      if (b->dtype() == DType::kI32) bias.assign(b->data<int32_t>(), b->data<int32_t>() + n);
+      else if (b->dtype() == DType::kF32) fbias.assign(b->data<float>(), b->data<float>() + n);
+      else return false;
+    }
+    epi->mul = mul.data();
+    epi->real = real.data();
+    epi->bias = bias.empty() ? nullptr : bias.data();
+    epi->fbias = fbias.empty() ? nullptr : fbias.data();
+    epi->y_scale = y_scale;
+    epi->y_zp = y_zp;
+    return true;
+  }
+};
+
 // com.ferry.QMatMulFused on int8_gemm: constant s8 b [K, N] (any zero point, scalar or per column),
 // scalar a scale / zero point, the reference's epilogue. Declines (oneDNN's kernel then runs) off AVX2
 // hosts without VNNI, or where an input it needs is not constant.
@@ -260,25 +292,9 @@ class Int8GemmQMatMulKernel : public Kernel {
       if (!azt || azt->dtype() != at->dtype) return false;
     }
     a_zp_ = static_cast<int32_t>(az);
-    mul_.resize(static_cast<size_t>(N));
-    real_.resize(static_cast<size_t>(N));
-    for (int64_t n = 0; n < N; ++n) {
-      real_[n] = as * bs->data<float>()[bs->numel() == 1 ? 0 : n];
-      mul_[n] = real_[n] / ys;
-    }
-    if (cpu::has_input(node_, kBias)) {
-      const Tensor* bias = cpu::constant_input(graph, node_, kBias);
-      if (!bias || bias->numel() != N) return false;
-      if (bias->dtype() == DType::kI32) bias_.assign(bias->data<int32_t>(), bias->data<int32_t>() + N);
-      else if (bias->dtype() == DType::kF32) fbias_.assign(bias->data<float>(), bias->data<float>() + N);
-      else return false;
-    }
-    epi_.mul = mul_.data();
-    epi_.real = real_.data();
-    epi_.bias = bias_.empty() ? nullptr : bias_.data();
-    epi_.fbias = fbias_.empty() ? nullptr : fbias_.data();
-    epi_.y_scale = ys;
-    epi_.y_zp = yz;
+    const bool has_bias = cpu::has_input(node_, kBias);
+    if (!factors_.set(as, *bs, ys, yz, has_bias, has_bias ? cpu::constant_input(graph, node_, kBias) : nullptr, N, &epi_))
+      return false;
     epi_.relu = AttrReader(node_).get_int("relu", 0) != 0;
     epi_.y_dt = float_y ? DType::kF32 : yzt->dtype();
     packed_.pack(b->data<int8_t>(), K, N, bzp, bzp_count);
@@ -302,8 +318,7 @@ class Int8GemmQMatMulKernel : public Kernel {
   KernelFn fallback_;
   bool a_signed_ = false;
   int32_t a_zp_ = 0;
-  std::vector<float> mul_, real_, fbias_;
-  std::vector<int32_t> bias_;
+  EpilogueFactors factors_;
   cpu::Int8GemmEpilogue epi_;
   cpu::PackedInt8B packed_;
 };
@@ -360,25 +375,9 @@ class Int8GemmQConvKernel : public Kernel {
     if (cpu::has_input(node_, kXZp) && cpu::constant_input(graph, node_, kXZp)->dtype() != xt->dtype) return false;
     if (!x_signed_ && xz == 0) return false;  // oneDNN unsplit with the repair (dnnl_int8_conv.cpp)
     x_zp_ = static_cast<int32_t>(xz);
-    mul_.resize(static_cast<size_t>(M));
-    real_.resize(static_cast<size_t>(M));
-    for (int64_t m = 0; m < M; ++m) {
-      real_[m] = xs * ws->data<float>()[ws->numel() == 1 ? 0 : m];
-      mul_[m] = real_[m] / ys;
-    }
-    if (cpu::has_input(node_, kB)) {
-      const Tensor* bias = cpu::constant_input(graph, node_, kB);
-      if (!bias || bias->numel() != M) return false;
-      if (bias->dtype() == DType::kI32) bias_.assign(bias->data<int32_t>(), bias->data<int32_t>() + M);
-      else if (bias->dtype() == DType::kF32) fbias_.assign(bias->data<float>(), bias->data<float>() + M);
-      else return false;
-    }
-    epi_.mul = mul_.data();
-    epi_.real = real_.data();
-    epi_.bias = bias_.empty() ? nullptr : bias_.data();
-    epi_.fbias = fbias_.empty() ? nullptr : fbias_.data();
-    epi_.y_scale = ys;
-    epi_.y_zp = yz;
+    const bool has_bias = cpu::has_input(node_, kB);
+    if (!factors_.set(xs, *ws, ys, yz, has_bias, has_bias ? cpu::constant_input(graph, node_, kB) : nullptr, M, &epi_))
+      return false;
     epi_.conv_relu = attrs.get_int("conv_relu", 0) != 0;
     epi_.clip_lo = attrs.get_float("conv_min", -INFINITY) / ys;
     epi_.clip_hi = attrs.get_float("conv_max", INFINITY) / ys;
@@ -405,8 +404,7 @@ class Int8GemmQConvKernel : public Kernel {
   KernelFn fallback_;
   bool x_signed_ = false;
   int32_t x_zp_ = 0;
-  std::vector<float> mul_, real_, fbias_;
-  std::vector<int32_t> bias_;
+  EpilogueFactors factors_;
   cpu::Int8GemmEpilogue epi_;
   cpu::PackedInt8B packed_;
 };
