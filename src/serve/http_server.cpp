@@ -129,6 +129,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   using Response = http::response<http::string_body>;
+  static constexpr uint64_t kMaxBodyRead = 64 * 1024;
 
   void read() {
     parser_.emplace();
@@ -142,6 +143,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const auto& req = parser_->get();
     version_ = req.version();
     keep_alive_ = req.keep_alive();
+    // Room for the body (up to Beast's 64 KB a read) before it is read: Beast reads as much as the
+    // buffer has free, at least 512 bytes, and a body that the parser takes as it comes never grows
+    // the buffer, so a 9.5 KB JSON body took 19 reads and 19 reactor turns, about 1.5 us each.
+    if (const auto length = parser_->content_length_remaining())
+      buffer_.reserve(buffer_.size() + static_cast<size_t>(std::min<uint64_t>(*length, kMaxBodyRead)));
     if (beast::iequals(req[http::field::expect], "100-continue")) {
       auto res = std::make_shared<http::response<http::empty_body>>(http::status::continue_, version_);
       http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code e, size_t) {
