@@ -217,42 +217,35 @@ void int8_gemm(const void* a, bool a_signed, int32_t a_zp, int64_t M, const Pack
   });
 }
 
+bool EpilogueFactors::set(float a_scale, const Tensor& w_scale, float y_scale, float y_zp, bool has_bias, const Tensor* b,
+                          int64_t n, Int8GemmEpilogue* epi) {
+  mul.resize(static_cast<size_t>(n));
+  real.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    real[i] = a_scale * w_scale.data<float>()[w_scale.numel() == 1 ? 0 : i];
+    mul[i] = real[i] / y_scale;
+  }
+  if (has_bias) {
+    if (!b || b->numel() != n) return false;
+    if (b->dtype() == DType::kI32) bias.assign(b->data<int32_t>(), b->data<int32_t>() + n);
+    else if (b->dtype() == DType::kF32) fbias.assign(b->data<float>(), b->data<float>() + n);
+    else return false;
+  }
+  epi->mul = mul.data();
+  epi->real = real.data();
+  epi->bias = bias.empty() ? nullptr : bias.data();
+  epi->fbias = fbias.empty() ? nullptr : fbias.data();
+  epi->y_scale = y_scale;
+  epi->y_zp = y_zp;
+  return true;
+}
+
 }  // namespace ferry::cpu
 
 namespace ferry {
 namespace {
 
-// The epilogue's per-output-channel factors both kernels set the same way: mul[n] = a_scale *
-// w_scale[n] / y_scale and real[n] = a_scale * w_scale[n] (w_scale scalar or [n]), the int32 or float
-// bias (constant, n values; another type or count declines), y's scale and zero point; `epi` points
-// into this object, which stays where it is for the kernel's life.
-struct EpilogueFactors {
-  std::vector<float> mul, real, fbias;
-  std::vector<int32_t> bias;
-
-  bool set(float a_scale, const Tensor& w_scale, float y_scale, float y_zp, bool has_bias, const Tensor* b, int64_t n,
-           cpu::Int8GemmEpilogue* epi) {
-    mul.resize(static_cast<size_t>(n));
-    real.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      real[i] = a_scale * w_scale.data<float>()[w_scale.numel() == 1 ? 0 : i];
-      mul[i] = real[i] / y_scale;
-    }
-    if (has_bias) {
-      if (!b || b->numel() != n) return false;
-      if (b->dtype() == DType::kI32) bias.assign(b->data<int32_t>(), b->data<int32_t>() + n);
-      else if (b->dtype() == DType::kF32) fbias.assign(b->data<float>(), b->data<float>() + n);
-      else return false;
-    }
-    epi->mul = mul.data();
-    epi->real = real.data();
-    epi->bias = bias.empty() ? nullptr : bias.data();
-    epi->fbias = fbias.empty() ? nullptr : fbias.data();
-    epi->y_scale = y_scale;
-    epi->y_zp = y_zp;
-    return true;
-  }
-};
+using cpu::EpilogueFactors;
 
 // com.ferry.QMatMulFused on int8_gemm: constant s8 b [K, N] (any zero point, scalar or per column),
 // scalar a scale / zero point, the reference's epilogue. Declines (oneDNN's kernel then runs) off AVX2

@@ -55,6 +55,18 @@ struct Int8GemmEpilogue {
   DType y_dt = DType::kF32;  // kF32, kU8 or kI8
 };
 
+/// The epilogue's per-output-channel factors the GEMM's kernels set the same way (int8_gemm.cpp,
+/// int8_im2col_conv.cpp): mul[n] = a_scale * w_scale[n] / y_scale and real[n] = a_scale * w_scale[n]
+/// (w_scale scalar or [n]), the int32 or float bias (constant, n values; another type or count: false),
+/// y's scale and zero point; `epi` points into this object, which stays where it is for the kernel's life.
+struct EpilogueFactors {
+  std::vector<float> mul, real, fbias;
+  std::vector<int32_t> bias;
+
+  bool set(float a_scale, const Tensor& w_scale, float y_scale, float y_zp, bool has_bias, const Tensor* b, int64_t n,
+           Int8GemmEpilogue* epi);
+};
+
 /// y ([M, N] of e.y_dt) = epilogue(a ([M, K], u8 or s8 by `a_signed`) x b); needs int8_gemm_available().
 void int8_gemm(const void* a, bool a_signed, int32_t a_zp, int64_t M, const PackedInt8B& b, const Int8GemmEpilogue& e,
                void* y);

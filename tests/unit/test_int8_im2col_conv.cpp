@@ -1,0 +1,232 @@
+// com.ferry.QConvFused on few input channels as an im2col into the exact int8 GEMM
+// (src/backends/cpu/int8_im2col_conv.cpp): the cpu backend's output against the reference kernel
+// (src/ops/quantize_fused.cpp), bit for bit, over stems and odd geometries (3x3/2 and 7x7/2 with
+// padding, asymmetric pads, strides and dilations, 1-8 channels, batch 2, output channels not a multiple
+// of 16), u8 / s8 sources with zero points, weight zero points, int32 / float biases, conv_relu, a Clip,
+// u8 / s8 / f32 outputs, and operands whose byte-product pairs saturate without oneDNN's split. Runs
+// where int8_gemm does (AVX2 without VNNI); skipped elsewhere.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/int8_gemm.h"
+#include "ops/shape_inference.h"
+#include "pass_test_util.h"
+
+namespace ferry {
+namespace {
+
+using testing::int_attr;
+using testing::ints_attr;
+using testing::run_model;
+using std::vector;
+
+struct StemCase {
+  int64_t N = 1, C = 3, H = 11, W = 13, M = 32, KH = 3, KW = 3;
+  vector<int64_t> strides = {2, 2}, pads = {1, 1, 1, 1}, dilations = {1, 1};
+  bool x_s8 = false;
+  int x_zp = 128;
+  bool w_zp = false, fbias = false, conv_relu = false, clip = false, extreme = false;
+  DType y_dt = DType::kU8;
+  uint32_t seed = 3;
+};
+
+Tensor scalar_of(DType dt, int v) {
+  Tensor t = Tensor::allocate(dt, {});
+  if (dt == DType::kU8) t.mutable_data<uint8_t>()[0] = static_cast<uint8_t>(v);
+  else t.mutable_data<int8_t>()[0] = static_cast<int8_t>(v);
+  return t;
+}
+
+std::shared_ptr<Model> stem_model(const StemCase& sc, std::mt19937& rng) {
+  auto m = std::make_shared<Model>();
+  m->opset_imports[""] = 13;
+  m->opset_imports["com.ferry"] = 1;
+  Graph& g = m->graph;
+  const DType xdt = sc.x_s8 ? DType::kI8 : DType::kU8;
+  const vector<int64_t> xd = {sc.N, sc.H, sc.W, sc.C};
+  g.inputs.push_back(ValueInfo{"x", TensorType{xdt, Shape::of(xd)}});
+  g.value_types["x"] = TensorType{xdt, Shape::of(xd)};
+  const auto init = [&](const std::string& name, Tensor t) {
+    g.initializers[name] = t;
+    g.value_types[name] = t.type();
+    return name;
+  };
+  Tensor w = Tensor::allocate(DType::kI8, {sc.M, sc.C, sc.KH, sc.KW});
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    // extreme: one sign per output channel at magnitude 127..128, so every pair saturates vpmaddubsw
+    const int v = sc.extreme ? (i / (w.numel() / sc.M) % 2 ? -128 + static_cast<int>(rng() % 2) : 127)
+                             : static_cast<int>(rng() % 256) - 128;
+    w.mutable_data<int8_t>()[i] = static_cast<int8_t>(v);
+  }
+  Tensor ws = Tensor::allocate(DType::kF32, {sc.M});
+  for (int64_t n = 0; n < sc.M; ++n) ws.mutable_data<float>()[n] = 0.011f * (1.f + 0.29f * static_cast<float>(n % 5));
+  const double k = static_cast<double>(sc.C * sc.KH * sc.KW);
+  const float xs = 0.017f;
+  const float ys = static_cast<float>(xs * 0.015 * (sc.extreme ? 128.0 * 128 * k / 2 : 74.0 * 74 * std::sqrt(k)) / 40);
+  vector<std::string> in = {"x", init("xs", Tensor::scalar<float>(xs)), init("xz", scalar_of(xdt, sc.x_zp)), init("w", w),
+                            init("ws", ws)};
+  if (sc.w_zp) {
+    Tensor wz = Tensor::allocate(DType::kI8, {sc.M});
+    for (int64_t n = 0; n < sc.M; ++n) wz.mutable_data<int8_t>()[n] = static_cast<int8_t>(n % 7 - 3);
+    in.push_back(init("wz", wz));
+  } else {
+    in.push_back("");
+  }
+  if (sc.y_dt == DType::kF32) {
+    in.push_back("");
+    in.push_back("");
+  } else {
+    in.push_back(init("ys", Tensor::scalar<float>(ys)));
+    in.push_back(init("yz", scalar_of(sc.y_dt, sc.y_dt == DType::kU8 ? (sc.conv_relu ? 0 : 128) : -5)));
+  }
+  Tensor b = Tensor::allocate(sc.fbias ? DType::kF32 : DType::kI32, {sc.M});
+  for (int64_t n = 0; n < sc.M; ++n) {
+    const int r = static_cast<int>(rng() % 2001) - 1000;
+    if (sc.fbias) b.mutable_data<float>()[n] = static_cast<float>(r) * 0.0041f;
+    else b.mutable_data<int32_t>()[n] = r * 17;
+  }
+  in.push_back(init("b", b));
+  Node n;
+  n.op_type = "QConvFused";
+  n.domain = "com.ferry";
+  n.name = "stem";
+  n.inputs = in;
+  n.outputs = {"y"};
+  n.attrs["channels_last"] = int_attr(1);
+  n.attrs["kernel_shape"] = ints_attr({sc.KH, sc.KW});
+  n.attrs["strides"] = ints_attr(sc.strides);
+  n.attrs["pads"] = ints_attr(sc.pads);
+  n.attrs["dilations"] = ints_attr(sc.dilations);
+  if (sc.conv_relu) n.attrs["conv_relu"] = int_attr(1);
+  if (sc.clip) {
+    Attribute lo, hi;
+    lo.type = hi.type = AttrType::kFloat;
+    lo.f = -0.5f;
+    hi.f = 60.f * ys;
+    n.attrs["conv_min"] = lo;
+    n.attrs["conv_max"] = hi;
+  }
+  g.nodes.push_back(n);
+  g.outputs.push_back(ValueInfo{"y", {}});
+  Status s = infer_shapes(m.get());
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  return m;
+}
+
+// Whether the first factory taking the node is the im2col kernel's.
+bool im2col_takes(const Model& m) {
+  const Node& n = m.graph.nodes[0];
+  auto schema = resolve_schema(n, m.opset(n.domain));
+  const auto* factories = cpu_kernel_table().find(n.domain, n.op_type);
+  if (!schema.is_ok() || !factories) return false;
+  for (const CpuKernelFactory& f : *factories) {
+    auto k = f(n, *schema.value(), m.graph);
+    if (k.is_ok() && k.value()) return std::string(typeid(*k.value()).name()).find("Im2col") != std::string::npos;
+  }
+  return false;
+}
+
+void check(const StemCase& sc, bool taken = true) {
+  SCOPED_TRACE(::testing::Message() << "C=" << sc.C << " k=" << sc.KH << "x" << sc.KW << " s8=" << sc.x_s8 << " x_zp=" << sc.x_zp
+                                    << " w_zp=" << sc.w_zp << " fbias=" << sc.fbias << " y=" << dtype_name(sc.y_dt)
+                                    << " extreme=" << sc.extreme);
+  std::mt19937 rng(sc.seed);
+  auto model = stem_model(sc, rng);
+  EXPECT_EQ(im2col_takes(*model), taken);
+  Tensor x = Tensor::allocate(sc.x_s8 ? DType::kI8 : DType::kU8, {sc.N, sc.H, sc.W, sc.C});
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    int v = static_cast<int>(rng() % 256);
+    if (sc.extreme) v = sc.x_zp >= 128 ? 0 : 255;  // |x - x_zp| at its largest
+    x.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(v);
+  }
+  const NamedTensors feeds = {{"x", x}};
+  const NamedTensors ref = run_model(model, feeds, "cpu-ref");
+  const NamedTensors cpu = run_model(model, feeds, "cpu");
+  ASSERT_EQ(ref.size(), 1u);
+  ASSERT_EQ(cpu.size(), 1u);
+  const Tensor &r = ref[0].second, &c = cpu[0].second;
+  ASSERT_EQ(r.dims(), c.dims());
+  ASSERT_EQ(r.dtype(), c.dtype());
+  const int64_t sz = dtype_size(r.dtype());
+  int64_t diff = 0, interior = 0;
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    diff += std::memcmp(static_cast<const char*>(r.raw()) + i * sz, static_cast<const char*>(c.raw()) + i * sz, static_cast<size_t>(sz)) != 0;
+    if (r.dtype() == DType::kU8) interior += r.data<uint8_t>()[i] > 0 && r.data<uint8_t>()[i] < 255;
+    else if (r.dtype() == DType::kI8) interior += r.data<int8_t>()[i] > -128 && r.data<int8_t>()[i] < 127;
+    else interior += r.data<float>()[i] != 0;
+  }
+  if (taken) {
+    EXPECT_EQ(diff, 0) << "of " << r.numel() << " outputs";
+  }
+  EXPECT_GT(interior, r.numel() / 4);  // the case is not all clamped
+}
+
+class Int8Im2colConv : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cpu::int8_gemm_available()) GTEST_SKIP() << "int8_gemm runs on AVX2 hosts without VNNI only";
+  }
+};
+
+TEST_F(Int8Im2colConv, MobileNetStemBitExact) {
+  StemCase sc;  // 3x3/2, pads 1, 3 -> 32 channels, u8 source with zero point 128, int32 bias
+  check(sc);
+  sc.clip = true;  // ReLU6 as a Clip on the convolution's result
+  sc.conv_relu = true;
+  sc.N = 2;
+  check(sc);
+}
+
+TEST_F(Int8Im2colConv, ResNetStemAndOddGeometries) {
+  StemCase sc;
+  sc.KH = sc.KW = 7;  // 7x7/2, pads 3, 20 outputs (two panels, the second partial), weight zero points,
+  sc.pads = {3, 3, 3, 3};  // a float bias, a float output
+  sc.M = 20;
+  sc.w_zp = true;
+  sc.fbias = true;
+  sc.y_dt = DType::kF32;
+  check(sc);
+  sc = StemCase{};  // 5x3, strides (1, 2), asymmetric pads, 4 channels (runs of 12 bytes), s8 source and output
+  sc.C = 4;
+  sc.KH = 5;
+  sc.strides = {1, 2};
+  sc.pads = {0, 2, 2, 0};
+  sc.x_s8 = true;
+  sc.x_zp = -3;
+  sc.y_dt = DType::kI8;
+  sc.M = 17;
+  check(sc);
+  sc = StemCase{};  // one channel, dilation 2 (patch taps copied one at a time), 8 channels (runs of 24 bytes)
+  sc.C = 1;
+  sc.dilations = {2, 2};
+  sc.pads = {2, 2, 2, 2};
+  sc.strides = {1, 1};
+  check(sc);
+  sc.C = 8;
+  sc.dilations = {1, 1};
+  sc.x_zp = 255;
+  check(sc);
+}
+
+TEST_F(Int8Im2colConv, SaturatingPairsAndDeclinedCases) {
+  StemCase sc;
+  sc.extreme = true;  // |x - x_zp| = 128 and weights of one sign at 127..128: every byte pair saturates
+  sc.y_dt = DType::kF32;
+  check(sc);
+  sc.x_zp = 0;  // 255 - 0
+  check(sc, false);  // u8 with zero point 0: oneDNN unsplit with the repair, not this kernel
+  sc = StemCase{};
+  sc.C = 9;  // wider than the stems: oneDNN (or int8_gemm's 1x1 rule)
+  check(sc, false);
+}
+
+}  // namespace
+}  // namespace ferry
