@@ -180,7 +180,7 @@ void encode_response(const ModelSignature& sig, const std::string& id, const std
     if (!t) continue;
     StatusOr<Tensor> classified = Tensor();
     if (req.classification > 0) {
-      classified = classify(*t, req.classification, sig.max_batch > 0);
+      classified = classify(*t, req.classification, sig.max_batch > 0, output_labels(sig, name));
       if (!classified.is_ok()) continue;  // cannot fail: the strings tensor is no larger than the output
       t = &classified.value();
     }

@@ -280,7 +280,12 @@ Status check_classification(const ModelSignature& sig, const std::string& name, 
   return Status::ok();
 }
 
-StatusOr<Tensor> classify(const Tensor& t, int64_t classes, bool batched) {
+const std::vector<std::string>* output_labels(const ModelSignature& sig, const std::string& name) {
+  const TensorSpec* spec = find_spec(sig.outputs, name);
+  return spec ? spec->labels.get() : nullptr;
+}
+
+StatusOr<Tensor> classify(const Tensor& t, int64_t classes, bool batched, const std::vector<std::string>* labels) {
   const std::vector<double> v = t.to_double_vector();
   const int64_t rows = batched && !t.dims().empty() ? t.dims()[0] : 1;
   const int64_t per_row = rows > 0 ? static_cast<int64_t>(v.size()) / rows : 0;
@@ -295,7 +300,10 @@ StatusOr<Tensor> classify(const Tensor& t, int64_t classes, bool batched) {
                       [row](int64_t a, int64_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
     for (int64_t j = 0; j < k; ++j) {
       const int64_t i = idx[static_cast<size_t>(j)];
-      out.mutable_strings()[static_cast<size_t>(r * k + j)] = std::to_string(static_cast<float>(row[i])) + ":" + std::to_string(i);
+      std::string& s = out.mutable_strings()[static_cast<size_t>(r * k + j)];
+      s = std::to_string(static_cast<float>(row[i])) + ":" + std::to_string(i);
+      if (labels && i < static_cast<int64_t>(labels->size()) && !(*labels)[static_cast<size_t>(i)].empty())
+        s += ":" + (*labels)[static_cast<size_t>(i)];
     }
   }
   return out;

@@ -49,8 +49,11 @@ Status check_output_name(const ModelSignature& sig, const std::string& name);
 Status check_classification(const ModelSignature& sig, const std::string& name, int64_t classes);
 /// Triton's classification extension: the `classes` largest values of each batch row of `t` (of
 /// all of it when the model does not batch), largest first (ties: the lower index), as BYTES
-/// "value:index" (value as std::to_string); shape [rows, k] or [k], k = min(classes, values per row).
-StatusOr<Tensor> classify(const Tensor& t, int64_t classes, bool batched);
+/// "value:index" (value as std::to_string), or "value:index:label" when `labels` has a line for the
+/// index (config.pbtxt label_filename); shape [rows, k] or [k], k = min(classes, values per row).
+StatusOr<Tensor> classify(const Tensor& t, int64_t classes, bool batched, const std::vector<std::string>* labels = nullptr);
+/// The labels of output `name` of the model (null when it has none).
+const std::vector<std::string>* output_labels(const ModelSignature& sig, const std::string& name);
 /// BYTES tensors in the binary forms (HTTP binary tensor data, gRPC raw_input_contents /
 /// raw_output_contents), Triton's serialization: each element a 4-byte little-endian length, then
 /// its bytes. The decoder checks the element count against `dims` and names the element that runs

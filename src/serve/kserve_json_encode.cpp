@@ -100,7 +100,7 @@ EncodedResponse encode_infer_response(const ModelSignature& sig, const DecodedIn
       if (n == r.name) t = &x;
     if (!t) continue;
     if (r.classification > 0) {
-      auto c = classify(*t, r.classification, sig.max_batch > 0);
+      auto c = classify(*t, r.classification, sig.max_batch > 0, output_labels(sig, r.name));
       if (!c.is_ok()) continue;  // cannot fail: the strings tensor is no larger than the output
       classified.push_back(std::move(c).value());
       t = &classified.back();

@@ -9,6 +9,10 @@
 #include <rapidjson/writer.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 
 namespace ferry::serve {
@@ -407,6 +411,36 @@ std::string config_to_json(const inference::ModelConfig& config) {
   rapidjson::Writer<rapidjson::StringBuffer> w(sb);
   doc.Accept(w);
   return std::string(sb.GetString(), sb.GetSize());
+}
+
+StatusOr<OutputLabels> read_output_labels(const inference::ModelConfig& config, const std::string& model_dir, const std::string& where) {
+  namespace fs = std::filesystem;
+  OutputLabels out;
+  for (const auto& o : config.output()) {
+    const std::string& file = o.label_filename();
+    if (file.empty()) continue;
+    const std::string what = where + ": output '" + o.name() + "': label_filename '" + file + "'";
+    const fs::path rel = fs::path(file).lexically_normal();
+    if (rel.is_absolute() || rel.empty() || *rel.begin() == "..")
+      return invalid_argument(what + " must be a path inside the model directory " + model_dir);
+    const fs::path path = fs::path(model_dir) / rel;
+    std::error_code ec;
+    errno = 0;
+    std::ifstream in;
+    if (!fs::is_directory(path, ec)) in.open(path, std::ios::binary);
+    if (!in.is_open()) {
+      const std::string why = fs::is_directory(path, ec) ? "it is a directory" : errno ? std::strerror(errno) : "it cannot be opened";
+      return not_found(what + ": cannot read " + path.string() + " (" + why + "); the labels file (one label per line) goes in the model's directory");
+    }
+    auto labels = std::make_shared<std::vector<std::string>>();
+    std::string line;
+    while (std::getline(in, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      labels->push_back(std::move(line));
+    }
+    out[o.name()] = std::move(labels);
+  }
+  return out;
 }
 
 }  // namespace ferry::serve

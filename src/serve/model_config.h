@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,7 +36,17 @@ struct TensorSpec {
   std::string name;
   DType dtype = DType::kUndefined;
   std::vector<int64_t> dims;
+  /// An output's classification labels (config.pbtxt label_filename), line i labels class i; null: none.
+  std::shared_ptr<const std::vector<std::string>> labels;
 };
+
+/// Output name -> its labels, as read from the files that label_filename names.
+using OutputLabels = std::map<std::string, std::shared_ptr<const std::vector<std::string>>>;
+
+/// Reads the label files of `config`'s outputs (label_filename, relative to `model_dir`): one label
+/// per line, a trailing \r dropped. A missing or unreadable file, an absolute path or one that
+/// leaves the model directory fails, naming the output and the path.
+StatusOr<OutputLabels> read_output_labels(const inference::ModelConfig& config, const std::string& model_dir, const std::string& where);
 
 /// Fills what `config` leaves out from the model's signature (inputs, outputs, max_batch_size,
 /// dynamic batching when the model batches, one instance), then checks every field against it:

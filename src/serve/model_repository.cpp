@@ -98,6 +98,8 @@ Status ModelRepository::load(const std::string& name) {
   }
   parsed.config.set_name(name);
   for (const std::string& w : parsed.warnings) log_("warning: " + w);
+  auto labels = read_output_labels(parsed.config, dir.string(), (fs::path(name) / "config.pbtxt").string());
+  if (!labels.is_ok()) return fail(labels.status());
   // Versions: numeric subdirectories, chosen by version_policy.
   std::vector<int64_t> versions;
   for (const auto& e : fs::directory_iterator(dir, ec))
@@ -143,7 +145,7 @@ Status ModelRepository::load(const std::string& name) {
                      " (model.onnx or model.ferry)");
     } else {
       std::vector<std::string> warnings;
-      auto m = ServedModel::load(name, v, path.string(), parsed.config, options_, &warnings);
+      auto m = ServedModel::load(name, v, path.string(), parsed.config, options_, &warnings, labels.value());
       for (const std::string& w : warnings) log_("warning: " + w);
       if (m.is_ok()) loaded[v] = m.value();
       else st = m.status().with_context("model '" + name + "' version " + std::to_string(v));

@@ -32,7 +32,7 @@ bool same_row_shapes(const InferRequest& a, const InferRequest& b) {
 
 StatusOr<std::shared_ptr<ServedModel>> ServedModel::load(const std::string& name, int64_t version, const std::string& path,
                                                          inference::ModelConfig config, const ServeOptions& options,
-                                                         std::vector<std::string>* warnings) {
+                                                         std::vector<std::string>* warnings, const OutputLabels& labels) {
   std::shared_ptr<ServedModel> m(new ServedModel());
   m->name_ = name;
   m->version_ = version;
@@ -76,6 +76,10 @@ StatusOr<std::shared_ptr<ServedModel>> ServedModel::load(const std::string& name
   m->run_inline_ = !m->dynamic_batching_ || m->max_delay_.count() == 0;
   m->inputs_ = input_specs(config);
   m->outputs_ = output_specs(config);
+  for (TensorSpec& o : m->outputs_) {
+    auto l = labels.find(o.name);
+    if (l != labels.end()) o.labels = l->second;
+  }
   m->signature_.name = name;
   m->signature_.version = version;
   m->signature_.platform = config.platform().empty() ? (config.backend() == "ferry" ? "ferry" : "onnxruntime_onnx") : config.platform();

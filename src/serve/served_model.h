@@ -40,10 +40,11 @@ enum class InlinePolicy {
 class ServedModel {
  public:
   /// Loads `path` (model.onnx or model.ferry) and starts one thread per instance. `config` is
-  /// completed and validated against the model here; warnings are appended.
+  /// completed and validated against the model here; warnings are appended. `labels`: the outputs'
+  /// classification labels (read_output_labels), attached to the signature's output specs.
   static StatusOr<std::shared_ptr<ServedModel>> load(const std::string& name, int64_t version, const std::string& path,
                                                      inference::ModelConfig config, const ServeOptions& options,
-                                                     std::vector<std::string>* warnings);
+                                                     std::vector<std::string>* warnings, const OutputLabels& labels = {});
   ~ServedModel();
 
   /// Queues a request; `done` runs exactly once, on an instance thread, or on this thread before

@@ -70,7 +70,7 @@ TRITON_FIELDS = {
     "ModelConfig": dict(name=1, platform=2, version_policy=3, max_batch_size=4, input=5, output=6, instance_group=7,
                         default_model_filename=8, dynamic_batching=11, parameters=14, backend=17),
     "ModelInput": dict(name=1, data_type=2, dims=4),
-    "ModelOutput": dict(name=1, data_type=2, dims=3),
+    "ModelOutput": dict(name=1, data_type=2, dims=3, label_filename=4),
     "ModelDynamicBatching": dict(preferred_batch_size=1, max_queue_delay_microseconds=2, default_queue_policy=6),
     "SystemSharedMemoryStatusRequest": dict(name=1),
     "SystemSharedMemoryStatusResponse": dict(regions=1),

@@ -83,6 +83,30 @@ def unpack_bytes(buf):
     return out
 
 
+def grpc_stubs(src, work):
+    """Python stubs generated now by protoc + grpc_python_plugin from SRC/serve/grpc_service.proto
+    into WORK/stubs; returns (grpc, grpc_service_pb2, grpc_service_pb2_grpc), or None with the reason
+    printed when they cannot be made."""
+    import shutil
+    stubs = os.path.join(work, "stubs")
+    os.makedirs(stubs, exist_ok=True)
+    plugin = shutil.which("grpc_python_plugin")
+    if not shutil.which("protoc") or not plugin:
+        print("no protoc / grpc_python_plugin: the gRPC checks are skipped")
+        return None
+    r = subprocess.run(["protoc", "-I", src, "--python_out=" + stubs, "--grpc_python_out=" + stubs, "--plugin=protoc-gen-grpc_python=" + plugin,
+                        os.path.join(src, "serve", "grpc_service.proto"), os.path.join(src, "serve", "model_config.proto")],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        print("protoc failed:", r.stderr)
+        return None
+    import sys
+    sys.path.insert(0, stubs)
+    import grpc
+    from serve import grpc_service_pb2, grpc_service_pb2_grpc
+    return grpc, grpc_service_pb2, grpc_service_pb2_grpc
+
+
 # ---- the server process ---------------------------------------------------------------------
 class ServeProcess:
     """`ferry serve --model-repository REPO` on 127.0.0.1, HTTP, gRPC and metrics ports chosen by the
