@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "backends/backend_module.h"
+#include "backends/cpu/int8_pair_saturation.h"
 #include "backends/device_defaults.h"
 #include "common/env_switch.h"
 
@@ -201,6 +202,8 @@ bool splits_batches(const std::string& device) {
     if (device == d.name) return d.split_batches;
   return true;  // the executor asks only for host devices
 }
+
+bool host_int8_pairs_saturate() { return cpu::int8_pairs_saturate(); }
 
 std::vector<std::string> device_graph_traits(const std::string& device) {
   for (const BackendEntry& e : backend_entries())

@@ -18,4 +18,9 @@ int default_opt_level(const std::string& device);
 /// a host device's but "cpu-ref"'s (the oracle runs a batch whole).
 bool splits_batches(const std::string& device);
 
+/// Whether the host CPU's int8 products (oneDNN's and ONNX Runtime's u8 x s8 vpmaddubsw, no VNNI) add
+/// pairs in int16 with saturation, so that weights in [-64, 64] ("reduce range", 7 bits) run at full
+/// speed exactly where 8-bit weights need a split (docs/quantization.md). Read once.
+bool host_int8_pairs_saturate();
+
 }  // namespace ferry

@@ -8,7 +8,7 @@
 namespace ferry::quant {
 namespace {
 
-int8_t round_clamp(double v) { return static_cast<int8_t>(std::clamp(std::nearbyint(v), -127.0, 127.0)); }
+int8_t round_clamp(double v, int qmax) { return static_cast<int8_t>(std::clamp(std::nearbyint(v), -double(qmax), double(qmax))); }
 
 // Lower Cholesky factor of the symmetric positive definite a [k, k] in place (lower triangle
 // written, upper left as is). False when a pivot is not positive.
@@ -81,17 +81,17 @@ void HessianAccumulator::add(const float* rows, int64_t count) {
   rows_ += count;
 }
 
-std::vector<int8_t> nearest_round(const float* w, int64_t n, int64_t k, const std::vector<float>& scales) {
+std::vector<int8_t> nearest_round(const float* w, int64_t n, int64_t k, const std::vector<float>& scales, int qmax) {
   std::vector<int8_t> q(static_cast<size_t>(n * k));
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < k; ++c)
       q[static_cast<size_t>(r * k + c)] =
-          static_cast<int8_t>(std::clamp(std::nearbyint(w[r * k + c] / scales[static_cast<size_t>(r)]), -127.0f, 127.0f));
+          static_cast<int8_t>(std::clamp(std::nearbyint(w[r * k + c] / scales[static_cast<size_t>(r)]), -float(qmax), float(qmax)));
   return q;
 }
 
 std::vector<int8_t> gptq_round(const float* w, int64_t n, const std::vector<float>& scales, const HessianAccumulator& acc,
-                               double damp, bool act_order, bool* fell_back) {
+                               double damp, bool act_order, bool* fell_back, int qmax) {
   const int64_t k = acc.k();
   if (fell_back) *fell_back = false;
   if (acc.rows() == 0 || k == 0) {
@@ -151,7 +151,7 @@ std::vector<int8_t> gptq_round(const float* w, int64_t n, const std::vector<floa
       for (int64_t r = 0; r < rb; ++r) {
         double* x = wr.data() + r * k;
         const double s = scales[static_cast<size_t>(r0 + r)];
-        const int8_t v = round_clamp(x[i] / s);
+        const int8_t v = round_clamp(x[i] / s, qmax);
         q[static_cast<size_t>((r0 + r) * k + perm[static_cast<size_t>(i)])] = v;
         const double e = (x[i] - v * s) / ui[i];
 #pragma omp simd

@@ -31,13 +31,14 @@ class HessianAccumulator {
 /// (int8 value v means v * scale). Columns are rounded one at a time (in order; with `act_order`
 /// largest H diagonal first),
 /// each rounding error spread over the columns not yet rounded through the inverse of H + damp.
-/// Returns the int8 values in [-127, 127], [n, k]. An H that is not positive definite after
+/// Returns the int8 values in [-qmax, qmax] (127, or 64 with --reduce-range), [n, k]. An H that is not positive definite after
 /// damping (should not happen) falls back to round to nearest (`*fell_back` set).
 std::vector<int8_t> gptq_round(const float* w, int64_t n, const std::vector<float>& scales,
-                               const HessianAccumulator& h, double damp, bool act_order, bool* fell_back);
+                               const HessianAccumulator& h, double damp, bool act_order, bool* fell_back,
+                               int qmax = 127);
 
 /// Round to nearest (ties to even) with the same clamp: the default rounding.
-std::vector<int8_t> nearest_round(const float* w, int64_t n, int64_t k, const std::vector<float>& scales);
+std::vector<int8_t> nearest_round(const float* w, int64_t n, int64_t k, const std::vector<float>& scales, int qmax = 127);
 
 /// sum over the accumulated rows of |(Q - W) x|^2 / rows, the quantity GPTQ minimizes (Q: the int8 values
 /// times the scales), to report what it bought.

@@ -224,10 +224,23 @@ struct Planner {
     plan.edit.rewire[g.nodes[static_cast<size_t>(node)].outputs[0]][slot] = value;
   }
 
-  // Per-channel symmetric int8 weight: returns the DQ output and the scales.
+  // The weight range of a Conv/Gemm/MatMul: opts.weight_qmax, but 8 bits for a depthwise convolution's
+  // (one input channel per group) under --reduce-range: its kernels widen to 32 bits before multiplying
+  // (oneDNN's, ONNX Runtime's), so 7 bits buy no speed there, and with 9 weights per channel they cost the
+  // most accuracy (docs/quantization.md "Reduce range").
+  int weight_qmax_of(const Node& n) const {
+    if (n.op_type == "Conv") {
+      const Attribute* grp = n.attr("group");
+      const Tensor* w = init_of(n.inputs[1]);
+      if (grp && grp->i > 1 && w && w->rank() >= 2 && w->dim(1) == 1) return kFullWeightMax;
+    }
+    return opts.weight_qmax;
+  }
+
+  // Per-channel symmetric int8 weight in [-qmax, qmax]: returns the DQ output and the scales.
   std::map<std::string, std::pair<std::string, std::vector<float>>> weights;
-  std::pair<std::string, std::vector<float>> quantize_weight(const std::string& w_name, int64_t axis) {
-    const std::string key = w_name + "#" + std::to_string(axis);
+  std::pair<std::string, std::vector<float>> quantize_weight(const std::string& w_name, int64_t axis, int weight_qmax) {
+    const std::string key = w_name + "#" + std::to_string(axis) + "#" + std::to_string(weight_qmax);
     auto it = weights.find(key);
     if (it != weights.end()) return it->second;
     const Tensor& w = *init_of(w_name);
@@ -236,7 +249,8 @@ struct Planner {
     for (int64_t i = 0; i < axis; ++i) outer *= d[static_cast<size_t>(i)];
     for (size_t i = static_cast<size_t>(axis) + 1; i < d.size(); ++i) inner *= d[i];
     const int64_t channels = d[static_cast<size_t>(axis)];
-    const std::vector<float> scales = weight_scales(w, axis);
+    const std::vector<float> scales = weight_scales(w, axis, weight_qmax);
+    const float qmax = static_cast<float>(weight_qmax);
     const float* p = w.data<float>();
     Tensor q = Tensor::allocate(DType::kI8, d);
     int8_t* qp = q.mutable_data<int8_t>();
@@ -246,14 +260,15 @@ struct Planner {
       if (wv != weight_values->end() && static_cast<int64_t>(wv->second.size()) == w.numel()) given = &wv->second;
     }
     if (given) {
-      std::copy(given->begin(), given->end(), qp);
+      for (size_t i = 0; i < given->size(); ++i)
+        qp[i] = static_cast<int8_t>(std::clamp<int>((*given)[i], -weight_qmax, weight_qmax));
     } else {
       for (int64_t o = 0; o < outer; ++o)
         for (int64_t c = 0; c < channels; ++c)
           for (int64_t k = 0; k < inner; ++k) {
             const int64_t i = (o * channels + c) * inner + k;
             const float v = std::nearbyint(p[i] / scales[static_cast<size_t>(c)]);
-            qp[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+            qp[i] = static_cast<int8_t>(std::clamp(v, -qmax, qmax));
           }
     }
     const std::string qn = fresh(w_name + "_quantized"), sn = fresh(w_name + "_scale"), zn = fresh(w_name + "_zero_point");
@@ -417,7 +432,7 @@ struct Planner {
           const Attribute* tb = n.attr("transB");
           axis = tb && tb->i ? 0 : 1;
         }
-        auto [dq, scales] = quantize_weight(n.inputs[1], axis);
+        auto [dq, scales] = quantize_weight(n.inputs[1], axis, weight_qmax_of(n));
         rewire(i, 1, dq);
         ++rewired_uses[n.inputs[1]];
         const bool gemm_plain = n.op_type != "Gemm" || ((!n.attr("alpha") || n.attr("alpha")->f == 1.0f) &&
@@ -431,7 +446,7 @@ struct Planner {
       } else if (r == Role::kBiasAdd) {
         const int slot = bias_of_matmul_cached(i);
         const Node& mm = g.nodes[static_cast<size_t>(producer.at(n.inputs[static_cast<size_t>(1 - slot)]))];
-        auto [dq, scales] = quantize_weight(mm.inputs[1], 1);
+        auto [dq, scales] = quantize_weight(mm.inputs[1], 1, weight_qmax_of(mm));
         rewire(i, slot,
                quantize_bias(n.inputs[static_cast<size_t>(slot)], params_of(mm.inputs[0]).scale, scales, n.outputs[0], -1));
         ++rewired_uses[n.inputs[static_cast<size_t>(slot)]];
@@ -470,7 +485,7 @@ void activation_params(float lo, float hi, float* scale, uint8_t* zero_point) {
   *zero_point = static_cast<uint8_t>(std::clamp(std::nearbyint(-lo / s), 0.0f, 255.0f));
 }
 
-std::vector<float> weight_scales(const Tensor& w, int64_t axis) {
+std::vector<float> weight_scales(const Tensor& w, int64_t axis, int qmax) {
   const auto& d = w.dims();
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < axis; ++i) outer *= d[static_cast<size_t>(i)];
@@ -482,7 +497,7 @@ std::vector<float> weight_scales(const Tensor& w, int64_t axis) {
     for (int64_t c = 0; c < channels; ++c)
       for (int64_t k = 0; k < inner; ++k)
         scales[static_cast<size_t>(c)] = std::max(scales[static_cast<size_t>(c)], std::fabs(p[(o * channels + c) * inner + k]));
-  for (float& s : scales) s = s > 0 && std::isfinite(s) ? s / 127.0f : 1.0f;
+  for (float& s : scales) s = s > 0 && std::isfinite(s) ? s / static_cast<float>(qmax) : 1.0f;
   return scales;
 }
 

@@ -50,8 +50,14 @@ using BiasShift = std::map<std::string, std::vector<float>>;
 /// values (same shape, the per-channel scales of weight_scales unchanged) used instead of round to nearest.
 using WeightValues = std::map<std::string, std::vector<int8_t>>;
 
-/// The per-channel symmetric scales of a float weight along `axis`: max|W_c| / 127 (1 for an all-zero channel).
-std::vector<float> weight_scales(const Tensor& w, int64_t axis);
+/// The int8 weights' largest magnitude: 127 (8 bits, [-127, 127]), or kReducedWeightMax with "reduce
+/// range" (ONNX Runtime's reduce_range: symmetric [-64, 64], 7 bits and the sign's extra step), where no
+/// pair of u8 x s8 products can saturate vpmaddubsw's int16 (255 * 64 * 2 = 32640; docs/quantization.md).
+constexpr int kFullWeightMax = 127;
+constexpr int kReducedWeightMax = 64;
+
+/// The per-channel symmetric scales of a float weight along `axis`: max|W_c| / qmax (1 for an all-zero channel).
+std::vector<float> weight_scales(const Tensor& w, int64_t axis, int qmax = kFullWeightMax);
 
 /// What the plan wraps besides the defaults (docs/quantization.md, "Never below plain MinMax").
 struct PlanOptions {
@@ -61,6 +67,8 @@ struct PlanOptions {
   /// Conv/Gemm/MatMul nodes (names) that stay quantized (Q/DQ inputs, int8 weights) but whose output
   /// gets no Q/DQ (float bias; float consumers read the unrounded output; no Relu absorbed).
   std::set<std::string> float_outputs;
+  /// The int8 weights' range [-weight_qmax, weight_qmax]: kFullWeightMax or kReducedWeightMax (--reduce-range).
+  int weight_qmax = kFullWeightMax;
 };
 
 /// Plans the rewrite. `keep_fp32`: node names (or their first output's name) left in float.

@@ -8,6 +8,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "backends/device_defaults.h"
 #include "common/env_switch.h"
 #include "onnx/onnx_import.h"
 #include "quant/gptq.h"
@@ -60,10 +61,13 @@ struct Session {
   WeightValues wvals;  // GPTQ-rounded weights in use (empty: round to nearest)
 
   PlanOptions popt;  // the plain structure / outputs left float (never below plain MinMax)
+  int weight_qmax = kFullWeightMax;  // kReducedWeightMax: --reduce-range (or its automatic choice)
 
   StatusOr<QdqPlan> plan(const std::set<std::string>& keep) {
     RangeFn fn = [this](const std::string& v, float* lo, float* hi) { return ranges.range(v, method, lo, hi); };
-    return plan_qdq(*model, fn, keep, shift.empty() ? nullptr : &shift, wvals.empty() ? nullptr : &wvals, &popt);
+    PlanOptions po = popt;
+    po.weight_qmax = weight_qmax;
+    return plan_qdq(*model, fn, keep, shift.empty() ? nullptr : &shift, wvals.empty() ? nullptr : &wvals, &po);
   }
 
   // Never below plain MinMax (docs/quantization.md): measures the plain structure (Q/DQ on the inputs of
@@ -264,7 +268,7 @@ struct Session {
         RETURN_IF_ERROR(ex->run(data.batches[b], &outs).with_context("GPTQ: running the quantized model for " + l.node));
       }
       const Tensor& w = *g.find_initializer(l.weight);
-      const std::vector<float> scales = weight_scales(w, l.transposed ? 1 : 0);
+      const std::vector<float> scales = weight_scales(w, l.transposed ? 1 : 0, weight_qmax);
       std::vector<float> wt;  // [n, k]
       const float* wp = w.data<float>();
       if (l.transposed) {
@@ -274,9 +278,10 @@ struct Session {
         wp = wt.data();
       }
       bool fell_back = false;
-      std::vector<int8_t> qv = gptq_round(wp, l.n, scales, h, 0.01, env_value("FERRY_GPTQ_ACT_ORDER") != nullptr, &fell_back);
+      std::vector<int8_t> qv =
+          gptq_round(wp, l.n, scales, h, 0.01, env_value("FERRY_GPTQ_ACT_ORDER") != nullptr, &fell_back, weight_qmax);
       if (fell_back) continue;
-      const std::vector<int8_t> nearest = nearest_round(wp, l.n, l.k, scales);
+      const std::vector<int8_t> nearest = nearest_round(wp, l.n, l.k, scales, weight_qmax);
       const double eb = output_error(wp, nearest.data(), l.n, scales, h), ea = output_error(wp, qv.data(), l.n, scales, h);
       err_before += eb;
       err_after += ea;
@@ -498,6 +503,12 @@ StatusOr<WeightRounding> parse_weight_rounding(const std::string& name) {
 
 const char* weight_rounding_name(WeightRounding r) { return r == WeightRounding::kGptq ? "gptq" : "nearest"; }
 
+bool choose_reduce_range(ReduceRange mode, bool host_saturates, bool plain_floor, double cosine_reduced,
+                         double plain_cosine) {
+  if (mode != ReduceRange::kAuto) return mode == ReduceRange::kOn;
+  return host_saturates && plain_floor && cosine_reduced >= plain_cosine;
+}
+
 StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   Session s(o);
   ASSIGN_OR_RETURN(s.model, load_onnx_model(o.model_path));
@@ -528,6 +539,11 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
     rep.warnings.push_back("only " + std::to_string(rep.samples) + " calibration samples (fewer than " +
                            std::to_string(kFewSamples) + "); the ranges may not cover real inputs: give more samples");
   RETURN_IF_ERROR(s.ranges.collect(s.model, s.data, o.method, o.threads, o.progress, &s.float_outputs));
+  rep.host_pairs_saturate = o.host_pairs_saturate >= 0 ? o.host_pairs_saturate != 0 : host_int8_pairs_saturate();
+  if (o.reduce_range == ReduceRange::kOn) {  // every file from here on, the plain structure's included
+    s.weight_qmax = kReducedWeightMax;
+    rep.reduce_range = true;
+  }
   std::set<std::string> keep(o.keep_fp32.begin(), o.keep_fp32.end());
   ASSIGN_OR_RETURN(QdqPlan plan, s.plan(keep));
   if (o.method == Method::kAuto) {
@@ -558,6 +574,28 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   }
   rep.method = s.method;
   if (o.plain_floor) RETURN_IF_ERROR(s.plain_floor(keep, &plan, &rep));
+  if (o.reduce_range == ReduceRange::kAuto && rep.host_pairs_saturate && o.plain_floor) {
+    // The file's structure as chosen above with 7-bit weights, measured against the plain (8-bit) floor:
+    // kept where it reaches it (the int8 kernels then run unsplit and exact on this host), else the 8-bit file.
+    rep.cosine_full_range = rep.cosine_mean;
+    s.weight_qmax = kReducedWeightMax;
+    ASSIGN_OR_RETURN(QdqPlan p7, s.plan(keep));
+    double mean7 = 0, worst7 = 0;
+    RETURN_IF_ERROR(s.write_and_measure(p7, &mean7, &worst7));
+    rep.cosine_reduced_range = mean7;
+    rep.reduce_range = choose_reduce_range(o.reduce_range, true, true, mean7, rep.plain_cosine);
+    s.log("reduce range (7-bit weights in [-64, 64], no int16 pair can saturate on this host without VNNI): output "
+          "cosine " + std::to_string(mean7) + " against 8-bit " + std::to_string(rep.cosine_mean) + " and the plain floor " +
+          std::to_string(rep.plain_cosine) + (rep.reduce_range ? ": 7-bit written" : ": below the floor, 8-bit written"));
+    if (rep.reduce_range) {
+      plan = std::move(p7);
+      rep.cosine_mean = mean7;
+      rep.cosine_min = worst7;
+    } else {
+      s.weight_qmax = kFullWeightMax;
+      RETURN_IF_ERROR(write_edited_onnx(o.model_path, plan.edit, o.out_path));
+    }
+  }
   rep.gptq_cosine_before = rep.cosine_mean;
   if (o.weight_rounding == WeightRounding::kGptq) {
     const double before = rep.cosine_mean;

@@ -18,6 +18,17 @@ enum class WeightRounding { kNearest, kGptq };
 StatusOr<WeightRounding> parse_weight_rounding(const std::string& name);
 const char* weight_rounding_name(WeightRounding r);
 
+/// --reduce-range (ONNX Runtime's reduce_range): int8 weights in [-64, 64] (7 bits) instead of [-127, 127].
+/// kAuto: on a host whose u8 x s8 products saturate in int16 pairs (no VNNI), 7-bit where its file's
+/// output cosine on the calibration data reaches the plain floor's (which needs the floor on), else
+/// 8-bit; elsewhere 8-bit. See docs/quantization.md "Reduce range".
+enum class ReduceRange { kAuto, kOn, kOff };
+
+/// The kAuto rule (kOn / kOff: as told): 7-bit on a host whose pairs saturate, the plain floor measured, when
+/// the 7-bit file's output cosine is at least the plain structure's.
+bool choose_reduce_range(ReduceRange mode, bool host_saturates, bool plain_floor, double cosine_reduced,
+                         double plain_cosine);
+
 struct QuantizeOptions {
   std::string model_path;
   std::string out_path;
@@ -42,6 +53,9 @@ struct QuantizeOptions {
   /// (Q/DQ on Conv/Gemm/MatMul inputs only, MinMax ranges) on the calibration data and, when below it,
   /// the Conv/Gemm/MatMul outputs read only by float ops lose their Q/DQ, the most costly first.
   bool plain_floor = true;
+  ReduceRange reduce_range = ReduceRange::kAuto;
+  /// -1: ask the host (host_int8_pairs_saturate); 0 / 1: as if the host's pairs did not / did saturate.
+  int host_pairs_saturate = -1;
   /// Held-out data (same forms as `data.path`; empty: none): the output cosine is also reported on it.
   std::string holdout_path;
   int threads = 0;
@@ -97,6 +111,12 @@ struct QuantizeReport {
   double plain_cosine = 0;
   std::vector<std::pair<std::string, double>> float_outputs;
   bool plain_written = false;
+  /// Reduce range: whether the file's weights are 7-bit ([-64, 64]), whether this host's int8 pairs saturate,
+  /// and for the automatic choice the calibration output cosine of the file with 8-bit and 7-bit weights
+  /// (0: not measured).
+  bool reduce_range = false;
+  bool host_pairs_saturate = false;
+  double cosine_full_range = 0, cosine_reduced_range = 0;
   /// --holdout: samples and the output cosine on them (mean, worst), of the written file, and of the
   /// same file without bias correction (when it was on; else equal).
   int64_t holdout_samples = 0;

@@ -26,6 +26,7 @@ struct QuantizeCliOptions {
   int threads = 0;
   bool json = false;
   bool no_plain_floor = false;
+  bool reduce_range = false, no_reduce_range = false;
   bool bias_correction = false;
   int bias_rounds = 0;
   std::string holdout;
@@ -58,6 +59,12 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
   o.threads = opt.threads;
   o.bias_correction = opt.bias_correction;
   o.plain_floor = !opt.no_plain_floor;
+  if (opt.reduce_range && opt.no_reduce_range)
+    return report(invalid_argument("--reduce-range and --no-reduce-range contradict each other: give one (neither: "
+                                   "7-bit weights where they keep the plain floor on a host without VNNI)"));
+  o.reduce_range = opt.reduce_range      ? quant::ReduceRange::kOn
+                   : opt.no_reduce_range ? quant::ReduceRange::kOff
+                                         : quant::ReduceRange::kAuto;
   o.bias_correction_rounds = opt.bias_rounds;
   o.holdout_path = opt.holdout;
   auto rounding = quant::parse_weight_rounding(opt.weight_rounding);
@@ -105,6 +112,12 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
     for (const auto& [node, c] : r.float_outputs) fo.push_back({{"node", node}, {"cosine_after", c}});
     j["plain_floor"] = {{"on", !opt.no_plain_floor}, {"plain_cosine", r.plain_cosine}, {"float_outputs", fo},
                         {"plain_written", r.plain_written}};
+    j["reduce_range"] = {{"on", r.reduce_range},
+                         {"mode", opt.reduce_range ? "on" : opt.no_reduce_range ? "off" : "auto"},
+                         {"weight_range", r.reduce_range ? nlohmann::json::array({-64, 64}) : nlohmann::json::array({-127, 127})},
+                         {"host_pairs_saturate", r.host_pairs_saturate},
+                         {"cosine_8bit", r.cosine_full_range},
+                         {"cosine_7bit", r.cosine_reduced_range}};
     j["output_cosine"] = {{"mean", r.cosine_mean}, {"worst_sample", r.cosine_min}, {"before_repair", r.first_cosine}};
     nlohmann::json kept = nlohmann::json::array();
     for (const auto& k : r.kept_for_target)
@@ -159,6 +172,16 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
       for (const auto& [node, c] : r.float_outputs)
         std::printf("    output of %-40s left float; then %.5f\n", node.c_str(), c);
     }
+    if (r.cosine_reduced_range > 0)
+      std::printf("  reduce range (no VNNI on this host): 7-bit weights give output cosine %.5f, 8-bit %.5f, the plain "
+                  "floor %.5f: %s\n",
+                  r.cosine_reduced_range, r.cosine_full_range, r.plain_cosine,
+                  r.reduce_range ? "7-bit weights written (exact int8 at full speed on this host)" : "8-bit weights written");
+    else
+      std::printf("  weights: %s\n", r.reduce_range ? "7-bit, [-64, 64] (--reduce-range)"
+                                    : opt.no_reduce_range ? "8-bit, [-127, 127] (--no-reduce-range)"
+                                    : r.host_pairs_saturate ? "8-bit, [-127, 127] (--no-plain-floor: no floor to choose 7-bit by)"
+                                                            : "8-bit, [-127, 127] (this host's int8 products do not saturate)");
     std::printf("  output cosine to fp32 on the calibration data: mean %.5f, worst sample %.5f\n", r.cosine_mean,
                 r.cosine_min);
     if (!opt.holdout.empty()) {
@@ -200,6 +223,11 @@ const bool kRegistered = register_command({"quantize", 55, [](CLI::App& app) {
   cmd->add_flag("--no-plain-floor", opt->no_plain_floor,
                 "Skip the check against the plain MinMax structure (Q/DQ on Conv/Gemm/MatMul inputs only) and the "
                 "float outputs it may choose (saves one run over the calibration data and the probes)");
+  cmd->add_flag("--reduce-range", opt->reduce_range,
+                "7-bit weights ([-64, 64] per channel, ONNX Runtime's reduce_range): on CPUs without VNNI (AVX2) no "
+                "int16 pair of u8 x s8 products can saturate, so int8 runs unsplit and exact (ferry, ONNX Runtime). Default: "
+                "on such a host 7-bit where the file still reaches the plain floor's output cosine, else 8-bit");
+  cmd->add_flag("--no-reduce-range", opt->no_reduce_range, "8-bit weights ([-127, 127] per channel) on any host");
   cmd->add_flag("--bias-correction", opt->bias_correction,
                 "Empirical bias correction: each int32 bias absorbs the per-channel mean error of its output on the "
                 "calibration data, measured with the corrected layers before it (off by default: on the zoo it adds "

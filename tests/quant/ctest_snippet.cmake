@@ -21,3 +21,8 @@ set_tests_properties(quantize_gptq PROPERTIES LABELS "e2e;quant" TIMEOUT 60)
 add_test(NAME quantize_plain_floor
          COMMAND ${FERRY_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_baseline.py $<TARGET_FILE:ferry> ${CMAKE_BINARY_DIR}/quantize_plain_floor)
 set_tests_properties(quantize_plain_floor PROPERTIES LABELS "e2e;quant" TIMEOUT 120)
+# --reduce-range (tests/quant/check_reduce_range.py): 7-bit weights ([-64, 64]) on the group-1 Conv and
+# MatMul weights, the depthwise one 8-bit, --no-reduce-range 8-bit, the default's choice by its rule.
+add_test(NAME quantize_reduce_range
+         COMMAND ${FERRY_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_reduce_range.py $<TARGET_FILE:ferry> ${CMAKE_BINARY_DIR}/quantize_reduce_range)
+set_tests_properties(quantize_reduce_range PROPERTIES LABELS "e2e;quant" TIMEOUT 60)

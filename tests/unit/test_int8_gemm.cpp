@@ -3,7 +3,8 @@
 // shapes (K odd, K = 1, N not a multiple of 16, M not a multiple of 6, several row chunks), source
 // zero points 0 / 128 / 255 (u8) and -128 / 0 / 127 (s8), weight zero points (scalar, per column), int32
 // and float biases, Relu, u8 / s8 / f32 outputs, and operands that saturate oneDNN's vpmaddubsw pairs
-// without its split (255 x same-sign weights of magnitude 127..128). Runs where int8_gemm does (AVX2
+// without its split (255 x same-sign weights of magnitude 127..128); the same for narrow weights ([-64, 64],
+// the byte path), at +-64 under 255 (pair sums of 32640) and with one weight at 65 / -65 (the int16 path). Runs where int8_gemm does (AVX2
 // without VNNI); skipped elsewhere, where oneDNN's kernels take the node.
 #include <gtest/gtest.h>
 
@@ -38,6 +39,8 @@ struct GemmCase {
   bool relu = false;
   DType y_dt = DType::kU8;  // kU8, kI8 or kF32 (y_scale / y_zero_point absent)
   bool extreme = false;     // a at its top (after the zero point), b at +-(127..128) with one sign per column
+  int b_max = 128;          // 64: narrow weights in [-64, 64] (the byte path; extreme: +-64)
+  int outlier = 0;          // nonzero: b[0, 0] set to this (65 / -65: one weight off the byte path)
   uint32_t seed = 1;
 };
 
@@ -63,11 +66,13 @@ std::shared_ptr<Model> qmatmul_model(const GemmCase& gc, std::mt19937& rng) {
     return name;
   };
   Tensor b = Tensor::allocate(DType::kI8, {K, N});
-  std::uniform_int_distribution<int> any(-128, 127), big(127, 128);
+  std::uniform_int_distribution<int> any(-gc.b_max, std::min(gc.b_max, 127)), big(127, 128);
   for (int64_t i = 0; i < b.numel(); ++i) {
-    const int v = gc.extreme ? (i % N % 2 ? -big(rng) : std::min(big(rng), 127)) : any(rng);
+    int v = gc.extreme ? (i % N % 2 ? -big(rng) : std::min(big(rng), 127)) : any(rng);
+    if (gc.extreme && gc.b_max < 128) v = i % N % 2 ? -gc.b_max : gc.b_max;
     b.mutable_data<int8_t>()[i] = static_cast<int8_t>(v);
   }
+  if (gc.outlier != 0) b.mutable_data<int8_t>()[0] = static_cast<int8_t>(gc.outlier);
   Tensor bs = Tensor::allocate(DType::kF32, {N});
   for (int64_t n = 0; n < N; ++n) bs.mutable_data<float>()[n] = 0.013f * (1.f + 0.37f * static_cast<float>(n % 7));
   vector<std::string> in = {"a", init("a_scale", Tensor::scalar<float>(0.021f)), init("a_zp", scalar_of(adt, gc.a_zp)),
@@ -129,7 +134,8 @@ bool int8_gemm_takes(const Model& m) {
 void check(const GemmCase& gc) {
   SCOPED_TRACE(::testing::Message() << "K=" << gc.a_dims.back() << " N=" << gc.N << " s8=" << gc.a_s8 << " a_zp=" << gc.a_zp
                                     << " b_zp=" << gc.b_zp << (gc.b_zp_per_col ? "/col" : "") << " bias=" << gc.bias
-                                    << " relu=" << gc.relu << " y=" << dtype_name(gc.y_dt) << " extreme=" << gc.extreme);
+                                    << " relu=" << gc.relu << " y=" << dtype_name(gc.y_dt) << " extreme=" << gc.extreme
+                                    << " b_max=" << gc.b_max << " outlier=" << gc.outlier);
   std::mt19937 rng(gc.seed);
   auto model = qmatmul_model(gc, rng);
   ASSERT_TRUE(int8_gemm_takes(*model));
@@ -239,6 +245,113 @@ TEST_F(Int8Gemm, OperandsThatSaturateByteProductPairs) {
   gc.a_zp = 127;
   gc.y_dt = DType::kF32;
   check(gc);
+}
+
+// Narrow weights (every b - b_zp in [-64, 64], `ferry quantize --reduce-range`): packed for the byte path
+// (vpmaddubsw + vpmaddwd by ones), decided from the values; one weight outside takes the int16 path.
+TEST(Int8GemmPack, NarrowWeightsTakeTheBytePath) {
+  const int64_t K = 7, N = 19;
+  vector<int8_t> b(static_cast<size_t>(K * N));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int8_t>(static_cast<int>(i % 129) - 64);  // -64..64
+  cpu::PackedInt8B p;
+  p.pack(b.data(), K, N);
+  EXPECT_TRUE(p.narrow);
+  EXPECT_EQ(p.quads, 2);
+  EXPECT_TRUE(p.data.empty());
+  int32_t sum0 = 0;
+  for (int64_t k = 0; k < K; ++k) sum0 += b[static_cast<size_t>(k * N)];
+  EXPECT_EQ(p.column_sums[0], sum0);
+  EXPECT_EQ(p.data8[1], b[static_cast<size_t>(1 * N + 0)]);  // panel 0, quad 0, column 0, k = 1
+  EXPECT_EQ(p.data8[4 + 2], b[static_cast<size_t>(2 * N + 1)]);  // column 1, k = 2
+  for (int edge : {65, -65, 127, -128}) {
+    vector<int8_t> e = b;
+    e[static_cast<size_t>(3 * N + 18)] = static_cast<int8_t>(edge);
+    p.pack(e.data(), K, N);
+    EXPECT_FALSE(p.narrow) << edge;
+    EXPECT_TRUE(p.data8.empty());
+    EXPECT_EQ(p.data.size(), static_cast<size_t>(2 * 4 * 16 * 2));
+  }
+  // What is packed is b minus its zero point: 100 - 50 fits, 0 - 70 does not.
+  vector<int8_t> z(static_cast<size_t>(K * N), 100);
+  const int8_t zp50 = 50, zp70 = 70;
+  p.pack(z.data(), K, N, &zp50, 1);
+  EXPECT_TRUE(p.narrow);
+  EXPECT_EQ(p.column_sums[5], 50 * K);
+  std::fill(z.begin(), z.end(), 0);
+  p.pack(z.data(), K, N, &zp70, 1);
+  EXPECT_FALSE(p.narrow);
+}
+
+TEST_F(Int8Gemm, NarrowWeightsBitForBitTheReference) {
+  GemmCase gc;
+  gc.b_max = 64;
+  for (int zp : {0, 128, 255}) {  // K % 4 != 0 (a copied and padded), M % 6 != 0, N % 16 != 0
+    gc.a_dims = {13, 37};
+    gc.N = 21;
+    gc.a_zp = zp;
+    gc.seed = 40 + zp;
+    check(gc);
+  }
+  gc.a_dims = {2, 3, 1};  // K = 1
+  gc.N = 5;
+  gc.a_zp = 9;
+  check(gc);
+  gc.a_dims = {100, 1024};  // a read in place (u8, K % 4 == 0), several chunks and panels
+  gc.N = 35;
+  gc.a_zp = 128;
+  gc.bias = GemmCase::kInt;
+  check(gc);
+  gc.a_s8 = true;  // s8 sources flipped to u8, their zero point + 128
+  gc.a_dims = {7, 66};
+  gc.N = 40;
+  for (int zp : {-128, 0, 127}) {
+    gc.a_zp = zp;
+    gc.y_dt = zp == 0 ? DType::kI8 : DType::kU8;
+    gc.seed = 60 + zp;
+    check(gc);
+  }
+  gc.a_s8 = false;
+  gc.a_zp = 3;
+  gc.b_zp = 5;  // per column (5..1): b in [-55, 55], b - b_zp in [-60, 54], still the byte path
+  gc.b_zp_per_col = true;
+  gc.b_max = 55;
+  gc.bias = GemmCase::kFloat;
+  gc.y_dt = DType::kF32;
+  check(gc);
+  gc.b_zp = 0;
+  gc.b_zp_per_col = false;
+  gc.b_max = 64;
+  gc.bias = GemmCase::kNone;
+  gc.relu = true;
+  gc.y_dt = DType::kU8;
+  check(gc);
+}
+
+TEST_F(Int8Gemm, NarrowWeightsAtTheirBoundsAndJustOutside) {
+  // a = 255 on weights of one sign at 64: every vpmaddubsw pair sums to +-32640, the most int16 holds of
+  // it; -64 and 64 in the same column. Then one weight at 65 / -65: the int16 path, still exact.
+  GemmCase gc;
+  gc.extreme = true;
+  gc.b_max = 64;
+  gc.a_dims = {6, 36};
+  gc.N = 32;
+  for (int zp : {0, 255}) {
+    gc.a_zp = zp;
+    check(gc);
+  }
+  gc.a_s8 = true;  // s8 source, zero point 127: a - zp = -255 (0 - 255 flipped)
+  gc.a_zp = 127;
+  gc.y_dt = DType::kF32;
+  check(gc);
+  for (int outlier : {65, -65}) {
+    GemmCase o;
+    o.extreme = true;
+    o.b_max = 64;
+    o.outlier = outlier;
+    o.a_dims = {6, 36};
+    o.N = 32;
+    check(o);
+  }
 }
 
 // QConvFused 1x1 on a channels-last source as the same GEMM (int8_gemm.cpp Int8GemmQConvKernel): a source

@@ -70,6 +70,54 @@ __attribute__((target("avx2"))) void micro(const int16_t* a, int64_t lda, const 
 using MicroFn = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, int32_t*);
 constexpr MicroFn kMicro[kMr + 1] = {nullptr, micro<1>, micro<2>, micro<3>, micro<4>, micro<5>, micro<6>};
 
+// The narrow weights' micro kernel: acc[r][0..15] = corr[0..15] + sum over the quads j of a_r[4j..4j+3] .
+// panel[j][n][0..3], a u8 rows (stride lda, a multiple of 4 bytes), the panel s8 in [-64, 64]: vpmaddubsw's
+// int16 pair sums are exact there, vpmaddwd by ones adds them into int32.
+template <int R>
+__attribute__((target("avx2"))) void micro8(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t quads,
+                                            const int32_t* corr, int32_t* acc) {
+  const __m256i k0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr));
+  const __m256i k1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr + 8));
+  __m256i c00 = k0, c01 = k1, c10 = k0, c11 = k1, c20 = k0, c21 = k1, c30 = k0, c31 = k1, c40 = k0, c41 = k1,
+          c50 = k0, c51 = k1;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const uint8_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
+#define FERRY_INT8_GEMM_ROW8(r)                                                                 \
+  if constexpr (R > r) {                                                                        \
+    int32_t v;                                                                                  \
+    std::memcpy(&v, a##r + 4 * j, sizeof v);                                                    \
+    const __m256i av = _mm256_set1_epi32(v);                                                    \
+    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
+    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
+  }
+  for (int64_t j = 0; j < quads; ++j) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j + 32));
+    FERRY_INT8_GEMM_ROW8(0)
+    FERRY_INT8_GEMM_ROW8(1)
+    FERRY_INT8_GEMM_ROW8(2)
+    FERRY_INT8_GEMM_ROW8(3)
+    FERRY_INT8_GEMM_ROW8(4)
+    FERRY_INT8_GEMM_ROW8(5)
+  }
+#undef FERRY_INT8_GEMM_ROW8
+#define FERRY_INT8_GEMM_STORE(r)                                                \
+  if constexpr (R > r) {                                                        \
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kNr), c##r##0);    \
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kNr + 8), c##r##1); \
+  }
+  FERRY_INT8_GEMM_STORE(0)
+  FERRY_INT8_GEMM_STORE(1)
+  FERRY_INT8_GEMM_STORE(2)
+  FERRY_INT8_GEMM_STORE(3)
+  FERRY_INT8_GEMM_STORE(4)
+  FERRY_INT8_GEMM_STORE(5)
+#undef FERRY_INT8_GEMM_STORE
+}
+
+using Micro8Fn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const int32_t*, int32_t*);
+constexpr Micro8Fn kMicro8[kMr + 1] = {nullptr, micro8<1>, micro8<2>, micro8<3>, micro8<4>, micro8<5>, micro8<6>};
+
 // The epilogue's per-column inputs of one panel (16 entries each, or nullptr).
 struct PanelEpi {
   const float *mul, *real, *fbias;
@@ -149,6 +197,23 @@ __attribute__((target("avx2"))) void widen_rows(const void* a, bool a_signed, in
   }
 }
 
+// Rows [m0, m1) of a as u8 rows of lda bytes (an s8 source flipped, x + 128; zeros after K).
+__attribute__((target("avx2"))) void copy_rows_u8(const void* a, bool a_signed, int64_t K, int64_t m0, int64_t m1,
+                                                  int64_t lda, uint8_t* out) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t m = m0; m < m1; ++m) {
+    const uint8_t* src = static_cast<const uint8_t*>(a) + m * K;
+    uint8_t* d = out + m * lda;
+    int64_t k = 0;
+    if (a_signed)
+      for (; k + 32 <= K; k += 32)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + k),
+                            _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + k)), flip));
+    for (; k < K; ++k) d[k] = static_cast<uint8_t>(a_signed ? src[k] ^ 0x80 : src[k]);
+    for (; k < lda; ++k) d[k] = 0;
+  }
+}
+
 }  // namespace
 
 bool int8_gemm_available() {
@@ -163,33 +228,69 @@ void PackedInt8B::pack(const int8_t* b, int64_t k_dim, int64_t n_dim, const int8
   K = k_dim;
   N = n_dim;
   pairs = (K + 1) / 2;
+  quads = (K + 3) / 4;
   panels = (N + kNr - 1) / kNr;
+  const auto value = [&](int64_t k, int64_t n) {
+    const int32_t zp = b_zp && zp_count > 0 ? b_zp[zp_count == 1 ? 0 : n] : 0;
+    return static_cast<int32_t>(b[n_major ? n * K + k : k * N + n]) - zp;
+  };
+  narrow = true;  // every value in [-64, 64]: no vpmaddubsw pair of it can saturate
+  for (int64_t n = 0; n < N && narrow; ++n)
+    for (int64_t k = 0; k < K && narrow; ++k) narrow = value(k, n) >= -64 && value(k, n) <= 64;
+  data.clear();
+  data8.clear();
+  column_sums.clear();
+  if (narrow) {
+    data8.assign(static_cast<size_t>(panels * quads * kNr * 4), 0);
+    column_sums.assign(static_cast<size_t>(panels * kNr), 0);
+    for (int64_t p = 0; p < panels; ++p)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t c = 0; c < kNr && p * kNr + c < N; ++c) {
+          const int32_t v = value(k, p * kNr + c);
+          data8[static_cast<size_t>(((p * quads + k / 4) * kNr + c) * 4 + k % 4)] = static_cast<int8_t>(v);
+          column_sums[static_cast<size_t>(p * kNr + c)] += v;
+        }
+    return;
+  }
   data.assign(static_cast<size_t>(panels * pairs * kNr * 2), 0);
   for (int64_t p = 0; p < panels; ++p)
     for (int64_t k = 0; k < K; ++k)
-      for (int64_t c = 0; c < kNr && p * kNr + c < N; ++c) {
-        const int64_t n = p * kNr + c;
-        const int32_t zp = b_zp && zp_count > 0 ? b_zp[zp_count == 1 ? 0 : n] : 0;
-        data[static_cast<size_t>(((p * pairs + k / 2) * kNr + c) * 2 + k % 2)] = static_cast<int16_t>(b[n_major ? n * K + k : k * N + n] - zp);
-      }
+      for (int64_t c = 0; c < kNr && p * kNr + c < N; ++c)
+        data[static_cast<size_t>(((p * pairs + k / 2) * kNr + c) * 2 + k % 2)] = static_cast<int16_t>(value(k, p * kNr + c));
 }
 
 void int8_gemm(const void* a, bool a_signed, int32_t a_zp, int64_t M, const PackedInt8B& b, const Int8GemmEpilogue& e,
                void* y) {
   if (M <= 0 || b.N <= 0) return;
-  const int64_t lda = 2 * b.pairs, N = b.N;
-  thread_local std::vector<int16_t> a16;
-  if (static_cast<int64_t>(a16.size()) < M * lda) a16.resize(static_cast<size_t>(M * lda));
-  int16_t* aw = a16.data();
-  parallel_ranges(M, lda, [&](int64_t m0, int64_t m1) { widen_rows(a, a_signed, a_zp, b.K, m0, m1, lda, aw); });
+  const int64_t N = b.N;
+  // The int16 path: rows widened (minus a_zp) to lda int16; the narrow path: u8 rows of lda bytes (a itself
+  // where it is u8 with K a multiple of 4), a_zp taken off through the column sums.
+  const int64_t lda = b.narrow ? 4 * b.quads : 2 * b.pairs;
+  const int64_t row_bytes = b.narrow ? lda : 2 * lda;
+  int16_t* aw = nullptr;
+  const uint8_t* a8 = static_cast<const uint8_t*>(a);
+  const int32_t zp8 = a_signed ? a_zp + 128 : a_zp;  // the narrow path's zero point (an s8 source flipped)
+  if (b.narrow && (a_signed || lda != b.K)) {
+    thread_local std::vector<uint8_t> a8copy;
+    if (static_cast<int64_t>(a8copy.size()) < M * lda) a8copy.resize(static_cast<size_t>(M * lda));
+    uint8_t* d = a8copy.data();
+    parallel_ranges(M, lda, [&](int64_t m0, int64_t m1) { copy_rows_u8(a, a_signed, b.K, m0, m1, lda, d); });
+    a8 = d;
+  } else if (!b.narrow) {
+    thread_local std::vector<int16_t> a16;
+    if (static_cast<int64_t>(a16.size()) < M * lda) a16.resize(static_cast<size_t>(M * lda));
+    aw = a16.data();
+    parallel_ranges(M, lda, [&](int64_t m0, int64_t m1) { widen_rows(a, a_signed, a_zp, b.K, m0, m1, lda, aw); });
+  }
   // Rows in chunks whose int16 copy stays in L2 (<= 192 KB) while a thread's panels pass over it, of
   // even sizes (a chunk of a few rows would stream all of b for them; two chunks split two threads).
-  const int64_t mc_max = std::max<int64_t>(kMr, (int64_t{96} * 1024 / std::max<int64_t>(lda, 1)) / kMr * kMr);
+  const int64_t mc_max = std::max<int64_t>(kMr, (int64_t{192} * 1024 / std::max<int64_t>(row_bytes, 1)) / kMr * kMr);
   const int64_t chunks = (M + mc_max - 1) / mc_max, tasks = chunks * b.panels;
   const int64_t mc = ((M + chunks - 1) / chunks + kMr - 1) / kMr * kMr;
   const size_t ysize = e.y_dt == DType::kF32 ? 4 : 1;
   parallel_ranges(tasks, std::min(M, mc) * lda * kNr, [&](int64_t t0, int64_t t1) {
     alignas(32) int32_t acc[kMr * kNr];
+    alignas(32) int32_t corr[kNr] = {};
     alignas(32) float pmul[kNr] = {}, preal[kNr] = {}, pfb[kNr] = {};
     alignas(32) int32_t pbias[kNr] = {};
     for (int64_t t = t0; t < t1; ++t) {
@@ -205,11 +306,16 @@ void int8_gemm(const void* a, bool a_signed, int32_t a_zp, int64_t M, const Pack
         };
         pe = PanelEpi{pad(pmul, pe.mul), pad(preal, pe.real), pad(pfb, pe.fbias), pad(pbias, pe.bias)};
       }
-      const int16_t* panel = b.data.data() + p * b.pairs * kNr * 2;
       const int64_t m_end = std::min(M, (chunk + 1) * mc);
+      if (b.narrow)
+        for (int c = 0; c < kNr; ++c)  // modulo 2^32, as the sums
+          corr[c] = static_cast<int32_t>(static_cast<uint32_t>(-int64_t{zp8} * b.column_sums[static_cast<size_t>(n0 + c)]));
       for (int64_t m = chunk * mc; m < m_end; m += kMr) {
         const int rows = static_cast<int>(std::min<int64_t>(kMr, m_end - m));
-        kMicro[rows](aw + m * lda, lda, panel, b.pairs, acc);
+        if (b.narrow)
+          kMicro8[rows](a8 + m * lda, lda, b.data8.data() + p * b.quads * kNr * 4, b.quads, corr, acc);
+        else
+          kMicro[rows](aw + m * lda, lda, b.data.data() + p * b.pairs * kNr * 2, b.pairs, acc);
         for (int r = 0; r < rows; ++r)
           epilogue_row(acc + r * kNr, pe, e, cols, static_cast<char*>(y) + ((m + r) * N + n0) * ysize);
       }

@@ -10,6 +10,15 @@
 // the reference's MatMulInteger) and the epilogue is the reference's float steps in the same order
 // (src/ops/quantize_fused.cpp k_qmatmul_fused): bit for bit the reference kernel.
 //
+// Narrow weights (every b - b_zp[n] in [-64, 64]: `ferry quantize --reduce-range`, ONNX Runtime's
+// reduce_range) take the byte path instead, decided once at pack time from the values: a stays u8 (an s8
+// source flipped to u8, x + 128, its zero point + 128) and vpmaddubsw multiplies it by the s8 weights, whose
+// int16 pair sums cannot saturate there (|a0 b0 + a1 b1| <= 255 * 64 * 2 = 32640 <= 32767), then vpmaddwd
+// by ones adds the pairs into int32: 32 multiply-adds per three instructions (with vpaddd) against the
+// int16 path's four, MLAS's AVX2 u8 x s8 sequence. The source zero point comes off afterwards:
+// sum (a - a_zp) b = sum a b - a_zp * sum b, the column sums of b taken at pack time; the same int32 sum
+// (modulo 2^32, which the reference's int32 shares), so still bit for bit the reference kernel.
+//
 // Layout: b in panels of 16 columns; a panel holds, per pair of k, the 16 columns' (b[2j, n], b[2j+1, n])
 // int16 pairs (K padded to even and N to 16 with zeros). The micro kernel holds 6 rows x 16 columns
 // of int32 accumulators (12 ymm), broadcasts one int16 pair of a row per step and reads the panel once
@@ -27,10 +36,15 @@ namespace ferry::cpu {
 /// oneDNN's vpdpbusd is exact and faster). FERRY_INT8_GEMM=0 turns it off (then oneDNN's split runs).
 bool int8_gemm_available();
 
-/// b (s8 [K, N] row-major) minus its zero point per column, widened to int16 and packed.
+/// b (s8 [K, N] row-major) minus its zero point per column, widened to int16 and packed; or, where every
+/// such value lies in [-64, 64] (`narrow`), kept s8 in quads of k with its column sums.
 struct PackedInt8B {
   int64_t K = 0, N = 0, pairs = 0, panels = 0;
-  std::vector<int16_t> data;  // [panels][pairs][16 columns][2]
+  std::vector<int16_t> data;  // [panels][pairs][16 columns][2] (not narrow)
+  bool narrow = false;
+  int64_t quads = 0;                 // (K + 3) / 4 (narrow)
+  std::vector<int8_t> data8;         // [panels][quads][16 columns][4] (narrow)
+  std::vector<int32_t> column_sums;  // [panels * 16]: sum over k of b[k, n] - b_zp[n] (narrow)
 
   /// `b_zp`: nullptr (0), or `zp_count` (1 or N) zero points. `n_major`: b given as [N, K] (a
   /// convolution's M x C weights).
