@@ -482,7 +482,7 @@ TEST_F(Int8Gemm, PointwiseConvolutionOnChannelsLastSource) {
   cc.x_zp = 0;  // u8 with zero point 0: oneDNN unsplit with the repair
   check_conv(cc, false);
   cc.x_zp = 128;
-  cc.C = 32;  // few channels: oneDNN's split
+  cc.C = 32;  // few channels: int8_im2col_conv.cpp
   check_conv(cc, false);
 }
 

@@ -1,14 +1,17 @@
-// com.ferry.QConvFused on few input channels (an image stem: C = 3) as an im2col into the exact int8
-// GEMM (int8_gemm.h), where oneDNN would split (AVX2 without VNNI, weights outside [-64, 64], a source
-// with a zero point: int8_pair_saturation.h). oneDNN's split kernel runs a 3-channel convolution at a
-// fraction of its rate on wide ones (MobileNetV2's 3x3/2 stem, 32 outputs: 0.93 CPU ms per run for
-// 10.8 M multiply-adds, `ferry profile -t 1`); here the patches of every output pixel are copied once,
-// (kh, kw, c) order, the padding as the source zero point (so it adds 0, as the reference's
-// ConvInteger), into a u8 / s8 [pixels, KH * KW * C] matrix that int8_gemm multiplies by the weights
-// reordered to [M, KH * KW * C]. The integer sums are the reference's and the epilogue is int8_gemm's
-// (the reference's float steps in its order): bit for bit the reference kernel.
-// Channels last, one group, 2-D, no residual, no mid Q/DQ, no activation; C <= 8 (the stems measured;
-// wider convolutions stay with oneDNN or with int8_gemm's own 1x1 rule).
+// com.ferry.QConvFused on a narrow reduction, where oneDNN would split (AVX2 without VNNI, weights
+// outside [-64, 64], a source with a zero point: int8_pair_saturation.h): image stems (1-8 input channels,
+// any kernel, stride, padding, dilation; MobileNetV2's 3x3/2, ResNet-50's 7x7/2 on the quantized image) and
+// 1x1 convolutions of 1-63 input channels (MobileNetV2's expansions of 16-32 channels reading residual
+// sums, zero point ~128; 64 and more take int8_gemm.cpp's 1x1 rule). oneDNN's split doubles the
+// reduction, and int8_gemm's separate passes (the rows widened into a buffer, accumulators stored and
+// read back by a per-row epilogue) cost more than the few multiply-adds per output here.
+// So this kernel runs 6 output pixels at a time end to end: their patches gathered ((kh, kw, c) order;
+// the padding as the source zero point, which adds 0 as in the reference's ConvInteger) and widened to
+// int16 minus the zero point in a small per-thread buffer, then for each 16 output channels the
+// int8_gemm panel micro kernel's vpmaddwd steps (exact in int32: int8_gemm.h) and the reference's
+// epilogue on the accumulators still in registers, stored as y. The float steps are int8_gemm's
+// epilogue_row, in the reference's order: bit for bit the reference kernel (tests/unit/test_int8_im2col_conv.cpp).
+// Channels last, one group, 2-D, no residual, no mid Q/DQ, no activation.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -29,7 +32,126 @@ namespace {
 
 using cpu::NodeAttrs;
 
-constexpr int64_t kMaxIm2colChannels = 8;
+constexpr int64_t kMaxStemChannels = 8;    // a stem: any kernel on this many channels or fewer
+constexpr int64_t kMaxPointwiseChannels = 63;  // 1x1: 64 and more run on int8_gemm (int8_gemm.cpp)
+constexpr int64_t kMaxK = 512;             // the patch length the per-thread buffers hold
+constexpr int kNr = 16, kMr = 6;           // int8_gemm's panel width and rows per tile
+
+// The epilogue constants of one panel of 16 output channels (the last one padded).
+struct PanelEpi {
+  alignas(32) float mul[kNr], real[kNr], fbias[kNr];
+  alignas(32) int32_t bias[kNr];
+};
+
+// One row's 16 accumulators -> 16 outputs: int8_gemm.cpp epilogue_row's steps (the reference's float
+// steps in its order; this target has no FMA, so no contraction), from registers.
+// The epilogue's scalars (from the node's Int8GemmEpilogue), copied into each tile before it stores
+// anything (a store through char* y could alias them, and they would be read again per row).
+struct EpiFlags {
+  bool fbias = false, bias = false, conv_relu = false, clip = false, relu = false;
+  float y_scale = 1, y_zp = 0, clip_lo = 0, clip_hi = 0;
+};
+
+template <int YT>  // 0: f32, 1: u8, 2: s8
+__attribute__((target("avx2"), always_inline)) inline void epilogue(__m256i s0, __m256i s1, const PanelEpi& p, const EpiFlags& e,
+                                                                    int cols, char* y) {
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 v[2];
+  const __m256i s[2] = {s0, s1};
+  for (int h = 0; h < 2; ++h) {
+    if (e.fbias) {
+      const __m256 prod = _mm256_mul_ps(_mm256_cvtepi32_ps(s[h]), _mm256_load_ps(p.real + 8 * h));
+      v[h] = _mm256_div_ps(_mm256_add_ps(prod, _mm256_load_ps(p.fbias + 8 * h)), _mm256_set1_ps(e.y_scale));
+    } else {
+      const __m256i b = e.bias ? _mm256_add_epi32(s[h], _mm256_load_si256(reinterpret_cast<const __m256i*>(p.bias + 8 * h))) : s[h];
+      v[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(b), _mm256_load_ps(p.mul + 8 * h));
+    }
+    if (e.conv_relu) v[h] = _mm256_max_ps(zero, v[h]);
+    if (e.clip) v[h] = _mm256_min_ps(_mm256_set1_ps(e.clip_hi), _mm256_max_ps(_mm256_set1_ps(e.clip_lo), v[h]));
+    if (e.relu) v[h] = _mm256_max_ps(zero, v[h]);
+  }
+  if constexpr (YT == 0) {
+    if (cols == kNr) {
+      _mm256_storeu_ps(reinterpret_cast<float*>(y), v[0]);
+      _mm256_storeu_ps(reinterpret_cast<float*>(y) + 8, v[1]);
+    } else {
+      alignas(32) float t[kNr];
+      _mm256_store_ps(t, v[0]);
+      _mm256_store_ps(t + 8, v[1]);
+      std::memcpy(y, t, sizeof(float) * static_cast<size_t>(cols));
+    }
+  } else {
+    const float lo_f = YT == 1 ? 0.f : -128.f, hi_f = YT == 1 ? 255.f : 127.f;
+    __m256i q[2];
+    const __m256 lo = _mm256_set1_ps(lo_f), hi = _mm256_set1_ps(hi_f);
+    const __m256 zp = _mm256_set1_ps(e.y_zp);
+    for (int h = 0; h < 2; ++h) {
+      const __m256 x = _mm256_and_ps(v[h], _mm256_cmp_ps(v[h], v[h], _CMP_ORD_Q));  // NaN -> 0
+      __m256 r = _mm256_add_ps(_mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
+      q[h] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+    }
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);  // 16 int16 in order
+    const __m128i w0 = _mm256_castsi256_si128(w), w1 = _mm256_extracti128_si256(w, 1);
+    const __m128i b = YT == 1 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);
+    if (cols == kNr) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y), b);
+    } else {
+      alignas(16) uint8_t t[kNr];
+      _mm_store_si128(reinterpret_cast<__m128i*>(t), b);
+      std::memcpy(y, t, static_cast<size_t>(cols));
+    }
+  }
+}
+
+// R rows of widened patches (int16, row stride lda) against one panel (int8_gemm.h's layout), then the
+// epilogue per row into y (row stride ldy bytes).
+template <int R, int YT>
+__attribute__((target("avx2"))) void tile(const int16_t* a, int64_t lda, const int16_t* panel, int64_t pairs, const PanelEpi& pe,
+                                          const EpiFlags& flags, int cols, char* y, int64_t ldy) {
+  const EpiFlags e = flags;
+  __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
+          c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  const int16_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
+#define FERRY_NARROW_ROW(r)                                          \
+  if constexpr (R > r) {                                             \
+    int32_t v;                                                       \
+    std::memcpy(&v, a##r + 2 * j, sizeof v);                         \
+    const __m256i av = _mm256_set1_epi32(v);                         \
+    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(av, b0));  \
+    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, b1));  \
+  }
+  for (int64_t j = 0; j < pairs; ++j) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j + 16));
+    FERRY_NARROW_ROW(0)
+    FERRY_NARROW_ROW(1)
+    FERRY_NARROW_ROW(2)
+    FERRY_NARROW_ROW(3)
+    FERRY_NARROW_ROW(4)
+    FERRY_NARROW_ROW(5)
+  }
+#undef FERRY_NARROW_ROW
+  epilogue<YT>(c00, c01, pe, e, cols, y);
+  if constexpr (R > 1) epilogue<YT>(c10, c11, pe, e, cols, y + ldy);
+  if constexpr (R > 2) epilogue<YT>(c20, c21, pe, e, cols, y + 2 * ldy);
+  if constexpr (R > 3) epilogue<YT>(c30, c31, pe, e, cols, y + 3 * ldy);
+  if constexpr (R > 4) epilogue<YT>(c40, c41, pe, e, cols, y + 4 * ldy);
+  if constexpr (R > 5) epilogue<YT>(c50, c51, pe, e, cols, y + 5 * ldy);
+}
+
+using TileFn = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, const PanelEpi&, const EpiFlags&, int, char*, int64_t);
+template <int YT>
+constexpr TileFn kTiles[kMr + 1] = {nullptr, tile<1, YT>, tile<2, YT>, tile<3, YT>, tile<4, YT>, tile<5, YT>, tile<6, YT>};
+
+// `n` bytes (a multiple of 16) of u8 / s8 minus zp, widened to int16.
+__attribute__((target("avx2"))) void widen(const uint8_t* src, int64_t n, bool is_signed, int32_t zp, int16_t* d) {
+  const __m256i z = _mm256_set1_epi16(static_cast<int16_t>(zp));
+  for (int64_t k = 0; k < n; k += 16) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k));
+    const __m256i w = is_signed ? _mm256_cvtepi8_epi16(x) : _mm256_cvtepu8_epi16(x);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + k), _mm256_sub_epi16(w, z));
+  }
+}
 
 class Int8Im2colQConvKernel : public Kernel {
  public:
@@ -47,9 +169,13 @@ class Int8Im2colQConvKernel : public Kernel {
     if (!w || w->dtype() != DType::kI8 || w->rank() != 4 || !ws || ws->dtype() != DType::kF32 || !cpu::needs_split(*w))
       return false;
     const int64_t M = w->dim(0), C = w->dim(1), KH = w->dim(2), KW = w->dim(3);
-    if (C > kMaxIm2colChannels || C < 1 || (ws->numel() != 1 && ws->numel() != M)) return false;
+    if (C < 1 || KH * KW * C > kMaxK || (ws->numel() != 1 && ws->numel() != M)) return false;
     const std::vector<int64_t> kernel = {KH, KW};
     if (!read_spatial_attrs(attrs, 2, &kernel, true, &spatial_).is_ok()) return false;
+    pointwise_ = KH == 1 && KW == 1 && spatial_.auto_pad == AutoPad::kNotSet;
+    for (int64_t v : spatial_.strides) pointwise_ = pointwise_ && v == 1;
+    for (int64_t v : spatial_.pads) pointwise_ = pointwise_ && v == 0;
+    if (C > (pointwise_ ? kMaxPointwiseChannels : kMaxStemChannels)) return false;
     const int8_t* wzp = nullptr;
     int64_t wzp_count = 0;
     if (cpu::has_input(node_, kWZp)) {
@@ -88,6 +214,24 @@ class Int8Im2colQConvKernel : public Kernel {
       for (int64_t c = 0; c < C; ++c)
         for (int64_t t = 0; t < KH * KW; ++t) wr[static_cast<size_t>(m * K + t * C + c)] = src[(m * C + c) * KH * KW + t];
     packed_.pack(wr.data(), K, M, wzp, wzp_count, /*n_major=*/true);
+    flags_.fbias = epi_.fbias != nullptr;
+    flags_.bias = epi_.bias != nullptr;
+    flags_.conv_relu = epi_.conv_relu;
+    flags_.clip = epi_.clip;
+    flags_.relu = epi_.relu;
+    flags_.y_scale = epi_.y_scale;
+    flags_.y_zp = epi_.y_zp;
+    flags_.clip_lo = epi_.clip_lo;
+    flags_.clip_hi = epi_.clip_hi;
+    panels_.assign(static_cast<size_t>(packed_.panels), PanelEpi{});
+    for (int64_t n = 0; n < M; ++n) {
+      PanelEpi& pe = panels_[static_cast<size_t>(n / kNr)];
+      const int64_t c = n % kNr;
+      pe.mul[c] = factors_.mul[n];
+      pe.real[c] = factors_.real[n];
+      if (!factors_.fbias.empty()) pe.fbias[c] = factors_.fbias[n];
+      if (!factors_.bias.empty()) pe.bias[c] = factors_.bias[n];
+    }
     return true;
   }
 
@@ -103,45 +247,64 @@ class Int8Im2colQConvKernel : public Kernel {
       return fallback_(ctx);
     const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), OH = gh.out, OW = gw.out, K = packed_.K;
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, epi_.y_dt, {N, OH, OW, packed_.N}, false));
-    const int64_t rows = N * OH * OW;
-    thread_local std::vector<uint8_t> cols;
-    if (static_cast<int64_t>(cols.size()) < rows * K) cols.resize(static_cast<size_t>(rows * K));
-    uint8_t* d = cols.data();
+    const int64_t pixels = N * OH * OW, M = packed_.N, lda = (K + 15) / 16 * 16;
     const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
     const uint8_t pad = static_cast<uint8_t>(x_zp_);
     const int64_t KH = spatial_.kernel[0], KW = spatial_.kernel[1], sh = spatial_.strides[0], sw = spatial_.strides[1];
     const int64_t dh = spatial_.dilations[0], dw = spatial_.dilations[1], run = KW * C, xbytes = x.numel();
-    parallel_ranges(N * OH, OW * K, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t n = r / OH, oh = r % OH;
-        uint8_t* o = d + r * OW * K;
-        const uint8_t* row_end = o + OW * K;
-        for (int64_t ow = 0; ow < OW; ++ow)
-          for (int64_t kh = 0; kh < KH; ++kh, o += run) {
-            const int64_t ih = oh * sh - gh.pad_begin + kh * dh, iw0 = ow * sw - gw.pad_begin;
-            if (ih < 0 || ih >= H) {
-              std::memset(o, pad, static_cast<size_t>(run));
-              continue;
-            }
-            const int64_t at = ((n * H + ih) * W + iw0) * C;
-            if (dw == 1 && iw0 >= 0 && iw0 + KW <= W) {
-              // One run of KW * C bytes; a 16-byte move where the run fits, the source has 16 bytes and the
-              // bytes written past the run are this row's, written again after (another thread's are not).
-              if (run <= 16 && at + 16 <= xbytes && o + 16 <= row_end)
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_loadu_si128(reinterpret_cast<const __m128i*>(xp + at)));
-              else
-                std::memcpy(o, xp + at, static_cast<size_t>(run));
-              continue;
-            }
-            for (int64_t kw = 0; kw < KW; ++kw) {
-              const int64_t iw = iw0 + kw * dw;
-              if (iw < 0 || iw >= W) std::memset(o + kw * C, pad, static_cast<size_t>(C));
-              else std::memcpy(o + kw * C, xp + ((n * H + ih) * W + iw) * C, static_cast<size_t>(C));
-            }
+    const size_t ysize = epi_.y_dt == DType::kF32 ? 4 : 1;
+    const TileFn* tiles = epi_.y_dt == DType::kF32 ? kTiles<0> : epi_.y_dt == DType::kU8 ? kTiles<1> : kTiles<2>;
+    char* yp = static_cast<char*>(y->mutable_raw());
+    // One output pixel's patch, (kh, kw, c) order: its K bytes at the pointer returned, o or (1x1) x itself,
+    // with lda readable bytes. Those past K need no value: the tile reads (K + 1) / 2 pairs and a
+    // pair's element K (odd K) meets a zero weight (int8_gemm.h's packing).
+    const auto gather = [&](int64_t pix, uint8_t* o) -> const uint8_t* {
+      if (pointwise_) {
+        if (pix * C + lda <= xbytes) return xp + pix * C;
+        std::memcpy(o, xp + pix * C, static_cast<size_t>(C));
+      } else {
+        const int64_t ow = pix % OW, oh = pix / OW % OH, n = pix / OW / OH, iw0 = ow * sw - gw.pad_begin;
+        uint8_t* t = o;
+        for (int64_t kh = 0; kh < KH; ++kh, t += run) {
+          const int64_t ih = oh * sh - gh.pad_begin + kh * dh;
+          if (ih < 0 || ih >= H) {
+            std::memset(t, pad, static_cast<size_t>(run));
+            continue;
           }
+          const int64_t at = ((n * H + ih) * W + iw0) * C;
+          if (dw == 1 && iw0 >= 0 && iw0 + KW <= W) {  // one run of KW * C bytes (o has 16 bytes of slack)
+            if (run <= 16 && at + 16 <= xbytes)
+              _mm_storeu_si128(reinterpret_cast<__m128i*>(t), _mm_loadu_si128(reinterpret_cast<const __m128i*>(xp + at)));
+            else
+              std::memcpy(t, xp + at, static_cast<size_t>(run));
+            continue;
+          }
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const int64_t iw = iw0 + kw * dw;
+            if (iw < 0 || iw >= W) std::memset(t + kw * C, pad, static_cast<size_t>(C));
+            else std::memcpy(t + kw * C, xp + ((n * H + ih) * W + iw) * C, static_cast<size_t>(C));
+          }
+        }
+      }
+      return o;
+    };
+    const int64_t blocks = (pixels + kMr - 1) / kMr;
+    parallel_ranges(blocks, kMr * K * M, [&](int64_t b0, int64_t b1) {
+      alignas(32) uint8_t u8[kMaxK + 32];
+      alignas(32) int16_t a16[kMr * kMaxK];
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t p0 = b * kMr;
+        const int rows = static_cast<int>(std::min<int64_t>(kMr, pixels - p0));
+        for (int r = 0; r < rows; ++r) {
+          widen(gather(p0 + r, u8), lda, x_signed_, x_zp_, a16 + r * lda);
+        }
+        for (int64_t p = 0; p < packed_.panels; ++p) {
+          const int cols = static_cast<int>(std::min<int64_t>(kNr, M - p * kNr));
+          tiles[rows](a16, lda, packed_.data.data() + p * packed_.pairs * kNr * 2, packed_.pairs, panels_[static_cast<size_t>(p)], flags_,
+                      cols, yp + (p0 * M + p * kNr) * static_cast<int64_t>(ysize), M * static_cast<int64_t>(ysize));
+        }
       }
     });
-    cpu::int8_gemm(d, x_signed_, x_zp_, rows, packed_, epi_, y->mutable_raw());
     return Status::ok();
   }
 
@@ -149,11 +312,14 @@ class Int8Im2colQConvKernel : public Kernel {
   Node node_;
   KernelFn fallback_;
   SpatialAttrs spatial_;
+  bool pointwise_ = false;  // 1x1, stride 1, no padding: a pixel's patch is its channels
   bool x_signed_ = false;
   int32_t x_zp_ = 0;
   cpu::EpilogueFactors factors_;
   cpu::Int8GemmEpilogue epi_;
   cpu::PackedInt8B packed_;
+  std::vector<PanelEpi> panels_;
+  EpiFlags flags_;
 };
 
 }  // namespace
