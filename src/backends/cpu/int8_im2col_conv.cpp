@@ -214,6 +214,9 @@ class Int8Im2colQConvKernel : public Kernel {
       for (int64_t c = 0; c < C; ++c)
         for (int64_t t = 0; t < KH * KW; ++t) wr[static_cast<size_t>(m * K + t * C + c)] = src[(m * C + c) * KH * KW + t];
     packed_.pack(wr.data(), K, M, wzp, wzp_count, /*n_major=*/true);
+    // w - w_zp all in [-64, 64] (a weight zero point can make full-range weights so): packed as bytes for
+    // int8_gemm's vpmaddubsw path, which oneDNN's unsplit kernel runs as exactly; this kernel reads the int16 panels.
+    if (packed_.narrow) return false;
     flags_.fbias = epi_.fbias != nullptr;
     flags_.bias = epi_.bias != nullptr;
     flags_.conv_relu = epi_.conv_relu;
