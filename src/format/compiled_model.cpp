@@ -16,6 +16,7 @@
 #include "format/file_header.h"
 #include "format/graph_codec.h"
 #include "io/file.h"
+#include "ir/file_pages.h"
 
 #ifndef FERRY_VERSION
 #define FERRY_VERSION "dev"
@@ -205,7 +206,10 @@ StatusOr<CompiledModel> parse_impl(std::shared_ptr<const void> owner, const uint
   base.path = what;
 
   if (!m->gears() || m->gears()->size() == 0) return invalid_model(what + ": the compiled model holds no graph");
-  format::WeightsView weights{owner, data + h.weights_offset, h.weights_size, mapped};
+  // A mapped file's weights may have their pages dropped by a kernel that packed them (ir/file_pages.h).
+  std::shared_ptr<const void> weights_owner =
+      mapped ? register_file_pages(owner, data + h.weights_offset, static_cast<size_t>(h.weights_size)) : owner;
+  format::WeightsView weights{weights_owner, data + h.weights_offset, h.weights_size, mapped};
   for (const fb::Gear* g : *m->gears()) {
     if (!g->graph()) return invalid_model(what + ": a gear without a graph (the file is corrupted)");
     if (g->batch() < 0 || (g->batch() == 0 && m->gears()->size() > 1))
