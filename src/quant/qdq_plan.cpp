@@ -228,11 +228,12 @@ struct Planner {
   // (one input channel per group) under --reduce-range: its kernels widen to 32 bits before multiplying
   // (oneDNN's, ONNX Runtime's), so 7 bits buy no speed there, and with 9 weights per channel they cost the
   // most accuracy (docs/quantization.md "Reduce range").
-  int weight_qmax_of(const Node& n) const {
+  int weight_qmax_of(const Node& n) {
     if (n.op_type == "Conv") {
       const Attribute* grp = n.attr("group");
       const Tensor* w = init_of(n.inputs[1]);
       if (grp && grp->i > 1 && w && w->rank() >= 2 && w->dim(1) == 1) return kFullWeightMax;
+      if (opts.reduce_where_split && params_of(n.inputs[0]).zp == 0) return kFullWeightMax;
     }
     return opts.weight_qmax;
   }
@@ -278,6 +279,7 @@ struct Planner {
     add_init(zn, Tensor::from_vector<int8_t>(std::vector<int8_t>(static_cast<size_t>(channels), 0), {channels}));
     add_node(fresh(w_name + "_DequantizeLinear"), "DequantizeLinear", {qn, sn, zn}, {dqo}, {{"axis", axis}});
     ++plan.int8_weights;
+    plan.reduced_weights += weight_qmax < kFullWeightMax;
     return weights[key] = {dqo, scales};
   }
 

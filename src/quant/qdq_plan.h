@@ -36,6 +36,7 @@ struct QdqPlan {
   std::vector<std::string> kept;
   int64_t qdq_pairs = 0;
   int64_t int8_weights = 0;
+  int64_t reduced_weights = 0;  // of them, 7-bit ([-64, 64])
   int64_t int32_biases = 0;
   /// The tensors whose bias became int32 (a Conv/Gemm output, or the Add of a MatMul + bias), with
   /// the axis of their channels (1, or -1: the last): where bias correction measures.
@@ -69,6 +70,10 @@ struct PlanOptions {
   std::set<std::string> float_outputs;
   /// The int8 weights' range [-weight_qmax, weight_qmax]: kFullWeightMax or kReducedWeightMax (--reduce-range).
   int weight_qmax = kFullWeightMax;
+  /// With weight_qmax reduced: only the weights whose 8-bit form costs ferry's int8 kernels the split on a
+  /// host without VNNI, those of MatMul/Gemm (the int8 GEMM) and of the Convs whose input has a nonzero zero
+  /// point (a zero-point-0 source runs unsplit with the repair; docs/quantization.md "Reduce range").
+  bool reduce_where_split = false;
 };
 
 /// Plans the rewrite. `keep_fp32`: node names (or their first output's name) left in float.

@@ -62,11 +62,13 @@ struct Session {
 
   PlanOptions popt;  // the plain structure / outputs left float (never below plain MinMax)
   int weight_qmax = kFullWeightMax;  // kReducedWeightMax: --reduce-range (or its automatic choice)
+  bool reduce_where_split = false;   // the automatic choice's: only where 8 bits cost the split
 
   StatusOr<QdqPlan> plan(const std::set<std::string>& keep) {
     RangeFn fn = [this](const std::string& v, float* lo, float* hi) { return ranges.range(v, method, lo, hi); };
     PlanOptions po = popt;
     po.weight_qmax = weight_qmax;
+    po.reduce_where_split = reduce_where_split;
     return plan_qdq(*model, fn, keep, shift.empty() ? nullptr : &shift, wvals.empty() ? nullptr : &wvals, &po);
   }
 
@@ -575,16 +577,19 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   rep.method = s.method;
   if (o.plain_floor) RETURN_IF_ERROR(s.plain_floor(keep, &plan, &rep));
   if (o.reduce_range == ReduceRange::kAuto && rep.host_pairs_saturate && o.plain_floor) {
-    // The file's structure as chosen above with 7-bit weights, measured against the plain (8-bit) floor:
-    // kept where it reaches it (the int8 kernels then run unsplit and exact on this host), else the 8-bit file.
+    // The file's structure as chosen above with 7-bit weights where 8 bits cost ferry's kernels the split,
+    // measured against the plain (8-bit) floor: kept where it reaches it (those kernels then run unsplit and
+    // exact on this host), else the 8-bit file.
     rep.cosine_full_range = rep.cosine_mean;
     s.weight_qmax = kReducedWeightMax;
+    s.reduce_where_split = true;
     ASSIGN_OR_RETURN(QdqPlan p7, s.plan(keep));
     double mean7 = 0, worst7 = 0;
     RETURN_IF_ERROR(s.write_and_measure(p7, &mean7, &worst7));
     rep.cosine_reduced_range = mean7;
     rep.reduce_range = choose_reduce_range(o.reduce_range, true, true, mean7, rep.plain_cosine);
-    s.log("reduce range (7-bit weights in [-64, 64], no int16 pair can saturate on this host without VNNI): output "
+    s.log("reduce range (7-bit weights in [-64, 64] on the " + std::to_string(p7.reduced_weights) + " of " +
+          std::to_string(p7.int8_weights) + " weights where 8 bits cost the split on this host without VNNI): output "
           "cosine " + std::to_string(mean7) + " against 8-bit " + std::to_string(rep.cosine_mean) + " and the plain floor " +
           std::to_string(rep.plain_cosine) + (rep.reduce_range ? ": 7-bit written" : ": below the floor, 8-bit written"));
     if (rep.reduce_range) {
@@ -593,6 +598,7 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
       rep.cosine_min = worst7;
     } else {
       s.weight_qmax = kFullWeightMax;
+      s.reduce_where_split = false;
       RETURN_IF_ERROR(write_edited_onnx(o.model_path, plan.edit, o.out_path));
     }
   }
@@ -715,6 +721,8 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   rep.quantized_nodes = static_cast<int64_t>(plan.quantized.size());
   rep.qdq_pairs = plan.qdq_pairs;
   rep.int8_weights = plan.int8_weights;
+  rep.reduced_weights = plan.reduced_weights;
+  rep.reduce_range = plan.reduced_weights > 0;
   rep.int32_biases = plan.int32_biases;
   rep.left_float = plan.left_float;
   rep.kept_by_user = o.keep_fp32;

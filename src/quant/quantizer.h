@@ -81,6 +81,7 @@ struct QuantizeReport {
   int64_t quantized_nodes = 0;
   int64_t qdq_pairs = 0;
   int64_t int8_weights = 0;
+  int64_t reduced_weights = 0;  // of them, 7-bit (--reduce-range or its automatic choice)
   int64_t int32_biases = 0;
   std::map<std::string, std::vector<std::string>> left_float;  // op type -> nodes
   std::vector<std::string> kept_by_user;

@@ -116,6 +116,7 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
                          {"mode", opt.reduce_range ? "on" : opt.no_reduce_range ? "off" : "auto"},
                          {"weight_range", r.reduce_range ? nlohmann::json::array({-64, 64}) : nlohmann::json::array({-127, 127})},
                          {"host_pairs_saturate", r.host_pairs_saturate},
+                         {"weights_7bit", r.reduced_weights},
                          {"cosine_8bit", r.cosine_full_range},
                          {"cosine_7bit", r.cosine_reduced_range}};
     j["output_cosine"] = {{"mean", r.cosine_mean}, {"worst_sample", r.cosine_min}, {"before_repair", r.first_cosine}};
@@ -173,12 +174,14 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
         std::printf("    output of %-40s left float; then %.5f\n", node.c_str(), c);
     }
     if (r.cosine_reduced_range > 0)
-      std::printf("  reduce range (no VNNI on this host): 7-bit weights give output cosine %.5f, 8-bit %.5f, the plain "
-                  "floor %.5f: %s\n",
+      std::printf("  reduce range (no VNNI on this host): 7-bit weights where 8 bits cost the split give output cosine "
+                  "%.5f, 8-bit %.5f, the plain floor %.5f: %s\n",
                   r.cosine_reduced_range, r.cosine_full_range, r.plain_cosine,
-                  r.reduce_range ? "7-bit weights written (exact int8 at full speed on this host)" : "8-bit weights written");
+                  r.reduce_range ? ("7-bit on " + std::to_string(r.reduced_weights) + " of " + std::to_string(r.int8_weights) +
+                                    " weights (exact int8 at full speed on this host)").c_str()
+                                 : "8-bit weights written");
     else
-      std::printf("  weights: %s\n", r.reduce_range ? "7-bit, [-64, 64] (--reduce-range)"
+      std::printf("  weights: %s\n", r.reduce_range ? "7-bit, [-64, 64] (--reduce-range; depthwise ones 8-bit)"
                                     : opt.no_reduce_range ? "8-bit, [-127, 127] (--no-reduce-range)"
                                     : r.host_pairs_saturate ? "8-bit, [-127, 127] (--no-plain-floor: no floor to choose 7-bit by)"
                                                             : "8-bit, [-127, 127] (this host's int8 products do not saturate)");

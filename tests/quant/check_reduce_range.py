@@ -11,7 +11,10 @@ Flatten, MatMul (2-D weight) + bias Add. Checks:
 - --no-reduce-range: every weight 8-bit (a channel at +-127);
 - the default (no flag): the --json choice follows the rule of docs/quantization.md "Reduce range": on a
   host whose int8 pairs saturate (no VNNI) 7-bit exactly when its measured cosine reaches the plain
-  floor's, and the written weights match the choice; elsewhere 8-bit with nothing measured;
+  floor's, and the written weights match the choice; elsewhere 8-bit with nothing measured; on the same
+  model with its weights on the 7-bit grid (7 bits exact, 8 bits not), 7-bit on such a host, only where
+  8 bits cost the split: the first Conv (its input has a zero point) and the MatMul, not the Conv reading
+  a Relu (zero point 0) nor the depthwise one;
 - both flags: exit 2, named, nothing written.
 """
 import json
@@ -29,13 +32,19 @@ from quant_cli import check, ferry, mean_cosine as cosine, outputs, w  # noqa: E
 quant_cli.setup(sys.argv[1], sys.argv[2])
 
 
-def make_model(path):
+def make_model(path, snap=False):
+    """snap: every weight on its channel's 7-bit grid (k * max|W_c| / 64), which 7 bits hold exactly."""
     rng = np.random.default_rng(5)
     c0, c1, c2, c3 = 4, 8, 12, 6
     arrs = {"w1": rng.standard_normal((c1, c0, 3, 3)) * 0.3, "b1": rng.standard_normal(c1) * 0.1,
             "wd": rng.standard_normal((c1, 1, 3, 3)) * 0.4, "bd": rng.standard_normal(c1) * 0.1,
             "w2": rng.standard_normal((c2, c1, 1, 1)) * 0.3, "b2": rng.standard_normal(c2) * 0.1,
             "w3": rng.standard_normal((c2, c3)) * 0.3, "b3": rng.standard_normal(c3) * 0.1}
+    if snap:
+        for n, axis in (("w1", 0), ("wd", 0), ("w2", 0), ("w3", 1)):
+            a = np.moveaxis(arrs[n], axis, 0)
+            step = np.abs(a.reshape(a.shape[0], -1)).max(axis=1).reshape((-1,) + (1,) * (a.ndim - 1)) / 64
+            arrs[n] = np.moveaxis(np.round(a / step) * step, 0, axis)
     inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in arrs.items()]
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
@@ -115,6 +124,19 @@ def main():
     else:
         check(not ra["on"] and ra["cosine_7bit"] == 0, "default on a host whose int8 pairs do not saturate: 8-bit, nothing measured")
     check(written7 == ra["on"], "default: the written weights match the choice (%s)" % ("7-bit" if written7 else "8-bit"))
+    snapped = w("rr_snap.onnx")
+    make_model(snapped, snap=True)
+    p = ferry("quantize", snapped, "--calibration", w("calib.npz"), "--out", w("snap.onnx"), "--json")
+    ra = json.loads(p.stdout)["reduce_range"]
+    qs = int8_weights(w("snap.onnx"))
+    bits = {n: 7 if np.all(channel_max(qs[n][0], axes[n]) == 64) else 8 if np.all(channel_max(qs[n][0], axes[n]) == 127) else 0
+            for n in qs}
+    if ra["host_pairs_saturate"]:
+        check(ra["on"] and ra["weights_7bit"] == 2 and bits == {"w1": 7, "wd": 8, "w2": 8, "w3": 7},
+              "default, weights on the 7-bit grid: 7-bit where 8 bits cost the split (%s; cosine 7-bit %.5f, 8-bit %.5f)"
+              % (bits, ra["cosine_7bit"], ra["cosine_8bit"]))
+    else:
+        check(not ra["on"] and set(bits.values()) == {8}, "default, weights on the 7-bit grid: 8-bit on this host")
     p = ferry("quantize", model, "--calibration", w("calib.npz"), "--out", w("auto_nf.onnx"), "--no-plain-floor", "--json")
     ra = json.loads(p.stdout)["reduce_range"]
     check(not ra["on"] and ra["cosine_7bit"] == 0, "default with --no-plain-floor: 8-bit (no floor to choose 7-bit by)")
