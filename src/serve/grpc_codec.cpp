@@ -3,7 +3,9 @@
 
 #include <climits>
 #include <cstring>
+#include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "serve/kserve_json.h"
 
@@ -87,6 +89,26 @@ Status fill_from_contents(const inference::InferTensorContents& c, Tensor* t, co
   }
 }
 
+// A tensor's shared-memory parameters (shared_memory_region: string; _offset, _byte_size: int64 or uint64).
+Status read_shm_params(const google::protobuf::Map<std::string, inference::InferParameter>& params, const std::string& what, ShmParams* out) {
+  for (const auto& [key, p] : params) {
+    if (key == "shared_memory_region") {
+      if (p.parameter_choice_case() != inference::InferParameter::kStringParam)
+        return invalid_argument(what + ": parameter 'shared_memory_region' is not a string_param");
+      out->region = p.string_param();
+    } else if (key == "shared_memory_offset" || key == "shared_memory_byte_size") {
+      std::optional<uint64_t>& field = key == "shared_memory_offset" ? out->offset : out->byte_size;
+      if (p.parameter_choice_case() == inference::InferParameter::kInt64Param && p.int64_param() >= 0)
+        field = static_cast<uint64_t>(p.int64_param());
+      else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param)
+        field = p.uint64_param();
+      else
+        return invalid_argument(what + ": parameter '" + key + "' is not a non-negative int64_param");
+    }
+  }
+  return Status::ok();
+}
+
 void fill_duration(inference::StatisticDuration* d, uint64_t count, uint64_t ns) {
   d->set_count(count);
   d->set_ns(ns);
@@ -94,7 +116,7 @@ void fill_duration(inference::StatisticDuration* d, uint64_t count, uint64_t ns)
 
 }  // namespace
 
-StatusOr<GrpcDecoded> decode_request(const ModelInferRequest& r, const ModelSignature& sig) {
+StatusOr<GrpcDecoded> decode_request(const ModelInferRequest& r, const ModelSignature& sig, const SharedMemoryRegistry* shm) {
   GrpcDecoded out;
   out.request.id = r.id();
   for (const auto& [key, p] : r.parameters()) {
@@ -106,12 +128,21 @@ StatusOr<GrpcDecoded> decode_request(const ModelInferRequest& r, const ModelSign
     else
       return invalid_argument("parameter 'timeout' is not a non-negative integer (microseconds)");
   }
+  // raw_input_contents: one per input that is not in shared memory, in the order of 'inputs' (Triton's rule).
+  std::vector<ShmParams> shm_params(static_cast<size_t>(r.inputs_size()));
+  int in_request = 0;
+  for (int i = 0; i < r.inputs_size(); ++i) {
+    RETURN_IF_ERROR(read_shm_params(r.inputs(i).parameters(), "input '" + r.inputs(i).name() + "'", &shm_params[static_cast<size_t>(i)]));
+    if (!shm_params[static_cast<size_t>(i)].any()) ++in_request;
+  }
   const bool raw = r.raw_input_contents_size() > 0;
-  if (raw && r.raw_input_contents_size() != r.inputs_size())
+  if (raw && r.raw_input_contents_size() != in_request)
     return invalid_argument("the request has " + std::to_string(r.raw_input_contents_size()) + " raw_input_contents for " +
-                            std::to_string(r.inputs_size()) + " inputs; give one per input, in the order of 'inputs'");
+                            std::to_string(in_request) + " inputs" + (in_request < r.inputs_size() ? " not in shared memory" : "") +
+                            "; give one per input, in the order of 'inputs'");
   int64_t batch = -1;
   std::string batch_from;
+  int raw_index = 0;
   for (int i = 0; i < r.inputs_size(); ++i) {
     const auto& in = r.inputs(i);
     const std::string what = "input '" + in.name() + "'";
@@ -124,17 +155,25 @@ StatusOr<GrpcDecoded> decode_request(const ModelInferRequest& r, const ModelSign
     ASSIGN_OR_RETURN(const TensorSpec* spec, check_input(sig, in.name(), in.datatype(), dims, out.request.inputs, &batch, &batch_from));
     ASSIGN_OR_RETURN(int64_t count, checked_element_count(dims, what));
     const int64_t nbytes = count * dtype_size(spec->dtype);
+    if (shm_params[static_cast<size_t>(i)].any()) {  // the shared-memory extension
+      if (in.has_contents()) return invalid_argument(what + " has shared-memory parameters and also 'contents'; give one");
+      ASSIGN_OR_RETURN(std::optional<ShmSlice> slice, resolve_shm(shm, shm_params[static_cast<size_t>(i)], what));
+      ASSIGN_OR_RETURN(Tensor t, shm_input_tensor(*slice, spec->dtype, dims, what));
+      out.request.inputs.emplace_back(in.name(), std::move(t));
+      continue;
+    }
     if (raw) {
       if (in.has_contents())
         return invalid_argument(what + " has 'contents' but the request uses raw_input_contents; give every input in one form");
-      const std::string& bytes = r.raw_input_contents(i);
+      const int ri = raw_index++;
+      const std::string& bytes = r.raw_input_contents(ri);
       if (spec->dtype == DType::kString) {  // 4-byte little-endian length + bytes per element, as Triton
-        ASSIGN_OR_RETURN(Tensor t, decode_bytes_tensor(bytes, dims, what + " (raw_input_contents[" + std::to_string(i) + "])"));
+        ASSIGN_OR_RETURN(Tensor t, decode_bytes_tensor(bytes, dims, what + " (raw_input_contents[" + std::to_string(ri) + "])"));
         out.request.inputs.emplace_back(in.name(), std::move(t));
         continue;
       }
       if (static_cast<int64_t>(bytes.size()) != nbytes)
-        return invalid_argument(what + ": raw_input_contents[" + std::to_string(i) + "] has " + std::to_string(bytes.size()) +
+        return invalid_argument(what + ": raw_input_contents[" + std::to_string(ri) + "] has " + std::to_string(bytes.size()) +
                                 " bytes but shape " + dims_to_string(dims) + " of " + in.datatype() + " needs " + std::to_string(nbytes));
       ASSIGN_OR_RETURN(Tensor t, Tensor::create(spec->dtype, dims, what));
       if (nbytes > 0) std::memcpy(t.mutable_raw(), bytes.data(), static_cast<size_t>(nbytes));
@@ -160,10 +199,14 @@ StatusOr<GrpcDecoded> decode_request(const ModelInferRequest& r, const ModelSign
       else return invalid_argument("output '" + o.name() + "': parameter 'classification' is not an integer");
       RETURN_IF_ERROR(check_classification(sig, o.name(), req.classification));
     }
+    ShmParams sp;
+    RETURN_IF_ERROR(read_shm_params(o.parameters(), "output '" + o.name() + "'", &sp));
+    ASSIGN_OR_RETURN(req.shm, resolve_shm(shm, sp, "output '" + o.name() + "'"));
     out.outputs.push_back(std::move(req));
   }
   if (out.outputs.empty())
     for (const TensorSpec& s : sig.outputs) out.outputs.push_back({s.name});
+  RETURN_IF_ERROR(check_shm_outputs(sig, out.outputs, out.request.batch));
   return out;
 }
 
@@ -188,7 +231,13 @@ void encode_response(const ModelSignature& sig, const std::string& id, const std
     o->set_name(name);
     o->set_datatype(kserve_dtype_name(t->dtype()));
     for (int64_t d : t->dims()) o->add_shape(d);
-    if (t->dtype() == DType::kString) {
+    if (req.shm) {  // written into the region (write_shm_outputs): where, and an empty raw entry (raw_output_contents[i] is outputs[i]'s)
+      auto& params = *o->mutable_parameters();
+      params["shared_memory_region"].set_string_param(req.shm->region->name());
+      params["shared_memory_byte_size"].set_int64_param(static_cast<int64_t>(req.shm->byte_size));
+      if (req.shm->offset > 0) params["shared_memory_offset"].set_int64_param(static_cast<int64_t>(req.shm->offset));
+      resp->add_raw_output_contents();
+    } else if (t->dtype() == DType::kString) {
       std::string* raw = resp->add_raw_output_contents();
       raw->reserve(static_cast<size_t>(bytes_tensor_size(*t)));
       append_bytes_tensor(*t, raw);

@@ -22,8 +22,10 @@ struct GrpcDecoded {
 
 /// ModelInferRequest -> InferRequest, checked against the model with the HTTP decoder's checks:
 /// typed `contents` (the field that matches the datatype, and no other) or `raw_input_contents`
-/// (one per input), the `timeout` parameter, the requested outputs.
-StatusOr<GrpcDecoded> decode_request(const inference::ModelInferRequest& r, const ModelSignature& sig);
+/// (one per input not in shared memory), the `timeout` parameter, the requested outputs; inputs and
+/// outputs in a region of `shm` (shared_memory_region / _offset / _byte_size parameters; null: none).
+StatusOr<GrpcDecoded> decode_request(const inference::ModelInferRequest& r, const ModelSignature& sig,
+                                     const SharedMemoryRegistry* shm = nullptr);
 
 /// The model's outputs (config order) into the response: the requested ones, as raw bytes (a
 /// classification as BYTES, kserve_json.h classify).

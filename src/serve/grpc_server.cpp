@@ -81,7 +81,7 @@ struct GrpcServer::Impl {
     auto model = repo->find(req.model_name(), req.model_version());
     if (!model.is_ok()) return done(to_grpc(model.status()));
     std::shared_ptr<ServedModel> m = model.value();
-    auto decoded = decode_request(req, m->signature());
+    auto decoded = decode_request(req, m->signature(), opt.shm);
     if (!decoded.is_ok()) return done(to_grpc(decoded.status()));
     InferRequest request = std::move(decoded.value().request);
     request.cancelled = std::move(cancelled);
@@ -92,6 +92,7 @@ struct GrpcServer::Impl {
     const InlinePolicy policy = !one_poller ? InlinePolicy::kInstanceFree : alone ? InlinePolicy::kIdle : InlinePolicy::kNever;
     m->enqueue(std::move(request), [this, m, names, id, resp, done = std::move(done)](InferResult r) {
       grpc::Status st = grpc::Status::OK;
+      if (r.status.is_ok()) r.status = write_shm_outputs(m->signature(), *names, r.outputs);  // outputs asked into shared memory
       if (r.status.is_ok()) {
         encode_response(m->signature(), id, *names, r.outputs, resp);
         if (r.version > 0) resp->set_model_version(std::to_string(r.version));  // a successor may have run it
@@ -246,7 +247,8 @@ class Service final : public ServiceBase {
                                            inference::ServerMetadataResponse* resp) override {
     resp->set_name("ferry");
     resp->set_version(s_->opt.version);
-    for (const char* e : {"binary_tensor_data", "classification", "model_repository", "model_configuration", "statistics", "parameters"})
+    for (const char* e : {"binary_tensor_data", "classification", "model_repository", "model_configuration", "statistics", "parameters",
+                          "system_shared_memory"})
       resp->add_extensions(e);
     return answer(ctx, grpc::Status::OK);
   }
@@ -324,32 +326,47 @@ class Service final : public ServiceBase {
     return load_or_unload(ctx, req->model_name(), false);
   }
 
-  // Triton's shared-memory, trace and log-settings methods: ferry has no shared-memory regions
-  // (the status methods say so truthfully), no tracing, and its log settings are its command line.
+  // Triton's system shared-memory extension on the registry the HTTP front end shares; CUDA shared
+  // memory is not supported by this build (its status lists no region, registering is refused).
   grpc::ServerUnaryReactor* SystemSharedMemoryStatus(grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryStatusRequest* req,
-                                                     inference::SystemSharedMemoryStatusResponse*) override {
-    return answer(ctx, no_region("SystemSharedMemoryStatus", req->name()));
+                                                     inference::SystemSharedMemoryStatusResponse* resp) override {
+    if (!s_->opt.shm) return answer(ctx, req->name().empty() ? grpc::Status::OK : to_grpc(not_found("no system shared-memory region '" + req->name() + "' is registered")));
+    auto regions = s_->opt.shm->status(req->name());
+    if (!regions.is_ok()) return answer(ctx, to_grpc(regions.status()));
+    for (const ShmRegionStatus& r : regions.value()) {
+      auto& out = (*resp->mutable_regions())[r.name];
+      out.set_name(r.name);
+      out.set_key(r.key);
+      out.set_offset(r.offset);
+      out.set_byte_size(r.byte_size);
+    }
+    return answer(ctx, grpc::Status::OK);
   }
-  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryRegisterRequest*,
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryRegisterRequest* req,
                                                        inference::SystemSharedMemoryRegisterResponse*) override {
-    return answer(ctx, unsupported_shm("SystemSharedMemoryRegister"));
+    if (!s_->opt.shm)
+      return answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "client shared memory is disabled: start the server with `--allow-client-shm true`"));
+    return answer(ctx, to_grpc(s_->opt.shm->register_region(req->name(), req->key(), req->offset(), req->byte_size())));
   }
   grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(grpc::CallbackServerContext* ctx,
                                                          const inference::SystemSharedMemoryUnregisterRequest* req,
                                                          inference::SystemSharedMemoryUnregisterResponse*) override {
-    return answer(ctx, no_region("SystemSharedMemoryUnregister", req->name()));
+    if (s_->opt.shm) s_->opt.shm->unregister(req->name());
+    return answer(ctx, grpc::Status::OK);
   }
   grpc::ServerUnaryReactor* CudaSharedMemoryStatus(grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryStatusRequest* req,
                                                    inference::CudaSharedMemoryStatusResponse*) override {
-    return answer(ctx, no_region("CudaSharedMemoryStatus", req->name()));
+    if (req->name().empty()) return answer(ctx, grpc::Status::OK);  // none can be registered
+    return answer(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no CUDA shared-memory region '" + req->name() + "' is registered (" +
+                                                                     cuda_shm_unsupported("CUDA shared memory") + ")"));
   }
   grpc::ServerUnaryReactor* CudaSharedMemoryRegister(grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryRegisterRequest*,
                                                      inference::CudaSharedMemoryRegisterResponse*) override {
-    return answer(ctx, unsupported_shm("CudaSharedMemoryRegister"));
+    return answer(ctx, grpc::Status(grpc::StatusCode::UNIMPLEMENTED, cuda_shm_unsupported("CudaSharedMemoryRegister")));
   }
-  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryUnregisterRequest* req,
+  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryUnregisterRequest*,
                                                        inference::CudaSharedMemoryUnregisterResponse*) override {
-    return answer(ctx, no_region("CudaSharedMemoryUnregister", req->name()));
+    return answer(ctx, grpc::Status::OK);  // nothing registered: unregistering is idempotent, as for system regions
   }
   grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* ctx, const inference::TraceSettingRequest*,
                                          inference::TraceSettingResponse*) override {
@@ -363,18 +380,6 @@ class Service final : public ServiceBase {
   }
 
  private:
-  // No region is registered: all of them ("") is an empty answer, a named one is not found.
-  static grpc::Status no_region(const char* method, const std::string& name) {
-    if (name.empty()) return grpc::Status::OK;
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, std::string(method) + ": no shared-memory region '" + name +
-                                                         "' is registered (ferry does not support shared-memory tensors)");
-  }
-  static grpc::Status unsupported_shm(const char* method) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, std::string(method) +
-                                                             ": shared-memory tensors are not supported by ferry; send the tensor data "
-                                                             "in the request (raw_input_contents or contents)");
-  }
-
   grpc::ServerUnaryReactor* load_or_unload(grpc::CallbackServerContext* ctx, const std::string& name, bool load) {
     if (!s_->opt.explicit_control)
       return answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "serve/model_repository.h"
+#include "serve/shared_memory.h"
 #include "serve/spin_wait.h"
 
 namespace ferry::serve {
@@ -25,6 +26,8 @@ struct GrpcServerOptions {
   int64_t max_message_size = int64_t(64) << 20;
   /// explicit: RepositoryModelLoad / RepositoryModelUnload are allowed.
   bool explicit_control = false;
+  /// The shared-memory regions (shared with the HTTP front end; null: registration refused).
+  SharedMemoryRegistry* shm = nullptr;
   /// Microseconds a ModelInfer poller polls its completion queue without blocking right after
   /// work, before it blocks (serve/spin_wait.h); 0: it always blocks.
   int64_t io_spin_us = kDefaultIoSpinMicroseconds;

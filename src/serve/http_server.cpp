@@ -253,6 +253,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (p[2] == "ready") return send(ready() ? 200 : 400, "");
     }
     if (p[1] == "repository") return handle_repository(req, p, post);
+    if (p[1] == "systemsharedmemory" || p[1] == "cudasharedmemory") {
+      ShmHttpAnswer a = shm_http(server_->opt.shm, p, get, post, req.body());
+      return send(a.status, std::move(a.body));
+    }
     if (p[1] == "models" && p.size() == 3 && p[2] == "stats") {
       if (!get) return wrong_method("GET");
       return send(200, model_stats_json(stats_views(server_->repo->ready_models(), "", "")));
@@ -334,7 +338,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     std::shared_ptr<ServedModel> m = model.value();
     auto sig = std::make_shared<ModelSignature>(m->signature());
-    auto decoded = decode_infer_request(req.body(), header_length, *sig);
+    auto decoded = decode_infer_request(req.body(), header_length, *sig, server_->opt.shm);
     if (!decoded.is_ok()) return send(http_status_of(decoded.status()), error_json(decoded.status().message()));
     auto meta = std::make_shared<DecodedInfer>(std::move(decoded).value());
     InferRequest request = std::move(meta->request);
@@ -352,6 +356,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       // Encoded on the thread that ran the model.
       unsigned status = 200;
       EncodedResponse e;
+      if (r.status.is_ok()) r.status = write_shm_outputs(*sig, meta->outputs, r.outputs);  // outputs asked into shared memory
       if (r.status.is_ok()) {
         if (r.version != sig->version && r.version > 0) {  // forwarded to a successor version
           ModelSignature ran = *sig;

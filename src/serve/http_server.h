@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "serve/model_repository.h"
+#include "serve/shared_memory.h"
 #include "serve/spin_wait.h"
 
 namespace ferry::serve {
@@ -28,6 +29,9 @@ struct HttpServerOptions {
   int64_t max_input_size = int64_t(64) << 20;
   /// explicit: the repository extension may load and unload models.
   bool explicit_control = false;
+  /// The shared-memory regions (shared with the gRPC front end; null: the extension answers
+  /// "disabled" and no request may name a region).
+  SharedMemoryRegistry* shm = nullptr;
   std::string version = "0.1.0";
 };
 

@@ -208,6 +208,22 @@ bool fill_flat_floats(const J& data, int64_t count, Tensor* t) {
   return true;
 }
 
+// A tensor's shared-memory parameters (shared_memory_region / _offset / _byte_size) from its
+// "parameters" object.
+Status read_shm_params(const J& params, const std::string& what, ShmParams* out) {
+  if (auto r = member(params, "shared_memory_region")) {
+    if (!r->IsString()) return invalid_argument(what + ": parameter 'shared_memory_region' is not a string");
+    out->region = std::string(r->GetString());
+  }
+  for (const auto& [key, field] : {std::pair{"shared_memory_offset", &out->offset}, std::pair{"shared_memory_byte_size", &out->byte_size}}) {
+    if (auto v = member(params, key)) {
+      if (!v->IsUint64()) return invalid_argument(what + ": parameter '" + key + "' is not a non-negative integer");
+      *field = v->GetUint64();
+    }
+  }
+  return Status::ok();
+}
+
 const Value* member(const Value& obj, const char* key) {
   if (!obj.IsObject()) return nullptr;
   auto it = obj.FindMember(key);
@@ -350,7 +366,8 @@ void append_bytes_tensor(const Tensor& t, std::string* out) {
   }
 }
 
-StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t header_length, const ModelSignature& sig) {
+StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t header_length, const ModelSignature& sig,
+                                            const SharedMemoryRegistry* shm) {
   if (header_length > static_cast<int64_t>(body.size()))
     return invalid_argument("Inference-Header-Content-Length is " + std::to_string(header_length) + " but the body has only " +
                             std::to_string(body.size()) + " bytes");
@@ -424,6 +441,15 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
     auto params = member(in, "parameters");
     auto bsize = params ? member(*params, "binary_data_size") : std::nullopt;
     auto data = member(in, "data");
+    ShmParams shm_params;
+    if (params && params->IsObject()) RETURN_IF_ERROR(read_shm_params(*params, what, &shm_params));
+    if (shm_params.any()) {  // the shared-memory extension: the bytes are in a registered region
+      if (data || bsize) return invalid_argument(what + " has shared-memory parameters and also " + (data ? "'data'" : "'binary_data_size'") + "; give one");
+      ASSIGN_OR_RETURN(std::optional<ShmSlice> slice, resolve_shm(shm, shm_params, what));
+      ASSIGN_OR_RETURN(Tensor t, shm_input_tensor(*slice, dt, dims, what));
+      out.request.inputs.emplace_back(input_name, std::move(t));
+      continue;
+    }
     if (bsize) {
       if (data) return invalid_argument(what + " has both 'data' and parameter 'binary_data_size'; give one");
       if (!bsize->IsUint64()) return invalid_argument(what + ": 'binary_data_size' is not a non-negative integer");
@@ -497,12 +523,18 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
           RETURN_IF_ERROR(check_classification(sig, r.name, c->GetInt64()));
           r.classification = c->GetInt64();
         }
+        ShmParams shm_params;
+        RETURN_IF_ERROR(read_shm_params(*params, "output '" + r.name + "'", &shm_params));
+        ASSIGN_OR_RETURN(r.shm, resolve_shm(shm, shm_params, "output '" + r.name + "'"));
+        if (r.shm && member(*params, "binary_data") && r.binary)
+          return invalid_argument("output '" + r.name + "' has shared-memory parameters and also 'binary_data': true; give one");
       }
       out.outputs.push_back(std::move(r));
     }
   }
   if (out.outputs.empty())
     for (const TensorSpec& s : sig.outputs) out.outputs.push_back({s.name, binary_default});
+  RETURN_IF_ERROR(check_shm_outputs(sig, out.outputs, out.request.batch));
   return out;
 }
 

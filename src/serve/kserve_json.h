@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "serve/inference_types.h"
+#include "serve/shared_memory.h"
 
 namespace ferry::serve {
 
@@ -21,6 +22,8 @@ struct RequestedOutput {
   bool binary = false;
   /// > 0: Triton's classification extension, the top this many classes instead of the tensor.
   int64_t classification = 0;
+  /// Set: written into this shared-memory slice (write_shm_outputs) instead of the response.
+  std::optional<ShmSlice> shm;
 };
 
 struct DecodedInfer {
@@ -31,8 +34,10 @@ struct DecodedInfer {
 
 /// Decodes POST .../infer. `body` is the whole HTTP body; `header_length` the value of
 /// Inference-Header-Content-Length (-1: absent, the body is all JSON). Every error is
-/// kInvalidArgument naming the input and saying expected vs given.
-StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t header_length, const ModelSignature& sig);
+/// kInvalidArgument naming the input and saying expected vs given. `shm`: the registered
+/// shared-memory regions that inputs and outputs may name (null: none may).
+StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t header_length, const ModelSignature& sig,
+                                            const SharedMemoryRegistry* shm = nullptr);
 
 /// The checks the JSON and gRPC decoders share (same messages). One input's name, KServe datatype
 /// and shape (batch axis included) against the model; returns its spec. `given`: the inputs

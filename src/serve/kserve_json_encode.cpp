@@ -112,7 +112,19 @@ EncodedResponse encode_infer_response(const ModelSignature& sig, const DecodedIn
     w.String(kserve_dtype_name(t->dtype()));
     w.Key("shape");
     write_dims(w, t->dims());
-    if (r.binary) {
+    if (r.shm) {  // written into the region (write_shm_outputs): where, not the data
+      w.Key("parameters");
+      w.StartObject();
+      w.Key("shared_memory_region");
+      w.String(r.shm->region->name());
+      w.Key("shared_memory_byte_size");
+      w.Uint64(r.shm->byte_size);
+      if (r.shm->offset > 0) {
+        w.Key("shared_memory_offset");
+        w.Uint64(r.shm->offset);
+      }
+      w.EndObject();
+    } else if (r.binary) {
       w.Key("parameters");
       w.StartObject();
       w.Key("binary_data_size");
@@ -164,7 +176,9 @@ std::string server_metadata_json(std::string_view version) {
   w.String(version.data(), static_cast<rapidjson::SizeType>(version.size()));
   w.Key("extensions");
   w.StartArray();
-  for (const char* e : {"binary_tensor_data", "classification", "model_repository", "model_configuration", "statistics", "parameters"}) w.String(e);
+  for (const char* e : {"binary_tensor_data", "classification", "model_repository", "model_configuration", "statistics", "parameters",
+                        "system_shared_memory"})
+    w.String(e);
   w.EndArray();
   w.EndObject();
   return std::string(sb.GetString(), sb.GetSize());

@@ -45,6 +45,7 @@ struct ServeOptions {
   int64_t io_spin_us = serve::kDefaultIoSpinMicroseconds;
   std::string device = "cpu";
   int log_verbose = 0;
+  bool allow_client_shm = false;
 };
 
 int g_signal_pipe[2] = {-1, -1};
@@ -112,7 +113,11 @@ int cmd_serve(const ServeOptions& opt) {
     repo.stop_all();
     return 2;
   }
+  // Shared-memory regions, one namespace for both front ends; registering is refused unless
+  // --allow-client-shm (as Triton since 26.04: a client could make the server map any object it can open).
+  serve::SharedMemoryRegistry shm(opt.allow_client_shm);
   serve::HttpServerOptions ho;
+  ho.shm = &shm;
   ho.address = opt.address;
   ho.http_port = opt.http_port;
   ho.metrics_port = opt.allow_metrics ? opt.metrics_port : -1;
@@ -131,6 +136,7 @@ int cmd_serve(const ServeOptions& opt) {
     go.port = opt.grpc_port;
     go.max_message_size = opt.max_input_size;
     go.explicit_control = ho.explicit_control;
+    go.shm = &shm;
     go.io_spin_us = opt.io_spin_us;
     go.version = ho.version;
     grpc = std::make_unique<serve::GrpcServer>(&repo, go, log);
@@ -238,6 +244,8 @@ const bool kRegistered = register_command({"serve", 75, [](CLI::App& app) {
                       "; 0: never)")
       ->check(CLI::Range(0, 100000));
   cmd->add_option("-d,--device", opt->device, "Device the models run on (default cpu)");
+  cmd->add_option("--allow-client-shm", opt->allow_client_shm,
+                  "Let clients register system shared-memory regions and name them in inference requests (default false, as Triton)");
   cmd->add_option("--log-verbose", opt->log_verbose, "Verbose logging level (accepted for Triton compatibility)");
   return CommandRun{cmd, [opt] { return cmd_serve(*opt); }};
 }});

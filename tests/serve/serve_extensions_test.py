@@ -1,19 +1,24 @@
 #!/usr/bin/python3
 """`ferry serve`'s Triton protocol extensions beyond the core, over HTTP and gRPC (stubs generated
-here from src/serve/grpc_service.proto): classification labels (config.pbtxt label_filename).
-One server, 127.0.0.1, ports the system picks, read back from its log.
+here from src/serve/grpc_service.proto): classification labels (config.pbtxt label_filename) and
+system shared memory (regions of a /dev/shm object registered, inputs read from and outputs written
+to them, checked against numpy's answer; every bounds and parameter error; `--allow-client-shm`
+off by default; CUDA shared memory refused). Servers on 127.0.0.1, ports the system picks, read
+back from their logs.
 
 usage: serve_extensions_test.py FERRY SRC_DIR WORKDIR
 """
 import json
+import mmap
 import os
 import shutil
+import struct
 import sys
 
 import numpy as np
 import requests
 
-from serve_util import ADD_CONFIG, ServeProcess, add_model, check, failures, grpc_stubs, put, unpack_bytes
+from serve_util import ADD_CONFIG, ServeProcess, add_model, check, echo_model, failures, grpc_stubs, pack_bytes, put, unpack_bytes
 
 FERRY, SRC, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 shutil.rmtree(WORK, ignore_errors=True)
@@ -29,8 +34,35 @@ with open(os.path.join(REPO, "labeled", "labels.txt"), "w", newline="") as f:
     f.write("cat\ndog\r\n\nbird\n")  # class 2 has an empty line: no label
 put(REPO, "nolabels", add_model(), LABELED % ("nolabels", "missing.txt", ""))
 put(REPO, "escapes", add_model(), LABELED % ("escapes", "../labeled/labels.txt", ""))
+put(REPO, "add", add_model(), ADD_CONFIG % ("add", ""))
+put(REPO, "echo", echo_model())  # BYTES [N, 2], derived config
 
-srv = ServeProcess(FERRY, REPO, "--exit-on-error=false")
+# ---- a shared-memory object: a file in /dev/shm, mapped here as the client's view --------------
+KEY = "/ferry_shm_test_%d" % os.getpid()
+SHM_PATH = "/dev/shm" + KEY
+SHM_SIZE = 8192
+with open(SHM_PATH, "wb") as f:
+    f.truncate(SHM_SIZE)
+shm_file = open(SHM_PATH, "r+b")
+view = mmap.mmap(shm_file.fileno(), SHM_SIZE)
+
+
+def put_shm(offset, data):
+    view[offset:offset + len(data)] = data
+
+
+def get_shm(offset, n):
+    return bytes(view[offset:offset + n])
+
+
+def shm_params(region, size, offset=None):
+    p = {"shared_memory_region": region, "shared_memory_byte_size": size}
+    if offset is not None:
+        p["shared_memory_offset"] = offset
+    return p
+
+
+srv = ServeProcess(FERRY, REPO, "--exit-on-error=false", "--allow-client-shm", "true")
 U = srv.url
 try:
     if not check(srv.port is not None, "the server started: " + srv.log()[-2000:]):
@@ -73,9 +105,197 @@ try:
         resp = stub.ModelInfer(req, timeout=T)
         check(resp.outputs[0].datatype == "BYTES" and [x.decode() for x in unpack_bytes(resp.raw_output_contents[0])] == want,
               "gRPC classification with labels: %s" % resp.raw_output_contents[:1])
+
+    # ---- system shared memory over HTTP -----------------------------------------------------
+    check("system_shared_memory" in requests.get(U + "/v2", timeout=T).json()["extensions"], "GET /v2 lists system_shared_memory")
+    SHM = U + "/v2/systemsharedmemory"
+    r = requests.post(SHM + "/region/all/register", data=json.dumps({"key": KEY, "offset": 0, "byte_size": SHM_SIZE}), timeout=T)
+    check(r.status_code == 200, "register a region: %d %s" % (r.status_code, r.text))
+    r = requests.post(SHM + "/region/upper/register", data=json.dumps({"key": KEY, "offset": 4096, "byte_size": 1024}), timeout=T)
+    check(r.status_code == 200, "register a region at an offset: %d %s" % (r.status_code, r.text))
+    r = requests.get(SHM + "/status", timeout=T)
+    check(r.status_code == 200 and sorted(r.json(), key=lambda e: e["name"]) ==
+          [{"name": "all", "key": KEY, "offset": 0, "byte_size": SHM_SIZE}, {"name": "upper", "key": KEY, "offset": 4096, "byte_size": 1024}],
+          "status of every region: " + r.text)
+    r = requests.get(SHM + "/region/upper/status", timeout=T)
+    check(r.status_code == 200 and r.json() == [{"name": "upper", "key": KEY, "offset": 4096, "byte_size": 1024}], "status of one region: " + r.text)
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    y = rng.standard_normal((2, 4)).astype(np.float32)
+    want_z = x + y  # the in-process answer of the add model, exactly
+    put_shm(0, x.tobytes())
+    put_shm(64, y.tobytes())
+    view[128:160] = b"\xff" * 32
+
+    def shm_body(xp, yp, zp=None, **extra):
+        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4], "parameters": xp},
+                           {"name": "y", "datatype": "FP32", "shape": [2, 4], "parameters": yp}]}
+        if zp is not None:
+            body["outputs"] = [{"name": "z", "parameters": zp}]
+        body.update(extra)
+        return json.dumps(body)
+
+    r = requests.post(U + "/v2/models/add/infer", data=shm_body(shm_params("all", 32), shm_params("all", 32, 64), shm_params("all", 32, 128)), timeout=T)
+    o = r.json()["outputs"][0] if r.status_code == 200 else {}
+    check(r.status_code == 200 and "data" not in o and o.get("shape") == [2, 4] and
+          o.get("parameters") == {"shared_memory_region": "all", "shared_memory_byte_size": 32, "shared_memory_offset": 128},
+          "HTTP infer with inputs and output in shared memory: " + r.text)
+    check(np.array_equal(np.frombuffer(get_shm(128, 32), np.float32).reshape(2, 4), want_z), "the output written into the region is x + y")
+    check(get_shm(0, 32) == x.tobytes() and get_shm(64, 32) == y.tobytes(), "the input bytes are left as they were (read in place)")
+    # Offsets within a region that starts at 4096 of the object; y at an odd offset (copied, not in place); JSON output.
+    put_shm(4096, x.tobytes())
+    put_shm(4096 + 36, y.tobytes())
+    r = requests.post(U + "/v2/models/add/infer", data=shm_body(shm_params("upper", 32), shm_params("upper", 32, 36)), timeout=T)
+    check(r.status_code == 200 and np.array_equal(np.array(r.json()["outputs"][0]["data"], np.float32).reshape(2, 4), want_z),
+          "HTTP infer from a region at an object offset, one input unaligned: " + r.text)
+    # Mixed: x in shared memory, y as JSON data, z binary.
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4], "parameters": shm_params("all", 32)},
+                       {"name": "y", "datatype": "FP32", "shape": [2, 4], "data": y.flatten().tolist()}],
+            "outputs": [{"name": "z", "parameters": {"binary_data": True}}]}
+    r = requests.post(U + "/v2/models/add/infer", data=json.dumps(body), timeout=T)
+    hl = int(r.headers.get("Inference-Header-Content-Length", "0"))
+    check(r.status_code == 200 and np.array_equal(np.frombuffer(r.content[hl:], np.float32).reshape(2, 4), want_z), "HTTP infer, shm + JSON input, binary output")
+    # BYTES in and out through shared memory (Triton's serialization: 4-byte lengths).
+    items = [b"alpha", b"", b"gamma!", b"d"]
+    blob = pack_bytes(items)
+    put_shm(2048, blob)
+    body = {"inputs": [{"name": "s", "datatype": "BYTES", "shape": [2, 2], "parameters": shm_params("all", len(blob), 2048)}],
+            "outputs": [{"name": "t", "parameters": shm_params("all", 200, 3072)}]}
+    r = requests.post(U + "/v2/models/echo/infer", data=json.dumps(body), timeout=T)
+    check(r.status_code == 200 and unpack_bytes(get_shm(3072, len(blob))) == items, "HTTP BYTES in and out of shared memory: " + r.text)
+
+    def bad(body, model, status, text, what):
+        r = requests.post(U + "/v2/models/%s/infer" % model, data=body if isinstance(body, str) else json.dumps(body), timeout=T)
+        err = r.json().get("error", "") if r.headers.get("content-type", "").startswith("application/json") else r.text
+        check(r.status_code == status and text in err, "%s: %d %s" % (what, r.status_code, r.text))
+
+    bad(shm_body(shm_params("nope", 32), shm_params("all", 32, 64)), "add", 400, "input 'x': shared_memory_region 'nope' is not registered", "unknown region")
+    bad(shm_body(shm_params("all", 32, SHM_SIZE - 16), shm_params("all", 32, 64)), "add", 400,
+        "input 'x': shared_memory_offset 8176 + shared_memory_byte_size 32 = 8208 runs past the end of region 'all' (8192 bytes)", "slice past the region")
+    bad(shm_body(shm_params("upper", 32, 1000), shm_params("all", 32, 64)), "add", 400, "runs past the end of region 'upper' (1024 bytes)",
+        "slice past a region at an offset")
+    bad(shm_body(shm_params("all", 16), shm_params("all", 32, 64)), "add", 400,
+        "input 'x': shared_memory_byte_size 16 but shape [2,4] of FP32 needs 32 bytes", "size disagreeing with the tensor")
+    bad(shm_body({"shared_memory_region": "all"}, shm_params("all", 32, 64)), "add", 400,
+        "input 'x': parameter 'shared_memory_byte_size' is missing", "region without a size")
+    bad(shm_body({"shared_memory_byte_size": 32}, shm_params("all", 32, 64)), "add", 400,
+        "input 'x': parameter 'shared_memory_region' is missing", "size without a region")
+    bad(shm_body({"shared_memory_region": 7, "shared_memory_byte_size": 32}, shm_params("all", 32, 64)), "add", 400,
+        "'shared_memory_region' is not a string", "a region that is not a string")
+    bad(shm_body(shm_params("all", 32), shm_params("all", 32, 64), shm_params("all", 16, 128)), "add", 400,
+        "output 'z': 32 bytes do not fit shared_memory_byte_size 16 (region 'all', offset 128)", "output slice too small")
+    bad(shm_body(shm_params("all", 32), shm_params("all", 32, 64), dict(shm_params("all", 32, 128), binary_data=True)), "add", 400,
+        "output 'z' has shared-memory parameters and also 'binary_data': true", "shm output that also asks for binary")
+    both = json.loads(shm_body(shm_params("all", 32), shm_params("all", 32, 64)))
+    both["inputs"][0]["data"] = x.flatten().tolist()
+    bad(both, "add", 400, "input 'x' has shared-memory parameters and also 'data'; give one", "shm input with data")
+    r = requests.post(SHM + "/region/all/register", data=json.dumps({"key": KEY, "offset": 0, "byte_size": 64}), timeout=T)
+    check(r.status_code == 400 and "'all' is already registered" in r.json()["error"], "a name registered twice: " + r.text)
+    r = requests.post(SHM + "/region/r9/register", data=json.dumps({"key": "/ferry_no_such_object", "offset": 0, "byte_size": 64}), timeout=T)
+    check(r.status_code == 400 and "cannot open the shared-memory object '/ferry_no_such_object' (No such file or directory)" in r.json()["error"],
+          "an unknown key: " + r.text)
+    r = requests.post(SHM + "/region/r9/register", data=json.dumps({"key": KEY, "offset": 8000, "byte_size": 4096}), timeout=T)
+    check(r.status_code == 400 and "offset 8000 + byte_size 4096 = 12096 runs past the end of '%s' (8192 bytes)" % KEY in r.json()["error"],
+          "a region past the object's end: " + r.text)
+    r = requests.post(SHM + "/region/r9/register", data='{"key": 5}', timeout=T)
+    check(r.status_code == 400 and "'key' is missing or not a string" in r.json()["error"], "a register body without a key: " + r.text)
+    r = requests.get(SHM + "/region/r9/status", timeout=T)
+    check(r.status_code == 404 and "no system shared-memory region 'r9' is registered" in r.json()["error"], "status of an unknown region: " + r.text)
+    r = requests.get(SHM + "/region/all/register", timeout=T)
+    check(r.status_code == 405, "register takes POST: %d" % r.status_code)
+    # A client that shrinks the object under a registered region gets an error, not a dead server.
+    os.truncate(SHM_PATH, 4096)
+    bad(shm_body(shm_params("all", 32), shm_params("all", 32, 64)), "add", 400, "was shrunk to 4096 bytes since it was registered", "a shrunk object")
+    os.truncate(SHM_PATH, SHM_SIZE)
+    # CUDA shared memory: none on this build, said clearly.
+    r = requests.post(U + "/v2/cudasharedmemory/region/c0/register", data=json.dumps({"raw_handle": {"b64": ""}, "device_id": 0, "byte_size": 64}), timeout=T)
+    check(r.status_code == 400 and "CUDA shared memory is not supported by this build of ferry" in r.json()["error"], "CUDA register: " + r.text)
+    r = requests.get(U + "/v2/cudasharedmemory/status", timeout=T)
+    check(r.status_code == 200 and r.json() == [], "CUDA status lists no region: " + r.text)
+
+    if stubs:
+        # ---- the same over gRPC: one namespace with HTTP ------------------------------------
+        st = stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest(), timeout=T)
+        check(sorted(st.regions) == ["all", "upper"] and st.regions["upper"].offset == 4096 and st.regions["upper"].key == KEY,
+              "gRPC status sees the regions registered over HTTP: %s" % st)
+        stub.SystemSharedMemoryRegister(pb.SystemSharedMemoryRegisterRequest(name="g", key=KEY, offset=0, byte_size=4096), timeout=T)
+        check("g" in stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest(name="g"), timeout=T).regions, "gRPC register + status")
+        check(any(e == "system_shared_memory" for e in stub.ServerMetadata(pb.ServerMetadataRequest(), timeout=T).extensions),
+              "ServerMetadata lists system_shared_memory")
+
+        def grpc_params(t, region, size, offset=0):
+            t.parameters["shared_memory_region"].string_param = region
+            t.parameters["shared_memory_byte_size"].int64_param = size
+            if offset:
+                t.parameters["shared_memory_offset"].int64_param = offset
+
+        view[512:544] = b"\0" * 32
+        req = pb.ModelInferRequest(model_name="add")
+        grpc_params(req.inputs.add(name="x", datatype="FP32", shape=[2, 4]), "g", 32)
+        req.inputs.add(name="y", datatype="FP32", shape=[2, 4])
+        req.raw_input_contents.append(y.tobytes())  # one raw entry: for y, the only input not in shared memory
+        grpc_params(req.outputs.add(name="z"), "g", 32, 512)
+        resp = stub.ModelInfer(req, timeout=T)
+        o = resp.outputs[0]
+        check(list(o.shape) == [2, 4] and o.parameters["shared_memory_region"].string_param == "g" and list(resp.raw_output_contents) == [b""],
+              "gRPC infer: the output's place, an empty raw entry: %s" % resp)
+        check(np.array_equal(np.frombuffer(get_shm(512, 32), np.float32).reshape(2, 4), want_z), "gRPC: the output written into the region is x + y")
+
+        def grpc_error(req, code, text, what):
+            try:
+                stub.ModelInfer(req, timeout=T)
+                check(False, what + ": no error")
+            except grpc.RpcError as e:
+                check(e.code() == code and text in e.details(), "%s: %s %s" % (what, e.code(), e.details()))
+
+        req.raw_input_contents.append(y.tobytes())
+        grpc_error(req, grpc.StatusCode.INVALID_ARGUMENT, "the request has 2 raw_input_contents for 1 inputs not in shared memory", "gRPC raw count")
+        del req.raw_input_contents[1]
+        req.inputs[0].parameters["shared_memory_region"].string_param = "nope"
+        grpc_error(req, grpc.StatusCode.INVALID_ARGUMENT, "input 'x': shared_memory_region 'nope' is not registered", "gRPC unknown region")
+        req.inputs[0].parameters["shared_memory_region"].string_param = "g"
+        req.inputs[0].parameters["shared_memory_byte_size"].int64_param = 31
+        grpc_error(req, grpc.StatusCode.INVALID_ARGUMENT, "input 'x': shared_memory_byte_size 31 but shape [2,4] of FP32 needs 32 bytes", "gRPC size")
+        try:
+            stub.SystemSharedMemoryRegister(pb.SystemSharedMemoryRegisterRequest(name="g", key=KEY, byte_size=64), timeout=T)
+            check(False, "gRPC register twice: no error")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "'g' is already registered" in e.details(), "gRPC register twice: " + e.details())
+        try:
+            stub.CudaSharedMemoryRegister(pb.CudaSharedMemoryRegisterRequest(name="c", byte_size=64), timeout=T)
+            check(False, "gRPC CUDA register: no error")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.UNIMPLEMENTED and "not supported by this build" in e.details(), "gRPC CUDA register: " + e.details())
+        check(len(stub.CudaSharedMemoryStatus(pb.CudaSharedMemoryStatusRequest(), timeout=T).regions) == 0, "gRPC CUDA status: none")
+        stub.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest(name="g"), timeout=T)
+        stub.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest(name="g"), timeout=T)  # again: idempotent
+        check("g" not in stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest(), timeout=T).regions, "gRPC unregister")
+
+    # ---- unregister: a region, then all --------------------------------------------------------
+    r = requests.post(SHM + "/region/upper/unregister", timeout=T)
+    check(r.status_code == 200 and [e["name"] for e in requests.get(SHM + "/status", timeout=T).json()] == ["all"], "unregister one region")
+    bad(shm_body(shm_params("upper", 32), shm_params("upper", 32, 36)), "add", 400, "shared_memory_region 'upper' is not registered", "an unregistered region")
+    r = requests.post(SHM + "/unregister", timeout=T)
+    check(r.status_code == 200 and requests.get(SHM + "/status", timeout=T).json() == [], "unregister every region")
 finally:
     srv.stop()
     srv.kill()
+
+# ---- the default: client shared memory is off (as Triton since 26.04) ---------------------------
+off = ServeProcess(FERRY, REPO, "--exit-on-error=false")
+try:
+    if check(off.port is not None, "the second server started"):
+        r = requests.post(off.url + "/v2/systemsharedmemory/region/all/register", data=json.dumps({"key": KEY, "offset": 0, "byte_size": 64}), timeout=T)
+        check(r.status_code == 400 and "start the server with `--allow-client-shm true`" in r.json()["error"], "registering is off by default: " + r.text)
+        r = requests.post(off.url + "/v2/models/add/infer", data=shm_body(shm_params("all", 32), shm_params("all", 32, 64)), timeout=T)
+        check(r.status_code == 400 and "--allow-client-shm true" in r.json()["error"], "naming a region when it is off: " + r.text)
+finally:
+    off.stop()
+    off.kill()
+    view.close()
+    shm_file.close()
+    os.unlink(SHM_PATH)
 
 if failures:
     print("\n%d failure(s); server log:\n%s" % (len(failures), srv.log()[-4000:]))

@@ -283,18 +283,18 @@ try:
     expect_error(lambda: stub.ModelInfer(req, timeout=T), grpc.StatusCode.INVALID_ARGUMENT,
                  "3 values given in contents.bytes_contents but shape [1,2] needs 2", "BYTES count")
 
-    # ---- Triton's shared-memory, trace and log-settings methods: truthful status, named refusals ----
+    # ---- Triton's shared-memory methods (serve_extensions_test.py has the rest): off by default ----
     check(len(stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest(), timeout=T).regions) == 0, "no system shm region")
     check(len(stub.CudaSharedMemoryStatus(pb.CudaSharedMemoryStatusRequest(), timeout=T).regions) == 0, "no CUDA shm region")
     stub.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest(), timeout=T)  # all of none: OK
+    stub.CudaSharedMemoryUnregister(pb.CudaSharedMemoryUnregisterRequest(name="r1"), timeout=T)  # idempotent, as Triton's
     expect_error(lambda: stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest(name="r0"), timeout=T), grpc.StatusCode.NOT_FOUND,
-                 "SystemSharedMemoryStatus: no shared-memory region 'r0' is registered", "shm status of a named region")
-    expect_error(lambda: stub.CudaSharedMemoryUnregister(pb.CudaSharedMemoryUnregisterRequest(name="r1"), timeout=T), grpc.StatusCode.NOT_FOUND,
-                 "CudaSharedMemoryUnregister: no shared-memory region 'r1'", "CUDA shm unregister of a named region")
+                 "no system shared-memory region 'r0' is registered", "shm status of a named region")
     expect_error(lambda: stub.SystemSharedMemoryRegister(pb.SystemSharedMemoryRegisterRequest(name="r", key="/k", byte_size=64), timeout=T),
-                 grpc.StatusCode.UNIMPLEMENTED, "SystemSharedMemoryRegister: shared-memory tensors are not supported by ferry", "shm register")
+                 grpc.StatusCode.INVALID_ARGUMENT, "client shared memory is disabled: start the server with `--allow-client-shm true`",
+                 "shm register without --allow-client-shm")
     expect_error(lambda: stub.CudaSharedMemoryRegister(pb.CudaSharedMemoryRegisterRequest(name="r", byte_size=64), timeout=T),
-                 grpc.StatusCode.UNIMPLEMENTED, "CudaSharedMemoryRegister: shared-memory tensors are not supported by ferry", "CUDA shm register")
+                 grpc.StatusCode.UNIMPLEMENTED, "CudaSharedMemoryRegister: CUDA shared memory is not supported by this build", "CUDA shm register")
     expect_error(lambda: stub.TraceSetting(pb.TraceSettingRequest(), timeout=T), grpc.StatusCode.UNIMPLEMENTED,
                  "TraceSetting: request tracing is not supported by ferry", "trace settings")
     expect_error(lambda: stub.LogSettings(pb.LogSettingsRequest(), timeout=T), grpc.StatusCode.UNIMPLEMENTED,
