@@ -356,10 +356,10 @@ TEST_F(Int8Gemm, NarrowWeightsAtTheirBoundsAndJustOutside) {
 
 // QConvFused 1x1 on a channels-last source as the same GEMM (int8_gemm.cpp Int8GemmQConvKernel): a source
 // with a zero point (the repair's zero-point-0 case stays with oneDNN), full-range weights (the split's
-// case), 64 and 70 input channels (odd pairs count: 35), conv_relu, a Clip, an int32 / float bias, a
+// case), 192 and 198 input channels (odd pairs count: 99; 128 and fewer: int8_im2col_conv.cpp), conv_relu, a Clip, an int32 / float bias, a
 // weight zero point, u8 and f32 outputs; bit for bit the reference kernel.
 struct ConvCase {
-  int64_t C = 64, M = 40, H = 5, W = 7;
+  int64_t C = 192, M = 40, H = 5, W = 7;
   bool x_s8 = false;
   int x_zp = 128;
   bool conv_relu = false, clip = false, float_y = false, fbias = false, w_zp = false;
@@ -465,7 +465,7 @@ void check_conv(const ConvCase& cc, bool taken) {
 TEST_F(Int8Gemm, PointwiseConvolutionOnChannelsLastSource) {
   ConvCase cc;
   check_conv(cc, true);
-  cc.C = 70;  // 35 pairs
+  cc.C = 198;  // 99 pairs
   cc.conv_relu = true;
   cc.w_zp = true;
   check_conv(cc, true);

@@ -1,8 +1,8 @@
 // com.ferry.QConvFused on a narrow reduction (src/backends/cpu/int8_im2col_conv.cpp: stems of 1-8
-// channels, 1x1s of up to 63): the cpu backend's output against the reference kernel
+// channels, 1x1s of up to 128): the cpu backend's output against the reference kernel
 // (src/ops/quantize_fused.cpp), bit for bit, over stems and odd geometries (3x3/2 and 7x7/2 with
 // padding, asymmetric pads, strides and dilations, 1-8 channels, batch 2, output channels not a multiple
-// of 16, pixel counts not a multiple of 6), 1x1s of 16-63 channels, u8 / s8 sources with zero points, weight zero points, int32 / float biases, conv_relu, a Clip,
+// of 16, pixel counts not a multiple of 6), 1x1s of 16-128 channels, u8 / s8 sources with zero points, weight zero points, int32 / float biases, conv_relu, a Clip,
 // u8 / s8 / f32 outputs, and operands whose byte-product pairs saturate without oneDNN's split. Runs
 // where int8_gemm does (AVX2 without VNNI); skipped elsewhere.
 #include <gtest/gtest.h>
@@ -216,15 +216,15 @@ TEST_F(Int8Im2colConv, ResNetStemAndOddGeometries) {
   check(sc);
 }
 
-TEST_F(Int8Im2colConv, PointwiseBelowSixtyFourChannels) {
-  StemCase sc;  // MobileNetV2's expansions: 16, 24, 32 channels -> 6x, a Clip (ReLU6), a zero point ~128
+TEST_F(Int8Im2colConv, PointwiseUpTo128Channels) {
+  StemCase sc;  // MobileNetV2's expansions: 16, 24, 32, 64, 96 channels -> 6x, a Clip (ReLU6), a zero point ~128
   sc.KH = sc.KW = 1;
   sc.strides = {1, 1};
   sc.pads = {0, 0, 0, 0};
   sc.clip = true;
   sc.conv_relu = true;
   sc.x_zp = 131;
-  for (int64_t c : {16, 24, 32}) {
+  for (int64_t c : {16, 24, 32, 64, 96}) {
     sc.C = c;
     sc.M = 6 * c;
     check(sc);
@@ -234,7 +234,9 @@ TEST_F(Int8Im2colConv, PointwiseBelowSixtyFourChannels) {
   sc.clip = sc.conv_relu = false;
   sc.y_dt = DType::kI8;
   check(sc);
-  sc.C = 64;  // int8_gemm's own 1x1 rule
+  sc.C = 128;  // the widest taken
+  check(sc);
+  sc.C = 130;  // wider: int8_gemm's own 1x1 rule
   check(sc, false);
   sc.C = 16;  // a strided 1x1 on 16 channels is no stem: oneDNN
   sc.strides = {2, 2};

@@ -426,7 +426,7 @@ class Int8GemmQMatMulKernel : public Kernel {
 // no padding, one group ([N*H*W, C] x w^T [C, M]), no residual z, no mid Q/DQ, no activation, weights
 // that need the split (int8_pair_saturation.h: some outside [-64, 64]) and a source outside the
 // repair's case (u8 with zero point 0: dnnl_int8_conv.cpp runs those unsplit), on 64 input channels or
-// more (fewer: int8_im2col_conv.cpp). MobileNetV2's wider expansions and its last 1x1 read residual sums (zero point ~128).
+// more (up to 128: int8_im2col_conv.cpp first). MobileNetV2's wider expansions and its last 1x1 read residual sums (zero point ~128).
 constexpr int64_t kMinConvChannels = 64;
 
 class Int8GemmQConvKernel : public Kernel {
@@ -451,7 +451,8 @@ class Int8GemmQConvKernel : public Kernel {
       return false;
     const int64_t M = w->dim(0), C = w->dim(1);
     // Below 64 input channels this GEMM was slower than oneDNN's split (the epilogue dominates; MobileNetV2's
-    // expansions of 16-32 channels, `ferry profile -t 1`): those run on int8_im2col_conv.cpp.
+    // expansions of 16-32 channels, `ferry profile -t 1`); up to 128 int8_im2col_conv.cpp (registered
+    // before) runs them faster.
     if (C < kMinConvChannels || (ws->numel() != 1 && ws->numel() != M)) return false;
     const int8_t* wzp = nullptr;
     int64_t wzp_count = 0;

@@ -1,8 +1,8 @@
 // com.ferry.QConvFused on a narrow reduction, where oneDNN would split (AVX2 without VNNI, weights
 // outside [-64, 64], a source with a zero point: int8_pair_saturation.h): image stems (1-8 input channels,
 // any kernel, stride, padding, dilation; MobileNetV2's 3x3/2, ResNet-50's 7x7/2 on the quantized image) and
-// 1x1 convolutions of 1-63 input channels (MobileNetV2's expansions of 16-32 channels reading residual
-// sums, zero point ~128; 64 and more take int8_gemm.cpp's 1x1 rule). oneDNN's split doubles the
+// 1x1 convolutions of 1-128 input channels (MobileNetV2's expansions of 16-96 channels reading residual
+// sums, zero point ~128; wider ones take int8_gemm.cpp's 1x1 rule). oneDNN's split doubles the
 // reduction, and int8_gemm's separate passes (the rows widened into a buffer, accumulators stored and
 // read back by a per-row epilogue) cost more than the few multiply-adds per output here.
 // So this kernel runs 6 output pixels at a time end to end: their patches gathered ((kh, kw, c) order;
@@ -33,7 +33,9 @@ namespace {
 using cpu::NodeAttrs;
 
 constexpr int64_t kMaxStemChannels = 8;    // a stem: any kernel on this many channels or fewer
-constexpr int64_t kMaxPointwiseChannels = 63;  // 1x1: 64 and more run on int8_gemm (int8_gemm.cpp)
+// 1x1: up to this many (registered before int8_gemm.cpp, which takes wider ones: MobileNetV2's 1x1s of
+// 160 and 320 channels ran as fast or faster there, their weights no longer in L2 per 6 pixels)
+constexpr int64_t kMaxPointwiseChannels = 128;
 constexpr int64_t kMaxK = 512;             // the patch length the per-thread buffers hold
 constexpr int kNr = 16, kMr = 6;           // int8_gemm's panel width and rows per tile
 
