@@ -76,6 +76,16 @@ struct GrpcServer::Impl {
   // request runs inline only when no other is in flight (else it would serialize them all).
   void infer(const ModelInferRequest& req, std::shared_ptr<std::atomic<bool>> cancelled, ModelInferResponse* resp,
              std::function<void(grpc::Status)> done, bool one_poller = false) {
+    if (opt.logging && opt.logging->verbose_on(1)) {  // every request with its status, when it is answered
+      done = [log = opt.logging, what = "gRPC ModelInfer model '" + req.model_name() + "'" +
+                                        (req.model_version().empty() ? std::string() : " version " + req.model_version()) +
+                                        (req.id().empty() ? std::string() : " id '" + req.id() + "'"),
+              done = std::move(done)](grpc::Status st) {
+        log->verbose(1, what + " -> " + (st.ok() ? std::string("OK") : "code " + std::to_string(static_cast<int>(st.error_code())) + ": " +
+                                                                    st.error_message()));
+        done(st);
+      };
+    }
     if (shutting_down.load())
       return done(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down and accepts no new inference requests"));
     auto model = repo->find(req.model_name(), req.model_version());
@@ -248,7 +258,7 @@ class Service final : public ServiceBase {
     resp->set_name("ferry");
     resp->set_version(s_->opt.version);
     for (const char* e : {"binary_tensor_data", "classification", "model_repository", "model_configuration", "statistics", "parameters",
-                          "system_shared_memory"})
+                          "system_shared_memory", "logging"})
       resp->add_extensions(e);
     return answer(ctx, grpc::Status::OK);
   }
@@ -370,13 +380,35 @@ class Service final : public ServiceBase {
   }
   grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* ctx, const inference::TraceSettingRequest*,
                                          inference::TraceSettingResponse*) override {
-    return answer(ctx, grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "TraceSetting: request tracing is not supported by ferry"));
-  }
-  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx, const inference::LogSettingsRequest*,
-                                        inference::LogSettingsResponse*) override {
     return answer(ctx, grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                    "LogSettings: ferry's log settings are its command line (--log-verbose); they cannot be read or "
-                                    "changed over gRPC"));
+                                    "TraceSetting: request tracing is not supported by ferry; verbose logging (LogSettings "
+                                    "log_verbose_level 1) logs every request with its status"));
+  }
+  // Triton's logging extension: the request's settings applied (all or none), then all of them.
+  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx, const inference::LogSettingsRequest* req,
+                                        inference::LogSettingsResponse* resp) override {
+    if (!s_->opt.logging) return answer(ctx, grpc::Status(grpc::StatusCode::UNAVAILABLE, "LogSettings: this server has no log settings to serve"));
+    std::vector<std::pair<std::string, LogValue>> changes;
+    for (const auto& [name, v] : req->settings()) {
+      using V = inference::LogSettingsRequest::SettingValue;
+      switch (v.parameter_choice_case()) {
+        case V::kBoolParam: changes.emplace_back(name, v.bool_param()); break;
+        case V::kUint32Param: changes.emplace_back(name, static_cast<uint64_t>(v.uint32_param())); break;
+        case V::kStringParam: changes.emplace_back(name, v.string_param()); break;
+        default: return answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "log setting '" + name + "' has no value"));
+      }
+    }
+    Status st = s_->opt.logging->update(changes);
+    if (!st.is_ok()) return answer(ctx, to_grpc(st));
+    const ::ferry::serve::LogSettings s = s_->opt.logging->settings();
+    auto& out = *resp->mutable_settings();
+    out["log_file"].set_string_param(s.file);
+    out["log_info"].set_bool_param(s.info);
+    out["log_warnings"].set_bool_param(s.warnings);
+    out["log_errors"].set_bool_param(s.errors);
+    out["log_verbose_level"].set_uint32_param(s.verbose_level);
+    out["log_format"].set_string_param(s.format);
+    return answer(ctx, grpc::Status::OK);
   }
 
  private:

@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "serve/model_repository.h"
+#include "serve/server_log.h"
 #include "serve/shared_memory.h"
 #include "serve/spin_wait.h"
 
@@ -28,6 +29,9 @@ struct GrpcServerOptions {
   bool explicit_control = false;
   /// The shared-memory regions (shared with the HTTP front end; null: registration refused).
   SharedMemoryRegistry* shm = nullptr;
+  /// The log settings LogSettings reads and changes (null: UNAVAILABLE); verbose level >= 1 logs
+  /// every ModelInfer with its status.
+  ServerLog* logging = nullptr;
   /// Microseconds a ModelInfer poller polls its completion queue without blocking right after
   /// work, before it blocks (serve/spin_wait.h); 0: it always blocks.
   int64_t io_spin_us = kDefaultIoSpinMicroseconds;

@@ -206,6 +206,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (ec) return on_error(ec);
     auto req = parser_->release();
     if (metrics_) return handle_metrics(req);
+    if (server_->opt.logging && server_->opt.logging->verbose_on(1))  // logged with its answer in send()
+      verbose_request_ = "HTTP " + std::string(req.method_string()) + " " + std::string(req.target());
     handle(req);
   }
 
@@ -215,6 +217,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     res->set(http::field::content_type, content_type);
     if (json_size >= 0) res->set("Inference-Header-Content-Length", std::to_string(json_size));
     res->keep_alive(keep_alive_);
+    if (!verbose_request_.empty()) {
+      server_->opt.logging->verbose(1, verbose_request_ + " -> " + std::to_string(status) + (status >= 400 ? " " + body : std::string()));
+      verbose_request_.clear();
+    }
     res->body() = std::move(body);
     res->prepare_payload();
     http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code e, size_t) {
@@ -253,6 +259,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (p[2] == "ready") return send(ready() ? 200 : 400, "");
     }
     if (p[1] == "repository") return handle_repository(req, p, post);
+    if (p[1] == "logging" && p.size() == 2) return handle_logging(req, get, post);
+    if (p.size() >= 3 && p[p.size() - 2] == "trace" && p.back() == "setting")
+      return send(400, error_json("request tracing (Triton's trace extension) is not supported by ferry; verbose logging "
+                                  "(POST /v2/logging {\"log_verbose_level\": 1}) logs every request with its answer"));
     if (p[1] == "systemsharedmemory" || p[1] == "cudasharedmemory") {
       ShmHttpAnswer a = shm_http(server_->opt.shm, p, get, post, req.body());
       return send(a.status, std::move(a.body));
@@ -288,6 +298,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
     }
     send(404, error_json("not found: " + std::string(req.target())));
+  }
+
+  // Triton's logging extension: GET the settings; POST changes some and answers all of them.
+  void handle_logging(http::request<http::string_body>& req, bool get, bool post) {
+    ServerLog* logging = server_->opt.logging;
+    if (!get && !post) return send(405, error_json("/v2/logging takes GET or POST"));
+    if (!logging) return send(400, error_json("this server has no log settings to serve"));
+    if (post) {
+      Status st = logging->update_json(req.body());
+      if (!st.is_ok()) return send(400, error_json(st.message()));
+    }
+    send(200, logging->settings_json());
   }
 
   void handle_repository(http::request<http::string_body>& req, const std::vector<std::string>& p, bool post) {
@@ -414,6 +436,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool keep_alive_ = true;
   bool counted_ = false;
   std::shared_ptr<std::atomic<bool>> cancelled_;
+  std::string verbose_request_;  // "HTTP POST /v2/...", while verbose logging is on: logged with the answer
   std::array<char, 4096> scratch_;
 };
 

@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "serve/model_repository.h"
+#include "serve/server_log.h"
 #include "serve/shared_memory.h"
 #include "serve/spin_wait.h"
 
@@ -32,6 +33,9 @@ struct HttpServerOptions {
   /// The shared-memory regions (shared with the gRPC front end; null: the extension answers
   /// "disabled" and no request may name a region).
   SharedMemoryRegistry* shm = nullptr;
+  /// The log settings served at /v2/logging (null: that endpoint answers 400); verbose level >= 1
+  /// logs every request with its answer.
+  ServerLog* logging = nullptr;
   std::string version = "0.1.0";
 };
 

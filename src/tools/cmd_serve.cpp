@@ -19,6 +19,7 @@
 #endif
 #include "serve/http_server.h"
 #include "serve/model_repository.h"
+#include "serve/server_log.h"
 #include "tools/cli_common.h"
 #include "tools/command_registry.h"
 
@@ -45,6 +46,9 @@ struct ServeOptions {
   int64_t io_spin_us = serve::kDefaultIoSpinMicroseconds;
   std::string device = "cpu";
   int log_verbose = 0;
+  bool log_info = true, log_warning = true, log_error = true;
+  std::string log_format = "default";
+  std::string log_file;
   bool allow_client_shm = false;
 };
 
@@ -57,12 +61,19 @@ void on_signal(int sig) {
 }
 
 int cmd_serve(const ServeOptions& opt) {
-  std::mutex log_mu;
-  auto log = [&log_mu](const std::string& line) {
-    std::lock_guard<std::mutex> lock(log_mu);
-    std::fprintf(stderr, "ferry serve: %s\n", line.c_str());
-    std::fflush(stderr);
-  };
+  // The log: its levels, format and file are Triton's flags, and can be changed at run time over
+  // the logging extension (GET/POST /v2/logging, gRPC LogSettings).
+  serve::LogSettings ls;
+  ls.file = opt.log_file;
+  ls.info = opt.log_info;
+  ls.warnings = opt.log_warning;
+  ls.errors = opt.log_error;
+  ls.verbose_level = static_cast<uint32_t>(opt.log_verbose);
+  ls.format = opt.log_format;
+  auto server_log = serve::ServerLog::open(ls);
+  if (!server_log.is_ok()) return report(server_log.status());
+  serve::ServerLog* logging = server_log.value().get();
+  auto log = [logging](const std::string& line) { logging->write(line); };
   if (opt.control_mode != "none" && opt.control_mode != "explicit" && opt.control_mode != "poll") {
     std::fprintf(stderr, "error: --model-control-mode '%s': expected none, explicit or poll\n", opt.control_mode.c_str());
     return 2;
@@ -118,6 +129,7 @@ int cmd_serve(const ServeOptions& opt) {
   serve::SharedMemoryRegistry shm(opt.allow_client_shm);
   serve::HttpServerOptions ho;
   ho.shm = &shm;
+  ho.logging = logging;
   ho.address = opt.address;
   ho.http_port = opt.http_port;
   ho.metrics_port = opt.allow_metrics ? opt.metrics_port : -1;
@@ -137,6 +149,7 @@ int cmd_serve(const ServeOptions& opt) {
     go.max_message_size = opt.max_input_size;
     go.explicit_control = ho.explicit_control;
     go.shm = &shm;
+    go.logging = logging;
     go.io_spin_us = opt.io_spin_us;
     go.version = ho.version;
     grpc = std::make_unique<serve::GrpcServer>(&repo, go, log);
@@ -246,7 +259,13 @@ const bool kRegistered = register_command({"serve", 75, [](CLI::App& app) {
   cmd->add_option("-d,--device", opt->device, "Device the models run on (default cpu)");
   cmd->add_option("--allow-client-shm", opt->allow_client_shm,
                   "Let clients register system shared-memory regions and name them in inference requests (default false, as Triton)");
-  cmd->add_option("--log-verbose", opt->log_verbose, "Verbose logging level (accepted for Triton compatibility)");
+  cmd->add_option("--log-verbose", opt->log_verbose, "Verbose logging level: >= 1 logs every request with its answer (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--log-info", opt->log_info, "Log information lines (default true)");
+  cmd->add_option("--log-warning", opt->log_warning, "Log warnings (default true)");
+  cmd->add_option("--log-error", opt->log_error, "Log errors (default true)");
+  cmd->add_option("--log-format", opt->log_format, "default (\"ferry serve: ...\") or ISO8601 (the UTC time first)");
+  cmd->add_option("--log-file", opt->log_file, "Append the log to this file instead of stderr");
   return CommandRun{cmd, [opt] { return cmd_serve(*opt); }};
 }});
 

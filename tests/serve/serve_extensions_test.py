@@ -3,7 +3,8 @@
 here from src/serve/grpc_service.proto): classification labels (config.pbtxt label_filename) and
 system shared memory (regions of a /dev/shm object registered, inputs read from and outputs written
 to them, checked against numpy's answer; every bounds and parameter error; `--allow-client-shm`
-off by default; CUDA shared memory refused). Servers on 127.0.0.1, ports the system picks, read
+off by default; CUDA shared memory refused) and the logging extension (GET/POST /v2/logging, gRPC
+LogSettings: verbose lines appear and stop, info lines stop, the format changes; --log-file). Servers on 127.0.0.1, ports the system picks, read
 back from their logs.
 
 usage: serve_extensions_test.py FERRY SRC_DIR WORKDIR
@@ -11,9 +12,12 @@ usage: serve_extensions_test.py FERRY SRC_DIR WORKDIR
 import json
 import mmap
 import os
+import re
 import shutil
-import struct
+import signal
+import subprocess
 import sys
+import time
 
 import numpy as np
 import requests
@@ -272,27 +276,117 @@ try:
         stub.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest(name="g"), timeout=T)  # again: idempotent
         check("g" not in stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest(), timeout=T).regions, "gRPC unregister")
 
+    # ---- the logging extension: settings read and changed, with effect ------------------------
+    check("logging" in requests.get(U + "/v2", timeout=T).json()["extensions"], "GET /v2 lists logging")
+    LOG = U + "/v2/logging"
+    defaults = {"log_file": "", "log_info": True, "log_warnings": True, "log_errors": True, "log_verbose_level": 0, "log_format": "default"}
+    r = requests.get(LOG, timeout=T)
+    check(r.status_code == 200 and r.json() == defaults, "GET /v2/logging: " + r.text)
+
+    def verbose_lines():
+        return [l for l in srv.lines if "ferry serve: verbose:" in l]
+
+    def wait_for(pred, seconds=5):
+        deadline = time.time() + seconds
+        while time.time() < deadline and not pred():
+            time.sleep(0.02)
+        return pred()
+
+    add_body = json.dumps({"inputs": [{"name": n, "datatype": "FP32", "shape": [2, 4], "data": a.flatten().tolist()} for n, a in (("x", x), ("y", y))]})
+    requests.post(U + "/v2/models/add/infer", data=add_body, timeout=T)
+    check(verbose_lines() == [], "no verbose line at level 0")
+    r = requests.post(LOG, data=json.dumps({"log_verbose_level": 1}), timeout=T)
+    check(r.status_code == 200 and r.json() == dict(defaults, log_verbose_level=1), "POST /v2/logging answers every setting: " + r.text)
+    requests.post(U + "/v2/models/add/infer", data=add_body, timeout=T)
+    requests.post(U + "/v2/models/nope/infer", data=add_body, timeout=T)
+    check(wait_for(lambda: any("verbose: HTTP POST /v2/models/add/infer -> 200" in l for l in verbose_lines()) and
+                   any("verbose: HTTP POST /v2/models/nope/infer -> 404" in l and "unknown model" in l for l in verbose_lines())),
+          "verbose level 1 logs each request with its answer: %s" % verbose_lines())
+    for body, text in (({"log_verbose_level": "high"}, "log setting 'log_verbose_level' is an unsigned 32-bit integer"),
+                       ({"log_file": "/tmp/elsewhere.log"}, "log setting 'log_file' cannot be changed while the server runs"),
+                       ({"log_format": "json"}, "log_format 'json': expected default or ISO8601"),
+                       ({"log_info": False, "log_colour": 1}, "unknown log setting 'log_colour'")):
+        r = requests.post(LOG, data=json.dumps(body), timeout=T)
+        check(r.status_code == 400 and text in r.json()["error"], "bad log setting %s: %s" % (body, r.text))
+    check(requests.get(LOG, timeout=T).json()["log_info"] is True, "a refused request changes nothing (log_info still true)")
+    r = requests.post(LOG, data=json.dumps({"log_format": "ISO8601"}), timeout=T)
+    requests.post(U + "/v2/models/add/infer", data=add_body, timeout=T)
+    check(wait_for(lambda: any(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z ferry serve: verbose: HTTP POST", l) for l in srv.lines)),
+          "log_format ISO8601 puts the UTC time first: %s" % verbose_lines()[-2:])
+    if stubs:
+        ls = stub.LogSettings(pb.LogSettingsRequest(settings={"log_format": pb.LogSettingsRequest.SettingValue(string_param="default")}),
+                              timeout=T).settings
+        check(ls["log_format"].string_param == "default" and ls["log_verbose_level"].uint32_param == 1, "gRPC LogSettings sets and answers: %s" % ls)
+        req = pb.ModelInferRequest(model_name="add", id="traced")
+        for n, a in (("x", x), ("y", y)):
+            req.inputs.add(name=n, datatype="FP32", shape=[2, 4])
+            req.raw_input_contents.append(a.tobytes())
+        stub.ModelInfer(req, timeout=T)
+        check(wait_for(lambda: any("verbose: gRPC ModelInfer model 'add' id 'traced' -> OK" in l for l in verbose_lines())),
+              "verbose level 1 logs each gRPC request: %s" % verbose_lines()[-2:])
+        try:
+            stub.LogSettings(pb.LogSettingsRequest(settings={"log_errors": pb.LogSettingsRequest.SettingValue(uint32_param=3)}), timeout=T)
+            check(False, "gRPC LogSettings with a wrong type: no error")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "log setting 'log_errors' is a boolean" in e.details(), "gRPC LogSettings type: " + e.details())
+        try:
+            stub.TraceSetting(pb.TraceSettingRequest(), timeout=T)
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.UNIMPLEMENTED and "request tracing is not supported by ferry" in e.details(), "gRPC TraceSetting: " + e.details())
+    requests.post(LOG, data=json.dumps({"log_verbose_level": 0, "log_format": "default"}), timeout=T)
+    n = len(verbose_lines())
+    requests.post(U + "/v2/models/add/infer", data=add_body, timeout=T)
+    time.sleep(0.3)
+    check(len(verbose_lines()) == n, "back at level 0: no more verbose lines")
+    r = requests.get(U + "/v2/trace/setting", timeout=T)
+    check(r.status_code == 400 and "request tracing (Triton's trace extension) is not supported by ferry" in r.json()["error"], "trace setting: " + r.text)
+
     # ---- unregister: a region, then all --------------------------------------------------------
     r = requests.post(SHM + "/region/upper/unregister", timeout=T)
     check(r.status_code == 200 and [e["name"] for e in requests.get(SHM + "/status", timeout=T).json()] == ["all"], "unregister one region")
     bad(shm_body(shm_params("upper", 32), shm_params("upper", 32, 36)), "add", 400, "shared_memory_region 'upper' is not registered", "an unregistered region")
     r = requests.post(SHM + "/unregister", timeout=T)
     check(r.status_code == 200 and requests.get(SHM + "/status", timeout=T).json() == [], "unregister every region")
+    requests.post(LOG, data=json.dumps({"log_info": False}), timeout=T)  # the stop's info lines go unwritten
+    check(srv.stop() == 0, "the server stops")
+    check(not any("stopped" in l or "SIGTERM" in l for l in srv.lines), "log_info false: the stop's info lines are not written")
 finally:
     srv.stop()
     srv.kill()
 
-# ---- the default: client shared memory is off (as Triton since 26.04) ---------------------------
-off = ServeProcess(FERRY, REPO, "--exit-on-error=false")
+# ---- the defaults: client shared memory off (as Triton since 26.04); --log-file, --log-verbose -----
+LOGFILE = os.path.join(WORK, "serve.log")
+off = subprocess.Popen([FERRY, "serve", "--model-repository", REPO, "--http-address", "127.0.0.1", "--http-port", "0", "--grpc-port", "0",
+                        "--metrics-port", "0", "--threads", "1", "--exit-on-error=false", "--log-file", LOGFILE, "--log-verbose", "1"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def logfile():
+    return open(LOGFILE).read() if os.path.exists(LOGFILE) else ""
+
+
 try:
-    if check(off.port is not None, "the second server started"):
-        r = requests.post(off.url + "/v2/systemsharedmemory/region/all/register", data=json.dumps({"key": KEY, "offset": 0, "byte_size": 64}), timeout=T)
+    deadline = time.time() + 60
+    while time.time() < deadline and off.poll() is None and not re.search(r"HTTP on 127\.0\.0\.1:(\d+)", logfile()):
+        time.sleep(0.05)
+    m = re.search(r"HTTP on 127\.0\.0\.1:(\d+)", logfile())
+    if check(m is not None, "--log-file: the log goes to the file: " + logfile()[-1000:]):
+        url = "http://127.0.0.1:" + m.group(1)
+        r = requests.post(url + "/v2/systemsharedmemory/region/all/register", data=json.dumps({"key": KEY, "offset": 0, "byte_size": 64}), timeout=T)
         check(r.status_code == 400 and "start the server with `--allow-client-shm true`" in r.json()["error"], "registering is off by default: " + r.text)
-        r = requests.post(off.url + "/v2/models/add/infer", data=shm_body(shm_params("all", 32), shm_params("all", 32, 64)), timeout=T)
+        r = requests.post(url + "/v2/models/add/infer", data=shm_body(shm_params("all", 32), shm_params("all", 32, 64)), timeout=T)
         check(r.status_code == 400 and "--allow-client-shm true" in r.json()["error"], "naming a region when it is off: " + r.text)
+        check(requests.get(url + "/v2/logging", timeout=T).json()["log_file"] == LOGFILE, "log_file is the --log-file")
+    off.send_signal(signal.SIGTERM)
+    off.wait(30)
+    text = logfile()
+    check("verbose: HTTP POST /v2/models/add/infer -> 400" in text and "ferry serve: stopped" in text,
+          "--log-verbose 1 from the start, into the file: " + text[-1500:])
+    check(off.stderr.read() == "", "nothing on stderr with --log-file")
 finally:
-    off.stop()
-    off.kill()
+    if off.poll() is None:
+        off.kill()
+        off.wait()
     view.close()
     shm_file.close()
     os.unlink(SHM_PATH)

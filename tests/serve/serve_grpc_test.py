@@ -297,8 +297,9 @@ try:
                  grpc.StatusCode.UNIMPLEMENTED, "CudaSharedMemoryRegister: CUDA shared memory is not supported by this build", "CUDA shm register")
     expect_error(lambda: stub.TraceSetting(pb.TraceSettingRequest(), timeout=T), grpc.StatusCode.UNIMPLEMENTED,
                  "TraceSetting: request tracing is not supported by ferry", "trace settings")
-    expect_error(lambda: stub.LogSettings(pb.LogSettingsRequest(), timeout=T), grpc.StatusCode.UNIMPLEMENTED,
-                 "LogSettings: ferry's log settings are its command line", "log settings")
+    ls = stub.LogSettings(pb.LogSettingsRequest(), timeout=T).settings  # (serve_extensions_test.py changes them)
+    check(ls["log_verbose_level"].uint32_param == 0 and ls["log_info"].bool_param and ls["log_format"].string_param == "default",
+          "LogSettings reads the settings: %s" % ls)
 
     # ---- the dynamic batcher: 4 concurrent requests, one execution, each its own rows ------
     before = stub.ModelStatistics(pb.ModelStatisticsRequest(name="batched"), timeout=T).model_stats[0]
