@@ -18,9 +18,12 @@ namespace ferry {
 class Dataset;
 
 /// An executor of the inference model of `weights` (params and BN statistics): BatchNorm in its
-/// inference form, at the device's defaults (c.device, c.threads).
+/// inference form, at the device's defaults (c.device, c.threads). Each weight it packs is held
+/// once (ExecutorOptions::release_weights: the BN-folded copies go once packed). batch > 0: the
+/// only batch it will run (evaluate_dataset's c.batch_size), so every weight is packed, and its
+/// copy released, when the executor is made; 0 keeps the batch dimension symbolic.
 StatusOr<std::unique_ptr<Executor>> make_eval_executor(const TrainConfig& c, const Model& source, const TrainGraph& tg,
-                                                       const std::map<std::string, Tensor>& weights);
+                                                       const std::map<std::string, Tensor>& weights, int64_t batch = 0);
 
 /// The loss summed over a data set's samples and how many the model classified right
 /// (cross_entropy), for the mean loss and accuracy.

@@ -439,7 +439,7 @@ Status Trainer::save_checkpoint(int64_t k) {
 
 Status Trainer::evaluate(int64_t k, int64_t epoch) {
   if (!eval_data_ || !rank0()) return Status::ok();
-  ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, make_eval_executor(c_, *source_, tg_, values_));
+  ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, make_eval_executor(c_, *source_, tg_, values_, c_.batch_size));
   ASSIGN_OR_RETURN(const EvalSums sums, evaluate_dataset(c_, *ex, *eval_data_));
   const int64_t n = sums.samples;
   const double loss_sum = sums.loss_sum;

@@ -410,7 +410,7 @@ StatusOr<std::vector<std::string>> untrainable_nodes(const Model& model, const T
 }
 
 StatusOr<std::shared_ptr<Model>> inference_model(const Model& model, const TrainGraph& tg,
-                                                 const std::map<std::string, Tensor>& weights) {
+                                                 const std::map<std::string, Tensor>& weights, int64_t batch) {
   std::shared_ptr<Model> m = model.clone();
   Graph& g = m->graph;
   for (const auto& [name, t] : weights) {
@@ -421,6 +421,13 @@ StatusOr<std::shared_ptr<Model>> inference_model(const Model& model, const Train
   for (const auto& in : g.inputs)
     if (!g.initializers.count(in.name)) inputs.push_back(in);
   g.inputs = inputs;
+  for (ValueInfo& in : g.inputs) {
+    if (batch <= 0 || in.type.kind != ValueKind::kTensor || !in.type.shape || in.type.shape->rank() == 0 ||
+        in.type.shape->dims[0].is_known())
+      continue;
+    in.type.shape->dims[0] = Dim(batch);
+    g.value_types[in.name] = in.type;
+  }
   for (Node& n : g.nodes) {
     if (!n.domain.empty()) continue;
     if (n.op_type == "BatchNormalization") {

@@ -106,7 +106,9 @@ StatusOr<std::vector<std::string>> untrainable_nodes(const Model& model, const T
 
 /// The inference model for `weights` (params and BN statistics by name, others kept): BN in
 /// inference mode, Dropout as identity; the classifier replaced when the training graph did.
+/// batch > 0: the inputs' symbolic first (batch) dimension fixed to it (an evaluation's fixed
+/// batch), so the executor plans and packs every weight when it is made.
 StatusOr<std::shared_ptr<Model>> inference_model(const Model& model, const TrainGraph& tg,
-                                                 const std::map<std::string, Tensor>& weights);
+                                                 const std::map<std::string, Tensor>& weights, int64_t batch = 0);
 
 }  // namespace ferry
