@@ -132,7 +132,8 @@ Status ServerLog::update_json(std::string_view body) {
   if (doc.HasParseError() || !doc.IsObject())
     return invalid_argument("the log settings request is not a JSON object such as {\"log_verbose_level\": 1}");
   std::vector<std::pair<std::string, LogValue>> changes;
-  for (const auto& m : doc.GetObject()) {
+  const rapidjson::Value& obj = doc;  // const iterators: compared without C++20's reversed-operator ambiguity
+  for (const auto& m : obj.GetObject()) {
     std::string name(m.name.GetString(), m.name.GetStringLength());
     if (m.value.IsBool()) changes.emplace_back(std::move(name), m.value.GetBool());
     else if (m.value.IsUint64()) changes.emplace_back(std::move(name), m.value.GetUint64());

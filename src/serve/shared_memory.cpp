@@ -261,9 +261,10 @@ ShmHttpAnswer http_register(SharedMemoryRegistry* registry, const std::string& n
   const std::string what = "register system shared-memory region '" + name + "'";
   if (doc.HasParseError() || !doc.IsObject())
     return {400, error_json(what + ": the body is not a JSON object {\"key\": ..., \"offset\": ..., \"byte_size\": ...}")};
+  const rapidjson::Value& obj = doc;  // const iterators: compared without C++20's reversed-operator ambiguity
   auto field = [&](const char* k) -> const rapidjson::Value* {
-    auto it = doc.FindMember(k);
-    return it == doc.MemberEnd() ? nullptr : &it->value;
+    auto it = obj.FindMember(k);
+    return it == obj.MemberEnd() ? nullptr : &it->value;
   };
   const rapidjson::Value* key = field("key");
   const rapidjson::Value* offset = field("offset");
