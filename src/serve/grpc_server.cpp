@@ -1,13 +1,12 @@
-// inference.GRPCInferenceService on gRPC's callback API; see grpc_server.h. Unary calls answer on
-// the gRPC thread that received them, except ModelInfer and model load / unload (on a thread of
-// their own: loading takes seconds). ModelInfer is on the async API: completion queues polled by
-// threads of ours (kInferPollers), which decode each call and queue it on the model (or run it
-// inline when nothing else is in flight, ServedModel::enqueue) and finish it from there or from
-// the instance thread that ran its batch. gRPC's callback API costs about 50 us more a call on this path (one more
-// thread hand-off inside gRPC; bench/grpc_floor_probe.cpp --bare callback|async).
-// ModelStreamInfer queues each request as it is read and writes each response when it is ready,
-// one write at a time; a per-request error goes in the response's error_message and the stream
-// goes on. A client that cancels takes its queued requests with it (CANCELED), as over HTTP.
+// inference.GRPCInferenceService on gRPC's async API; see grpc_server.h. Every method's calls come to
+// one completion queue polled by a thread of ours, and no thread of gRPC's polls beside it (with the
+// callback API, gRPC's callback threads took the sockets' events and handed the calls on: one more
+// wake-up a call, 40-60 us here; bench/grpc_floor_probe.cpp --bare async|mixed). Unary calls answer
+// on the poller, except ModelInfer (queued on the model or run inline, ServedModel::enqueue, and
+// finished from there or from the instance thread that ran its batch) and model load / unload (on
+// a thread of their own). ModelStreamInfer queues each request as it is read and writes each
+// response when it is ready, one write at a time; a per-request error goes in the response's
+// error_message and the stream goes on. A client that cancels takes its queued requests with it.
 #include "serve/grpc_server.h"
 
 #include <grpcpp/grpcpp.h>
@@ -29,11 +28,10 @@ namespace ferry::serve {
 
 namespace {
 
-// Threads polling ModelInfer's completion queues (each its own queue). They decode and queue the
-// calls (the instance threads finish them), and run one inline only when no other is in flight:
-// one poller alone serialized every client's decoding at concurrency 16 (13-24% fewer inferences/s
-// than the callback API here); two matched it within this machine's noise, four did not do better.
-constexpr int kInferPollers = 2;
+// One thread polls one completion queue for every method: gRPC reads the sockets on whichever thread
+// polls, so with two pollers a call read on one was handed to the other (+30-50 us a call here).
+// At concurrency 16 one matched the callback API with two ModelInfer pollers within the noise.
+constexpr int kInferCallsWaiting = 16;  // ModelInfer calls requested (waiting for clients) at a time
 
 using inference::ModelInferRequest;
 using inference::ModelInferResponse;
@@ -61,10 +59,10 @@ struct GrpcServer::Impl {
   std::atomic<int64_t> in_flight{0};
   std::unique_ptr<grpc::Service> service;
   std::unique_ptr<grpc::Server> server;
-  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> infer_cqs;  // ModelInfer's calls, one poller thread each
-  std::vector<std::thread> infer_threads;
-  std::shared_mutex infer_cq_mu;
-  bool infer_cq_open = false;  // a response may still be finished on infer_cqs
+  std::unique_ptr<grpc::ServerCompletionQueue> cq;  // every method's calls
+  std::thread poller;
+  std::shared_mutex cq_mu;
+  bool cq_open = false;  // an operation may still be started on cq (held shared while starting one)
   int port = 0;
 
   Impl(ModelRepository* r, GrpcServerOptions o, std::function<void(const std::string&)> l)
@@ -72,10 +70,11 @@ struct GrpcServer::Impl {
 
   // Decodes and queues one inference request. `done` runs exactly once (on an instance thread, or
   // on this one when the request is refused or ran inline), after the response is filled in when
-  // it succeeded. `one_poller`: the caller is the one thread that takes every client's calls, so a
-  // request runs inline only when no other is in flight (else it would serialize them all).
+  // it succeeded. The caller is a poller, which takes every client's calls on its queue, so a
+  // request runs inline only when it is the one the poller has in hand (`alone`: no other came
+  // with it) and no other is in flight (else it would serialize them all).
   void infer(const ModelInferRequest& req, std::shared_ptr<std::atomic<bool>> cancelled, ModelInferResponse* resp,
-             std::function<void(grpc::Status)> done, bool one_poller = false) {
+             std::function<void(grpc::Status)> done, bool alone) {
     if (opt.logging && opt.logging->verbose_on(1)) {  // every request with its status, when it is answered
       done = [log = opt.logging, what = "gRPC ModelInfer model '" + req.model_name() + "'" +
                                         (req.model_version().empty() ? std::string() : " version " + req.model_version()) +
@@ -98,8 +97,8 @@ struct GrpcServer::Impl {
     request.version_pinned = !req.model_version().empty();
     auto names = std::make_shared<std::vector<RequestedOutput>>(std::move(decoded.value().outputs));
     const std::string id = request.id;
-    const bool alone = in_flight.fetch_add(1) == 0;
-    const InlinePolicy policy = !one_poller ? InlinePolicy::kInstanceFree : alone ? InlinePolicy::kIdle : InlinePolicy::kNever;
+    const bool idle = in_flight.fetch_add(1) == 0;
+    const InlinePolicy policy = alone && idle ? InlinePolicy::kIdle : InlinePolicy::kNever;
     m->enqueue(std::move(request), [this, m, names, id, resp, done = std::move(done)](InferResult r) {
       grpc::Status st = grpc::Status::OK;
       if (r.status.is_ok()) r.status = write_shm_outputs(m->signature(), *names, r.outputs);  // outputs asked into shared memory
@@ -119,142 +118,55 @@ struct GrpcServer::Impl {
 
 namespace {
 
-// ModelStreamInfer: reads one request at a time and queues it; responses are written in the
-// order they finish, one StartWrite in flight; Finish once reading ended and every queued
-// request was answered and written.
-class StreamReactor final : public grpc::ServerBidiReactor<ModelInferRequest, inference::ModelStreamInferResponse> {
+// A call on the async API: its operations' tags come back to proceed() on a poller thread.
+// `alone`: no other inference request came with this tag (a request may run inline).
+class AsyncCall {
  public:
-  explicit StreamReactor(GrpcServer::Impl* server) : server_(server), cancelled_(std::make_shared<std::atomic<bool>>(false)) {
-    StartRead(&request_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      bool finish = false;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        reads_done_ = true;
-        finish = should_finish();
-      }
-      if (finish) Finish(grpc::Status::OK);
-      return;
-    }
-    auto response = std::make_shared<inference::ModelStreamInferResponse>();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++pending_;
-    }
-    const std::string id = request_.id();
-    const std::string model = request_.model_name(), version = request_.model_version();
-    server_->infer(request_, cancelled_, response->mutable_infer_response(), [this, response, id, model, version](grpc::Status st) {
-      if (!st.ok()) {
-        response->Clear();
-        response->set_error_message(st.error_message());
-        auto* r = response->mutable_infer_response();
-        r->set_id(id);
-        r->set_model_name(model);
-        r->set_model_version(version);
-      }
-      push(response);
-    });
-    request_.Clear();
-    StartRead(&request_);
-  }
-
-  void OnWriteDone(bool /*ok*/) override {
-    inference::ModelStreamInferResponse* next = nullptr;
-    bool finish = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      out_.pop_front();
-      if (!out_.empty()) {
-        next = out_.front().get();
-      } else {
-        writing_ = false;
-        finish = should_finish();
-      }
-    }
-    if (next) StartWrite(next);
-    if (finish) Finish(grpc::Status::OK);
-  }
-
-  void OnCancel() override { cancelled_->store(true); }
-  void OnDone() override { delete this; }
-
- private:
-  // A finished request's response: written now, or after the ones before it.
-  void push(std::shared_ptr<inference::ModelStreamInferResponse> r) {
-    inference::ModelStreamInferResponse* next = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --pending_;
-      out_.push_back(std::move(r));
-      if (writing_) return;
-      writing_ = true;
-      next = out_.front().get();
-    }
-    StartWrite(next);
-  }
-
-  // Lock held.
-  bool should_finish() {
-    if (finished_ || !reads_done_ || pending_ > 0 || writing_ || !out_.empty()) return false;
-    finished_ = true;
-    return true;
-  }
-
-  GrpcServer::Impl* server_;
-  std::shared_ptr<std::atomic<bool>> cancelled_;
-  ModelInferRequest request_;
-  std::mutex mu_;
-  std::deque<std::shared_ptr<inference::ModelStreamInferResponse>> out_;
-  int64_t pending_ = 0;
-  bool writing_ = false, reads_done_ = false, finished_ = false;
+  virtual ~AsyncCall() = default;
+  virtual void proceed(int kind, bool ok, bool alone) = 0;
+  /// Whether this tag brings an inference request.
+  virtual bool carries_request(int kind, bool ok) const { return false; }
 };
 
-grpc::ServerUnaryReactor* answer(grpc::CallbackServerContext* ctx, const grpc::Status& st) {
-  auto* r = ctx->DefaultReactor();
-  r->Finish(st);
-  return r;
-}
+struct Tag {
+  AsyncCall* call;
+  int kind;
+};
 
-// CallbackService's mixins, with ModelInfer on the async API instead (marked async first, while it
-// is still a sync method: a method marked callback keeps its callback handler when marked async).
-using G = inference::GRPCInferenceService;
-using ServiceBase = G::WithCallbackMethod_ServerLive<G::WithCallbackMethod_ServerReady<G::WithCallbackMethod_ModelReady<
-    G::WithCallbackMethod_ServerMetadata<G::WithCallbackMethod_ModelMetadata<G::WithCallbackMethod_ModelStreamInfer<
-        G::WithCallbackMethod_ModelConfig<G::WithCallbackMethod_ModelStatistics<G::WithCallbackMethod_RepositoryIndex<
-            G::WithCallbackMethod_RepositoryModelLoad<G::WithCallbackMethod_RepositoryModelUnload<
-                G::WithCallbackMethod_SystemSharedMemoryStatus<G::WithCallbackMethod_SystemSharedMemoryRegister<
-                    G::WithCallbackMethod_SystemSharedMemoryUnregister<G::WithCallbackMethod_CudaSharedMemoryStatus<
-                        G::WithCallbackMethod_CudaSharedMemoryRegister<G::WithCallbackMethod_CudaSharedMemoryUnregister<
-                            G::WithCallbackMethod_TraceSetting<G::WithCallbackMethod_LogSettings<
-                                G::WithAsyncMethod_ModelInfer<G::Service>>>>>>>>>>>>>>>>>>>>;
+// A unary call as its handler sees it: finish() answers it, once, from any thread.
+class Unary {
+ public:
+  virtual void finish(const grpc::Status& st) = 0;
+ protected:
+  ~Unary() = default;
+};
 
-class Service final : public ServiceBase {
+void answer(Unary* ctx, const grpc::Status& st) { ctx->finish(st); }
+
+class Service final : public inference::GRPCInferenceService::AsyncService {
  public:
   explicit Service(GrpcServer::Impl* s) : s_(s) {}
 
-  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx, const inference::ServerLiveRequest*,
-                                       inference::ServerLiveResponse* resp) override {
+  void ServerLive(Unary* ctx, const inference::ServerLiveRequest*,
+                                       inference::ServerLiveResponse* resp) {
     resp->set_live(true);
     return answer(ctx, grpc::Status::OK);
   }
 
-  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx, const inference::ServerReadyRequest*,
-                                        inference::ServerReadyResponse* resp) override {
+  void ServerReady(Unary* ctx, const inference::ServerReadyRequest*,
+                                        inference::ServerReadyResponse* resp) {
     resp->set_ready(!s_->shutting_down.load());
     return answer(ctx, grpc::Status::OK);
   }
 
-  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx, const inference::ModelReadyRequest* req,
-                                       inference::ModelReadyResponse* resp) override {
+  void ModelReady(Unary* ctx, const inference::ModelReadyRequest* req,
+                                       inference::ModelReadyResponse* resp) {
     resp->set_ready(!s_->shutting_down.load() && s_->repo->find(req->name(), req->version()).is_ok());
     return answer(ctx, grpc::Status::OK);
   }
 
-  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx, const inference::ServerMetadataRequest*,
-                                           inference::ServerMetadataResponse* resp) override {
+  void ServerMetadata(Unary* ctx, const inference::ServerMetadataRequest*,
+                                           inference::ServerMetadataResponse* resp) {
     resp->set_name("ferry");
     resp->set_version(s_->opt.version);
     for (const char* e : {"binary_tensor_data", "classification", "model_repository", "model_configuration", "statistics", "parameters",
@@ -263,8 +175,8 @@ class Service final : public ServiceBase {
     return answer(ctx, grpc::Status::OK);
   }
 
-  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx, const inference::ModelMetadataRequest* req,
-                                          inference::ModelMetadataResponse* resp) override {
+  void ModelMetadata(Unary* ctx, const inference::ModelMetadataRequest* req,
+                                          inference::ModelMetadataResponse* resp) {
     auto model = s_->repo->find(req->name(), req->version());
     if (!model.is_ok()) return answer(ctx, to_grpc(model.status()));
     const ModelSignature& sig = model.value()->signature();
@@ -283,21 +195,16 @@ class Service final : public ServiceBase {
     return answer(ctx, grpc::Status::OK);
   }
 
-  grpc::ServerBidiReactor<ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
-      grpc::CallbackServerContext* /*ctx*/) override {
-    return new StreamReactor(s_);
-  }
-
-  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx, const inference::ModelConfigRequest* req,
-                                        inference::ModelConfigResponse* resp) override {
+  void ModelConfig(Unary* ctx, const inference::ModelConfigRequest* req,
+                                        inference::ModelConfigResponse* resp) {
     auto model = s_->repo->find(req->name(), req->version());
     if (!model.is_ok()) return answer(ctx, to_grpc(model.status()));
     *resp->mutable_config() = model.value()->config();
     return answer(ctx, grpc::Status::OK);
   }
 
-  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx, const inference::ModelStatisticsRequest* req,
-                                            inference::ModelStatisticsResponse* resp) override {
+  void ModelStatistics(Unary* ctx, const inference::ModelStatisticsRequest* req,
+                                            inference::ModelStatisticsResponse* resp) {
     if (!req->name().empty()) {
       auto model = s_->repo->find(req->name(), req->version());
       if (!model.is_ok()) return answer(ctx, to_grpc(model.status()));
@@ -310,8 +217,8 @@ class Service final : public ServiceBase {
     return answer(ctx, grpc::Status::OK);
   }
 
-  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx, const inference::RepositoryIndexRequest* req,
-                                            inference::RepositoryIndexResponse* resp) override {
+  void RepositoryIndex(Unary* ctx, const inference::RepositoryIndexRequest* req,
+                                            inference::RepositoryIndexResponse* resp) {
     for (const IndexEntry& e : s_->repo->index(req->ready())) {
       auto* m = resp->add_models();
       m->set_name(e.name);
@@ -322,8 +229,8 @@ class Service final : public ServiceBase {
     return answer(ctx, grpc::Status::OK);
   }
 
-  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* ctx, const inference::RepositoryModelLoadRequest* req,
-                                                inference::RepositoryModelLoadResponse*) override {
+  void RepositoryModelLoad(Unary* ctx, const inference::RepositoryModelLoadRequest* req,
+                                                inference::RepositoryModelLoadResponse*) {
     if (!req->parameters().empty())
       return answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                       "load parameters (such as '" + req->parameters().begin()->first +
@@ -331,15 +238,15 @@ class Service final : public ServiceBase {
     return load_or_unload(ctx, req->model_name(), true);
   }
 
-  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* ctx, const inference::RepositoryModelUnloadRequest* req,
-                                                  inference::RepositoryModelUnloadResponse*) override {
+  void RepositoryModelUnload(Unary* ctx, const inference::RepositoryModelUnloadRequest* req,
+                                                  inference::RepositoryModelUnloadResponse*) {
     return load_or_unload(ctx, req->model_name(), false);
   }
 
   // Triton's system shared-memory extension on the registry the HTTP front end shares; CUDA shared
   // memory is not supported by this build (its status lists no region, registering is refused).
-  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryStatusRequest* req,
-                                                     inference::SystemSharedMemoryStatusResponse* resp) override {
+  void SystemSharedMemoryStatus(Unary* ctx, const inference::SystemSharedMemoryStatusRequest* req,
+                                inference::SystemSharedMemoryStatusResponse* resp) {
     if (!s_->opt.shm) return answer(ctx, req->name().empty() ? grpc::Status::OK : to_grpc(not_found("no system shared-memory region '" + req->name() + "' is registered")));
     auto regions = s_->opt.shm->status(req->name());
     if (!regions.is_ok()) return answer(ctx, to_grpc(regions.status()));
@@ -352,41 +259,35 @@ class Service final : public ServiceBase {
     }
     return answer(ctx, grpc::Status::OK);
   }
-  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryRegisterRequest* req,
-                                                       inference::SystemSharedMemoryRegisterResponse*) override {
+  void SystemSharedMemoryRegister(Unary* ctx, const inference::SystemSharedMemoryRegisterRequest* req,
+                                  inference::SystemSharedMemoryRegisterResponse*) {
     if (!s_->opt.shm)
       return answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "client shared memory is disabled: start the server with `--allow-client-shm true`"));
     return answer(ctx, to_grpc(s_->opt.shm->register_region(req->name(), req->key(), req->offset(), req->byte_size())));
   }
-  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(grpc::CallbackServerContext* ctx,
-                                                         const inference::SystemSharedMemoryUnregisterRequest* req,
-                                                         inference::SystemSharedMemoryUnregisterResponse*) override {
+  void SystemSharedMemoryUnregister(Unary* ctx, const inference::SystemSharedMemoryUnregisterRequest* req,
+                                    inference::SystemSharedMemoryUnregisterResponse*) {
     if (s_->opt.shm) s_->opt.shm->unregister(req->name());
     return answer(ctx, grpc::Status::OK);
   }
-  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryStatusRequest* req,
-                                                   inference::CudaSharedMemoryStatusResponse*) override {
+  void CudaSharedMemoryStatus(Unary* ctx, const inference::CudaSharedMemoryStatusRequest* req, inference::CudaSharedMemoryStatusResponse*) {
     if (req->name().empty()) return answer(ctx, grpc::Status::OK);  // none can be registered
     return answer(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no CUDA shared-memory region '" + req->name() + "' is registered (" +
                                                                      cuda_shm_unsupported("CUDA shared memory") + ")"));
   }
-  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryRegisterRequest*,
-                                                     inference::CudaSharedMemoryRegisterResponse*) override {
+  void CudaSharedMemoryRegister(Unary* ctx, const inference::CudaSharedMemoryRegisterRequest*, inference::CudaSharedMemoryRegisterResponse*) {
     return answer(ctx, grpc::Status(grpc::StatusCode::UNIMPLEMENTED, cuda_shm_unsupported("CudaSharedMemoryRegister")));
   }
-  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryUnregisterRequest*,
-                                                       inference::CudaSharedMemoryUnregisterResponse*) override {
+  void CudaSharedMemoryUnregister(Unary* ctx, const inference::CudaSharedMemoryUnregisterRequest*, inference::CudaSharedMemoryUnregisterResponse*) {
     return answer(ctx, grpc::Status::OK);  // nothing registered: unregistering is idempotent, as for system regions
   }
-  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* ctx, const inference::TraceSettingRequest*,
-                                         inference::TraceSettingResponse*) override {
+  void TraceSetting(Unary* ctx, const inference::TraceSettingRequest*, inference::TraceSettingResponse*) {
     return answer(ctx, grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                                     "TraceSetting: request tracing is not supported by ferry; verbose logging (LogSettings "
                                     "log_verbose_level 1) logs every request with its status"));
   }
   // Triton's logging extension: the request's settings applied (all or none), then all of them.
-  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx, const inference::LogSettingsRequest* req,
-                                        inference::LogSettingsResponse* resp) override {
+  void LogSettings(Unary* ctx, const inference::LogSettingsRequest* req, inference::LogSettingsResponse* resp) {
     if (!s_->opt.logging) return answer(ctx, grpc::Status(grpc::StatusCode::UNAVAILABLE, "LogSettings: this server has no log settings to serve"));
     std::vector<std::pair<std::string, LogValue>> changes;
     for (const auto& [name, v] : req->settings()) {
@@ -412,76 +313,113 @@ class Service final : public ServiceBase {
   }
 
  private:
-  grpc::ServerUnaryReactor* load_or_unload(grpc::CallbackServerContext* ctx, const std::string& name, bool load) {
+  void load_or_unload(Unary* ctx, const std::string& name, bool load) {
     if (!s_->opt.explicit_control)
       return answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                       "explicit model load / unload is not allowed: start `ferry serve --model-control-mode explicit`"));
     if (s_->shutting_down.load()) return answer(ctx, grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
     if (name.empty()) return answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "model_name is empty"));
-    // Loading takes seconds: on a thread of its own, so gRPC's callback threads keep serving.
-    auto* reactor = ctx->DefaultReactor();
+    // Loading takes seconds: on a thread of its own, so the poller keeps serving.
     ModelRepository* repo = s_->repo;
-    std::thread([reactor, repo, name, load] {
+    std::thread([ctx, repo, name, load] {
       Status st = load ? repo->load(name) : repo->unload(name);
-      if (st.is_ok()) return reactor->Finish(grpc::Status::OK);
+      if (st.is_ok()) return ctx->finish(grpc::Status::OK);
       // A model that fails to load is a bad request (HTTP 400), not an unavailable server.
-      reactor->Finish(grpc::Status(st.code() == StatusCode::kNotFound ? grpc::StatusCode::NOT_FOUND : grpc::StatusCode::INVALID_ARGUMENT,
-                                   st.message()));
+      ctx->finish(grpc::Status(st.code() == StatusCode::kNotFound ? grpc::StatusCode::NOT_FOUND : grpc::StatusCode::INVALID_ARGUMENT,
+                               st.message()));
     }).detach();
-    return reactor;
   }
 
   GrpcServer::Impl* s_;
 };
 
-// One ModelInfer call on the async API. Its tags come back on the completion queue's thread:
-// started (a client called; the next call is requested at once), done (the call ended, or the
-// client cancelled it: a queued request is dropped, CANCELLED) and finished (the response went
-// out). It is deleted when both done and finished came back (or at once when it never started).
-class AsyncInfer {
- public:
-  enum Kind { kStarted, kDone, kFinished };
-  struct Tag {
-    AsyncInfer* call;
-    Kind kind;
-  };
+// Starts an operation on the server's completion queues unless they are being shut down (then
+// no tag will come back for it): false when it was not started.
+template <typename F>
+bool start_op(GrpcServer::Impl* s, F&& op) {
+  std::shared_lock<std::shared_mutex> lock(s->cq_mu);
+  if (!s->cq_open) return false;
+  op();
+  return true;
+}
 
+Service* service_of(GrpcServer::Impl* s) { return static_cast<Service*>(s->service.get()); }
+
+// One call of a unary method other than ModelInfer: requested on a queue; when a client calls, the
+// next call is requested and the handler runs on the poller; deleted when its answer went out (or
+// at once when it never started).
+template <typename Req, typename Resp>
+class UnaryCall final : public AsyncCall, public Unary {
+ public:
+  using RequestFn = void (*)(Service*, grpc::ServerContext*, Req*, grpc::ServerAsyncResponseWriter<Resp>*, grpc::ServerCompletionQueue*, void*);
+  using HandlerFn = void (Service::*)(Unary*, const Req*, Resp*);
+
+  static void request(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq, RequestFn rq, HandlerFn h) {
+    auto* c = new UnaryCall(s, cq, rq, h);
+    if (!start_op(s, [&] { rq(service_of(s), &c->ctx_, &c->req_, &c->writer_, cq, &c->started_tag_); })) delete c;
+  }
+
+  void proceed(int kind, bool ok, bool) override {
+    if (kind == kFinished || !ok) return delete this;  // answered, or never started (shutting down)
+    request(s_, cq_, rq_, h_);
+    (service_of(s_)->*h_)(this, &req_, &resp_);
+  }
+
+  void finish(const grpc::Status& st) override {
+    if (!start_op(s_, [&] { writer_.Finish(resp_, st, &finished_tag_); })) delete this;
+  }
+
+ private:
+  enum Kind { kStarted, kFinished };
+  UnaryCall(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq, RequestFn rq, HandlerFn h) : s_(s), cq_(cq), rq_(rq), h_(h) {}
+
+  GrpcServer::Impl* s_;
+  grpc::ServerCompletionQueue* cq_;
+  RequestFn rq_;
+  HandlerFn h_;
+  grpc::ServerContext ctx_;
+  Req req_;
+  Resp resp_;
+  grpc::ServerAsyncResponseWriter<Resp> writer_{&ctx_};
+  Tag started_tag_{this, kStarted}, finished_tag_{this, kFinished};
+};
+
+// One ModelInfer call. Its tags: started (a client called; the next call is requested at once),
+// done (the call ended, or the client cancelled it: a queued request is dropped, CANCELLED) and
+// finished (the response went out). It is deleted when both done and finished came back (or at
+// once when it never started).
+class AsyncInfer final : public AsyncCall {
+ public:
   static void request(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq) {
     auto* c = new AsyncInfer(s, cq);
     c->ctx_.AsyncNotifyWhenDone(&c->done_tag_);
-    static_cast<Service*>(s->service.get())->RequestModelInfer(&c->ctx_, &c->req_, &c->writer_, cq, cq, &c->started_tag_);
+    if (!start_op(s, [&] { service_of(s)->RequestModelInfer(&c->ctx_, &c->req_, &c->writer_, cq, cq, &c->started_tag_); })) delete c;
   }
 
-  // On the completion queue's thread.
-  static void proceed(const Tag* tag, bool ok) {
-    AsyncInfer* c = tag->call;
-    switch (tag->kind) {
+  bool carries_request(int kind, bool ok) const override { return ok && kind == kStarted; }
+
+  void proceed(int kind, bool ok, bool alone) override {
+    switch (kind) {
       case kStarted:
-        if (!ok) {  // the server is shutting down: this call never started
-          delete c;
-          return;
-        }
-        request(c->s_, c->cq_);
-        c->s_->infer(c->req_, c->cancelled_, &c->resp_, [c](grpc::Status st) { c->finish(st); }, /*one_poller=*/true);
+        if (!ok) return delete this;  // the server is shutting down: this call never started
+        request(s_, cq_);
+        s_->infer(req_, cancelled_, &resp_, [this](grpc::Status st) { finish(st); }, alone);
         return;
       case kDone:
-        if (c->ctx_.IsCancelled()) c->cancelled_->store(true);
-        return c->release();
-      case kFinished:
-        return c->release();
+        if (ctx_.IsCancelled()) cancelled_->store(true);
+        return release();
+      default:
+        return release();
     }
   }
 
  private:
+  enum Kind { kStarted, kDone, kFinished };
   AsyncInfer(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq) : s_(s), cq_(cq), cancelled_(std::make_shared<std::atomic<bool>>(false)) {}
 
   // From the thread that answered (this one, or an instance thread).
   void finish(const grpc::Status& st) {
-    {
-      std::shared_lock<std::shared_mutex> lock(s_->infer_cq_mu);
-      if (s_->infer_cq_open) return writer_.Finish(resp_, st, &finished_tag_);
-    }
-    release();  // the queue is gone: no finished tag will come
+    if (!start_op(s_, [&] { writer_.Finish(resp_, st, &finished_tag_); })) release();  // the queue is gone: no finished tag will come
   }
 
   void release() {
@@ -498,6 +436,199 @@ class AsyncInfer {
   std::atomic<int> refs_{2};  // done and finished
   Tag started_tag_{this, kStarted}, done_tag_{this, kDone}, finished_tag_{this, kFinished};
 };
+
+// One ModelStreamInfer call: reads one request at a time and queues it; responses are written in
+// the order they finish, one write in flight (from whichever thread answered); Finish once reading
+// ended and every queued request was answered and written. Deleted when nothing of it is left
+// outstanding: the done tag, a read, a write, the finish, a queued request (refs_).
+class AsyncStream final : public AsyncCall {
+ public:
+  using Response = inference::ModelStreamInferResponse;
+
+  static void request(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq) {
+    auto* c = new AsyncStream(s, cq);
+    c->ctx_.AsyncNotifyWhenDone(&c->done_tag_);
+    if (!start_op(s, [&] { service_of(s)->RequestModelStreamInfer(&c->ctx_, &c->stream_, cq, cq, &c->started_tag_); })) delete c;
+  }
+
+  bool carries_request(int kind, bool ok) const override { return ok && kind == kRead; }
+
+  void proceed(int kind, bool ok, bool alone) override {
+    switch (kind) {
+      case kStarted:
+        if (!ok) return delete this;  // never started
+        request(s_, cq_);
+        refs_.store(1);  // the done tag
+        return read();
+      case kRead:
+        if (ok) return queue(alone);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          reads_done_ = true;
+        }
+        maybe_finish();
+        return release();  // the read's
+      case kWrite: {
+        const Response* next = nullptr;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          out_.pop_front();
+          if (!ok) out_.clear();  // the client is gone: nothing more can be written
+          write_failed_ = write_failed_ || !ok;
+          if (!out_.empty()) next = out_.front().get();
+          else writing_ = false;
+        }
+        if (next && write(next)) return;  // the write's reference goes on to the next one
+        maybe_finish();  // (a write not started: the queue is shut down, nothing more starts)
+        return release();
+      }
+      case kDone:
+        if (ctx_.IsCancelled()) cancelled_->store(true);
+        return release();
+      default:  // kFinish
+        return release();
+    }
+  }
+
+ private:
+  enum Kind { kStarted, kRead, kWrite, kFinish, kDone };
+  AsyncStream(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq) : s_(s), cq_(cq), cancelled_(std::make_shared<std::atomic<bool>>(false)) {}
+
+  void read() {
+    refs_.fetch_add(1);
+    if (!start_op(s_, [&] { stream_.Read(&request_, &read_tag_); })) release();
+  }
+
+  // A request was read: queued on its model (its answer comes to push()), then the next read.
+  void queue(bool alone) {
+    auto response = std::make_shared<Response>();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++pending_;
+    }
+    refs_.fetch_add(1);  // the queued request's
+    const std::string id = request_.id();
+    const std::string model = request_.model_name(), version = request_.model_version();
+    s_->infer(request_, cancelled_, response->mutable_infer_response(), [this, response, id, model, version](grpc::Status st) {
+      if (!st.ok()) {
+        response->Clear();
+        response->set_error_message(st.error_message());
+        auto* r = response->mutable_infer_response();
+        r->set_id(id);
+        r->set_model_name(model);
+        r->set_model_version(version);
+      }
+      push(response);
+    }, alone);
+    request_.Clear();
+    if (!start_op(s_, [&] { stream_.Read(&request_, &read_tag_); })) release();  // else the read's reference goes on to this one
+  }
+
+  // A finished request's response: written now, or after the ones before it.
+  void push(std::shared_ptr<Response> r) {
+    const Response* next = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --pending_;
+      if (!write_failed_) {
+        out_.push_back(std::move(r));
+        if (!writing_) {
+          writing_ = true;
+          next = out_.front().get();
+        }
+      }
+    }
+    if (next) {
+      refs_.fetch_add(1);  // the write's
+      if (!write(next)) release();  // the queue is shut down: nothing more starts
+    }
+    maybe_finish();
+    release();  // the queued request's
+  }
+
+  bool write(const Response* r) {
+    return start_op(s_, [&] { stream_.Write(*r, &write_tag_); });
+  }
+
+  void maybe_finish() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_ || !reads_done_ || pending_ > 0 || writing_) return;
+      finished_ = true;
+    }
+    refs_.fetch_add(1);
+    if (!start_op(s_, [&] { stream_.Finish(grpc::Status::OK, &finish_tag_); })) release();
+  }
+
+  void release() {
+    if (refs_.fetch_sub(1) == 1) delete this;
+  }
+
+  GrpcServer::Impl* s_;
+  grpc::ServerCompletionQueue* cq_;
+  grpc::ServerContext ctx_;
+  grpc::ServerAsyncReaderWriter<Response, ModelInferRequest> stream_{&ctx_};
+  std::shared_ptr<std::atomic<bool>> cancelled_;
+  ModelInferRequest request_;
+  std::mutex mu_;
+  std::deque<std::shared_ptr<Response>> out_;
+  int64_t pending_ = 0;
+  bool writing_ = false, write_failed_ = false, reads_done_ = false, finished_ = false;
+  std::atomic<int> refs_{0};
+  Tag started_tag_{this, kStarted}, read_tag_{this, kRead}, write_tag_{this, kWrite}, finish_tag_{this, kFinish}, done_tag_{this, kDone};
+};
+
+// Requests a call of every method on `cq`.
+void request_calls(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq) {
+  // Several ModelInfer calls waiting for clients, so that calls that come together are all on the
+  // queue together (with one, gRPC holds the others until the next is requested): the poller then
+  // sees that a request is not alone (it queues them) rather than running each inline in turn.
+  for (int i = 0; i < kInferCallsWaiting; ++i) AsyncInfer::request(s, cq);
+  AsyncStream::request(s, cq);
+#define FERRY_UNARY(M)                                                                                                          \
+  UnaryCall<inference::M##Request, inference::M##Response>::request(                                                             \
+      s, cq,                                                                                                                      \
+      [](Service* sv, grpc::ServerContext* c, inference::M##Request* q, grpc::ServerAsyncResponseWriter<inference::M##Response>* w, \
+         grpc::ServerCompletionQueue* q2, void* tag) { sv->Request##M(c, q, w, q2, q2, tag); },                                   \
+      &Service::M)
+  FERRY_UNARY(ServerLive), FERRY_UNARY(ServerReady), FERRY_UNARY(ModelReady), FERRY_UNARY(ServerMetadata);
+  FERRY_UNARY(ModelMetadata), FERRY_UNARY(ModelConfig), FERRY_UNARY(ModelStatistics), FERRY_UNARY(RepositoryIndex);
+  FERRY_UNARY(RepositoryModelLoad), FERRY_UNARY(RepositoryModelUnload), FERRY_UNARY(TraceSetting), FERRY_UNARY(LogSettings);
+  FERRY_UNARY(SystemSharedMemoryStatus), FERRY_UNARY(SystemSharedMemoryRegister), FERRY_UNARY(SystemSharedMemoryUnregister);
+  FERRY_UNARY(CudaSharedMemoryStatus), FERRY_UNARY(CudaSharedMemoryRegister), FERRY_UNARY(CudaSharedMemoryUnregister);
+#undef FERRY_UNARY
+}
+
+// The poller's loop. Right after work it polls the queue without blocking for up to spin_us before
+// blocking in Next (SpinWait: bounded, never on busy cores): the next call is taken without a
+// wake-up. Each event comes with what else is ready then (taken without blocking): a request
+// runs inline only when it is the one request in hand, so that calls that came together go to the
+// instance threads while this thread goes on reading.
+void poll(grpc::ServerCompletionQueue* cq, int64_t spin_us) {
+  SpinWait spin(spin_us);
+  const gpr_timespec now = gpr_time_0(GPR_CLOCK_MONOTONIC);
+  constexpr size_t kMaxBatch = 64;
+  std::vector<std::pair<const Tag*, bool>> batch;
+  void* tag;
+  bool ok;
+  for (;;) {
+    // No spin on (none started: busy cores, backed off, or no budget): straight to the blocking Next.
+    const auto st = spin.spinning() ? cq->AsyncNext(&tag, &ok, now) : grpc::CompletionQueue::TIMEOUT;
+    if (st == grpc::CompletionQueue::SHUTDOWN) break;
+    if (st == grpc::CompletionQueue::TIMEOUT) {
+      if (spin.again()) continue;
+      if (!cq->Next(&tag, &ok)) break;
+    }
+    batch.clear();
+    batch.emplace_back(static_cast<const Tag*>(tag), ok);
+    while (batch.size() < kMaxBatch && cq->AsyncNext(&tag, &ok, now) == grpc::CompletionQueue::GOT_EVENT)
+      batch.emplace_back(static_cast<const Tag*>(tag), ok);
+    size_t requests = 0;
+    for (const auto& [t, o] : batch) requests += t->call->carries_request(t->kind, o);
+    for (const auto& [t, o] : batch) t->call->proceed(t->kind, o, requests <= 1);
+    spin.arm();
+  }
+}
 
 }  // namespace
 
@@ -518,44 +649,22 @@ Status GrpcServer::start() {
   builder.SetMaxSendMessageSize(INT_MAX);
   // gRPC turns SO_REUSEPORT on by default: a second server on a busy port would bind silently.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  for (int i = 0; i < kInferPollers; ++i) impl_->infer_cqs.push_back(builder.AddCompletionQueue());
+  impl_->cq = builder.AddCompletionQueue();
   impl_->server = builder.BuildAndStart();
   if (!impl_->server || impl_->port == 0) {
     impl_->server.reset();
-    for (auto& cq : impl_->infer_cqs) {
-      cq->Shutdown();
-      void* tag;
-      bool ok;
-      while (cq->Next(&tag, &ok)) {
-      }
+    impl_->cq->Shutdown();
+    void* tag;
+    bool ok;
+    while (impl_->cq->Next(&tag, &ok)) {
     }
-    impl_->infer_cqs.clear();
+    impl_->cq.reset();
     return invalid_argument("cannot listen for gRPC on " + where + " (the port is in use or the address is not local; choose another "
                             "--grpc-port, or --allow-grpc false)");
   }
-  impl_->infer_cq_open = true;
-  for (auto& cq : impl_->infer_cqs) {
-    AsyncInfer::request(impl_.get(), cq.get());
-    impl_->infer_threads.emplace_back([cq = cq.get(), spin_us = impl_->opt.io_spin_us] {
-      // Right after work, poll the queue without blocking for up to spin_us before blocking in
-      // Next (SpinWait: bounded, never on busy cores): the next call is taken without a wake-up.
-      SpinWait spin(spin_us);
-      const gpr_timespec now = gpr_time_0(GPR_CLOCK_MONOTONIC);
-      void* tag;
-      bool ok;
-      for (;;) {
-        // No spin on (none started: busy cores, backed off, or no budget): straight to the blocking Next.
-        const auto st = spin.spinning() ? cq->AsyncNext(&tag, &ok, now) : grpc::CompletionQueue::TIMEOUT;
-        if (st == grpc::CompletionQueue::SHUTDOWN) break;
-        if (st == grpc::CompletionQueue::TIMEOUT) {
-          if (spin.again()) continue;
-          if (!cq->Next(&tag, &ok)) break;
-        }
-        AsyncInfer::proceed(static_cast<const AsyncInfer::Tag*>(tag), ok);
-        spin.arm();
-      }
-    });
-  }
+  impl_->cq_open = true;
+  request_calls(impl_.get(), impl_->cq.get());
+  impl_->poller = std::thread(poll, impl_->cq.get(), impl_->opt.io_spin_us);
   return Status::ok();
 }
 
@@ -568,14 +677,13 @@ void GrpcServer::stop() {
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   impl_->server->Wait();
   {
-    std::unique_lock<std::shared_mutex> lock(impl_->infer_cq_mu);
-    impl_->infer_cq_open = false;
+    std::unique_lock<std::shared_mutex> lock(impl_->cq_mu);
+    impl_->cq_open = false;
   }
-  for (auto& cq : impl_->infer_cqs) cq->Shutdown();
-  for (auto& t : impl_->infer_threads) t.join();  // drain the queues: every call's last tag comes back
-  impl_->infer_threads.clear();
+  impl_->cq->Shutdown();
+  impl_->poller.join();  // drains the queue: every call's last tag comes back
   impl_->server.reset();
-  impl_->infer_cqs.clear();
+  impl_->cq.reset();
   impl_->service.reset();
 }
 

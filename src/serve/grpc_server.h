@@ -1,5 +1,5 @@
 // The gRPC front end: inference.GRPCInferenceService (grpc_service.proto, the KServe v2 / Triton
-// protocol) on gRPC's callback API (ModelInfer on the async API: grpc_server.cpp), over the same
+// protocol) on gRPC's async API (a completion queue polled by a thread of ours: grpc_server.cpp), over the same
 // repository, batcher and statistics as the HTTP front end. Status codes as Triton's: INVALID_ARGUMENT (a bad request, with the HTTP path's
 // messages), NOT_FOUND (unknown model or version), UNAVAILABLE (not ready, queue full, timed out
 // in the queue, shutting down), RESOURCE_EXHAUSTED (a message over the size limit, from gRPC).
@@ -32,7 +32,7 @@ struct GrpcServerOptions {
   /// The log settings LogSettings reads and changes (null: UNAVAILABLE); verbose level >= 1 logs
   /// every ModelInfer with its status.
   ServerLog* logging = nullptr;
-  /// Microseconds a ModelInfer poller polls its completion queue without blocking right after
+  /// Microseconds the poller polls its completion queue without blocking right after
   /// work, before it blocks (serve/spin_wait.h); 0: it always blocks.
   int64_t io_spin_us = kDefaultIoSpinMicroseconds;
   std::string version = "0.1.0";
