@@ -334,6 +334,7 @@ try:
         except grpc.RpcError as e:
             check(e.code() == grpc.StatusCode.UNIMPLEMENTED and "request tracing is not supported by ferry" in e.details(), "gRPC TraceSetting: " + e.details())
     requests.post(LOG, data=json.dumps({"log_verbose_level": 0, "log_format": "default"}), timeout=T)
+    time.sleep(0.3)  # this POST's own verbose line (written before its answer) reaches srv.lines
     n = len(verbose_lines())
     requests.post(U + "/v2/models/add/infer", data=add_body, timeout=T)
     time.sleep(0.3)
