@@ -4,7 +4,8 @@
 //                                   (answered on gRPC's thread: no model, no batcher)
 //   grpc_floor_probe --bare API [SPIN_US]
 //                                   starts a bare server in this process on API callback | sync |
-//                                   async (a completion queue polled by one thread) and measures
+//                                   async (a completion queue polled by one thread) | mixed (async
+//                                   ModelInfer, every other method on the callback API) and measures
 //                                   ServerLive and a ModelInfer the size of digits_cnn's (3136 bytes
 //                                   of raw_input_contents, a 40-byte output) answered without a model,
 //                                   the handler spinning SPIN_US first (a stand-in for the compute)
@@ -73,6 +74,19 @@ struct CallbackService final : inference::GRPCInferenceService::CallbackService 
 };
 
 using AsyncService = inference::GRPCInferenceService::AsyncService;
+using G = inference::GRPCInferenceService;
+// ModelInfer on the async API, the other methods on the callback API (gRPC's callback threads then
+// poll the sockets beside the completion queue's thread).
+using MixedService = G::WithCallbackMethod_ServerLive<G::WithCallbackMethod_ServerReady<G::WithCallbackMethod_ModelReady<
+    G::WithCallbackMethod_ServerMetadata<G::WithCallbackMethod_ModelMetadata<G::WithCallbackMethod_ModelStreamInfer<
+        G::WithCallbackMethod_ModelConfig<G::WithCallbackMethod_ModelStatistics<G::WithCallbackMethod_RepositoryIndex<
+            G::WithCallbackMethod_RepositoryModelLoad<G::WithCallbackMethod_RepositoryModelUnload<
+                G::WithCallbackMethod_SystemSharedMemoryStatus<G::WithCallbackMethod_SystemSharedMemoryRegister<
+                    G::WithCallbackMethod_SystemSharedMemoryUnregister<G::WithCallbackMethod_CudaSharedMemoryStatus<
+                        G::WithCallbackMethod_CudaSharedMemoryRegister<G::WithCallbackMethod_CudaSharedMemoryUnregister<
+                            G::WithCallbackMethod_TraceSetting<G::WithCallbackMethod_LogSettings<
+                                G::WithAsyncMethod_ModelInfer<G::Service>>>>>>>>>>>>>>>>>>>>;
+MixedService* g_mixed = nullptr;  // set for --bare mixed
 
 // One call on the completion queue (async API): requested, answered, deleted when Finish is done.
 struct AsyncCall {
@@ -90,7 +104,7 @@ struct Call final : AsyncCall {
   static void request(AsyncService* s, grpc::ServerCompletionQueue* cq) {
     auto* c = new Call;
     if constexpr (kInfer)
-      s->RequestModelInfer(&c->ctx, &c->req, &c->writer, cq, cq, c);
+      g_mixed ? g_mixed->RequestModelInfer(&c->ctx, &c->req, &c->writer, cq, cq, c) : s->RequestModelInfer(&c->ctx, &c->req, &c->writer, cq, cq, c);
     else
       s->RequestServerLive(&c->ctx, &c->req, &c->writer, cq, cq, c);
   }
@@ -132,7 +146,7 @@ int measure(const char* what, Stub* stub, const Req& req, Fn call) {
 int main(int argc, char** argv) {
   const bool bare = argc >= 3 && std::strcmp(argv[1], "--bare") == 0;
   if (!(argc == 2 && argv[1][0] != '-') && !(bare && argc <= 4)) {
-    std::fprintf(stderr, "usage: grpc_floor_probe HOST:PORT | grpc_floor_probe --bare callback|sync|async [SPIN_US]\n");
+    std::fprintf(stderr, "usage: grpc_floor_probe HOST:PORT | grpc_floor_probe --bare callback|sync|async|mixed [SPIN_US]\n");
     return 2;
   }
   std::string target = argv[1];
@@ -148,7 +162,11 @@ int main(int argc, char** argv) {
     int port = 0;
     grpc::ServerBuilder b;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    if (api == "sync") {
+    if (api == "mixed") {  // its ServerLive is not implemented: only ModelInfer is measured
+      g_mixed = new MixedService;
+      b.RegisterService(g_mixed);
+      cq = b.AddCompletionQueue();
+    } else if (api == "sync") {
       b.RegisterService(&sync);
     } else if (api == "callback") {
       b.RegisterService(&callback);
@@ -156,13 +174,13 @@ int main(int argc, char** argv) {
       b.RegisterService(&async);
       cq = b.AddCompletionQueue();
     } else {
-      std::fprintf(stderr, "--bare %s: want callback, sync or async\n", api.c_str());
+      std::fprintf(stderr, "--bare %s: want callback, sync, async or mixed\n", api.c_str());
       return 2;
     }
     server = b.BuildAndStart();
     if (!server) return 1;
     if (cq) {
-      Call<inference::ServerLiveRequest, inference::ServerLiveResponse, false>::request(&async, cq.get());
+      if (!g_mixed) Call<inference::ServerLiveRequest, inference::ServerLiveResponse, false>::request(&async, cq.get());
       Call<inference::ModelInferRequest, inference::ModelInferResponse, true>::request(&async, cq.get());
       poller = std::thread([&] {
         void* tag;
@@ -180,7 +198,7 @@ int main(int argc, char** argv) {
   }
   auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   using Stub = inference::GRPCInferenceService::Stub;
-  int rc = measure<Stub, inference::ServerLiveRequest, inference::ServerLiveResponse>("ServerLive", stub.get(), {}, &Stub::ServerLive);
+  int rc = g_mixed ? 0 : measure<Stub, inference::ServerLiveRequest, inference::ServerLiveResponse>("ServerLive", stub.get(), {}, &Stub::ServerLive);
   if (bare && rc == 0) {
     inference::ModelInferRequest req;
     req.set_model_name("m");
