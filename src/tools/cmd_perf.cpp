@@ -147,9 +147,13 @@ StatusOr<Body> make_body(const json& meta, int32_t max_batch, const PerfOptions&
       std::string text = "[";
       char buf[32];
       for (int64_t i = 0; i < t.numel(); ++i) {
-        const auto r = std::to_chars(buf, buf + sizeof buf, t.data<float>()[i]);
+        const float v = t.data<float>()[i];
         if (i > 0) text += ',';
-        text.append(buf, r.ptr);
+        if (!std::isfinite(v)) {  // JSON has no NaN or infinity: null, as nlohmann writes them
+          text += "null";
+          continue;
+        }
+        text.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
       }
       text += ']';
       const std::string mark = "@ferry-perf-data-" + std::to_string(float_arrays.size()) + "@";
