@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "serve/grpc_codec.h"
+#include "serve/grpc_extensions.h"
 #include "serve/grpc_service.grpc.pb.h"
 #include "serve/kserve_json.h"
 
@@ -90,6 +91,8 @@ struct GrpcServer::Impl {
     auto model = repo->find(req.model_name(), req.model_version());
     if (!model.is_ok()) return done(to_grpc(model.status()));
     std::shared_ptr<ServedModel> m = model.value();
+    const uint64_t trace_id = opt.tracer ? opt.tracer->sample(m->name()) : 0;  // the trace extension's sample (0: not traced)
+    const int64_t trace_start = trace_id ? Tracer::now_ns() : 0;
     auto decoded = decode_request(req, m->signature(), opt.shm);
     if (!decoded.is_ok()) return done(to_grpc(decoded.status()));
     InferRequest request = std::move(decoded.value().request);
@@ -99,7 +102,7 @@ struct GrpcServer::Impl {
     const std::string id = request.id;
     const bool idle = in_flight.fetch_add(1) == 0;
     const InlinePolicy policy = alone && idle ? InlinePolicy::kIdle : InlinePolicy::kNever;
-    m->enqueue(std::move(request), [this, m, names, id, resp, done = std::move(done)](InferResult r) {
+    m->enqueue(std::move(request), [this, m, names, id, resp, trace_id, trace_start, done = std::move(done)](InferResult r) {
       grpc::Status st = grpc::Status::OK;
       if (r.status.is_ok()) r.status = write_shm_outputs(m->signature(), *names, r.outputs);  // outputs asked into shared memory
       if (r.status.is_ok()) {
@@ -110,6 +113,7 @@ struct GrpcServer::Impl {
       } else {
         st = to_grpc(r.status);
       }
+      if (trace_id) opt.tracer->record(trace_id, m->name(), r.version > 0 ? r.version : m->version(), id, trace_start, r.timestamps, Tracer::now_ns());
       in_flight.fetch_sub(1);
       done(st);
     }, policy);
@@ -170,7 +174,7 @@ class Service final : public inference::GRPCInferenceService::AsyncService {
     resp->set_name("ferry");
     resp->set_version(s_->opt.version);
     for (const char* e : {"binary_tensor_data", "classification", "model_repository", "model_configuration", "statistics", "parameters",
-                          "system_shared_memory", "logging"})
+                          "system_shared_memory", "logging", "trace"})
       resp->add_extensions(e);
     return answer(ctx, grpc::Status::OK);
   }
@@ -243,37 +247,23 @@ class Service final : public inference::GRPCInferenceService::AsyncService {
     return load_or_unload(ctx, req->model_name(), false);
   }
 
-  // Triton's system shared-memory extension on the registry the HTTP front end shares; CUDA shared
-  // memory is not supported by this build (its status lists no region, registering is refused).
+  // Triton's extensions (grpc_extensions.h): system shared memory on the registry the HTTP front
+  // end shares, CUDA shared memory refused (not supported by this build), log and trace settings.
   void SystemSharedMemoryStatus(Unary* ctx, const inference::SystemSharedMemoryStatusRequest* req,
                                 inference::SystemSharedMemoryStatusResponse* resp) {
-    if (!s_->opt.shm) return answer(ctx, req->name().empty() ? grpc::Status::OK : to_grpc(not_found("no system shared-memory region '" + req->name() + "' is registered")));
-    auto regions = s_->opt.shm->status(req->name());
-    if (!regions.is_ok()) return answer(ctx, to_grpc(regions.status()));
-    for (const ShmRegionStatus& r : regions.value()) {
-      auto& out = (*resp->mutable_regions())[r.name];
-      out.set_name(r.name);
-      out.set_key(r.key);
-      out.set_offset(r.offset);
-      out.set_byte_size(r.byte_size);
-    }
-    return answer(ctx, grpc::Status::OK);
+    return answer(ctx, to_grpc(shm_status(s_->opt.shm, *req, resp)));
   }
   void SystemSharedMemoryRegister(Unary* ctx, const inference::SystemSharedMemoryRegisterRequest* req,
                                   inference::SystemSharedMemoryRegisterResponse*) {
-    if (!s_->opt.shm)
-      return answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "client shared memory is disabled: start the server with `--allow-client-shm true`"));
-    return answer(ctx, to_grpc(s_->opt.shm->register_region(req->name(), req->key(), req->offset(), req->byte_size())));
+    return answer(ctx, to_grpc(shm_register(s_->opt.shm, *req)));
   }
   void SystemSharedMemoryUnregister(Unary* ctx, const inference::SystemSharedMemoryUnregisterRequest* req,
                                     inference::SystemSharedMemoryUnregisterResponse*) {
-    if (s_->opt.shm) s_->opt.shm->unregister(req->name());
+    shm_unregister(s_->opt.shm, *req);
     return answer(ctx, grpc::Status::OK);
   }
   void CudaSharedMemoryStatus(Unary* ctx, const inference::CudaSharedMemoryStatusRequest* req, inference::CudaSharedMemoryStatusResponse*) {
-    if (req->name().empty()) return answer(ctx, grpc::Status::OK);  // none can be registered
-    return answer(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no CUDA shared-memory region '" + req->name() + "' is registered (" +
-                                                                     cuda_shm_unsupported("CUDA shared memory") + ")"));
+    return answer(ctx, to_grpc(cuda_shm_status(*req)));
   }
   void CudaSharedMemoryRegister(Unary* ctx, const inference::CudaSharedMemoryRegisterRequest*, inference::CudaSharedMemoryRegisterResponse*) {
     return answer(ctx, grpc::Status(grpc::StatusCode::UNIMPLEMENTED, cuda_shm_unsupported("CudaSharedMemoryRegister")));
@@ -281,35 +271,11 @@ class Service final : public inference::GRPCInferenceService::AsyncService {
   void CudaSharedMemoryUnregister(Unary* ctx, const inference::CudaSharedMemoryUnregisterRequest*, inference::CudaSharedMemoryUnregisterResponse*) {
     return answer(ctx, grpc::Status::OK);  // nothing registered: unregistering is idempotent, as for system regions
   }
-  void TraceSetting(Unary* ctx, const inference::TraceSettingRequest*, inference::TraceSettingResponse*) {
-    return answer(ctx, grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                    "TraceSetting: request tracing is not supported by ferry; verbose logging (LogSettings "
-                                    "log_verbose_level 1) logs every request with its status"));
+  void TraceSetting(Unary* ctx, const inference::TraceSettingRequest* req, inference::TraceSettingResponse* resp) {
+    return answer(ctx, to_grpc(trace_setting(s_->opt.tracer, *s_->repo, *req, resp)));
   }
-  // Triton's logging extension: the request's settings applied (all or none), then all of them.
   void LogSettings(Unary* ctx, const inference::LogSettingsRequest* req, inference::LogSettingsResponse* resp) {
-    if (!s_->opt.logging) return answer(ctx, grpc::Status(grpc::StatusCode::UNAVAILABLE, "LogSettings: this server has no log settings to serve"));
-    std::vector<std::pair<std::string, LogValue>> changes;
-    for (const auto& [name, v] : req->settings()) {
-      using V = inference::LogSettingsRequest::SettingValue;
-      switch (v.parameter_choice_case()) {
-        case V::kBoolParam: changes.emplace_back(name, v.bool_param()); break;
-        case V::kUint32Param: changes.emplace_back(name, static_cast<uint64_t>(v.uint32_param())); break;
-        case V::kStringParam: changes.emplace_back(name, v.string_param()); break;
-        default: return answer(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "log setting '" + name + "' has no value"));
-      }
-    }
-    Status st = s_->opt.logging->update(changes);
-    if (!st.is_ok()) return answer(ctx, to_grpc(st));
-    const ::ferry::serve::LogSettings s = s_->opt.logging->settings();
-    auto& out = *resp->mutable_settings();
-    out["log_file"].set_string_param(s.file);
-    out["log_info"].set_bool_param(s.info);
-    out["log_warnings"].set_bool_param(s.warnings);
-    out["log_errors"].set_bool_param(s.errors);
-    out["log_verbose_level"].set_uint32_param(s.verbose_level);
-    out["log_format"].set_string_param(s.format);
-    return answer(ctx, grpc::Status::OK);
+    return answer(ctx, to_grpc(log_settings(s_->opt.logging, *req, resp)));
   }
 
  private:

@@ -15,6 +15,7 @@
 #include "serve/model_repository.h"
 #include "serve/server_log.h"
 #include "serve/shared_memory.h"
+#include "serve/trace.h"
 #include "serve/spin_wait.h"
 
 namespace ferry::serve {
@@ -32,6 +33,8 @@ struct GrpcServerOptions {
   /// The log settings LogSettings reads and changes (null: UNAVAILABLE); verbose level >= 1 logs
   /// every ModelInfer with its status.
   ServerLog* logging = nullptr;
+  /// The trace extension (TraceSetting; sampled ModelInfer requests recorded); null: none.
+  Tracer* tracer = nullptr;
   /// Microseconds the poller polls its completion queue without blocking right after
   /// work, before it blocks (serve/spin_wait.h); 0: it always blocks.
   int64_t io_spin_us = kDefaultIoSpinMicroseconds;

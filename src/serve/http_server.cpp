@@ -260,9 +260,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     if (p[1] == "repository") return handle_repository(req, p, post);
     if (p[1] == "logging" && p.size() == 2) return handle_logging(req, get, post);
-    if (p.size() >= 3 && p[p.size() - 2] == "trace" && p.back() == "setting")
-      return send(400, error_json("request tracing (Triton's trace extension) is not supported by ferry; verbose logging "
-                                  "(POST /v2/logging {\"log_verbose_level\": 1}) logs every request with its answer"));
+    if (p.size() == 3 && p[1] == "trace" && p[2] == "setting") return handle_trace(req, "", get, post);
+    if (p.size() == 5 && p[1] == "models" && p[3] == "trace" && p[4] == "setting") return handle_trace(req, p[2], get, post);
     if (p[1] == "systemsharedmemory" || p[1] == "cudasharedmemory") {
       ShmHttpAnswer a = shm_http(server_->opt.shm, p, get, post, req.body());
       return send(a.status, std::move(a.body));
@@ -312,6 +311,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
     send(200, logging->settings_json());
   }
 
+  // Triton's trace extension: GET the settings (global, or a model's); POST changes some and
+  // answers all of them.
+  void handle_trace(http::request<http::string_body>& req, const std::string& model, bool get, bool post) {
+    Tracer* tracer = server_->opt.tracer;
+    if (!get && !post) return send(405, error_json("trace/setting takes GET or POST"));
+    if (!tracer) return send(400, error_json("this server has no trace settings to serve"));
+    if (!model.empty()) {
+      auto m = server_->repo->find(model, "");
+      if (!m.is_ok() && m.status().code() == StatusCode::kNotFound) return send(404, error_json(m.status().message()));
+    }
+    if (post) {
+      Status st = tracer->update_json(model, req.body());
+      if (!st.is_ok()) return send(400, error_json(st.message()));
+    }
+    send(200, tracer->settings_json(model));
+  }
+
   void handle_repository(http::request<http::string_body>& req, const std::vector<std::string>& p, bool post) {
     if (!post) return send(405, error_json("the repository extension takes POST"));
     if (p.size() == 3 && p[2] == "index") {
@@ -348,6 +364,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void infer(http::request<http::string_body>& req, const std::string& name, const std::string& version) {
     if (server_->shutting_down.load())
       return send(503, error_json("the server is shutting down and accepts no new inference requests"));
+    Tracer* tracer = server_->opt.tracer;
+    const uint64_t trace_id = tracer ? tracer->sample(name) : 0;  // the trace extension's sample (0: not traced)
+    const int64_t trace_start = trace_id ? Tracer::now_ns() : 0;
     auto model = server_->repo->find(name, version);
     if (!model.is_ok()) return send(http_status_of(model.status()), error_json(model.status().message()));
     int64_t header_length = -1;
@@ -374,7 +393,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // the callback. A request the model ran inline (or refused) is answered here, on this thread,
     // without a post; one answered from an instance thread is posted to the connection's thread.
     auto reply = std::make_shared<Reply>();
-    m->enqueue(std::move(request), [self, sig, meta, reply](InferResult r) {
+    m->enqueue(std::move(request), [self, sig, meta, reply, tracer, trace_id, trace_start](InferResult r) {
       // Encoded on the thread that ran the model.
       unsigned status = 200;
       EncodedResponse e;
@@ -391,6 +410,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
         status = http_status_of(r.status);
         e.body = error_json(r.status.message());
       }
+      if (trace_id)
+        tracer->record(trace_id, sig->name, r.version > 0 ? r.version : sig->version, meta->request.id, trace_start, r.timestamps, Tracer::now_ns());
       reply->status = status;
       reply->encoded = std::move(e);
       if (reply->phase.exchange(Reply::kAnswered, std::memory_order_acq_rel) != Reply::kWaiting) return;

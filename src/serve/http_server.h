@@ -12,6 +12,7 @@
 #include "serve/model_repository.h"
 #include "serve/server_log.h"
 #include "serve/shared_memory.h"
+#include "serve/trace.h"
 #include "serve/spin_wait.h"
 
 namespace ferry::serve {
@@ -36,6 +37,8 @@ struct HttpServerOptions {
   /// The log settings served at /v2/logging (null: that endpoint answers 400); verbose level >= 1
   /// logs every request with its answer.
   ServerLog* logging = nullptr;
+  /// The trace extension's settings and file (null: /v2/trace/setting answers 400, nothing traced).
+  Tracer* tracer = nullptr;
   std::string version = "0.1.0";
 };
 

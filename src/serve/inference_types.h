@@ -46,6 +46,12 @@ struct InferRequest {
   bool version_pinned = false;
 };
 
+/// When a request passed the batcher's steps, steady-clock ns (0: it did not reach the step); what
+/// the trace extension (serve/trace.h) records.
+struct InferTimestamps {
+  int64_t queue_start = 0, compute_start = 0, compute_input_end = 0, compute_output_start = 0, compute_end = 0;
+};
+
 struct InferResult {
   Status status;
   /// When !status.is_ok(): why (REJECTED: queue full or timed out before it ran; answered 503).
@@ -55,6 +61,7 @@ struct InferResult {
   /// The version that ran it (another than the one enqueued to when that one was replaced and
   /// forwarded it to its successor); 0 when it did not run.
   int64_t version = 0;
+  InferTimestamps timestamps;
 };
 
 using InferCallback = std::function<void(InferResult)>;

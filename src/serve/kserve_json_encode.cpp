@@ -177,7 +177,7 @@ std::string server_metadata_json(std::string_view version) {
   w.Key("extensions");
   w.StartArray();
   for (const char* e : {"binary_tensor_data", "classification", "model_repository", "model_configuration", "statistics", "parameters",
-                        "system_shared_memory", "logging"})
+                        "system_shared_memory", "logging", "trace"})
     w.String(e);
   w.EndArray();
   w.EndObject();

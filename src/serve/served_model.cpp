@@ -193,6 +193,7 @@ void ServedModel::finish(Entry& e, InferResult result) {
   stats_.latency_buckets[b].fetch_add(1, std::memory_order_relaxed);
   stats_.latency_sum_us.fetch_add(us, std::memory_order_relaxed);
   if (result.status.is_ok()) result.version = version_;
+  result.timestamps.queue_start = std::chrono::duration_cast<std::chrono::nanoseconds>(e.enqueued.time_since_epoch()).count();
   InferCallback done = std::move(e.done);
   pending_.fetch_sub(1, std::memory_order_relaxed);
   if (done) done(std::move(result));
@@ -347,6 +348,18 @@ void ServedModel::run_batch(std::vector<Entry> batch) {
       finish(e, {st.with_context("model '" + name_ + "' version " + std::to_string(version_)), FailureReason::kBackend, {}});
     return;
   }
+  // The batch's steps, for the trace extension (each request's queue start is its own, in finish()).
+  auto steady_ns = [](Clock::time_point t) { return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count(); };
+  InferTimestamps ts;
+  ts.compute_start = steady_ns(start);
+  ts.compute_input_end = steady_ns(infer_start);
+  ts.compute_output_start = steady_ns(infer_end);
+  auto ran = [&ts](NamedTensors outs) {
+    InferResult r{Status::ok(), FailureReason::kOther, std::move(outs)};
+    r.timestamps = ts;
+    r.timestamps.compute_end = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+    return r;
+  };
   // Outputs in the config's order; each request gets its rows.
   NamedTensors ordered;
   for (const TensorSpec& o : outputs_) {
@@ -363,7 +376,7 @@ void ServedModel::run_batch(std::vector<Entry> batch) {
     }
   }
   if (batch.size() == 1) {
-    finish(batch[0], {Status::ok(), FailureReason::kOther, std::move(ordered)});
+    finish(batch[0], ran(std::move(ordered)));
   } else {
     for (auto& [n, t] : ordered)
       if (t.rank() == 0 || t.dim(0) != rows) {
@@ -390,7 +403,7 @@ void ServedModel::run_batch(std::vector<Entry> batch) {
         mine.emplace_back(n, std::move(part));
       }
       offset += e.request.batch;
-      finish(e, {Status::ok(), FailureReason::kOther, std::move(mine)});
+      finish(e, ran(std::move(mine)));
     }
   }
   stats_.compute_output_ns.fetch_add(ns_between(infer_end, Clock::now()), std::memory_order_relaxed);

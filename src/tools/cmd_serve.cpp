@@ -20,6 +20,7 @@
 #include "serve/http_server.h"
 #include "serve/model_repository.h"
 #include "serve/server_log.h"
+#include "serve/trace.h"
 #include "tools/cli_common.h"
 #include "tools/command_registry.h"
 
@@ -49,6 +50,9 @@ struct ServeOptions {
   bool log_info = true, log_warning = true, log_error = true;
   std::string log_format = "default";
   std::string log_file;
+  std::string trace_file, trace_level = "OFF";
+  uint64_t trace_rate = 1000;
+  int64_t trace_count = -1;
   bool allow_client_shm = false;
 };
 
@@ -73,6 +77,18 @@ int cmd_serve(const ServeOptions& opt) {
   auto server_log = serve::ServerLog::open(ls);
   if (!server_log.is_ok()) return report(server_log.status());
   serve::ServerLog* logging = server_log.value().get();
+  // The trace extension: sampled requests' timestamps into --trace-file; settings changed at run
+  // time over /v2/trace/setting and gRPC TraceSetting.
+  if (opt.trace_level != "OFF" && opt.trace_level != "TIMESTAMPS") {
+    std::fprintf(stderr, "error: --trace-level '%s': expected OFF or TIMESTAMPS\n", opt.trace_level.c_str());
+    return 2;
+  }
+  serve::TraceSettings ts;
+  ts.timestamps = opt.trace_level == "TIMESTAMPS";
+  ts.rate = opt.trace_rate;
+  ts.count = opt.trace_count;
+  auto tracer = serve::Tracer::open(opt.trace_file, ts);
+  if (!tracer.is_ok()) return report(tracer.status());
   auto log = [logging](const std::string& line) { logging->write(line); };
   if (opt.control_mode != "none" && opt.control_mode != "explicit" && opt.control_mode != "poll") {
     std::fprintf(stderr, "error: --model-control-mode '%s': expected none, explicit or poll\n", opt.control_mode.c_str());
@@ -130,6 +146,7 @@ int cmd_serve(const ServeOptions& opt) {
   serve::HttpServerOptions ho;
   ho.shm = &shm;
   ho.logging = logging;
+  ho.tracer = tracer.value().get();
   ho.address = opt.address;
   ho.http_port = opt.http_port;
   ho.metrics_port = opt.allow_metrics ? opt.metrics_port : -1;
@@ -150,6 +167,7 @@ int cmd_serve(const ServeOptions& opt) {
     go.explicit_control = ho.explicit_control;
     go.shm = &shm;
     go.logging = logging;
+    go.tracer = ho.tracer;
     go.io_spin_us = opt.io_spin_us;
     go.version = ho.version;
     grpc = std::make_unique<serve::GrpcServer>(&repo, go, log);
@@ -266,6 +284,10 @@ const bool kRegistered = register_command({"serve", 75, [](CLI::App& app) {
   cmd->add_option("--log-error", opt->log_error, "Log errors (default true)");
   cmd->add_option("--log-format", opt->log_format, "default (\"ferry serve: ...\") or ISO8601 (the UTC time first)");
   cmd->add_option("--log-file", opt->log_file, "Append the log to this file instead of stderr");
+  cmd->add_option("--trace-file", opt->trace_file, "Append sampled requests' timestamps to this file, one JSON object a line (the trace extension)");
+  cmd->add_option("--trace-level", opt->trace_level, "OFF (default) or TIMESTAMPS; changeable at run time (/v2/trace/setting)");
+  cmd->add_option("--trace-rate", opt->trace_rate, "Trace one request in this many (default 1000)")->check(CLI::PositiveNumber);
+  cmd->add_option("--trace-count", opt->trace_count, "Stop after tracing this many requests (default -1: no limit)")->check(CLI::Range(int64_t(-1), INT64_MAX));
   return CommandRun{cmd, [opt] { return cmd_serve(*opt); }};
 }});
 

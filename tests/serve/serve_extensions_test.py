@@ -4,7 +4,9 @@ here from src/serve/grpc_service.proto): classification labels (config.pbtxt lab
 system shared memory (regions of a /dev/shm object registered, inputs read from and outputs written
 to them, checked against numpy's answer; every bounds and parameter error; `--allow-client-shm`
 off by default; CUDA shared memory refused) and the logging extension (GET/POST /v2/logging, gRPC
-LogSettings: verbose lines appear and stop, info lines stop, the format changes; --log-file). Servers on 127.0.0.1, ports the system picks, read
+LogSettings: verbose lines appear and stop, info lines stop, the format changes; --log-file) and the
+trace extension (GET/POST /v2[/models/M]/trace/setting, gRPC TraceSetting: sampled requests'
+timestamps in the trace file, in order; rate, count, a model's override). Servers on 127.0.0.1, ports the system picks, read
 back from their logs.
 
 usage: serve_extensions_test.py FERRY SRC_DIR WORKDIR
@@ -66,7 +68,8 @@ def shm_params(region, size, offset=None):
     return p
 
 
-srv = ServeProcess(FERRY, REPO, "--exit-on-error=false", "--allow-client-shm", "true")
+TRACE = os.path.join(WORK, "trace.jsonl")
+srv = ServeProcess(FERRY, REPO, "--exit-on-error=false", "--allow-client-shm", "true", "--trace-file", TRACE)
 U = srv.url
 try:
     if not check(srv.port is not None, "the server started: " + srv.log()[-2000:]):
@@ -329,18 +332,71 @@ try:
             check(False, "gRPC LogSettings with a wrong type: no error")
         except grpc.RpcError as e:
             check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "log setting 'log_errors' is a boolean" in e.details(), "gRPC LogSettings type: " + e.details())
-        try:
-            stub.TraceSetting(pb.TraceSettingRequest(), timeout=T)
-        except grpc.RpcError as e:
-            check(e.code() == grpc.StatusCode.UNIMPLEMENTED and "request tracing is not supported by ferry" in e.details(), "gRPC TraceSetting: " + e.details())
     requests.post(LOG, data=json.dumps({"log_verbose_level": 0, "log_format": "default"}), timeout=T)
     time.sleep(0.3)  # this POST's own verbose line (written before its answer) reaches srv.lines
     n = len(verbose_lines())
     requests.post(U + "/v2/models/add/infer", data=add_body, timeout=T)
     time.sleep(0.3)
     check(len(verbose_lines()) == n, "back at level 0: no more verbose lines")
-    r = requests.get(U + "/v2/trace/setting", timeout=T)
-    check(r.status_code == 400 and "request tracing (Triton's trace extension) is not supported by ferry" in r.json()["error"], "trace setting: " + r.text)
+
+    # ---- the trace extension: sampled requests' timestamps in the trace file ------------------
+    check("trace" in requests.get(U + "/v2", timeout=T).json()["extensions"], "GET /v2 lists trace")
+    TS = U + "/v2/trace/setting"
+
+    def traces():
+        return [json.loads(l) for l in open(TRACE)] if os.path.exists(TRACE) else []
+
+    r = requests.get(TS, timeout=T)
+    check(r.status_code == 200 and r.json() == {"trace_file": TRACE, "trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1",
+                                                "log_frequency": "0", "trace_mode": "triton"}, "GET /v2/trace/setting: " + r.text)
+    requests.post(U + "/v2/models/add/infer", data=add_body, timeout=T)
+    check(traces() == [], "nothing traced at level OFF")
+    r = requests.post(TS, data=json.dumps({"trace_level": ["TIMESTAMPS"], "trace_rate": "2"}), timeout=T)
+    check(r.status_code == 200 and r.json()["trace_level"] == ["TIMESTAMPS"] and r.json()["trace_rate"] == "2", "POST trace settings: " + r.text)
+    for i in range(4):
+        requests.post(U + "/v2/models/add/infer", data=json.dumps(dict(json.loads(add_body), id="t%d" % i)), timeout=T)
+    got = traces()
+    order = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END"]
+    check([t.get("request_id") for t in got] == ["t0", "t2"] and all(t["model_name"] == "add" and t["model_version"] == 1 for t in got),
+          "trace_rate 2: every other request traced: %s" % got)
+    check(all([s["name"] for s in t["timestamps"]] == order and [s["ns"] for s in t["timestamps"]] == sorted(s["ns"] for s in t["timestamps"])
+              for t in got) and len(got) > 0, "each trace has the steps in order, their times rising: %s" % got[:1])
+    # A model's override: labeled is not traced while add is; an empty update removes the override.
+    r = requests.post(U + "/v2/models/labeled/trace/setting", data=json.dumps({"trace_level": ["OFF"]}), timeout=T)
+    check(r.status_code == 200 and r.json()["trace_level"] == ["OFF"] and r.json()["trace_rate"] == "2", "a model's override copies the rest: " + r.text)
+    check(requests.get(TS, timeout=T).json()["trace_level"] == ["TIMESTAMPS"], "the global level is unchanged")
+    n = len(traces())
+    for i in range(4):
+        requests.post(U + "/v2/models/labeled/infer", data=json.dumps(dict(json.loads(add_body), id="l%d" % i)), timeout=T)
+    check(len(traces()) == n, "a model whose override is OFF is not traced")
+    r = requests.post(U + "/v2/models/labeled/trace/setting", data="{}", timeout=T)
+    check(r.status_code == 200 and r.json()["trace_level"] == ["TIMESTAMPS"], "an empty update removes the model's override: " + r.text)
+    r = requests.post(TS, data=json.dumps({"trace_rate": "1", "trace_count": "1"}), timeout=T)
+    for i in range(3):
+        requests.post(U + "/v2/models/add/infer", data=json.dumps(dict(json.loads(add_body), id="c%d" % i)), timeout=T)
+    check([t.get("request_id") for t in traces()[n:]] == ["c0"], "trace_count 1: one more trace, then none: %s" % traces()[n:])
+    check(requests.get(TS, timeout=T).json()["trace_count"] == "0", "trace_count counts down")
+    for body, text in (({"trace_level": ["TENSORS"]}, "TENSORS is not supported by ferry"),
+                       ({"trace_rate": "0"}, "trace setting 'trace_rate' '0': give a count >= 1"),
+                       ({"trace_file": "/tmp/elsewhere"}, "trace setting 'trace_file' cannot be changed while the server runs"),
+                       ({"trace_rate": 5}, "give a string"),
+                       ({"trace_rate": "7", "tracing": "on"}, "unknown trace setting 'tracing'")):
+        r = requests.post(TS, data=json.dumps(body), timeout=T)
+        check(r.status_code == 400 and text in r.json().get("error", ""), "bad trace setting %s: %s" % (body, r.text))
+    check(requests.get(TS, timeout=T).json()["trace_rate"] == "1", "a refused request changes nothing")
+    r = requests.get(U + "/v2/models/nope/trace/setting", timeout=T)
+    check(r.status_code == 404, "trace settings of an unknown model: %d %s" % (r.status_code, r.text))
+    if stubs:
+        ts = stub.TraceSetting(pb.TraceSettingRequest(settings={"trace_count": pb.TraceSettingRequest.SettingValue(value=["-1"])}), timeout=T).settings
+        check(list(ts["trace_count"].value) == ["-1"] and list(ts["trace_level"].value) == ["TIMESTAMPS"], "gRPC TraceSetting: %s" % ts)
+        req = pb.ModelInferRequest(model_name="add", id="g-traced")
+        for nm, a in (("x", x), ("y", y)):
+            req.inputs.add(name=nm, datatype="FP32", shape=[2, 4])
+            req.raw_input_contents.append(a.tobytes())
+        stub.ModelInfer(req, timeout=T)
+        last = traces()[-1]
+        check(last.get("request_id") == "g-traced" and [s["name"] for s in last["timestamps"]] == order, "a gRPC request traced: %s" % last)
+    requests.post(TS, data=json.dumps({"trace_level": ["OFF"]}), timeout=T)
 
     # ---- unregister: a region, then all --------------------------------------------------------
     r = requests.post(SHM + "/region/upper/unregister", timeout=T)
@@ -378,6 +434,8 @@ try:
         r = requests.post(url + "/v2/models/add/infer", data=shm_body(shm_params("all", 32), shm_params("all", 32, 64)), timeout=T)
         check(r.status_code == 400 and "--allow-client-shm true" in r.json()["error"], "naming a region when it is off: " + r.text)
         check(requests.get(url + "/v2/logging", timeout=T).json()["log_file"] == LOGFILE, "log_file is the --log-file")
+        r = requests.post(url + "/v2/trace/setting", data=json.dumps({"trace_level": ["TIMESTAMPS"]}), timeout=T)
+        check(r.status_code == 400 and "no trace file; start `ferry serve --trace-file PATH`" in r.json()["error"], "tracing without a trace file: " + r.text)
     off.send_signal(signal.SIGTERM)
     off.wait(30)
     text = logfile()

@@ -295,8 +295,11 @@ try:
                  "shm register without --allow-client-shm")
     expect_error(lambda: stub.CudaSharedMemoryRegister(pb.CudaSharedMemoryRegisterRequest(name="r", byte_size=64), timeout=T),
                  grpc.StatusCode.UNIMPLEMENTED, "CudaSharedMemoryRegister: CUDA shared memory is not supported by this build", "CUDA shm register")
-    expect_error(lambda: stub.TraceSetting(pb.TraceSettingRequest(), timeout=T), grpc.StatusCode.UNIMPLEMENTED,
-                 "TraceSetting: request tracing is not supported by ferry", "trace settings")
+    ts = stub.TraceSetting(pb.TraceSettingRequest(), timeout=T).settings  # (serve_extensions_test.py traces)
+    check(list(ts["trace_level"].value) == ["OFF"] and list(ts["trace_rate"].value) == ["1000"], "TraceSetting reads the settings: %s" % ts)
+    expect_error(lambda: stub.TraceSetting(pb.TraceSettingRequest(settings={"trace_level": pb.TraceSettingRequest.SettingValue(value=["TIMESTAMPS"])}),
+                                           timeout=T), grpc.StatusCode.INVALID_ARGUMENT, "no trace file; start `ferry serve --trace-file PATH`",
+                 "tracing without a trace file")
     ls = stub.LogSettings(pb.LogSettingsRequest(), timeout=T).settings  # (serve_extensions_test.py changes them)
     check(ls["log_verbose_level"].uint32_param == 0 and ls["log_info"].bool_param and ls["log_format"].string_param == "default",
           "LogSettings reads the settings: %s" % ls)
