@@ -1,0 +1,73 @@
+// `ferry serve`'s trace extension (src/serve/trace.h) without a socket: sampling by trace_rate,
+// trace_count counting down, a model's override and its removal, all-or-nothing updates, and the
+// records written to the trace file.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include "serve/trace.h"
+
+namespace ferry::serve {
+namespace {
+
+using Changes = std::vector<std::pair<std::string, std::optional<std::vector<std::string>>>>;
+
+std::string trace_path() { return ::testing::TempDir() + "ferry_trace_" + std::to_string(getpid()) + ".jsonl"; }
+
+TEST(ServeTrace, RateCountAndModelOverride) {
+  const std::string path = trace_path();
+  std::remove(path.c_str());
+  auto t = Tracer::open(path, TraceSettings());
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  Tracer& tr = *t.value();
+  EXPECT_EQ(tr.sample("m"), 0u);  // OFF
+  ASSERT_TRUE(tr.update("", Changes{{"trace_level", std::vector<std::string>{"TIMESTAMPS"}}, {"trace_rate", std::vector<std::string>{"3"}}}).is_ok());
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 7; ++i) ids.push_back(tr.sample("m"));
+  EXPECT_EQ(ids, (std::vector<uint64_t>{1, 0, 0, 2, 0, 0, 3}));  // requests 1, 4 and 7
+  // A model's override copies the global settings it does not name; removing it reverts.
+  ASSERT_TRUE(tr.update("quiet", Changes{{"trace_level", std::vector<std::string>{"OFF"}}}).is_ok());
+  EXPECT_EQ(tr.settings("quiet")[2].second, std::vector<std::string>{"3"});  // trace_rate copied
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(tr.sample("quiet"), 0u);
+  ASSERT_TRUE(tr.update("quiet", Changes{}).is_ok());
+  EXPECT_EQ(tr.settings("quiet")[1].second, std::vector<std::string>{"TIMESTAMPS"});
+  // trace_count: two more, then none.
+  ASSERT_TRUE(tr.update("", Changes{{"trace_rate", std::vector<std::string>{"1"}}, {"trace_count", std::vector<std::string>{"2"}}}).is_ok());
+  EXPECT_NE(tr.sample("m"), 0u);
+  EXPECT_NE(tr.sample("m"), 0u);
+  EXPECT_EQ(tr.sample("m"), 0u);
+  EXPECT_EQ(tr.settings("")[3].second, std::vector<std::string>{"0"});
+  // All or nothing: a bad setting leaves the rate as it was.
+  Status bad = tr.update("", Changes{{"trace_rate", std::vector<std::string>{"5"}}, {"trace_level", std::vector<std::string>{"TENSORS"}}});
+  EXPECT_NE(bad.message().find("TENSORS is not supported"), std::string::npos) << bad.message();
+  EXPECT_EQ(tr.settings("")[2].second, std::vector<std::string>{"1"});
+  EXPECT_FALSE(tr.update("", Changes{{"trace_file", std::vector<std::string>{"/elsewhere"}}}).is_ok());
+  EXPECT_FALSE(tr.update_json("", "{\"trace_rate\": 5}").is_ok());  // Triton's values are strings
+
+  InferTimestamps ts{20, 30, 40, 50, 60};
+  tr.record(9, "m", 2, "r1", 10, ts, 70);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(),
+            "{\"id\":9,\"model_name\":\"m\",\"model_version\":2,\"request_id\":\"r1\",\"timestamps\":[{\"name\":\"REQUEST_START\",\"ns\":10},"
+            "{\"name\":\"QUEUE_START\",\"ns\":20},{\"name\":\"COMPUTE_START\",\"ns\":30},{\"name\":\"COMPUTE_INPUT_END\",\"ns\":40},"
+            "{\"name\":\"COMPUTE_OUTPUT_START\",\"ns\":50},{\"name\":\"COMPUTE_END\",\"ns\":60},{\"name\":\"REQUEST_END\",\"ns\":70}]}\n");
+  std::remove(path.c_str());
+}
+
+TEST(ServeTrace, NoFileNoTracing) {
+  auto t = Tracer::open("", TraceSettings());
+  ASSERT_TRUE(t.is_ok());
+  Status st = t.value()->update("", Changes{{"trace_level", std::vector<std::string>{"TIMESTAMPS"}}});
+  EXPECT_NE(st.message().find("start `ferry serve --trace-file PATH`"), std::string::npos) << st.message();
+  TraceSettings on;
+  on.timestamps = true;
+  EXPECT_FALSE(Tracer::open("", on).is_ok());
+}
+
+}  // namespace
+}  // namespace ferry::serve
