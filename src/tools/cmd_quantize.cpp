@@ -182,6 +182,7 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
                                  : "8-bit weights written");
     else
       std::printf("  weights: %s\n", r.reduce_range ? "7-bit, [-64, 64] (--reduce-range; depthwise ones 8-bit)"
+                                    : opt.reduce_range    ? "8-bit, [-127, 127] (--reduce-range: only depthwise weights here)"
                                     : opt.no_reduce_range ? "8-bit, [-127, 127] (--no-reduce-range)"
                                     : r.host_pairs_saturate ? "8-bit, [-127, 127] (--no-plain-floor: no floor to choose 7-bit by)"
                                                             : "8-bit, [-127, 127] (this host's int8 products do not saturate)");
