@@ -139,14 +139,17 @@ def compare(model: PathLike, ref: str = "cpu-ref:fp32", target: str = "cpu:fp32"
 def quantize(model: PathLike, calibration: Union[PathLike, Mapping[str, Any], Iterable[Mapping[str, Any]]], out: PathLike,
              *, method: str = "percentile", batch: int = 8, max_samples: int = 0,
              keep_fp32: Optional[Sequence[str]] = None, target_cosine: float = 0.0, bias_correction: bool = False,
-             weight_rounding: str = "nearest", threads: int = 0) -> QuantizeResult:
+             weight_rounding: str = "nearest", threads: int = 0, reduce_range: Optional[bool] = None) -> QuantizeResult:
     """Post-training int8 quantization (`ferry quantize`): calibrates on `calibration` (a dict of
     arrays whose axis 0 is the sample, an iterable of such dicts, or a path: .npz, a folder of
-    .npy/.npz), writes the QDQ model to `out` and measures its output cosine to the float model."""
+    .npy/.npz), writes the QDQ model to `out` and measures its output cosine to the float model.
+    `reduce_range`: True for 7-bit weights (`--reduce-range`), False for 8-bit, None (default) chosen as
+    the CLI does (docs/quantization.md "Reduce range"); the answer's `reduce_range`, `weights_7bit`."""
+    rr = -1 if reduce_range is None else int(bool(reduce_range))
     if isinstance(calibration, (str, os.PathLike)):
         return QuantizeResult(_ferry._quantize(_path(model), _path(out), _path(calibration), int(batch),
                                                int(max_samples), method, list(keep_fp32 or []), float(target_cosine),
-                                               bool(bias_correction), weight_rounding, int(threads)))
+                                               bool(bias_correction), weight_rounding, int(threads), rr))
     import numpy as np
 
     if isinstance(calibration, Mapping):
@@ -162,7 +165,7 @@ def quantize(model: PathLike, calibration: Union[PathLike, Mapping[str, Any], It
         np.savez(path, **arrays)
         return QuantizeResult(_ferry._quantize(_path(model), _path(out), path, int(batch), int(max_samples), method,
                                                list(keep_fp32 or []), float(target_cosine), bool(bias_correction),
-                                               weight_rounding, int(threads)))
+                                               weight_rounding, int(threads), rr))
 
 
 def bench(model: PathLike, inputs: Optional[Mapping[str, Any]] = None, *, runs: int = 50, warmup: int = 5,

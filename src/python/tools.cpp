@@ -237,7 +237,8 @@ py::dict compare(const std::string& path, const std::string& ref, const std::str
 
 py::dict quantize(const std::string& path, const std::string& out_path, const std::string& data_path, int64_t batch,
                   int64_t max_samples, const std::string& method, const std::vector<std::string>& keep_fp32,
-                  double target_cosine, bool bias_correction, const std::string& weight_rounding, int threads) {
+                  double target_cosine, bool bias_correction, const std::string& weight_rounding, int threads,
+                  int reduce_range) {
   quant::QuantizeOptions o;
   o.model_path = path;
   o.out_path = out_path;
@@ -250,6 +251,7 @@ py::dict quantize(const std::string& path, const std::string& out_path, const st
   o.bias_correction = bias_correction;
   o.weight_rounding = unwrap(quant::parse_weight_rounding(weight_rounding));
   o.threads = threads;
+  o.reduce_range = reduce_range < 0 ? quant::ReduceRange::kAuto : reduce_range ? quant::ReduceRange::kOn : quant::ReduceRange::kOff;
   StatusOr<quant::QuantizeReport> res = [&] {
     py::gil_scoped_release nogil;
     return quant::quantize_model(o);
@@ -282,6 +284,8 @@ py::dict quantize(const std::string& path, const std::string& out_path, const st
   out["target_reached"] = r.target_reached;
   out["biases_corrected"] = r.biases_corrected;
   out["weights_gptq"] = r.weights_gptq;
+  out["reduce_range"] = r.reduce_range;
+  out["weights_7bit"] = r.reduced_weights;
   return out;
 }
 
@@ -299,7 +303,7 @@ void register_tools(py::module_& m) {
         py::arg("ref_model"));
   m.def("_quantize", &quantize, py::arg("model"), py::arg("out"), py::arg("data"), py::arg("batch"),
         py::arg("max_samples"), py::arg("method"), py::arg("keep_fp32"), py::arg("target_cosine"),
-        py::arg("bias_correction"), py::arg("weight_rounding"), py::arg("threads"));
+        py::arg("bias_correction"), py::arg("weight_rounding"), py::arg("threads"), py::arg("reduce_range"));
 }
 
 }  // namespace ferry::python

@@ -53,6 +53,11 @@ def test_quantize_from_numpy_dict(demo_model, demo_batch, tmp_path):
     assert open(out, "rb").read() == open(out2, "rb").read()
     with pytest.raises(ferry.InvalidArgument):
         ferry.quantize(str(out), {"image": x}, tmp_path / "again.onnx")  # already quantized
+    # reduce_range: 7-bit weights on request, 8-bit on request (docs/quantization.md "Reduce range").
+    r7 = ferry.quantize(demo_model, {"image": x}, tmp_path / "r7.onnx", method="minmax", batch=4, reduce_range=True)
+    assert r7.reduce_range and r7.weights_7bit > 0
+    r8 = ferry.quantize(demo_model, {"image": x}, tmp_path / "r8.onnx", method="minmax", batch=4, reduce_range=False)
+    assert not r8.reduce_range and r8.weights_7bit == 0
 
 
 def test_bench(demo_model):
