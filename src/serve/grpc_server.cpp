@@ -94,7 +94,10 @@ struct GrpcServer::Impl {
     const uint64_t trace_id = opt.tracer ? opt.tracer->sample(m->name()) : 0;  // the trace extension's sample (0: not traced)
     const int64_t trace_start = trace_id ? Tracer::now_ns() : 0;
     auto decoded = decode_request(req, m->signature(), opt.shm);
-    if (!decoded.is_ok()) return done(to_grpc(decoded.status()));
+    if (!decoded.is_ok()) {
+      if (trace_id) opt.tracer->record(trace_id, m->name(), m->version(), req.id(), trace_start, {}, Tracer::now_ns());  // refused: its two ends
+      return done(to_grpc(decoded.status()));
+    }
     InferRequest request = std::move(decoded.value().request);
     request.cancelled = std::move(cancelled);
     request.version_pinned = !req.model_version().empty();

@@ -364,9 +364,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void infer(http::request<http::string_body>& req, const std::string& name, const std::string& version) {
     if (server_->shutting_down.load())
       return send(503, error_json("the server is shutting down and accepts no new inference requests"));
-    Tracer* tracer = server_->opt.tracer;
-    const uint64_t trace_id = tracer ? tracer->sample(name) : 0;  // the trace extension's sample (0: not traced)
-    const int64_t trace_start = trace_id ? Tracer::now_ns() : 0;
     auto model = server_->repo->find(name, version);
     if (!model.is_ok()) return send(http_status_of(model.status()), error_json(model.status().message()));
     int64_t header_length = -1;
@@ -377,10 +374,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return send(400, error_json("Inference-Header-Content-Length '" + v + "' is not a byte count"));
       header_length = std::stoll(v);
     }
+    Tracer* tracer = server_->opt.tracer;
+    const uint64_t trace_id = tracer ? tracer->sample(name) : 0;  // the trace extension's sample (0: not traced)
+    const int64_t trace_start = trace_id ? Tracer::now_ns() : 0;
     std::shared_ptr<ServedModel> m = model.value();
     auto sig = std::make_shared<ModelSignature>(m->signature());
     auto decoded = decode_infer_request(req.body(), header_length, *sig, server_->opt.shm);
-    if (!decoded.is_ok()) return send(http_status_of(decoded.status()), error_json(decoded.status().message()));
+    if (!decoded.is_ok()) {
+      if (trace_id) tracer->record(trace_id, name, m->version(), "", trace_start, {}, Tracer::now_ns());  // refused: its two ends
+      return send(http_status_of(decoded.status()), error_json(decoded.status().message()));
+    }
     auto meta = std::make_shared<DecodedInfer>(std::move(decoded).value());
     InferRequest request = std::move(meta->request);
     request.version_pinned = !version.empty();

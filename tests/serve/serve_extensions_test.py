@@ -375,6 +375,11 @@ try:
     for i in range(3):
         requests.post(U + "/v2/models/add/infer", data=json.dumps(dict(json.loads(add_body), id="c%d" % i)), timeout=T)
     check([t.get("request_id") for t in traces()[n:]] == ["c0"], "trace_count 1: one more trace, then none: %s" % traces()[n:])
+    requests.post(TS, data=json.dumps({"trace_count": "1"}), timeout=T)
+    requests.post(U + "/v2/models/add/infer", data='{"inputs": 5}', timeout=T)  # refused while it is decoded
+    last = traces()[-1]
+    check([s["name"] for s in last["timestamps"]] == ["REQUEST_START", "REQUEST_END"] and last["model_name"] == "add",
+          "a refused request's trace has its two ends: %s" % last)
     check(requests.get(TS, timeout=T).json()["trace_count"] == "0", "trace_count counts down")
     for body, text in (({"trace_level": ["TENSORS"]}, "TENSORS is not supported by ferry"),
                        ({"trace_rate": "0"}, "trace setting 'trace_rate' '0': give a count >= 1"),
