@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -14,6 +15,18 @@
 #include "common/env_switch.h"
 
 namespace ferry {
+
+Status run_fallback_with_input(KernelFn fallback, KernelContext& ctx, int64_t index, const Value& input) {
+  std::vector<const Value*> inputs;
+  for (int64_t i = 0; i < std::max(ctx.num_inputs(), index + 1); ++i)
+    inputs.push_back(i == index ? &input : ctx.has_input(i) ? &ctx.input_value(i) : nullptr);
+  std::vector<Value> outputs(static_cast<size_t>(ctx.num_outputs()));
+  KernelContext inner(ctx.node(), ctx.opset(), std::move(inputs), &outputs);
+  inner.allocator = ctx.allocator;
+  RETURN_IF_ERROR(fallback(inner));
+  for (size_t i = 0; i < outputs.size(); ++i) ctx.set_output_value(static_cast<int64_t>(i), std::move(outputs[i]));
+  return Status::ok();
+}
 
 std::unique_ptr<Backend> make_reference_backend();
 std::unique_ptr<Backend> make_cpu_backend();

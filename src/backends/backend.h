@@ -29,6 +29,12 @@ class Kernel {
   }
 };
 
+/// For a kernel that released constant input `index` (Kernel::release_constant_input): runs its
+/// reference kernel `fallback` (shapes or types its fast path does not take) on `ctx`'s inputs with
+/// input `index`, which the executor no longer passes, given as `input` (the kernel's weights back),
+/// and sets `ctx`'s outputs from it.
+Status run_fallback_with_input(KernelFn fallback, KernelContext& ctx, int64_t index, const Value& input);
+
 /// Node attribute (int) pinning a node's kernel: one of Backend::kernel_choices, set by `ferry compile
 /// --tune` (compiler/tuner.h); -1: the reference kernel. The backend honours it in create_kernel; a
 /// pin its kernels no longer match (the pinned kernel declines the node, or the index is out of range:

@@ -49,6 +49,8 @@ class ModelBuilder {
   }
   void output(const std::string& v) { model_->graph.outputs.push_back(ValueInfo{v, {}}); }
   Graph& graph() { return model_->graph; }
+  /// Imports `domain` at `version` (com.ferry's ops need it).
+  void import_opset(const std::string& domain, int64_t version) { model_->opset_imports[domain] = version; }
 
   /// Shape-infers and returns the model.
   std::shared_ptr<Model> build() {

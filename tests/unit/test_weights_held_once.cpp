@@ -233,6 +233,43 @@ TEST(WeightsHeldOnce, ReleasedConvolutionWeightsRunBitForBit) {
   EXPECT_LT(released.value()->resident_bytes().weights + 48 * 32 * 9 * 4, kept.value()->resident_bytes().weights + 1);
 }
 
+// A node the fast kernels decline after their weights were released (a Z addend that broadcasts,
+// which only the reference FusedConv/FusedMatMul take) runs the reference kernel on the kernel's
+// own weights (run_fallback_with_input): the same bytes as with the graph's copy kept.
+TEST(WeightsHeldOnce, ReleasedWeightsServeTheReferenceFallback) {
+  ModelBuilder b;
+  b.import_opset("com.ferry", 1);
+  auto x = b.input("x", {2, 32, 6, 6});
+  auto c = b.node("FusedConv", {x, b.constant(ramp({16, 32, 1, 1}, 0.1f, -0.05f)), b.constant(ramp({16}, 0.1f, 0.f)),
+                                b.constant(ramp({1, 16, 1, 1}, 1.f, -0.5f))},
+                  {}, 1, "com.ferry");
+  auto a = b.input("a", {5, 64});
+  auto m = b.node("FusedMatMul", {a, b.constant(ramp({64, 24}, 0.5f, -0.25f)), "", b.constant(ramp({1, 24}, 1.f, -0.5f))},
+                  {}, 1, "com.ferry");
+  b.output(c);
+  b.output(m);
+  std::shared_ptr<Model> model = b.build();
+  ExecutorOptions kept_o, released_o;
+  kept_o.threads = released_o.threads = 1;
+  released_o.release_weights = true;
+  auto kept = Executor::create(model, kept_o);
+  ASSERT_TRUE(kept.is_ok()) << kept.status().to_string();
+  auto released = Executor::create(model, released_o);
+  ASSERT_TRUE(released.is_ok()) << released.status().to_string();
+  for (const auto& [name, t] : released.value()->model().graph.initializers)
+    EXPECT_LT(t.numel(), 24 * 16) << name << ": a weight kept beside its packed form";
+  const NamedTensors feeds = {{"x", ramp({2, 32, 6, 6}, 1.f, -0.5f)}, {"a", ramp({5, 64}, 2.f, -1.f)}};
+  for (int run = 0; run < 2; ++run) {
+    NamedTensors k, r;
+    ASSERT_TRUE(kept.value()->run(feeds, &k).is_ok());
+    Status st = released.value()->run(feeds, &r);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    ASSERT_EQ(k.size(), 2u);
+    ASSERT_EQ(r.size(), 2u);
+    for (size_t i = 0; i < k.size(); ++i) EXPECT_TRUE(same_bytes(k[i].second, r[i].second)) << k[i].first;
+  }
+}
+
 // A MatMul whose runs go to cpu::RowGemm (1 thread, 16-256 rows) makes no oneDNN form of its
 // weights when the executor is made: it was dropped at the first run for RowGemm's, its heap kept
 // (ViT-B/16 at 1 thread: peak RSS 415 -> 733 MiB).

@@ -628,15 +628,7 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
   // the graph's copy was released.
   Status fallback(KernelContext& ctx) {
     if (!released_ || ctx.has_input(1)) return fallback_(ctx);
-    const Value weights(w_);
-    std::vector<const Value*> inputs;
-    for (int64_t i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(i == 1 ? &weights : ctx.has_input(i) ? &ctx.input_value(i) : nullptr);
-    std::vector<Value> outputs(static_cast<size_t>(ctx.num_outputs()));
-    KernelContext inner(node_, ctx.opset(), std::move(inputs), &outputs);
-    inner.allocator = ctx.allocator;
-    RETURN_IF_ERROR(fallback_(inner));
-    for (size_t i = 0; i < outputs.size(); ++i) ctx.set_output_value(static_cast<int64_t>(i), std::move(outputs[i]));
-    return Status::ok();
+    return run_fallback_with_input(fallback_, ctx, 1, Value(w_));
   }
 
   Node node_;
