@@ -229,6 +229,12 @@ struct Planner {
   // (oneDNN's, ONNX Runtime's), so 7 bits buy no speed there, and with 9 weights per channel they cost the
   // most accuracy (docs/quantization.md "Reduce range").
   int weight_qmax_of(const Node& n) {
+    const int q = weight_qmax_for(n);
+    if (q < kFullWeightMax) plan.reduced_nodes.push_back(n.name);
+    return q;
+  }
+  int weight_qmax_for(const Node& n) {
+    if (opts.full_range_nodes.count(n.name)) return kFullWeightMax;
     if (n.op_type == "Conv") {
       const Attribute* grp = n.attr("group");
       const Tensor* w = init_of(n.inputs[1]);

@@ -37,6 +37,8 @@ struct QdqPlan {
   int64_t qdq_pairs = 0;
   int64_t int8_weights = 0;
   int64_t reduced_weights = 0;  // of them, 7-bit ([-64, 64])
+  /// The Conv/Gemm/MatMul nodes whose weight is 7-bit, in graph order.
+  std::vector<std::string> reduced_nodes;
   int64_t int32_biases = 0;
   /// The tensors whose bias became int32 (a Conv/Gemm output, or the Add of a MatMul + bias), with
   /// the axis of their channels (1, or -1: the last): where bias correction measures.
@@ -74,6 +76,9 @@ struct PlanOptions {
   /// host without VNNI, those of MatMul/Gemm (the int8 GEMM) and of the Convs whose input has a nonzero zero
   /// point (a zero-point-0 source runs unsplit with the repair; docs/quantization.md "Reduce range").
   bool reduce_where_split = false;
+  /// With weight_qmax reduced: Conv/Gemm/MatMul nodes (names) whose weights stay 8-bit all the same (the
+  /// automatic choice's layers put back to 8 bits, docs/quantization.md "Reduce range").
+  std::set<std::string> full_range_nodes;
 };
 
 /// Plans the rewrite. `keep_fp32`: node names (or their first output's name) left in float.

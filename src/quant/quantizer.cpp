@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -63,12 +65,14 @@ struct Session {
   PlanOptions popt;  // the plain structure / outputs left float (never below plain MinMax)
   int weight_qmax = kFullWeightMax;  // kReducedWeightMax: --reduce-range (or its automatic choice)
   bool reduce_where_split = false;   // the automatic choice's: only where 8 bits cost the split
+  std::set<std::string> full_range;  // the automatic choice's layers put back to 8 bits
 
   StatusOr<QdqPlan> plan(const std::set<std::string>& keep) {
     RangeFn fn = [this](const std::string& v, float* lo, float* hi) { return ranges.range(v, method, lo, hi); };
     PlanOptions po = popt;
     po.weight_qmax = weight_qmax;
     po.reduce_where_split = reduce_where_split;
+    po.full_range_nodes = full_range;
     return plan_qdq(*model, fn, keep, shift.empty() ? nullptr : &shift, wvals.empty() ? nullptr : &wvals, &po);
   }
 
@@ -270,7 +274,11 @@ struct Session {
         RETURN_IF_ERROR(ex->run(data.batches[b], &outs).with_context("GPTQ: running the quantized model for " + l.node));
       }
       const Tensor& w = *g.find_initializer(l.weight);
-      const std::vector<float> scales = weight_scales(w, l.transposed ? 1 : 0, weight_qmax);
+      // This layer's weight range in the plan (the automatic reduce range chooses it per layer).
+      const int qmax = std::find(p->reduced_nodes.begin(), p->reduced_nodes.end(), l.node) != p->reduced_nodes.end()
+                           ? kReducedWeightMax
+                           : kFullWeightMax;
+      const std::vector<float> scales = weight_scales(w, l.transposed ? 1 : 0, qmax);
       std::vector<float> wt;  // [n, k]
       const float* wp = w.data<float>();
       if (l.transposed) {
@@ -281,9 +289,9 @@ struct Session {
       }
       bool fell_back = false;
       std::vector<int8_t> qv =
-          gptq_round(wp, l.n, scales, h, 0.01, env_value("FERRY_GPTQ_ACT_ORDER") != nullptr, &fell_back, weight_qmax);
+          gptq_round(wp, l.n, scales, h, 0.01, env_value("FERRY_GPTQ_ACT_ORDER") != nullptr, &fell_back, qmax);
       if (fell_back) continue;
-      const std::vector<int8_t> nearest = nearest_round(wp, l.n, l.k, scales, weight_qmax);
+      const std::vector<int8_t> nearest = nearest_round(wp, l.n, l.k, scales, qmax);
       const double eb = output_error(wp, nearest.data(), l.n, scales, h), ea = output_error(wp, qv.data(), l.n, scales, h);
       err_before += eb;
       err_after += ea;
@@ -463,35 +471,71 @@ struct Session {
     return mean;
   }
 
-  // Per-layer sensitivity: the output cosine on a few samples with only that Conv/MatMul/Gemm
-  // (and what it absorbs) kept in float, for every quantized one. Best gain first.
-  StatusOr<std::vector<KeptLayer>> rank_layers(const QdqPlan& full, const std::set<std::string>& keep) {
+  // The probe batches: the first calibration batches holding at least 4 samples.
+  size_t probe_batches() const {
     size_t batches = 0;
     int64_t n = 0;
     while (batches < data.batches.size() && n < 4) n += data.batches[batches++][0].second.dim(0);
-    ASSIGN_OR_RETURN(const double base, probe(full, batches));
+    return batches;
+  }
+
+  // Per-candidate probe: the output cosine on the probe samples of `make(i)`'s plan for each candidate node i,
+  // against `base`'s (KeptLayer::input_cosine / output_cosine). Best first. Shared by the --target-cosine
+  // search (a layer kept in float) and the automatic reduce range (a layer put back to 8-bit weights).
+  StatusOr<std::vector<KeptLayer>> probe_each(const QdqPlan& base, const std::vector<size_t>& candidates,
+                                              const std::function<StatusOr<QdqPlan>(size_t)>& make,
+                                              const std::string& what) {
+    const size_t batches = probe_batches();
+    ASSIGN_OR_RETURN(const double b, probe(base, batches));
     std::vector<KeptLayer> ranked;
     const Graph& g = model->graph;
-    int64_t total = 0, done = 0;
-    // Candidates: Conv/MatMul/Gemm, Add, Concat, pools, Softmax (a Relu/Clip or bias Add goes with its producer;
-    // a pass-through op with its input).
-    auto candidate = [&](size_t i) {
-      const Role r = full.roles[i];
-      return r == Role::kCompute || r == Role::kBinary || r == Role::kOwnRange;
-    };
-    for (size_t i = 0; i < g.nodes.size(); ++i) total += candidate(i);
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      if (!candidate(i)) continue;
-      std::set<std::string> k = keep;
-      k.insert(g.nodes[i].name);
-      ASSIGN_OR_RETURN(QdqPlan p, plan(k));
+    int64_t done = 0;
+    for (size_t i : candidates) {
+      ASSIGN_OR_RETURN(QdqPlan p, make(i));
       ASSIGN_OR_RETURN(const double c, probe(p, batches));
-      ranked.push_back(KeptLayer{g.nodes[i].name, g.nodes[i].op_type, base, c, 0});
-      if (o.progress) o.progress("sensitivity", ++done, total);
+      ranked.push_back(KeptLayer{g.nodes[i].name, g.nodes[i].op_type, b, c, 0});
+      if (o.progress) o.progress(what, ++done, static_cast<int64_t>(candidates.size()));
     }
     std::stable_sort(ranked.begin(), ranked.end(),
-                     [](const KeptLayer& a, const KeptLayer& b) { return a.output_cosine > b.output_cosine; });
+                     [](const KeptLayer& x, const KeptLayer& y) { return x.output_cosine > y.output_cosine; });
     return ranked;
+  }
+
+  // Per-layer sensitivity: the output cosine on a few samples with only that Conv/MatMul/Gemm
+  // (and what it absorbs) kept in float, for every quantized one. Best gain first.
+  StatusOr<std::vector<KeptLayer>> rank_layers(const QdqPlan& full, const std::set<std::string>& keep) {
+    // Candidates: Conv/MatMul/Gemm, Add, Concat, pools, Softmax (a Relu/Clip or bias Add goes with its producer;
+    // a pass-through op with its input).
+    std::vector<size_t> candidates;
+    for (size_t i = 0; i < full.roles.size(); ++i) {
+      const Role r = full.roles[i];
+      if (r == Role::kCompute || r == Role::kBinary || r == Role::kOwnRange) candidates.push_back(i);
+    }
+    return probe_each(
+        full, candidates,
+        [&](size_t i) {
+          std::set<std::string> k = keep;
+          k.insert(model->graph.nodes[i].name);
+          return plan(k);
+        },
+        "sensitivity");
+  }
+
+  // Multiply-adds per sample of a Conv/Gemm/MatMul node (its weight's elements times the output positions each
+  // is used at; unknown dimensions count 1): what its split int8 kernel costs, for ordering layers by it.
+  int64_t macs_of(const Node& n) const {
+    const Graph& g = model->graph;
+    const Tensor* w = n.inputs.size() > 1 ? g.find_initializer(n.inputs[1]) : nullptr;
+    if (!w) return 0;
+    int64_t positions = 1;
+    const TensorType* t = n.outputs.empty() ? nullptr : g.find_type(n.outputs[0]);
+    if (t && t->shape) {
+      const auto& d = t->shape->dims;
+      const size_t first = n.op_type == "Conv" ? 2 : 1;  // Conv: the spatial dims; MatMul/Gemm: the rows past the batch
+      for (size_t a = first; a < d.size() && (n.op_type == "Conv" || a + 1 < d.size()); ++a)
+        if (d[a].value > 0) positions *= d[a].value;
+    }
+    return w->numel() * positions;
   }
 };
 
@@ -578,8 +622,10 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   if (o.plain_floor) RETURN_IF_ERROR(s.plain_floor(keep, &plan, &rep));
   if (o.reduce_range == ReduceRange::kAuto && rep.host_pairs_saturate && o.plain_floor) {
     // The file's structure as chosen above with 7-bit weights where 8 bits cost ferry's kernels the split,
-    // measured against the plain (8-bit) floor: kept where it reaches it (those kernels then run unsplit and
-    // exact on this host), else the 8-bit file.
+    // measured against the plain (8-bit) floor (docs/quantization.md "Reduce range"): kept where it reaches it
+    // (those kernels then run unsplit and exact on this host); else layers go back to 8-bit one at a time, in
+    // the order of their probed gain per multiply-add, re-measured after each, until the floor is reached; if
+    // no mix reaches it, the 8-bit file.
     rep.cosine_full_range = rep.cosine_mean;
     s.weight_qmax = kReducedWeightMax;
     s.reduce_where_split = true;
@@ -587,18 +633,64 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
     double mean7 = 0, worst7 = 0;
     RETURN_IF_ERROR(s.write_and_measure(p7, &mean7, &worst7));
     rep.cosine_reduced_range = mean7;
-    rep.reduce_range = choose_reduce_range(o.reduce_range, true, true, mean7, rep.plain_cosine);
+    const int64_t candidates7 = static_cast<int64_t>(p7.reduced_nodes.size());
     s.log("reduce range (7-bit weights in [-64, 64] on the " + std::to_string(p7.reduced_weights) + " of " +
           std::to_string(p7.int8_weights) + " weights where 8 bits cost the split on this host without VNNI): output "
           "cosine " + std::to_string(mean7) + " against 8-bit " + std::to_string(rep.cosine_mean) + " and the plain floor " +
-          std::to_string(rep.plain_cosine) + (rep.reduce_range ? ": 7-bit written" : ": below the floor, 8-bit written"));
+          std::to_string(rep.plain_cosine));
+    double mean = mean7, worst = worst7;
+    if (mean < rep.plain_cosine && candidates7 > 1) {
+      // Per layer: each candidate's probe cosine with only it back at 8 bits; the gain per multiply-add orders them.
+      std::map<std::string, size_t> index;
+      for (size_t i = 0; i < s.model->graph.nodes.size(); ++i) index[s.model->graph.nodes[i].name] = i;
+      std::vector<size_t> cand;
+      for (const std::string& n : p7.reduced_nodes)
+        if (index.count(n) && (cand.empty() || cand.back() != index[n])) cand.push_back(index[n]);
+      ASSIGN_OR_RETURN(std::vector<KeptLayer> ranked, s.probe_each(
+                                                          p7, cand,
+                                                          [&](size_t i) {
+                                                            s.full_range = {s.model->graph.nodes[i].name};
+                                                            auto p = s.plan(keep);
+                                                            s.full_range.clear();
+                                                            return p;
+                                                          },
+                                                          "reduce range: layers probed at 8 bits"));
+      std::vector<std::pair<double, KeptLayer>> order;  // (gain per multiply-add, layer), positive gains only
+      for (const KeptLayer& k : ranked) {
+        if (k.output_cosine <= k.input_cosine) continue;
+        const int64_t macs = s.macs_of(s.model->graph.nodes[index[k.node]]);
+        order.emplace_back((k.output_cosine - k.input_cosine) / static_cast<double>(std::max<int64_t>(1, macs)), k);
+      }
+      std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+      // Stop rule: the floor reached, the layers with a positive probed gain used up, or kMaxRestored of them
+      // re-measured (each one run over the calibration data).
+      for (auto& [per_mac, k] : order) {
+        if (mean >= rep.plain_cosine || static_cast<int>(rep.restored_8bit.size()) >= kMaxRestored) break;
+        s.full_range.insert(k.node);
+        ASSIGN_OR_RETURN(p7, s.plan(keep));
+        RETURN_IF_ERROR(s.write_and_measure(p7, &mean, &worst));
+        k.model_cosine = mean;
+        rep.restored_8bit.push_back(k);
+        s.log("reduce range: " + k.node + " (" + k.op_type + ") back to 8-bit weights: alone it raises the probe cosine " +
+              std::to_string(k.input_cosine) + " -> " + std::to_string(k.output_cosine) + "; the output cosine on the "
+              "calibration data is now " + std::to_string(mean));
+      }
+    }
+    rep.reduce_range = choose_reduce_range(o.reduce_range, true, true, mean, rep.plain_cosine) && !p7.reduced_nodes.empty();
+    rep.cosine_mixed_range = rep.restored_8bit.empty() ? 0 : mean;
+    s.log(std::string("reduce range: ") +
+          (rep.reduce_range ? "7-bit weights on " + std::to_string(p7.reduced_nodes.size()) + " of " +
+                                  std::to_string(candidates7) + " layers written"
+                            : "below the floor, 8-bit written"));
     if (rep.reduce_range) {
       plan = std::move(p7);
-      rep.cosine_mean = mean7;
-      rep.cosine_min = worst7;
+      rep.cosine_mean = mean;
+      rep.cosine_min = worst;
     } else {
       s.weight_qmax = kFullWeightMax;
       s.reduce_where_split = false;
+      s.full_range.clear();
+      rep.restored_8bit.clear();
       RETURN_IF_ERROR(write_edited_onnx(o.model_path, plan.edit, o.out_path));
     }
   }
@@ -723,6 +815,7 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   rep.int8_weights = plan.int8_weights;
   rep.reduced_weights = plan.reduced_weights;
   rep.reduce_range = plan.reduced_weights > 0;
+  rep.layers_7bit = plan.reduced_nodes;
   rep.int32_biases = plan.int32_biases;
   rep.left_float = plan.left_float;
   rep.kept_by_user = o.keep_fp32;

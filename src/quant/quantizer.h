@@ -74,6 +74,10 @@ struct KeptLayer {
   double model_cosine = 0;   // the calibration-data cosine after keeping it (and those before it)
 };
 
+/// The automatic reduce range puts at most this many layers back to 8-bit weights, each re-measured over the
+/// calibration data (docs/quantization.md "Reduce range").
+constexpr int kMaxRestored = 16;
+
 struct QuantizeReport {
   int64_t samples = 0;
   int64_t batches = 0;
@@ -118,6 +122,12 @@ struct QuantizeReport {
   bool reduce_range = false;
   bool host_pairs_saturate = false;
   double cosine_full_range = 0, cosine_reduced_range = 0;
+  /// The automatic choice per layer: the layers put back to 8 bits (in order; input_cosine / output_cosine: the
+  /// probe cosine with all candidates 7-bit / with only this one 8-bit; model_cosine: the calibration cosine
+  /// after it), the calibration cosine of that mix (0: no layer put back), and the nodes whose weights are 7-bit.
+  std::vector<KeptLayer> restored_8bit;
+  double cosine_mixed_range = 0;
+  std::vector<std::string> layers_7bit;
   /// --holdout: samples and the output cosine on them (mean, worst), of the written file, and of the
   /// same file without bias correction (when it was on; else equal).
   int64_t holdout_samples = 0;

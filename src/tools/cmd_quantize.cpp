@@ -112,13 +112,20 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
     for (const auto& [node, c] : r.float_outputs) fo.push_back({{"node", node}, {"cosine_after", c}});
     j["plain_floor"] = {{"on", !opt.no_plain_floor}, {"plain_cosine", r.plain_cosine}, {"float_outputs", fo},
                         {"plain_written", r.plain_written}};
+    nlohmann::json restored = nlohmann::json::array();
+    for (const auto& k : r.restored_8bit)
+      restored.push_back({{"node", k.node}, {"op", k.op_type}, {"probe_cosine_all_7bit", k.input_cosine},
+                          {"probe_cosine_this_layer_8bit", k.output_cosine}, {"model_cosine_after", k.model_cosine}});
     j["reduce_range"] = {{"on", r.reduce_range},
                          {"mode", opt.reduce_range ? "on" : opt.no_reduce_range ? "off" : "auto"},
                          {"weight_range", r.reduce_range ? nlohmann::json::array({-64, 64}) : nlohmann::json::array({-127, 127})},
                          {"host_pairs_saturate", r.host_pairs_saturate},
                          {"weights_7bit", r.reduced_weights},
                          {"cosine_8bit", r.cosine_full_range},
-                         {"cosine_7bit", r.cosine_reduced_range}};
+                         {"cosine_7bit", r.cosine_reduced_range},
+                         {"cosine_mixed", r.cosine_mixed_range},
+                         {"layers_7bit", r.layers_7bit},
+                         {"layers_8bit_restored", restored}};
     j["output_cosine"] = {{"mean", r.cosine_mean}, {"worst_sample", r.cosine_min}, {"before_repair", r.first_cosine}};
     nlohmann::json kept = nlohmann::json::array();
     for (const auto& k : r.kept_for_target)
@@ -173,13 +180,26 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
       for (const auto& [node, c] : r.float_outputs)
         std::printf("    output of %-40s left float; then %.5f\n", node.c_str(), c);
     }
-    if (r.cosine_reduced_range > 0)
+    if (r.cosine_reduced_range > 0) {
       std::printf("  reduce range (no VNNI on this host): 7-bit weights where 8 bits cost the split give output cosine "
-                  "%.5f, 8-bit %.5f, the plain floor %.5f: %s\n",
-                  r.cosine_reduced_range, r.cosine_full_range, r.plain_cosine,
-                  r.reduce_range ? ("7-bit on " + std::to_string(r.reduced_weights) + " of " + std::to_string(r.int8_weights) +
-                                    " weights (exact int8 at full speed on this host)").c_str()
-                                 : "8-bit weights written");
+                  "%.5f, 8-bit %.5f, the plain floor %.5f",
+                  r.cosine_reduced_range, r.cosine_full_range, r.plain_cosine);
+      if (!r.restored_8bit.empty()) std::printf("; layers put back to 8 bits (best probed gain per multiply-add first):");
+      std::printf("\n");
+      for (const auto& k : r.restored_8bit)
+        std::printf("    %-40s (%s) 8-bit: probe cosine %.5f -> %.5f; then %.5f\n", k.node.c_str(), k.op_type.c_str(),
+                    k.input_cosine, k.output_cosine, k.model_cosine);
+      std::printf("    %s\n", r.reduce_range ? ("7-bit on " + std::to_string(r.reduced_weights) + " of " +
+                                                  std::to_string(r.int8_weights) +
+                                                  " weights (exact int8 at full speed on this host): " +
+                                                  [&] {
+                                                    std::string l;
+                                                    for (const auto& n : r.layers_7bit) l += (l.empty() ? "" : ", ") + n;
+                                                    return l;
+                                                  }())
+                                                     .c_str()
+                                               : "no mix reached the floor: 8-bit weights written");
+    }
     else
       std::printf("  weights: %s\n", r.reduce_range ? "7-bit, [-64, 64] (--reduce-range; depthwise ones 8-bit)"
                                     : opt.reduce_range    ? "8-bit, [-127, 127] (--reduce-range: only depthwise weights here)"

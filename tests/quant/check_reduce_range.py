@@ -14,7 +14,9 @@ Flatten, MatMul (2-D weight) + bias Add. Checks:
   floor's, and the written weights match the choice; elsewhere 8-bit with nothing measured; on the same
   model with its weights on the 7-bit grid (7 bits exact, 8 bits not), 7-bit on such a host, only where
   8 bits cost the split: the first Conv (its input has a zero point) and the MatMul, not the Conv reading
-  a Relu (zero point 0) nor the depthwise one;
+  a Relu (zero point 0) nor the depthwise one; with the MatMul's weights where 7 bits round worst instead (the
+  all-7-bit candidate below the floor), the MatMul alone put back to 8 bits and the first Conv's kept 7-bit, with
+  --json layers_7bit / layers_8bit_restored saying so;
 - both flags: exit 2, named, nothing written.
 """
 import json
@@ -32,8 +34,11 @@ from quant_cli import check, ferry, mean_cosine as cosine, outputs, w  # noqa: E
 quant_cli.setup(sys.argv[1], sys.argv[2])
 
 
-def make_model(path, snap=False):
-    """snap: every weight on its channel's 7-bit grid (k * max|W_c| / 64), which 7 bits hold exactly."""
+def make_model(path, snap=False, mixed=False):
+    """snap: every weight on its channel's 7-bit grid (k * max|W_c| / 64), which 7 bits hold exactly.
+    mixed: as snap, but the MatMul's weight w3 on its 8-bit grid at the steps 7 bits round worst (each column one
+    weight at max|W_c|, the others at +-1 or +-3 steps of max|W_c| / 127, which 7 bits make +-1/64 and +-2/64 of it):
+    7 bits cost almost all of the accuracy there and none on w1."""
     rng = np.random.default_rng(5)
     c0, c1, c2, c3 = 4, 8, 12, 6
     arrs = {"w1": rng.standard_normal((c1, c0, 3, 3)) * 0.3, "b1": rng.standard_normal(c1) * 0.1,
@@ -45,6 +50,10 @@ def make_model(path, snap=False):
             a = np.moveaxis(arrs[n], axis, 0)
             step = np.abs(a.reshape(a.shape[0], -1)).max(axis=1).reshape((-1,) + (1,) * (a.ndim - 1)) / 64
             arrs[n] = np.moveaxis(np.round(a / step) * step, 0, axis)
+    if mixed:
+        k = rng.choice([-3.0, -1.0, 1.0, 3.0], size=(c2, c3))
+        k[rng.integers(0, c2, size=c3), np.arange(c3)] = 127.0
+        arrs["w3"] = k * (0.5 / 127)
     inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in arrs.items()]
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
@@ -119,8 +128,10 @@ def main():
         check(ra["cosine_7bit"] > 0 and ra["cosine_8bit"] > 0, "default on a host without VNNI: both measured (%.5f, %.5f)"
               % (ra["cosine_7bit"], ra["cosine_8bit"]))
         plain = json.loads(p.stdout)["plain_floor"]["plain_cosine"]
-        check(ra["on"] == (ra["cosine_7bit"] >= plain),
-              "default: 7-bit exactly when its cosine reaches the plain floor (%.5f vs %.5f: %s)" % (ra["cosine_7bit"], plain, ra["on"]))
+        reached = ra["cosine_7bit"] >= plain or (ra["layers_8bit_restored"] and ra["cosine_mixed"] >= plain)
+        check(ra["on"] == bool(reached),
+              "default: 7-bit exactly when its cosine, or that of a mix with layers put back to 8 bits, reaches the plain "
+              "floor (%.5f / %.5f vs %.5f: %s)" % (ra["cosine_7bit"], ra["cosine_mixed"], plain, ra["on"]))
     else:
         check(not ra["on"] and ra["cosine_7bit"] == 0, "default on a host whose int8 pairs do not saturate: 8-bit, nothing measured")
     check(written7 == ra["on"], "default: the written weights match the choice (%s)" % ("7-bit" if written7 else "8-bit"))
@@ -132,11 +143,35 @@ def main():
     bits = {n: 7 if np.all(channel_max(qs[n][0], axes[n]) == 64) else 8 if np.all(channel_max(qs[n][0], axes[n]) == 127) else 0
             for n in qs}
     if ra["host_pairs_saturate"]:
-        check(ra["on"] and ra["weights_7bit"] == 2 and bits == {"w1": 7, "wd": 8, "w2": 8, "w3": 7},
+        check(ra["on"] and ra["weights_7bit"] == 2 and bits == {"w1": 7, "wd": 8, "w2": 8, "w3": 7} and
+              ra["layers_7bit"] == ["conv1", "fc"] and ra["layers_8bit_restored"] == [],
               "default, weights on the 7-bit grid: 7-bit where 8 bits cost the split (%s; cosine 7-bit %.5f, 8-bit %.5f)"
               % (bits, ra["cosine_7bit"], ra["cosine_8bit"]))
     else:
         check(not ra["on"] and set(bits.values()) == {8}, "default, weights on the 7-bit grid: 8-bit on this host")
+    # Per layer: 7 bits cost the MatMul almost all of the accuracy and the first Conv none, so the all-7-bit candidate
+    # is below the floor and the MatMul alone goes back to 8 bits.
+    mixed = w("rr_mixed.onnx")
+    make_model(mixed, snap=True, mixed=True)
+    p = ferry("quantize", mixed, "--calibration", w("calib.npz"), "--out", w("mixed.onnx"), "--json")
+    rep = json.loads(p.stdout)
+    ra, plain = rep["reduce_range"], rep["plain_floor"]["plain_cosine"]
+    qm = int8_weights(w("mixed.onnx"))
+    bits = {n: 7 if np.all(channel_max(qm[n][0], axes[n]) == 64) else 8 if np.all(channel_max(qm[n][0], axes[n]) == 127) else 0
+            for n in qm}
+    if ra["host_pairs_saturate"]:
+        restored = [k["node"] for k in ra["layers_8bit_restored"]]
+        check(ra["cosine_7bit"] < plain and restored == ["fc"] and ra["cosine_mixed"] >= plain,
+              "default, 7 bits costly on the MatMul only: all-7-bit below the floor (%.6f < %.6f), the MatMul alone put "
+              "back to 8 bits (%s), the mix at the floor (%.6f)" % (ra["cosine_7bit"], plain, restored, ra["cosine_mixed"]))
+        k = ra["layers_8bit_restored"][0] if restored else {}
+        check(k.get("probe_cosine_this_layer_8bit", 0) > k.get("probe_cosine_all_7bit", 1) and
+              k.get("model_cosine_after") == ra["cosine_mixed"], "--json: the MatMul's probed gain and the cosine after it")
+        check(ra["on"] and ra["weights_7bit"] == 1 and ra["layers_7bit"] == ["conv1"] and
+              bits == {"w1": 7, "wd": 8, "w2": 8, "w3": 8} and rep["output_cosine"]["mean"] == ra["cosine_mixed"],
+              "default, per layer: the written file 7-bit on conv1 only (%s)" % bits)
+    else:
+        check(not ra["on"] and set(bits.values()) == {8}, "default, per-layer model: 8-bit on this host")
     p = ferry("quantize", model, "--calibration", w("calib.npz"), "--out", w("auto_nf.onnx"), "--no-plain-floor", "--json")
     ra = json.loads(p.stdout)["reduce_range"]
     check(not ra["on"] and ra["cosine_7bit"] == 0, "default with --no-plain-floor: 8-bit (no floor to choose 7-bit by)")
