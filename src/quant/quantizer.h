@@ -127,6 +127,7 @@ struct QuantizeReport {
   /// after it), the calibration cosine of that mix (0: no layer put back), and the nodes whose weights are 7-bit.
   std::vector<KeptLayer> restored_8bit;
   double cosine_mixed_range = 0;
+  double reduce_range_bar = 0;  // what 7-bit weights must reach: the plain floor + half the 8-bit file's margin over it
   std::vector<std::string> layers_7bit;
   /// --holdout: samples and the output cosine on them (mean, worst), of the written file, and of the
   /// same file without bias correction (when it was on; else equal).

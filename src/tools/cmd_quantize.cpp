@@ -124,6 +124,7 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
                          {"cosine_8bit", r.cosine_full_range},
                          {"cosine_7bit", r.cosine_reduced_range},
                          {"cosine_mixed", r.cosine_mixed_range},
+                         {"cosine_bar", r.reduce_range_bar},
                          {"layers_7bit", r.layers_7bit},
                          {"layers_8bit_restored", restored}};
     j["output_cosine"] = {{"mean", r.cosine_mean}, {"worst_sample", r.cosine_min}, {"before_repair", r.first_cosine}};
@@ -182,8 +183,8 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
     }
     if (r.cosine_reduced_range > 0) {
       std::printf("  reduce range (no VNNI on this host): 7-bit weights where 8 bits cost the split give output cosine "
-                  "%.5f, 8-bit %.5f, the plain floor %.5f",
-                  r.cosine_reduced_range, r.cosine_full_range, r.plain_cosine);
+                  "%.5f, 8-bit %.5f, the plain floor %.5f (bar %.5f)",
+                  r.cosine_reduced_range, r.cosine_full_range, r.plain_cosine, r.reduce_range_bar);
       if (!r.restored_8bit.empty()) std::printf("; layers put back to 8 bits (best probed gain per multiply-add first):");
       std::printf("\n");
       for (const auto& k : r.restored_8bit)

@@ -128,10 +128,12 @@ def main():
         check(ra["cosine_7bit"] > 0 and ra["cosine_8bit"] > 0, "default on a host without VNNI: both measured (%.5f, %.5f)"
               % (ra["cosine_7bit"], ra["cosine_8bit"]))
         plain = json.loads(p.stdout)["plain_floor"]["plain_cosine"]
-        reached = ra["cosine_7bit"] >= plain or (ra["layers_8bit_restored"] and ra["cosine_mixed"] >= plain)
+        bar = plain + max(0.0, ra["cosine_8bit"] - plain) / 2
+        check(abs(ra["cosine_bar"] - bar) < 1e-9, "default: the bar is the plain floor + half the 8-bit margin (%.6f)" % bar)
+        reached = ra["cosine_7bit"] >= bar or (ra["layers_8bit_restored"] and ra["cosine_mixed"] >= bar)
         check(ra["on"] == bool(reached),
-              "default: 7-bit exactly when its cosine, or that of a mix with layers put back to 8 bits, reaches the plain "
-              "floor (%.5f / %.5f vs %.5f: %s)" % (ra["cosine_7bit"], ra["cosine_mixed"], plain, ra["on"]))
+              "default: 7-bit exactly when its cosine, or that of a mix with layers put back to 8 bits, reaches the bar "
+              "(%.5f / %.5f vs %.5f: %s)" % (ra["cosine_7bit"], ra["cosine_mixed"], bar, ra["on"]))
     else:
         check(not ra["on"] and ra["cosine_7bit"] == 0, "default on a host whose int8 pairs do not saturate: 8-bit, nothing measured")
     check(written7 == ra["on"], "default: the written weights match the choice (%s)" % ("7-bit" if written7 else "8-bit"))
@@ -161,9 +163,9 @@ def main():
             for n in qm}
     if ra["host_pairs_saturate"]:
         restored = [k["node"] for k in ra["layers_8bit_restored"]]
-        check(ra["cosine_7bit"] < plain and restored == ["fc"] and ra["cosine_mixed"] >= plain,
-              "default, 7 bits costly on the MatMul only: all-7-bit below the floor (%.6f < %.6f), the MatMul alone put "
-              "back to 8 bits (%s), the mix at the floor (%.6f)" % (ra["cosine_7bit"], plain, restored, ra["cosine_mixed"]))
+        check(ra["cosine_7bit"] < ra["cosine_bar"] and restored == ["fc"] and ra["cosine_mixed"] >= ra["cosine_bar"] >= plain,
+              "default, 7 bits costly on the MatMul only: all-7-bit below the bar (%.6f < %.6f), the MatMul alone put "
+              "back to 8 bits (%s), the mix at the bar (%.6f)" % (ra["cosine_7bit"], ra["cosine_bar"], restored, ra["cosine_mixed"]))
         k = ra["layers_8bit_restored"][0] if restored else {}
         check(k.get("probe_cosine_this_layer_8bit", 0) > k.get("probe_cosine_all_7bit", 1) and
               k.get("model_cosine_after") == ra["cosine_mixed"], "--json: the MatMul's probed gain and the cosine after it")
