@@ -687,7 +687,7 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
     s.log(std::string("reduce range: ") +
           (rep.reduce_range ? "7-bit weights on " + std::to_string(p7.reduced_nodes.size()) + " of " +
                                   std::to_string(candidates7) + " layers written"
-                            : "below the floor, 8-bit written"));
+                            : "below the bar, 8-bit written"));
     if (rep.reduce_range) {
       plan = std::move(p7);
       rep.cosine_mean = mean;

@@ -199,7 +199,7 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
                                                     return l;
                                                   }())
                                                      .c_str()
-                                               : "no mix reached the floor: 8-bit weights written");
+                                               : "no mix reached the bar: 8-bit weights written");
     }
     else
       std::printf("  weights: %s\n", r.reduce_range ? "7-bit, [-64, 64] (--reduce-range; depthwise ones 8-bit)"
