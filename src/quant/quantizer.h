@@ -19,15 +19,16 @@ StatusOr<WeightRounding> parse_weight_rounding(const std::string& name);
 const char* weight_rounding_name(WeightRounding r);
 
 /// --reduce-range (ONNX Runtime's reduce_range): int8 weights in [-64, 64] (7 bits) instead of [-127, 127].
-/// kAuto: on a host whose u8 x s8 products saturate in int16 pairs (no VNNI), 7-bit where its file's
-/// output cosine on the calibration data reaches the plain floor's (which needs the floor on), else
-/// 8-bit; elsewhere 8-bit. See docs/quantization.md "Reduce range".
+/// kAuto: on a host whose u8 x s8 products saturate in int16 pairs (no VNNI), 7-bit on the layers where
+/// 8 bits cost the split, per layer, where the file's output cosine on the calibration data reaches the
+/// bar (the plain floor plus half the 8-bit file's margin over it; needs the floor on), else 8-bit;
+/// elsewhere 8-bit. See docs/quantization.md "Reduce range".
 enum class ReduceRange { kAuto, kOn, kOff };
 
 /// The kAuto rule (kOn / kOff: as told): 7-bit on a host whose pairs saturate, the plain floor measured, when
-/// the 7-bit file's output cosine is at least the plain structure's.
-bool choose_reduce_range(ReduceRange mode, bool host_saturates, bool plain_floor, double cosine_reduced,
-                         double plain_cosine);
+/// the 7-bit file's output cosine is at least `bar` (quantize_model passes the plain floor plus half the 8-bit
+/// file's margin over it).
+bool choose_reduce_range(ReduceRange mode, bool host_saturates, bool plain_floor, double cosine_reduced, double bar);
 
 struct QuantizeOptions {
   std::string model_path;
