@@ -339,6 +339,14 @@ void Executor::release_state(std::unique_ptr<RunState> state) {
   idle_states_.push_back(std::move(state));
 }
 
+void Executor::release_idle_arenas() {
+  std::vector<std::unique_ptr<RunState>> idle;
+  {
+    std::lock_guard<std::mutex> lock(states_mu_);
+    idle.swap(idle_states_);
+  }
+}  // freed here, outside the lock
+
 MemoryStats Executor::memory_stats() const {
   std::lock_guard<std::mutex> lock(plans_mu_);
   MemoryStats s;

@@ -134,6 +134,10 @@ class Executor {
   /// released to its kernels (ExecutorOptions::release_weights) counts only as packed. Call it
   /// between runs: the arena of a run in progress is not counted.
   ResidentBytes resident_bytes() const;
+  /// Frees the arenas that idle runs keep for the next one (which binds a new arena from the stored
+  /// memory plan, as the run after a recording one does): for a caller about to hold memory
+  /// elsewhere for a while (`ferry train`'s evaluation between epochs). Runs in progress keep theirs.
+  void release_idle_arenas();
   /// The model that runs: the optimized copy when passes ran, else the one given.
   const Model& model() const { return *model_; }
   /// What the optimizer did (empty at opt level 0).

@@ -187,6 +187,29 @@ TEST(ExecutorArena, PlannedRunsMatchHeapRunsAcrossShapes) {
   EXPECT_FALSE(heap->memory_stats().planned);
 }
 
+// release_idle_arenas (ferry train before an evaluation): the idle run's arena goes, and the next
+// run binds a new one from the stored plan with the same results.
+TEST(ExecutorArena, IdleArenasReleasedAndBoundAgain) {
+  auto m = chain_model();
+  auto planned = make_executor(m, true);
+  auto heap = make_executor(m, false);
+  NamedTensors feeds = {{"x", random_input(64, 7)}};
+  NamedTensors want, got;
+  ASSERT_TRUE(heap->run(feeds, &want).is_ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(planned->run(feeds, &got).is_ok());  // records, then binds the arena
+  const int64_t bound = planned->resident_bytes().arena;
+  EXPECT_GT(bound, 0);
+  planned->release_idle_arenas();
+  EXPECT_EQ(planned->resident_bytes().arena, 0);
+  for (int i = 0; i < 2; ++i) {
+    got.clear();
+    ASSERT_TRUE(planned->run(feeds, &got).is_ok());
+    expect_same(got, want);
+  }
+  EXPECT_EQ(planned->resident_bytes().arena, bound);
+  EXPECT_TRUE(planned->memory_stats().planned);
+}
+
 TEST(ExecutorArena, ObserverThatKeepsOutputsSeesIntactValues) {
   auto m = chain_model();
   auto ex = make_executor(m, true);
