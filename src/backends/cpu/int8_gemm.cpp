@@ -346,6 +346,41 @@ bool EpilogueFactors::set(float a_scale, const Tensor& w_scale, float y_scale, f
   return true;
 }
 
+bool read_qconv_operands(const Graph& graph, const Node& node, const Tensor& w_scale, int64_t M, QConvOperands* q,
+                         EpilogueFactors* factors, Int8GemmEpilogue* epi) {
+  enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB };
+  NodeAttrs a(node);
+  if (has_input(node, kWZp)) {
+    const Tensor* wz = constant_input(graph, node, kWZp);
+    if (!wz || wz->dtype() != DType::kI8 || (wz->numel() != 1 && wz->numel() != M)) return false;
+    q->w_zp = wz->data<int8_t>();
+    q->w_zp_count = wz->numel();
+  }
+  const TensorType* xt = graph.find_type(node.inputs[kX]);
+  if (!xt || (xt->dtype != DType::kU8 && xt->dtype != DType::kI8)) return false;
+  q->x_signed = xt->dtype == DType::kI8;
+  const bool float_y = !has_input(node, kYScale) && !has_input(node, kYZp);
+  const Tensor* yzt = float_y ? nullptr : constant_input(graph, node, kYZp);
+  if (!float_y && (!yzt || (yzt->dtype() != DType::kU8 && yzt->dtype() != DType::kI8))) return false;
+  float xs = 0, xz = 0, ys = 1, yz = 0;
+  if (!scalar_input(graph, node, kXScale, &xs) || !scalar_input(graph, node, kXZp, &xz) ||
+      (!float_y && (!scalar_input(graph, node, kYScale, &ys) || !scalar_input(graph, node, kYZp, &yz))))
+    return false;
+  if (has_input(node, kXZp) && constant_input(graph, node, kXZp)->dtype() != xt->dtype) return false;
+  if (!q->x_signed && xz == 0) return false;  // oneDNN unsplit with the repair (dnnl_int8_conv.cpp)
+  q->x_zp = static_cast<int32_t>(xz);
+  const bool has_bias = has_input(node, kB);
+  if (!factors->set(xs, w_scale, ys, yz, has_bias, has_bias ? constant_input(graph, node, kB) : nullptr, M, epi))
+    return false;
+  epi->conv_relu = a.get_int("conv_relu", 0) != 0;
+  epi->clip_lo = a.get_float("conv_min", -INFINITY) / ys;
+  epi->clip_hi = a.get_float("conv_max", INFINITY) / ys;
+  epi->clip = epi->clip_lo > -INFINITY || epi->clip_hi < INFINITY;
+  epi->relu = !float_y && a.get_int("relu", 0) != 0;  // (the reference's float output skips it)
+  epi->y_dt = float_y ? DType::kF32 : yzt->dtype();
+  return true;
+}
+
 }  // namespace ferry::cpu
 
 namespace ferry {
@@ -454,37 +489,11 @@ class Int8GemmQConvKernel : public Kernel {
     // expansions of 16-32 channels, `ferry profile -t 1`); up to 128 int8_im2col_conv.cpp (registered
     // before) runs them faster.
     if (C < kMinConvChannels || (ws->numel() != 1 && ws->numel() != M)) return false;
-    const int8_t* wzp = nullptr;
-    int64_t wzp_count = 0;
-    if (cpu::has_input(node_, kWZp)) {
-      const Tensor* wz = cpu::constant_input(graph, node_, kWZp);
-      if (!wz || wz->dtype() != DType::kI8 || (wz->numel() != 1 && wz->numel() != M)) return false;
-      wzp = wz->data<int8_t>();
-      wzp_count = wz->numel();
-    }
-    const TensorType* xt = graph.find_type(node_.inputs[kX]);
-    if (!xt || (xt->dtype != DType::kU8 && xt->dtype != DType::kI8)) return false;
-    x_signed_ = xt->dtype == DType::kI8;
-    const bool float_y = !cpu::has_input(node_, kYScale) && !cpu::has_input(node_, kYZp);
-    const Tensor* yzt = float_y ? nullptr : cpu::constant_input(graph, node_, kYZp);
-    if (!float_y && (!yzt || (yzt->dtype() != DType::kU8 && yzt->dtype() != DType::kI8))) return false;
-    float xs = 0, xz = 0, ys = 1, yz = 0;
-    if (!cpu::scalar_input(graph, node_, kXScale, &xs) || !cpu::scalar_input(graph, node_, kXZp, &xz) ||
-        (!float_y && (!cpu::scalar_input(graph, node_, kYScale, &ys) || !cpu::scalar_input(graph, node_, kYZp, &yz))))
-      return false;
-    if (cpu::has_input(node_, kXZp) && cpu::constant_input(graph, node_, kXZp)->dtype() != xt->dtype) return false;
-    if (!x_signed_ && xz == 0) return false;  // oneDNN unsplit with the repair (dnnl_int8_conv.cpp)
-    x_zp_ = static_cast<int32_t>(xz);
-    const bool has_bias = cpu::has_input(node_, kB);
-    if (!factors_.set(xs, *ws, ys, yz, has_bias, has_bias ? cpu::constant_input(graph, node_, kB) : nullptr, M, &epi_))
-      return false;
-    epi_.conv_relu = attrs.get_int("conv_relu", 0) != 0;
-    epi_.clip_lo = attrs.get_float("conv_min", -INFINITY) / ys;
-    epi_.clip_hi = attrs.get_float("conv_max", INFINITY) / ys;
-    epi_.clip = epi_.clip_lo > -INFINITY || epi_.clip_hi < INFINITY;
-    epi_.relu = !float_y && attrs.get_int("relu", 0) != 0;  // (the reference's float output skips it)
-    epi_.y_dt = float_y ? DType::kF32 : yzt->dtype();
-    packed_.pack(w->data<int8_t>(), C, M, wzp, wzp_count, /*n_major=*/true);
+    cpu::QConvOperands q;
+    if (!cpu::read_qconv_operands(graph, node_, *ws, M, &q, &factors_, &epi_)) return false;
+    x_signed_ = q.x_signed;
+    x_zp_ = q.x_zp;
+    packed_.pack(w->data<int8_t>(), C, M, q.w_zp, q.w_zp_count, /*n_major=*/true);
     return true;
   }
 

@@ -178,36 +178,10 @@ class Int8Im2colQConvKernel : public Kernel {
     for (int64_t v : spatial_.strides) pointwise_ = pointwise_ && v == 1;
     for (int64_t v : spatial_.pads) pointwise_ = pointwise_ && v == 0;
     if (C > (pointwise_ ? kMaxPointwiseChannels : kMaxStemChannels)) return false;
-    const int8_t* wzp = nullptr;
-    int64_t wzp_count = 0;
-    if (cpu::has_input(node_, kWZp)) {
-      const Tensor* wz = cpu::constant_input(graph, node_, kWZp);
-      if (!wz || wz->dtype() != DType::kI8 || (wz->numel() != 1 && wz->numel() != M)) return false;
-      wzp = wz->data<int8_t>();
-      wzp_count = wz->numel();
-    }
-    const TensorType* xt = graph.find_type(node_.inputs[kX]);
-    if (!xt || (xt->dtype != DType::kU8 && xt->dtype != DType::kI8)) return false;
-    x_signed_ = xt->dtype == DType::kI8;
-    const bool float_y = !cpu::has_input(node_, kYScale) && !cpu::has_input(node_, kYZp);
-    const Tensor* yzt = float_y ? nullptr : cpu::constant_input(graph, node_, kYZp);
-    if (!float_y && (!yzt || (yzt->dtype() != DType::kU8 && yzt->dtype() != DType::kI8))) return false;
-    float xs = 0, xz = 0, ys = 1, yz = 0;
-    if (!cpu::scalar_input(graph, node_, kXScale, &xs) || !cpu::scalar_input(graph, node_, kXZp, &xz) ||
-        (!float_y && (!cpu::scalar_input(graph, node_, kYScale, &ys) || !cpu::scalar_input(graph, node_, kYZp, &yz))))
-      return false;
-    if (cpu::has_input(node_, kXZp) && cpu::constant_input(graph, node_, kXZp)->dtype() != xt->dtype) return false;
-    if (!x_signed_ && xz == 0) return false;  // oneDNN unsplit with the repair (dnnl_int8_conv.cpp)
-    x_zp_ = static_cast<int32_t>(xz);
-    const bool has_bias = cpu::has_input(node_, kB);
-    if (!factors_.set(xs, *ws, ys, yz, has_bias, has_bias ? cpu::constant_input(graph, node_, kB) : nullptr, M, &epi_))
-      return false;
-    epi_.conv_relu = attrs.get_int("conv_relu", 0) != 0;
-    epi_.clip_lo = attrs.get_float("conv_min", -INFINITY) / ys;
-    epi_.clip_hi = attrs.get_float("conv_max", INFINITY) / ys;
-    epi_.clip = epi_.clip_lo > -INFINITY || epi_.clip_hi < INFINITY;
-    epi_.relu = !float_y && attrs.get_int("relu", 0) != 0;  // (the reference's float output skips it)
-    epi_.y_dt = float_y ? DType::kF32 : yzt->dtype();
+    cpu::QConvOperands q;
+    if (!cpu::read_qconv_operands(graph, node_, *ws, M, &q, &factors_, &epi_)) return false;
+    x_signed_ = q.x_signed;
+    x_zp_ = q.x_zp;
     // The weights as [M, (kh, kw, c)], the order of the patches.
     const int64_t K = KH * KW * C;
     std::vector<int8_t> wr(static_cast<size_t>(M * K));
@@ -215,7 +189,7 @@ class Int8Im2colQConvKernel : public Kernel {
     for (int64_t m = 0; m < M; ++m)
       for (int64_t c = 0; c < C; ++c)
         for (int64_t t = 0; t < KH * KW; ++t) wr[static_cast<size_t>(m * K + t * C + c)] = src[(m * C + c) * KH * KW + t];
-    packed_.pack(wr.data(), K, M, wzp, wzp_count, /*n_major=*/true);
+    packed_.pack(wr.data(), K, M, q.w_zp, q.w_zp_count, /*n_major=*/true);
     // w - w_zp all in [-64, 64] (a weight zero point can make full-range weights so): packed as bytes for
     // int8_gemm's vpmaddubsw path, which oneDNN's unsplit kernel runs as exactly; this kernel reads the int16 panels.
     if (packed_.narrow) return false;
