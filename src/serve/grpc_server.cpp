@@ -154,6 +154,17 @@ class Service final : public inference::GRPCInferenceService::AsyncService {
  public:
   explicit Service(GrpcServer::Impl* s) : s_(s) {}
 
+  // The handlers below take the call as a Unary (answered once, from any thread) and are found by
+  // their own signature (UnaryCall::HandlerFn). They overload, not override, the generated
+  // service's synchronous virtuals of the same names (ServerContext*; disabled by AsyncService):
+  // brought into scope here so that ours do not hide them (clang's -Woverloaded-virtual).
+  using Base = inference::GRPCInferenceService::AsyncService;
+  using Base::ServerLive, Base::ServerReady, Base::ModelReady, Base::ServerMetadata;
+  using Base::ModelMetadata, Base::ModelConfig, Base::ModelStatistics, Base::RepositoryIndex;
+  using Base::RepositoryModelLoad, Base::RepositoryModelUnload, Base::SystemSharedMemoryStatus, Base::SystemSharedMemoryRegister;
+  using Base::SystemSharedMemoryUnregister, Base::CudaSharedMemoryStatus, Base::CudaSharedMemoryRegister, Base::CudaSharedMemoryUnregister;
+  using Base::TraceSetting, Base::LogSettings;
+
   void ServerLive(Unary* ctx, const inference::ServerLiveRequest*,
                                        inference::ServerLiveResponse* resp) {
     resp->set_live(true);
