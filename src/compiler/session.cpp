@@ -36,6 +36,18 @@ StatusOr<std::shared_ptr<Session>> Session::open(CompiledModel model, const Sess
   if (s->device_ != model.device && !(is_host_device(s->device_) && is_host_device(model.device)))
     return invalid_argument((model.gears.empty() ? std::string("model") : model.gears[0].model->path) + ": compiled for device '" + model.device + "', the selected device is '" +
                             s->device_ + "'; recompile with `ferry compile --device " + s->device_ + "`");
+  if (options.precision) {
+    // A file written before the mode was recorded (or with no mode) holds fp32 graphs.
+    auto compiled_mode = model.precision_mode.empty() ? StatusOr<PrecisionMode>(PrecisionMode::kForceFp32)
+                                                      : parse_precision_mode(model.precision_mode);
+    if (!compiled_mode.is_ok() || compiled_mode.value() != *options.precision) {
+      const std::string want = precision_mode_name(*options.precision);
+      const std::string have = model.precision_mode.empty() ? "force_fp32" : model.precision_mode;
+      return invalid_argument("compiled with precision mode '" + have + "', asked for '" + want +
+                              "': a compiled model's precision is fixed when it is compiled (`ferry compile --precision-mode " +
+                              want + "`, or load the .onnx model)");
+    }
+  }
   s->executor_options_.device = s->device_;
   s->executor_options_.opt_level = 0;  // compiled graphs are optimized already
   s->executor_options_.threads = options.threads > 0 ? options.threads : model.threads;
@@ -73,6 +85,13 @@ StatusOr<std::shared_ptr<Session>> Session::open_file(const std::string& path, c
     RETURN_IF_ERROR(optimize_model(m.get(), oo));
   }
   m->metadata[kOptimizedMetadataKey] = std::to_string(cm.opt_level);
+  // The precision rewrite on the optimized graph, before packing (as compile_model).
+  cm.precision_mode = precision_mode_name(options.precision.value_or(PrecisionMode::kForceFp32));
+  if (options.precision) {
+    PrecisionOptions po;
+    po.mode = *options.precision;
+    if (!po.is_identity()) RETURN_IF_ERROR(apply_precision(m.get(), po).with_context(path + ": precision " + cm.precision_mode));
+  }
   // The executors of the pool share one packed form of each weight, as they do a .ferry file's: the
   // kernels' packed forms are made once here (compiler/prepack.h) and kept on the nodes, where every
   // executor's kernels use them in place (not one copy per executor). A weight a node can hold in

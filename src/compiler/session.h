@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "format/compiled_model.h"
+#include "passes/precision.h"
 #include "runtime/executor.h"
 
 namespace ferry {
@@ -25,6 +27,11 @@ struct SessionOptions {
   /// Shown every node of every run (all executors of the pool, from the threads that run them:
   /// it must be thread-safe); it only looks, so runs keep the memory plan (the profiler).
   NodeObserver observer;
+  /// Precision mode (passes/precision.h). An ONNX model is rewritten for it at load, after the
+  /// optimization pipeline and before its weights are packed, as `ferry compile --precision-mode`
+  /// does. A compiled model's mode was fixed when it was compiled: another mode here fails the
+  /// open, naming both. Unset: the file's own (force_fp32 for an ONNX model).
+  std::optional<PrecisionMode> precision;
 };
 
 /// Per-run options (ONNX Runtime's RunOptions).

@@ -351,8 +351,8 @@ Status complete_and_validate(inference::ModelConfig* c, const std::vector<ValueI
       const std::string& s = value.string_value();
       if (s.empty() || s.size() > 4 || !std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) || std::stoi(s) < 1)
         return invalid_argument(where + ": parameters \"threads\" is '" + s + "'; it is a positive number of threads per instance");
-    } else {
-      warnings->push_back(where + ": parameters \"" + key + "\" is not a ferry setting and is ignored (ferry reads: threads)");
+    } else if (key != "precision") {  // checked when the model loads (ServedModel::load)
+      warnings->push_back(where + ": parameters \"" + key + "\" is not a ferry setting and is ignored (ferry reads: threads, precision)");
     }
   }
   return Status::ok();

@@ -120,6 +120,24 @@ TEST(CompiledModel, WeightsAreUsedInPlace) {
   std::remove(path.c_str());
 }
 
+// SessionOptions::precision: a compiled model's mode is fixed when it is compiled; asking for
+// another fails naming both (`ferry serve`'s config parameter "precision" relies on it).
+TEST(CompiledModel, SessionPrecisionMustMatchTheCompiledMode) {
+  auto m = demo_model();
+  CompileOptions o;
+  o.precision_mode = "fp16";
+  const std::string bytes = compile_bytes(*m, o);
+  SessionOptions so;
+  so.precision = PrecisionMode::kForceFp16;
+  auto same = Session::open_memory(bytes.data(), bytes.size(), so);
+  EXPECT_TRUE(same.is_ok()) << same.status().message();
+  so.precision = PrecisionMode::kForceFp32;
+  auto other = Session::open_memory(bytes.data(), bytes.size(), so);
+  ASSERT_FALSE(other.is_ok());
+  EXPECT_NE(other.status().message().find("compiled with precision mode 'force_fp16', asked for 'force_fp32'"), std::string::npos)
+      << other.status().message();
+}
+
 TEST(CompiledModel, DynamicBatchGearsRunBatchesOneToEight) {
   auto m = demo_model();
   CompileOptions o;
