@@ -5,46 +5,75 @@
 #include <dnnl.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "backends/cpu/cpu_parallel.h"
+
 namespace ferry::cpu {
 namespace {
 
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) int64_t large_pairs_avx2(const uint8_t* a, int64_t bytes, int32_t* js) {
-  const __m256i ones = _mm256_set1_epi8(1), lim = _mm256_set1_epi16(255);
-  int64_t n = 0;
-  for (int64_t i = 0; i < bytes; i += 32) {
-    const __m256i s = _mm256_maddubs_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)), ones);  // a0 + a1 <= 510
-    auto mask = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi16(s, lim)));  // 2 bits per pair
-    while (mask != 0) {
-      const int bit = __builtin_ctz(mask);
-      js[n++] = static_cast<int32_t>((i + bit) / 2);
-      mask &= ~(3u << bit);
-    }
+// The pairs g (bytes 2g, 2g + 1) of a[0, bytes) whose sum is 256 or more, bytes a multiple of 32, each
+// passed to `hit`; false as soon as `hit` returns false. The source is read in 128-byte steps whose pairs
+// are all small (the common case: ~1% of a Relu's output values are >= 128) with one test.
+// 0xFFFF per pair (bytes 2g, 2g + 1 of the 32 at a) whose sum is 256 or more (a0 + a1 <= 510: maddubs by ones is exact).
+__attribute__((target("avx2"), always_inline)) inline __m256i large_mask(const uint8_t* a) {
+  return _mm256_cmpgt_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)), _mm256_set1_epi8(1)),
+                            _mm256_set1_epi16(255));
+}
+
+// The large pairs of large_mask(m) at byte i, each passed to `hit`; false as soon as `hit` returns false.
+template <typename Hit>
+__attribute__((target("avx2"), always_inline)) inline bool report(int64_t i, __m256i m, Hit& hit) {
+  auto mask = static_cast<uint32_t>(_mm256_movemask_epi8(m));  // 2 bits per pair
+  while (mask != 0) {
+    const int bit = __builtin_ctz(mask);
+    if (!hit((i + bit) / 2)) return false;
+    mask &= ~(3u << bit);
   }
-  return n;
+  return true;
+}
+
+// The pairs g (bytes 2g, 2g + 1) of a[0, bytes) whose sum is 256 or more, bytes a multiple of 32, each
+// passed to `hit`; false as soon as `hit` returns false. The source is read in 128-byte steps whose pairs
+// are all small (the common case: ~1% of a Relu's output values are >= 128) with one test.
+template <typename Hit>
+__attribute__((target("avx2"))) bool large_pairs_avx2(const uint8_t* a, int64_t bytes, Hit& hit) {
+  int64_t i = 0;
+  for (; i + 128 <= bytes; i += 128) {
+    const __m256i m0 = large_mask(a + i), m1 = large_mask(a + i + 32), m2 = large_mask(a + i + 64), m3 = large_mask(a + i + 96);
+    const __m256i any = _mm256_or_si256(_mm256_or_si256(m0, m1), _mm256_or_si256(m2, m3));
+    if (_mm256_testz_si256(any, any)) continue;
+    if (!report(i, m0, hit) || !report(i + 32, m1, hit) || !report(i + 64, m2, hit) || !report(i + 96, m3, hit)) return false;
+  }
+  for (; i < bytes; i += 32)
+    if (!report(i, large_mask(a + i), hit)) return false;
+  return true;
 }
 #endif
 
-// The pairs j (channels 2j, 2j + 1) of the C bytes at `a` whose sum is 256 or more (the others cannot
-// saturate: 255 * 128 fits in int16), into js; their count.
-int64_t large_pairs(const uint8_t* a, int64_t C, int32_t* js) {
-  int64_t c = 0, n = 0;
+// Every pair g (bytes 2g, 2g + 1 of a[0, bytes), bytes even) whose sum is 256 or more (the others cannot
+// saturate: 255 * 128 fits in int16), in order, passed to `hit`; false as soon as `hit` returns false.
+template <typename Hit>
+bool large_pairs(const uint8_t* a, int64_t bytes, Hit& hit) {
+  int64_t c = 0;
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
   if (avx2) {
-    n = large_pairs_avx2(a, C / 32 * 32, js);
-    c = C / 32 * 32;
+    c = bytes / 32 * 32;
+    if (!large_pairs_avx2(a, c, hit)) return false;
   }
 #endif
-  for (; c + 1 < C; c += 2)
-    if (a[c] + a[c + 1] >= 256) js[n++] = static_cast<int32_t>(c / 2);
-  return n;
+  for (; c + 1 < bytes; c += 2)
+    if (a[c] + a[c + 1] >= 256 && !hit(c / 2)) return false;
+  return true;
 }
 
 }  // namespace
@@ -106,10 +135,17 @@ bool SaturatingPairs::init(const Tensor& wt) {
         }
       }
   if (!any) return false;  // no pair can saturate: exact unsplit
+  // Each list by |w0 + w1|, largest first, and per pair j the largest over its taps: a0 w0 + a1 w1 lies within
+  // +-max(a0, a1) |w0 + w1| (w0, w1 of one sign), so the scan stops where that bound fits in int16.
+  for (auto& list : v)
+    std::stable_sort(list.begin(), list.end(), [](const Viol& a, const Viol& b) { return std::abs(a.w0 + a.w1) > std::abs(b.w0 + b.w1); });
   fixup_ = std::move(v);
-  fix_pair_.assign(static_cast<size_t>(J), 0);
+  pair_max_.assign(static_cast<size_t>(J), 0);
   for (int64_t j = 0; j < J; ++j)
-    for (int64_t t = 0; t < KH * KW; ++t) fix_pair_[j] |= !fixup_[static_cast<size_t>(t * J + j)].empty();
+    for (int64_t t = 0; t < KH * KW; ++t) {
+      const auto& list = fixup_[static_cast<size_t>(t * J + j)];
+      if (!list.empty()) pair_max_[j] = std::max(pair_max_[j], std::abs(list.front().w0 + list.front().w1));
+    }
   kh_ = KH;
   kw_ = KW;
   return true;
@@ -120,32 +156,42 @@ bool SaturatingPairs::find(const std::vector<int64_t>& in_dims, const std::vecto
                            const std::array<int64_t, 2>& pad, const uint8_t* x, int64_t limit, std::vector<int64_t>* out) const {
   const int64_t N = in_dims[0], H = in_dims[1], W = in_dims[2], C = in_dims[3];
   const int64_t OH = out_dims[1], OW = out_dims[2], M = out_dims[3], KH = kh_, KW = kw_, J = C / 2;
-  std::vector<int32_t> js(static_cast<size_t>(J));
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t ih = 0; ih < H; ++ih)
-      for (int64_t iw = 0; iw < W; ++iw) {
-        const uint8_t* a = x + ((n * H + ih) * W + iw) * C;
-        const int64_t large = large_pairs(a, C, js.data());
-        for (int64_t k = 0; k < large; ++k) {
-          const int64_t j = js[k];
-          if (!fix_pair_[j]) continue;
-          const int a0 = a[2 * j], a1 = a[2 * j + 1];
-          for (int64_t kh = 0; kh < KH; ++kh) {
-            const int64_t th = ih + pad[0] - kh * dil[0];  // oh * stride
-            if (th < 0 || th % stride[0] != 0 || th / stride[0] >= OH) continue;
-            for (int64_t kw = 0; kw < KW; ++kw) {
-              const int64_t tw = iw + pad[1] - kw * dil[1];
-              if (tw < 0 || tw % stride[1] != 0 || tw / stride[1] >= OW) continue;
-              const int64_t base = ((n * OH + th / stride[0]) * OW + tw / stride[1]) * M;
-              for (const Viol& v : fixup_[static_cast<size_t>((kh * KW + kw) * J + j)]) {
-                const int s = a0 * v.w0 + a1 * v.w1;
-                if (s > 32767 || s < -32768) out->push_back(base + v.m);
-              }
-            }
+  if (C % 2 != 0) return false;  // (not a case of the repair's: C % 4 == 0 there) the split
+  // One pass over the whole source: C is even, so no pair straddles two pixels and pair g of the
+  // tensor is pair g % J of pixel g / J. Threads take 128-byte blocks, each listing into its own vector.
+  const int64_t bytes = N * H * W * C;
+  std::mutex mu;
+  std::atomic<bool> stopped{false};
+  parallel_ranges((bytes + 127) / 128, 128, [&](int64_t b0, int64_t b1) {
+    std::vector<int64_t> mine;
+    const int64_t first = b0 * 128, last = std::min(bytes, b1 * 128);
+    const auto hit = [&](int64_t p) {
+      const int64_t g = first / 2 + p, pix = g / J, j = g % J;
+      const int a0 = x[2 * g], a1 = x[2 * g + 1], amax = std::max(a0, a1);
+      if (amax * pair_max_[static_cast<size_t>(j)] <= 32767) return true;  // no weight pair of j saturates on these
+      const int64_t iw = pix % W, ih = pix / W % H, n = pix / W / H;
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        const int64_t th = ih + pad[0] - kh * dil[0];  // oh * stride
+        if (th < 0 || th % stride[0] != 0 || th / stride[0] >= OH) continue;
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          const int64_t tw = iw + pad[1] - kw * dil[1];
+          if (tw < 0 || tw % stride[1] != 0 || tw / stride[1] >= OW) continue;
+          const int64_t base = ((n * OH + th / stride[0]) * OW + tw / stride[1]) * M;
+          for (const Viol& v : fixup_[static_cast<size_t>((kh * KW + kw) * J + j)]) {
+            if (amax * std::abs(v.w0 + v.w1) <= 32767) break;  // nor any after it
+            const int s = a0 * v.w0 + a1 * v.w1;
+            if (s > 32767 || s < -32768) mine.push_back(base + v.m);
           }
         }
-        if (static_cast<int64_t>(out->size()) > 2 * limit) return false;
       }
+      return static_cast<int64_t>(mine.size()) <= 2 * limit;
+    };
+    const bool ok = first < last && !stopped.load(std::memory_order_relaxed) ? large_pairs(x + first, last - first, hit) : true;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!ok) stopped = true;
+    out->insert(out->end(), mine.begin(), mine.end());
+  });
+  if (stopped) return false;
   std::sort(out->begin(), out->end());
   out->erase(std::unique(out->begin(), out->end()), out->end());
   return static_cast<int64_t>(out->size()) <= limit;

@@ -24,7 +24,9 @@
 // values are >= 128 and at most 0.003% of the outputs after the stem are touched
 // (bench/int8_pair_saturation.py, docs/performance.md "INT8"). So the
 // convolution runs unsplit (half the split's multiply-adds), SaturatingPairs::find lists every output a
-// saturating pair feeds (a superset is harmless), and the convolution's repair recomputes those outputs
+// saturating pair feeds (a superset is harmless; one pass over the source in 128-byte steps, split over
+// the threads, and per pair the weight pairs by |w0 + w1| so that max(a0, a1) |w0 + w1| <= 32767 ends the
+// look early), and the convolution's repair recomputes those outputs
 // exactly, in the reference's order (its integer sum and f32 epilogue), over what oneDNN wrote (ResNet-50
 // at 1 thread: 52 CPU ms per run against 93 split, the same outputs). Only on a source with zero point 0,
 // a Relu's output whose values >= 128 are its tail: MobileNetV2's expansions read residual sums (zero point
@@ -75,8 +77,8 @@ class SaturatingPairs {
     int16_t w0, w1;
   };
   int64_t kh_ = 0, kw_ = 0;
-  std::vector<std::vector<Viol>> fixup_;  // per (tap, pair j): the output channels whose pair may saturate
-  std::vector<uint8_t> fix_pair_;         // per pair j: any tap has one
+  std::vector<std::vector<Viol>> fixup_;  // per (tap, pair j): the output channels whose pair may saturate, largest |w0 + w1| first
+  std::vector<int> pair_max_;             // per pair j: the largest |w0 + w1| of its lists (0: none)
 };
 
 }  // namespace ferry::cpu
