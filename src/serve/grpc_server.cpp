@@ -99,6 +99,7 @@ struct GrpcServer::Impl {
       return done(to_grpc(decoded.status()));
     }
     InferRequest request = std::move(decoded.value().request);
+    if (trace_id) opt.tracer->record_inputs(trace_id, request.inputs);  // trace_level TENSORS: the inputs as queued
     request.cancelled = std::move(cancelled);
     request.version_pinned = !req.model_version().empty();
     auto names = std::make_shared<std::vector<RequestedOutput>>(std::move(decoded.value().outputs));
@@ -116,7 +117,9 @@ struct GrpcServer::Impl {
       } else {
         st = to_grpc(r.status);
       }
-      if (trace_id) opt.tracer->record(trace_id, m->name(), r.version > 0 ? r.version : m->version(), id, trace_start, r.timestamps, Tracer::now_ns());
+      if (trace_id)
+        opt.tracer->record(trace_id, m->name(), r.version > 0 ? r.version : m->version(), id, trace_start, r.timestamps, Tracer::now_ns(),
+                           r.status.is_ok() ? &r.outputs : nullptr);
       in_flight.fetch_sub(1);
       done(st);
     }, policy);

@@ -387,6 +387,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto meta = std::make_shared<DecodedInfer>(std::move(decoded).value());
     InferRequest request = std::move(meta->request);
     request.version_pinned = !version.empty();
+    if (trace_id) tracer->record_inputs(trace_id, request.inputs);  // trace_level TENSORS: the inputs as queued
     meta->request.id = request.id;
     cancelled_ = request.cancelled;
     counted_ = true;
@@ -414,7 +415,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
         e.body = error_json(r.status.message());
       }
       if (trace_id)
-        tracer->record(trace_id, sig->name, r.version > 0 ? r.version : sig->version, meta->request.id, trace_start, r.timestamps, Tracer::now_ns());
+        tracer->record(trace_id, sig->name, r.version > 0 ? r.version : sig->version, meta->request.id, trace_start, r.timestamps, Tracer::now_ns(),
+                       r.status.is_ok() ? &r.outputs : nullptr);
       reply->status = status;
       reply->encoded = std::move(e);
       if (reply->phase.exchange(Reply::kAnswered, std::memory_order_acq_rel) != Reply::kWaiting) return;

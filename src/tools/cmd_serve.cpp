@@ -50,8 +50,9 @@ struct ServeOptions {
   bool log_info = true, log_warning = true, log_error = true;
   std::string log_format = "default";
   std::string log_file;
-  std::string trace_file, trace_level = "OFF";
-  uint64_t trace_rate = 1000;
+  std::string trace_file;
+  std::vector<std::string> trace_level;  // empty: OFF
+  uint64_t trace_rate = 1000, trace_log_frequency = 0;
   int64_t trace_count = -1;
   bool allow_client_shm = false;
 };
@@ -77,14 +78,22 @@ int cmd_serve(const ServeOptions& opt) {
   auto server_log = serve::ServerLog::open(ls);
   if (!server_log.is_ok()) return report(server_log.status());
   serve::ServerLog* logging = server_log.value().get();
-  // The trace extension: sampled requests' timestamps into --trace-file; settings changed at run
-  // time over /v2/trace/setting and gRPC TraceSetting.
-  if (opt.trace_level != "OFF" && opt.trace_level != "TIMESTAMPS") {
-    std::fprintf(stderr, "error: --trace-level '%s': expected OFF or TIMESTAMPS\n", opt.trace_level.c_str());
+  // The trace extension: sampled requests' timestamps and tensors into --trace-file; settings
+  // changed at run time over /v2/trace/setting and gRPC TraceSetting.
+  serve::TraceSettings ts;
+  for (const std::string& l : opt.trace_level) {
+    if (l == "TIMESTAMPS") ts.timestamps = true;
+    else if (l == "TENSORS") ts.tensors = true;
+    else if (l != "OFF") {
+      std::fprintf(stderr, "error: --trace-level '%s': expected OFF, TIMESTAMPS or TENSORS\n", l.c_str());
+      return 2;
+    }
+  }
+  if ((ts.timestamps || ts.tensors) && std::find(opt.trace_level.begin(), opt.trace_level.end(), "OFF") != opt.trace_level.end()) {
+    std::fprintf(stderr, "error: --trace-level OFF cannot be given with another level\n");
     return 2;
   }
-  serve::TraceSettings ts;
-  ts.timestamps = opt.trace_level == "TIMESTAMPS";
+  ts.log_frequency = opt.trace_log_frequency;
   ts.rate = opt.trace_rate;
   ts.count = opt.trace_count;
   auto tracer = serve::Tracer::open(opt.trace_file, ts);
@@ -284,8 +293,12 @@ const bool kRegistered = register_command({"serve", 75, [](CLI::App& app) {
   cmd->add_option("--log-error", opt->log_error, "Log errors (default true)");
   cmd->add_option("--log-format", opt->log_format, "default (\"ferry serve: ...\") or ISO8601 (the UTC time first)");
   cmd->add_option("--log-file", opt->log_file, "Append the log to this file instead of stderr");
-  cmd->add_option("--trace-file", opt->trace_file, "Append sampled requests' timestamps to this file, one JSON object a line (the trace extension)");
-  cmd->add_option("--trace-level", opt->trace_level, "OFF (default) or TIMESTAMPS; changeable at run time (/v2/trace/setting)");
+  cmd->add_option("--trace-file", opt->trace_file,
+                  "Append sampled requests' traces to this file, one JSON object a line (the trace extension)");
+  cmd->add_option("--trace-level", opt->trace_level,
+                  "OFF (default), TIMESTAMPS, TENSORS (inputs and outputs); repeat for both; changeable at run time (/v2/trace/setting)");
+  cmd->add_option("--trace-log-frequency", opt->trace_log_frequency,
+                  "0 (default): traces appended to --trace-file; N: to FILE.0, FILE.1, ..., N traces a file");
   cmd->add_option("--trace-rate", opt->trace_rate, "Trace one request in this many (default 1000)")->check(CLI::PositiveNumber);
   cmd->add_option("--trace-count", opt->trace_count, "Stop after tracing this many requests (default -1: no limit)")->check(CLI::Range(int64_t(-1), INT64_MAX));
   return CommandRun{cmd, [opt] { return cmd_serve(*opt); }};

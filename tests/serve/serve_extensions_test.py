@@ -381,7 +381,8 @@ try:
     check([s["name"] for s in last["timestamps"]] == ["REQUEST_START", "REQUEST_END"] and last["model_name"] == "add",
           "a refused request's trace has its two ends: %s" % last)
     check(requests.get(TS, timeout=T).json()["trace_count"] == "0", "trace_count counts down")
-    for body, text in (({"trace_level": ["TENSORS"]}, "TENSORS is not supported by ferry"),
+    for body, text in (({"trace_level": ["OFF", "TENSORS"]}, "OFF cannot be listed with another level"),
+                       ({"log_frequency": "-1"}, "trace setting 'log_frequency' '-1': give 0"),
                        ({"trace_rate": "0"}, "trace setting 'trace_rate' '0': give a count >= 1"),
                        ({"trace_file": "/tmp/elsewhere"}, "trace setting 'trace_file' cannot be changed while the server runs"),
                        ({"trace_rate": 5}, "give a string"),
@@ -401,6 +402,41 @@ try:
         stub.ModelInfer(req, timeout=T)
         last = traces()[-1]
         check(last.get("request_id") == "g-traced" and [s["name"] for s in last["timestamps"]] == order, "a gRPC request traced: %s" % last)
+
+    # TENSORS: after the trace's own line, Triton's records of the inputs as queued and of the outputs.
+    def tensor_value(rec):
+        t = rec["tensor"]
+        return np.array([float(v) for v in t["data"].split(",")], np.float32).reshape([int(d) for d in t["shape"].split(",")])
+
+    def check_tensors(got, rid, what):
+        acts = [(g.get("activity"), g.get("tensor", {}).get("name")) for g in got[1:]]
+        ok = (len(got) == 4 and got[0].get("request_id") == rid and [s["name"] for s in got[0].get("timestamps", [])] == order and
+              acts == [("TENSOR_QUEUE_INPUT", "x"), ("TENSOR_QUEUE_INPUT", "y"), ("TENSOR_BACKEND_OUTPUT", "z")] and
+              all(g["id"] == got[0]["id"] and g["tensor"]["dtype"] == "FP32" for g in got[1:]))
+        check(ok and np.array_equal(tensor_value(got[1]), x) and np.array_equal(tensor_value(got[2]), y) and
+              np.array_equal(tensor_value(got[3]), want_z), "%s: TENSORS records of x, y and z with their values: %s" % (what, got))
+
+    r = requests.post(TS, data=json.dumps({"trace_level": ["TIMESTAMPS", "TENSORS"], "trace_rate": "1", "trace_count": "-1"}), timeout=T)
+    check(r.status_code == 200 and r.json()["trace_level"] == ["TIMESTAMPS", "TENSORS"], "trace_level TIMESTAMPS and TENSORS: " + r.text)
+    n = len(traces())
+    requests.post(U + "/v2/models/add/infer", data=json.dumps(dict(json.loads(add_body), id="tensors")), timeout=T)
+    check_tensors(traces()[n:], "tensors", "HTTP")
+    if stubs:
+        n = len(traces())
+        req.id = "g-tensors"
+        stub.ModelInfer(req, timeout=T)
+        check_tensors(traces()[n:], "g-tensors", "gRPC")
+    # log_frequency 2: the traces go to TRACE.0, TRACE.1, ..., two a file; 0: back to TRACE.
+    r = requests.post(TS, data=json.dumps({"trace_level": ["TIMESTAMPS"], "log_frequency": "2"}), timeout=T)
+    check(r.status_code == 200 and r.json()["log_frequency"] == "2", "log_frequency 2: " + r.text)
+    n = len(traces())
+    for i in range(3):
+        requests.post(U + "/v2/models/add/infer", data=json.dumps(dict(json.loads(add_body), id="f%d" % i)), timeout=T)
+    indexed = [[json.loads(l).get("request_id") for l in open(TRACE + ".%d" % k)] if os.path.exists(TRACE + ".%d" % k) else None for k in range(3)]
+    check(indexed == [["f0", "f1"], ["f2"], None] and len(traces()) == n, "log_frequency 2: two traces a file, TRACE.0 and TRACE.1: %s" % indexed)
+    requests.post(TS, data=json.dumps({"log_frequency": "0"}), timeout=T)
+    requests.post(U + "/v2/models/add/infer", data=json.dumps(dict(json.loads(add_body), id="f3")), timeout=T)
+    check([t.get("request_id") for t in traces()[n:]] == ["f3"], "log_frequency 0 again: the trace file: %s" % traces()[n:])
     requests.post(TS, data=json.dumps({"trace_level": ["OFF"]}), timeout=T)
 
     # ---- unregister: a region, then all --------------------------------------------------------
