@@ -256,7 +256,7 @@ struct Planner {
     for (int64_t i = 0; i < axis; ++i) outer *= d[static_cast<size_t>(i)];
     for (size_t i = static_cast<size_t>(axis) + 1; i < d.size(); ++i) inner *= d[i];
     const int64_t channels = d[static_cast<size_t>(axis)];
-    const std::vector<float> scales = weight_scales(w, axis, weight_qmax);
+    const std::vector<float> scales = plan_weight_scales(w, axis, weight_qmax);
     const float qmax = static_cast<float>(weight_qmax);
     const float* p = w.data<float>();
     Tensor q = Tensor::allocate(DType::kI8, d);
@@ -507,6 +507,50 @@ std::vector<float> weight_scales(const Tensor& w, int64_t axis, int qmax) {
         scales[static_cast<size_t>(c)] = std::max(scales[static_cast<size_t>(c)], std::fabs(p[(o * channels + c) * inner + k]));
   for (float& s : scales) s = s > 0 && std::isfinite(s) ? s / static_cast<float>(qmax) : 1.0f;
   return scales;
+}
+
+std::vector<float> weight_scales_mse(const Tensor& w, int64_t axis, int qmax) {
+  const auto& d = w.dims();
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= d[static_cast<size_t>(i)];
+  for (size_t i = static_cast<size_t>(axis) + 1; i < d.size(); ++i) inner *= d[i];
+  const int64_t channels = d[static_cast<size_t>(axis)];
+  std::vector<float> scales = weight_scales(w, axis, qmax);  // MinMax: a = 1
+  const float* p = w.data<float>();
+  const float q = static_cast<float>(qmax);
+  std::vector<float> v(static_cast<size_t>(outer * inner));
+  for (int64_t c = 0; c < channels; ++c) {
+    size_t n = 0;
+    bool any = false;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < inner; ++k) {
+        v[n] = p[(o * channels + c) * inner + k];
+        any = any || v[n] != 0.0f;
+        ++n;
+      }
+    if (!any || !std::isfinite(scales[static_cast<size_t>(c)])) continue;  // all-zero channel: scale 1, as MinMax
+    const float s1 = scales[static_cast<size_t>(c)];
+    double best = -1;
+    float best_s = s1;
+    for (int step = 100; step >= 50; --step) {  // a = step / 100
+      const float s = s1 * static_cast<float>(step) / 100.0f;
+      double err = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const float r = s * std::clamp(std::nearbyint(v[i] / s), -q, q) - v[i];
+        err += static_cast<double>(r) * r;
+      }
+      if (best < 0 || err < best) {
+        best = err;
+        best_s = s;
+      }
+    }
+    scales[static_cast<size_t>(c)] = best_s;
+  }
+  return scales;
+}
+
+std::vector<float> plan_weight_scales(const Tensor& w, int64_t axis, int qmax) {
+  return qmax < kFullWeightMax ? weight_scales_mse(w, axis, qmax) : weight_scales(w, axis, qmax);
 }
 
 StatusOr<QdqPlan> plan_qdq(const Model& model, const RangeFn& range, const std::set<std::string>& keep_fp32,

@@ -62,6 +62,15 @@ constexpr int kReducedWeightMax = 64;
 /// The per-channel symmetric scales of a float weight along `axis`: max|W_c| / qmax (1 for an all-zero channel).
 std::vector<float> weight_scales(const Tensor& w, int64_t axis, int qmax = kFullWeightMax);
 
+/// The per-channel symmetric scales chosen by squared error (docs/quantization.md "Reduce range"): for each
+/// channel c, s_c = a * max|W_c| / qmax for the clip ratio a in {1, 0.99, ..., 0.50} with the least
+/// sum_k (W_ck - s_c * clamp(round(W_ck / s_c), -qmax, qmax))^2 (ties: the larger a; a = 1 is MinMax).
+std::vector<float> weight_scales_mse(const Tensor& w, int64_t axis, int qmax);
+
+/// The scales the plan gives a weight of range qmax: MinMax at 8 bits (the plain baseline's), the squared-error
+/// search at 7 (where MinMax's coarser steps cost the most and a clipped outlier is cheaper than rounding).
+std::vector<float> plan_weight_scales(const Tensor& w, int64_t axis, int qmax);
+
 /// What the plan wraps besides the defaults (docs/quantization.md, "Never below plain MinMax").
 struct PlanOptions {
   /// The plain structure of bench/int8_baseline.py: Q/DQ only on the activation inputs of Conv, Gemm

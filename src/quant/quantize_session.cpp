@@ -223,7 +223,7 @@ Status Session::gptq_weights(QdqPlan* p, const std::set<std::string>& keep, Quan
     const int qmax = std::find(p->reduced_nodes.begin(), p->reduced_nodes.end(), l.node) != p->reduced_nodes.end()
                          ? kReducedWeightMax
                          : kFullWeightMax;
-    const std::vector<float> scales = weight_scales(w, l.transposed ? 1 : 0, qmax);
+    const std::vector<float> scales = plan_weight_scales(w, l.transposed ? 1 : 0, qmax);
     std::vector<float> wt;  // [n, k]
     const float* wp = w.data<float>();
     if (l.transposed) {

@@ -36,6 +36,41 @@ bool choose_reduce_range(ReduceRange mode, bool host_saturates, bool plain_floor
   return host_saturates && plain_floor && cosine_reduced >= bar;
 }
 
+StatusOr<LayerSearch> search_8bit_layers(
+    double initial, double bar, const std::vector<std::string>& order, const std::map<std::string, int64_t>& macs,
+    int max_restored, const std::function<StatusOr<double>(const std::vector<std::string>&)>& measure) {
+  LayerSearch r;
+  r.cosine = initial;
+  for (const std::string& n : order) {
+    if (r.cosine >= bar || static_cast<int>(r.restored.size()) >= max_restored) break;
+    r.eight_bit.push_back(n);
+    ASSIGN_OR_RETURN(r.cosine, measure(r.eight_bit));
+    r.restored.emplace_back(n, r.cosine);
+  }
+  r.reached = r.cosine >= bar;
+  if (!r.reached || r.eight_bit.empty()) return r;
+  auto macs_of = [&](const std::string& n) {
+    auto it = macs.find(n);
+    return it == macs.end() ? int64_t{0} : it->second;
+  };
+  std::vector<std::string> back = r.eight_bit;
+  std::stable_sort(back.begin(), back.end(),
+                   [&](const std::string& x, const std::string& y) { return macs_of(x) > macs_of(y); });
+  for (const std::string& n : back) {
+    std::vector<std::string> without;
+    for (const std::string& k : r.eight_bit)
+      if (k != n) without.push_back(k);
+    ASSIGN_OR_RETURN(const double c, measure(without));
+    r.tried_back.push_back(n);
+    if (c >= bar) {
+      r.eight_bit = std::move(without);
+      r.cosine = c;
+      r.released.emplace_back(n, c);
+    }
+  }
+  return r;
+}
+
 StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   Session s(o);
   ASSIGN_OR_RETURN(s.model, load_onnx_model(o.model_path));
@@ -150,19 +185,49 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
         order.emplace_back((k.output_cosine - k.input_cosine) / static_cast<double>(std::max<int64_t>(1, macs)), k);
       }
       std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
-      // Stop rule: the floor reached, the layers with a positive probed gain used up, or kMaxRestored of them
-      // re-measured (each one run over the calibration data).
-      for (auto& [per_mac, k] : order) {
-        if (mean >= bar || static_cast<int>(rep.restored_8bit.size()) >= kMaxRestored) break;
-        s.full_range.insert(k.node);
-        ASSIGN_OR_RETURN(p7, s.plan(keep));
-        RETURN_IF_ERROR(s.write_and_measure(p7, &mean, &worst));
-        k.model_cosine = mean;
+      // Forward: layers back to 8 bits in that order, re-measured after each, until the bar is reached, the layers
+      // with a positive probed gain are used up, or kMaxRestored have gone back; then backward: each of them, the
+      // most multiply-adds first, returns to 7 bits where the file still reaches the bar without it.
+      std::vector<std::string> names;
+      std::map<std::string, int64_t> macs;
+      std::map<std::string, KeptLayer> probed;
+      for (const auto& [per_mac, k] : order) {
+        names.push_back(k.node);
+        macs[k.node] = s.macs_of(s.model->graph.nodes[index[k.node]]);
+        probed[k.node] = k;
+      }
+      std::map<std::vector<std::string>, double> worst_of;  // the measured sets' worst sample
+      ASSIGN_OR_RETURN(LayerSearch found, search_8bit_layers(
+                                              mean, bar, names, macs, kMaxRestored,
+                                              [&](const std::vector<std::string>& eight) -> StatusOr<double> {
+                                                s.full_range = std::set<std::string>(eight.begin(), eight.end());
+                                                ASSIGN_OR_RETURN(QdqPlan t, s.plan(keep));
+                                                double m = 0, w = 0;
+                                                RETURN_IF_ERROR(s.write_and_measure(t, &m, &w));
+                                                worst_of[eight] = w;
+                                                return m;
+                                              }));
+      for (const auto& [node, c] : found.restored) {
+        KeptLayer k = probed[node];
+        k.model_cosine = c;
         rep.restored_8bit.push_back(k);
         s.log("reduce range: " + k.node + " (" + k.op_type + ") back to 8-bit weights: alone it raises the probe cosine " +
               std::to_string(k.input_cosine) + " -> " + std::to_string(k.output_cosine) + "; the output cosine on the "
-              "calibration data is now " + std::to_string(mean));
+              "calibration data is now " + std::to_string(c));
       }
+      for (const auto& [node, c] : found.released) {
+        KeptLayer k = probed[node];
+        k.model_cosine = c;
+        rep.released_7bit.push_back(k);
+        s.log("reduce range: " + k.node + " (" + k.op_type + ") back to 7 bits, the bar still reached without it: "
+              "output cosine " + std::to_string(c));
+      }
+      // The chosen mix, planned again (and written: the file on disk is the last one measured).
+      s.full_range = std::set<std::string>(found.eight_bit.begin(), found.eight_bit.end());
+      ASSIGN_OR_RETURN(p7, s.plan(keep));
+      if (!found.tried_back.empty()) RETURN_IF_ERROR(write_edited_onnx(o.model_path, p7.edit, o.out_path));
+      mean = found.cosine;
+      if (worst_of.count(found.eight_bit)) worst = worst_of[found.eight_bit];
     }
     rep.reduce_range = choose_reduce_range(o.reduce_range, true, true, mean, bar) && !p7.reduced_nodes.empty();
     rep.cosine_mixed_range = rep.restored_8bit.empty() ? 0 : mean;
@@ -179,6 +244,7 @@ StatusOr<QuantizeReport> quantize_model(const QuantizeOptions& o) {
       s.reduce_where_split = false;
       s.full_range.clear();
       rep.restored_8bit.clear();
+      rep.released_7bit.clear();
       RETURN_IF_ERROR(write_edited_onnx(o.model_path, plan.edit, o.out_path));
     }
   }

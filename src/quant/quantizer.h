@@ -30,6 +30,23 @@ enum class ReduceRange { kAuto, kOn, kOff };
 /// file's margin over it).
 bool choose_reduce_range(ReduceRange mode, bool host_saturates, bool plain_floor, double cosine_reduced, double bar);
 
+/// The automatic reduce range's per-layer search (docs/quantization.md "Reduce range"), on any measure:
+/// `measure(S)` is the output cosine of the file with the layers of S at 8 bits and the other candidates at 7
+/// (`initial`: its value for S empty). Forward: the layers of `order` join S one at a time, each measured,
+/// until the cosine reaches `bar` or `max_restored` have joined. Backward, once the bar is reached: each
+/// layer of S, the largest `macs` first, leaves S again where the file still reaches the bar without it.
+struct LayerSearch {
+  std::vector<std::pair<std::string, double>> restored;  // forward: layer put back to 8 bits, cosine after
+  std::vector<std::pair<std::string, double>> released;  // backward: layer returned to 7 bits, cosine after
+  std::vector<std::string> tried_back;                   // backward: every layer tried, released or not
+  std::vector<std::string> eight_bit;                    // the final S, in the order the layers joined
+  double cosine = 0;                                     // the final S's measure
+  bool reached = false;                                  // cosine >= bar
+};
+StatusOr<LayerSearch> search_8bit_layers(
+    double initial, double bar, const std::vector<std::string>& order, const std::map<std::string, int64_t>& macs,
+    int max_restored, const std::function<StatusOr<double>(const std::vector<std::string>&)>& measure);
+
 struct QuantizeOptions {
   std::string model_path;
   std::string out_path;
@@ -127,6 +144,9 @@ struct QuantizeReport {
   /// probe cosine with all candidates 7-bit / with only this one 8-bit; model_cosine: the calibration cosine
   /// after it), the calibration cosine of that mix (0: no layer put back), and the nodes whose weights are 7-bit.
   std::vector<KeptLayer> restored_8bit;
+  /// Then, the bar reached, those of them returned to 7 bits because the file still reached it without them (the
+  /// most multiply-adds first; model_cosine: the calibration cosine after it).
+  std::vector<KeptLayer> released_7bit;
   double cosine_mixed_range = 0;
   double reduce_range_bar = 0;  // what 7-bit weights must reach: the plain floor + half the 8-bit file's margin over it
   std::vector<std::string> layers_7bit;

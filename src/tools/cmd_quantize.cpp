@@ -116,6 +116,8 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
     for (const auto& k : r.restored_8bit)
       restored.push_back({{"node", k.node}, {"op", k.op_type}, {"probe_cosine_all_7bit", k.input_cosine},
                           {"probe_cosine_this_layer_8bit", k.output_cosine}, {"model_cosine_after", k.model_cosine}});
+    nlohmann::json released = nlohmann::json::array();
+    for (const auto& k : r.released_7bit) released.push_back({{"node", k.node}, {"op", k.op_type}, {"model_cosine_after", k.model_cosine}});
     j["reduce_range"] = {{"on", r.reduce_range},
                          {"mode", opt.reduce_range ? "on" : opt.no_reduce_range ? "off" : "auto"},
                          {"weight_range", r.reduce_range ? nlohmann::json::array({-64, 64}) : nlohmann::json::array({-127, 127})},
@@ -126,7 +128,8 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
                          {"cosine_mixed", r.cosine_mixed_range},
                          {"cosine_bar", r.reduce_range_bar},
                          {"layers_7bit", r.layers_7bit},
-                         {"layers_8bit_restored", restored}};
+                         {"layers_8bit_restored", restored},
+                         {"layers_7bit_released", released}};
     j["output_cosine"] = {{"mean", r.cosine_mean}, {"worst_sample", r.cosine_min}, {"before_repair", r.first_cosine}};
     nlohmann::json kept = nlohmann::json::array();
     for (const auto& k : r.kept_for_target)
@@ -190,6 +193,9 @@ int cmd_quantize(const QuantizeCliOptions& opt) {
       for (const auto& k : r.restored_8bit)
         std::printf("    %-40s (%s) 8-bit: probe cosine %.5f -> %.5f; then %.5f\n", k.node.c_str(), k.op_type.c_str(),
                     k.input_cosine, k.output_cosine, k.model_cosine);
+      for (const auto& k : r.released_7bit)
+        std::printf("    %-40s (%s) back to 7 bits (the bar still reached without it): then %.5f\n", k.node.c_str(),
+                    k.op_type.c_str(), k.model_cosine);
       std::printf("    %s\n", r.reduce_range ? ("7-bit on " + std::to_string(r.reduced_weights) + " of " +
                                                   std::to_string(r.int8_weights) +
                                                   " weights (exact int8 at full speed on this host): " +

@@ -123,7 +123,7 @@ def main():
     p = ferry("quantize", model, "--calibration", w("calib.npz"), "--out", w("auto.onnx"), "--json")
     ra = json.loads(p.stdout)["reduce_range"]
     qa = int8_weights(w("auto.onnx"))
-    written7 = bool(np.all(channel_max(qa["w1"][0], 0) == 64))
+    written7 = any(bool(np.all(channel_max(qa[n][0], axes[n]) == 64)) for n in ("w1", "w2", "w3"))
     if ra["host_pairs_saturate"]:
         check(ra["cosine_7bit"] > 0 and ra["cosine_8bit"] > 0, "default on a host without VNNI: both measured (%.5f, %.5f)"
               % (ra["cosine_7bit"], ra["cosine_8bit"]))
@@ -137,6 +137,11 @@ def main():
     else:
         check(not ra["on"] and ra["cosine_7bit"] == 0, "default on a host whose int8 pairs do not saturate: 8-bit, nothing measured")
     check(written7 == ra["on"], "default: the written weights match the choice (%s)" % ("7-bit" if written7 else "8-bit"))
+    # Per layer (the search may leave some at 8 bits): a weight is 7-bit exactly when its node is listed.
+    nodes = {"w1": "conv1", "w2": "conv2", "w3": "fc"}
+    per_layer = {n: bool(np.all(channel_max(qa[n][0], axes[n]) == 64)) for n in nodes}
+    check(all(per_layer[n] == (nodes[n] in ra["layers_7bit"]) for n in nodes) and ra["on"] == any(per_layer.values()),
+          "default: the 7-bit weights are those of layers_7bit (%s; %s)" % (per_layer, ra["layers_7bit"]))
     snapped = w("rr_snap.onnx")
     make_model(snapped, snap=True)
     p = ferry("quantize", snapped, "--calibration", w("calib.npz"), "--out", w("snap.onnx"), "--json")

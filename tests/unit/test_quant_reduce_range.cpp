@@ -1,7 +1,13 @@
-// `ferry quantize`'s weight range choice (src/quant/quantizer.h choose_reduce_range; docs/quantization.md
-// "Reduce range") and the 7-bit weight scales (qdq_plan.h weight_scales). The written files:
+// `ferry quantize`'s weight range choice (src/quant/quantizer.h choose_reduce_range, search_8bit_layers; docs/quantization.md
+// "Reduce range") and the 7-bit weight scales (qdq_plan.h weight_scales, weight_scales_mse). The written files:
 // tests/quant/check_reduce_range.py.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "quant/qdq_plan.h"
 #include "quant/quantizer.h"
@@ -28,6 +34,109 @@ TEST(ReduceRange, WeightScales) {
   EXPECT_FLOAT_EQ(s8[0], 3.2f / 127);
   EXPECT_FLOAT_EQ(s7[0], 3.2f / 64);
   EXPECT_EQ(s7[1], 1.0f);  // an all-zero channel
+}
+
+// An additive stand-in for the file's output cosine: the 7-bit candidate's plus each 8-bit layer's gain.
+struct AdditiveCosine {
+  double base;
+  std::map<std::string, double> gain;
+  int calls = 0;
+  StatusOr<double> operator()(const std::vector<std::string>& eight) {
+    ++calls;
+    double c = base;
+    for (const std::string& n : eight) c += gain.at(n);
+    return c;
+  }
+};
+
+TEST(ReduceRange, LayerSearchForwardThenBackward) {
+  // "fc" is first in the forward order (its tiny cost makes its gain per multiply-add large) but its gain is noise;
+  // "stem" alone reaches the bar. Forward puts both back; backward returns fc to 7 bits, then tries stem.
+  AdditiveCosine m{0.9836, {{"fc", 0.00002}, {"stem", 0.0009}, {"mid", 0.0003}}};
+  const std::map<std::string, int64_t> macs = {{"fc", 2'000'000}, {"stem", 118'000'000}, {"mid", 50'000'000}};
+  auto f = [&](const std::vector<std::string>& s) { return m(s); };
+  StatusOr<LayerSearch> r = search_8bit_layers(0.9836, 0.9844, {"fc", "stem", "mid"}, macs, 16, f);
+  ASSERT_TRUE(r.is_ok());
+  ASSERT_EQ(r.value().restored.size(), 2u);
+  EXPECT_EQ(r.value().restored[0].first, "fc");
+  EXPECT_EQ(r.value().restored[1].first, "stem");
+  EXPECT_EQ(r.value().tried_back, (std::vector<std::string>{"stem", "fc"}));  // the most multiply-adds first
+  ASSERT_EQ(r.value().released.size(), 1u);
+  EXPECT_EQ(r.value().released[0].first, "fc");
+  EXPECT_EQ(r.value().eight_bit, std::vector<std::string>{"stem"});
+  EXPECT_TRUE(r.value().reached);
+  EXPECT_NEAR(r.value().cosine, 0.9845, 1e-12);
+  EXPECT_EQ(m.calls, 4);  // 2 forward, 2 backward
+}
+
+TEST(ReduceRange, LayerSearchStopRules) {
+  AdditiveCosine m{0.97, {{"a", 0.001}, {"b", 0.001}, {"c", 0.001}}};
+  auto f = [&](const std::vector<std::string>& s) { return m(s); };
+  // Already at the bar: nothing measured, nothing put back.
+  StatusOr<LayerSearch> r = search_8bit_layers(0.97, 0.97, {"a", "b"}, {}, 16, f);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_TRUE(r.value().reached);
+  EXPECT_TRUE(r.value().eight_bit.empty());
+  EXPECT_EQ(m.calls, 0);
+  // The cap: two put back, still below, no backward pass.
+  r = search_8bit_layers(0.97, 0.975, {"a", "b", "c"}, {}, 2, f);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_FALSE(r.value().reached);
+  EXPECT_EQ(r.value().restored.size(), 2u);
+  EXPECT_TRUE(r.value().tried_back.empty());
+  // Every layer needed: the backward pass releases none.
+  r = search_8bit_layers(0.97, 0.9725, {"a", "b", "c"}, {}, 16, f);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_TRUE(r.value().reached);
+  EXPECT_EQ(r.value().eight_bit.size(), 3u);
+  EXPECT_TRUE(r.value().released.empty());
+  EXPECT_EQ(r.value().tried_back.size(), 3u);
+  // A failed measurement is passed on.
+  r = search_8bit_layers(0.97, 0.98, {"a"}, {}, 16,
+                         [](const std::vector<std::string>&) -> StatusOr<double> { return invalid_argument("boom"); });
+  EXPECT_FALSE(r.is_ok());
+}
+
+// Squared rounding-and-clipping error of channel values `v` at scale s in [-qmax, qmax].
+double weight_error(const std::vector<float>& v, float s, int qmax) {
+  double e = 0;
+  for (float x : v) {
+    const double r = s * std::clamp(std::nearbyint(x / s), -float(qmax), float(qmax)) - x;
+    e += r * r;
+  }
+  return e;
+}
+
+TEST(ReduceRange, WeightScalesMse) {
+  // Channel 0: exact multiples of max / 64, MinMax is exact: kept (ties keep the larger scale). Channel 1: 2000
+  // values spread over [-0.1, 0.1] and one outlier 1.0: clipping the outlier costs less than rounding the rest
+  // at 1/64 steps, so the scale shrinks. Channel 2: all zero.
+  const int64_t k = 2001;
+  std::vector<float> w(3 * k, 0.0f);
+  for (int64_t i = 0; i < k; ++i) w[i] = 2.0f * static_cast<float>(i % 129 - 64) / 64;
+  for (int64_t i = 0; i < k - 1; ++i) w[k + i] = 0.1f * (static_cast<float>(i) / (k - 2) * 2 - 1);
+  w[2 * k - 1] = 1.0f;
+  const Tensor t = Tensor::from_vector<float>(w, {3, k});
+  const std::vector<float> minmax = weight_scales(t, 0, kReducedWeightMax), mse = weight_scales_mse(t, 0, kReducedWeightMax);
+  ASSERT_EQ(mse.size(), 3u);
+  EXPECT_FLOAT_EQ(mse[0], minmax[0]);
+  EXPECT_LT(mse[1], minmax[1]);
+  EXPECT_GE(mse[1], 0.5f * minmax[1] * 0.999f);  // the search stops at half the MinMax clip
+  EXPECT_EQ(mse[2], 1.0f);
+  // The chosen scale is the best of the grid (a = 1, 0.99, ..., 0.5) and strictly better than MinMax here.
+  const std::vector<float> c1(w.begin() + k, w.begin() + 2 * k);
+  const double chosen = weight_error(c1, mse[1], kReducedWeightMax);
+  EXPECT_LT(chosen, weight_error(c1, minmax[1], kReducedWeightMax));
+  for (int step = 50; step <= 100; ++step)
+    EXPECT_LE(chosen, weight_error(c1, minmax[1] * static_cast<float>(step) / 100.0f, kReducedWeightMax) * (1 + 1e-9));
+  // The channel axis is honoured: the transposed [k, n] layout of the same channels gives the same scales.
+  std::vector<float> wt(3 * k);
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t i = 0; i < k; ++i) wt[i * 3 + c] = w[c * k + i];
+  EXPECT_EQ(weight_scales_mse(Tensor::from_vector<float>(wt, {k, 3}), 1, kReducedWeightMax), mse);
+  // The plan: MinMax at 8 bits (the plain baseline's), the search at 7.
+  EXPECT_EQ(plan_weight_scales(t, 0, kFullWeightMax), weight_scales(t, 0, kFullWeightMax));
+  EXPECT_EQ(plan_weight_scales(t, 0, kReducedWeightMax), mse);
 }
 
 }  // namespace
