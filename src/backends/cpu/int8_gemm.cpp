@@ -347,7 +347,7 @@ bool EpilogueFactors::set(float a_scale, const Tensor& w_scale, float y_scale, f
 }
 
 bool read_qconv_operands(const Graph& graph, const Node& node, const Tensor& w_scale, int64_t M, QConvOperands* q,
-                         EpilogueFactors* factors, Int8GemmEpilogue* epi) {
+                         EpilogueFactors* factors, Int8GemmEpilogue* epi, bool any_x_zp) {
   enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB };
   NodeAttrs a(node);
   if (has_input(node, kWZp)) {
@@ -367,7 +367,7 @@ bool read_qconv_operands(const Graph& graph, const Node& node, const Tensor& w_s
       (!float_y && (!scalar_input(graph, node, kYScale, &ys) || !scalar_input(graph, node, kYZp, &yz))))
     return false;
   if (has_input(node, kXZp) && constant_input(graph, node, kXZp)->dtype() != xt->dtype) return false;
-  if (!q->x_signed && xz == 0) return false;  // oneDNN unsplit with the repair (dnnl_int8_conv.cpp)
+  if (!q->x_signed && xz == 0 && !any_x_zp) return false;  // oneDNN unsplit with the repair (dnnl_int8_conv.cpp)
   q->x_zp = static_cast<int32_t>(xz);
   const bool has_bias = has_input(node, kB);
   if (!factors->set(xs, w_scale, ys, yz, has_bias, has_bias ? constant_input(graph, node, kB) : nullptr, M, epi))

@@ -86,7 +86,8 @@ struct EpilogueFactors {
 /// (int8_gemm.cpp's 1x1s, int8_im2col_conv.cpp): the weight zero points (i8, scalar or [M]), the source's
 /// type and zero point, the output's type, scale and zero point (neither given: f32), the bias and the
 /// conv_relu / clip / relu epilogue into `factors` and `epi`. False where these kernels do not run the node,
-/// a u8 source with zero point 0 included (oneDNN runs it unsplit with the repair, dnnl_int8_conv.cpp).
+/// a u8 source with zero point 0 included (oneDNN runs it unsplit with the repair, dnnl_int8_conv.cpp)
+/// unless `any_x_zp` (int8_depthwise_conv.cpp, whose depthwise sums oneDNN does not split).
 struct QConvOperands {
   const int8_t* w_zp = nullptr;  // nullptr: none
   int64_t w_zp_count = 0;
@@ -94,7 +95,7 @@ struct QConvOperands {
   int32_t x_zp = 0;
 };
 bool read_qconv_operands(const Graph& graph, const Node& node, const Tensor& w_scale, int64_t M, QConvOperands* q,
-                         EpilogueFactors* factors, Int8GemmEpilogue* epi);
+                         EpilogueFactors* factors, Int8GemmEpilogue* epi, bool any_x_zp = false);
 
 /// y ([M, N] of e.y_dt) = epilogue(a ([M, K], u8 or s8 by `a_signed`) x b); needs int8_gemm_available().
 void int8_gemm(const void* a, bool a_signed, int32_t a_zp, int64_t M, const PackedInt8B& b, const Int8GemmEpilogue& e,

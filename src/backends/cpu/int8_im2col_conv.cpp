@@ -12,7 +12,8 @@
 // then for each 16 output channels the
 // int8_gemm panel micro kernel's vpmaddwd steps (exact in int32: int8_gemm.h) and the reference's
 // epilogue on the accumulators still in registers, stored as y. The float steps are int8_gemm's
-// epilogue_row, in the reference's order: bit for bit the reference kernel (tests/unit/test_int8_im2col_conv.cpp).
+// epilogue_row (int8_epilogue.h), in the reference's order, or where the node's constants allow the same
+// result in integers (int8_epilogue.h's int_clamp): bit for bit the reference kernel (tests/unit/test_int8_im2col_conv.cpp).
 // Channels last, one group, 2-D, no residual, no mid Q/DQ, no activation.
 #include <immintrin.h>
 
@@ -23,6 +24,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/int8_epilogue.h"
 #include "backends/cpu/int8_gemm.h"
 #include "backends/cpu/int8_pair_saturation.h"
 #include "backends/cpu/int8_util.h"
@@ -41,71 +43,9 @@ constexpr int64_t kMaxPointwiseChannels = 128;
 constexpr int64_t kMaxK = 512;             // the patch length the per-thread buffers hold
 constexpr int kNr = 16, kMr = 6;           // int8_gemm's panel width and rows per tile
 
-// The epilogue constants of one panel of 16 output channels (the last one padded).
-struct PanelEpi {
-  alignas(32) float mul[kNr], real[kNr], fbias[kNr];
-  alignas(32) int32_t bias[kNr];
-};
-
-// One row's 16 accumulators -> 16 outputs: int8_gemm.cpp epilogue_row's steps (the reference's float
-// steps in its order; this target has no FMA, so no contraction), from registers.
-// The epilogue's scalars (from the node's Int8GemmEpilogue), copied into each tile before it stores
-// anything (a store through char* y could alias them, and they would be read again per row).
-struct EpiFlags {
-  bool fbias = false, bias = false, conv_relu = false, clip = false, relu = false;
-  float y_scale = 1, y_zp = 0, clip_lo = 0, clip_hi = 0;
-};
-
-template <int YT>  // 0: f32, 1: u8, 2: s8
-__attribute__((target("avx2"), always_inline)) inline void epilogue(__m256i s0, __m256i s1, const PanelEpi& p, const EpiFlags& e,
-                                                                    int cols, char* y) {
-  const __m256 zero = _mm256_setzero_ps();
-  __m256 v[2];
-  const __m256i s[2] = {s0, s1};
-  for (int h = 0; h < 2; ++h) {
-    if (e.fbias) {
-      const __m256 prod = _mm256_mul_ps(_mm256_cvtepi32_ps(s[h]), _mm256_load_ps(p.real + 8 * h));
-      v[h] = _mm256_div_ps(_mm256_add_ps(prod, _mm256_load_ps(p.fbias + 8 * h)), _mm256_set1_ps(e.y_scale));
-    } else {
-      const __m256i b = e.bias ? _mm256_add_epi32(s[h], _mm256_load_si256(reinterpret_cast<const __m256i*>(p.bias + 8 * h))) : s[h];
-      v[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(b), _mm256_load_ps(p.mul + 8 * h));
-    }
-    if (e.conv_relu) v[h] = _mm256_max_ps(zero, v[h]);
-    if (e.clip) v[h] = _mm256_min_ps(_mm256_set1_ps(e.clip_hi), _mm256_max_ps(_mm256_set1_ps(e.clip_lo), v[h]));
-    if (e.relu) v[h] = _mm256_max_ps(zero, v[h]);
-  }
-  if constexpr (YT == 0) {
-    if (cols == kNr) {
-      _mm256_storeu_ps(reinterpret_cast<float*>(y), v[0]);
-      _mm256_storeu_ps(reinterpret_cast<float*>(y) + 8, v[1]);
-    } else {
-      alignas(32) float t[kNr];
-      _mm256_store_ps(t, v[0]);
-      _mm256_store_ps(t + 8, v[1]);
-      std::memcpy(y, t, sizeof(float) * static_cast<size_t>(cols));
-    }
-  } else {
-    const float lo_f = YT == 1 ? 0.f : -128.f, hi_f = YT == 1 ? 255.f : 127.f;
-    __m256i q[2];
-    const __m256 lo = _mm256_set1_ps(lo_f), hi = _mm256_set1_ps(hi_f);
-    const __m256 zp = _mm256_set1_ps(e.y_zp);
-    for (int h = 0; h < 2; ++h) {
-      const __m256 x = _mm256_and_ps(v[h], _mm256_cmp_ps(v[h], v[h], _CMP_ORD_Q));  // NaN -> 0
-      __m256 r = _mm256_add_ps(_mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
-      q[h] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
-    }
-    const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);  // 16 int16 in order
-    const __m128i w0 = _mm256_castsi256_si128(w), w1 = _mm256_extracti128_si256(w, 1);
-    const __m128i b = YT == 1 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);
-    if (cols == kNr) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(y), b);
-    } else {
-      alignas(16) uint8_t t[kNr];
-      _mm_store_si128(reinterpret_cast<__m128i*>(t), b);
-      std::memcpy(y, t, static_cast<size_t>(cols));
-    }
-  }
-}
+using cpu::EpiFlags;
+using cpu::PanelEpi;
+using cpu::epilogue_any;
 
 // R rows of widened patches (int16, row stride lda) against one panel (int8_gemm.h's layout), then the
 // epilogue per row into y (row stride ldy bytes).
@@ -135,16 +75,16 @@ __attribute__((target("avx2"))) void tile(const int16_t* a, int64_t lda, const i
     FERRY_NARROW_ROW(5)
   }
 #undef FERRY_NARROW_ROW
-  epilogue<YT>(c00, c01, pe, e, cols, y);
-  if constexpr (R > 1) epilogue<YT>(c10, c11, pe, e, cols, y + ldy);
-  if constexpr (R > 2) epilogue<YT>(c20, c21, pe, e, cols, y + 2 * ldy);
-  if constexpr (R > 3) epilogue<YT>(c30, c31, pe, e, cols, y + 3 * ldy);
-  if constexpr (R > 4) epilogue<YT>(c40, c41, pe, e, cols, y + 4 * ldy);
-  if constexpr (R > 5) epilogue<YT>(c50, c51, pe, e, cols, y + 5 * ldy);
+  epilogue_any<YT>(c00, c01, pe, e, cols, y);
+  if constexpr (R > 1) epilogue_any<YT>(c10, c11, pe, e, cols, y + ldy);
+  if constexpr (R > 2) epilogue_any<YT>(c20, c21, pe, e, cols, y + 2 * ldy);
+  if constexpr (R > 3) epilogue_any<YT>(c30, c31, pe, e, cols, y + 3 * ldy);
+  if constexpr (R > 4) epilogue_any<YT>(c40, c41, pe, e, cols, y + 4 * ldy);
+  if constexpr (R > 5) epilogue_any<YT>(c50, c51, pe, e, cols, y + 5 * ldy);
 }
 
 using TileFn = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, const PanelEpi&, const EpiFlags&, int, char*, int64_t);
-template <int YT>
+template <int YT>  // 0: f32, 1: u8, 2: s8; 3: u8, 4: s8 in integers (int8_epilogue.h's epilogue_any)
 constexpr TileFn kTiles[kMr + 1] = {nullptr, tile<1, YT>, tile<2, YT>, tile<3, YT>, tile<4, YT>, tile<5, YT>, tile<6, YT>};
 
 // `n` bytes (a multiple of 16) of u8 / s8 minus zp, widened to int16.
@@ -210,24 +150,7 @@ class Int8Im2colQConvKernel : public Kernel {
     // w - w_zp all in [-64, 64] (a weight zero point can make full-range weights so): packed as bytes for
     // int8_gemm's vpmaddubsw path, which oneDNN's unsplit kernel runs as exactly; this kernel reads the int16 panels.
     if (packed_.narrow) return false;
-    flags_.fbias = epi_.fbias != nullptr;
-    flags_.bias = epi_.bias != nullptr;
-    flags_.conv_relu = epi_.conv_relu;
-    flags_.clip = epi_.clip;
-    flags_.relu = epi_.relu;
-    flags_.y_scale = epi_.y_scale;
-    flags_.y_zp = epi_.y_zp;
-    flags_.clip_lo = epi_.clip_lo;
-    flags_.clip_hi = epi_.clip_hi;
-    panels_.assign(static_cast<size_t>(packed_.panels), PanelEpi{});
-    for (int64_t n = 0; n < M; ++n) {
-      PanelEpi& pe = panels_[static_cast<size_t>(n / kNr)];
-      const int64_t c = n % kNr;
-      pe.mul[c] = factors_.mul[n];
-      pe.real[c] = factors_.real[n];
-      if (!factors_.fbias.empty()) pe.fbias[c] = factors_.fbias[n];
-      if (!factors_.bias.empty()) pe.bias[c] = factors_.bias[n];
-    }
+    cpu::panel_epilogue(factors_, epi_, M, &panels_, &flags_);
     return true;
   }
 
@@ -249,7 +172,9 @@ class Int8Im2colQConvKernel : public Kernel {
     const int64_t KH = spatial_.kernel[0], KW = spatial_.kernel[1], sh = spatial_.strides[0], sw = spatial_.strides[1];
     const int64_t dh = spatial_.dilations[0], dw = spatial_.dilations[1], run = KW * C, xbytes = x.numel();
     const size_t ysize = epi_.y_dt == DType::kF32 ? 4 : 1;
-    const TileFn* tiles = epi_.y_dt == DType::kF32 ? kTiles<0> : epi_.y_dt == DType::kU8 ? kTiles<1> : kTiles<2>;
+    const TileFn* tiles = epi_.y_dt == DType::kF32 ? kTiles<0>
+                          : epi_.y_dt == DType::kU8 ? (flags_.int_form ? kTiles<3> : kTiles<1>)
+                                                    : (flags_.int_form ? kTiles<4> : kTiles<2>);
     char* yp = static_cast<char*>(y->mutable_raw());
     // One output pixel's patch, (kh, kw, c) order: its K bytes at the pointer returned, o or (1x1) x itself,
     // with lda readable bytes. Those past K need no value: the tile reads (K + 1) / 2 pairs and a

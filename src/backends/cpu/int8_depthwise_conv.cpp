@@ -1,0 +1,281 @@
+// com.ferry.QConvFused as a depthwise 3x3 convolution with stride 1 (MobileNetV2's and EfficientNet's
+// 3x3s that keep the size): channels last, group = input channels = output channels, dilation 1, any
+// padding, u8 or s8 source (any zero point), s8 weights (any zero point, scalar or per channel), on AVX2.
+// oneDNN runs these widened to 32 bits per tap (int8_pair_saturation.h); this kernel multiplies two taps
+// per vpmaddwd instead, exact in int32 as the reference's ConvInteger:
+// - A pair of source rows (r, r + 1) is widened once, x - x_zp in int16 (vpunpcklbw interleaves the two
+//   rows, then vpmovzxbw / vpmovsxbw, so each int32 lane of a vpmaddwd holds one channel's two taps),
+//   padding columns and rows as 0 (x = x_zp, which adds 0 as in the reference). Output row oh reads the
+//   pairs (oh - pad, + 1) with the weights of kernel rows (0, 1) and (oh - pad + 2, + 3) with (2, 0):
+//   6 vpmaddwd per 8 channels for 9 taps; each row pair is built once and read by two output rows (a
+//   per-thread ring of 4).
+// - (w - w_zp) and (x - x_zp) lie in [-255, 255]: a pair sums to at most 130050 in magnitude, nine taps
+//   far inside int32.
+// - The epilogue is int8_epilogue.h's integer form (EpiFlags::int_form: an 8-bit output, an int32 bias
+//   or none, finite scales), bit for bit the reference's float steps (tests/unit/test_int8_depthwise_conv.cpp),
+//   on half a block of 16 channels at a time, its 6 weight vectors and epilogue constants in registers,
+//   two pixels per step.
+// Stride 2 is declined: it widens four source pixels per output, and oneDNN's kernel ran MobileNetV2's
+// stride-2 depthwise layers as fast or faster (docs/performance.md). So are hosts without AVX2 or with
+// VNNI (int8_gemm_available), a residual, a mid Q/DQ pair, a float activation, a float bias or output
+// (the float epilogue made this kernel slower than oneDNN's): oneDNN's kernel runs them.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_parallel.h"
+#include "backends/cpu/int8_epilogue.h"
+#include "backends/cpu/int8_gemm.h"
+#include "backends/cpu/int8_util.h"
+#include "backends/cpu/node_attrs.h"
+#include "ops/conv_pool_util.h"
+
+namespace ferry {
+namespace {
+
+using cpu::NodeAttrs;
+
+constexpr int kCb = 16;        // channels per block (one PanelEpi)
+constexpr int kBlockI16 = 32;  // int16 per block of a row pair: 16 channels x 2 rows
+constexpr int kSlots = 4;      // row pairs a thread keeps
+
+// A widened row pair: [columns][channel blocks][16 channels][2 rows] int16.
+struct RowPair {
+  int64_t n = -1, r = 0;  // image and first row held (n = -1: empty)
+  std::vector<int16_t> data;
+};
+
+// Per-thread state: the ring of row pairs and a row of x_zp bytes for padding.
+struct Scratch {
+  RowPair slot[kSlots];
+  std::vector<uint8_t> pad;
+};
+
+// Rows r and r + 1 of image n, widened minus zp and interleaved per channel, into d (wp columns).
+__attribute__((target("avx2"))) void build_pair(const uint8_t* x, int64_t xbytes, int64_t n, int64_t r, int64_t H, int64_t W, int64_t C,
+                                                int64_t blocks, int64_t wp, int64_t pad_w, bool is_signed, int32_t zp, const uint8_t* pad,
+                                                int16_t* d) {
+  const __m256i z = _mm256_set1_epi16(static_cast<int16_t>(zp));
+  const bool va = r >= 0 && r < H, vb = r + 1 >= 0 && r + 1 < H;
+  alignas(16) uint8_t ta[kCb], tb[kCb];
+  for (int64_t j = 0; j < wp; ++j, d += blocks * kBlockI16) {
+    const int64_t iw = j - pad_w;
+    const bool col = iw >= 0 && iw < W;
+    if (!col || (!va && !vb)) {
+      std::memset(d, 0, sizeof(int16_t) * static_cast<size_t>(blocks * kBlockI16));
+      continue;
+    }
+    const uint8_t* a = va ? x + ((n * H + r) * W + iw) * C : pad;
+    const uint8_t* b = vb ? x + ((n * H + r + 1) * W + iw) * C : pad;
+    for (int64_t cb = 0; cb < blocks; ++cb) {
+      const uint8_t* pa = a + cb * kCb;
+      const uint8_t* pb = b + cb * kCb;
+      // Lanes past C read the next pixel's bytes (their weights are 0), never past x's end.
+      if (va && (pa - x) + kCb > xbytes) {
+        std::memset(ta, static_cast<int>(zp), kCb);
+        std::memcpy(ta, pa, static_cast<size_t>(xbytes - (pa - x)));
+        pa = ta;
+      }
+      if (vb && (pb - x) + kCb > xbytes) {
+        std::memset(tb, static_cast<int>(zp), kCb);
+        std::memcpy(tb, pb, static_cast<size_t>(xbytes - (pb - x)));
+        pb = tb;
+      }
+      const __m128i xa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pa));
+      const __m128i xb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb));
+      const __m128i lo = _mm_unpacklo_epi8(xa, xb), hi = _mm_unpackhi_epi8(xa, xb);
+      const __m256i wlo = is_signed ? _mm256_cvtepi8_epi16(lo) : _mm256_cvtepu8_epi16(lo);
+      const __m256i whi = is_signed ? _mm256_cvtepi8_epi16(hi) : _mm256_cvtepu8_epi16(hi);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + cb * kBlockI16), _mm256_sub_epi16(wlo, z));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + cb * kBlockI16 + 16), _mm256_sub_epi16(whi, z));
+    }
+  }
+}
+
+// One output row, in halves of 8 channels of a block (a / b: the row pairs (oh - pad) and (+ 2); w:
+// [blocks][kw][2 pairs][32]): the half's 6 weight vectors and epilogue constants stay in
+// registers while two pixels at a time take 6 vpmaddwd each (P read straight from memory), the integer
+// epilogue (int8_epilogue.h's epilogue_int steps on 8 lanes), and one pack for both pixels' 8 bytes.
+template <int YT>
+__attribute__((target("avx2"))) void row(const int16_t* a, const int16_t* b, const int16_t* w, int64_t blocks, int64_t ow_count, int64_t C,
+                                          const cpu::PanelEpi* panels, const cpu::EpiFlags& flags,
+                                          char* y) {
+  const __m256 lo = _mm256_set1_ps(flags.int_lo), hi = _mm256_set1_ps(flags.int_hi);
+  const __m256i zp = _mm256_set1_epi32(flags.int_zp);
+  const __m256i gather = _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5);  // dwords: pixel 0's 8 bytes, then pixel 1's
+  const int64_t col = blocks * kBlockI16, step = col;
+  for (int64_t cb = 0; cb < blocks; ++cb) {
+    for (int h = 0; h < 2; ++h) {
+      const int64_t c0 = cb * kCb + h * 8;
+      if (c0 >= C) break;
+      const int cols = static_cast<int>(std::min<int64_t>(8, C - c0));
+      const int16_t* wb = w + cb * 6 * kBlockI16 + h * 16;
+      const __m256i wa0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb));
+      const __m256i wb0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + kBlockI16));
+      const __m256i wa1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 2 * kBlockI16));
+      const __m256i wb1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 3 * kBlockI16));
+      const __m256i wa2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 4 * kBlockI16));
+      const __m256i wb2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 5 * kBlockI16));
+      const __m256i bias = _mm256_load_si256(reinterpret_cast<const __m256i*>(panels[cb].bias + h * 8));
+      const __m256 mul = _mm256_load_ps(panels[cb].mul + h * 8);
+      const int16_t* pa = a + cb * kBlockI16 + h * 16;
+      const int16_t* pb = b + cb * kBlockI16 + h * 16;
+      char* yo = y + c0;
+      const auto sum = [&](int64_t ow) __attribute__((target("avx2"))) {
+        const __m256i* ra = reinterpret_cast<const __m256i*>(pa + ow * step);
+        const __m256i* rb = reinterpret_cast<const __m256i*>(pb + ow * step);
+        const int64_t c = col / 16;  // a column in __m256i
+        __m256i s = _mm256_madd_epi16(wa0, _mm256_loadu_si256(ra));
+        __m256i t = _mm256_madd_epi16(wb0, _mm256_loadu_si256(rb));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(wa1, _mm256_loadu_si256(ra + c)));
+        t = _mm256_add_epi32(t, _mm256_madd_epi16(wb1, _mm256_loadu_si256(rb + c)));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(wa2, _mm256_loadu_si256(ra + 2 * c)));
+        t = _mm256_add_epi32(t, _mm256_madd_epi16(wb2, _mm256_loadu_si256(rb + 2 * c)));
+        const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(s, t), bias)), mul);
+        return _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(hi, _mm256_max_ps(lo, v))), zp);
+      };
+      const auto pack = [&](__m256i q0, __m256i q1) __attribute__((target("avx2"))) {
+        const __m256i t = _mm256_packs_epi32(q0, q1);
+        const __m256i u = YT == 1 ? _mm256_packus_epi16(t, t) : _mm256_packs_epi16(t, t);
+        return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(u, gather));
+      };
+      int64_t ow = 0;
+      if (cols == 8) {
+        for (; ow + 2 <= ow_count; ow += 2) {
+          const __m128i r = pack(sum(ow), sum(ow + 1));
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(yo + ow * C), r);
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(yo + (ow + 1) * C), _mm_unpackhi_epi64(r, r));
+        }
+      }
+      for (; ow < ow_count; ++ow) {
+        alignas(16) uint8_t t[16];
+        _mm_store_si128(reinterpret_cast<__m128i*>(t), pack(sum(ow), zp));
+        std::memcpy(yo + ow * C, t, static_cast<size_t>(cols));
+      }
+    }
+  }
+}
+
+using RowFn = void (*)(const int16_t*, const int16_t*, const int16_t*, int64_t, int64_t, int64_t, const cpu::PanelEpi*,
+                       const cpu::EpiFlags&, char*);
+
+class Int8DepthwiseQConvKernel : public Kernel {
+ public:
+  Int8DepthwiseQConvKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+
+  bool init(const Graph& graph) {
+    if (!cpu::int8_gemm_available()) return false;
+    enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB, kZ, kZScale, kZZp, kMidScale, kMidZp };
+    NodeAttrs attrs(node_);
+    if (attrs.get_int("channels_last", 0) == 0 || !attrs.get_string("activation", "").empty() || cpu::has_input(node_, kZ) ||
+        cpu::has_input(node_, kMidScale))
+      return false;
+    const Tensor* w = cpu::constant_input(graph, node_, kW);
+    const Tensor* ws = cpu::constant_input(graph, node_, kWScale);
+    if (!w || w->dtype() != DType::kI8 || w->rank() != 4 || !ws || ws->dtype() != DType::kF32) return false;
+    const int64_t M = w->dim(0);
+    if (M < 1 || w->dim(1) != 1 || w->dim(2) != 3 || w->dim(3) != 3 || attrs.get_int("group", 1) != M ||
+        (ws->numel() != 1 && ws->numel() != M))
+      return false;
+    const std::vector<int64_t> kernel = {3, 3};
+    if (!read_spatial_attrs(attrs, 2, &kernel, true, &spatial_).is_ok()) return false;
+    for (int64_t v : spatial_.strides)  // stride 2 widens 4 source pixels per output: oneDNN's was as fast or faster
+      if (v != 1) return false;
+    for (int64_t v : spatial_.dilations)
+      if (v != 1) return false;
+    cpu::QConvOperands q;
+    if (!cpu::read_qconv_operands(graph, node_, *ws, M, &q, &factors_, &epi_, /*any_x_zp=*/true)) return false;
+    x_signed_ = q.x_signed;
+    x_zp_ = q.x_zp;
+    C_ = M;
+    blocks_ = (M + kCb - 1) / kCb;
+    // [blocks][kw][(kh 0, kh 1) pairs, then (kh 2, 0) pairs][16 channels x 2], w - w_zp; channels past M 0.
+    weights_.assign(static_cast<size_t>(blocks_ * 6 * kBlockI16), 0);
+    const int8_t* src = w->data<int8_t>();
+    for (int64_t m = 0; m < M; ++m) {
+      const int32_t zp = q.w_zp ? q.w_zp[q.w_zp_count == 1 ? 0 : m] : 0;
+      const auto tap = [&](int kh, int kw) { return static_cast<int16_t>(src[m * 9 + kh * 3 + kw] - zp); };
+      for (int kw = 0; kw < 3; ++kw) {
+        int16_t* d = weights_.data() + (m / kCb * 6 + kw * 2) * kBlockI16 + (m % kCb) * 2;
+        d[0] = tap(0, kw);
+        d[1] = tap(1, kw);
+        d[kBlockI16] = tap(2, kw);
+      }
+    }
+    cpu::panel_epilogue(factors_, epi_, M, &panels_, &flags_);
+    // The float epilogue's 13 steps per 8 outputs made this kernel slower than oneDNN's: only the integer form.
+    return flags_.int_form;
+  }
+
+  Status compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const DType want = x_signed_ ? DType::kI8 : DType::kU8;
+    if (x.dtype() != want || x.rank() != 4 || x.dim(3) != C_) return fallback_(ctx);
+    NodeAttrs attrs(node_);
+    AxisGeom gh, gw;
+    if (!conv_pool_axis(attrs, spatial_, 0, x.dim(1), &gh).is_ok() || !conv_pool_axis(attrs, spatial_, 1, x.dim(2), &gw).is_ok() ||
+        gh.out <= 0 || gw.out <= 0 || gh.pad_begin < 0 || gw.pad_begin < 0)
+      return fallback_(ctx);
+    const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = C_, OH = gh.out, OW = gw.out;
+    const int64_t ph = gh.pad_begin, pw = gw.pad_begin;
+    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, epi_.y_dt, {N, OH, OW, C}, false));
+    const int64_t wp = OW + 2, pair_i16 = wp * blocks_ * kBlockI16, xbytes = x.numel();
+    const RowFn fn = epi_.y_dt == DType::kU8 ? row<1> : row<2>;
+    const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
+    char* yp = static_cast<char*>(y->mutable_raw());
+    parallel_ranges(N * OH, OW * C * 12, [&](int64_t r0, int64_t r1) {
+      thread_local Scratch s;
+      for (RowPair& p : s.slot) {
+        p.n = -1;
+        if (static_cast<int64_t>(p.data.size()) < pair_i16) p.data.resize(static_cast<size_t>(pair_i16));
+      }
+      s.pad.assign(static_cast<size_t>(blocks_ * kCb), static_cast<uint8_t>(x_zp_));
+      // The slot holding rows (r, r + 1) of image n, built if none does (replacing the oldest, not `keep`).
+      const auto get = [&](int64_t n, int64_t r, int keep) {
+        int victim = -1;
+        for (int i = 0; i < kSlots; ++i) {
+          if (s.slot[i].n == n && s.slot[i].r == r) return i;
+          if (i == keep) continue;
+          if (victim < 0 || s.slot[i].n < s.slot[victim].n || (s.slot[i].n == s.slot[victim].n && s.slot[i].r < s.slot[victim].r))
+            victim = i;
+        }
+        build_pair(xp, xbytes, n, r, H, W, C, blocks_, wp, pw, x_signed_, x_zp_, s.pad.data(), s.slot[victim].data.data());
+        s.slot[victim].n = n;
+        s.slot[victim].r = r;
+        return victim;
+      };
+      for (int64_t orow = r0; orow < r1; ++orow) {
+        const int64_t n = orow / OH, oh = orow % OH, r = oh - ph;
+        const int ia = get(n, r, -1);
+        const int ib = get(n, r + 2, ia);
+        fn(s.slot[ia].data.data(), s.slot[ib].data.data(), weights_.data(), blocks_, OW, C, panels_.data(), flags_,
+           yp + orow * OW * C);
+      }
+    });
+    return Status::ok();
+  }
+
+ private:
+  Node node_;
+  KernelFn fallback_;
+  SpatialAttrs spatial_;
+  bool x_signed_ = false;
+  int32_t x_zp_ = 0;
+  int64_t C_ = 0, blocks_ = 0;
+  cpu::EpilogueFactors factors_;
+  cpu::Int8GemmEpilogue epi_;
+  std::vector<int16_t> weights_;
+  std::vector<cpu::PanelEpi> panels_;
+  cpu::EpiFlags flags_;
+};
+
+}  // namespace
+
+void register_cpu_int8_depthwise_conv_kernels(CpuKernelTable& t) {
+  t.add("com.ferry", "QConvFused", cpu::make_if_init<Int8DepthwiseQConvKernel>);
+}
+
+}  // namespace ferry
