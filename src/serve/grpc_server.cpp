@@ -9,6 +9,7 @@
 // error_message and the stream goes on. A client that cancels takes its queued requests with it.
 #include "serve/grpc_server.h"
 
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -383,11 +384,15 @@ class AsyncInfer final : public AsyncCall {
 
   void proceed(int kind, bool ok, bool alone) override {
     switch (kind) {
-      case kStarted:
+      case kStarted: {
         if (!ok) return delete this;  // the server is shutting down: this call never started
-        request(s_, cq_);
-        s_->infer(req_, cancelled_, &resp_, [this](grpc::Status st) { finish(st); }, alone);
-        return;
+        // The next call is requested after this one was queued or answered (inline), off the
+        // request's path: another kInferCallsWaiting - 1 are waiting for clients meanwhile.
+        GrpcServer::Impl* s = s_;
+        grpc::ServerCompletionQueue* cq = cq_;
+        s->infer(req_, cancelled_, &resp_, [this](grpc::Status st) { finish(st); }, alone);
+        return request(s, cq);  // (this call may be gone already)
+      }
       case kDone:
         if (ctx_.IsCancelled()) cancelled_->store(true);
         return release();
@@ -632,6 +637,10 @@ Status GrpcServer::start() {
   builder.SetMaxSendMessageSize(INT_MAX);
   // gRPC turns SO_REUSEPORT on by default: a second server on a busy port would bind silently.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Debian's Abseil checks every mutex lock for deadlocks (a debug build; 2-3% of a call's CPU
+  // here, see grpc_client.cpp): off, as in a release build. Not GRPC_ARG_MINIMAL_STACK: it drops
+  // the filter that enforces the maximum message size (RESOURCE_EXHAUSTED).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   impl_->cq = builder.AddCompletionQueue();
   impl_->server = builder.BuildAndStart();
   if (!impl_->server || impl_->port == 0) {
