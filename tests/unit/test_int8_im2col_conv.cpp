@@ -245,6 +245,34 @@ TEST_F(Int8Im2colConv, PointwiseUpTo128Channels) {
   check(sc, false);
 }
 
+// A Relu's output (u8, zero point 0) into a 1x1 of <= 64 channels with >= 64 outputs (ResNet-50's layer1.0
+// conv1 and downsample): this kernel, bit for bit, saturating values included (255 against weights of one
+// sign at 127..128, where oneDNN's unsplit pairs saturate); fewer outputs or more channels: oneDNN's repair.
+TEST_F(Int8Im2colConv, ZeroPointZeroPointwiseOf64Channels) {
+  StemCase sc;
+  sc.KH = sc.KW = 1;
+  sc.strides = {1, 1};
+  sc.pads = {0, 0, 0, 0};
+  sc.x_zp = 0;
+  sc.C = 64;
+  sc.M = 70;  // five panels, the last partial
+  sc.conv_relu = true;
+  check(sc);
+  sc.conv_relu = false;
+  sc.extreme = true;
+  sc.y_dt = DType::kF32;
+  check(sc);
+  sc.extreme = false;
+  sc.y_dt = DType::kU8;
+  sc.C = 30;  // fewer channels (odd pairs count)
+  check(sc);
+  sc.M = 16;  // MobileNetV2's features.1 projection: 16 outputs
+  check(sc, false);
+  sc.M = 64;
+  sc.C = 96;  // wider: oneDNN
+  check(sc, false);
+}
+
 TEST_F(Int8Im2colConv, SaturatingPairsAndDeclinedCases) {
   StemCase sc;
   sc.extreme = true;  // |x - x_zp| = 128 and weights of one sign at 127..128: every byte pair saturates

@@ -87,7 +87,8 @@ struct EpilogueFactors {
 /// type and zero point, the output's type, scale and zero point (neither given: f32), the bias and the
 /// conv_relu / clip / relu epilogue into `factors` and `epi`. False where these kernels do not run the node,
 /// a u8 source with zero point 0 included (oneDNN runs it unsplit with the repair, dnnl_int8_conv.cpp)
-/// unless `any_x_zp` (int8_depthwise_conv.cpp, whose depthwise sums oneDNN does not split).
+/// unless `any_x_zp` (int8_depthwise_conv.cpp, whose depthwise sums oneDNN does not split; int8_im2col_conv.cpp's
+/// 1x1s of <= 64 channels into >= 64).
 struct QConvOperands {
   const int8_t* w_zp = nullptr;  // nullptr: none
   int64_t w_zp_count = 0;

@@ -14,7 +14,8 @@
 // epilogue on the accumulators still in registers, stored as y. The float steps are int8_gemm's
 // epilogue_row (int8_epilogue.h), in the reference's order, or where the node's constants allow the same
 // result in integers (int8_epilogue.h's int_clamp): bit for bit the reference kernel (tests/unit/test_int8_im2col_conv.cpp).
-// Channels last, one group, 2-D, no residual, no mid Q/DQ, no activation.
+// Channels last, one group, 2-D, no residual, no mid Q/DQ, no activation. Also ResNet-50's 1x1s of 64 channels into
+// 64+ that read a Relu's output (u8, zero point 0; see init).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -40,6 +41,7 @@ constexpr int64_t kMaxStemChannels = 8;    // a stem: any kernel on this many ch
 // 1x1: up to this many (registered before int8_gemm.cpp, which takes wider ones: MobileNetV2's 1x1s of
 // 160 and 320 channels ran as fast or faster there, their weights no longer in L2 per 6 pixels)
 constexpr int64_t kMaxPointwiseChannels = 128;
+constexpr int64_t kMaxZeroZpPointwiseChannels = 64, kMinZeroZpPointwiseOutputs = 64;  // see init
 constexpr int64_t kMaxK = 512;             // the patch length the per-thread buffers hold
 constexpr int kNr = 16, kMr = 6;           // int8_gemm's panel width and rows per tile
 
@@ -136,7 +138,13 @@ class Int8Im2colQConvKernel : public Kernel {
     for (int64_t v : spatial_.pads) pointwise_ = pointwise_ && v == 0;
     if (C > (pointwise_ ? kMaxPointwiseChannels : kMaxStemChannels)) return false;
     cpu::QConvOperands q;
-    if (!cpu::read_qconv_operands(graph, node_, *ws, M, &q, &factors_, &epi_)) return false;
+    // A u8 source with zero point 0 (a Relu's output) is oneDNN's unsplit-with-repair case (dnnl_int8_conv.cpp),
+    // except a 1x1 of <= 64 channels into >= 64: there oneDNN's AVX2 1x1 kernel spends most of its time outside
+    // the multiply-adds and this one ran faster (ResNet-50's layer1.0 conv1, 64 -> 64 at 56x56: 0.336 -> 0.254-0.262
+    // CPU ms; its downsample, 64 -> 256: 1.06-1.07 -> 0.99-1.00; `ferry profile -t 1`), while on 16 outputs
+    // (MobileNetV2's features.1 projection, 32 -> 16 at 112x112) it did not (0.131 -> 0.216).
+    const bool zero_zp = pointwise_ && C <= kMaxZeroZpPointwiseChannels && M >= kMinZeroZpPointwiseOutputs;
+    if (!cpu::read_qconv_operands(graph, node_, *ws, M, &q, &factors_, &epi_, zero_zp)) return false;
     x_signed_ = q.x_signed;
     x_zp_ = q.x_zp;
     // The weights as [M, (kh, kw, c)], the order of the patches.
