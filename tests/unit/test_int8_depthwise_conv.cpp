@@ -1,10 +1,11 @@
-// com.ferry.QConvFused as a depthwise 3x3 with stride 1 (src/backends/cpu/int8_depthwise_conv.cpp): the
+// com.ferry.QConvFused as a depthwise 3x3 (src/backends/cpu/int8_depthwise_conv.cpp): the
 // cpu backend's output against the reference kernel (src/ops/quantize_fused.cpp), bit for bit, over
 // MobileNetV2's shape (u8 source with zero point 0, ReLU6 as a Clip, int32 bias), channel counts not a
-// multiple of 8 or 16 (1-40), widths of 1-11 (odd: a pixel left after the pairs), pads 0-2 and
+// multiple of 8 or 16 (1-48), widths of 1-11 (odd: a pixel left after the pairs), pads 0-2 and
 // asymmetric, batch 2, u8 / s8 sources with zero points, weight zero points, full-range weights,
-// conv_relu and relu, u8 / s8 outputs, scales that push v past 2^31 (the integer epilogue's clamp), and
-// the cases it declines (stride 2, 5x5, grouped, float bias or output, an infinite scale). Also a 1x1 -> depthwise -> 1x1 chain.
+// conv_relu and relu, u8 / s8 outputs, scales that push v past 2^31 (the integer epilogue's clamp),
+// stride 2 on one or both axes, and the cases it declines (stride 2 past 512 KiB, stride 3, 5x5, grouped,
+// float bias or output, an infinite scale). Also a 1x1 -> depthwise -> 1x1 chain.
 // Runs where int8_gemm does (AVX2 without VNNI); skipped elsewhere.
 #include <gtest/gtest.h>
 
@@ -212,7 +213,7 @@ TEST_F(Int8DepthwiseConv, MobileNetShapeBitExact) {
 
 TEST_F(Int8DepthwiseConv, OddChannelsWidthsAndPads) {
   DwCase dc;
-  for (int64_t c : {1, 5, 8, 13, 17, 40}) {  // half blocks of 8 partly filled, a lone channel
+  for (int64_t c : {1, 5, 8, 13, 16, 17, 40, 48}) {  // half blocks of 8 partly filled, a lone channel; 16, 48: one run per row
     for (int64_t w : {1, 2, 3, 8}) {         // one pixel, a pair, a pair and one
       dc.C = c;
       dc.W = w;
@@ -220,13 +221,17 @@ TEST_F(Int8DepthwiseConv, OddChannelsWidthsAndPads) {
       check(dc, true, false, c > 1);
     }
   }
-  dc = DwCase{};
-  dc.pads = {0, 0, 0, 0};  // valid: 5 x 7 outputs
-  check(dc);
-  dc.pads = {2, 0, 0, 2};  // asymmetric: more padding on top and right
-  check(dc);
-  dc.pads = {2, 2, 2, 2};  // wider than the kernel's reach on both sides: whole rows / columns of padding
-  check(dc);
+  for (int64_t c : {20, 32}) {  // 32: the rows' columns built as one run (channels a multiple of 16)
+    dc = DwCase{};
+    dc.C = c;
+    dc.N = 2;
+    dc.pads = {0, 0, 0, 0};  // valid: 5 x 7 outputs
+    check(dc);
+    dc.pads = {2, 0, 0, 2};  // asymmetric: more padding on top and right
+    check(dc);
+    dc.pads = {2, 2, 2, 2};  // wider than the kernel's reach on both sides: whole rows / columns of padding
+    check(dc);
+  }
 }
 
 TEST_F(Int8DepthwiseConv, ZeroPointsBiasAndOutputs) {
@@ -253,9 +258,36 @@ TEST_F(Int8DepthwiseConv, ScalesPastInt32AndInfinity) {
   check(dc, false, false, false);
 }
 
+TEST_F(Int8DepthwiseConv, Stride2) {
+  DwCase dc;  // MobileNetV2's downsampling 3x3/2: pads 1, even and odd sizes, one run per row (C = 32)
+  dc.strides = {2, 2};
+  for (int64_t c : {13, 32}) {
+    for (int64_t hw : {7, 8}) {
+      dc.C = c;
+      dc.H = hw;
+      dc.W = hw + 3;
+      check(dc);
+    }
+  }
+  dc.strides = {1, 2};  // one axis each
+  dc.pads = {0, 1, 2, 0};
+  dc.x_zp = 131;
+  dc.w_zp = true;
+  check(dc);
+  dc.strides = {2, 1};
+  dc.N = 2;
+  check(dc);
+  dc = DwCase{};  // a source over 512 KiB per image: oneDNN
+  dc.strides = {2, 2};
+  dc.C = 64;
+  dc.H = 96;
+  dc.W = 96;
+  check(dc, false);
+}
+
 TEST_F(Int8DepthwiseConv, DeclinedCases) {
   DwCase dc;
-  dc.strides = {2, 2};  // stride 2: oneDNN
+  dc.strides = {3, 3};  // stride 3: oneDNN
   check(dc, false);
   dc = DwCase{};
   dc.K = 5;  // 5x5

@@ -1,24 +1,23 @@
-// com.ferry.QConvFused as a depthwise 3x3 convolution with stride 1 (MobileNetV2's and EfficientNet's
-// 3x3s that keep the size): channels last, group = input channels = output channels, dilation 1, any
-// padding, u8 or s8 source (any zero point), s8 weights (any zero point, scalar or per channel), on AVX2.
-// oneDNN runs these widened to 32 bits per tap (int8_pair_saturation.h); this kernel multiplies two taps
-// per vpmaddwd instead, exact in int32 as the reference's ConvInteger:
+// com.ferry.QConvFused as a depthwise 3x3 convolution (MobileNetV2's and EfficientNet's 3x3s): channels
+// last, group = input channels = output channels, stride 1 (or 2 on a source of at most 512 KiB per
+// image), dilation 1, any padding, u8 or s8 source (any zero point), s8 weights (any zero point, scalar
+// or per channel), on AVX2. oneDNN runs these widened to 32 bits per tap (int8_pair_saturation.h); this
+// kernel multiplies two taps per vpmaddwd instead, exact in int32 as the reference's ConvInteger:
 // - A pair of source rows (r, r + 1) is widened once, x - x_zp in int16 (vpunpcklbw interleaves the two
-//   rows, then vpmovzxbw / vpmovsxbw, so each int32 lane of a vpmaddwd holds one channel's two taps),
-//   padding columns and rows as 0 (x = x_zp, which adds 0 as in the reference). Output row oh reads the
-//   pairs (oh - pad, + 1) with the weights of kernel rows (0, 1) and (oh - pad + 2, + 3) with (2, 0):
-//   6 vpmaddwd per 8 channels for 9 taps; each row pair is built once and read by two output rows (a
-//   per-thread ring of 4).
+//   rows, then vpmovzxbw / vpmovsxbw, so each int32 lane of a vpmaddwd holds one channel's two taps;
+//   with channels a multiple of 16 a row is one run of blocks), padding columns and rows as 0 (x = x_zp,
+//   which adds 0 as in the reference). Output row oh reads the pairs (oh * s - pad, + 1) with the
+//   weights of kernel rows (0, 1) and (oh * s - pad + 2, + 3) with (2, 0): 6 vpmaddwd per 8 channels
+//   for 9 taps; each row pair is built once and read by two output rows (a per-thread ring of 4).
 // - (w - w_zp) and (x - x_zp) lie in [-255, 255]: a pair sums to at most 130050 in magnitude, nine taps
 //   far inside int32.
 // - The epilogue is int8_epilogue.h's integer form (EpiFlags::int_form: an 8-bit output, an int32 bias
 //   or none, finite scales), bit for bit the reference's float steps (tests/unit/test_int8_depthwise_conv.cpp),
 //   on half a block of 16 channels at a time, its 6 weight vectors and epilogue constants in registers,
 //   two pixels per step.
-// Stride 2 is declined: it widens four source pixels per output, and oneDNN's kernel ran MobileNetV2's
-// stride-2 depthwise layers as fast or faster (docs/performance.md). So are hosts without AVX2 or with
-// VNNI (int8_gemm_available), a residual, a mid Q/DQ pair, a float activation, a float bias or output
-// (the float epilogue made this kernel slower than oneDNN's): oneDNN's kernel runs them.
+// Declined, so oneDNN's kernel runs them: stride 2 on a larger source (the row pairs' traffic past L2
+// lost to oneDNN's in-place taps), hosts without AVX2 or with VNNI (int8_gemm_available), a residual, a
+// mid Q/DQ pair, a float activation, a float bias or output (the float epilogue made this kernel slower).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -41,6 +40,9 @@ using cpu::NodeAttrs;
 constexpr int kCb = 16;        // channels per block (one PanelEpi)
 constexpr int kBlockI16 = 32;  // int16 per block of a row pair: 16 channels x 2 rows
 constexpr int kSlots = 4;      // row pairs a thread keeps
+// Stride 2 taken up to this many source bytes per image (MobileNetV2's 56x56x144 -> 28x28 0.86-0.89x
+// oneDNN's CPU time; its 112x112x96 -> 56x56, 1.2 MB, 1.02-1.04x: docs/performance.md)
+constexpr int64_t kMaxStride2Bytes = 512 * 1024;
 
 // A widened row pair: [columns][channel blocks][16 channels][2 rows] int16.
 struct RowPair {
@@ -60,6 +62,28 @@ __attribute__((target("avx2"))) void build_pair(const uint8_t* x, int64_t xbytes
                                                 int16_t* d) {
   const __m256i z = _mm256_set1_epi16(static_cast<int16_t>(zp));
   const bool va = r >= 0 && r < H, vb = r + 1 >= 0 && r + 1 < H;
+  if (C % kCb == 0 && (va || vb)) {
+    // Channels a multiple of 16: the source columns' blocks are contiguous in x, as are the row pair's
+    // columns in d, so the W source columns are one run of W * C / 16 blocks; the padding columns 0.
+    const int64_t lead = std::min(pad_w, wp), run_cols = std::max<int64_t>(0, std::min(W, wp - pad_w));
+    std::memset(d, 0, sizeof(int16_t) * static_cast<size_t>(lead * blocks * kBlockI16));
+    int16_t* o = d + lead * blocks * kBlockI16;
+    const uint8_t* a = va ? x + (n * H + r) * W * C : nullptr;
+    const uint8_t* b = vb ? x + (n * H + r + 1) * W * C : nullptr;
+    const __m128i padv = _mm_set1_epi8(static_cast<char>(zp));
+    for (int64_t i = 0; i < run_cols * blocks; ++i, o += kBlockI16) {
+      const __m128i xa = a ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i * kCb)) : padv;
+      const __m128i xb = b ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i * kCb)) : padv;
+      const __m128i lo = _mm_unpacklo_epi8(xa, xb), hi = _mm_unpackhi_epi8(xa, xb);
+      const __m256i wlo = is_signed ? _mm256_cvtepi8_epi16(lo) : _mm256_cvtepu8_epi16(lo);
+      const __m256i whi = is_signed ? _mm256_cvtepi8_epi16(hi) : _mm256_cvtepu8_epi16(hi);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_sub_epi16(wlo, z));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16), _mm256_sub_epi16(whi, z));
+    }
+    const int64_t tail = wp - lead - run_cols;
+    if (tail > 0) std::memset(o, 0, sizeof(int16_t) * static_cast<size_t>(tail * blocks * kBlockI16));
+    return;
+  }
   alignas(16) uint8_t ta[kCb], tb[kCb];
   for (int64_t j = 0; j < wp; ++j, d += blocks * kBlockI16) {
     const int64_t iw = j - pad_w;
@@ -100,13 +124,13 @@ __attribute__((target("avx2"))) void build_pair(const uint8_t* x, int64_t xbytes
 // registers while two pixels at a time take 6 vpmaddwd each (P read straight from memory), the integer
 // epilogue (int8_epilogue.h's epilogue_int steps on 8 lanes), and one pack for both pixels' 8 bytes.
 template <int YT>
-__attribute__((target("avx2"))) void row(const int16_t* a, const int16_t* b, const int16_t* w, int64_t blocks, int64_t ow_count, int64_t C,
+__attribute__((target("avx2"))) void row(const int16_t* a, const int16_t* b, const int16_t* w, int64_t blocks, int64_t ow_count, int64_t sw, int64_t C,
                                           const cpu::PanelEpi* panels, const cpu::EpiFlags& flags,
                                           char* y) {
   const __m256 lo = _mm256_set1_ps(flags.int_lo), hi = _mm256_set1_ps(flags.int_hi);
   const __m256i zp = _mm256_set1_epi32(flags.int_zp);
   const __m256i gather = _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5);  // dwords: pixel 0's 8 bytes, then pixel 1's
-  const int64_t col = blocks * kBlockI16, step = col;
+  const int64_t col = blocks * kBlockI16, step = sw * col;
   for (int64_t cb = 0; cb < blocks; ++cb) {
     for (int h = 0; h < 2; ++h) {
       const int64_t c0 = cb * kCb + h * 8;
@@ -159,7 +183,7 @@ __attribute__((target("avx2"))) void row(const int16_t* a, const int16_t* b, con
   }
 }
 
-using RowFn = void (*)(const int16_t*, const int16_t*, const int16_t*, int64_t, int64_t, int64_t, const cpu::PanelEpi*,
+using RowFn = void (*)(const int16_t*, const int16_t*, const int16_t*, int64_t, int64_t, int64_t, int64_t, const cpu::PanelEpi*,
                        const cpu::EpiFlags&, char*);
 
 class Int8DepthwiseQConvKernel : public Kernel {
@@ -182,8 +206,20 @@ class Int8DepthwiseQConvKernel : public Kernel {
       return false;
     const std::vector<int64_t> kernel = {3, 3};
     if (!read_spatial_attrs(attrs, 2, &kernel, true, &spatial_).is_ok()) return false;
-    for (int64_t v : spatial_.strides)  // stride 2 widens 4 source pixels per output: oneDNN's was as fast or faster
-      if (v != 1) return false;
+    for (int64_t v : spatial_.strides)
+      if (v != 1 && v != 2) return false;
+    if (spatial_.strides[0] == 2 || spatial_.strides[1] == 2) {
+      // Stride 2 widens every source pixel for a quarter of the outputs; past L2 (an image's source over
+      // kMaxStride2Bytes) the row pairs' traffic lost to oneDNN's kernel, which reads the taps in place.
+      const TensorType* xt = graph.find_type(node_.inputs[kX]);
+      if (!xt || !xt->shape || xt->shape->rank() != 4) return false;
+      int64_t bytes = 1;
+      for (int i = 1; i < 4; ++i) {
+        if (!xt->shape->dims[i].is_known()) return false;
+        bytes *= xt->shape->dims[i].value;
+      }
+      if (bytes > kMaxStride2Bytes) return false;
+    }
     for (int64_t v : spatial_.dilations)
       if (v != 1) return false;
     cpu::QConvOperands q;
@@ -220,9 +256,9 @@ class Int8DepthwiseQConvKernel : public Kernel {
         gh.out <= 0 || gw.out <= 0 || gh.pad_begin < 0 || gw.pad_begin < 0)
       return fallback_(ctx);
     const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = C_, OH = gh.out, OW = gw.out;
-    const int64_t ph = gh.pad_begin, pw = gw.pad_begin;
+    const int64_t sh = spatial_.strides[0], sw = spatial_.strides[1], ph = gh.pad_begin, pw = gw.pad_begin;
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, epi_.y_dt, {N, OH, OW, C}, false));
-    const int64_t wp = OW + 2, pair_i16 = wp * blocks_ * kBlockI16, xbytes = x.numel();
+    const int64_t wp = (OW - 1) * sw + 3, pair_i16 = wp * blocks_ * kBlockI16, xbytes = x.numel();
     const RowFn fn = epi_.y_dt == DType::kU8 ? row<1> : row<2>;
     const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
     char* yp = static_cast<char*>(y->mutable_raw());
@@ -248,10 +284,10 @@ class Int8DepthwiseQConvKernel : public Kernel {
         return victim;
       };
       for (int64_t orow = r0; orow < r1; ++orow) {
-        const int64_t n = orow / OH, oh = orow % OH, r = oh - ph;
+        const int64_t n = orow / OH, oh = orow % OH, r = oh * sh - ph;
         const int ia = get(n, r, -1);
         const int ib = get(n, r + 2, ia);
-        fn(s.slot[ia].data.data(), s.slot[ib].data.data(), weights_.data(), blocks_, OW, C, panels_.data(), flags_,
+        fn(s.slot[ia].data.data(), s.slot[ib].data.data(), weights_.data(), blocks_, OW, sw, C, panels_.data(), flags_,
            yp + orow * OW * C);
       }
     });
