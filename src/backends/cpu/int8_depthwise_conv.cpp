@@ -122,8 +122,9 @@ __attribute__((target("avx2"))) void build_pair(const uint8_t* x, int64_t xbytes
 // One output row, in halves of 8 channels of a block (a / b: the row pairs (oh - pad) and (+ 2); w:
 // [blocks][kw][2 pairs][32]): the half's 6 weight vectors and epilogue constants stay in
 // registers while two pixels at a time take 6 vpmaddwd each (P read straight from memory), the integer
-// epilogue (int8_epilogue.h's epilogue_int steps on 8 lanes), and one pack for both pixels' 8 bytes.
-template <int YT>
+// epilogue (int8_epilogue.h's epilogue_int steps on 8 lanes; y's zero point not added where it is 0,
+// a ReLU6 output's), and one pack for both pixels' 8 bytes.
+template <int YT, bool kZp>  // kZp: y's zero point is not 0
 __attribute__((target("avx2"))) void row(const int16_t* a, const int16_t* b, const int16_t* w, int64_t blocks, int64_t ow_count, int64_t sw, int64_t C,
                                           const cpu::PanelEpi* panels, const cpu::EpiFlags& flags,
                                           char* y) {
@@ -159,7 +160,8 @@ __attribute__((target("avx2"))) void row(const int16_t* a, const int16_t* b, con
         s = _mm256_add_epi32(s, _mm256_madd_epi16(wa2, _mm256_loadu_si256(ra + 2 * c)));
         t = _mm256_add_epi32(t, _mm256_madd_epi16(wb2, _mm256_loadu_si256(rb + 2 * c)));
         const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(s, t), bias)), mul);
-        return _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(hi, _mm256_max_ps(lo, v))), zp);
+        const __m256i q = _mm256_cvtps_epi32(_mm256_min_ps(hi, _mm256_max_ps(lo, v)));
+        return kZp ? _mm256_add_epi32(q, zp) : q;
       };
       const auto pack = [&](__m256i q0, __m256i q1) __attribute__((target("avx2"))) {
         const __m256i t = _mm256_packs_epi32(q0, q1);
@@ -259,7 +261,8 @@ class Int8DepthwiseQConvKernel : public Kernel {
     const int64_t sh = spatial_.strides[0], sw = spatial_.strides[1], ph = gh.pad_begin, pw = gw.pad_begin;
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, epi_.y_dt, {N, OH, OW, C}, false));
     const int64_t wp = (OW - 1) * sw + 3, pair_i16 = wp * blocks_ * kBlockI16, xbytes = x.numel();
-    const RowFn fn = epi_.y_dt == DType::kU8 ? row<1> : row<2>;
+    const RowFn fn = epi_.y_dt == DType::kU8 ? (flags_.int_zp != 0 ? row<1, true> : row<1, false>)
+                                              : (flags_.int_zp != 0 ? row<2, true> : row<2, false>);
     const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
     char* yp = static_cast<char*>(y->mutable_raw());
     parallel_ranges(N * OH, OW * C * 12, [&](int64_t r0, int64_t r1) {
