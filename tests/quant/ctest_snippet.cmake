@@ -26,3 +26,10 @@ set_tests_properties(quantize_plain_floor PROPERTIES LABELS "e2e;quant" TIMEOUT 
 add_test(NAME quantize_reduce_range
          COMMAND ${FERRY_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_reduce_range.py $<TARGET_FILE:ferry> ${CMAKE_BINARY_DIR}/quantize_reduce_range)
 set_tests_properties(quantize_reduce_range PROPERTIES LABELS "e2e;quant" TIMEOUT 60)
+# The int8 cpu kernels against the reference kernels on a whole model (tests/quant/check_int8_cpu_exact.py):
+# a small MobileNetV2 (stem, depthwise 3x3s of stride 1 and 2, expansions, projections, a residual Add)
+# quantized by `ferry quantize` (the default and --no-plain-floor files), `ferry run -d cpu` at 1 and 2
+# threads byte for byte `ferry run -d cpu-ref -O 2`.
+add_test(NAME quantize_int8_cpu_exact
+         COMMAND ${FERRY_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_int8_cpu_exact.py $<TARGET_FILE:ferry> ${CMAKE_BINARY_DIR}/quantize_int8_cpu_exact)
+set_tests_properties(quantize_int8_cpu_exact PROPERTIES LABELS "e2e;quant" TIMEOUT 60)
