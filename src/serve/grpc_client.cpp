@@ -53,9 +53,36 @@ struct GrpcClient::Impl {
   std::unique_ptr<grpc::TemplatedGenericStub<grpc::ByteBuffer, inference::ModelInferResponse>> infer_stub;
   grpc::ByteBuffer request_bytes;
   inference::ModelInferResponse response;
+  // open_stream()'s ModelStreamInfer call: one request written and its response read per infer().
+  using Stream = grpc::ClientAsyncReaderWriter<grpc::ByteBuffer, inference::ModelStreamInferResponse>;
+  std::unique_ptr<grpc::ClientContext> stream_ctx;
+  std::unique_ptr<Stream> stream;
+  inference::ModelStreamInferResponse stream_response;
+  Status stream_status = Status::ok();  // not ok once the stream ended: every later infer() fails with it
   grpc::CompletionQueue cq;  // infer()'s, polled by its caller
   SpinWait spin{0};
+
+  // The next event on cq: polled without blocking while the spin is on, then blocking.
+  bool next(void** tag, bool* ok) {
+    const gpr_timespec now = gpr_time_0(GPR_CLOCK_MONOTONIC);
+    for (;;) {
+      const auto st = spin.spinning() ? cq.AsyncNext(tag, ok, now) : grpc::CompletionQueue::TIMEOUT;
+      if (st == grpc::CompletionQueue::GOT_EVENT) return true;
+      if (st == grpc::CompletionQueue::TIMEOUT && spin.again()) continue;
+      return st != grpc::CompletionQueue::SHUTDOWN && cq.Next(tag, ok);
+    }
+  }
+
   ~Impl() {
+    if (stream) {  // cancelled, then its status read, so that the queue drains
+      stream_ctx->TryCancel();
+      grpc::Status st;
+      stream->Finish(&st, &st);
+      void* tag;
+      bool ok;
+      while (cq.Next(&tag, &ok) && tag != &st) {
+      }
+    }
     cq.Shutdown();
     void* tag;
     bool ok;
@@ -172,28 +199,67 @@ void GrpcClient::set_request(const std::string& model, const std::string& versio
   impl_->request_bytes = grpc::ByteBuffer(&slice, 1);
 }
 
+Status GrpcClient::open_stream() {
+  Impl& c = *impl_;
+  static const std::string kMethod = "/inference.GRPCInferenceService/ModelStreamInfer";
+  c.stream_ctx = std::make_unique<grpc::ClientContext>();
+  c.stream = grpc::TemplatedGenericStub<grpc::ByteBuffer, inference::ModelStreamInferResponse>(c.channel).PrepareCall(
+      c.stream_ctx.get(), kMethod, &c.cq);
+  c.stream->StartCall(&c.stream);
+  void* tag = nullptr;
+  bool ok = false;
+  if (!c.next(&tag, &ok) || !ok) {
+    c.stream_status = internal_error("ModelStreamInfer: the stream could not be opened");
+    return c.stream_status;
+  }
+  return Status::ok();
+}
+
 Status GrpcClient::infer() {
   // On the async API with a queue of this client's, so that the wait for the response can poll
   // the queue without blocking first (SpinWait) instead of blocking at once as the sync stub does.
+  Impl& c = *impl_;
+  if (c.stream) return infer_on_stream();
   static const std::string kMethod = "/inference.GRPCInferenceService/ModelInfer";
   grpc::ClientContext ctx;
   grpc::Status status;
-  auto rpc = impl_->infer_stub->PrepareUnaryCall(&ctx, kMethod, impl_->request_bytes, &impl_->cq);
+  auto rpc = c.infer_stub->PrepareUnaryCall(&ctx, kMethod, c.request_bytes, &c.cq);
   rpc->StartCall();
-  rpc->Finish(&impl_->response, &status, &impl_->response);
-  impl_->spin.arm();
-  const gpr_timespec now = gpr_time_0(GPR_CLOCK_MONOTONIC);
+  rpc->Finish(&c.response, &status, &c.response);
+  c.spin.arm();
   void* tag = nullptr;
   bool ok = false;
-  for (;;) {
-    const auto st = impl_->spin.spinning() ? impl_->cq.AsyncNext(&tag, &ok, now) : grpc::CompletionQueue::TIMEOUT;
-    if (st == grpc::CompletionQueue::GOT_EVENT) break;
-    if (st == grpc::CompletionQueue::TIMEOUT && impl_->spin.again()) continue;
-    if (st == grpc::CompletionQueue::SHUTDOWN || !impl_->cq.Next(&tag, &ok)) return internal_error("ModelInfer: the client's completion queue shut down");
-    break;
+  if (!c.next(&tag, &ok)) return internal_error("ModelInfer: the client's completion queue shut down");
+  if (!ok) return internal_error("ModelInfer '" + c.request.model_name() + "': the call did not complete");
+  return from_grpc(status, "ModelInfer '" + c.request.model_name() + "'");
+}
+
+Status GrpcClient::infer_on_stream() {
+  Impl& c = *impl_;
+  if (!c.stream_status.is_ok()) return c.stream_status;
+  c.stream->Write(c.request_bytes, &c.request_bytes);
+  c.stream->Read(&c.stream_response, &c.stream_response);
+  c.spin.arm();
+  bool written = false, read = false;
+  for (int events = 0; events < 2; ++events) {
+    void* tag = nullptr;
+    bool ok = false;
+    if (!c.next(&tag, &ok)) return c.stream_status = internal_error("ModelStreamInfer: the client's completion queue shut down");
+    (tag == &c.request_bytes ? written : read) = ok;
   }
-  if (!ok) return internal_error("ModelInfer '" + impl_->request.model_name() + "': the call did not complete");
-  return from_grpc(status, "ModelInfer '" + impl_->request.model_name() + "'");
+  const std::string what = "ModelStreamInfer '" + c.request.model_name() + "'";
+  if (!written || !read) {  // the stream ended: its status says why
+    grpc::Status status;
+    c.stream->Finish(&status, &status);
+    void* tag = nullptr;
+    bool ok = false;
+    c.next(&tag, &ok);
+    c.stream.reset();
+    c.stream_status = status.ok() ? internal_error(what + ": the server ended the stream") : from_grpc(status, what);
+    return c.stream_status;
+  }
+  if (!c.stream_response.error_message().empty()) return invalid_argument(what + ": " + c.stream_response.error_message());
+  return Status::ok();
 }
 
 }  // namespace ferry::serve

@@ -26,12 +26,17 @@ class GrpcClient {
   StatusOr<StatsTotals> statistics(const std::string& model, const std::string& version);
   /// The request infer() sends: the tensors as raw_input_contents.
   void set_request(const std::string& model, const std::string& version, const TensorList& inputs);
-  /// One ModelInfer; a failure carries the gRPC code's name and the server's message.
+  /// Opens a ModelStreamInfer call (bidirectional stream) on which infer() then sends its
+  /// requests, one at a time, as perf_analyzer's --streaming.
+  Status open_stream();
+  /// One ModelInfer (or one request and its response on the stream); a failure carries the gRPC
+  /// code's name and the server's message (a streamed response's error_message).
   Status infer();
 
   struct Impl;
 
  private:
+  Status infer_on_stream();
   std::unique_ptr<Impl> impl_;
 };
 

@@ -46,6 +46,7 @@ struct PerfOptions {
   int max_windows = 10;
   double stability = 10.0;
   bool json_data = false;
+  bool streaming = false;  // gRPC: requests on one ModelStreamInfer stream per concurrent stream
   int64_t io_spin_us = serve::kDefaultIoSpinMicroseconds;
   int string_length = 128;  // random BYTES elements, as perf_analyzer's --string-length
   std::string csv;
@@ -198,6 +199,7 @@ class Client {
 #ifdef FERRY_HAVE_GRPC
     if (opt.protocol == "grpc") {
       ASSIGN_OR_RETURN(c->grpc_, serve::GrpcClient::connect(opt.url, opt.io_spin_us));
+      if (opt.streaming) RETURN_IF_ERROR(c->grpc_->open_stream());
       return c;
     }
 #endif
@@ -406,6 +408,10 @@ int cmd_perf(const PerfOptions& options) {
   }
 #endif
   if (opt.url.empty()) opt.url = opt.protocol == "grpc" ? "localhost:8001" : "localhost:8000";
+  if (opt.streaming && opt.protocol != "grpc") {
+    std::fprintf(stderr, "error: --streaming is for --protocol grpc (ModelStreamInfer)\n");
+    return 2;
+  }
   if (opt.protocol == "grpc" && opt.json_data) {
     std::fprintf(stderr, "error: --json-data is for --protocol http (gRPC sends raw_input_contents)\n");
     return 2;
@@ -438,7 +444,7 @@ int cmd_perf(const PerfOptions& options) {
   auto body = make_body(json::parse(meta.value()), max_batch, opt);
   if (!body.is_ok()) return report(body.status());
   std::printf("ferry perf: %s model '%s', %s, batch %lld, windows of %d ms\n", opt.url.c_str(), opt.model.c_str(),
-              opt.protocol == "grpc" ? "gRPC raw tensors" : opt.json_data ? "HTTP JSON tensors" : "HTTP binary tensors", static_cast<long long>(opt.batch_size), opt.measurement_interval_ms);
+              opt.protocol == "grpc" ? (opt.streaming ? "gRPC stream, raw tensors" : "gRPC raw tensors") : opt.json_data ? "HTTP JSON tensors" : "HTTP binary tensors", static_cast<long long>(opt.batch_size), opt.measurement_interval_ms);
   std::printf("%11s %12s %10s %10s %10s %10s %12s %12s %9s %7s\n", "concurrency", "infer/sec", "p50 us", "p90 us", "p99 us",
               "avg us", "srv queue us", "srv comp us", "avg batch", "errors");
   std::vector<LevelResult> results;
@@ -492,6 +498,8 @@ const bool kRegistered = register_command({"perf", 76, [](CLI::App& app) {
   cmd->add_option("--string-length", opt->string_length, "Characters of each random BYTES element (default 128)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--json-data", opt->json_data, "Send JSON tensors (default: the binary tensor data extension)");
+  cmd->add_flag("--streaming", opt->streaming,
+                "gRPC: send each stream's requests on one ModelStreamInfer call, one at a time (default: a ModelInfer call each)");
   cmd->add_option("--io-spin-microseconds", opt->io_spin_us,
                   "After sending a request, poll for the response without blocking for up to this long before blocking; "
                   "only when the machine has an idle core (default " + std::to_string(serve::kDefaultIoSpinMicroseconds) + "; 0: never)")

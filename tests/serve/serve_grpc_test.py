@@ -394,6 +394,15 @@ try:
         rows = json.load(open(pj))
         check([row["concurrency"] for row in rows] == [1, 2] and all(row["throughput"] > 0 and row["errors"] == 0 and row["avg_batch"] == 2.0
                                                                     for row in rows), "perf grpc rows: %s" % rows)
+    # --streaming: each stream's requests on one ModelStreamInfer call (perf_analyzer's flag), gRPC only
+    r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % ports["grpc"], "--protocol", "grpc", "--streaming", "-m", "add", "--concurrency-range",
+                        "1:2", "-p", "100", "--max-trials", "3", "-b", "2", "--json", pj], capture_output=True, text=True, timeout=60)
+    if check(r.returncode == 0 and "gRPC stream" in r.stdout, "ferry perf --streaming: %d %s %s" % (r.returncode, r.stdout[-500:], r.stderr[-500:])):
+        rows = json.load(open(pj))
+        check([row["concurrency"] for row in rows] == [1, 2] and all(row["throughput"] > 0 and row["errors"] == 0 and row["avg_batch"] == 2.0
+                                                                    for row in rows), "perf grpc --streaming rows: %s" % rows)
+    r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % ports["http"], "--streaming", "-m", "add"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "--streaming is for --protocol grpc" in r.stderr, "perf --streaming over HTTP: %s" % r.stderr[-300:])
     r = subprocess.run([FERRY, "perf", "127.0.0.1:%d" % ports["grpc"], "--protocol", "grpc", "-m", "nosuch"], capture_output=True, text=True,
                        timeout=60)
     check(r.returncode == 2 and "NOT_FOUND" in r.stderr and "nosuch" in r.stderr, "perf grpc on an unknown model: %s" % r.stderr[-300:])
