@@ -2,6 +2,9 @@
 // weights, [M, K] x [K, N] + bias (+ optional GELU post-op), as dnnl_matmul.cpp runs it (weights
 // tag::any, reordered once) against alternatives:
 //   whole    one primitive for all M rows, the threads of the OpenMP team (ferry's path)
+//   pad16    weights oneDNN keeps plain stored with rows 16 floats longer (dnnl_matmul.cpp pads a
+//            row stride of a multiple of 256 floats: cpu::padded_plain_weights); with ILV, ILVPAD=1
+//            pads both oneDNN variants
 //   wtag=T   weights forced to a given blocked tag instead of any
 //   rows=R   the caller cuts M into panels of R rows, one primitive call each
 //   rowgemm  1 thread: cpu::RowGemm (src/backends/cpu/row_gemm.h), ferry's own kernel with the
@@ -115,7 +118,7 @@ struct Mm {
 
 // One primitive for [m, K] x W[:, n0:n0+n] with src/dst row strides ldA / ldC.
 static Mm make(const std::vector<float>& W, int64_t K, int64_t N, int64_t m, int64_t n0, int64_t n, int64_t lda,
-               int64_t ldc, bool gelu, tag wtag, bool huge = std::getenv("HUGE") != nullptr) {
+               int64_t ldc, bool gelu, tag wtag, bool huge = std::getenv("HUGE") != nullptr, int64_t pad = 0) {
   Mm r;
   r.sd = memory::desc({m, K}, dt::f32, memory::dims{lda, 1});
   r.dd = memory::desc({m, n}, dt::f32, memory::dims{ldc, 1});
@@ -126,6 +129,12 @@ static Mm make(const std::vector<float>& W, int64_t K, int64_t N, int64_t m, int
   primitive_attr attr;
   attr.set_post_ops(ops);
   matmul::primitive_desc pd(matmul::desc(r.sd, wd, r.bd, r.dd), attr, eng);
+  // pad > 0: where oneDNN keeps the weights plain, their rows pad floats longer (ferry pads a row
+  // stride of a multiple of 256 floats by 16: cpu::padded_plain_weights)
+  if (pad > 0 && pd.weights_desc() == memory::desc({K, n}, dt::f32, tag::ab)) {
+    pd = matmul::primitive_desc(matmul::desc(r.sd, memory::desc({K, n}, dt::f32, memory::dims{n + pad, 1}), r.bd, r.dd),
+                                attr, eng);
+  }
   r.prim = matmul(pd);
   // user weights: columns n0..n0+n of W [K, N] (row stride N)
   memory::desc ud({K, n}, dt::f32, memory::dims{N, 1});
@@ -189,6 +198,11 @@ static void run(const Prob& pr, const char* only) {
     report("whole", ms);
     if (std::getenv("COLD")) report("whole-cold", time_cold_ms([&] { exec(p, x.data(), b.data(), y.data()); }));
   }
+  if (want("pad16")) {  // weights kept plain by oneDNN: rows padded by 16 floats
+    Mm p = make(W, K, N, M, 0, N, K, N, pr.gelu, tag::any, std::getenv("HUGE") != nullptr, 16);
+    double ms = time_ms([&] { exec(p, x.data(), b.data(), y.data()); }, flop);
+    report("pad16", ms);
+  }
   if (T == 1 && want("rowgemm") && ferry::cpu::RowGemm::supported(K, N)) {
     auto rg = ferry::cpu::RowGemm::create(W.data(), false, b.data(), K, N).value();  // a probe: no allocation failure expected
     auto f = [&] { rg->run(x.data(), M, K, y.data(), false, pr.gelu); };
@@ -201,7 +215,10 @@ static void run(const Prob& pr, const char* only) {
     // ILV=1: oneDNN (ferry's path) and RowGemm alternated call by call, each after a flush (x warm):
     // the per-round ratio is robust to a loaded machine's slow phases.
     // 4 variants: oneDNN and RowGemm, each with its packed weights on 4 KiB and on huge pages.
-    Mm p = make(W, K, N, M, 0, N, K, N, pr.gelu, tag::any, false), ph = make(W, K, N, M, 0, N, K, N, pr.gelu, tag::any, true);
+    // ILVPAD=1: both oneDNN variants with the weight rows padded by 16 floats where oneDNN keeps them plain
+    const int64_t ipad = std::getenv("ILVPAD") ? 16 : 0;
+    Mm p = make(W, K, N, M, 0, N, K, N, pr.gelu, tag::any, false, ipad),
+       ph = make(W, K, N, M, 0, N, K, N, pr.gelu, tag::any, true, ipad);
     auto rg = ferry::cpu::RowGemm::create(W.data(), false, b.data(), K, N, false).value();
     auto rgh = ferry::cpu::RowGemm::create(W.data(), false, b.data(), K, N, true).value();
     const char* names[4] = {"oneDNN", "oneDNN-huge", "RowGemm", "RowGemm-huge"};

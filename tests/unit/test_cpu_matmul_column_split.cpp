@@ -76,8 +76,9 @@ TEST(CpuMatMulColumnSplit, FusedMatMulBiasResidualRelu) {
 }
 
 // A transformer-sized product (BERT's out-projection: 128 rows, 768 x 768 + bias), two blocks of 384.
-// FERRY_MATMUL_ROW_GEMM=0 here: on AVX2 CPUs without AVX-512 cpu::RowGemm takes this shape at 2
-// threads too (dnnl_matmul.cpp: row_gemm_threads; test_cpu_row_gemm.cpp), and the split is what is tested.
+// FERRY_MATMUL_ROW_GEMM=0 here: the split is what is tested, whatever rows cpu::RowGemm takes
+// (dnnl_matmul.cpp: kRowGemmMaxRows, row_gemm_threads). Its 768-column weights are the padded ones
+// (cpu::padded_plain_weights) where oneDNN keeps them plain.
 TEST(CpuMatMulColumnSplit, TransformerShapeBlocksMatchReference) {
   const char* e = std::getenv("FERRY_MATMUL_ROW_GEMM");
   const std::string saved = e ? e : "";

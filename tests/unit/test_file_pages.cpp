@@ -132,7 +132,7 @@ TEST(FilePages, WeightsPackedFromAFerryFileLeaveTheProcessAndReadBackTheSame) {
   ASSERT_TRUE(from_file.is_ok()) << from_file.status().to_string();
   ASSERT_TRUE(from_memory.is_ok()) << from_memory.status().to_string();
   bool first = true;
-  for (int64_t rows : {2, 64, 300, 2}) {
+  for (int64_t rows : {2, 64, 24, 300, 2}) {
     SCOPED_TRACE(rows);
     const Tensor in = ramp({rows, k}, 1.f, -0.5f);
     const int64_t dropped = file_pages_dropped();

@@ -25,13 +25,11 @@ Status ConstWeightGemm::plan_for(int64_t M, Plan** out) {
                                   dnnl_engine());
   // Where oneDNN keeps the weights plain (its gemm path: AVX2 hosts), a row stride of a multiple of
   // 256 floats (N 512, 1024, 3072: every row in the same cache sets) halves its speed; 16 floats of
-  // padding per row take it back. [100, 256] x [256, 512] on a Zen 3 core, 1 thread, thread CPU time
-  // (the input projection of the BiLSTM's second layer, per direction): 67 -> 96 GFLOP/s; N 1024
-  // and 3072: 48 -> 98.
-  if (n_ % 256 == 0 && pd.weights_desc() == user_w) {
-    const memory::desc padded({k_, n_}, f32, memory::dims{n_ + 16, 1});
+  // padding per row take it back (padded_plain_weights). [100, 256] x [256, 512] on a Zen 3 core,
+  // 1 thread, thread CPU time (the input projection of the BiLSTM's second layer, per direction):
+  // 67 -> 96 GFLOP/s; N 1024 and 3072: 48 -> 98.
+  if (const memory::desc padded = padded_plain_weights(pd.weights_desc()); !padded.is_zero())
     pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(plan.src, padded, plan.dst), dnnl_engine());
-  }
   plan.prim = dnnl::matmul(pd);
   for (auto& [desc, mem] : packed_)
     if (desc == pd.weights_desc()) plan.weights = &mem;

@@ -71,22 +71,23 @@ std::atomic<int64_t> g_column_split_runs{0};
 // At 1 thread, products of kRowGemmMinRows..kRowGemmMaxRows rows with constant f32 weights (N a
 // multiple of 48, no activation but GELU) run as cpu::RowGemm: the weights packed once more (on huge
 // pages) in the order its loops read them, the next sliver prefetched (row_gemm.h); oneDNN's packed
-// copy is then dropped. FERRY_MATMUL_ROW_GEMM=0 keeps oneDNN. Per call, cold weights, interleaved with
-// oneDNN call by call (bench/matmul_probe.cpp ILV=cold, 41 rounds, load 5.2-5.4), time / oneDNN's per
-// round: 0.975 (128x768x2304), 0.928 (128x3072x768), 0.961 (128x768x3072 + GELU), 0.915 (128x768x768);
-// 0.98-1.02 at 197 rows; on 4 KiB pages RowGemm equals oneDNN. Whole model at 1 thread, batch 1
-// (bench/ab_vs_ort.py MODEL 1 1 6 1.5 "off=env FERRY_MATMUL_ROW_GEMM=0 ferry" "on=env
-// FERRY_MATMUL_ROW_GEMM=1 ferry", CPU p50 per round): BERT-like 65.5 -> 59.2 ms (medians; lower in
-// 6 of 6 rounds, load 3.9-4.2), ViT-B/16 186.1 -> 173.4 (5 of 6, load 4.3-5.6); an earlier BERT run
-// at load 5.6-6.4 showed no difference (65.5 / 65.4). More rows reuse each weight enough for oneDNN
-// (and the column chunk of y would leave L2).
-constexpr int64_t kRowGemmMinRows = 16, kRowGemmMaxRows = 256;
-// On AVX2 CPUs without AVX-512 RowGemm also serves 2+ threads, each thread a share of its column
-// chunks: there oneDNN 2.6 runs [128, 768] x [768, 3072] at half RowGemm's speed (row_gemm.h). Zen 3,
-// 2 threads, batch 1, bench/ab_vs_ort.py MODEL 2 1 3 1.5 (oneDNN, then chunks), alternated, load
-// 10.5-12: process CPU p50 BERT-like 155.8 -> 136.1 ms, ViT-B/16 524.0 -> 405.2; wall / ORT per round
-// (median) 0.65 -> 0.63 and 0.79 -> 0.74. On AVX-512 CPUs 2+ threads keep oneDNN (RowGemm was
-// measured there at 1 thread only).
+// copy is then dropped. FERRY_MATMUL_ROW_GEMM=0 keeps oneDNN. The limit was 256 rows while oneDNN's
+// plain weights ran at half speed for N a multiple of 256 (768, 2304, 3072: every row in the same
+// cache sets); with their rows padded (cpu::padded_plain_weights) oneDNN is ahead from about 32 rows.
+// Per call, cold weights, interleaved call by call (bench/matmul_probe.cpp, ILV=cold ILVPAD=1
+// CPUTIME=1, 41 rounds, load 8-9), RowGemm / padded oneDNN per round: 16 rows 0.865 (x768x768), 0.946
+// (x768x3072 + GELU); 24 rows 0.892, 1.033 (x768x2304), 1.032 (x3072x768); 32 rows 0.962-1.116; 48-64
+// rows 1.06-1.19; 128 rows 0.99-1.05; 197 rows 1.06-1.10 (1.07 also at N 960, unpadded). Whole model at
+// 1 thread, batch 1 (docs/performance.md, "Padded weight rows in MatMul / Gemm"): BERT-like CPU p50
+// 128.0 -> 124.3 ms, ViT-B/16 386.9 -> 366.0 with oneDNN instead of RowGemm at 128 / 197 rows.
+constexpr int64_t kRowGemmMinRows = 16, kRowGemmMaxRows = 24;
+// On AVX2 CPUs without AVX-512 RowGemm also serves 2+ threads (its rows), each thread a share of its
+// column chunks; that was measured when oneDNN 2.6 ran [128, 768] x [768, 3072] at half speed (its
+// weight rows unpadded): Zen 3, 2 threads, batch 1, bench/ab_vs_ort.py MODEL 2 1 3 1.5, load 10.5-12,
+// process CPU p50 BERT-like 155.8 -> 136.1 ms, ViT-B/16 524.0 -> 405.2. With padded rows oneDNN
+// takes those products back (128 / 197 rows: BERT-like CPU 129.5 -> 129.9 ms, wall / ORT 0.66 -> 0.58;
+// ViT-B/16 394.3 -> 375.6, 0.68 -> 0.51; load 8.7-9.5). On AVX-512 CPUs 2+ threads keep oneDNN
+// (RowGemm was measured there at 1 thread only).
 bool row_gemm_threads() { return cpu::RowGemm::best_isa() == cpu::RowGemm::Isa::kAvx2; }
 bool row_gemm_enabled() {  // read on each eligible call (tests turn it on)
   const char* e = env_value("FERRY_MATMUL_ROW_GEMM");
@@ -262,7 +263,7 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
     std::map<int, std::vector<Split>> splits;  // by thread count (nsplit_max_rows)
   };
 
-  // Whether a run of plan p on this thread goes to cpu::RowGemm: constant f32 weights, 16-256 rows,
+  // Whether a run of plan p on this thread goes to cpu::RowGemm: constant f32 weights, 16-24 rows,
   // one thread (the calling thread's count, as the executor set it), or any count on AVX2 CPUs
   // without AVX-512 (row_gemm_threads).
   bool row_gemm_takes(const Plan& p) const {
@@ -297,17 +298,15 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
         // The block's dst rows are strided (N apart): oneDNN 2.6 runs it as gemm:jit (sgemm) on plain
         // weights (its brgemm wants a dense dst), which is where the gain comes from (see nsplit_max_rows).
         sp.dst = memory::desc({p->m, nb}, f32, memory::dims{p->n, 1});
-        const memory::desc wei_any({p->k, nb}, f32, tag::any);
         dnnl::primitive_attr attr;
         RETURN_IF_ERROR(post_op_attr(&attr));
-        std::unique_ptr<dnnl::matmul::desc> d;
-        if (bias_t_.defined()) {
-          sp.bias = memory::desc({1, nb}, f32, tag::ab);
-          d = std::make_unique<dnnl::matmul::desc>(sp.src, wei_any, sp.bias, sp.dst);
-        } else {
-          d = std::make_unique<dnnl::matmul::desc>(sp.src, wei_any, sp.dst);
-        }
-        dnnl::matmul::primitive_desc pd(*d, attr, dnnl_engine());
+        if (bias_t_.defined()) sp.bias = memory::desc({1, nb}, f32, tag::ab);
+        const auto make_pd = [&](const memory::desc& wei) {
+          return bias_t_.defined() ? dnnl::matmul::primitive_desc({sp.src, wei, sp.bias, sp.dst}, attr, dnnl_engine())
+                                   : dnnl::matmul::primitive_desc({sp.src, wei, sp.dst}, attr, dnnl_engine());
+        };
+        dnnl::matmul::primitive_desc pd = make_pd(memory::desc({p->k, nb}, f32, tag::any));
+        if (const memory::desc padded = cpu::padded_plain_weights(pd.weights_desc()); !padded.is_zero()) pd = make_pd(padded);
         sp.prim = dnnl::matmul(pd);
         // Columns c0.. of B = w_ [K, N], or of w_ [N, K] read transposed (Gemm transB).
         const memory::desc user_d = trans_b_ ? memory::desc({p->k, nb}, f32, memory::dims{1, p->k})
@@ -436,18 +435,23 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
       const memory::desc wei_md = const_w_ ? memory::desc(wd, dt, tag::any) : plan.wei;
       dnnl::primitive_attr attr;
       RETURN_IF_ERROR(post_op_attr(&attr));
-      std::unique_ptr<dnnl::matmul::desc> d;
       if (bias_t_.defined()) {
         memory::data_type bt;
         cpu::to_dnnl_type(bias_t_.dtype(), &bt);
         memory::dims bdims(dd.size(), 1);
         bdims.back() = dd.back();
         plan.bias = memory::desc(bdims, bt, cpu::plain_tag(bdims.size()));
-        d = std::make_unique<dnnl::matmul::desc>(plan.src, wei_md, plan.bias, plan.dst);
-      } else {
-        d = std::make_unique<dnnl::matmul::desc>(plan.src, wei_md, plan.dst);
       }
-      dnnl::matmul::primitive_desc pd(*d, attr, dnnl_engine());
+      const auto make_pd = [&](const memory::desc& wei) {
+        return bias_t_.defined() ? dnnl::matmul::primitive_desc({plan.src, wei, plan.bias, plan.dst}, attr, dnnl_engine())
+                                 : dnnl::matmul::primitive_desc({plan.src, wei, plan.dst}, attr, dnnl_engine());
+      };
+      dnnl::matmul::primitive_desc pd = make_pd(wei_md);
+      // Constant weights oneDNN keeps plain with a row stride of a multiple of 256 floats: padded rows
+      // (cpu::padded_plain_weights; packed_weights reorders into, or maps, that layout).
+      if (const_w_) {
+        if (const memory::desc padded = cpu::padded_plain_weights(pd.weights_desc()); !padded.is_zero()) pd = make_pd(padded);
+      }
       plan.prim = dnnl::matmul(pd);
       plan.prim_wei = pd.weights_desc();
       // Not where its runs go to RowGemm (at the executor's thread count): oneDNN's form would be made

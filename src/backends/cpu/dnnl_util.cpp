@@ -8,6 +8,7 @@
 namespace ferry::cpu {
 
 using dnnl::algorithm;
+using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 
 dnnl::engine& dnnl_engine() {
@@ -30,6 +31,14 @@ bool to_dnnl_type(DType t, dnnl::memory::data_type* out) {
 }
 
 dnnl::memory::dims to_dnnl_dims(const std::vector<int64_t>& d) { return dnnl::memory::dims(d.begin(), d.end()); }
+
+memory::desc padded_plain_weights(const memory::desc& chosen) {
+  const memory::dims d = chosen.dims();
+  if (d.size() != 2 || d[1] % 256 != 0 || chosen.data_type() != memory::data_type::f32 ||
+      chosen != memory::desc(d, memory::data_type::f32, tag::ab))
+    return memory::desc();
+  return memory::desc(d, memory::data_type::f32, memory::dims{d[1] + kWeightRowPad, 1});
+}
 
 tag plain_tag(size_t rank, bool channels_last) {
   if (channels_last) {

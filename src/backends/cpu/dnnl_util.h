@@ -33,6 +33,14 @@ dnnl::memory::dims to_dnnl_dims(const std::vector<int64_t>& d);
 /// The plain (row-major) format tag of a rank-r tensor, or channels-last (nwc / nhwc / ndhwc) for 3..5-D.
 dnnl::memory::format_tag plain_tag(size_t rank, bool channels_last = false);
 
+/// Where a matmul primitive keeps constant f32 weights [K, N] plain (`chosen`, its weights_desc():
+/// dense row-major, as oneDNN 2.6's gemm path does on AVX2 hosts) and N is a multiple of 256 floats,
+/// the same layout with each row kWeightRowPad floats longer; else a zero desc. Such a row stride puts
+/// every row in the same cache sets and halves the product's speed: the caller makes its primitive
+/// again with the padded desc (docs/performance.md, "Padded weight rows in MatMul / Gemm").
+inline constexpr int64_t kWeightRowPad = 16;
+dnnl::memory::desc padded_plain_weights(const dnnl::memory::desc& chosen);
+
 /// Appends the post-ops computing `act` (one or two eltwise ops); false when oneDNN has none for it.
 bool append_activation(const FusedActivation& act, dnnl::post_ops* ops);
 

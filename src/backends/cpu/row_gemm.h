@@ -12,7 +12,9 @@
 // the same slivers run through a 4 rows x 24 columns microkernel (row_gemm.cpp), which gives the
 // same bits. There (a Zen 3 core, 1 thread, thread CPU time: bench/matmul_probe.cpp CPUTIME=1
 // ONLY=rowgemm M K N [gelu]) oneDNN 2.6's f32 matmul runs [128, 768] x [768, 3072] at 40 GFLOP/s,
-// with or without GELU, RowGemm at 84.
+// with or without GELU, RowGemm at 84 -- but oneDNN with its weight rows padded (the stride of 3072
+// floats was the cause: cpu::padded_plain_weights) at 87, so there dnnl_matmul.cpp gives RowGemm only
+// 16-24 rows (kRowGemmMaxRows).
 #pragma once
 
 #include <cstdint>
