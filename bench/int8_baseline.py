@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/int8_baseline.py --case DIR --work WORK [--ferry build/ferry] [--samples 32]
         [--heldout 8] [--seed 38] [--threads 2] [--engine ort|ferry-ref] [--ferry-arg=--method=minmax ...]
-        [--ferry-file F.onnx | --no-ferry] [--json OUT.json]
+        [--ferry-file F.onnx | --no-ferry] [--calibration-cosine] [--json OUT.json]
 
 DIR is a zoo case folder (tests/zoo/gen_zoo.py: model.onnx, input_<i>.npy in the model's input order).
 What it does, every step recorded under WORK so each figure reproduces:
@@ -28,6 +28,7 @@ What it does, every step recorded under WORK so each figure reproduces:
    Runtime, ferry's file in ferry (`ferry run`, cpu, default opt level) and in ONNX Runtime (with
    `--engine ferry-ref`: the float model and the baseline by ferry's reference kernels). Per
    sample the cosine of each output (flattened, float64), the worst output; the mean over samples.
+   `--calibration-cosine`: the same on the calibration samples too (after the held-out figures).
 
 ONNX Runtime 1.30 runs through bench/ort_bench.js (`npm install --ignore-scripts onnxruntime-node@1.30.0`
 in bench/).
@@ -305,6 +306,8 @@ def main():
     ap.add_argument("--ferry-arg", action="append", default=[], help="extra ferry quantize argument (repeat)")
     ap.add_argument("--ferry-file", help="measure this QDQ file instead of running ferry quantize")
     ap.add_argument("--no-ferry", action="store_true", help="only the baseline")
+    ap.add_argument("--calibration-cosine", action="store_true",
+                    help="also the same cosines on the calibration samples (the data the files were built on)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     model_path = os.path.join(args.case, "model.onnx")
@@ -337,19 +340,30 @@ def main():
         files["ferry (ferry)"] = ("ferry", fpath)
         if args.engine == "ort":
             files["ferry (ORT)"] = ("ort", fpath)
-    cos = {k: [] for k in files}
-    for k, feeds in enumerate(held_files):
-        ref = load_outputs(run_engine(args, ref_engine, model_path, feeds, os.path.join(args.work, "out_fp32")), out_names)
-        for label, (engine, path) in files.items():
-            od = os.path.join(args.work, "out_q")
-            run_engine(args, engine, path, feeds, od)
-            got = load_outputs(od, out_names)
-            cos[label].append(min(cosine(got[n], ref[n]) for n in out_names))
+    def measure(samples):
+        cos = {k: [] for k in files}
+        for feeds in samples:
+            ref = load_outputs(run_engine(args, ref_engine, model_path, feeds, os.path.join(args.work, "out_fp32")),
+                               out_names)
+            for label, (engine, path) in files.items():
+                od = os.path.join(args.work, "out_q")
+                run_engine(args, engine, path, feeds, od)
+                got = load_outputs(od, out_names)
+                cos[label].append(min(cosine(got[n], ref[n]) for n in out_names))
+        return cos
+
+    cos = measure(held_files)
     result = {"case": os.path.basename(os.path.normpath(args.case)), "samples": args.samples,
               "heldout": args.heldout, "seed": args.seed, "ferry_args": args.ferry_arg,
               "mean_cosine": {k: float(np.mean(v)) for k, v in cos.items()}, "per_sample": cos}
     for k, v in cos.items():
         print(f"{result['case']}: {k:16s} held-out mean cosine {np.mean(v):.5f} (min {np.min(v):.5f})")
+    if args.calibration_cosine:
+        cc = measure(calib_files)
+        result["calibration_mean_cosine"] = {k: float(np.mean(v)) for k, v in cc.items()}
+        result["calibration_per_sample"] = cc
+        for k, v in cc.items():
+            print(f"{result['case']}: {k:16s} calibration mean cosine {np.mean(v):.5f} (min {np.min(v):.5f})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -256,7 +256,14 @@ struct Planner {
     for (int64_t i = 0; i < axis; ++i) outer *= d[static_cast<size_t>(i)];
     for (size_t i = static_cast<size_t>(axis) + 1; i < d.size(); ++i) inner *= d[i];
     const int64_t channels = d[static_cast<size_t>(axis)];
-    const std::vector<float> scales = plan_weight_scales(w, axis, weight_qmax);
+    std::vector<float> scales;
+    if (opts.weight_scale_cache && weight_qmax < kFullWeightMax) {
+      auto c = opts.weight_scale_cache->find(key);
+      if (c == opts.weight_scale_cache->end()) c = opts.weight_scale_cache->emplace(key, plan_weight_scales(w, axis, weight_qmax)).first;
+      scales = c->second;
+    } else {
+      scales = plan_weight_scales(w, axis, weight_qmax);
+    }
     const float qmax = static_cast<float>(weight_qmax);
     const float* p = w.data<float>();
     Tensor q = Tensor::allocate(DType::kI8, d);

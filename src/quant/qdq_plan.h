@@ -88,6 +88,9 @@ struct PlanOptions {
   /// With weight_qmax reduced: Conv/Gemm/MatMul nodes (names) whose weights stay 8-bit all the same (the
   /// automatic choice's layers put back to 8 bits, docs/quantization.md "Reduce range").
   std::set<std::string> full_range_nodes;
+  /// Where given: the 7-bit weight scales already searched (weight name#axis#qmax -> scales), reused by every plan
+  /// of the same model (the automatic choice plans it once per probe and per re-measure).
+  std::map<std::string, std::vector<float>>* weight_scale_cache = nullptr;
 };
 
 /// Plans the rewrite. `keep_fp32`: node names (or their first output's name) left in float.

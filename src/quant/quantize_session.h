@@ -38,6 +38,7 @@ struct Session {
   int weight_qmax = kFullWeightMax;  // kReducedWeightMax: --reduce-range (or its automatic choice)
   bool reduce_where_split = false;   // the automatic choice's: only where 8 bits cost the split
   std::set<std::string> full_range;  // the automatic choice's layers put back to 8 bits
+  std::map<std::string, std::vector<float>> weight_scale_cache;  // 7-bit scales, searched once per weight
 
   StatusOr<QdqPlan> plan(const std::set<std::string>& keep) {
     RangeFn fn = [this](const std::string& v, float* lo, float* hi) { return ranges.range(v, method, lo, hi); };
@@ -45,6 +46,7 @@ struct Session {
     po.weight_qmax = weight_qmax;
     po.reduce_where_split = reduce_where_split;
     po.full_range_nodes = full_range;
+    po.weight_scale_cache = &weight_scale_cache;
     return plan_qdq(*model, fn, keep, shift.empty() ? nullptr : &shift, wvals.empty() ? nullptr : &wvals, &po);
   }
 
