@@ -5,8 +5,9 @@ threads (docs/serving.md). Starts a server on a free 127.0.0.1 port, runs `ferry
   bench/serve_overhead.py FERRY [--model demo/digits_cnn.onnx] [--threads 1] [--seconds 2]
       [--grpc-floor /tmp/grpc_floor_probe] [--io-spin-microseconds 0,200] [--rounds 2]
 
-Prints: in-process p50 (ferry bench, batch 1), served p50 over HTTP (binary and JSON tensors) and gRPC
-at concurrency 1, and their differences. --io-spin-microseconds: the servers' and clients' spin budgets
+Prints: in-process p50 (ferry bench, batch 1), served p50 over HTTP (binary and JSON tensors), gRPC
+(ModelInfer calls) and a gRPC stream (ferry perf --streaming: ModelStreamInfer) at concurrency 1, and
+their differences. --io-spin-microseconds: the servers' and clients' spin budgets
 to compare (comma-separated; each round serves once per value, alternated; default: ferry's own). The batching target is bench/serve_batching.py.
 """
 import argparse
@@ -82,14 +83,16 @@ try:
         for spin in spins:
             res = serve(repo, lambda url, gurl: (perf(url, "m", 1, spin), perf(url, "m", 1, spin, "--json-data"),
                                                  perf(gurl, "m", 1, spin, "--protocol", "grpc"),
+                                                 perf(gurl, "m", 1, spin, "--protocol", "grpc", "--streaming"),
                                                  subprocess.run([a.grpc_floor, gurl], capture_output=True, text=True,
                                                                 check=True).stdout.strip() if a.grpc_floor else ""), spin)
             print("round %d%s: in-process p50 %.0f us | HTTP binary p50 %.0f us (+%.0f) | HTTP JSON p50 %.0f us (+%.0f) | "
-                  "gRPC p50 %.0f us (+%.0f)"
+                  "gRPC p50 %.0f us (+%.0f) | gRPC stream p50 %.0f us (+%.0f)"
                   % (rnd + 1, " spin %s us" % spin[1] if spin else "", inproc, res[0]["p50_us"], res[0]["p50_us"] - inproc,
-                     res[1]["p50_us"], res[1]["p50_us"] - inproc, res[2]["p50_us"], res[2]["p50_us"] - inproc), flush=True)
-            if res[3]:
-                print("  " + res[3].replace("\n", "\n  "))
+                     res[1]["p50_us"], res[1]["p50_us"] - inproc, res[2]["p50_us"], res[2]["p50_us"] - inproc,
+                     res[3]["p50_us"], res[3]["p50_us"] - inproc), flush=True)
+            if res[4]:
+                print("  " + res[4].replace("\n", "\n  "))
     print("load average after:", " ".join(open("/proc/loadavg").read().split()[:3]))
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
