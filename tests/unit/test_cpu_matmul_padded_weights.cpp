@@ -2,15 +2,14 @@
 // (its gemm path on AVX2 hosts), run with their rows padded (cpu::padded_plain_weights,
 // dnnl_matmul.cpp): the padding is chosen only for that layout, the kernel's products with padded
 // weights (whole, column split at 2 threads, Gemm transB, bias + GELU, odd K, rows just above
-// RowGemm's range and far above) match the reference kernels, and a compiled .ferry stores and
-// uses the padded form (zeroed gaps) with the same bits as the ONNX model.
+// RowGemm's range and far above) match the reference kernels, and a compiled .ferry (which does not
+// store that plain copy) pads at load and gives the ONNX model's bits.
 #include <dnnl.hpp>
 
 #include <cstring>
 #include <string>
 
 #include "backends/cpu/dnnl_util.h"
-#include "backends/cpu/prepacked.h"
 #include "compiler/compile.h"
 #include "format/compiled_model.h"
 #include "graph_builder.h"
@@ -101,9 +100,10 @@ TEST(CpuMatMulPaddedWeights, ProductsMatchReference) {
   }
 }
 
-// `ferry compile` stores the padded form (its gaps zeroed: the same file bytes every time) and a load
-// uses it as stored; the outputs equal the ONNX model's bit for bit.
-TEST(CpuMatMulPaddedWeights, CompiledFileStoresThePaddedForm) {
+// `ferry compile` does not store the padded form (a plain copy, made at load as fast as the plain
+// weights are read; stored, it doubled the file); a run of the file pads at load and gives the ONNX
+// model's bits.
+TEST(CpuMatMulPaddedWeights, CompiledFileLeavesThePaddedFormToTheLoad) {
   const int64_t M = 40, K = 67, N = 512;
   if (!onednn_keeps_plain(M, K, N)) GTEST_SKIP() << "oneDNN packs these weights blocked on this CPU";
   GraphBuilder b(13);
@@ -115,21 +115,15 @@ TEST(CpuMatMulPaddedWeights, CompiledFileStoresThePaddedForm) {
   CompileReport rep;
   auto spec = compile_model(*model, co, &rep);
   ASSERT_TRUE(spec.is_ok()) << spec.status().to_string();
-  ASSERT_EQ(rep.packed_nodes, 1);
-  EXPECT_EQ(rep.packed_bytes, K * (N + cpu::kWeightRowPad) * 4);
+  EXPECT_EQ(rep.packed_nodes, 0);
   auto bytes = serialize_compiled_model(spec.value());
   ASSERT_TRUE(bytes.is_ok()) << bytes.status().to_string();
-  auto bytes2 = serialize_compiled_model(compile_model(*model, co, nullptr).value());
-  ASSERT_TRUE(bytes2.is_ok());
-  EXPECT_TRUE(bytes.value() == bytes2.value()) << "two compiles wrote different bytes (the padding's gaps)";
+  EXPECT_LT(bytes.value().size(), static_cast<size_t>(K * N * 4 * 3 / 2)) << "the weights stored twice";
   auto cm = parse_compiled_model_copy(bytes.value().data(), bytes.value().size(), "padded.ferry");
   ASSERT_TRUE(cm.is_ok()) << cm.status().to_string();
   const NamedTensors feeds = {{"a", random_tensor({M, K}, 6)}};
-  const cpu::PackCounts before = cpu::pack_counts();
   const RunResult from_file = run_model(cm.value().gears.at(0).model, feeds, "cpu", 1);
-  const cpu::PackCounts after = cpu::pack_counts();
-  EXPECT_EQ(after.stored - before.stored, 1);
-  EXPECT_EQ(after.reordered - before.reordered, 0);
+  EXPECT_EQ(from_file.packed_bytes, K * (N + cpu::kWeightRowPad) * 4) << "the weights' rows were not padded";
   const RunResult from_onnx = run_model(model, feeds, "cpu", 1);
   ASSERT_EQ(from_file.y.nbytes(), from_onnx.y.nbytes());
   EXPECT_EQ(std::memcmp(from_file.y.raw(), from_onnx.y.raw(), static_cast<size_t>(from_onnx.y.nbytes())), 0);

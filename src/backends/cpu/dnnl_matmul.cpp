@@ -448,7 +448,7 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
       };
       dnnl::matmul::primitive_desc pd = make_pd(wei_md);
       // Constant weights oneDNN keeps plain with a row stride of a multiple of 256 floats: padded rows
-      // (cpu::padded_plain_weights; packed_weights reorders into, or maps, that layout).
+      // (cpu::padded_plain_weights; packed_weights copies them into that layout).
       if (const_w_) {
         if (const memory::desc padded = cpu::padded_plain_weights(pd.weights_desc()); !padded.is_zero()) pd = make_pd(padded);
       }
@@ -471,9 +471,20 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
     for (auto& [desc, mem] : packed_)
       if (desc == want) return &mem;
     ASSIGN_OR_RETURN(const Tensor w, original());
-    memory packed = cpu::packed_weights(node_, "dnnl_matmul", want, [&] {  // stored by `ferry compile`, or reordered
-      return memory(user_desc, dnnl_engine(), const_cast<void*>(w.raw()));
-    });
+    const auto user = [&] { return memory(user_desc, dnnl_engine(), const_cast<void*>(w.raw())); };
+    memory packed;
+    if (want.data.format_kind == dnnl_blocked && want.data.format_desc.blocking.inner_nblks == 0) {
+      // A plain form (oneDNN's gemm path on AVX2 hosts; its rows padded: padded_plain_weights) is a copy
+      // made at load as fast as the plain weights are read, so `ferry compile` does not store it beside
+      // them: storing it took BERT-like's .ferry from 179 to 343 MiB and the peak RSS of a run from it
+      // from 253 to 365 MiB (1 thread, `ferry bench`), with nothing gained per run.
+      memory src = user();
+      packed = memory(want, dnnl_engine());
+      dnnl::reorder(src, packed).execute(dnnl_stream(), src, packed);
+      dnnl_stream().wait();
+    } else {
+      packed = cpu::packed_weights(node_, "dnnl_matmul", want, user);  // stored by `ferry compile`, or reordered
+    }
     packed_.emplace_back(want, packed);
     drop_original_if_packed();
     drop_source_pages(w);

@@ -80,15 +80,6 @@ dnnl::memory packed_weights(const Node& node, const char* kind, const dnnl::memo
   const dnnl::memory user = make_user();
   dnnl::memory src = user;  // a handle copy: reorder takes non-const memories
   dnnl::memory packed(want, dnnl_engine());
-  // A plain layout with gaps (padded rows: padded_plain_weights) gets them zeroed: the reorder writes
-  // only the elements, and the bytes may go into a .ferry file.
-  const dnnl_memory_desc_t& wd = want.data;
-  if (wd.format_kind == dnnl_blocked && wd.format_desc.blocking.inner_nblks == 0) {
-    size_t elems = 1;
-    for (int d = 0; d < wd.ndims; ++d) elems *= static_cast<size_t>(wd.dims[d]);
-    if (want.get_size() > elems * dnnl::memory::data_type_size(want.data_type()))
-      std::memset(packed.get_data_handle(), 0, want.get_size());
-  }
   dnnl::reorder(src, packed).execute(dnnl_stream(), src, packed);
   dnnl_stream().wait();
   if (t_recorder && !node.outputs.empty() && !t_recorder->by_output.count(node.outputs[0])) {
