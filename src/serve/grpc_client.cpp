@@ -219,7 +219,7 @@ Status GrpcClient::infer() {
   // On the async API with a queue of this client's, so that the wait for the response can poll
   // the queue without blocking first (SpinWait) instead of blocking at once as the sync stub does.
   Impl& c = *impl_;
-  if (c.stream) return infer_on_stream();
+  if (c.stream || !c.stream_status.is_ok()) return infer_on_stream();  // (a stream that ended stays the error)
   static const std::string kMethod = "/inference.GRPCInferenceService/ModelInfer";
   grpc::ClientContext ctx;
   grpc::Status status;
