@@ -6,7 +6,7 @@
 The model: Conv 3x3 (group 1) + Relu, a depthwise Conv 3x3 (group = channels), Conv 1x1, GlobalAveragePool,
 Flatten, MatMul (2-D weight) + bias Add. Checks:
 - --reduce-range: every int8 weight of a group-1 Conv and of the MatMul lies in [-64, 64] with a channel at
-  +-64 (scale max|W_c| / 64, ONNX Runtime's reduce_range); the depthwise Conv's stays 8-bit (+-127); the
+  +-64 (scale a * max|W_c| / 64, a <= 1 chosen by squared error; ONNX Runtime's reduce_range has a = 1); the depthwise Conv's stays 8-bit (+-127); the
   file runs in ferry and stays close to the float model; --json says so;
 - --no-reduce-range: every weight 8-bit (a channel at +-127);
 - the default (no flag): the --json choice follows the rule of docs/quantization.md "Reduce range": on a
