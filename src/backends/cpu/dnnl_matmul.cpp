@@ -11,6 +11,7 @@
 // memory-bound: it runs as cpu::small_gemm_panels on the weights packed in column panels (each panel
 // one sequential stream), the panels split over the threads. See kGemvRows for the measurements.
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -212,6 +213,7 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
         // weights per path in use, not two.
         for (auto& [key, plan] : plans_) plan.weights = nullptr;
         packed_.clear();
+        plain_bufs_.clear();
         drop_original_if_packed();
         drop_source_pages(w);
       }
@@ -478,8 +480,16 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
       // made at load as fast as the plain weights are read, so `ferry compile` does not store it beside
       // them: storing it took BERT-like's .ferry from 179 to 343 MiB and the peak RSS of a run from it
       // from 253 to 365 MiB (1 thread, `ferry bench`), with nothing gained per run.
+      // On transparent huge pages (2 MiB aligned, not rounded up): the copy faults 2 MiB at a time.
+      const size_t bytes = want.get_size(), huge = size_t{2} << 20;
+      void* buf = nullptr;
+      if (::posix_memalign(&buf, bytes >= huge ? huge : 64, bytes) != 0 || !buf)
+        return resource_exhausted("node '" + node_.name + "': cannot allocate " + std::to_string(bytes) +
+                                  " bytes for its packed weights");
+      plain_bufs_.emplace_back(buf);
+      if (bytes >= huge) ::madvise(buf, bytes, MADV_HUGEPAGE);
       memory src = user();
-      packed = memory(want, dnnl_engine());
+      packed = memory(want, dnnl_engine(), buf);
       dnnl::reorder(src, packed).execute(dnnl_stream(), src, packed);
       dnnl_stream().wait();
     } else {
@@ -550,6 +560,10 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
   std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, Plan> plans_;
   mutable std::mutex mu_;  // guards plans_ and the plans' buffers (concurrent runs of one model)
   std::list<std::pair<memory::desc, memory>> packed_;
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::list<std::unique_ptr<void, Free>> plain_bufs_;  // the buffers of packed_'s plain forms (packed_weights)
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_matmul(const Node& node, const OpSchema& schema, const Graph& graph) {
