@@ -50,13 +50,16 @@ using cpu::PanelEpi;
 using cpu::epilogue_any;
 
 // acc[2r], acc[2r + 1] = row r's 16 sums of R rows of widened patches (int16, row stride lda) against one
-// panel (int8_gemm.h's layout). A function of its own: inlined into the tile, gcc 12 kept 8 of the 12
+// panel (int8_gemm.h's layout), plus init. A function of its own: inlined into the tile, gcc 12 kept 8 of the 12
 // accumulators on the stack inside the loop once the integer epilogue's constants were live beside them
 // (the 7x7 stem 2.10 -> 2.89 CPU ms per run); through memory here the 12 stay in registers.
+// init: 16 int32 every row starts from (the bias of the integer epilogue), or null for zeros.
 template <int R>
-__attribute__((target("avx2"), noinline)) void accumulate(const int16_t* a, int64_t lda, const int16_t* panel, int64_t pairs, __m256i* acc) {
-  __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
-          c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+__attribute__((target("avx2"), noinline)) void accumulate(const int16_t* a, int64_t lda, const int16_t* panel, int64_t pairs, const int32_t* init,
+                                                         __m256i* acc) {
+  const __m256i i0 = init ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init)) : _mm256_setzero_si256();
+  const __m256i i1 = init ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init + 8)) : _mm256_setzero_si256();
+  __m256i c00 = i0, c01 = i1, c10 = i0, c11 = i1, c20 = i0, c21 = i1, c30 = i0, c31 = i1, c40 = i0, c41 = i1, c50 = i0, c51 = i1;
   const int16_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
 #define FERRY_NARROW_ROW(r)                                          \
   if constexpr (R > r) {                                             \
@@ -91,18 +94,67 @@ __attribute__((target("avx2"), noinline)) void accumulate(const int16_t* a, int6
 #undef FERRY_NARROW_STORE
 }
 
-// accumulate<R>, then the epilogue per row into y (row stride ldy bytes).
+// Two rows' 16 sums each (a0, a1: row a's channels 0-7, 8-15; b0, b1: row b's), the bias already in them,
+// through int8_epilogue.h's epilogue_int steps (the same values: clamp of float(sum) * mul, cvtps2dq, + zp
+// where kZp, the same two saturating packs), stored as `cols` bytes at ya and yb. The two rows share the
+// packs and one reorder: packs_epi32 leaves each row's channels {0-3, 8-11 | 4-7, 12-15} per lane, packus
+// of the two rows quadwords {a 0-3 8-11, b 0-3 8-11 | a 4-7 12-15, b 4-7 12-15}; permq (0, 2, 1, 3) puts
+// a in the low lane and b in the high, pshufd (0, 2, 1, 3) the dwords in order: 7 shuffle-port steps per
+// 32 outputs instead of 10, and no bias add (MobileNetV2's 8-bit expansions, 112x112x16 -> 96:
+// 0.575 -> see docs/performance.md).
+template <bool kZp>
+__attribute__((target("avx2"), always_inline)) inline __m256i requantize(__m256i s, __m256 m, __m256 lo, __m256 hi, __m256i zp) {
+  const __m256i r = _mm256_cvtps_epi32(_mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_mul_ps(_mm256_cvtepi32_ps(s), m))));
+  return kZp ? _mm256_add_epi32(r, zp) : r;
+}
+
+template <int YT, bool kZp>
+__attribute__((target("avx2"), always_inline)) inline void epilogue_pair(__m256i a0, __m256i a1, __m256i b0, __m256i b1, const float* mul,
+                                                                         __m256 lo, __m256 hi, __m256i zp, int cols, char* ya, char* yb) {
+  const __m256 m0 = _mm256_load_ps(mul), m1 = _mm256_load_ps(mul + 8);
+  const __m256i wa = _mm256_packs_epi32(requantize<kZp>(a0, m0, lo, hi, zp), requantize<kZp>(a1, m1, lo, hi, zp));
+  const __m256i wb = _mm256_packs_epi32(requantize<kZp>(b0, m0, lo, hi, zp), requantize<kZp>(b1, m1, lo, hi, zp));
+  const __m256i p = YT == 1 ? _mm256_packus_epi16(wa, wb) : _mm256_packs_epi16(wa, wb);
+  const __m256i o = _mm256_shuffle_epi32(_mm256_permute4x64_epi64(p, 0xD8), 0xD8);
+  if (cols == kNr) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(ya), _mm256_castsi256_si128(o));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(yb), _mm256_extracti128_si256(o, 1));
+  } else {
+    alignas(32) uint8_t t[2 * kNr];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(t), o);
+    std::memcpy(ya, t, static_cast<size_t>(cols));
+    std::memcpy(yb, t + kNr, static_cast<size_t>(cols));
+  }
+}
+
+// accumulate<R>, then the epilogue per row into y (row stride ldy bytes). YT 3 / 4 (the integer form): the
+// bias as the sums' start and the rows' epilogues two at a time (epilogue_pair; an odd last row with a
+// zero second row, its bytes not stored).
 template <int R, int YT>
 __attribute__((target("avx2"))) void tile(const int16_t* a, int64_t lda, const int16_t* panel, int64_t pairs, const PanelEpi& pe,
                                           const EpiFlags& flags, int cols, char* y, int64_t ldy) {
   const EpiFlags e = flags;
   __m256i acc[2 * kMr];
-  accumulate<R>(a, lda, panel, pairs, acc);
-  for (int r = 0; r < R; ++r) epilogue_any<YT>(acc[2 * r], acc[2 * r + 1], pe, e, cols, y + r * ldy);
+  if constexpr (YT >= 3) {
+    accumulate<R>(a, lda, panel, pairs, pe.bias, acc);
+    const __m256 lo = _mm256_set1_ps(e.int_lo), hi = _mm256_set1_ps(e.int_hi);
+    const __m256i zp = _mm256_set1_epi32(e.int_zp);
+    alignas(16) char spill[kNr];
+    for (int r = 0; r < R; r += 2) {
+      const bool two = r + 1 < R;
+      const __m256i b0 = two ? acc[2 * r + 2] : acc[2 * r], b1 = two ? acc[2 * r + 3] : acc[2 * r + 1];
+      char* yb = two ? y + (r + 1) * ldy : spill;
+      if (e.int_zp != 0) epilogue_pair<YT - 2, true>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, cols, y + r * ldy, yb);
+      else epilogue_pair<YT - 2, false>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, cols, y + r * ldy, yb);
+    }
+  } else {
+    accumulate<R>(a, lda, panel, pairs, nullptr, acc);
+    for (int r = 0; r < R; ++r) epilogue_any<YT>(acc[2 * r], acc[2 * r + 1], pe, e, cols, y + r * ldy);
+  }
 }
 
 using TileFn = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, const PanelEpi&, const EpiFlags&, int, char*, int64_t);
-template <int YT>  // 0: f32, 1: u8, 2: s8; 3: u8, 4: s8 in integers (int8_epilogue.h's epilogue_any)
+template <int YT>  // 0: f32, 1: u8, 2: s8 (int8_epilogue.h's epilogue); 3: u8, 4: s8 in integers (epilogue_pair)
 constexpr TileFn kTiles[kMr + 1] = {nullptr, tile<1, YT>, tile<2, YT>, tile<3, YT>, tile<4, YT>, tile<5, YT>, tile<6, YT>};
 
 // `n` bytes (a multiple of 16) of u8 / s8 minus zp, widened to int16.
