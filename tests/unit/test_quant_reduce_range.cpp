@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "pass_test_util.h"
 #include "quant/qdq_plan.h"
 #include "quant/quantizer.h"
 
@@ -137,6 +138,68 @@ TEST(ReduceRange, WeightScalesMse) {
   // The plan: MinMax at 8 bits (the plain baseline's), the search at 7.
   EXPECT_EQ(plan_weight_scales(t, 0, kFullWeightMax), weight_scales(t, 0, kFullWeightMax));
   EXPECT_EQ(plan_weight_scales(t, 0, kReducedWeightMax), mse);
+}
+
+// The plan writes the scales it chose: at 7 bits the squared-error search's (cached across plans where a cache is
+// given), at 8 bits MinMax; the int8 values are the weight rounded at those scales, clamped to the range.
+TEST(ReduceRange, PlanUsesSearchedScalesAt7Bits) {
+  testing::ModelBuilder b(13);
+  const std::string x = b.input("x", {1, 2, 3, 3});
+  // Channel 0: 17 weights halfway between two steps of MinMax's 7-bit grid and one outlier 1.0 (a scale 2% smaller
+  // puts them near a step and clips the outlier by 0.02: less error); channel 1: on the 7-bit grid of its max.
+  std::vector<float> wv(2 * 18);
+  for (int i = 0; i < 17; ++i) wv[i] = 31.5f / 64;
+  wv[17] = 1.0f;
+  for (int i = 0; i < 18; ++i) wv[18 + i] = 0.5f * static_cast<float>((i * 7) % 129 - 64) / 64;
+  wv[18] = 0.5f;
+  const Tensor w = Tensor::from_vector<float>(wv, {2, 2, 3, 3});
+  const std::string wn = b.constant(w);
+  const std::string y = b.node("Conv", {x, wn, b.constant(Tensor::from_vector<float>({0.1f, -0.2f}, {2}))});
+  b.output(y);
+  auto model = b.build();
+  const RangeFn range = [](const std::string&, float* lo, float* hi) {
+    *lo = -1;
+    *hi = 1;
+    return true;
+  };
+  auto weight_of = [&](const QdqPlan& p, std::vector<float>* scales, std::vector<int8_t>* q) {
+    for (const auto& [name, t] : p.edit.add_initializers) {
+      if (name.rfind(wn + "_scale", 0) == 0) *scales = std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+      if (name.rfind(wn + "_quantized", 0) == 0) *q = std::vector<int8_t>(t.data<int8_t>(), t.data<int8_t>() + t.numel());
+    }
+  };
+  std::map<std::string, std::vector<float>> cache;
+  PlanOptions po;
+  po.weight_qmax = kReducedWeightMax;
+  po.weight_scale_cache = &cache;
+  StatusOr<QdqPlan> p7 = plan_qdq(*model, range, {}, nullptr, nullptr, &po);
+  ASSERT_TRUE(p7.is_ok()) << p7.status().to_string();
+  std::vector<float> s7;
+  std::vector<int8_t> q7;
+  weight_of(p7.value(), &s7, &q7);
+  const std::vector<float> mse = weight_scales_mse(w, 0, kReducedWeightMax), minmax = weight_scales(w, 0, kReducedWeightMax);
+  EXPECT_EQ(s7, mse);
+  EXPECT_LT(s7[0], minmax[0]);       // the outlier clipped
+  EXPECT_FLOAT_EQ(s7[1], minmax[1]);  // on the grid: MinMax is exact
+  ASSERT_EQ(q7.size(), wv.size());
+  for (size_t i = 0; i < wv.size(); ++i)
+    EXPECT_EQ(q7[i], static_cast<int8_t>(std::clamp(std::nearbyint(wv[i] / s7[i / 18]), -64.0f, 64.0f))) << i;
+  EXPECT_EQ(q7[17], 64);  // the clipped outlier
+  EXPECT_EQ(cache.size(), 1u);
+  // A second plan reads the cache: a poisoned entry shows.
+  cache.begin()->second = {0.5f, 0.25f};
+  StatusOr<QdqPlan> again = plan_qdq(*model, range, {}, nullptr, nullptr, &po);
+  ASSERT_TRUE(again.is_ok());
+  weight_of(again.value(), &s7, &q7);
+  EXPECT_EQ(s7, (std::vector<float>{0.5f, 0.25f}));
+  // 8 bits: MinMax, the plain baseline's.
+  PlanOptions p8;
+  StatusOr<QdqPlan> full = plan_qdq(*model, range, {}, nullptr, nullptr, &p8);
+  ASSERT_TRUE(full.is_ok());
+  std::vector<float> s8;
+  std::vector<int8_t> q8;
+  weight_of(full.value(), &s8, &q8);
+  EXPECT_EQ(s8, weight_scales(w, 0, kFullWeightMax));
 }
 
 }  // namespace
