@@ -50,13 +50,15 @@ using cpu::PanelEpi;
 using cpu::epilogue_any;
 
 // acc[2r], acc[2r + 1] = row r's 16 sums of R rows of widened patches (int16, row stride lda) against one
-// panel (int8_gemm.h's layout), plus init. A function of its own: inlined into the tile, gcc 12 kept 8 of the 12
-// accumulators on the stack inside the loop once the integer epilogue's constants were live beside them
-// (the 7x7 stem 2.10 -> 2.89 CPU ms per run); through memory here the 12 stay in registers.
-// init: 16 int32 every row starts from (the bias of the integer epilogue), or null for zeros.
+// panel (int8_gemm.h's layout), plus init: 16 int32 every row starts from (the bias of the integer epilogue),
+// or null for zeros. The float epilogue's tiles call it as a function of its own (accumulate): inlined there,
+// gcc 12 kept 8 of the 12 accumulators on the stack inside the loop once that epilogue's constants were live
+// beside them (the 7x7 stem 2.10 -> 2.89 CPU ms per run). The integer epilogue's tiles (epilogue_pair, whose
+// constants are read after the loop) inline it: 12 stores and reloads and a call fewer per panel (MobileNetV2's
+// 8-bit expansions 0.53 -> 0.49 and 0.245 -> 0.23 CPU ms, ResNet-50's stem 1.96 -> 1.92).
 template <int R>
-__attribute__((target("avx2"), noinline)) void accumulate(const int16_t* a, int64_t lda, const int16_t* panel, int64_t pairs, const int32_t* init,
-                                                         __m256i* acc) {
+__attribute__((target("avx2"), always_inline)) inline void accumulate_body(const int16_t* a, int64_t lda, const int16_t* panel, int64_t pairs,
+                                                                           const int32_t* init, __m256i* acc) {
   const __m256i i0 = init ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init)) : _mm256_setzero_si256();
   const __m256i i1 = init ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init + 8)) : _mm256_setzero_si256();
   __m256i c00 = i0, c01 = i1, c10 = i0, c11 = i1, c20 = i0, c21 = i1, c30 = i0, c31 = i1, c40 = i0, c41 = i1, c50 = i0, c51 = i1;
@@ -93,6 +95,11 @@ __attribute__((target("avx2"), noinline)) void accumulate(const int16_t* a, int6
   FERRY_NARROW_STORE(5)
 #undef FERRY_NARROW_STORE
 }
+template <int R>
+__attribute__((target("avx2"), noinline)) void accumulate(const int16_t* a, int64_t lda, const int16_t* panel, int64_t pairs, const int32_t* init,
+                                                         __m256i* acc) {
+  accumulate_body<R>(a, lda, panel, pairs, init, acc);
+}
 
 // Two rows' 16 sums each (a0, a1: row a's channels 0-7, 8-15; b0, b1: row b's), the bias already in them,
 // through int8_epilogue.h's epilogue_int steps (the same values: clamp of float(sum) * mul, cvtps2dq, + zp
@@ -101,7 +108,7 @@ __attribute__((target("avx2"), noinline)) void accumulate(const int16_t* a, int6
 // of the two rows quadwords {a 0-3 8-11, b 0-3 8-11 | a 4-7 12-15, b 4-7 12-15}; permq (0, 2, 1, 3) puts
 // a in the low lane and b in the high, pshufd (0, 2, 1, 3) the dwords in order: 7 shuffle-port steps per
 // 32 outputs instead of 10, and no bias add (MobileNetV2's 8-bit expansions, 112x112x16 -> 96:
-// 0.575 -> see docs/performance.md).
+// 0.57 -> 0.53 CPU ms per run, before accumulate_body was inlined).
 template <bool kZp>
 __attribute__((target("avx2"), always_inline)) inline __m256i requantize(__m256i s, __m256 m, __m256 lo, __m256 hi, __m256i zp) {
   const __m256i r = _mm256_cvtps_epi32(_mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_mul_ps(_mm256_cvtepi32_ps(s), m))));
@@ -136,7 +143,7 @@ __attribute__((target("avx2"))) void tile(const int16_t* a, int64_t lda, const i
   const EpiFlags e = flags;
   __m256i acc[2 * kMr];
   if constexpr (YT >= 3) {
-    accumulate<R>(a, lda, panel, pairs, pe.bias, acc);
+    accumulate_body<R>(a, lda, panel, pairs, pe.bias, acc);
     const __m256 lo = _mm256_set1_ps(e.int_lo), hi = _mm256_set1_ps(e.int_hi);
     const __m256i zp = _mm256_set1_epi32(e.int_zp);
     alignas(16) char spill[kNr];
