@@ -3,7 +3,8 @@
 // against the reference kernels, and the split must actually run: Gemm with and without transB and
 // bias, N not a multiple of 64 (a partial last block), MatMul + bias + residual Add + Relu fused into
 // one FusedMatMul (the sum post-op on each block's columns of the residual), leading dims folded
-// into M; one thread never splits.
+// into M; one thread never splits. FERRY_MATMUL_NSPLIT=128 is set for the splits: without it hosts
+// where oneDNN keeps the weights plain do not split (test_cpu_matmul_padded_weights.cpp).
 #include <cstdlib>
 #include <string>
 
@@ -16,6 +17,16 @@ namespace ferry::testing {
 namespace {
 
 using std::vector;
+
+// FERRY_MATMUL_NSPLIT=128 while alive: the split also where oneDNN keeps the weights plain (AVX2
+// hosts), which it otherwise leaves to one multi-thread primitive (dnnl_matmul.cpp, nsplit_max_rows).
+struct SplitOn {
+  const char* e = std::getenv("FERRY_MATMUL_NSPLIT");
+  const bool had = e != nullptr;
+  const std::string saved = e ? e : "";
+  SplitOn() { ::setenv("FERRY_MATMUL_NSPLIT", "128", 1); }
+  ~SplitOn() { had ? ::setenv("FERRY_MATMUL_NSPLIT", saved.c_str(), 1) : ::unsetenv("FERRY_MATMUL_NSPLIT"); }
+};
 
 Tensor run_model(const std::shared_ptr<Model>& model, const NamedTensors& feeds, const std::string& device,
                  int threads) {
@@ -32,6 +43,7 @@ Tensor run_model(const std::shared_ptr<Model>& model, const NamedTensors& feeds,
 }
 
 TEST(CpuMatMulColumnSplit, GemmMatchesReferenceAndSplits) {
+  const SplitOn split_on;
   const int64_t M = 40, K = 96, N = 200;  // 4 blocks of 64 columns, the last holding 8
   for (bool trans_b : {true, false}) {
     for (bool bias : {true, false}) {
@@ -66,6 +78,7 @@ std::shared_ptr<Model> fused_model() {
 }
 
 TEST(CpuMatMulColumnSplit, FusedMatMulBiasResidualRelu) {
+  const SplitOn split_on;
   const auto model = fused_model();
   const NamedTensors feeds = {{"a", random_tensor({2, 30, 64}, 4)}, {"z", random_tensor({2, 30, 130}, 7)}};
   const int64_t before = cpu::matmul_column_split_runs();
@@ -77,9 +90,9 @@ TEST(CpuMatMulColumnSplit, FusedMatMulBiasResidualRelu) {
 
 // A transformer-sized product (BERT's out-projection: 128 rows, 768 x 768 + bias), two blocks of 384.
 // FERRY_MATMUL_ROW_GEMM=0 here: the split is what is tested, whatever rows cpu::RowGemm takes
-// (dnnl_matmul.cpp: kRowGemmMaxRows, row_gemm_threads). Its 768-column weights are the padded ones
-// (cpu::padded_plain_weights) where oneDNN keeps them plain.
+// (dnnl_matmul.cpp: kRowGemmMaxRows, row_gemm_threads).
 TEST(CpuMatMulColumnSplit, TransformerShapeBlocksMatchReference) {
+  const SplitOn split_on;
   const char* e = std::getenv("FERRY_MATMUL_ROW_GEMM");
   const std::string saved = e ? e : "";
   ::setenv("FERRY_MATMUL_ROW_GEMM", "0", 1);

@@ -6,9 +6,11 @@
 // store that plain copy) pads at load and gives the ONNX model's bits.
 #include <dnnl.hpp>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "backends/cpu/dnnl_matmul.h"
 #include "backends/cpu/dnnl_util.h"
 #include "compiler/compile.h"
 #include "format/compiled_model.h"
@@ -64,8 +66,8 @@ RunResult run_model(const std::shared_ptr<Model>& model, const NamedTensors& fee
 }
 
 // MatMul (+ bias + GELU, fused) and Gemm with transB and beta, K 67, N 256 and 512; 25 rows (just
-// above RowGemm's 16-24) and 300 rows at 1 thread, 40 rows at 2 threads (the column split: 512
-// columns give each thread 256, padded too; 256 give each 128, not padded).
+// above RowGemm's 16-24) and 300 rows at 1 thread, 40 rows at 2 threads (one 2-thread primitive on
+// the padded form where oneDNN keeps it plain: no column split, no second copy).
 TEST(CpuMatMulPaddedWeights, ProductsMatchReference) {
   const int64_t K = 67;
   for (int64_t N : {256, 512}) {
@@ -89,7 +91,13 @@ TEST(CpuMatMulPaddedWeights, ProductsMatchReference) {
         }
         const auto model = b.build();
         const NamedTensors feeds = {{"a", random_tensor({M, K}, static_cast<uint32_t>(M))}};
+        const int64_t splits = cpu::matmul_column_split_runs();
         const RunResult got = run_model(model, feeds, "cpu", threads);
+        if (threads == 2 && onednn_keeps_plain(M, K, N) && !std::getenv("FERRY_MATMUL_NSPLIT")) {
+          // One 2-thread primitive on the one padded form, not per-thread column blocks (a second copy).
+          EXPECT_EQ(cpu::matmul_column_split_runs(), splits) << "split plain weights";
+          EXPECT_EQ(got.packed_bytes, K * (N + cpu::kWeightRowPad) * 4) << "more than the one padded form";
+        }
         ASSERT_EQ(got.y.dims(), (vector<int64_t>{M, N}));
         expect_near(got.y, run_model(model, feeds, "cpu-ref", 1).y, 1e-4, 1e-4);
         if (threads == 1 && onednn_keeps_plain(M, K, N)) {

@@ -58,13 +58,15 @@ constexpr int64_t kGemvRows = 8;
 // median 78.9 -> 69.5 ms, wall 152.8 -> 139.0, lower in 5 of 5 rounds; the same blocks as brgemm
 // into dense per-block buffers copied into y gave 78.5 (no gain, dropped). An earlier 5-round run
 // (load 4.5-5.3): 86.3 -> 74.0. ViT's 197 rows gained nothing (CPU 206.5 -> 216.0 ms, load 4-5),
-// so the limit is 128. FERRY_MATMUL_NSPLIT=0 turns it off, =ROWS sets the limit.
-int64_t nsplit_max_rows() {
-  static const int64_t rows = [] {
-    const char* e = env_value("FERRY_MATMUL_NSPLIT");
-    return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t{128};
-  }();
-  return rows;
+// so the limit is 128. Where oneDNN keeps the weights plain (its gemm path already: AVX2 hosts) the
+// split gains nothing and holds a second copy of the weights: there the whole product runs as one
+// 2-thread primitive (BERT-like, 2 threads, 5 alternated rounds, load 5.8-6.7: CPU p50 130.1 ->
+// 125.1 ms, lower in 5 of 5; wall / ORT 0.93 -> 0.91; peak RSS 420 -> 227 MiB). FERRY_MATMUL_NSPLIT=0
+// turns it off, =ROWS sets the limit and splits plain weights too (read on each call: tests set it).
+int64_t nsplit_max_rows(bool plain_weights) {
+  const char* e = env_value("FERRY_MATMUL_NSPLIT");
+  if (e) return std::max<int64_t>(0, std::atoll(e));
+  return plain_weights ? 0 : 128;
 }
 
 std::atomic<int64_t> g_column_split_runs{0};
@@ -231,7 +233,7 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
         return Status::ok();
       }));
     }
-    if (threads > 1 && p->weights && dtype_ == DType::kF32 && p->m <= nsplit_max_rows()) {
+    if (threads > 1 && p->weights && dtype_ == DType::kF32 && p->m <= nsplit_max_rows(p->plain_weights)) {
       std::vector<Split>* splits = nullptr;
       RETURN_IF_ERROR(splits_for(p, threads, &splits));
       if (splits) return run_splits(*splits, a.data<float>(), y->mutable_data<float>());
@@ -258,6 +260,7 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
     memory::desc src, wei, dst, bias;
     const memory* weights = nullptr;  // packed constant weights (null while cpu::RowGemm has them)
     memory::desc prim_wei;            // the layout prim reads them in
+    bool plain_weights = false;       // prim_wei is a plain (strided) layout: oneDNN's gemm path
     std::vector<int64_t> out_dims;
     bool gemv = false;       // computed by cpu::small_gemm_panels on gemv_w_ instead of the primitive
     int64_t gemv_rows = 0;   // its M
@@ -456,6 +459,7 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
       }
       plan.prim = dnnl::matmul(pd);
       plan.prim_wei = pd.weights_desc();
+      plan.plain_weights = plan.prim_wei.data.format_kind == dnnl_blocked && plan.prim_wei.data.format_desc.blocking.inner_nblks == 0;
       // Not where its runs go to RowGemm (at the executor's thread count): oneDNN's form would be made
       // here and dropped when the first run packs RowGemm's, its heap kept (issue 40: ViT-B/16's peak
       // 415 -> 733 MiB at 1 thread). A run that does need it packs it then (compute).
