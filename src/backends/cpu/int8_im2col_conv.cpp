@@ -134,33 +134,41 @@ __attribute__((target("avx2"), always_inline)) inline void epilogue_pair(__m256i
   }
 }
 
-// accumulate<R>, then the epilogue per row into y (row stride ldy bytes). YT 3 / 4 (the integer form): the
-// bias as the sums' start and the rows' epilogues two at a time (epilogue_pair; an odd last row with a
-// zero second row, its bytes not stored).
+// For each 16 output channels (panel p of `panels`, of M channels in all): accumulate<R>, then the epilogue
+// per row into y (row stride ldy bytes; y at the block's first pixel). One call per block of R pixels, the
+// node's scalars read once for all its panels. YT 3 / 4 (the integer form): the bias as the sums' start and
+// the rows' epilogues two at a time (epilogue_pair; an odd last row with a zero second row, its bytes not stored).
 template <int R, int YT>
-__attribute__((target("avx2"))) void tile(const int16_t* a, int64_t lda, const int16_t* panel, int64_t pairs, const PanelEpi& pe,
-                                          const EpiFlags& flags, int cols, char* y, int64_t ldy) {
+__attribute__((target("avx2"))) void tile(const int16_t* a, int64_t lda, const int16_t* packed, int64_t pairs, const PanelEpi* pes,
+                                          int64_t panels, int64_t M, const EpiFlags& flags, char* y, int64_t ldy) {
   const EpiFlags e = flags;
+  constexpr int64_t ysize = YT == 0 ? 4 : 1;
   __m256i acc[2 * kMr];
-  if constexpr (YT >= 3) {
-    accumulate_body<R>(a, lda, panel, pairs, pe.bias, acc);
-    const __m256 lo = _mm256_set1_ps(e.int_lo), hi = _mm256_set1_ps(e.int_hi);
-    const __m256i zp = _mm256_set1_epi32(e.int_zp);
-    alignas(16) char spill[kNr];
-    for (int r = 0; r < R; r += 2) {
-      const bool two = r + 1 < R;
-      const __m256i b0 = two ? acc[2 * r + 2] : acc[2 * r], b1 = two ? acc[2 * r + 3] : acc[2 * r + 1];
-      char* yb = two ? y + (r + 1) * ldy : spill;
-      if (e.int_zp != 0) epilogue_pair<YT - 2, true>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, cols, y + r * ldy, yb);
-      else epilogue_pair<YT - 2, false>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, cols, y + r * ldy, yb);
+  for (int64_t p = 0; p < panels; ++p) {
+    const int16_t* panel = packed + p * pairs * kNr * 2;
+    const PanelEpi& pe = pes[p];
+    const int cols = static_cast<int>(std::min<int64_t>(kNr, M - p * kNr));
+    char* yp = y + p * kNr * ysize;
+    if constexpr (YT >= 3) {
+      accumulate_body<R>(a, lda, panel, pairs, pe.bias, acc);
+      const __m256 lo = _mm256_set1_ps(e.int_lo), hi = _mm256_set1_ps(e.int_hi);
+      const __m256i zp = _mm256_set1_epi32(e.int_zp);
+      alignas(16) char spill[kNr];
+      for (int r = 0; r < R; r += 2) {
+        const bool two = r + 1 < R;
+        const __m256i b0 = two ? acc[2 * r + 2] : acc[2 * r], b1 = two ? acc[2 * r + 3] : acc[2 * r + 1];
+        char* yb = two ? yp + (r + 1) * ldy : spill;
+        if (e.int_zp != 0) epilogue_pair<YT - 2, true>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, cols, yp + r * ldy, yb);
+        else epilogue_pair<YT - 2, false>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, cols, yp + r * ldy, yb);
+      }
+    } else {
+      accumulate<R>(a, lda, panel, pairs, nullptr, acc);
+      for (int r = 0; r < R; ++r) epilogue_any<YT>(acc[2 * r], acc[2 * r + 1], pe, e, cols, yp + r * ldy);
     }
-  } else {
-    accumulate<R>(a, lda, panel, pairs, nullptr, acc);
-    for (int r = 0; r < R; ++r) epilogue_any<YT>(acc[2 * r], acc[2 * r + 1], pe, e, cols, y + r * ldy);
   }
 }
 
-using TileFn = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, const PanelEpi&, const EpiFlags&, int, char*, int64_t);
+using TileFn = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, const PanelEpi*, int64_t, int64_t, const EpiFlags&, char*, int64_t);
 template <int YT>  // 0: f32, 1: u8, 2: s8 (int8_epilogue.h's epilogue); 3: u8, 4: s8 in integers (epilogue_pair)
 constexpr TileFn kTiles[kMr + 1] = {nullptr, tile<1, YT>, tile<2, YT>, tile<3, YT>, tile<4, YT>, tile<5, YT>, tile<6, YT>};
 
@@ -311,11 +319,8 @@ class Int8Im2colQConvKernel : public Kernel {
           }
           widen(gather(pix, u8), lda, x_signed_, x_zp_, a16 + r * lda);
         }
-        for (int64_t p = 0; p < packed_.panels; ++p) {
-          const int cols = static_cast<int>(std::min<int64_t>(kNr, M - p * kNr));
-          tiles[rows](a16, lda, packed_.data.data() + p * packed_.pairs * kNr * 2, packed_.pairs, panels_[static_cast<size_t>(p)], flags_,
-                      cols, yp + (p0 * M + p * kNr) * static_cast<int64_t>(ysize), M * static_cast<int64_t>(ysize));
-        }
+        tiles[rows](a16, lda, packed_.data.data(), packed_.pairs, panels_.data(), packed_.panels, M, flags_,
+                    yp + p0 * M * static_cast<int64_t>(ysize), M * static_cast<int64_t>(ysize));
       }
     });
     return Status::ok();
