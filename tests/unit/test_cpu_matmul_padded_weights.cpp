@@ -66,7 +66,7 @@ RunResult run_model(const std::shared_ptr<Model>& model, const NamedTensors& fee
 }
 
 // MatMul (+ bias + GELU, fused) and Gemm with transB and beta, K 67, N 256 and 512; 25 rows (just
-// above RowGemm's 16-24) and 300 rows at 1 thread, 40 rows at 2 threads (one 2-thread primitive on
+// above RowGemm's 16-24 where oneDNN keeps the weights plain) and 300 rows at 1 thread, 40 rows at 2 threads (one 2-thread primitive on
 // the padded form where oneDNN keeps it plain: no column split, no second copy).
 TEST(CpuMatMulPaddedWeights, ProductsMatchReference) {
   const int64_t K = 67;

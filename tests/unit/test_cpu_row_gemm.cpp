@@ -1,5 +1,5 @@
 // cpu::RowGemm (single-thread product on sliver-packed constant weights, dnnl_matmul.cpp's path at 1
-// thread for 16..24 rows unless FERRY_MATMUL_ROW_GEMM=0) against a plain-loop product in double,
+// thread for 16..256 rows, 16..24 where oneDNN keeps the weights plain, unless FERRY_MATMUL_ROW_GEMM=0) against a plain-loop product in double,
 // each microkernel set the CPU runs (AVX-512F, AVX2 + FMA) bit for bit against a scalar model of its
 // operations, and through the FusedMatMul kernel against the reference backend (checking that the path is taken).
 #include <gtest/gtest.h>

@@ -270,7 +270,7 @@ TEST(WeightsHeldOnce, ReleasedWeightsServeTheReferenceFallback) {
   }
 }
 
-// A MatMul whose runs go to cpu::RowGemm (1 thread, 16-24 rows) makes no oneDNN form of its
+// A MatMul whose runs go to cpu::RowGemm (1 thread, 16-24 rows; 16-256 on AVX-512 hosts) makes no oneDNN form of its
 // weights when the executor is made: it was dropped at the first run for RowGemm's, its heap kept
 // (ViT-B/16 at 1 thread: peak RSS 415 -> 733 MiB).
 TEST(WeightsHeldOnce, MatMulOnRowGemmPacksOnlyRowGemmsForm) {

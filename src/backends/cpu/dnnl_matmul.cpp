@@ -74,16 +74,20 @@ std::atomic<int64_t> g_column_split_runs{0};
 // At 1 thread, products of kRowGemmMinRows..kRowGemmMaxRows rows with constant f32 weights (N a
 // multiple of 48, no activation but GELU) run as cpu::RowGemm: the weights packed once more (on huge
 // pages) in the order its loops read them, the next sliver prefetched (row_gemm.h); oneDNN's packed
-// copy is then dropped. FERRY_MATMUL_ROW_GEMM=0 keeps oneDNN. The limit was 256 rows while oneDNN's
-// plain weights ran at half speed for N a multiple of 256 (768, 2304, 3072: every row in the same
-// cache sets); with their rows padded (cpu::padded_plain_weights) oneDNN is ahead from about 32 rows.
-// Per call, cold weights, interleaved call by call (bench/matmul_probe.cpp, ILV=cold ILVPAD=1
-// CPUTIME=1, 41 rounds, load 8-9), RowGemm / padded oneDNN per round: 16 rows 0.865 (x768x768), 0.946
-// (x768x3072 + GELU); 24 rows 0.892, 1.033 (x768x2304), 1.032 (x3072x768); 32 rows 0.962-1.116; 48-64
-// rows 1.06-1.19; 128 rows 0.99-1.05; 197 rows 1.06-1.10 (1.07 also at N 960, unpadded). Whole model at
-// 1 thread, batch 1 (docs/performance.md, "Padded weight rows in MatMul / Gemm"): BERT-like CPU p50
-// 128.0 -> 124.3 ms, ViT-B/16 386.9 -> 366.0 with oneDNN instead of RowGemm at 128 / 197 rows.
-constexpr int64_t kRowGemmMinRows = 16, kRowGemmMaxRows = 24;
+// copy is then dropped. FERRY_MATMUL_ROW_GEMM=0 keeps oneDNN. Against oneDNN's brgemm on an AVX-512
+// host, per call, cold weights, interleaved call by call (bench/matmul_probe.cpp ILV=cold, 41 rounds,
+// load 5.2-5.4), time / oneDNN's per round: 0.975 (128x768x2304), 0.928 (128x3072x768), 0.961
+// (128x768x3072 + GELU), 0.915 (128x768x768); 0.98-1.02 at 197 rows; whole model at 1 thread, batch 1
+// (bench/ab_vs_ort.py MODEL 1 1 6 1.5, FERRY_MATMUL_ROW_GEMM=0 / 1): BERT-like CPU p50 65.5 -> 59.2 ms,
+// ViT-B/16 186.1 -> 173.4. More rows reuse each weight enough for oneDNN.
+// Where oneDNN keeps the weights plain (its gemm path: AVX2 hosts) with their rows padded
+// (cpu::padded_plain_weights), it is ahead from about 24 rows, so there RowGemm stops at
+// kRowGemmMaxPlainRows (Zen 3, ILV=cold ILVPAD=1 CPUTIME=1, RowGemm / padded oneDNN per round, load
+// 8-9: 16 rows 0.865 (x768x768), 0.946 (x768x3072 + GELU); 24 rows 0.892, 1.033 (x768x2304), 1.032
+// (x3072x768); 32 rows 0.962-1.116; 48-64 rows 1.06-1.19; 128 rows 0.99-1.05; 197 rows 1.06-1.10;
+// quiet: docs/performance.md, "Padded weight rows in MatMul / Gemm"). Whole model, 1 thread, batch 1:
+// BERT-like CPU p50 128.0 -> 124.3 ms, ViT-B/16 386.9 -> 366.0 with oneDNN at 128 / 197 rows.
+constexpr int64_t kRowGemmMinRows = 16, kRowGemmMaxRows = 256, kRowGemmMaxPlainRows = 24;
 // On AVX2 CPUs without AVX-512 RowGemm also serves 2+ threads (its rows), each thread a share of its
 // column chunks; that was measured when oneDNN 2.6 ran [128, 768] x [768, 3072] at half speed (its
 // weight rows unpadded): Zen 3, 2 threads, batch 1, bench/ab_vs_ort.py MODEL 2 1 3 1.5, load 10.5-12,
@@ -268,12 +272,14 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
     std::map<int, std::vector<Split>> splits;  // by thread count (nsplit_max_rows)
   };
 
-  // Whether a run of plan p on this thread goes to cpu::RowGemm: constant f32 weights, 16-24 rows,
+  // Whether a run of plan p on this thread goes to cpu::RowGemm: constant f32 weights, 16-256 rows
+  // (16-24 where oneDNN keeps the weights plain),
   // one thread (the calling thread's count, as the executor set it), or any count on AVX2 CPUs
   // without AVX-512 (row_gemm_threads).
   bool row_gemm_takes(const Plan& p) const {
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    return (threads == 1 || row_gemm_threads()) && const_w_ && dtype_ == DType::kF32 && p.m >= kRowGemmMinRows && p.m <= kRowGemmMaxRows &&
+    return (threads == 1 || row_gemm_threads()) && const_w_ && dtype_ == DType::kF32 && p.m >= kRowGemmMinRows &&
+           p.m <= (p.plain_weights ? kRowGemmMaxPlainRows : kRowGemmMaxRows) &&
            row_gemm_enabled() && (act_.kind == ActKind::kNone || act_.kind == ActKind::kGelu) &&
            cpu::RowGemm::supported(p.k, p.n);
   }

@@ -14,7 +14,7 @@
 // ONLY=rowgemm M K N [gelu]) oneDNN 2.6's f32 matmul runs [128, 768] x [768, 3072] at 40 GFLOP/s,
 // with or without GELU, RowGemm at 84 -- but oneDNN with its weight rows padded (the stride of 3072
 // floats was the cause: cpu::padded_plain_weights) at 87, so there dnnl_matmul.cpp gives RowGemm only
-// 16-24 rows (kRowGemmMaxRows).
+// 16-24 rows there (kRowGemmMaxPlainRows).
 #pragma once
 
 #include <cstdint>
