@@ -82,6 +82,21 @@ inline void panel_epilogue(const EpilogueFactors& factors, const Int8GemmEpilogu
   int_clamp(e, channels, flags);
 }
 
+/// 16 int32 outputs (q0: channels 0-7, q1: 8-15) saturated to 8 bits (YT 1: u8, 2: s8), `cols` of them stored at y.
+template <int YT>
+__attribute__((target("avx2"), always_inline)) inline void store_bytes(__m256i q0, __m256i q1, int cols, char* y) {
+  const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);  // 16 int16 in order
+  const __m128i w0 = _mm256_castsi256_si128(w), w1 = _mm256_extracti128_si256(w, 1);
+  const __m128i b = YT == 1 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);
+  if (cols == kEpiCols) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y), b);
+  } else {
+    alignas(16) uint8_t t[kEpiCols];
+    _mm_store_si128(reinterpret_cast<__m128i*>(t), b);
+    std::memcpy(y, t, static_cast<size_t>(cols));
+  }
+}
+
 /// epilogue<YT> (YT 1: u8, 2: s8) where EpiFlags::int_form: lo, hi (int_lo, int_hi broadcast) and zp
 /// (int_zp) hoisted by the caller; p.bias zero where the node has no bias (PanelEpi's default).
 template <int YT>
@@ -93,16 +108,7 @@ __attribute__((target("avx2"), always_inline)) inline void epilogue_int(__m256i 
   const __m256 v0 = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_mul_ps(_mm256_cvtepi32_ps(b0), _mm256_load_ps(p.mul))));
   const __m256 v1 = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_mul_ps(_mm256_cvtepi32_ps(b1), _mm256_load_ps(p.mul + 8))));
   const __m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), zp), q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), zp);
-  const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);  // 16 int16 in order
-  const __m128i w0 = _mm256_castsi256_si128(w), w1 = _mm256_extracti128_si256(w, 1);
-  const __m128i b = YT == 1 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);
-  if (cols == kEpiCols) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y), b);
-  } else {
-    alignas(16) uint8_t t[kEpiCols];
-    _mm_store_si128(reinterpret_cast<__m128i*>(t), b);
-    std::memcpy(y, t, static_cast<size_t>(cols));
-  }
+  store_bytes<YT>(q0, q1, cols, y);
 }
 
 /// One row's 16 accumulators (s0: channels 0-7, s1: 8-15) -> `cols` outputs at y: int8_gemm.cpp
@@ -145,16 +151,7 @@ __attribute__((target("avx2"), always_inline)) inline void epilogue(__m256i s0, 
       __m256 r = _mm256_add_ps(_mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
       q[h] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
     }
-    const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);  // 16 int16 in order
-    const __m128i w0 = _mm256_castsi256_si128(w), w1 = _mm256_extracti128_si256(w, 1);
-    const __m128i b = YT == 1 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);
-    if (cols == kEpiCols) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(y), b);
-    } else {
-      alignas(16) uint8_t t[kEpiCols];
-      _mm_store_si128(reinterpret_cast<__m128i*>(t), b);
-      std::memcpy(y, t, static_cast<size_t>(cols));
-    }
+    store_bytes<YT>(q[0], q[1], cols, y);
   }
 }
 
