@@ -10,6 +10,19 @@
 namespace ferry::quant {
 namespace {
 
+/// w viewed as [outer, channels, inner] around `axis` (a per-channel weight's layout).
+struct AxisGeometry {
+  int64_t outer = 1, channels = 1, inner = 1;
+};
+AxisGeometry axis_geometry(const Tensor& w, int64_t axis) {
+  const auto& d = w.dims();
+  AxisGeometry g;
+  for (int64_t i = 0; i < axis; ++i) g.outer *= d[static_cast<size_t>(i)];
+  for (size_t i = static_cast<size_t>(axis) + 1; i < d.size(); ++i) g.inner *= d[i];
+  g.channels = d[static_cast<size_t>(axis)];
+  return g;
+}
+
 const std::set<std::string>& pass_through_ops() {
   static const std::set<std::string> ops = {"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze"};
   return ops;
@@ -251,11 +264,7 @@ struct Planner {
     auto it = weights.find(key);
     if (it != weights.end()) return it->second;
     const Tensor& w = *init_of(w_name);
-    const auto& d = w.dims();
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= d[static_cast<size_t>(i)];
-    for (size_t i = static_cast<size_t>(axis) + 1; i < d.size(); ++i) inner *= d[i];
-    const int64_t channels = d[static_cast<size_t>(axis)];
+    const auto [outer, channels, inner] = axis_geometry(w, axis);
     std::vector<float> scales;
     if (opts.weight_scale_cache && weight_qmax < kFullWeightMax) {
       auto c = opts.weight_scale_cache->find(key);
@@ -266,7 +275,7 @@ struct Planner {
     }
     const float qmax = static_cast<float>(weight_qmax);
     const float* p = w.data<float>();
-    Tensor q = Tensor::allocate(DType::kI8, d);
+    Tensor q = Tensor::allocate(DType::kI8, w.dims());
     int8_t* qp = q.mutable_data<int8_t>();
     const std::vector<int8_t>* given = nullptr;
     if (weight_values) {
@@ -501,11 +510,7 @@ void activation_params(float lo, float hi, float* scale, uint8_t* zero_point) {
 }
 
 std::vector<float> weight_scales(const Tensor& w, int64_t axis, int qmax) {
-  const auto& d = w.dims();
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= d[static_cast<size_t>(i)];
-  for (size_t i = static_cast<size_t>(axis) + 1; i < d.size(); ++i) inner *= d[i];
-  const int64_t channels = d[static_cast<size_t>(axis)];
+  const auto [outer, channels, inner] = axis_geometry(w, axis);
   std::vector<float> scales(static_cast<size_t>(channels), 0.0f);
   const float* p = w.data<float>();
   for (int64_t o = 0; o < outer; ++o)
@@ -517,11 +522,7 @@ std::vector<float> weight_scales(const Tensor& w, int64_t axis, int qmax) {
 }
 
 std::vector<float> weight_scales_mse(const Tensor& w, int64_t axis, int qmax) {
-  const auto& d = w.dims();
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= d[static_cast<size_t>(i)];
-  for (size_t i = static_cast<size_t>(axis) + 1; i < d.size(); ++i) inner *= d[i];
-  const int64_t channels = d[static_cast<size_t>(axis)];
+  const auto [outer, channels, inner] = axis_geometry(w, axis);
   std::vector<float> scales = weight_scales(w, axis, qmax);  // MinMax: a = 1
   const float* p = w.data<float>();
   const float q = static_cast<float>(qmax);
