@@ -20,12 +20,14 @@
 #include "backends/cpu/int8_gemm.h"
 #include "backends/cpu/int8_pair_saturation.h"
 #include "ops/shape_inference.h"
+#include "int8_test_util.h"
 #include "pass_test_util.h"
 
 namespace ferry {
 namespace {
 
 using testing::int_attr;
+using testing::scalar_of;
 using testing::run_model;
 using std::vector;
 
@@ -44,13 +46,6 @@ struct GemmCase {
   int outlier = 0;          // nonzero: b[0, 0] set to this (65 / -65: one weight off the byte path)
   uint32_t seed = 1;
 };
-
-Tensor scalar_of(DType dt, int v) {
-  Tensor t = Tensor::allocate(dt, {});
-  if (dt == DType::kU8) t.mutable_data<uint8_t>()[0] = static_cast<uint8_t>(v);
-  else t.mutable_data<int8_t>()[0] = static_cast<int8_t>(v);
-  return t;
-}
 
 std::shared_ptr<Model> qmatmul_model(const GemmCase& gc, std::mt19937& rng) {
   auto m = std::make_shared<Model>();
@@ -156,14 +151,7 @@ void check(const GemmCase& gc) {
   const Tensor &r = ref[0].second, &c = cpu[0].second;
   ASSERT_EQ(r.dims(), c.dims());
   ASSERT_EQ(r.dtype(), c.dtype());
-  int64_t diff = 0, interior = 0;
-  for (int64_t i = 0; i < r.numel(); ++i) {
-    const size_t sz = dtype_size(r.dtype());
-    diff += std::memcmp(static_cast<const char*>(r.raw()) + i * sz, static_cast<const char*>(c.raw()) + i * sz, sz) != 0;
-    if (r.dtype() == DType::kU8) interior += r.data<uint8_t>()[i] > 0 && r.data<uint8_t>()[i] < 255;
-    else if (r.dtype() == DType::kI8) interior += r.data<int8_t>()[i] > -128 && r.data<int8_t>()[i] < 127;
-    else interior += r.data<float>()[i] != 0;
-  }
+  const auto [diff, interior] = testing::byte_diff(r, c);
   EXPECT_EQ(diff, 0) << "of " << r.numel() << " outputs";
   EXPECT_GT(interior, r.numel() / (gc.relu ? 4 : 2));  // the case is not all clamped
 }

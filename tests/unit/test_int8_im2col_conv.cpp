@@ -18,12 +18,14 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/int8_gemm.h"
 #include "ops/shape_inference.h"
+#include "int8_test_util.h"
 #include "pass_test_util.h"
 
 namespace ferry {
 namespace {
 
 using testing::int_attr;
+using testing::scalar_of;
 using testing::ints_attr;
 using testing::run_model;
 using std::vector;
@@ -38,13 +40,6 @@ struct StemCase {
   DType y_dt = DType::kU8;
   uint32_t seed = 3;
 };
-
-Tensor scalar_of(DType dt, int v) {
-  Tensor t = Tensor::allocate(dt, {});
-  if (dt == DType::kU8) t.mutable_data<uint8_t>()[0] = static_cast<uint8_t>(v);
-  else t.mutable_data<int8_t>()[0] = static_cast<int8_t>(v);
-  return t;
-}
 
 std::shared_ptr<Model> stem_model(const StemCase& sc, std::mt19937& rng) {
   auto m = std::make_shared<Model>();
@@ -157,14 +152,7 @@ void check(const StemCase& sc, bool taken = true) {
   const Tensor &r = ref[0].second, &c = cpu[0].second;
   ASSERT_EQ(r.dims(), c.dims());
   ASSERT_EQ(r.dtype(), c.dtype());
-  const int64_t sz = dtype_size(r.dtype());
-  int64_t diff = 0, interior = 0;
-  for (int64_t i = 0; i < r.numel(); ++i) {
-    diff += std::memcmp(static_cast<const char*>(r.raw()) + i * sz, static_cast<const char*>(c.raw()) + i * sz, static_cast<size_t>(sz)) != 0;
-    if (r.dtype() == DType::kU8) interior += r.data<uint8_t>()[i] > 0 && r.data<uint8_t>()[i] < 255;
-    else if (r.dtype() == DType::kI8) interior += r.data<int8_t>()[i] > -128 && r.data<int8_t>()[i] < 127;
-    else interior += r.data<float>()[i] != 0;
-  }
+  const auto [diff, interior] = testing::byte_diff(r, c);
   if (taken) {
     EXPECT_EQ(diff, 0) << "of " << r.numel() << " outputs";
   }
