@@ -37,6 +37,7 @@ struct StemCase {
   int x_zp = 128;
   bool w_zp = false, fbias = false, conv_relu = false, clip = false, extreme = false;
   bool narrow_after_zp = false;  // weights in [66, 126] with zero point 96: w - w_zp in [-30, 30]
+  bool seven_bit = false;        // weights in [-64, 64] (the byte path of a 1x1)
   DType y_dt = DType::kU8;
   uint32_t seed = 3;
 };
@@ -61,13 +62,15 @@ std::shared_ptr<Model> stem_model(const StemCase& sc, std::mt19937& rng) {
     int v = sc.extreme ? (i / (w.numel() / sc.M) % 2 ? -128 + static_cast<int>(rng() % 2) : 127)
                        : static_cast<int>(rng() % 256) - 128;
     if (sc.narrow_after_zp) v = 96 + static_cast<int>(rng() % 61) - 30;
+    if (sc.seven_bit) v = sc.extreme ? (i / (w.numel() / sc.M) % 2 ? -64 : 64) : static_cast<int>(rng() % 129) - 64;
     w.mutable_data<int8_t>()[i] = static_cast<int8_t>(v);
   }
   Tensor ws = Tensor::allocate(DType::kF32, {sc.M});
   for (int64_t n = 0; n < sc.M; ++n) ws.mutable_data<float>()[n] = 0.011f * (1.f + 0.29f * static_cast<float>(n % 5));
   const double k = static_cast<double>(sc.C * sc.KH * sc.KW);
   const float xs = 0.017f;
-  const float ys = static_cast<float>(xs * 0.015 * (sc.extreme ? 128.0 * 128 * k / 2 : 74.0 * 74 * std::sqrt(k)) / 40);
+  const double wmag = sc.seven_bit ? (sc.extreme ? 4.0 : 0.5) : 1.0;
+  const float ys = static_cast<float>(xs * 0.015 * wmag * (sc.extreme ? 128.0 * 128 * k / 2 : 74.0 * 74 * std::sqrt(k)) / 40);
   vector<std::string> in = {"x", init("xs", Tensor::scalar<float>(xs)), init("xz", scalar_of(xdt, sc.x_zp)), init("w", w),
                             init("ws", ws)};
   if (sc.w_zp) {
@@ -258,6 +261,62 @@ TEST_F(Int8Im2colConv, ZeroPointZeroPointwiseOf64Channels) {
   check(sc, false);
   sc.M = 64;
   sc.C = 96;  // wider: oneDNN
+  check(sc, false);
+}
+
+// 7-bit weights (w - w_zp in [-64, 64]) on a 1x1 over a u8 source: the byte path (vpmaddubsw, no pair can
+// saturate), bit for bit, on MobileNetV2's 7-bit expansions (24-320 channels, a zero point ~128, a Clip) and
+// the largest products (255 against weights of one sign at 64); other 7-bit shapes: oneDNN's unsplit kernel.
+TEST_F(Int8Im2colConv, SevenBitPointwiseBytePath) {
+  StemCase sc;
+  sc.KH = sc.KW = 1;
+  sc.strides = {1, 1};
+  sc.pads = {0, 0, 0, 0};
+  sc.seven_bit = true;
+  sc.clip = true;
+  sc.conv_relu = true;
+  sc.x_zp = 131;
+  for (int64_t c : {24, 32, 64, 96, 160, 320}) {
+    sc.C = c;
+    sc.M = 6 * c;
+    check(sc);
+  }
+  sc.C = 36;  // a partial last panel, an s8 output, no Clip, a weight zero point
+  sc.M = 40;
+  sc.clip = sc.conv_relu = false;
+  sc.w_zp = true;
+  sc.y_dt = DType::kI8;
+  check(sc);
+  sc.w_zp = false;
+  sc.y_dt = DType::kU8;
+  sc.x_zp = 0;  // a Relu's output, zero point 0, and the largest products
+  sc.extreme = true;
+  check(sc);
+  sc.extreme = false;
+  sc.x_zp = 131;
+  sc.N = 2;  // two images, pixels not a multiple of the 6-row tile
+  sc.H = 5;
+  check(sc);
+  sc.N = 1;
+  sc.H = 11;
+  sc.C = 30;  // not whole quads of channels: oneDNN
+  check(sc, false);
+  sc.C = 32;
+  sc.x_s8 = true;  // an s8 source: oneDNN
+  sc.x_zp = 3;
+  check(sc, false);
+  sc.x_s8 = false;
+  sc.x_zp = 131;
+  sc.y_dt = DType::kF32;  // a float output: oneDNN
+  check(sc, false);
+  sc.y_dt = DType::kU8;
+  sc.C = 640;  // wider than the byte path takes
+  check(sc, false);
+  sc.C = 32;
+  sc.strides = {2, 2};  // a strided 1x1: oneDNN
+  check(sc, false);
+  sc = StemCase{};  // a 7-bit stem: oneDNN
+  sc.seven_bit = true;
   check(sc, false);
 }
 
