@@ -15,6 +15,7 @@
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/int8_pair_saturation.h"
 #include "backends/cpu/int8_util.h"
+#include "backends/cpu/int8_micro.h"
 #include "backends/cpu/node_attrs.h"
 #include "common/env_switch.h"
 #include "ops/quantize_util.h"
@@ -26,93 +27,33 @@ constexpr int kNr = 16;  // columns per panel (two ymm of int32)
 constexpr int kMr = 6;   // rows per micro kernel (12 accumulators)
 
 // acc[r][0..15] = sum over the pairs j of a_r[2j, 2j+1] . panel[j][n][0..1], for R rows of a (int16, row
-// stride lda) against one panel.
+// stride lda) against one panel (int8_micro.h's pair_sums).
 template <int R>
 __attribute__((target("avx2"))) void micro(const int16_t* a, int64_t lda, const int16_t* panel, int64_t pairs,
                                            int32_t* acc) {
-  // Named accumulators (arrays of __m256i were kept on the stack by gcc 12).
-  __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
-          c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-  const int16_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
-#define FERRY_INT8_GEMM_ROW(r)                                       \
-  if constexpr (R > r) {                                             \
-    int32_t v;                                                       \
-    std::memcpy(&v, a##r + 2 * j, sizeof v);                         \
-    const __m256i av = _mm256_set1_epi32(v);                         \
-    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(av, b0));  \
-    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, b1));  \
+  __m256i c[2 * kMr];
+  pair_sums<R>(a, lda, panel, pairs, nullptr, c);
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kNr), c[2 * r]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kNr + 8), c[2 * r + 1]);
   }
-  for (int64_t j = 0; j < pairs; ++j) {
-    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j));
-    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j + 16));
-    FERRY_INT8_GEMM_ROW(0)
-    FERRY_INT8_GEMM_ROW(1)
-    FERRY_INT8_GEMM_ROW(2)
-    FERRY_INT8_GEMM_ROW(3)
-    FERRY_INT8_GEMM_ROW(4)
-    FERRY_INT8_GEMM_ROW(5)
-  }
-#undef FERRY_INT8_GEMM_ROW
-#define FERRY_INT8_GEMM_STORE(r)                                                \
-  if constexpr (R > r) {                                                        \
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kNr), c##r##0);    \
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kNr + 8), c##r##1); \
-  }
-  FERRY_INT8_GEMM_STORE(0)
-  FERRY_INT8_GEMM_STORE(1)
-  FERRY_INT8_GEMM_STORE(2)
-  FERRY_INT8_GEMM_STORE(3)
-  FERRY_INT8_GEMM_STORE(4)
-  FERRY_INT8_GEMM_STORE(5)
-#undef FERRY_INT8_GEMM_STORE
 }
 
 using MicroFn = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, int32_t*);
 constexpr MicroFn kMicro[kMr + 1] = {nullptr, micro<1>, micro<2>, micro<3>, micro<4>, micro<5>, micro<6>};
 
 // The narrow weights' micro kernel: acc[r][0..15] = corr[0..15] + sum over the quads j of a_r[4j..4j+3] .
-// panel[j][n][0..3], a u8 rows (stride lda, a multiple of 4 bytes), the panel s8 in [-64, 64]: vpmaddubsw's
-// int16 pair sums are exact there, vpmaddwd by ones adds them into int32.
+// panel[j][n][0..3], a u8 rows (stride lda, a multiple of 4 bytes), the panel s8 in [-64, 64] (int8_micro.h's
+// quad_sums: vpmaddubsw's int16 pair sums are exact there).
 template <int R>
 __attribute__((target("avx2"))) void micro8(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t quads,
                                             const int32_t* corr, int32_t* acc) {
-  const __m256i k0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr));
-  const __m256i k1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr + 8));
-  __m256i c00 = k0, c01 = k1, c10 = k0, c11 = k1, c20 = k0, c21 = k1, c30 = k0, c31 = k1, c40 = k0, c41 = k1,
-          c50 = k0, c51 = k1;
-  const __m256i ones = _mm256_set1_epi16(1);
-  const uint8_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
-#define FERRY_INT8_GEMM_ROW8(r)                                                                 \
-  if constexpr (R > r) {                                                                        \
-    int32_t v;                                                                                  \
-    std::memcpy(&v, a##r + 4 * j, sizeof v);                                                    \
-    const __m256i av = _mm256_set1_epi32(v);                                                    \
-    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
-    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
+  __m256i c[2 * kMr];
+  quad_sums<R>(a, lda, panel, quads, corr, c);
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kNr), c[2 * r]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kNr + 8), c[2 * r + 1]);
   }
-  for (int64_t j = 0; j < quads; ++j) {
-    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j));
-    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j + 32));
-    FERRY_INT8_GEMM_ROW8(0)
-    FERRY_INT8_GEMM_ROW8(1)
-    FERRY_INT8_GEMM_ROW8(2)
-    FERRY_INT8_GEMM_ROW8(3)
-    FERRY_INT8_GEMM_ROW8(4)
-    FERRY_INT8_GEMM_ROW8(5)
-  }
-#undef FERRY_INT8_GEMM_ROW8
-#define FERRY_INT8_GEMM_STORE(r)                                                \
-  if constexpr (R > r) {                                                        \
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kNr), c##r##0);    \
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kNr + 8), c##r##1); \
-  }
-  FERRY_INT8_GEMM_STORE(0)
-  FERRY_INT8_GEMM_STORE(1)
-  FERRY_INT8_GEMM_STORE(2)
-  FERRY_INT8_GEMM_STORE(3)
-  FERRY_INT8_GEMM_STORE(4)
-  FERRY_INT8_GEMM_STORE(5)
-#undef FERRY_INT8_GEMM_STORE
 }
 
 using Micro8Fn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const int32_t*, int32_t*);

@@ -31,6 +31,7 @@
 #include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/int8_epilogue.h"
 #include "backends/cpu/int8_gemm.h"
+#include "backends/cpu/int8_micro.h"
 #include "backends/cpu/int8_pair_saturation.h"
 #include "backends/cpu/int8_util.h"
 #include "backends/cpu/node_attrs.h"
@@ -54,56 +55,15 @@ using cpu::EpiFlags;
 using cpu::PanelEpi;
 using cpu::epilogue_any;
 
-// acc[2r], acc[2r + 1] = row r's 16 sums of R rows of widened patches (int16, row stride lda) against one
-// panel (int8_gemm.h's layout), plus init: 16 int32 every row starts from (the bias of the integer epilogue),
-// or null for zeros. The float epilogue's tiles call it as a function of its own (accumulate): inlined there,
-// gcc 12 kept 8 of the 12 accumulators on the stack inside the loop once that epilogue's constants were live
-// beside them (the 7x7 stem 2.10 -> 2.89 CPU ms per run). The integer epilogue's tiles (epilogue_pair, whose
+// The float epilogue's tiles call int8_micro.h's pair_sums through accumulate, a function of its own: inlined
+// there, gcc 12 kept 8 of the 12 accumulators on the stack inside the loop once that epilogue's constants were
+// live beside them (the 7x7 stem 2.10 -> 2.89 CPU ms per run). The integer epilogue's tiles (epilogue_pair, whose
 // constants are read after the loop) inline it: 12 stores and reloads and a call fewer per panel (MobileNetV2's
 // 8-bit expansions 0.53 -> 0.49 and 0.245 -> 0.23 CPU ms, ResNet-50's stem 1.96 -> 1.92).
 template <int R>
-__attribute__((target("avx2"), always_inline)) inline void accumulate_body(const int16_t* a, int64_t lda, const int16_t* panel, int64_t pairs,
-                                                                           const int32_t* init, __m256i* acc) {
-  const __m256i i0 = init ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init)) : _mm256_setzero_si256();
-  const __m256i i1 = init ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init + 8)) : _mm256_setzero_si256();
-  __m256i c00 = i0, c01 = i1, c10 = i0, c11 = i1, c20 = i0, c21 = i1, c30 = i0, c31 = i1, c40 = i0, c41 = i1, c50 = i0, c51 = i1;
-  const int16_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
-#define FERRY_NARROW_ROW(r)                                          \
-  if constexpr (R > r) {                                             \
-    int32_t v;                                                       \
-    std::memcpy(&v, a##r + 2 * j, sizeof v);                         \
-    const __m256i av = _mm256_set1_epi32(v);                         \
-    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(av, b0));  \
-    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, b1));  \
-  }
-  for (int64_t j = 0; j < pairs; ++j) {
-    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j));
-    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j + 16));
-    FERRY_NARROW_ROW(0)
-    FERRY_NARROW_ROW(1)
-    FERRY_NARROW_ROW(2)
-    FERRY_NARROW_ROW(3)
-    FERRY_NARROW_ROW(4)
-    FERRY_NARROW_ROW(5)
-  }
-#undef FERRY_NARROW_ROW
-#define FERRY_NARROW_STORE(r) \
-  if constexpr (R > r) {      \
-    acc[2 * r] = c##r##0;     \
-    acc[2 * r + 1] = c##r##1; \
-  }
-  FERRY_NARROW_STORE(0)
-  FERRY_NARROW_STORE(1)
-  FERRY_NARROW_STORE(2)
-  FERRY_NARROW_STORE(3)
-  FERRY_NARROW_STORE(4)
-  FERRY_NARROW_STORE(5)
-#undef FERRY_NARROW_STORE
-}
-template <int R>
 __attribute__((target("avx2"), noinline)) void accumulate(const int16_t* a, int64_t lda, const int16_t* panel, int64_t pairs, const int32_t* init,
                                                          __m256i* acc) {
-  accumulate_body<R>(a, lda, panel, pairs, init, acc);
+  cpu::pair_sums<R>(a, lda, panel, pairs, init, acc);
 }
 
 // Two rows' 16 sums each (a0, a1: row a's channels 0-7, 8-15; b0, b1: row b's), the bias already in them,
@@ -113,7 +73,7 @@ __attribute__((target("avx2"), noinline)) void accumulate(const int16_t* a, int6
 // of the two rows quadwords {a 0-3 8-11, b 0-3 8-11 | a 4-7 12-15, b 4-7 12-15}; permq (0, 2, 1, 3) puts
 // a in the low lane and b in the high, pshufd (0, 2, 1, 3) the dwords in order: 7 shuffle-port steps per
 // 32 outputs instead of 10, and no bias add (MobileNetV2's 8-bit expansions, 112x112x16 -> 96:
-// 0.57 -> 0.53 CPU ms per run, before accumulate_body was inlined).
+// 0.57 -> 0.53 CPU ms per run, before pair_sums was inlined).
 template <bool kZp>
 __attribute__((target("avx2"), always_inline)) inline __m256i requantize(__m256i s, __m256 m, __m256 lo, __m256 hi, __m256i zp) {
   const __m256i r = _mm256_cvtps_epi32(_mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_mul_ps(_mm256_cvtepi32_ps(s), m))));
@@ -155,7 +115,7 @@ __attribute__((target("avx2"))) void tile(const int16_t* a, int64_t lda, const i
     const int cols = static_cast<int>(std::min<int64_t>(kNr, M - p * kNr));
     char* yp = y + p * kNr * ysize;
     if constexpr (YT >= 3) {
-      accumulate_body<R>(a, lda, panel, pairs, pe.bias, acc);
+      cpu::pair_sums<R>(a, lda, panel, pairs, pe.bias, acc);
       const __m256 lo = _mm256_set1_ps(e.int_lo), hi = _mm256_set1_ps(e.int_hi);
       const __m256i zp = _mm256_set1_epi32(e.int_zp);
       alignas(16) char spill[kNr];
@@ -177,51 +137,8 @@ using TileFn = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, const 
 template <int YT>  // 0: f32, 1: u8, 2: s8 (int8_epilogue.h's epilogue); 3: u8, 4: s8 in integers (epilogue_pair)
 constexpr TileFn kTiles[kMr + 1] = {nullptr, tile<1, YT>, tile<2, YT>, tile<3, YT>, tile<4, YT>, tile<5, YT>, tile<6, YT>};
 
-// The byte path of a 1x1 on 7-bit weights (every w - w_zp in [-64, 64]: int8_gemm.h's `narrow` packing):
-// acc[2r], acc[2r + 1] = init + row r's u8 channels (rows of lda bytes, read 4 at a time) against one panel of
-// s8 quads, one vpmaddubsw + vpmaddwd per 4 channels and 8 outputs. A vpmaddubsw pair is at most
-// 2 x 255 x 64 = 32640 in magnitude, so it never saturates: exact in int32 like the int16 path, at about twice
-// its multiply-add rate; the source zero point enters as init (the bias minus x_zp x the panel's column sums).
-template <int R>
-__attribute__((target("avx2"), always_inline)) inline void accumulate_bytes(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t quads,
-                                                                            const int32_t* init, __m256i* acc) {
-  const __m256i i0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init));
-  const __m256i i1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init + 8));
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i c00 = i0, c01 = i1, c10 = i0, c11 = i1, c20 = i0, c21 = i1, c30 = i0, c31 = i1, c40 = i0, c41 = i1, c50 = i0, c51 = i1;
-  const uint8_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
-#define FERRY_BYTE_ROW(r)                                                                       \
-  if constexpr (R > r) {                                                                        \
-    int32_t v;                                                                                  \
-    std::memcpy(&v, a##r + 4 * j, sizeof v);                                                    \
-    const __m256i av = _mm256_set1_epi32(v);                                                    \
-    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
-    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
-  }
-  for (int64_t j = 0; j < quads; ++j) {
-    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j));
-    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j + 32));
-    FERRY_BYTE_ROW(0)
-    FERRY_BYTE_ROW(1)
-    FERRY_BYTE_ROW(2)
-    FERRY_BYTE_ROW(3)
-    FERRY_BYTE_ROW(4)
-    FERRY_BYTE_ROW(5)
-  }
-#undef FERRY_BYTE_ROW
-#define FERRY_BYTE_STORE(r)   \
-  if constexpr (R > r) {      \
-    acc[2 * r] = c##r##0;     \
-    acc[2 * r + 1] = c##r##1; \
-  }
-  FERRY_BYTE_STORE(0)
-  FERRY_BYTE_STORE(1)
-  FERRY_BYTE_STORE(2)
-  FERRY_BYTE_STORE(3)
-  FERRY_BYTE_STORE(4)
-  FERRY_BYTE_STORE(5)
-#undef FERRY_BYTE_STORE
-}
+// The byte path of a 1x1 on 7-bit weights: int8_micro.h's quad_sums, the source zero point entering as its
+// init (the bias minus x_zp x the panel's column sums).
 
 // tile's integer-epilogue form (YT 3: u8, 4: s8) on the byte path: R pixels' u8 channels (row stride lda) against
 // every panel of s8 quads, the sums' start the panel's bias with the source zero point folded in.
@@ -234,7 +151,7 @@ __attribute__((target("avx2"))) void tile_bytes(const uint8_t* a, int64_t lda, c
     const PanelEpi& pe = pes[p];
     const int cols = static_cast<int>(std::min<int64_t>(kNr, M - p * kNr));
     char* yp = y + p * kNr;
-    accumulate_bytes<R>(a, lda, packed + p * quads * kNr * 4, quads, pe.bias, acc);
+    cpu::quad_sums<R>(a, lda, packed + p * quads * kNr * 4, quads, pe.bias, acc);
     const __m256 lo = _mm256_set1_ps(e.int_lo), hi = _mm256_set1_ps(e.int_hi);
     const __m256i zp = _mm256_set1_epi32(e.int_zp);
     alignas(16) char spill[kNr];

@@ -1,0 +1,105 @@
+// The int8 GEMM micro kernels' multiply-add loops, shared by int8_gemm.cpp (whose micro kernels store the
+// sums to memory) and int8_im2col_conv.cpp (whose tiles keep them in registers for the fused epilogue):
+// R (1-6) rows of A against one 16-column panel of int8_gemm.h's packed layout, the sums left in
+// acc[2r] (columns 0-7) and acc[2r + 1] (8-15). Named accumulators inside (gcc 12 kept arrays of __m256i on
+// the stack in the loop); acc is written once, after it. Both are always_inline: where the caller's constants
+// are live across the loop gcc may spill accumulators, which is why int8_im2col_conv.cpp calls pair_sums through
+// a noinline wrapper from its float epilogue's tiles.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace ferry::cpu {
+
+// int16 pairs: acc row r = init + sum over the pairs j of a_r[2j, 2j + 1] . panel[j][n][0..1] (vpmaddwd, exact
+// in int32), a int16 rows of stride lda; init: 16 int32 every row starts from, or null for zeros.
+template <int R>
+__attribute__((target("avx2"), always_inline)) inline void pair_sums(const int16_t* a, int64_t lda, const int16_t* panel, int64_t pairs,
+                                                                           const int32_t* init, __m256i* acc) {
+  const __m256i i0 = init ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init)) : _mm256_setzero_si256();
+  const __m256i i1 = init ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init + 8)) : _mm256_setzero_si256();
+  __m256i c00 = i0, c01 = i1, c10 = i0, c11 = i1, c20 = i0, c21 = i1, c30 = i0, c31 = i1, c40 = i0, c41 = i1, c50 = i0, c51 = i1;
+  const int16_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
+#define FERRY_NARROW_ROW(r)                                          \
+  if constexpr (R > r) {                                             \
+    int32_t v;                                                       \
+    std::memcpy(&v, a##r + 2 * j, sizeof v);                         \
+    const __m256i av = _mm256_set1_epi32(v);                         \
+    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(av, b0));  \
+    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, b1));  \
+  }
+  for (int64_t j = 0; j < pairs; ++j) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j + 16));
+    FERRY_NARROW_ROW(0)
+    FERRY_NARROW_ROW(1)
+    FERRY_NARROW_ROW(2)
+    FERRY_NARROW_ROW(3)
+    FERRY_NARROW_ROW(4)
+    FERRY_NARROW_ROW(5)
+  }
+#undef FERRY_NARROW_ROW
+#define FERRY_NARROW_STORE(r) \
+  if constexpr (R > r) {      \
+    acc[2 * r] = c##r##0;     \
+    acc[2 * r + 1] = c##r##1; \
+  }
+  FERRY_NARROW_STORE(0)
+  FERRY_NARROW_STORE(1)
+  FERRY_NARROW_STORE(2)
+  FERRY_NARROW_STORE(3)
+  FERRY_NARROW_STORE(4)
+  FERRY_NARROW_STORE(5)
+#undef FERRY_NARROW_STORE
+}
+
+// u8 x s8 quads on 7-bit weights (every panel value in [-64, 64]: int8_gemm.h's `narrow` packing):
+// acc row r = init + sum over the quads j of a_r[4j..4j+3] . panel[j][n][0..3], a u8 rows of stride lda (read 4
+// bytes at a time), one vpmaddubsw + vpmaddwd by ones per 4 channels and 8 outputs. A vpmaddubsw pair is at most
+// 2 x 255 x 64 = 32640 in magnitude, so it never saturates: exact in int32 like the int16 pairs, at about twice
+// their multiply-add rate. init: 16 int32 every row starts from (not null).
+template <int R>
+__attribute__((target("avx2"), always_inline)) inline void quad_sums(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t quads,
+                                                                            const int32_t* init, __m256i* acc) {
+  const __m256i i0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init));
+  const __m256i i1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init + 8));
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i c00 = i0, c01 = i1, c10 = i0, c11 = i1, c20 = i0, c21 = i1, c30 = i0, c31 = i1, c40 = i0, c41 = i1, c50 = i0, c51 = i1;
+  const uint8_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
+#define FERRY_BYTE_ROW(r)                                                                       \
+  if constexpr (R > r) {                                                                        \
+    int32_t v;                                                                                  \
+    std::memcpy(&v, a##r + 4 * j, sizeof v);                                                    \
+    const __m256i av = _mm256_set1_epi32(v);                                                    \
+    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
+    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
+  }
+  for (int64_t j = 0; j < quads; ++j) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j + 32));
+    FERRY_BYTE_ROW(0)
+    FERRY_BYTE_ROW(1)
+    FERRY_BYTE_ROW(2)
+    FERRY_BYTE_ROW(3)
+    FERRY_BYTE_ROW(4)
+    FERRY_BYTE_ROW(5)
+  }
+#undef FERRY_BYTE_ROW
+#define FERRY_BYTE_STORE(r)   \
+  if constexpr (R > r) {      \
+    acc[2 * r] = c##r##0;     \
+    acc[2 * r + 1] = c##r##1; \
+  }
+  FERRY_BYTE_STORE(0)
+  FERRY_BYTE_STORE(1)
+  FERRY_BYTE_STORE(2)
+  FERRY_BYTE_STORE(3)
+  FERRY_BYTE_STORE(4)
+  FERRY_BYTE_STORE(5)
+#undef FERRY_BYTE_STORE
+}
+
+}  // namespace ferry::cpu
