@@ -4,6 +4,7 @@
 #include "runtime/executor_internal.h"
 
 #include "common/env_switch.h"
+#include "common/heap_trim.h"
 #include "runtime/batch_split_parts.h"
 #include "runtime/page_blocks.h"
 #include "runtime/run_control.h"
@@ -17,7 +18,6 @@
 #include <string_view>
 #include <unordered_set>
 #if defined(__GLIBC__)
-#include <malloc.h>
 #include <fcntl.h>
 #include <unistd.h>
 #endif
@@ -84,9 +84,7 @@ namespace {
 void give_back_freed(int64_t* released, int64_t every) {
   if (*released < every) return;
   *released = 0;
-#if defined(__GLIBC__)
-  malloc_trim(0);
-#endif
+  trim_heap();
 }
 }  // namespace
 

@@ -4,11 +4,9 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include "common/env_switch.h"
+#include "common/heap_trim.h"
 #include "runtime/batch_split_parts.h"
 #include "runtime/executor.h"
 #include "runtime/executor_internal.h"
@@ -308,13 +306,11 @@ Status Executor::run_phase(const NamedValues& feeds, const Phase& phase, NamedVa
   if (memory.violated) store_plan(shapes_key, nullptr);  // the plan did not hold: record again next run
   for (Value& v : state->slots) v = Value();
   release_state(std::move(state));
-#if defined(__GLIBC__)
   // The recording run's small tensors and its kernels' temporaries were heap allocations, freed by
   // now (its large tensors are mapped and gone: arena.cpp). glibc keeps freed chunks below its
   // mmap threshold as resident heap, under the arena of the next runs: give those pages back once.
   // (ResNet-50 b8 training peaked at 2.1 GiB with both on the heap and no trim, 1.31 GiB now.)
-  if (recorder) malloc_trim(0);
-#endif
+  if (recorder) trim_heap();
   {
     std::lock_guard<std::mutex> lock(stats_mu_);  // concurrent runs: the last one to finish wins
     last_transfers_ = memory.transfers;

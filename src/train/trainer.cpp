@@ -2,9 +2,6 @@
 #include "train/trainer.h"
 
 #include <sys/stat.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +15,7 @@
 
 #include "backends/backend.h"
 #include "backends/device_defaults.h"
+#include "common/heap_trim.h"
 #include "common/splitmix64.h"
 #include "data/data_source.h"
 #include "data/image_folder.h"
@@ -263,12 +261,10 @@ Status Trainer::resume() {
   RETURN_IF_ERROR(restore_checkpoint_tensors(&ck, c_.resume, &values_, optimizer_.get(), scaler_.get(),
                                              "resume it without --amp/--init-scale/--loss-scale, or start a new run"));
   start_step_ = ck.step;
-#if defined(__GLIBC__)
   // The checkpoint's parsed tensors, freed on return, would stay in the heap (cmd_train.cpp's trim
   // threshold) beside the run's own: ResNet-50 b8's resumed run peaked 230 MiB above a fresh one.
   ck = Checkpoint{};
-  malloc_trim(0);
-#endif
+  trim_heap();
   return Status::ok();
 }
 
@@ -445,9 +441,7 @@ Status Trainer::evaluate(int64_t k, int64_t epoch) {
   // steps' peak rather than on top of it.
   if (exec_) {
     exec_->release_idle_arenas();
-#if defined(__GLIBC__)
-    malloc_trim(0);
-#endif
+    trim_heap();
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, make_eval_executor(c_, *source_, tg_, values_, c_.batch_size));
   ASSIGN_OR_RETURN(const EvalSums sums, evaluate_dataset(c_, *ex, *eval_data_));
@@ -530,9 +524,7 @@ StatusOr<TrainSummary> Trainer::run() {
     if (k == total_steps_) {
       exec_.reset();
       prefetch_.reset();
-#if defined(__GLIBC__)
-      malloc_trim(0);  // the steps' freed gradients, which the heap keeps for the next step (cmd_train.cpp)
-#endif
+      trim_heap();  // the steps' freed gradients, which the heap keeps for the next step (cmd_train.cpp)
     }
     // --checkpoint-dir without --save-every: the end only (never silently nothing).
     if (!c_.checkpoint_dir.empty() && ((c_.save_every > 0 && k % c_.save_every == 0) || k == total_steps_))
