@@ -4,7 +4,8 @@
 // multiple of 8 or 16 (1-48), widths of 1-11 (odd: a pixel left after the pairs), pads 0-2 and
 // asymmetric, batch 2, u8 / s8 sources with zero points, weight zero points, full-range weights,
 // conv_relu and relu, u8 / s8 outputs, scales that push v past 2^31 (the integer epilogue's clamp),
-// stride 2 on one or both axes, and the cases it declines (stride 2 past 512 KiB, stride 3, 5x5, grouped,
+// stride 2 on one or both axes, a Clip whose bound the u8 saturation implies or not (int_clamp_implied),
+// and the cases it declines (stride 2 past 512 KiB, stride 3, 5x5, grouped,
 // float bias or output, an infinite scale). Also a 1x1 -> depthwise -> 1x1 chain.
 // Runs where int8_gemm does (AVX2 without VNNI); skipped elsewhere.
 #include <gtest/gtest.h>
@@ -40,6 +41,7 @@ struct DwCase {
   int x_zp = 0;
   bool w_zp = false, fbias = false, conv_relu = false, clip = true, relu = false;
   float y_scale_factor = 1;  // y_scale times this (tiny: v past int32; 0-ish: infinite)
+  float clip_steps = 60;     // the Clip's upper bound in output steps (ReLU6 on a [0, 6] range: 255)
   DType y_dt = DType::kU8;
   uint32_t seed = 5;
 };
@@ -108,7 +110,7 @@ void add_qconv(Graph& g, const DwCase& dc, const std::string& name, const std::s
   if (dc.relu) n.attrs["relu"] = int_attr(1);
   if (dc.clip) {  // ReLU6 in real units: [0, 6], 6 about 60 output steps
     n.attrs["conv_min"] = float_attr(0.f);
-    n.attrs["conv_max"] = float_attr(60.f * ys);
+    n.attrs["conv_max"] = float_attr(dc.clip_steps * ys);
   }
   g.nodes.push_back(n);
 }
@@ -155,7 +157,7 @@ void check(const DwCase& dc, bool taken = true, bool chain = false, bool expect_
   SCOPED_TRACE(::testing::Message() << "N=" << dc.N << " C=" << dc.C << " H=" << dc.H << " W=" << dc.W << " pads=" << dc.pads[0]
                                     << dc.pads[1] << dc.pads[2] << dc.pads[3] << " s8=" << dc.x_s8 << " x_zp=" << dc.x_zp
                                     << " w_zp=" << dc.w_zp << " fbias=" << dc.fbias << " clip=" << dc.clip << " y="
-                                    << dtype_name(dc.y_dt) << " yscale*" << dc.y_scale_factor << " chain=" << chain);
+                                    << dtype_name(dc.y_dt) << " yscale*" << dc.y_scale_factor << " clip_steps=" << dc.clip_steps << " chain=" << chain);
   std::mt19937 rng(dc.seed);
   auto model = dw_model(dc, rng, chain);
   EXPECT_EQ(depthwise_takes(*model, chain ? 1 : 0), taken);
@@ -244,6 +246,24 @@ TEST_F(Int8DepthwiseConv, ScalesPastInt32AndInfinity) {
   check(dc, true, false, false);
   dc.y_scale_factor = 1e-45f;  // mul infinite: NaN where acc + bias = 0, no integer form: oneDNN
   check(dc, false, false, false);
+}
+
+// ReLU6 on a calibrated [0, 6] range: the Clip's bound 255 output steps or more, so the u8 saturation implies the
+// clamp and the kernel leaves it out (int8_epilogue.h int_clamp_implied); at 254.4 steps it does not (254 is the
+// largest output, where leaving the clamp out would give 255). Outputs past both ends, bit for bit.
+TEST_F(Int8DepthwiseConv, ClampImpliedBySaturation) {
+  for (float steps : {255.f, 254.6f, 254.4f, 300.f}) {
+    DwCase dc;
+    dc.C = 48;
+    dc.H = 6;
+    dc.W = 9;
+    dc.y_scale_factor = 0.25f;  // outputs spread past 255 steps: some clamped at both ends
+    dc.clip_steps = steps;
+    check(dc);
+    dc.x_zp = 131;  // and with a source zero point, batch 2
+    dc.N = 2;
+    check(dc);
+  }
 }
 
 TEST_F(Int8DepthwiseConv, Stride2) {

@@ -38,6 +38,8 @@ struct StemCase {
   bool w_zp = false, fbias = false, conv_relu = false, clip = false, extreme = false;
   bool narrow_after_zp = false;  // weights in [66, 126] with zero point 96: w - w_zp in [-30, 30]
   bool seven_bit = false;        // weights in [-64, 64] (the byte path of a 1x1)
+  float clip_lo = -0.5f, clip_steps = 60;  // the Clip's bounds: in real units, in output steps
+  float ys_factor = 1;                     // y_scale times this
   DType y_dt = DType::kU8;
   uint32_t seed = 3;
 };
@@ -70,7 +72,7 @@ std::shared_ptr<Model> stem_model(const StemCase& sc, std::mt19937& rng) {
   const double k = static_cast<double>(sc.C * sc.KH * sc.KW);
   const float xs = 0.017f;
   const double wmag = sc.seven_bit ? (sc.extreme ? 4.0 : 0.5) : 1.0;
-  const float ys = static_cast<float>(xs * 0.015 * wmag * (sc.extreme ? 128.0 * 128 * k / 2 : 74.0 * 74 * std::sqrt(k)) / 40);
+  const float ys = static_cast<float>(xs * 0.015 * wmag * (sc.extreme ? 128.0 * 128 * k / 2 : 74.0 * 74 * std::sqrt(k)) / 40) * sc.ys_factor;
   vector<std::string> in = {"x", init("xs", Tensor::scalar<float>(xs)), init("xz", scalar_of(xdt, sc.x_zp)), init("w", w),
                             init("ws", ws)};
   if (sc.w_zp) {
@@ -109,8 +111,8 @@ std::shared_ptr<Model> stem_model(const StemCase& sc, std::mt19937& rng) {
   if (sc.clip) {
     Attribute lo, hi;
     lo.type = hi.type = AttrType::kFloat;
-    lo.f = -0.5f;
-    hi.f = 60.f * ys;
+    lo.f = sc.clip_lo;
+    hi.f = sc.clip_steps * ys;
     n.attrs["conv_min"] = lo;
     n.attrs["conv_max"] = hi;
   }
@@ -318,6 +320,30 @@ TEST_F(Int8Im2colConv, SevenBitPointwiseBytePath) {
   sc = StemCase{};  // a 7-bit stem: oneDNN
   sc.seven_bit = true;
   check(sc, false);
+}
+
+// ReLU6 on a calibrated [0, 6] range (Clip from 0 to 255 output steps or more, u8 zero point 0): the u8 saturation
+// implies the clamp and the tiles leave it out (int8_epilogue.h int_clamp_implied); at 254.4 steps it does not (254
+// is the largest output). The 8-bit stem and 1x1 (int16 pairs) and the 7-bit 1x1 (bytes), outputs past both ends.
+TEST_F(Int8Im2colConv, ClampImpliedBySaturation) {
+  for (float steps : {255.f, 254.6f, 254.4f}) {
+    StemCase sc;  // the stem, u8 source with zero point 128
+    sc.clip = true;
+    sc.conv_relu = true;
+    sc.clip_lo = 0;
+    sc.clip_steps = steps;
+    sc.ys_factor = 0.3f;
+    check(sc);
+    sc.KH = sc.KW = 1;  // 1x1s of 32 -> 96, int16 pairs and bytes
+    sc.strides = {1, 1};
+    sc.pads = {0, 0, 0, 0};
+    sc.C = 32;
+    sc.M = 96;
+    sc.x_zp = 131;
+    check(sc);
+    sc.seven_bit = true;
+    check(sc);
+  }
 }
 
 TEST_F(Int8Im2colConv, SaturatingPairsAndDeclinedCases) {

@@ -14,13 +14,16 @@
 // - The epilogue is int8_epilogue.h's integer form (EpiFlags::int_form: an 8-bit output, an int32 bias
 //   or none, finite scales), bit for bit the reference's float steps (tests/unit/test_int8_depthwise_conv.cpp),
 //   on half a block of 16 channels at a time, its 6 weight vectors and epilogue constants in registers,
-//   two pixels per step.
+//   two pixels per step; its clamp left out where the 8-bit saturation implies it (int_clamp_implied:
+//   MobileNetV2's ReLU6 outputs).
 // Declined, so oneDNN's kernel runs them: stride 2 on a larger source (the row pairs' traffic past L2
 // lost to oneDNN's in-place taps), hosts without AVX2 or with VNNI (int8_gemm_available), a residual, a
 // mid Q/DQ pair, a float activation, a float bias or output (the float epilogue made this kernel slower).
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -124,7 +127,7 @@ __attribute__((target("avx2"))) void build_pair(const uint8_t* x, int64_t xbytes
 // registers while two pixels at a time take 6 vpmaddwd each (P read straight from memory), the integer
 // epilogue (int8_epilogue.h's epilogue_int steps on 8 lanes; y's zero point not added where it is 0,
 // a ReLU6 output's), and one pack for both pixels' 8 bytes.
-template <int YT, bool kZp>  // kZp: y's zero point is not 0
+template <int YT, bool kZp, bool kClamp>  // kZp: y's zero point is not 0; kClamp: !flags.int_implied
 __attribute__((target("avx2"))) void row(const int16_t* a, const int16_t* b, const int16_t* w, int64_t blocks, int64_t ow_count, int64_t sw, int64_t C,
                                           const cpu::PanelEpi* panels, const cpu::EpiFlags& flags,
                                           char* y) {
@@ -160,7 +163,7 @@ __attribute__((target("avx2"))) void row(const int16_t* a, const int16_t* b, con
         s = _mm256_add_epi32(s, _mm256_madd_epi16(wa2, _mm256_loadu_si256(ra + 2 * c)));
         t = _mm256_add_epi32(t, _mm256_madd_epi16(wb2, _mm256_loadu_si256(rb + 2 * c)));
         const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(s, t), bias)), mul);
-        const __m256i q = _mm256_cvtps_epi32(_mm256_min_ps(hi, _mm256_max_ps(lo, v)));
+        const __m256i q = _mm256_cvtps_epi32(kClamp ? _mm256_min_ps(hi, _mm256_max_ps(lo, v)) : v);
         return kZp ? _mm256_add_epi32(q, zp) : q;
       };
       const auto pack = [&](__m256i q0, __m256i q1) __attribute__((target("avx2"))) {
@@ -233,9 +236,12 @@ class Int8DepthwiseQConvKernel : public Kernel {
     // [blocks][kw][(kh 0, kh 1) pairs, then (kh 2, 0) pairs][16 channels x 2], w - w_zp; channels past M 0.
     weights_.assign(static_cast<size_t>(blocks_ * 6 * kBlockI16), 0);
     const int8_t* src = w->data<int8_t>();
+    std::vector<double> acc_bound(static_cast<size_t>(M));  // |acc + bias| <= 255 sum |w - w_zp| + |bias|
     for (int64_t m = 0; m < M; ++m) {
       const int32_t zp = q.w_zp ? q.w_zp[q.w_zp_count == 1 ? 0 : m] : 0;
       const auto tap = [&](int kh, int kw) { return static_cast<int16_t>(src[m * 9 + kh * 3 + kw] - zp); };
+      for (int t = 0; t < 9; ++t) acc_bound[static_cast<size_t>(m)] += 255.0 * std::abs(src[m * 9 + t] - zp);
+      if (!factors_.bias.empty()) acc_bound[static_cast<size_t>(m)] += std::abs(static_cast<double>(factors_.bias[static_cast<size_t>(m)]));
       for (int kw = 0; kw < 3; ++kw) {
         int16_t* d = weights_.data() + (m / kCb * 6 + kw * 2) * kBlockI16 + (m % kCb) * 2;
         d[0] = tap(0, kw);
@@ -244,6 +250,7 @@ class Int8DepthwiseQConvKernel : public Kernel {
       }
     }
     cpu::panel_epilogue(factors_, epi_, M, &panels_, &flags_);
+    cpu::int_clamp_implied(epi_, acc_bound, &flags_);
     // The float epilogue's 13 steps per 8 outputs made this kernel slower than oneDNN's: only the integer form.
     return flags_.int_form;
   }
@@ -261,8 +268,9 @@ class Int8DepthwiseQConvKernel : public Kernel {
     const int64_t sh = spatial_.strides[0], sw = spatial_.strides[1], ph = gh.pad_begin, pw = gw.pad_begin;
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, epi_.y_dt, {N, OH, OW, C}, false));
     const int64_t wp = (OW - 1) * sw + 3, pair_i16 = wp * blocks_ * kBlockI16, xbytes = x.numel();
-    const RowFn fn = epi_.y_dt == DType::kU8 ? (flags_.int_zp != 0 ? row<1, true> : row<1, false>)
-                                              : (flags_.int_zp != 0 ? row<2, true> : row<2, false>);
+    static constexpr RowFn kRows[2][2][2] = {{{row<1, false, true>, row<1, false, false>}, {row<1, true, true>, row<1, true, false>}},
+                                             {{row<2, false, true>, row<2, false, false>}, {row<2, true, true>, row<2, true, false>}}};
+    const RowFn fn = kRows[epi_.y_dt == DType::kU8 ? 0 : 1][flags_.int_zp != 0][flags_.int_implied];
     const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
     char* yp = static_cast<char*>(y->mutable_raw());
     parallel_ranges(N * OH, OW * C * 12, [&](int64_t r0, int64_t r1) {

@@ -34,6 +34,7 @@ struct EpiFlags {
   bool int_form = false;
   float int_lo = 0, int_hi = 0;
   int32_t int_zp = 0;
+  bool int_implied = false;  // int_form's clamp changes no byte and is left out (int_clamp_implied)
 };
 
 /// Where the 8-bit epilogue can be computed in integers: an 8-bit output, the int32-bias form (or no
@@ -56,6 +57,26 @@ inline void int_clamp(const Int8GemmEpilogue& e, int64_t channels, EpiFlags* f) 
   f->int_lo = std::max(chain(-INFINITY), -1073741824.f);
   f->int_hi = std::min(chain(INFINITY), 1073741824.f);
   f->int_zp = on ? static_cast<int32_t>(e.y_zp) : 0;
+}
+
+/// Where int_form's clamp [int_lo, int_hi] changes no byte, sets f->int_implied (the kernels then leave out a max
+/// and a min per 8 outputs). `acc_bound[n]`: a bound on |acc + bias| of channel n (its |w - w_zp| summed times 255,
+/// plus |bias|). It holds where (1) |v| = |float(acc + bias) * mul| stays below 2^29 (no int32 sum wraps, so
+/// min(acc_bound, 2^31) bounds it; then cvtps2dq is exact and + zp cannot wrap), and (2) what the clamp cuts off
+/// saturates to the same byte anyway: round(int_lo) + int_zp at or below the output's least value and round(int_hi) +
+/// int_zp at or above its largest. Below lo both forms round to values at or below round(lo) (rounding is monotonic),
+/// which the packs saturate to that least value alike; above hi likewise. MobileNetV2's ReLU6 outputs (lo 0, zp 0,
+/// hi = 6 / y_scale >= 254.5) and outputs with no activation qualify.
+inline void int_clamp_implied(const Int8GemmEpilogue& e, const std::vector<double>& acc_bound, EpiFlags* f) {
+  f->int_implied = false;
+  if (!f->int_form) return;
+  const double ymin = e.y_dt == DType::kU8 ? 0 : -128, ymax = e.y_dt == DType::kU8 ? 255 : 127;
+  if (std::nearbyint(static_cast<double>(f->int_lo)) + f->int_zp > ymin ||
+      std::nearbyint(static_cast<double>(f->int_hi)) + f->int_zp < ymax)
+    return;
+  for (size_t n = 0; n < acc_bound.size(); ++n)
+    if (std::min(acc_bound[n], 2147483648.0) * std::fabs(static_cast<double>(e.mul[n])) >= 536870912.0) return;
+  f->int_implied = true;
 }
 
 /// `e`'s per-channel factors in blocks of 16 channels (`factors`: what EpilogueFactors::set filled) and its scalars.

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -74,18 +75,20 @@ __attribute__((target("avx2"), noinline)) void accumulate(const int16_t* a, int6
 // a in the low lane and b in the high, pshufd (0, 2, 1, 3) the dwords in order: 7 shuffle-port steps per
 // 32 outputs instead of 10, and no bias add (MobileNetV2's 8-bit expansions, 112x112x16 -> 96:
 // 0.57 -> 0.53 CPU ms per run, before pair_sums was inlined).
-template <bool kZp>
+// kClamp: !EpiFlags::int_implied (the clamp left out where the 8-bit saturation implies it, int8_epilogue.h).
+template <bool kZp, bool kClamp>
 __attribute__((target("avx2"), always_inline)) inline __m256i requantize(__m256i s, __m256 m, __m256 lo, __m256 hi, __m256i zp) {
-  const __m256i r = _mm256_cvtps_epi32(_mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_mul_ps(_mm256_cvtepi32_ps(s), m))));
+  const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(s), m);
+  const __m256i r = _mm256_cvtps_epi32(kClamp ? _mm256_min_ps(hi, _mm256_max_ps(lo, v)) : v);
   return kZp ? _mm256_add_epi32(r, zp) : r;
 }
 
-template <int YT, bool kZp>
+template <int YT, bool kZp, bool kClamp>
 __attribute__((target("avx2"), always_inline)) inline void epilogue_pair(__m256i a0, __m256i a1, __m256i b0, __m256i b1, const float* mul,
                                                                          __m256 lo, __m256 hi, __m256i zp, int cols, char* ya, char* yb) {
   const __m256 m0 = _mm256_load_ps(mul), m1 = _mm256_load_ps(mul + 8);
-  const __m256i wa = _mm256_packs_epi32(requantize<kZp>(a0, m0, lo, hi, zp), requantize<kZp>(a1, m1, lo, hi, zp));
-  const __m256i wb = _mm256_packs_epi32(requantize<kZp>(b0, m0, lo, hi, zp), requantize<kZp>(b1, m1, lo, hi, zp));
+  const __m256i wa = _mm256_packs_epi32(requantize<kZp, kClamp>(a0, m0, lo, hi, zp), requantize<kZp, kClamp>(a1, m1, lo, hi, zp));
+  const __m256i wb = _mm256_packs_epi32(requantize<kZp, kClamp>(b0, m0, lo, hi, zp), requantize<kZp, kClamp>(b1, m1, lo, hi, zp));
   const __m256i p = YT == 1 ? _mm256_packus_epi16(wa, wb) : _mm256_packs_epi16(wa, wb);
   const __m256i o = _mm256_shuffle_epi32(_mm256_permute4x64_epi64(p, 0xD8), 0xD8);
   if (cols == kNr) {
@@ -96,6 +99,20 @@ __attribute__((target("avx2"), always_inline)) inline void epilogue_pair(__m256i
     _mm256_store_si256(reinterpret_cast<__m256i*>(t), o);
     std::memcpy(ya, t, static_cast<size_t>(cols));
     std::memcpy(yb, t + kNr, static_cast<size_t>(cols));
+  }
+}
+
+// epilogue_pair for the node's zero point and clamp (e.int_zp, e.int_implied).
+template <int YT>
+__attribute__((target("avx2"), always_inline)) inline void epilogue_pair_any(__m256i a0, __m256i a1, __m256i b0, __m256i b1, const float* mul,
+                                                                             __m256 lo, __m256 hi, __m256i zp, const EpiFlags& e, int cols, char* ya,
+                                                                             char* yb) {
+  if (e.int_zp != 0) {
+    if (e.int_implied) epilogue_pair<YT, true, false>(a0, a1, b0, b1, mul, lo, hi, zp, cols, ya, yb);
+    else epilogue_pair<YT, true, true>(a0, a1, b0, b1, mul, lo, hi, zp, cols, ya, yb);
+  } else {
+    if (e.int_implied) epilogue_pair<YT, false, false>(a0, a1, b0, b1, mul, lo, hi, zp, cols, ya, yb);
+    else epilogue_pair<YT, false, true>(a0, a1, b0, b1, mul, lo, hi, zp, cols, ya, yb);
   }
 }
 
@@ -123,8 +140,7 @@ __attribute__((target("avx2"))) void tile(const int16_t* a, int64_t lda, const i
         const bool two = r + 1 < R;
         const __m256i b0 = two ? acc[2 * r + 2] : acc[2 * r], b1 = two ? acc[2 * r + 3] : acc[2 * r + 1];
         char* yb = two ? yp + (r + 1) * ldy : spill;
-        if (e.int_zp != 0) epilogue_pair<YT - 2, true>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, cols, yp + r * ldy, yb);
-        else epilogue_pair<YT - 2, false>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, cols, yp + r * ldy, yb);
+        epilogue_pair_any<YT - 2>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, e, cols, yp + r * ldy, yb);
       }
     } else {
       accumulate<R>(a, lda, panel, pairs, nullptr, acc);
@@ -159,8 +175,7 @@ __attribute__((target("avx2"))) void tile_bytes(const uint8_t* a, int64_t lda, c
       const bool two = r + 1 < R;
       const __m256i b0 = two ? acc[2 * r + 2] : acc[2 * r], b1 = two ? acc[2 * r + 3] : acc[2 * r + 1];
       char* yb = two ? yp + (r + 1) * ldy : spill;
-      if (e.int_zp != 0) epilogue_pair<YT - 2, true>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, cols, yp + r * ldy, yb);
-      else epilogue_pair<YT - 2, false>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, cols, yp + r * ldy, yb);
+      epilogue_pair_any<YT - 2>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, e, cols, yp + r * ldy, yb);
     }
   }
 }
@@ -241,6 +256,13 @@ class Int8Im2colQConvKernel : public Kernel {
         for (int64_t t = 0; t < KH * KW; ++t) wr[static_cast<size_t>(m * K + t * C + c)] = src[(m * C + c) * KH * KW + t];
     packed_.pack(wr.data(), K, M, q.w_zp, q.w_zp_count, /*n_major=*/true);
     cpu::panel_epilogue(factors_, epi_, M, &panels_, &flags_);
+    std::vector<double> acc_bound(static_cast<size_t>(M));  // |acc + bias| <= 255 sum |w - w_zp| + |bias|
+    for (int64_t m = 0; m < M; ++m) {
+      const int32_t zp = q.w_zp ? q.w_zp[q.w_zp_count == 1 ? 0 : m] : 0;
+      for (int64_t k = 0; k < K; ++k) acc_bound[static_cast<size_t>(m)] += 255.0 * std::abs(wr[static_cast<size_t>(m * K + k)] - zp);
+      if (!factors_.bias.empty()) acc_bound[static_cast<size_t>(m)] += std::abs(static_cast<double>(factors_.bias[static_cast<size_t>(m)]));
+    }
+    cpu::int_clamp_implied(epi_, acc_bound, &flags_);
     // w - w_zp all in [-64, 64] (7-bit weights, or a weight zero point making full-range weights so): packed as
     // bytes. A 1x1 on a u8 source with whole quads of channels and the integer epilogue runs them on the byte
     // path (tile_bytes); the rest on oneDNN's unsplit kernel, as exact.
