@@ -5,7 +5,7 @@
 // asymmetric, batch 2, u8 / s8 sources with zero points, weight zero points, full-range weights,
 // conv_relu and relu, u8 / s8 outputs, scales that push v past 2^31 (the integer epilogue's clamp),
 // stride 2 on one or both axes, a Clip whose bound the u8 saturation implies or not (int_clamp_implied),
-// and the cases it declines (stride 2 past 512 KiB, stride 3, 5x5, grouped,
+// and the cases it declines (stride 2 past 1.5 MiB, stride 3, 5x5, grouped,
 // float bias or output, an infinite scale). Also a 1x1 -> depthwise -> 1x1 chain.
 // Runs where int8_gemm does (AVX2 without VNNI); skipped elsewhere.
 #include <gtest/gtest.h>
@@ -285,11 +285,15 @@ TEST_F(Int8DepthwiseConv, Stride2) {
   dc.strides = {2, 1};
   dc.N = 2;
   check(dc);
-  dc = DwCase{};  // a source over 512 KiB per image: oneDNN
+  dc = DwCase{};  // MobileNetV2's 112x112x96 -> 56x56 (1.2 MB per image): taken
   dc.strides = {2, 2};
-  dc.C = 64;
-  dc.H = 96;
-  dc.W = 96;
+  dc.C = 96;
+  dc.H = 112;
+  dc.W = 112;
+  check(dc);
+  dc.C = 64;  // a source over 1.5 MiB per image: oneDNN
+  dc.H = 160;
+  dc.W = 160;
   check(dc, false);
 }
 

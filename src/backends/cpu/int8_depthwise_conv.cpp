@@ -1,5 +1,5 @@
 // com.ferry.QConvFused as a depthwise 3x3 convolution (MobileNetV2's and EfficientNet's 3x3s): channels
-// last, group = input channels = output channels, stride 1 (or 2 on a source of at most 512 KiB per
+// last, group = input channels = output channels, stride 1 (or 2 on a source of at most 1.5 MiB per
 // image), dilation 1, any padding, u8 or s8 source (any zero point), s8 weights (any zero point, scalar
 // or per channel), on AVX2. oneDNN runs these widened to 32 bits per tap (int8_pair_saturation.h); this
 // kernel multiplies two taps per vpmaddwd instead, exact in int32 as the reference's ConvInteger:
@@ -44,8 +44,9 @@ constexpr int kCb = 16;        // channels per block (one PanelEpi)
 constexpr int kBlockI16 = 32;  // int16 per block of a row pair: 16 channels x 2 rows
 constexpr int kSlots = 4;      // row pairs a thread keeps
 // Stride 2 taken up to this many source bytes per image (MobileNetV2's 56x56x144 -> 28x28 0.86-0.89x
-// oneDNN's CPU time; its 112x112x96 -> 56x56, 1.2 MB, 1.02-1.04x: docs/performance.md)
-constexpr int64_t kMaxStride2Bytes = 512 * 1024;
+// oneDNN's CPU time; its 112x112x96 -> 56x56, 1.2 MB, 1.02-1.04x before the clamp was left out where
+// implied (int_clamp_implied), 0.86x after: docs/performance.md). Larger sources were not measured.
+constexpr int64_t kMaxStride2Bytes = 1536 * 1024;
 
 // A widened row pair: [columns][channel blocks][16 channels][2 rows] int16.
 struct RowPair {
