@@ -40,6 +40,7 @@ struct StemCase {
   bool seven_bit = false;        // weights in [-64, 64] (the byte path of a 1x1)
   float clip_lo = -0.5f, clip_steps = 60;  // the Clip's bounds: in real units, in output steps
   float ys_factor = 1;                     // y_scale times this
+  bool x_tail = false;           // x mostly below 64, ~2% at 200-255 (a Relu's output: few pairs saturate)
   DType y_dt = DType::kU8;
   uint32_t seed = 3;
 };
@@ -136,7 +137,23 @@ bool im2col_takes(const Model& m) {
   return false;
 }
 
-void check(const StemCase& sc, bool taken = true) {
+// How many (output, channel pair) products of a 1x1 on x saturate vpmaddubsw's int16 pair sum: a case meant to
+// exercise the byte path's repair must have some.
+int64_t saturating_pairs(const Model& m, const Tensor& x) {
+  const Tensor& w = m.graph.initializers.at("w");
+  const int64_t M = w.dim(0), C = w.dim(1), pixels = x.numel() / C;
+  int64_t n = 0;
+  for (int64_t p = 0; p < pixels; ++p)
+    for (int64_t o = 0; o < M; ++o)
+      for (int64_t c = 0; c + 1 < C; c += 2) {
+        const int s = x.data<uint8_t>()[p * C + c] * w.data<int8_t>()[o * C + c] +
+                      x.data<uint8_t>()[p * C + c + 1] * w.data<int8_t>()[o * C + c + 1];
+        n += s > 32767 || s < -32768;
+      }
+  return n;
+}
+
+void check(const StemCase& sc, bool taken = true, int64_t* saturating = nullptr) {
   SCOPED_TRACE(::testing::Message() << "C=" << sc.C << " k=" << sc.KH << "x" << sc.KW << " s8=" << sc.x_s8 << " x_zp=" << sc.x_zp
                                     << " w_zp=" << sc.w_zp << " fbias=" << sc.fbias << " y=" << dtype_name(sc.y_dt)
                                     << " extreme=" << sc.extreme);
@@ -147,8 +164,10 @@ void check(const StemCase& sc, bool taken = true) {
   for (int64_t i = 0; i < x.numel(); ++i) {
     int v = static_cast<int>(rng() % 256);
     if (sc.extreme) v = sc.x_zp >= 128 ? 0 : 255;  // |x - x_zp| at its largest
+    if (sc.x_tail) v = rng() % 50 == 0 ? 200 + static_cast<int>(rng() % 56) : static_cast<int>(rng() % 64);
     x.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(v);
   }
+  if (saturating) *saturating = saturating_pairs(*model, x);
   const NamedTensors feeds = {{"x", x}};
   const NamedTensors ref = run_model(model, feeds, "cpu-ref");
   const NamedTensors cpu = run_model(model, feeds, "cpu");
@@ -344,6 +363,59 @@ TEST_F(Int8Im2colConv, ClampImpliedBySaturation) {
     sc.seven_bit = true;
     check(sc);
   }
+}
+
+// 8-bit weights on a 1x1 of <= 64 channels (whole quads) into >= 64 over a Relu's output (u8, zero point 0;
+// ResNet-50's layer1 conv3s, layer1.0 conv1 and downsample): the byte path, whose vpmaddubsw pairs saturate, with
+// the outputs they fed recomputed: bit for bit, with a few saturated pairs (the listed repair) and every pair
+// saturated (all outputs recomputed), the integer and float epilogues (int32 / float bias; u8, s8, f32 outputs);
+// a weight zero point or channels not in quads: the int16 path.
+TEST_F(Int8Im2colConv, EightBitPointwiseBytePathWithRepair) {
+  StemCase sc;
+  sc.KH = sc.KW = 1;
+  sc.strides = {1, 1};
+  sc.pads = {0, 0, 0, 0};
+  sc.x_zp = 0;
+  sc.conv_relu = true;
+  sc.x_tail = true;
+  for (int64_t c : {64, 32}) {
+    sc.C = c;
+    sc.M = 72;  // a partial last panel
+    int64_t saturating = 0;
+    check(sc, true, &saturating);  // int32 bias, u8 output: the integer epilogue
+    EXPECT_GT(saturating, 0) << "the case does not exercise the repair";
+    sc.fbias = true;  // the plain structure's float bias, an s8 output
+    sc.y_dt = DType::kI8;
+    sc.conv_relu = false;
+    check(sc, true, &saturating);
+    EXPECT_GT(saturating, 0);
+    sc.y_dt = DType::kF32;  // a float output (ResNet-50's plain-structure conv3s)
+    check(sc, true, &saturating);
+    EXPECT_GT(saturating, 0);
+    sc.fbias = false;
+    sc.y_dt = DType::kU8;
+    sc.conv_relu = true;
+  }
+  sc.C = 64;
+  sc.M = 256;
+  sc.N = 2;  // two images, pixels not a multiple of the 6-row tile
+  sc.H = 4;
+  check(sc);
+  sc.N = 1;
+  sc.H = 11;
+  sc.x_tail = false;
+  sc.extreme = true;  // 255 against weights of one sign at 127..128: every pair saturates
+  check(sc);
+  sc.y_dt = DType::kF32;
+  check(sc);
+  sc.extreme = false;
+  sc.x_tail = true;
+  sc.y_dt = DType::kU8;
+  sc.w_zp = true;  // a weight zero point: the int16 path
+  check(sc);
+  sc.w_zp = false;
+  sc.C = 30;  // not whole quads: the int16 path
+  check(sc);
 }
 
 TEST_F(Int8Im2colConv, SaturatingPairsAndDeclinedCases) {

@@ -14,8 +14,11 @@
 // epilogue on the accumulators still in registers, stored as y. The float steps are int8_gemm's
 // epilogue_row (int8_epilogue.h), in the reference's order, or where the node's constants allow the same
 // result in integers (int8_epilogue.h's int_clamp): bit for bit the reference kernel (tests/unit/test_int8_im2col_conv.cpp).
-// Channels last, one group, 2-D, no residual, no mid Q/DQ, no activation. Also ResNet-50's 1x1s of 64 channels into
-// 64+ that read a Relu's output (u8, zero point 0; see init).
+// Channels last, one group, 2-D, no residual, no mid Q/DQ, no activation. Also the 1x1s of <= 64 channels into
+// 64+ that read a Relu's output (u8, zero point 0; see init): ResNet-50's layer1 conv3s, layer1.0 conv1 and
+// downsample, on 8-bit weights in whole quads of channels on the byte path below with the outputs a saturated
+// vpmaddubsw pair fed recomputed after it (int8_pair_saturation.h's scan; 0.81-0.84x the CPU time of the int16
+// path and of oneDNN's kernel on them).
 // 7-bit weights (w - w_zp in [-64, 64], which oneDNN runs unsplit): the 1x1s of up to 512 channels (a multiple
 // of 4) on a u8 source with the integer epilogue take a byte path (tile_bytes: vpmaddubsw on the pixels' channels
 // read in place; MobileNetV2's 7-bit expansions and last 1x1, 0.23 -> 0.17, 0.092 -> 0.071, 0.073 -> 0.061,
@@ -156,17 +159,33 @@ constexpr TileFn kTiles[kMr + 1] = {nullptr, tile<1, YT>, tile<2, YT>, tile<3, Y
 // The byte path of a 1x1 on 7-bit weights: int8_micro.h's quad_sums, the source zero point entering as its
 // init (the bias minus x_zp x the panel's column sums).
 
-// tile's integer-epilogue form (YT 3: u8, 4: s8) on the byte path: R pixels' u8 channels (row stride lda) against
-// every panel of s8 quads, the sums' start the panel's bias with the source zero point folded in.
+// quad_sums from a function of its own, for the float epilogue's tiles (as accumulate, above).
+template <int R>
+__attribute__((target("avx2"), noinline)) void accumulate_bytes(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t quads,
+                                                               const int32_t* init, __m256i* acc) {
+  cpu::quad_sums<R>(a, lda, panel, quads, init, acc);
+}
+
+alignas(32) constexpr int32_t kZeroSums[kNr] = {};
+
+// tile on the byte path: R pixels' u8 channels (row stride lda) against every panel of s8 quads. The integer
+// epilogue's form (YT 3: u8, 4: s8) starts the sums at the panel's bias with the source zero point folded in; the
+// float epilogue's (YT 0: f32, 1: u8, 2: s8; a zero-point-0 source only) at zero.
 template <int R, int YT>
 __attribute__((target("avx2"))) void tile_bytes(const uint8_t* a, int64_t lda, const int8_t* packed, int64_t quads, const PanelEpi* pes,
                                                 int64_t panels, int64_t M, const EpiFlags& flags, char* y, int64_t ldy) {
   const EpiFlags e = flags;
+  constexpr int64_t ysize = YT == 0 ? 4 : 1;
   __m256i acc[2 * kMr];
   for (int64_t p = 0; p < panels; ++p) {
     const PanelEpi& pe = pes[p];
     const int cols = static_cast<int>(std::min<int64_t>(kNr, M - p * kNr));
-    char* yp = y + p * kNr;
+    char* yp = y + p * kNr * ysize;
+    if constexpr (YT < 3) {
+      accumulate_bytes<R>(a, lda, packed + p * quads * kNr * 4, quads, kZeroSums, acc);
+      for (int r = 0; r < R; ++r) epilogue_any<YT>(acc[2 * r], acc[2 * r + 1], pe, e, cols, yp + r * ldy);
+      continue;
+    }
     cpu::quad_sums<R>(a, lda, packed + p * quads * kNr * 4, quads, pe.bias, acc);
     const __m256 lo = _mm256_set1_ps(e.int_lo), hi = _mm256_set1_ps(e.int_hi);
     const __m256i zp = _mm256_set1_epi32(e.int_zp);
@@ -182,7 +201,7 @@ __attribute__((target("avx2"))) void tile_bytes(const uint8_t* a, int64_t lda, c
 
 using ByteTileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const PanelEpi*, int64_t, int64_t, const EpiFlags&, char*,
                             int64_t);
-template <int YT>
+template <int YT>  // as kTiles
 constexpr ByteTileFn kByteTiles[kMr + 1] = {nullptr,           tile_bytes<1, YT>, tile_bytes<2, YT>, tile_bytes<3, YT>,
                                             tile_bytes<4, YT>, tile_bytes<5, YT>, tile_bytes<6, YT>};
 
@@ -226,9 +245,7 @@ class Int8Im2colQConvKernel : public Kernel {
     const Tensor* ws = cpu::constant_input(graph, node_, kWScale);
     if (!w || w->dtype() != DType::kI8 || w->rank() != 4 || !ws || ws->dtype() != DType::kF32)
       return false;
-    // 7-bit weights (no vpmaddubsw pair can saturate): only 1x1s, on the byte path below; the rest run on
-    // oneDNN's unsplit kernel.
-    const bool split = cpu::needs_split(*w);
+    const bool split = cpu::needs_split(*w);  // some weight outside [-64, 64]
     const int64_t M = w->dim(0), C = w->dim(1), KH = w->dim(2), KW = w->dim(3);
     if (C < 1 || KH * KW * C > kMaxK || (ws->numel() != 1 && ws->numel() != M)) return false;
     const std::vector<int64_t> kernel = {KH, KW};
@@ -240,13 +257,17 @@ class Int8Im2colQConvKernel : public Kernel {
     cpu::QConvOperands q;
     // A u8 source with zero point 0 (a Relu's output) is oneDNN's unsplit-with-repair case (dnnl_int8_conv.cpp),
     // except a 1x1 of <= 64 channels into >= 64: there oneDNN's AVX2 1x1 kernel spends most of its time outside
-    // the multiply-adds and this one ran faster (ResNet-50's layer1.0 conv1, 64 -> 64 at 56x56: 0.336 -> 0.254-0.262
-    // CPU ms; its downsample, 64 -> 256: 1.06-1.07 -> 0.99-1.00; `ferry profile -t 1`), while on 16 outputs
-    // (MobileNetV2's features.1 projection, 32 -> 16 at 112x112) it did not (0.131 -> 0.216).
+    // the multiply-adds and this one ran faster (see zp0_bytes below; before it, on the int16 path: ResNet-50's
+    // layer1.0 conv1, 64 -> 64 at 56x56: 0.336 -> 0.254-0.262 CPU ms; its downsample, 64 -> 256: 1.06-1.07 ->
+    // 0.99-1.00; `ferry profile -t 1`), while on 16 outputs (MobileNetV2's features.1 projection, 32 -> 16 at
+    // 112x112) it did not (0.131 -> 0.216).
     const bool zero_zp = pointwise_ && C <= kMaxZeroZpPointwiseChannels && M >= kMinZeroZpPointwiseOutputs;
     if (!cpu::read_qconv_operands(graph, node_, *ws, M, &q, &factors_, &epi_, zero_zp || !split)) return false;
     x_signed_ = q.x_signed;
     x_zp_ = q.x_zp;
+    C_ = C;
+    M_ = M;
+    cpu::panel_epilogue(factors_, epi_, M, &panels_, &flags_);
     // The weights as [M, (kh, kw, c)], the order of the patches.
     const int64_t K = KH * KW * C;
     std::vector<int8_t> wr(static_cast<size_t>(M * K));
@@ -254,8 +275,27 @@ class Int8Im2colQConvKernel : public Kernel {
     for (int64_t m = 0; m < M; ++m)
       for (int64_t c = 0; c < C; ++c)
         for (int64_t t = 0; t < KH * KW; ++t) wr[static_cast<size_t>(m * K + t * C + c)] = src[(m * C + c) * KH * KW + t];
+    bool w_zp = false;
+    for (int64_t i = 0; q.w_zp && i < q.w_zp_count; ++i) w_zp = w_zp || q.w_zp[i] != 0;
+    // Those 1x1s on 8-bit weights over whole quads of channels (ResNet-50's layer1 conv3s, its layer1.0 conv1 and
+    // downsample): the byte path, whose vpmaddubsw pairs may saturate there, and the outputs a saturated pair fed
+    // recomputed after it (SaturatingPairs, as oneDNN's unsplit run is repaired): 0.79-0.86x the int16 path's and
+    // oneDNN's CPU time on them. On K = 128-2048 it was 1.0-1.13x oneDNN's (docs/performance.md), so wider ones
+    // stay there.
+    const bool zp0_bytes = split && zero_zp && !x_signed_ && x_zp_ == 0 && C % 4 == 0 && !w_zp;
+    if (zp0_bytes) {
+      path_ = Path::kBytesRepair;
+      quads_ = C / 4;
+      n_panels_ = (M + kNr - 1) / kNr;
+      bytes_.assign(static_cast<size_t>(n_panels_ * quads_ * kNr * 4), 0);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < C; ++k)
+          bytes_[static_cast<size_t>(((m / kNr * quads_ + k / 4) * kNr + m % kNr) * 4 + k % 4)] = wr[static_cast<size_t>(m * C + k)];
+      if (pairs_.init(*w)) w_rows_ = std::move(wr);  // some pair can saturate: the repair's weights, [M, C]
+      return true;
+    }
     packed_.pack(wr.data(), K, M, q.w_zp, q.w_zp_count, /*n_major=*/true);
-    cpu::panel_epilogue(factors_, epi_, M, &panels_, &flags_);
+    n_panels_ = packed_.panels;
     std::vector<double> acc_bound(static_cast<size_t>(M));  // |acc + bias| <= 255 sum |w - w_zp| + |bias|
     for (int64_t m = 0; m < M; ++m) {
       const int32_t zp = q.w_zp ? q.w_zp[q.w_zp_count == 1 ? 0 : m] : 0;
@@ -270,6 +310,8 @@ class Int8Im2colQConvKernel : public Kernel {
       if (!pointwise_ || x_signed_ || C % 4 != 0 || !flags_.int_form || epi_.y_dt == DType::kF32) return false;
       for (int64_t n = 0; n < M; ++n)
         panels_[static_cast<size_t>(n / kNr)].bias[n % kNr] -= x_zp_ * packed_.column_sums[static_cast<size_t>(n)];
+      path_ = Path::kBytes;
+      quads_ = packed_.quads;
     }
     return true;
   }
@@ -277,16 +319,17 @@ class Int8Im2colQConvKernel : public Kernel {
   Status compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
     const DType want = x_signed_ ? DType::kI8 : DType::kU8;
-    const int64_t C = packed_.K / (spatial_.kernel[0] * spatial_.kernel[1]);
+    const int64_t C = C_;
     if (x.dtype() != want || x.rank() != 4 || x.dim(3) != C) return fallback_(ctx);
     NodeAttrs attrs(node_);
     AxisGeom gh, gw;
     if (!conv_pool_axis(attrs, spatial_, 0, x.dim(1), &gh).is_ok() || !conv_pool_axis(attrs, spatial_, 1, x.dim(2), &gw).is_ok() ||
         gh.out <= 0 || gw.out <= 0 || gh.pad_begin < 0 || gw.pad_begin < 0)
       return fallback_(ctx);
-    const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), OH = gh.out, OW = gw.out, K = packed_.K;
-    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, epi_.y_dt, {N, OH, OW, packed_.N}, false));
-    const int64_t pixels = N * OH * OW, M = packed_.N, lda = (K + 15) / 16 * 16;
+    const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), OH = gh.out, OW = gw.out, M = M_;
+    ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, epi_.y_dt, {N, OH, OW, M}, false));
+    if (path_ != Path::kInt16) return run_bytes(x, N, H, W, y);
+    const int64_t pixels = N * OH * OW, K = packed_.K, lda = (K + 15) / 16 * 16;
     const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
     const uint8_t pad = static_cast<uint8_t>(x_zp_);
     const int64_t KH = spatial_.kernel[0], KW = spatial_.kernel[1], sh = spatial_.strides[0], sw = spatial_.strides[1];
@@ -330,17 +373,6 @@ class Int8Im2colQConvKernel : public Kernel {
       return o;
     };
     const int64_t blocks = (pixels + kMr - 1) / kMr;
-    if (packed_.narrow) {  // the byte path (init): a 1x1 reads x's rows in place
-      const ByteTileFn* btiles = epi_.y_dt == DType::kU8 ? kByteTiles<3> : kByteTiles<4>;
-      parallel_ranges(blocks, kMr * K * M, [&](int64_t b0, int64_t b1) {
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t p0 = b * kMr;
-          const int rows = static_cast<int>(std::min<int64_t>(kMr, pixels - p0));
-          btiles[rows](xp + p0 * C, C, packed_.data8.data(), packed_.quads, panels_.data(), packed_.panels, M, flags_, yp + p0 * M, M);
-        }
-      });
-      return Status::ok();
-    }
     parallel_ranges(blocks, kMr * K * M, [&](int64_t b0, int64_t b1) {
       alignas(32) uint8_t u8[kMaxK + 32];
       alignas(32) int16_t a16[kMr * kMaxK + 16];  // (widen_patch's slack)
@@ -367,10 +399,94 @@ class Int8Im2colQConvKernel : public Kernel {
   }
 
  private:
+  // The byte paths (init): a 1x1's R pixels' channels at a time, read in place, against the s8 quads; on 8-bit
+  // weights (kBytesRepair) the outputs a saturated pair fed recomputed after.
+  Status run_bytes(const Tensor& x, int64_t N, int64_t H, int64_t W, Tensor* y) const {
+    const int64_t C = C_, M = M_, pixels = N * H * W;
+    const uint8_t* xp = x.data<uint8_t>();
+    char* yp = static_cast<char*>(y->mutable_raw());
+    const int8_t* wb = path_ == Path::kBytes ? packed_.data8.data() : bytes_.data();
+    const int64_t ysize = epi_.y_dt == DType::kF32 ? 4 : 1;
+    const ByteTileFn* btiles = epi_.y_dt == DType::kF32 ? kByteTiles<0>
+                               : epi_.y_dt == DType::kU8 ? (flags_.int_form ? kByteTiles<3> : kByteTiles<1>)
+                                                         : (flags_.int_form ? kByteTiles<4> : kByteTiles<2>);
+    const int64_t blocks = (pixels + kMr - 1) / kMr;
+    parallel_ranges(blocks, kMr * C * M, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t p0 = b * kMr;
+        const int rows = static_cast<int>(std::min<int64_t>(kMr, pixels - p0));
+        btiles[rows](xp + p0 * C, C, wb, quads_, panels_.data(), n_panels_, M, flags_, yp + p0 * M * ysize, M * ysize);
+      }
+    });
+    if (path_ != Path::kBytesRepair || w_rows_.empty() || pixels == 0) return Status::ok();
+    // The outputs a saturated vpmaddubsw pair fed (int8_pair_saturation.h), recomputed exactly; where more than
+    // 1/16 of them are (adversarial inputs), all of them.
+    std::vector<int64_t> fix;
+    const int64_t outputs = pixels * M;
+    if (pairs_.find({N, H, W, C}, {N, H, W, M}, {1, 1}, {1, 1}, {0, 0}, xp, outputs / 16, &fix)) {
+      for (int64_t i : fix) repair(xp, i, yp);
+    } else {
+      parallel_ranges(outputs, C, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) repair(xp, i, yp);
+      });
+    }
+    return Status::ok();
+  }
+
+  // Output i (NHWC offset) of the byte path on 8-bit weights, exactly: its int32 sum (x's zero point 0) and the
+  // tile's epilogue in scalars, step for step (the integer form's clamp of float(sum + bias) * mul, round to
+  // nearest even, + zp, saturated; or int8_epilogue.h's epilogue<YT>: the reference's float steps in its order).
+  void repair(const uint8_t* x, int64_t i, char* y) const {
+    const int64_t C = C_, M = M_, m = i % M;
+    const uint8_t* a = x + i / M * C;
+    const int8_t* wm = w_rows_.data() + m * C;
+    const PanelEpi& pe = panels_[static_cast<size_t>(m / kNr)];
+    const int64_t k = m % kNr;
+    int32_t s = 0;
+    for (int64_t c = 0; c < C; ++c) s += static_cast<int32_t>(a[c]) * wm[c];
+    const EpiFlags& e = flags_;
+    // As _mm256_max_ps(p, q) / _mm256_min_ps(p, q): q where either is NaN.
+    const auto vmax = [](float p, float q) { return p > q ? p : q; };
+    const auto vmin = [](float p, float q) { return p < q ? p : q; };
+    if (e.int_form) {
+      const float v = vmin(e.int_hi, vmax(e.int_lo, static_cast<float>(s + pe.bias[k]) * pe.mul[k]));
+      const int32_t q = static_cast<int32_t>(std::nearbyint(v)) + e.int_zp;
+      if (epi_.y_dt == DType::kU8) reinterpret_cast<uint8_t*>(y)[i] = static_cast<uint8_t>(std::clamp(q, 0, 255));
+      else reinterpret_cast<int8_t*>(y)[i] = static_cast<int8_t>(std::clamp(q, -128, 127));
+      return;
+    }
+    float v;
+    if (e.fbias) {
+      const float prod = static_cast<float>(s) * pe.real[k];
+      const float sum = prod + pe.fbias[k];
+      v = sum / e.y_scale;
+    } else {
+      v = static_cast<float>(e.bias ? s + pe.bias[k] : s) * pe.mul[k];
+    }
+    if (e.conv_relu) v = vmax(0.f, v);
+    if (e.clip) v = vmin(e.clip_hi, vmax(e.clip_lo, v));
+    if (e.relu) v = vmax(0.f, v);
+    if (epi_.y_dt == DType::kF32) {
+      reinterpret_cast<float*>(y)[i] = v;
+      return;
+    }
+    const bool u8 = epi_.y_dt == DType::kU8;
+    const float r = (std::isnan(v) ? 0.f : std::nearbyint(v)) + e.y_zp;
+    const float q = vmin(vmax(r, u8 ? 0.f : -128.f), u8 ? 255.f : 127.f);
+    if (u8) reinterpret_cast<uint8_t*>(y)[i] = static_cast<uint8_t>(static_cast<int32_t>(q));
+    else reinterpret_cast<int8_t*>(y)[i] = static_cast<int8_t>(static_cast<int32_t>(q));
+  }
+
+  enum class Path { kInt16, kBytes, kBytesRepair };
   Node node_;
   KernelFn fallback_;
   SpatialAttrs spatial_;
   bool pointwise_ = false;  // 1x1, stride 1, no padding: a pixel's patch is its channels
+  Path path_ = Path::kInt16;
+  int64_t C_ = 0, M_ = 0, quads_ = 0, n_panels_ = 0;
+  std::vector<int8_t> bytes_;   // kBytesRepair: the 8-bit weights as s8 quads (packed_.data8's layout)
+  std::vector<int8_t> w_rows_;  // kBytesRepair where some pair can saturate: the weights as [M, C], for repair
+  cpu::SaturatingPairs pairs_;
   bool x_signed_ = false;
   int32_t x_zp_ = 0;
   cpu::EpilogueFactors factors_;
