@@ -13,6 +13,8 @@
 //   [-> Relu] -> Q                            -> com.ferry.QMatMulFused (W kept as [K, N])
 //   the same with a float bias constant [N] (Add or Gemm's C), and with no Q: a float output
 //   (ONNX Runtime's MatMulIntegerToFloat)
+//   the same ending in [-> Relu | Clip] -> MaxPool -> Q: the Q moved before the MaxPool (QConvFused, then the
+//   MaxPool on its 8-bit output; exact, as below)
 //   DQ(x) -> MaxPool | Flatten | Reshape | Squeeze | Unsqueeze -> Q with the same scale and zero point
 //                                             -> the op on the 8-bit x (exact: max commutes with a monotone
 //                                                map, the others move values)
@@ -213,10 +215,23 @@ bool fuse_qconv(PatternContext& pc, long c) {
     out = g.nodes[r].outputs[0];
     r = pc.sole_reader(out);
   }
+  // Conv [-> Relu | Clip] -> MaxPool -> Q (the plain structure's ResNet stem): the Q goes before the MaxPool,
+  // which then runs on the 8-bit tensor the fused node writes (exact: a maximum commutes with the monotone
+  // quantization, and MaxPool ignores its padding either way).
+  long pool = -1;
+  if (r >= 0 && is_onnx(g.nodes[r], "MaxPool") && g.nodes[r].inputs.size() == 1 && g.nodes[r].outputs.size() == 1) {
+    const long pq = pc.sole_reader(g.nodes[r].outputs[0]);
+    QParams pp;
+    if (pq >= 0 && is_onnx(g.nodes[pq], "QuantizeLinear") && per_tensor_params(g, g.nodes[pq], &pp) && g.find_type(out) &&
+        g.find_type(out)->shape) {
+      pool = r;
+      r = pq;
+    }
+  }
   // SiLU / Sigmoid on the convolution's result: float outputs only (the activation in the epilogue).
   std::string act;
   std::vector<long> act_nodes;
-  if (!conv_relu && !clip && match_sigmoid_act(pc, out, &act_nodes, &act)) {
+  if (!conv_relu && !clip && pool < 0 && match_sigmoid_act(pc, out, &act_nodes, &act)) {
     covered.insert(covered.end(), act_nodes.begin(), act_nodes.end());
     out = g.nodes[act_nodes.back()].outputs[0];
     r = -1;  // no Q or residual after it
@@ -231,7 +246,7 @@ bool fuse_qconv(PatternContext& pc, long c) {
     if (!per_tensor_params(g, g.nodes[r], &yp)) return false;
     q = r;
     // Q -> DQ (same parameters) -> Add(DQ(z)) [-> Relu] -> Q: the residual joins the fused node.
-    const long d1 = pc.sole_reader(g.nodes[q].outputs[0]);
+    const long d1 = pool >= 0 ? -1 : pc.sole_reader(g.nodes[q].outputs[0]);
     QParams p1;
     if (d1 >= 0 && is_onnx(g.nodes[d1], "DequantizeLinear") && per_tensor_params(g, g.nodes[d1], &p1) &&
         same_params(p1, yp)) {
@@ -314,11 +329,24 @@ bool fuse_qconv(PatternContext& pc, long c) {
   }
   while (fused.inputs.back().empty()) fused.inputs.pop_back();
   fused.outputs = {float_y ? float_out : g.nodes[q].outputs[0]};
+  Node pooled;  // the MaxPool moved after the Q: the fused node's 8-bit output -> the Q's output
+  if (pool >= 0) {
+    covered.erase(std::remove(covered.begin(), covered.end(), q), covered.end());
+    pooled = g.nodes[pool];
+    const std::string mid_out = fresh_name(g, g.nodes[q].outputs[0] + "_before_pool");
+    TensorType t = *g.find_type(out);
+    t.dtype = yp.dt;
+    g.value_types[mid_out] = t;
+    pooled.inputs = {mid_out};
+    pooled.outputs = fused.outputs;
+    fused.outputs = {mid_out};
+  }
   cover_if_sole(pc, dx, c, &covered);
   cover_if_sole(pc, dw, c, &covered);
   cover_if_sole(pc, db, c, &covered);
   if (dz >= 0) cover_if_sole(pc, dz, add, &covered);
   pc.replace(covered, std::move(fused));
+  if (pool >= 0) pc.replace({pool, q}, std::move(pooled));
   return true;
 }
 

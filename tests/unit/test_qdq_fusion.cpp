@@ -34,6 +34,7 @@ struct QdqCase {
   bool residual = false;  // Conv [Relu] -> Q -> DQ -> Add(DQ(z)) -> Relu -> Q
   bool bias = true;
   bool nhwc = false;  // oneDNN side through the nhwc_layout pass (channels_last QConvFused)
+  bool pool = false;  // Conv [Relu] -> MaxPool 3x3/2 (pads 1) -> Q (a ResNet stem)
   uint32_t seed = 1;
 };
 
@@ -85,6 +86,8 @@ std::shared_ptr<Model> qdq_conv_model(const QdqCase& qc) {
                   {{"pads", ints_attr({qc.pad, qc.pad, qc.pad, qc.pad})}, {"strides", ints_attr({qc.stride, qc.stride})},
                    {"group", int_attr(qc.group)}});
   if (qc.conv_relu) y = b.node("Relu", {y});
+  if (qc.pool)
+    y = b.node("MaxPool", {y}, {{"kernel_shape", ints_attr({3, 3})}, {"strides", ints_attr({2, 2})}, {"pads", ints_attr({1, 1, 1, 1})}});
   const float s1 = scale(qc, 1, 1.21f);
   auto q1 = b.node("QuantizeLinear", {y, b.scalar(s1), b.constant(u8_scalar(qc.conv_relu ? 0 : 128))});
   if (qc.residual) {
@@ -1298,6 +1301,41 @@ int count_op(const Model& m, const std::string& op) {
   int n = 0;
   for (const Node& node : m.graph.nodes) n += node.op_type == op;
   return n;
+}
+
+// Conv -> Relu -> MaxPool -> Q (the plain structure's ResNet stem): QConvFused with an 8-bit output, then the
+// MaxPool on it (NhwcMaxPool after nhwc_layout); every output byte that of the QDQ graph on cpu-ref, whatever
+// the scales (the Q moved before a maximum changes no value), at a zero point of 0 and of 128 (no Relu).
+TEST(QdqFusion, MaxPoolAfterConvRunsOnItsQuantizedOutput) {
+  for (int variant = 0; variant < 3; ++variant) {
+    QdqCase qc;
+    qc.pool = true;
+    qc.c = 4;
+    qc.hw = 13;
+    qc.pow2 = variant != 1;
+    qc.conv_relu = variant != 2;
+    qc.nhwc = variant != 0;
+    qc.seed = 40 + static_cast<uint32_t>(variant);
+    SCOPED_TRACE(::testing::Message() << "variant " << variant);
+    auto model = qdq_conv_model(qc);
+    int changes = 0;
+    auto fused = run_pass(*model, "qdq_fusion", &changes);
+    EXPECT_EQ(changes, 1);
+    ASSERT_EQ(fused->graph.nodes.size(), 2u);
+    EXPECT_EQ(fused->graph.nodes[0].op_type, "QConvFused");
+    EXPECT_EQ(fused->graph.nodes[1].op_type, "MaxPool");
+    std::shared_ptr<Model> fast = qc.nhwc ? run_pass(*fused, "nhwc_layout") : fused;
+    if (qc.nhwc) {
+      EXPECT_EQ(count_op(*fast, "NhwcMaxPool"), 1);
+    }
+    const NamedTensors feeds = u8_feeds(*model, qc.seed);
+    const Tensor ref = run_model(model, feeds, "cpu-ref")[0].second;
+    EXPECT_EQ(differing(run_model(fused, feeds, "cpu-ref")[0].second, ref), 0);
+    EXPECT_EQ(differing(run_model(fast, feeds, "cpu")[0].second, ref), 0);
+    int64_t interior = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) interior += ref.data<uint8_t>()[i] > 0 && ref.data<uint8_t>()[i] < 255;
+    EXPECT_GT(interior, ref.numel() / 4);
+  }
 }
 
 // DQ -> element-wise float ops -> Q as com.ferry.QLookup (EfficientNet's SiLU; qdq_fusion.cpp fuse_qlookup):
