@@ -53,6 +53,17 @@ struct GrpcClient::Impl {
   std::unique_ptr<grpc::TemplatedGenericStub<grpc::ByteBuffer, inference::ModelInferResponse>> infer_stub;
   grpc::ByteBuffer request_bytes;
   inference::ModelInferResponse response;
+  // infer()'s calls. Each is created (its ClientContext and grpc_call, the request attached) while
+  // the one before it waits for its response, and a finished call is torn down after the next one
+  // went out: neither a call's set-up nor its teardown lies between a response and the next
+  // request. The calls are still made and ended one at a time, on this thread.
+  struct Call {
+    grpc::ClientContext ctx;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<inference::ModelInferResponse>> rpc;
+  };
+  std::unique_ptr<Call> next_call;  // created, not started
+  std::unique_ptr<Call> done_call;  // answered, not yet torn down
   // open_stream()'s ModelStreamInfer call: one request written and its response read per infer().
   using Stream = grpc::ClientAsyncReaderWriter<grpc::ByteBuffer, inference::ModelStreamInferResponse>;
   std::unique_ptr<grpc::ClientContext> stream_ctx;
@@ -73,7 +84,30 @@ struct GrpcClient::Impl {
     }
   }
 
+  std::unique_ptr<Call> prepare() {
+    static const std::string kMethod = "/inference.GRPCInferenceService/ModelInfer";
+    auto call = std::make_unique<Call>();
+    call->rpc = infer_stub->PrepareUnaryCall(&call->ctx, kMethod, request_bytes, &cq);
+    return call;
+  }
+
+  // A prepared call that will not be sent: cancelled, then started so that its request's reference
+  // is released (the batch fails at once: nothing reaches the server), and its tag taken.
+  void discard(std::unique_ptr<Call> call) {
+    if (!call) return;
+    call->ctx.TryCancel();
+    call->rpc->StartCall();
+    inference::ModelInferResponse unused;
+    call->rpc->Finish(&unused, &call->status, call.get());
+    void* tag;
+    bool ok;
+    while (cq.Next(&tag, &ok) && tag != call.get()) {
+    }
+  }
+
   ~Impl() {
+    discard(std::move(next_call));
+    done_call.reset();
     if (stream) {  // cancelled, then its status read, so that the queue drains
       stream_ctx->TryCancel();
       grpc::Status st;
@@ -196,6 +230,7 @@ void GrpcClient::set_request(const std::string& model, const std::string& versio
   std::string bytes;
   r.SerializeToString(&bytes);
   grpc::Slice slice(bytes);
+  impl_->discard(std::move(impl_->next_call));  // made with the request before
   impl_->request_bytes = grpc::ByteBuffer(&slice, 1);
 }
 
@@ -220,18 +255,20 @@ Status GrpcClient::infer() {
   // the queue without blocking first (SpinWait) instead of blocking at once as the sync stub does.
   Impl& c = *impl_;
   if (c.stream || !c.stream_status.is_ok()) return infer_on_stream();  // (a stream that ended stays the error)
-  static const std::string kMethod = "/inference.GRPCInferenceService/ModelInfer";
-  grpc::ClientContext ctx;
-  grpc::Status status;
-  auto rpc = c.infer_stub->PrepareUnaryCall(&ctx, kMethod, c.request_bytes, &c.cq);
-  rpc->StartCall();
-  rpc->Finish(&c.response, &status, &c.response);
+  std::unique_ptr<Impl::Call> call = c.next_call ? std::move(c.next_call) : c.prepare();
+  call->rpc->StartCall();
+  call->rpc->Finish(&c.response, &call->status, call.get());
+  // While the server works: the call before this one is torn down and the next one created.
+  c.done_call.reset();
+  c.next_call = c.prepare();
   c.spin.arm();
   void* tag = nullptr;
   bool ok = false;
   if (!c.next(&tag, &ok)) return internal_error("ModelInfer: the client's completion queue shut down");
+  c.done_call = std::move(call);
   if (!ok) return internal_error("ModelInfer '" + c.request.model_name() + "': the call did not complete");
-  return from_grpc(status, "ModelInfer '" + c.request.model_name() + "'");
+  if (!c.done_call->status.ok()) return from_grpc(c.done_call->status, "ModelInfer '" + c.request.model_name() + "'");
+  return Status::ok();
 }
 
 Status GrpcClient::infer_on_stream() {
