@@ -17,8 +17,8 @@
 // Channels last, one group, 2-D, no residual, no mid Q/DQ, no activation. Also the 1x1s of <= 64 channels into
 // 64+ that read a Relu's output (u8, zero point 0; see init): ResNet-50's layer1 conv3s, layer1.0 conv1 and
 // downsample, on 8-bit weights in whole quads of channels on the byte path below with the outputs a saturated
-// vpmaddubsw pair fed recomputed after it (int8_pair_saturation.h's scan; 0.81-0.84x the CPU time of the int16
-// path and of oneDNN's kernel on them).
+// vpmaddubsw pair fed recomputed after it (int8_pair_saturation.h's scan; on ResNet-50's default file 0.77-0.89x
+// oneDNN's CPU time on the conv3s and the downsample, 0.83-0.93x the int16 path's on layer1.0 conv1).
 // 7-bit weights (w - w_zp in [-64, 64], which oneDNN runs unsplit): the 1x1s of up to 512 channels (a multiple
 // of 4) on a u8 source with the integer epilogue take a byte path (tile_bytes: vpmaddubsw on the pixels' channels
 // read in place; MobileNetV2's 7-bit expansions and last 1x1, 0.23 -> 0.17, 0.092 -> 0.071, 0.073 -> 0.061,
@@ -279,9 +279,9 @@ class Int8Im2colQConvKernel : public Kernel {
     for (int64_t i = 0; q.w_zp && i < q.w_zp_count; ++i) w_zp = w_zp || q.w_zp[i] != 0;
     // Those 1x1s on 8-bit weights over whole quads of channels (ResNet-50's layer1 conv3s, its layer1.0 conv1 and
     // downsample): the byte path, whose vpmaddubsw pairs may saturate there, and the outputs a saturated pair fed
-    // recomputed after it (SaturatingPairs, as oneDNN's unsplit run is repaired): 0.79-0.86x the int16 path's and
-    // oneDNN's CPU time on them. On K = 128-2048 it was 1.0-1.13x oneDNN's (docs/performance.md), so wider ones
-    // stay there.
+    // recomputed after it (SaturatingPairs, as oneDNN's unsplit run is repaired): 0.77-0.89x oneDNN's CPU time on
+    // the conv3s and the downsample, 0.83-0.93x the int16 path's on layer1.0 conv1. On K = 128-2048 it was
+    // 1.0-1.13x oneDNN's (docs/performance.md), so wider ones stay there.
     const bool zp0_bytes = split && zero_zp && !x_signed_ && x_zp_ == 0 && C % 4 == 0 && !w_zp;
     if (zp0_bytes) {
       path_ = Path::kBytesRepair;
