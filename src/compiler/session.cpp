@@ -31,21 +31,26 @@ Session::~Session() = default;
 
 StatusOr<std::shared_ptr<Session>> Session::open(CompiledModel model, const SessionOptions& options) {
   std::shared_ptr<Session> s(new Session());
+  // The file the model was read from (the name given for bytes), for the messages below.
+  const std::string file = model.gears.empty() ? std::string("model") : model.gears[0].model->path;
   s->device_ = options.device.empty() ? model.device : options.device;
   // A graph compiled for one host backend runs on another ("cpu" <-> "cpu-ref").
   if (s->device_ != model.device && !(is_host_device(s->device_) && is_host_device(model.device)))
-    return invalid_argument((model.gears.empty() ? std::string("model") : model.gears[0].model->path) + ": compiled for device '" + model.device + "', the selected device is '" +
-                            s->device_ + "'; recompile with `ferry compile --device " + s->device_ + "`");
+    return invalid_argument(file + ": compiled for device '" + model.device + "', the selected device is '" + s->device_ +
+                            "'; recompile with `ferry compile --device " + s->device_ + "`");
   if (options.precision) {
-    // A file written before the mode was recorded (or with no mode) holds fp32 graphs.
+    // The one check of a compiled model's mode (ferry serve's config parameter "precision" and the
+    // Python package's precision= rely on it). A file written before the mode was recorded (or
+    // with no mode) holds fp32 graphs.
     auto compiled_mode = model.precision_mode.empty() ? StatusOr<PrecisionMode>(PrecisionMode::kForceFp32)
                                                       : parse_precision_mode(model.precision_mode);
     if (!compiled_mode.is_ok() || compiled_mode.value() != *options.precision) {
       const std::string want = precision_mode_name(*options.precision);
-      const std::string have = model.precision_mode.empty() ? "force_fp32" : model.precision_mode;
-      return invalid_argument("compiled with precision mode '" + have + "', asked for '" + want +
-                              "': a compiled model's precision is fixed when it is compiled (`ferry compile --precision-mode " +
-                              want + "`, or load the .onnx model)");
+      const std::string have = compiled_mode.is_ok() ? precision_mode_name(compiled_mode.value()) : model.precision_mode;
+      return invalid_argument(file + ": compiled with precision mode '" + have + "', asked for '" + want +
+                              "': a compiled model's precision is fixed when it is compiled; compile it again with "
+                              "`ferry compile --precision-mode " + want + "`, load the .onnx model in that mode, or ask "
+                              "for no mode to run the file in its own");
     }
   }
   s->executor_options_.device = s->device_;

@@ -311,9 +311,11 @@ class PySession {
                                     is_compiled_model_file(path));
       StatusOr<std::shared_ptr<Session>> r = Status::ok();
       if (compiled) {
-        if (!o.precision.empty())
-          return invalid_argument("precision '" + o.precision +
-                                  "': a .ferry file's precision is chosen when it is compiled (ferry.compile(..., precision=...))");
+        // The file's mode was chosen when it was compiled: Session::open refuses another, naming
+        // the file and both modes (the same mode is allowed).
+        if (!o.precision.empty()) {
+          ASSIGN_OR_RETURN(so.precision, parse_precision_mode(o.precision));
+        }
         if (from_bytes) {
           r = Session::open_memory(bytes.data(), bytes.size(), so);
         } else {

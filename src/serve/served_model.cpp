@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 
 namespace ferry::serve {
 
@@ -53,27 +52,20 @@ StatusOr<std::shared_ptr<ServedModel>> ServedModel::load(const std::string& name
   so.threads = per_instance;
   const std::string where = name + "/config.pbtxt";
   // parameters "precision": the mode an .onnx model is rewritten for at load. A .ferry file's
-  // mode was fixed by `ferry compile`: the parameter must name the same mode.
-  std::optional<PrecisionMode> precision;
+  // mode was fixed by `ferry compile`: Session::open refuses another, naming the file and both
+  // modes; the config's field is what serve adds to that message.
   auto pit = config.parameters().find("precision");
   if (pit != config.parameters().end()) {
     auto mode = parse_precision_mode(pit->second.string_value());
     if (!mode.is_ok()) return mode.status().with_context(where + ": parameters \"precision\"");
-    precision = mode.value();
+    so.precision = mode.value();
   }
-  const bool compiled = (path.size() > 6 && path.compare(path.size() - 6, 6, ".ferry") == 0) || is_compiled_model_file(path);
-  if (!compiled) so.precision = precision;
   auto session = Session::open_file(path, so);
-  if (!session.is_ok()) return session.status();
-  if (compiled && precision) {
-    const std::string& file_mode = session.value()->compiled().precision_mode;
-    auto have = parse_precision_mode(file_mode.empty() ? "force_fp32" : file_mode);
-    if (!have.is_ok() || have.value() != *precision)
-      return invalid_argument(where + ": parameters \"precision\" is '" + pit->second.string_value() + "' (" +
-                              precision_mode_name(*precision) + ") but " + path + " was compiled with precision mode '" +
-                              (file_mode.empty() ? "force_fp32" : file_mode) + "': a compiled model's precision is fixed by "
-                              "`ferry compile --precision-mode`; compile it again with that mode, serve the .onnx model, "
-                              "or drop the parameter");
+  if (!session.is_ok()) {
+    if (so.precision && session.status().code() == StatusCode::kInvalidArgument)
+      return session.status().with_context(where + ": parameters \"precision\" is '" + pit->second.string_value() + "' (" +
+                                           precision_mode_name(*so.precision) + ")");
+    return session.status();
   }
   m->session_ = session.value();
   RETURN_IF_ERROR(complete_and_validate(&config, m->session_->inputs(), m->session_->outputs(), m->session_->batch_sizes(),

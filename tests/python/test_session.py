@@ -288,8 +288,13 @@ def test_ferry_file_from_compile(demo_model, demo_batch, tmp_path):
     with open(out, "rb") as f:
         from_bytes = ort.InferenceSession(f.read())
     assert np.array_equal(from_bytes.run(None, {"image": x})[0], sess.run(None, {"image": x})[0])
-    with pytest.raises(ferry.InvalidArgument, match="compiled"):
+    # The file's mode is fixed when it is compiled: the same mode opens it, another is refused
+    # naming the file, both modes and what to do.
+    assert ort.InferenceSession(str(out), precision="fp32").precision == "force_fp32"
+    with pytest.raises(ferry.InvalidArgument) as e:
         ort.InferenceSession(str(out), precision="fp16")
+    for part in (str(out), "compiled with precision mode 'force_fp32', asked for 'force_fp16'", "ferry compile --precision-mode force_fp16"):
+        assert part in str(e.value)
 
 
 def test_same_outputs_as_cli_bit_for_bit(demo_model, demo_batch, ferry_cli, tmp_path):

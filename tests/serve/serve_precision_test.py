@@ -125,9 +125,10 @@ try:
     check(idx.get("empty", {}).get("state") == "UNAVAILABLE" and "unknown precision mode ''" in idx["empty"].get("reason", ""),
           "an empty mode is refused: %s" % idx.get("empty"))
     reason = idx.get("ferry_mismatch", {}).get("reason", "")
-    check(idx.get("ferry_mismatch", {}).get("state") == "UNAVAILABLE" and 'ferry_mismatch/config.pbtxt: parameters "precision" is \'fp16\' (force_fp16)' in reason
-          and os.path.join("ferry_mismatch", "1", "model.ferry") in reason and "compiled with precision mode 'force_fp32'" in reason,
-          "a .ferry file compiled in another mode is UNAVAILABLE naming the file and both modes: %s" % idx.get("ferry_mismatch"))
+    check(idx.get("ferry_mismatch", {}).get("state") == "UNAVAILABLE" and 'ferry_mismatch/config.pbtxt: parameters "precision" is \'fp16\' (force_fp16): ' in reason
+          and os.path.join(REPO, "ferry_mismatch", "1", "model.ferry") + ": compiled with precision mode 'force_fp32', asked for 'force_fp16'" in reason
+          and "ferry compile --precision-mode force_fp16" in reason,
+          "a .ferry file compiled in another mode is UNAVAILABLE naming the field, the file, both modes and what to do: %s" % idx.get("ferry_mismatch"))
     r = requests.post(U + "/v2/models/bad/infer", data="{}", timeout=T)
     check(r.status_code in (400, 404, 503), "the unavailable model does not answer: %d" % r.status_code)
 

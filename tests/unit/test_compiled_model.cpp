@@ -136,6 +136,17 @@ TEST(CompiledModel, SessionPrecisionMustMatchTheCompiledMode) {
   ASSERT_FALSE(other.is_ok());
   EXPECT_NE(other.status().message().find("compiled with precision mode 'force_fp16', asked for 'force_fp32'"), std::string::npos)
       << other.status().message();
+  // From a file: the message names it and says what to do.
+  const std::string path = std::string(FERRY_BINARY_DIR) + "/test_precision_fp16.ferry";
+  ASSERT_TRUE(write_compiled_model(path, compile_model(*m, o).value()).is_ok());
+  auto from_file = Session::open_file(path, so);
+  std::remove(path.c_str());
+  ASSERT_FALSE(from_file.is_ok());
+  EXPECT_EQ(from_file.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(from_file.status().message().rfind(path + ": compiled with precision mode 'force_fp16', asked for 'force_fp32'", 0), 0u)
+      << from_file.status().message();
+  EXPECT_NE(from_file.status().message().find("`ferry compile --precision-mode force_fp32`"), std::string::npos)
+      << from_file.status().message();
 }
 
 TEST(CompiledModel, DynamicBatchGearsRunBatchesOneToEight) {
