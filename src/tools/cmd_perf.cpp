@@ -59,6 +59,10 @@ struct LevelResult {
   double p50 = 0, p90 = 0, p99 = 0, avg = 0;  // client latency, µs
   int64_t requests = 0, errors = 0;
   bool stable = false;
+  /// A window in which requests failed and none succeeded (the server refuses every request):
+  /// the run stops there (perf_analyzer stops at a failed request).
+  bool refused = false;
+  int refused_window_ms = 0;
   double server_queue_us = 0, server_compute_us = 0, avg_batch = 0;
   std::string first_error;
 };
@@ -336,6 +340,16 @@ LevelResult run_level(const PerfOptions& opt, const Body& body, int concurrency)
   LevelResult res;
   res.concurrency = concurrency;
   auto stats_client = Client::connect(opt);
+  // A window whose requests all failed ends the run: a server that refuses everything (503 /
+  // UNAVAILABLE while it drains, a model unloaded under the run, a closed port) answers at once, so the
+  // streams would otherwise retry in a tight loop for every window left and count errors by the
+  // million. Queue-full rejections beside requests that succeed are counted and retried (overload).
+  auto refused = [&](const std::vector<double>& lat, int64_t errors, int window_ms) {
+    if (!lat.empty() || errors == 0) return false;
+    res.refused = true;
+    res.refused_window_ms = window_ms;
+    return true;
+  };
   // Warm-up window, dropped.
   std::this_thread::sleep_for(std::chrono::milliseconds(opt.measurement_interval_ms / 2));
   {
@@ -343,17 +357,19 @@ LevelResult run_level(const PerfOptions& opt, const Body& body, int concurrency)
     int64_t e = 0;
     take(&drop, &e, &res.first_error);
     res.errors += e;
+    refused(drop, e, opt.measurement_interval_ms / 2);
   }
-  ServerStats before = stats_client.is_ok() ? stats_client.value()->stats() : ServerStats();
+  ServerStats before = stats_client.is_ok() && !res.refused ? stats_client.value()->stats() : ServerStats();
   std::vector<std::vector<double>> windows;
   std::vector<double> secs, rates;
-  for (int w = 0; w < opt.max_windows; ++w) {
+  for (int w = 0; w < opt.max_windows && !res.refused; ++w) {
     const auto t0 = Clock::now();
     std::this_thread::sleep_for(std::chrono::milliseconds(opt.measurement_interval_ms));
     std::vector<double> lat;
     int64_t e = 0;
     take(&lat, &e, &res.first_error);
     res.errors += e;
+    if (refused(lat, e, opt.measurement_interval_ms)) break;
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     rates.push_back(static_cast<double>(lat.size()) / s);
     secs.push_back(s);
@@ -369,7 +385,7 @@ LevelResult run_level(const PerfOptions& opt, const Body& body, int concurrency)
   }
   stop.store(true);
   for (auto& t : threads) t.join();
-  ServerStats after = stats_client.is_ok() ? stats_client.value()->stats() : ServerStats();
+  ServerStats after = stats_client.is_ok() && !res.refused ? stats_client.value()->stats() : ServerStats();
   // The last three windows (or fewer) are the measurement.
   std::vector<double> lat;
   double total_s = 0;
@@ -385,12 +401,13 @@ LevelResult run_level(const PerfOptions& opt, const Body& body, int concurrency)
   res.p50 = percentile(lat, 50);
   res.p90 = percentile(lat, 90);
   res.p99 = percentile(lat, 99);
-  const double ran = static_cast<double>(after.queue_count - before.queue_count);
+  // (Not for a refused level: the server's statistics may be gone with the model.)
+  const double ran = res.refused || after.queue_count < before.queue_count ? 0 : static_cast<double>(after.queue_count - before.queue_count);
   if (ran > 0) {
     res.server_queue_us = static_cast<double>(after.queue_ns - before.queue_ns) / ran / 1000.0;
     res.server_compute_us = static_cast<double>(after.infer_ns - before.infer_ns) / ran / 1000.0;
   }
-  const uint64_t execs = after.executions - before.executions;
+  const uint64_t execs = res.refused || after.executions < before.executions ? 0 : after.executions - before.executions;
   if (execs > 0) res.avg_batch = static_cast<double>(after.inferences - before.inferences) / static_cast<double>(execs);
   return res;
 }
@@ -454,8 +471,16 @@ int cmd_perf(const PerfOptions& options) {
                 r.p99, r.avg, r.server_queue_us, r.server_compute_us, r.avg_batch, static_cast<long long>(r.errors),
                 r.stable ? "" : "  (not stable)");
     std::fflush(stdout);
-    if (r.errors > 0 && !r.first_error.empty()) std::fprintf(stderr, "ferry perf: first error: %s\n", r.first_error.c_str());
     results.push_back(r);
+    if (r.refused) {
+      std::fprintf(stderr,
+                   "error: no request succeeded in a %d ms window at concurrency %d (%lld failed); the server's first error: %s\n"
+                   "ferry perf stopped there (perf_analyzer stops at a failed request): check that model '%s' is loaded and "
+                   "ready and that the server is not draining\n",
+                   r.refused_window_ms, r.concurrency, static_cast<long long>(r.errors), r.first_error.c_str(), opt.model.c_str());
+      break;
+    }
+    if (r.errors > 0 && !r.first_error.empty()) std::fprintf(stderr, "ferry perf: first error: %s\n", r.first_error.c_str());
   }
   if (!opt.csv.empty()) {
     std::ofstream f(opt.csv);
@@ -472,7 +497,7 @@ int cmd_perf(const PerfOptions& options) {
       j.push_back({{"concurrency", r.concurrency}, {"throughput", r.throughput}, {"p50_us", r.p50}, {"p90_us", r.p90},
                    {"p99_us", r.p99}, {"avg_us", r.avg}, {"server_queue_us", r.server_queue_us},
                    {"server_compute_infer_us", r.server_compute_us}, {"avg_batch", r.avg_batch}, {"requests", r.requests},
-                   {"errors", r.errors}, {"stable", r.stable}});
+                   {"errors", r.errors}, {"stable", r.stable}, {"refused", r.refused}});
     std::ofstream f(opt.json_out);
     f << j.dump(2) << '\n';
     if (!f) return report(invalid_argument("cannot write " + opt.json_out));
