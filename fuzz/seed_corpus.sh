@@ -97,6 +97,11 @@ PY
     # KServe v2 requests: JSON tensors (flat and nested), a binary section after the first newline.
     printf '%s' '{"id":"a","inputs":[{"name":"x","datatype":"FP32","shape":[2,4],"data":[1,2,3,4,5,6,7,8.5]},{"name":"ids","datatype":"INT64","shape":[2,3],"data":[[1,2,3],[4,5,6]]},{"name":"mask","datatype":"BOOL","shape":[2,2,2],"data":[true,false,true,true,false,false,true,false]},{"name":"h","datatype":"FP16","shape":[2,3],"data":[0.5,1,2,3,4,5]},{"name":"u","datatype":"UINT8","shape":[2,1,2],"data":[0,255,1,2]}],"outputs":[{"name":"y","parameters":{"binary_data":true}}],"parameters":{"timeout":1000}}' > "$out/seed_json"
     printf '%s\n%s' '{"inputs":[{"name":"x","datatype":"FP32","shape":[1,4],"parameters":{"binary_data_size":16}},{"name":"ids","datatype":"INT64","shape":[1,1],"parameters":{"binary_data_size":8}},{"name":"mask","datatype":"BOOL","shape":[1,2,2],"data":[1,0,1,0]},{"name":"h","datatype":"FP16","shape":[1,3],"data":[1,2,3]},{"name":"u","datatype":"UINT8","shape":[1,1,2],"data":[1,2]}]}' '0123456789abcdefghijklmn' > "$out/seed_binary"
+    # BYTES elements: binary (4-byte little-endian length, then the bytes) and as JSON strings.
+    { printf '%s\n' '{"inputs":[{"name":"s","datatype":"BYTES","shape":[1,2],"parameters":{"binary_data_size":13}}],"outputs":[{"name":"t","parameters":{"binary_data":true}}]}'
+      printf '\005\000\000\000hello\000\000\000\000'; } > "$out/seed_bytes_binary"
+    printf '%s' '{"inputs":[{"name":"s","datatype":"BYTES","shape":[2,1],"data":["a","bc"]}]}' > "$out/seed_bytes_json"
+    printf '%s' '{"parameters":{"config":"{}"}}' > "$out/seed_load"
     printf '%s' '{"ready":true}' > "$out/seed_index" ;;
   fuzz_model_config)
     # config.pbtxt files in Triton's text format, with fields ferry supports and fields it warns about.

@@ -177,7 +177,7 @@ class Service final : public inference::GRPCInferenceService::AsyncService {
 
   void ServerReady(Unary* ctx, const inference::ServerReadyRequest*,
                                         inference::ServerReadyResponse* resp) {
-    resp->set_ready(!s_->shutting_down.load());
+    resp->set_ready(!s_->shutting_down.load() && (!s_->opt.strict_readiness || s_->repo->all_ready()));
     return answer(ctx, grpc::Status::OK);
   }
 

@@ -28,6 +28,8 @@ struct GrpcServerOptions {
   int64_t max_message_size = int64_t(64) << 20;
   /// explicit: RepositoryModelLoad / RepositoryModelUnload are allowed.
   bool explicit_control = false;
+  /// Triton's --strict-readiness: ServerReady only while every model is ready (as HTTP's).
+  bool strict_readiness = true;
   /// The shared-memory regions (shared with the HTTP front end; null: registration refused).
   SharedMemoryRegistry* shm = nullptr;
   /// The log settings LogSettings reads and changes (null: UNAVAILABLE); verbose level >= 1 logs

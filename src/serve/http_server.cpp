@@ -242,6 +242,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   bool ready() const { return !server_->shutting_down.load(); }
+  bool server_ready() const { return ready() && (!server_->opt.strict_readiness || server_->repo->all_ready()); }
 
   void handle(http::request<http::string_body>& req) {
     const auto p = split_path(std::string_view(req.target().data(), req.target().size()));
@@ -256,7 +257,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (p[1] == "health" && p.size() == 3) {
       if (!get) return wrong_method("GET");
       if (p[2] == "live") return send(200, "");
-      if (p[2] == "ready") return send(ready() ? 200 : 400, "");
+      if (p[2] == "ready") return send(server_ready() ? 200 : 400, "");
     }
     if (p[1] == "repository") return handle_repository(req, p, post);
     if (p[1] == "logging" && p.size() == 2) return handle_logging(req, get, post);
@@ -339,6 +340,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (!server_->opt.explicit_control)
         return send(400, error_json("explicit model load / unload is not allowed: start `ferry serve --model-control-mode explicit`"));
       if (server_->shutting_down.load()) return send(503, error_json("the server is shutting down"));
+      if (p[4] == "load") {
+        Status body = check_load_request(req.body());
+        if (!body.is_ok()) return send(400, error_json(body.message()));
+      }
       // Loading takes seconds: on a thread of its own, so this I/O thread's other connections
       // keep being served; the answer is posted back to this connection.
       HttpServer::Impl* server = server_;
@@ -530,10 +535,12 @@ HttpServer::HttpServer(ModelRepository* repository, HttpServerOptions options, s
 HttpServer::~HttpServer() { stop(); }
 
 Status HttpServer::start() {
-  RETURN_IF_ERROR(impl_->listen(impl_->opt.http_port, &impl_->http_acceptor, &impl_->http_port, "HTTP"));
+  impl_->http_port = -1;
+  if (impl_->opt.http_port >= 0)
+    RETURN_IF_ERROR(impl_->listen(impl_->opt.http_port, &impl_->http_acceptor, &impl_->http_port, "HTTP"));
   if (impl_->opt.metrics_port >= 0)
     RETURN_IF_ERROR(impl_->listen(impl_->opt.metrics_port, &impl_->metrics_acceptor, &impl_->metrics_port, "metrics"));
-  impl_->accept(impl_->http_acceptor.get(), false);
+  if (impl_->http_acceptor) impl_->accept(impl_->http_acceptor.get(), false);
   if (impl_->metrics_acceptor) impl_->accept(impl_->metrics_acceptor.get(), true);
   for (auto& ioc : impl_->iocs)
     impl_->threads.emplace_back([ioc = ioc.get(), spin_us = impl_->opt.io_spin_us] { run_io(*ioc, spin_us); });

@@ -19,7 +19,8 @@ namespace ferry::serve {
 
 struct HttpServerOptions {
   std::string address = "0.0.0.0";
-  /// 0: a free port, chosen by the system (read it back with http_port()).
+  /// 0: a free port, chosen by the system (read it back with http_port()); -1: no HTTP/REST
+  /// endpoint (Triton's --allow-http false; the metrics endpoint still serves).
   int http_port = 8000;
   /// -1: no metrics endpoint.
   int metrics_port = 8002;
@@ -31,6 +32,9 @@ struct HttpServerOptions {
   int64_t max_input_size = int64_t(64) << 20;
   /// explicit: the repository extension may load and unload models.
   bool explicit_control = false;
+  /// Triton's --strict-readiness: /v2/health/ready is 200 only while every model the repository
+  /// knows is ready (ModelRepository::all_ready); false: while the server is not shutting down.
+  bool strict_readiness = true;
   /// The shared-memory regions (shared with the gRPC front end; null: the extension answers
   /// "disabled" and no request may name a region).
   SharedMemoryRegistry* shm = nullptr;
@@ -46,7 +50,7 @@ class HttpServer {
  public:
   HttpServer(ModelRepository* repository, HttpServerOptions options, std::function<void(const std::string&)> log);
   ~HttpServer();
-  /// Binds both ports and starts the I/O threads.
+  /// Binds both ports (those not -1) and starts the I/O threads.
   Status start();
   int http_port() const;
   int metrics_port() const;

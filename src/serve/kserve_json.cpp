@@ -549,4 +549,17 @@ StatusOr<bool> parse_index_request(std::string_view body) {
   return ready->GetBool();
 }
 
+Status check_load_request(std::string_view body) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return Status::ok();
+  rapidjson::Document doc;
+  doc.Parse<rapidjson::kParseIterativeFlag>(body.data(), body.size());
+  if (doc.HasParseError() || !doc.IsObject()) return invalid_argument("the repository load request is not a JSON object");
+  const Value* params = member(doc, "parameters");
+  if (!params) return Status::ok();
+  if (!params->IsObject()) return invalid_argument("the repository load request's 'parameters' is not an object");
+  if (params->MemberCount() == 0) return Status::ok();
+  return invalid_argument("load parameters (such as '" + std::string(params->MemberBegin()->name.GetString()) +
+                          "') are not supported by ferry: the model's config.pbtxt and files are read from the repository");
+}
+
 }  // namespace ferry::serve

@@ -95,5 +95,9 @@ std::string model_stats_json(const std::vector<StatsView>& models);
 std::string repository_index_json(const std::vector<IndexEntry>& entries);
 /// Reads {"ready": true} from a repository index request body (false when absent or empty).
 StatusOr<bool> parse_index_request(std::string_view body);
+/// A repository load request's body: empty, or a JSON object whose "parameters" (Triton's config
+/// override "config" and model files "file:...") are empty; ferry reads the model from the
+/// repository, so a load that gives any is refused naming one (as gRPC RepositoryModelLoad).
+Status check_load_request(std::string_view body);
 
 }  // namespace ferry::serve

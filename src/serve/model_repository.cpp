@@ -310,6 +310,13 @@ std::vector<std::shared_ptr<ServedModel>> ModelRepository::ready_models() const 
   return out;
 }
 
+bool ModelRepository::all_ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, e] : models_)
+    if (e.versions.empty() || !e.failed.empty()) return false;
+  return true;
+}
+
 void ModelRepository::stop_all() {
   std::map<std::string, ModelEntry> all;
   {

@@ -42,6 +42,9 @@ class ModelRepository {
   std::vector<IndexEntry> index(bool ready_only) const;
   /// Every ready model version (for /metrics and the statistics endpoint).
   std::vector<std::shared_ptr<ServedModel>> ready_models() const;
+  /// Every model it knows (loaded, or whose load failed) is ready: no failed version, at least
+  /// one serving. Unloaded models do not count. Triton's strict readiness (--strict-readiness).
+  bool all_ready() const;
   /// Stops every model (their queues drain first).
   void stop_all();
   const std::string& root() const { return root_; }

@@ -196,16 +196,18 @@ void ServedModel::finish(Entry& e, InferResult result) {
   if (result.status.is_ok()) {
     stats_.success_count.fetch_add(1, std::memory_order_relaxed);
     stats_.success_ns.fetch_add(ns, std::memory_order_relaxed);
+    // The latency histogram counts successes, as Triton's request durations do: a queue-full
+    // rejection answered at once would otherwise pull its percentiles down under overload.
+    const uint64_t us = ns / 1000;
+    size_t b = 0;
+    while (b < kLatencyBucketsUs.size() && us > kLatencyBucketsUs[b]) ++b;
+    stats_.latency_buckets[b].fetch_add(1, std::memory_order_relaxed);
+    stats_.latency_sum_us.fetch_add(us, std::memory_order_relaxed);
   } else {
     stats_.fail_count.fetch_add(1, std::memory_order_relaxed);
     stats_.fail_ns.fetch_add(ns, std::memory_order_relaxed);
     stats_.fail_by_reason[static_cast<int>(result.reason)].fetch_add(1, std::memory_order_relaxed);
   }
-  const uint64_t us = ns / 1000;
-  size_t b = 0;
-  while (b < kLatencyBucketsUs.size() && us > kLatencyBucketsUs[b]) ++b;
-  stats_.latency_buckets[b].fetch_add(1, std::memory_order_relaxed);
-  stats_.latency_sum_us.fetch_add(us, std::memory_order_relaxed);
   if (result.status.is_ok()) result.version = version_;
   result.timestamps.queue_start = std::chrono::duration_cast<std::chrono::nanoseconds>(e.enqueued.time_since_epoch()).count();
   InferCallback done = std::move(e.done);

@@ -35,6 +35,7 @@ struct ServeOptions {
   std::string grpc_address;  // "": the --http-address
   int grpc_port = 8001;
   bool allow_grpc = true;
+  bool allow_http = true;
   bool allow_metrics = true;
   std::string control_mode = "none";
   double poll_secs = 15;
@@ -42,6 +43,7 @@ struct ServeOptions {
   int exit_timeout_secs = 30;
   int64_t max_input_size = int64_t(64) << 20;
   bool exit_on_error = true;
+  bool strict_readiness = true;
   int threads = 0;
   int http_threads = 8;
   int64_t io_spin_us = serve::kDefaultIoSpinMicroseconds;
@@ -157,12 +159,13 @@ int cmd_serve(const ServeOptions& opt) {
   ho.logging = logging;
   ho.tracer = tracer.value().get();
   ho.address = opt.address;
-  ho.http_port = opt.http_port;
+  ho.http_port = opt.allow_http ? opt.http_port : -1;
   ho.metrics_port = opt.allow_metrics ? opt.metrics_port : -1;
   ho.threads = opt.http_threads;
   ho.io_spin_us = opt.io_spin_us;
   ho.max_input_size = opt.max_input_size;
   ho.explicit_control = opt.control_mode == "explicit";
+  ho.strict_readiness = opt.strict_readiness;
 #ifdef FERRY_VERSION
   ho.version = FERRY_VERSION;
 #endif
@@ -174,6 +177,7 @@ int cmd_serve(const ServeOptions& opt) {
     go.port = opt.grpc_port;
     go.max_message_size = opt.max_input_size;
     go.explicit_control = ho.explicit_control;
+    go.strict_readiness = opt.strict_readiness;
     go.shm = &shm;
     go.logging = logging;
     go.tracer = ho.tracer;
@@ -200,7 +204,7 @@ int cmd_serve(const ServeOptions& opt) {
     repo.stop_all();
     return report(st);
   }
-  log("HTTP on " + opt.address + ":" + std::to_string(server.http_port()) +
+  log((server.http_port() >= 0 ? "HTTP on " + opt.address + ":" + std::to_string(server.http_port()) : std::string("HTTP off (--allow-http false)")) +
       (server.metrics_port() >= 0 ? ", metrics on " + opt.address + ":" + std::to_string(server.metrics_port()) : std::string()));
   // Wait for SIGTERM / SIGINT; in poll mode, rescan the repository every --repository-poll-secs
   // (loads and unloads run here, never on a thread that serves requests).
@@ -255,13 +259,15 @@ int cmd_serve(const ServeOptions& opt) {
 const bool kRegistered = register_command({"serve", 75, [](CLI::App& app) {
   auto opt = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve a Triton-layout model repository over KServe v2 HTTP/REST and gRPC (Triton's protocol)");
-  cmd->add_option("--model-repository", opt->repository, "DIR/<model>/[config.pbtxt] and DIR/<model>/<version>/model.onnx|model.ferry")
+  cmd->add_option("--model-repository,--model-store", opt->repository,
+                  "DIR/<model>/[config.pbtxt] and DIR/<model>/<version>/model.onnx|model.ferry (--model-store: Triton's older name)")
       ->required();
   cmd->add_option("--http-address", opt->address, "Address to listen on (default 0.0.0.0)");
   cmd->add_option("--http-port", opt->http_port, "HTTP port (default 8000; 0: a free port, printed at start)")->check(CLI::Range(0, 65535));
   cmd->add_option("--metrics-port", opt->metrics_port, "Prometheus metrics port (default 8002; 0: a free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--grpc-port", opt->grpc_port, "gRPC port (default 8001; 0: a free port, printed at start)")->check(CLI::Range(0, 65535));
   cmd->add_option("--grpc-address", opt->grpc_address, "Address gRPC listens on (default: the --http-address)");
+  cmd->add_option("--allow-http", opt->allow_http, "Serve HTTP/REST (KServe v2; default true; the metrics port is separate)");
   cmd->add_option("--allow-grpc", opt->allow_grpc, "Serve gRPC (inference.GRPCInferenceService; default true)");
   cmd->add_option("--allow-metrics", opt->allow_metrics, "Serve /metrics (default true)");
   cmd->add_option("--model-control-mode", opt->control_mode,
@@ -275,6 +281,8 @@ const bool kRegistered = register_command({"serve", 75, [](CLI::App& app) {
   cmd->add_option("--http-max-input-size", opt->max_input_size, "Largest request body in bytes (default 64 MB); larger: 413")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--exit-on-error", opt->exit_on_error, "Exit when a model fails to load at start (default true)");
+  cmd->add_option("--strict-readiness", opt->strict_readiness,
+                  "Server readiness only while every loaded model is ready: one that failed to load makes it not ready (default true)");
   cmd->add_option("-t,--threads", opt->threads, "Compute threads per model, divided between its instances (default: the machine's cores)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--http-thread-count", opt->http_threads, "HTTP I/O threads (default 8)")->check(CLI::Range(1, 256));

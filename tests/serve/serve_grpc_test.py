@@ -167,7 +167,9 @@ y = np.full((2, 4), 0.5, dtype=np.float32)
 try:
     # ---- health, metadata, config ----------------------------------------------------------
     check(stub.ServerLive(pb.ServerLiveRequest(), timeout=T).live, "ServerLive")
-    check(stub.ServerReady(pb.ServerReadyRequest(), timeout=T).ready, "ServerReady")
+    # Strict readiness (Triton's default): 'broken' failed to load, so the server is not ready
+    # until it is unloaded (below, before the SIGTERM).
+    check(not stub.ServerReady(pb.ServerReadyRequest(), timeout=T).ready, "ServerReady is false while 'broken' is UNAVAILABLE")
     check(stub.ModelReady(pb.ModelReadyRequest(name="add"), timeout=T).ready, "ModelReady add")
     check(not stub.ModelReady(pb.ModelReadyRequest(name="nosuch"), timeout=T).ready, "ModelReady of an unknown model is false")
     md = stub.ServerMetadata(pb.ServerMetadataRequest(), timeout=T)
@@ -419,6 +421,8 @@ try:
           "a busy gRPC port: %d %s" % (r.returncode, r.stderr[-400:]))
 
     # ---- SIGTERM: not ready at once, new work refused, the queued request finishes ------
+    stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="broken"), timeout=T)
+    check(stub.ServerReady(pb.ServerReadyRequest(), timeout=T).ready, "ServerReady once the failed model is unloaded")
     pending = stub.ModelInfer.future(infer_request("queued", x[:1], y[:1], id="last"), timeout=T)
     time.sleep(0.3)
     proc.send_signal(signal.SIGTERM)

@@ -91,7 +91,31 @@ try:
 
     # Health, server metadata.
     check(requests.get(U + "/v2/health/live").status_code == 200, "live")
-    check(requests.get(U + "/v2/health/ready").status_code == 200, "ready")
+    # Strict readiness (Triton's default): 'broken' failed to load, so the server is not ready;
+    # --strict-readiness=false: ready while it is not shutting down.
+    check(requests.get(U + "/v2/health/ready").status_code == 400, "not ready while 'broken' is UNAVAILABLE (strict readiness)")
+    lax = ServeProcess(FERRY, REPO, "--exit-on-error=false", "--strict-readiness=false", "--allow-grpc=false")
+    try:
+        check(lax.port is not None and requests.get(lax.url + "/v2/health/ready").status_code == 200,
+              "--strict-readiness=false: ready with 'broken' UNAVAILABLE: " + lax.log()[-500:])
+    finally:
+        lax.stop()
+    # --allow-http=false (Triton's flag): no HTTP/REST listener; metrics (and gRPC) still serve.
+    p = subprocess.Popen([FERRY, "serve", "--model-store", REPO, "--http-address", "127.0.0.1", "--http-port", "0", "--grpc-port", "0",
+                          "--metrics-port", "0", "--threads", "1", "--exit-on-error=false", "--allow-http=false"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        started = None
+        for line in p.stderr:
+            started = re.search(r"HTTP off \(--allow-http false\), metrics on 127\.0\.0\.1:(\d+)", line)
+            if started:
+                break
+        if check(started is not None, "--allow-http=false (and --model-store, Triton's older name): the server says HTTP is off"):
+            r = requests.get("http://127.0.0.1:%s/metrics" % started.group(1), timeout=30)
+            check(r.status_code == 200 and "ferry_inference_count" in r.text, "--allow-http=false: metrics still serve")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        check(p.wait(30) == 0, "--allow-http=false: SIGTERM exits 0")
     meta = requests.get(U + "/v2").json()
     check(meta["name"] == "ferry" and "binary_tensor_data" in meta["extensions"], "server metadata: %s" % meta)
 
@@ -252,6 +276,12 @@ try:
           "inference and execution counts")
     check('ferry_inference_request_failure{model="queued",version="1",reason="REJECTED"} 2' in m, "REJECTED failures")
     check(re.search(r'ferry_inference_request_duration_us_bucket\{model="batched",version="1",le="\+Inf"\} 4', m) is not None, "histogram")
+    # The latency histogram counts successes only (Triton's request durations): the queued model's
+    # 2 successes, not its 3 failures; each waited its 1.5 s delay, so none is under 1 s.
+    check('ferry_inference_request_duration_us_count{model="queued",version="1"} 2' in m
+          and 'ferry_inference_request_duration_us_bucket{model="queued",version="1",le="1000000"} 0' in m
+          and 'ferry_inference_request_duration_us_bucket{model="queued",version="1",le="5000000"} 2' in m,
+          "histogram of successes: %s" % [l for l in m.splitlines() if 'duration_us_' in l and '"queued"' in l])
     check("# TYPE ferry_inference_request_duration_us histogram" in m and "process_resident_memory_bytes" in m, "families")
 
     # Repository index; load/unload are refused outside explicit mode.
@@ -375,13 +405,25 @@ srv = ServeProcess(FERRY, REPO, "--model-control-mode", "explicit", "--load-mode
 try:
     U = srv.url
     check(requests.get(U + "/v2/models/relu/ready").status_code == 400, "relu not loaded in explicit mode")
-    check(post(U + "/v2/repository/models/relu/load", b"").status_code == 200, "load relu")
+    # Triton's load overrides (a config, model files) are refused naming one, as over gRPC; the
+    # model stays unloaded. An empty "parameters" object is a plain load.
+    r = post(U + "/v2/repository/models/relu/load", {"parameters": {"config": json.dumps({"max_batch_size": 4})}})
+    check(r.status_code == 400 and "load parameters (such as 'config') are not supported by ferry" in r.json().get("error", ""),
+          "a load with a config override is refused: %d %s" % (r.status_code, r.text))
+    r = post(U + "/v2/repository/models/relu/load", b"{not json")
+    check(r.status_code == 400 and "not a JSON object" in r.json().get("error", ""), "a load body that is not JSON: %d %s" % (r.status_code, r.text))
+    check(requests.get(U + "/v2/models/relu/ready").status_code == 400, "relu still not loaded after the refused loads")
+    check(post(U + "/v2/repository/models/relu/load", {"parameters": {}}).status_code == 200, "load relu")
     r = post(U + "/v2/models/relu/infer", {"inputs": [{"name": "a", "datatype": "FP32", "shape": [2, 3], "data": [1] * 6}]})
     check(r.status_code == 200, "infer after load")
     check(post(U + "/v2/repository/models/relu/unload", b"").status_code == 200, "unload relu")
     check(requests.get(U + "/v2/models/relu/ready").status_code == 400, "relu not ready after unload")
+    check(requests.get(U + "/v2/health/ready").status_code == 200, "ready: every model loaded is ready")
     r = post(U + "/v2/repository/models/broken/load", b"")
     check(r.status_code == 400 and "config.pbtxt:3:" in r.json()["error"], "loading a broken model names the error: " + r.text)
+    check(requests.get(U + "/v2/health/ready").status_code == 400, "not ready after a failed load (strict readiness)")
+    check(post(U + "/v2/repository/models/broken/unload", b"").status_code == 200, "unload the failed model")
+    check(requests.get(U + "/v2/health/ready").status_code == 200, "ready again once the failed model is unloaded")
     r = post(U + "/v2/repository/models/nothere/load", b"")
     check(r.status_code == 404, "loading an unknown model is 404")
 
