@@ -246,7 +246,7 @@ bool dtype_from_kserve(std::string_view name, DType* out) {
 
 Status complete_and_validate(inference::ModelConfig* c, const std::vector<ValueInfo>& model_inputs,
                              const std::vector<ValueInfo>& model_outputs, const std::vector<int64_t>& gears,
-                             const std::string& where, std::vector<std::string>* warnings) {
+                             const std::string& where, std::vector<std::string>* warnings, bool auto_complete) {
   const std::string& platform = c->platform();
   const std::string& backend = c->backend();
   if (!platform.empty() && platform != "onnxruntime_onnx" && platform != "ferry")
@@ -260,6 +260,10 @@ Status complete_and_validate(inference::ModelConfig* c, const std::vector<ValueI
     return invalid_argument(where + ": max_batch_size is " + std::to_string(c->max_batch_size()) + "; it is >= 0 (0: no batching)");
   const bool batches = !gears.empty() || model_batches(model_inputs, model_outputs);
   const int64_t max_gear = gears.empty() ? 0 : *std::max_element(gears.begin(), gears.end());
+  if (!auto_complete && (c->input_size() == 0 || c->output_size() == 0))
+    return invalid_argument(where + ": lists no " + (c->input_size() == 0 ? "inputs" : "outputs") +
+                            " and --disable-auto-complete-config (or --strict-model-config true) asks the config for every "
+                            "input and output; list them (`GET /v2/models/M/config` of a server without the flag shows them)");
   // Completion (Triton's auto-complete): a config that lists no tensors gets the model's.
   if (c->input_size() == 0 && c->output_size() == 0 && c->max_batch_size() == 0 && batches) {
     c->set_max_batch_size(max_gear > 0 ? static_cast<int32_t>(max_gear) : kDefaultMaxBatchSize);

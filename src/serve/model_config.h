@@ -53,9 +53,11 @@ StatusOr<OutputLabels> read_output_labels(const inference::ModelConfig& config, 
 /// names, dtypes, dims, max_batch_size against the model's batch axis, batching and instance
 /// settings. `gears`: a compiled model's batch sizes (empty for ONNX). Warnings for settings
 /// ferry accepts but does not act on go to `warnings`. Errors name `where` and the field.
+/// `auto_complete` false (--disable-auto-complete-config): nothing is filled in; a config that
+/// lists no inputs or no outputs is refused, naming the flag.
 Status complete_and_validate(inference::ModelConfig* config, const std::vector<ValueInfo>& model_inputs,
                              const std::vector<ValueInfo>& model_outputs, const std::vector<int64_t>& gears,
-                             const std::string& where, std::vector<std::string>* warnings);
+                             const std::string& where, std::vector<std::string>* warnings, bool auto_complete = true);
 
 /// Triton's TYPE_FP32 <-> ferry's DType (kUndefined / TYPE_INVALID when there is none).
 DType dtype_from_config(inference::DataType t);

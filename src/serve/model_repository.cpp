@@ -95,6 +95,10 @@ Status ModelRepository::load(const std::string& name) {
     if (!parsed.config.name().empty() && parsed.config.name() != name)
       return fail(invalid_argument(name + "/config.pbtxt: name '" + parsed.config.name() +
                                    "' differs from the model's directory name '" + name + "'"));
+  } else if (!options_.auto_complete_config) {
+    return fail(not_found("model '" + name + "': no " + cfg_path.string() + ", and --disable-auto-complete-config (or "
+                          "--strict-model-config true) asks every model for one; write it, or serve without the flag to "
+                          "derive it from the model"));
   }
   parsed.config.set_name(name);
   for (const std::string& w : parsed.warnings) log_("warning: " + w);

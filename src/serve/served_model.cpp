@@ -69,7 +69,7 @@ StatusOr<std::shared_ptr<ServedModel>> ServedModel::load(const std::string& name
   }
   m->session_ = session.value();
   RETURN_IF_ERROR(complete_and_validate(&config, m->session_->inputs(), m->session_->outputs(), m->session_->batch_sizes(),
-                                        where, warnings));
+                                        where, warnings, options.auto_complete_config));
   // Instances may have changed if the config gained its default group.
   instances = 0;
   for (const auto& g : config.instance_group()) instances += std::max(1, g.count());

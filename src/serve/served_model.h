@@ -28,6 +28,10 @@ struct ServeOptions {
   std::string device = "cpu";
   /// Compute threads of this model, divided between its instances (0: the machine's cores).
   int threads = 0;
+  /// Triton's auto-complete: a model without config.pbtxt, or a config that lists no inputs or
+  /// outputs, gets them from the model. false: --disable-auto-complete-config (or Triton's older
+  /// --strict-model-config true): every model needs a config.pbtxt that lists them.
+  bool auto_complete_config = true;
 };
 
 /// When enqueue() may run a request on the caller's thread (see there).

@@ -44,6 +44,8 @@ struct ServeOptions {
   int64_t max_input_size = int64_t(64) << 20;
   bool exit_on_error = true;
   bool strict_readiness = true;
+  bool disable_auto_complete = false;
+  bool strict_model_config = false;  // Triton's older name: true = --disable-auto-complete-config
   int threads = 0;
   int http_threads = 8;
   int64_t io_spin_us = serve::kDefaultIoSpinMicroseconds;
@@ -127,6 +129,7 @@ int cmd_serve(const ServeOptions& opt) {
   serve::ServeOptions so;
   so.device = opt.device;
   so.threads = opt.threads;
+  so.auto_complete_config = !opt.disable_auto_complete && !opt.strict_model_config;
   serve::ModelRepository repo(opt.repository, so, log);
   std::vector<std::string> to_load;
   const std::vector<std::string> found = repo.scan();
@@ -281,6 +284,10 @@ const bool kRegistered = register_command({"serve", 75, [](CLI::App& app) {
   cmd->add_option("--http-max-input-size", opt->max_input_size, "Largest request body in bytes (default 64 MB); larger: 413")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--exit-on-error", opt->exit_on_error, "Exit when a model fails to load at start (default true)");
+  cmd->add_flag("--disable-auto-complete-config", opt->disable_auto_complete,
+                "Every model needs a config.pbtxt listing its inputs and outputs (default: derived from the model)");
+  cmd->add_option("--strict-model-config", opt->strict_model_config,
+                  "Triton's older flag: true is --disable-auto-complete-config (default false)");
   cmd->add_option("--strict-readiness", opt->strict_readiness,
                   "Server readiness only while every loaded model is ready: one that failed to load makes it not ready (default true)");
   cmd->add_option("-t,--threads", opt->threads, "Compute threads per model, divided between its instances (default: the machine's cores)")

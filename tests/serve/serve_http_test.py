@@ -79,6 +79,14 @@ check(re.search(r"broken/config\.pbtxt:3:\d+:", r.stderr) is not None, "the synt
 check("wrongtype/config.pbtxt: input 'a': data_type TYPE_INT64 but the model's input is TYPE_FP32" in r.stderr,
       "a config dtype that disagrees with the model is named: " + r.stderr[-600:])
 
+# Triton's --disable-auto-complete-config and its older --strict-model-config true: a model without
+# config.pbtxt ('relu') fails its load naming the file and the flag; the others load.
+for flag in (["--disable-auto-complete-config"], ["--strict-model-config", "true"]):
+    r = subprocess.run([FERRY, "serve", "--model-repository", REPO, "--http-address", "127.0.0.1", "--http-port", "0", "--grpc-port", "0",
+                        "--metrics-port", "0", "--threads", "1", *flag], capture_output=True, text=True, timeout=120)
+    check(r.returncode == 2 and re.search(r"model 'relu': no \S*relu/config\.pbtxt, and --disable-auto-complete-config", r.stderr) is not None
+          and "loaded model 'add'" in r.stderr, "%s: relu refused naming its config.pbtxt: %s" % (flag, r.stderr[-800:]))
+
 srv = ServeProcess(FERRY, REPO, "--exit-on-error=false", "--http-max-input-size", "1000000")
 try:
     check(srv.port is not None, "server started: " + srv.log()[-2000:])

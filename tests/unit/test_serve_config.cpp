@@ -41,6 +41,28 @@ TEST(ServeConfig, DerivedFromABatchingModel) {
   EXPECT_EQ(c.instance_group(0).count(), 1);
 }
 
+// --disable-auto-complete-config: nothing is derived; a config without its tensors is refused
+// naming the flag, a complete one passes.
+TEST(ServeConfig, AutoCompleteDisabledNeedsEveryTensorListed) {
+  inference::ModelConfig empty;
+  std::vector<std::string> w;
+  Status st = complete_and_validate(&empty, {batched("x")}, {batched("y")}, {}, "m/config.pbtxt", &w, /*auto_complete=*/false);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("m/config.pbtxt: lists no inputs and --disable-auto-complete-config"), std::string::npos) << st.message();
+  auto p = parse_model_config("max_batch_size: 4 input [ { name: \"x\" data_type: TYPE_FP32 dims: [4] } ]", "m/config.pbtxt");
+  ASSERT_TRUE(p.is_ok());
+  inference::ModelConfig no_outputs = p.value().config;
+  st = complete_and_validate(&no_outputs, {batched("x")}, {batched("y")}, {}, "m/config.pbtxt", &w, false);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("lists no outputs"), std::string::npos) << st.message();
+  p = parse_model_config("max_batch_size: 4 input [ { name: \"x\" data_type: TYPE_FP32 dims: [4] } ] "
+                         "output [ { name: \"y\" data_type: TYPE_FP32 dims: [4] } ]", "m/config.pbtxt");
+  ASSERT_TRUE(p.is_ok());
+  inference::ModelConfig full = p.value().config;
+  st = complete_and_validate(&full, {batched("x")}, {batched("y")}, {}, "m/config.pbtxt", &w, false);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+}
+
 TEST(ServeConfig, MismatchesAreNamed) {
   auto check = [](const std::string& text, const std::string& needle) {
     auto p = parse_model_config(text, "m/config.pbtxt");
