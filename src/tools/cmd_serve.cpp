@@ -10,9 +10,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #ifdef FERRY_HAVE_GRPC
 #include "serve/grpc_server.h"
@@ -27,6 +30,31 @@
 namespace ferry::cli {
 namespace {
 
+// Triton's flags that have nothing to set in ferry: accepted so that a Triton launch line starts
+// unchanged, each named in a warning with why (never silently ignored). Security flags (SSL) are
+// not among them: a server asked for TLS must not serve in clear.
+struct IgnoredTritonFlag {
+  const char* name;
+  const char* why;
+};
+constexpr IgnoredTritonFlag kIgnoredTritonFlags[] = {
+    {"--backend-config", "ferry runs the models itself; per-model settings go in config.pbtxt parameters (threads, precision)"},
+    {"--backend-directory", "ferry loads no backends"},
+    {"--repoagent-directory", "ferry runs no repository agents"},
+    {"--pinned-memory-pool-byte-size", "ferry keeps no pinned host memory pool"},
+    {"--cuda-memory-pool-byte-size", "ferry keeps no CUDA memory pool for transfers"},
+    {"--min-supported-compute-capability", "ferry selects devices with --device"},
+    {"--buffer-manager-thread-count", "ferry has no buffer manager threads"},
+    {"--model-load-thread-count", "ferry loads models one at a time"},
+    {"--grpc-infer-allocation-pool-size", "ferry's gRPC front end keeps no request pool to size"},
+    {"--allow-gpu-metrics", "ferry reports no GPU metrics"},
+    {"--allow-cpu-metrics", "ferry always reports the process's CPU and memory"},
+    {"--metrics-interval-ms", "ferry reads its metrics when they are scraped"},
+    {"--id", "ferry's server metadata names it \"ferry\""},
+    {"--rate-limit", "ferry has no rate limiter: instances take batches as they are free"},
+    {"--response-cache-byte-size", "ferry keeps no response cache"},
+};
+
 struct ServeOptions {
   std::string repository;
   std::string address = "0.0.0.0";
@@ -40,6 +68,8 @@ struct ServeOptions {
   std::string control_mode = "none";
   double poll_secs = 15;
   std::vector<std::string> load_models;
+  std::vector<std::vector<std::string>> ignored_values =
+      std::vector<std::vector<std::string>>(std::size(kIgnoredTritonFlags));  // per kIgnoredTritonFlags entry
   int exit_timeout_secs = 30;
   int64_t max_input_size = int64_t(64) << 20;
   bool exit_on_error = true;
@@ -103,6 +133,10 @@ int cmd_serve(const ServeOptions& opt) {
   auto tracer = serve::Tracer::open(opt.trace_file, ts);
   if (!tracer.is_ok()) return report(tracer.status());
   auto log = [logging](const std::string& line) { logging->write(line); };
+  for (size_t i = 0; i < std::size(kIgnoredTritonFlags); ++i)
+    for (const std::string& v : opt.ignored_values[i])
+      log(std::string("warning: ") + kIgnoredTritonFlags[i].name + " " + v + ": Triton's flag has no effect in ferry (" +
+          kIgnoredTritonFlags[i].why + "); ignored");
   if (opt.control_mode != "none" && opt.control_mode != "explicit" && opt.control_mode != "poll") {
     std::fprintf(stderr, "error: --model-control-mode '%s': expected none, explicit or poll\n", opt.control_mode.c_str());
     return 2;
@@ -288,6 +322,10 @@ const bool kRegistered = register_command({"serve", 75, [](CLI::App& app) {
                 "Every model needs a config.pbtxt listing its inputs and outputs (default: derived from the model)");
   cmd->add_option("--strict-model-config", opt->strict_model_config,
                   "Triton's older flag: true is --disable-auto-complete-config (default false)");
+  for (size_t i = 0; i < std::size(kIgnoredTritonFlags); ++i)
+    cmd->add_option(kIgnoredTritonFlags[i].name, opt->ignored_values[i],
+                    std::string("Triton's; no effect in ferry (") + kIgnoredTritonFlags[i].why + "): warned about and ignored")
+        ->group("Triton flags ferry ignores");
   cmd->add_option("--strict-readiness", opt->strict_readiness,
                   "Server readiness only while every loaded model is ready: one that failed to load makes it not ready (default true)");
   cmd->add_option("-t,--threads", opt->threads, "Compute threads per model, divided between its instances (default: the machine's cores)")

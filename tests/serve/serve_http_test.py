@@ -102,10 +102,15 @@ try:
     # Strict readiness (Triton's default): 'broken' failed to load, so the server is not ready;
     # --strict-readiness=false: ready while it is not shutting down.
     check(requests.get(U + "/v2/health/ready").status_code == 400, "not ready while 'broken' is UNAVAILABLE (strict readiness)")
-    lax = ServeProcess(FERRY, REPO, "--exit-on-error=false", "--strict-readiness=false", "--allow-grpc=false")
+    # (Also Triton's flags that set nothing in ferry: accepted, each named in a warning.)
+    lax = ServeProcess(FERRY, REPO, "--exit-on-error=false", "--strict-readiness=false", "--allow-grpc=false",
+                       "--backend-config", "onnxruntime,default-max-batch-size=4", "--pinned-memory-pool-byte-size=0")
     try:
         check(lax.port is not None and requests.get(lax.url + "/v2/health/ready").status_code == 200,
               "--strict-readiness=false: ready with 'broken' UNAVAILABLE: " + lax.log()[-500:])
+        check("warning: --backend-config onnxruntime,default-max-batch-size=4: Triton's flag has no effect in ferry" in lax.log()
+              and "warning: --pinned-memory-pool-byte-size 0: Triton's flag has no effect in ferry" in lax.log(),
+              "Triton's flags that set nothing are warned about: " + lax.log()[-800:])
     finally:
         lax.stop()
     # --allow-http=false (Triton's flag): no HTTP/REST listener; metrics (and gRPC) still serve.
