@@ -7,7 +7,8 @@
 //   B (int32, or float in real units, optional), z, z_scale, z_zero_point (the residual, optional), mid_scale,
 //   mid_zero_point (the Q/DQ pair between the convolution and the residual Add, optional).
 //   y_scale and y_zero_point both absent (""): y is float32, the dequantization in the epilogue
-//   (DQ(x), DQ(w) -> Conv with no Q after: the plain structure of bench/int8_baseline.py); no z or mid then.
+//   (DQ(x), DQ(w) -> Conv with no Q after: the plain structure of bench/int8_baseline.py); no mid then, and z,
+//   if given, is a float32 residual without z_scale / z_zero_point (the plain structure's residual Add).
 // Attributes: Conv's, conv_relu (Relu on the convolution's result), conv_min / conv_max (a Clip's bounds
 //   on the convolution's result, in real units), activation ("Silu" or "Sigmoid" on a float output, as
 //   FusedConv's: ops/fused_activation.h), relu (Relu after the residual),
@@ -20,7 +21,8 @@
 //   v    = max(v, 0)                                              if conv_relu
 //   v    = min(max(v, conv_min / s1), conv_max / s1)              if conv_min / conv_max (a Clip; either may be absent)
 //   v    = activation(v)                                          Silu or Sigmoid (float y only; in double, as FusedConv's)
-//   y    = v                                                      if y_scale and y_zero_point are absent: float y
+//   y    = v [+ z] [max(., 0) if relu]                            if y_scale and y_zero_point are absent: float y
+//                                                                 (z float32; no activation with z)
 //   v    = clamp(round_half_even(v), lo - mid_zp, hi - mid_zp) * (s1 / y_scale)   if mid (Q then DQ)
 //   v    = fma(z_scale / y_scale, float(z - z_zp), v)             if z (one rounding: see below)
 //   v    = max(v, 0)                                              if relu
@@ -78,8 +80,10 @@ Status infer_qconv_fused(InferContext& ctx) {
   const bool float_y = !ctx.has_input(kYScale);
   const DType yt = float_y ? DType::kF32 : ctx.input_type(kYZp).dtype;
   if (!float_y) RETURN_IF_ERROR(check_8bit(ctx, yt, "y_zero_point"));
-  if (float_y && (ctx.has_input(kZ) || ctx.has_input(kMidScale)))
-    return ctx.error("a float output (no y_scale / y_zero_point) takes no residual 'z' and no 'mid_scale'");
+  if (float_y && ctx.has_input(kMidScale))
+    return ctx.error("a float output (no y_scale / y_zero_point) takes no 'mid_scale'");
+  if (float_y && ctx.has_input(kZ) && !ctx.get_string("activation", "").empty())
+    return ctx.error("a float output with a residual 'z' takes no activation");
   if (const std::string a = ctx.get_string("activation", ""); !a.empty()) {
     if (a != "Silu" && a != "Sigmoid") return ctx.error("activation '" + a + "' is not known here; expected Silu or Sigmoid");
     if (!float_y) return ctx.error("activation '" + a + "' needs a float output (no y_scale / y_zero_point)");
@@ -90,7 +94,9 @@ Status infer_qconv_fused(InferContext& ctx) {
       ctx.input_type(kB).dtype != DType::kF32)
     return ctx.error(std::string("input 'B' has element type ") + dtype_name(ctx.input_type(kB).dtype) +
                      "; expected int32 (accumulator units) or float (real units)");
-  if (ctx.has_input(kZ) != ctx.has_input(kZScale) || ctx.has_input(kZ) != ctx.has_input(kZZp))
+  if (float_y && (ctx.has_input(kZScale) || ctx.has_input(kZZp)))
+    return ctx.error("a float output's residual 'z' is float32: no 'z_scale' or 'z_zero_point' (10-11)");
+  if (!float_y && (ctx.has_input(kZ) != ctx.has_input(kZScale) || ctx.has_input(kZ) != ctx.has_input(kZZp)))
     return ctx.error("inputs 'z', 'z_scale' and 'z_zero_point' (9-11) must be given together");
   if (ctx.has_input(kMidScale) != ctx.has_input(kMidZp))
     return ctx.error("inputs 'mid_scale' and 'mid_zero_point' (12-13) must be given together");
@@ -98,7 +104,9 @@ Status infer_qconv_fused(InferContext& ctx) {
   if (cl) out = permuted_type(out, kToNhwc);
   if (ctx.has_input(kZ)) {
     const TensorType& z = ctx.input_type(kZ);
-    RETURN_IF_ERROR(check_8bit(ctx, z.dtype, "z"));
+    if (float_y && z.dtype != DType::kF32 && z.dtype != DType::kUndefined)
+      return ctx.error(std::string("input 'z' has element type ") + dtype_name(z.dtype) + "; a float output's residual is float32");
+    if (!float_y) RETURN_IF_ERROR(check_8bit(ctx, z.dtype, "z"));
     if (z.shape && out.shape && z.shape->rank() != out.shape->rank())
       return ctx.error("input 'z' has shape " + z.shape->to_string() + "; it must have the output's shape " +
                        out.shape->to_string());
@@ -159,7 +167,7 @@ Status k_qconv_fused(KernelContext& ctx) {
     else fbias.assign(b.data<float>(), b.data<float>() + M);
   }
   const bool has_mid = ctx.has_input(kMidScale), has_z = ctx.has_input(kZ);
-  if (float_y && (has_mid || has_z)) return ctx.error("a float output (no y_scale) takes no residual 'z' and no 'mid_scale'");
+  if (float_y && has_mid) return ctx.error("a float output (no y_scale) takes no 'mid_scale'");
   float s1 = ys, mz = 0, mlo = 0, mhi = 0;
   if (has_mid) {
     RETURN_IF_ERROR(scalar_input(ctx, kMidScale, "mid_scale", &s1));
@@ -168,10 +176,16 @@ Status k_qconv_fused(KernelContext& ctx) {
   }
   float zs = 0, zz = 0;
   vector<int32_t> z;
+  vector<float> zf;  // a float output's float32 residual
   if (has_z) {
-    RETURN_IF_ERROR(scalar_input(ctx, kZScale, "z_scale", &zs));
-    RETURN_IF_ERROR(scalar_input(ctx, kZZp, "z_zero_point", &zz));
-    RETURN_IF_ERROR(check_8bit(ctx, ctx.input(kZ).dtype(), "z"));
+    if (float_y) {
+      if (ctx.input(kZ).dtype() != DType::kF32)
+        return ctx.error(std::string("input 'z' has element type ") + dtype_name(ctx.input(kZ).dtype()) + "; a float output's residual is float32");
+    } else {
+      RETURN_IF_ERROR(scalar_input(ctx, kZScale, "z_scale", &zs));
+      RETURN_IF_ERROR(scalar_input(ctx, kZZp, "z_zero_point", &zz));
+      RETURN_IF_ERROR(check_8bit(ctx, ctx.input(kZ).dtype(), "z"));
+    }
     Tensor zt = ctx.input(kZ);
     if (cl && zt.rank() == 4) {
       ASSIGN_OR_RETURN(zt, dm::permute(zt, kToNchw));
@@ -179,7 +193,8 @@ Status k_qconv_fused(KernelContext& ctx) {
     if (zt.dims() != od)
       return ctx.error("input 'z' has shape " + dims_to_string(ctx.input(kZ).dims()) + "; expected the output's " +
                        dims_to_string(od) + (cl ? " (as NCHW)" : ""));
-    z = to_int32(zt);
+    if (float_y) zf = to_float_vector(zt);
+    else z = to_int32(zt);
   }
   const bool conv_relu = ctx.get_int("conv_relu", 0) != 0, relu = ctx.get_int("relu", 0) != 0;
   const float cmin = ctx.get_float("conv_min", -INFINITY) / s1, cmax = ctx.get_float("conv_max", INFINITY) / s1;
@@ -187,6 +202,7 @@ Status k_qconv_fused(KernelContext& ctx) {
   if (act.kind != ActKind::kNone && act.kind != ActKind::kSilu && act.kind != ActKind::kSigmoid)
     return ctx.error("activation '" + ctx.get_string("activation", "") + "' is not known here; expected Silu or Sigmoid");
   if (act.kind != ActKind::kNone && !float_y) return ctx.error("an activation needs a float output (no y_scale)");
+  if (act.kind != ActKind::kNone && has_z) return ctx.error("a float output with a residual 'z' takes no activation");
   vector<float> mul(static_cast<size_t>(M)), real(static_cast<size_t>(M));
   for (int64_t m = 0; m < M; ++m) {
     real[m] = xs * ws[ws.size() == 1 ? 0 : m];
@@ -205,6 +221,12 @@ Status k_qconv_fused(KernelContext& ctx) {
     if (conv_relu) v = std::max(v, 0.0f);
     v = std::min(std::max(v, cmin), cmax);
     if (float_y) {
+      if (has_z) {
+        v = v + zf[i];
+        if (relu) v = std::max(v, 0.0f);
+        q[i] = v;
+        continue;
+      }
       q[i] = act.kind == ActKind::kNone ? v : static_cast<float>(apply_fused_activation(act, v));
       continue;
     }

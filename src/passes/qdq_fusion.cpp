@@ -8,7 +8,8 @@
 //   the same with a float bias constant [M] (the plain structure's), a Clip with constant bounds in
 //   the Relu's place, and with no Q at the end: a float output (the dequantization in the int8
 //   kernel's epilogue; the chain ends where no Q follows: after the Conv, or its Relu / Clip, or its
-//   SiLU (x * Sigmoid(x)) or Sigmoid, which make the output float)
+//   SiLU (x * Sigmoid(x)) or Sigmoid, which make the output float, or after an Add of a float32 residual
+//   of its shape [-> Relu], the plain structure's residual block: z float32, relu)
 //   DQ(a), DQ(W s8 [K, N] or Gemm's [N, K], per column) -> MatMul [-> Add(DQ(B int32))] | Gemm(DQ(C int32))
 //   [-> Relu] -> Q                            -> com.ferry.QMatMulFused (W kept as [K, N])
 //   the same with a float bias constant [N] (Add or Gemm's C), and with no Q: a float output
@@ -295,11 +296,32 @@ bool fuse_qconv(PatternContext& pc, long c) {
   }
   // No Q to end on (Conv [-> Relu | Clip] -> float ops): a float output, the convolution int8.
   const bool float_y = q < 0;
+  std::string fz, fout = float_out;  // a float output's float32 residual and the node's output then
   if (float_y) {
     covered.resize(conv_covered);
     relu = false;
     dz = -1;
     has_mid = false;
+    // The plain structure's residual: the float output's only reader an Add of a float32 value of its shape
+    // (no broadcast) [-> Relu]: both join the node (its epilogue adds z, then the Relu: the same f32 steps).
+    const long fa = act.empty() && pool < 0 ? pc.sole_reader(float_out) : -1;
+    if (fa >= 0 && is_onnx(g.nodes[fa], "Add")) {
+      const Node& an = g.nodes[fa];
+      const std::string other = other_input(an, float_out);
+      const TensorType* tz = other.empty() ? nullptr : g.find_type(other);
+      const TensorType* ty = g.find_type(an.outputs[0]);
+      if (tz && ty && tz->dtype == DType::kF32 && ty->dtype == DType::kF32 && tz->shape && ty->shape && *tz->shape == *ty->shape) {
+        covered.push_back(fa);
+        fz = other;
+        fout = an.outputs[0];
+        const long fr = pc.sole_reader(fout);
+        if (fr >= 0 && is_onnx(g.nodes[fr], "Relu")) {
+          covered.push_back(fr);
+          relu = true;
+          fout = g.nodes[fr].outputs[0];
+        }
+      }
+    }
   } else if (std::find(covered.begin(), covered.end(), q) == covered.end()) {
     covered.push_back(q);
   }
@@ -317,6 +339,7 @@ bool fuse_qconv(PatternContext& pc, long c) {
   const std::string xzp = zp_name(&g, xp), yzp = float_y ? "" : zp_name(&g, yp);
   fused.inputs = {g.nodes[dx].inputs[0], xp.scale, xzp, wn.inputs[0], wn.inputs[1], wzp,
                   float_y ? "" : yp.scale, yzp, bq};
+  if (!fz.empty()) fused.inputs.push_back(fz);
   if (dz >= 0) {
     fused.inputs.push_back(g.nodes[dz].inputs[0]);
     fused.inputs.push_back(zp.scale);
@@ -328,7 +351,7 @@ bool fuse_qconv(PatternContext& pc, long c) {
     fused.inputs.push_back(zp_name(&g, mid));
   }
   while (fused.inputs.back().empty()) fused.inputs.pop_back();
-  fused.outputs = {float_y ? float_out : g.nodes[q].outputs[0]};
+  fused.outputs = {float_y ? fout : g.nodes[q].outputs[0]};
   Node pooled;  // the MaxPool moved after the Q: the fused node's 8-bit output -> the Q's output
   if (pool >= 0) {
     covered.erase(std::remove(covered.begin(), covered.end(), q), covered.end());

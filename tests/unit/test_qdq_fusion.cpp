@@ -334,6 +334,7 @@ TEST(QdqFusion, ConvolutionOnEitherOneDnnKernel) {
 struct PlainCase {
   int64_t c = 8, m = 16, hw = 9, k = 3, stride = 1, group = 1;
   int act = 1;  // 0 none, 1 Relu, 2 Clip(0, hi), 3 SiLU (x * Sigmoid(x)), 4 Sigmoid
+  int residual = 0;  // 1: -> Add(z, a float32 input of the output's shape); 2: that and a Relu after it
   bool quantized_out = false, pow2 = true, nhwc = false, bias = true;
   uint8_t x_zp = 0;
   uint32_t seed = 31;
@@ -375,6 +376,11 @@ std::shared_ptr<Model> plain_conv_model(const PlainCase& pc) {
   }
   if (pc.act == 3) y = b.node("Mul", {y, b.node("Sigmoid", {y})});
   if (pc.act == 4) y = b.node("Sigmoid", {y});
+  if (pc.residual > 0) {
+    const int64_t ohw = (pc.hw + 2 * pad - pc.k) / pc.stride + 1;
+    y = b.node("Add", {b.input("z", {1, pc.m, ohw, ohw}), y});
+    if (pc.residual == 2) y = b.node("Relu", {y});
+  }
   if (pc.quantized_out) y = b.node("QuantizeLinear", {y, b.scalar(scale(sc, 1, 1.21f)), b.constant(u8_scalar(0))});
   b.output(y);
   return b.build();
@@ -415,7 +421,13 @@ void check_plain_case(const PlainCase& pc) {
     fast = run_pass(*fused, "nhwc_layout");
     EXPECT_TRUE(fast_kernels_taken(*fast, &n));
   }
-  const NamedTensors feeds = u8_feeds(*model, pc.seed + 100);
+  NamedTensors feeds = u8_feeds(*model, pc.seed + 100);
+  for (auto& [name, t] : feeds) {
+    if (name != "z") continue;  // the float residual: multiples of 2^-6 in [-4, 4] (exact sums with pow2 scales)
+    std::mt19937 rng(pc.seed + 7);
+    t = Tensor::allocate(DType::kF32, t.dims());
+    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = static_cast<float>(static_cast<int>(rng() % 513) - 256) / 64.f;
+  }
   const Tensor unfused_ref = run_model(model, feeds, "cpu-ref")[0].second;
   const Tensor fused_ref = run_model(fused, feeds, "cpu-ref")[0].second;
   const Tensor fused_cpu = run_model(fast, feeds, "cpu")[0].second;
@@ -446,6 +458,25 @@ void check_plain_case(const PlainCase& pc) {
     interior += v != 0.f && v < hi && (pc.act != 4 || (v > 0.01f && v < 0.99f));  // a Sigmoid not saturated
   }
   EXPECT_GT(interior, fused_ref.numel() / 4);
+}
+
+// The plain structure's residual block: DQ -> Conv [-> Relu] -> Add(float32 z) [-> Relu] as one QConvFused with a
+// float output, z as its residual and relu (oneDNN's sum post-op on the f32 destination): the same values as the
+// QDQ graph's float Add and Relu (bit for bit with power-of-two scales), NCHW and channels last.
+TEST(QdqFusion, FloatOutputTakesFloatResidualAndRelu) {
+  PlainCase pc;
+  pc.act = 0;
+  pc.k = 1;
+  pc.residual = 2;
+  check_plain_case(pc);
+  pc.nhwc = true;
+  check_plain_case(pc);
+  pc.act = 1;  // a Relu before the Add too; no Relu after it
+  pc.residual = 1;
+  pc.k = 3;
+  pc.pow2 = false;
+  pc.seed = 34;
+  check_plain_case(pc);
 }
 
 TEST(QdqFusion, FloatOutputConvolutionDequantizesInEpilogue) {

@@ -83,7 +83,7 @@ class DnnlQConvKernel : public Kernel {
     float xs = 0, ys = 1, s1 = 0;
     if (float_y_) {
       y_dt_ = DType::kF32;
-      if (cpu::has_input(node_, kZ) || cpu::has_input(node_, kMidScale) || !cpu::scalar_input(graph, node_, kXScale, &xs) || !cpu::scalar_input(graph, node_, kXZp, &xz_))
+      if (cpu::has_input(node_, kMidScale) || !cpu::scalar_input(graph, node_, kXScale, &xs) || !cpu::scalar_input(graph, node_, kXZp, &xz_))
         return false;
     } else {
       const Tensor* yzt = cpu::constant_input(graph, node_, kYZp);
@@ -103,7 +103,13 @@ class DnnlQConvKernel : public Kernel {
       mid_to_y_ = s1 / ys;
     }
     has_z_ = cpu::has_input(node_, kZ);
-    if (has_z_) {
+    if (has_z_ && float_y_) {  // a float32 residual (the plain structure's Add): the sum post-op adds it, scale 1
+      const TensorType* zt = graph.find_type(node_.inputs[kZ]);
+      if (!zt || zt->dtype != DType::kF32 || !NodeAttrs(node_).get_string("activation", "").empty()) return false;
+      z_dt_ = DType::kF32;
+      z_to_y_ = 1;
+      zz_ = 0;
+    } else if (has_z_) {
       float zs = 0;
       const TensorType* zt = graph.find_type(node_.inputs[kZ]);
       if (!zt || !is_8bit(zt->dtype) || !cpu::scalar_input(graph, node_, kZScale, &zs) || !cpu::scalar_input(graph, node_, kZZp, &zz_)) return false;
@@ -201,6 +207,7 @@ class DnnlQConvKernel : public Kernel {
     const bool over = has_z_ && z_dt_ == y_dt_;
     std::vector<int64_t> fix;  // the outputs a saturated pair touched (init_fixup), NHWC offsets
     std::vector<int32_t> fix_z;
+    std::vector<float> fix_zf;  // (a float residual)
     if (!pairs_.empty() && x.numel() > 0) {
       if (!pairs_.find(p->in_dims, p->out_dims, p->stride, p->dil, p->pad, x.data<uint8_t>(), y_numel(*p) / 256,
                        &fix)) {  // many: the split
@@ -211,15 +218,17 @@ class DnnlQConvKernel : public Kernel {
       }
       if (has_z_) {  // read before the run: the output may be z's own buffer
         const Tensor& z = ctx.input(kZ);
-        for (int64_t i : fix)
-          fix_z.push_back(z_dt_ == DType::kU8 ? z.data<uint8_t>()[i] : static_cast<int32_t>(z.data<int8_t>()[i]));
+        for (int64_t i : fix) {
+          if (z_dt_ == DType::kF32) fix_zf.push_back(z.data<float>()[i]);
+          else fix_z.push_back(z_dt_ == DType::kU8 ? z.data<uint8_t>()[i] : static_cast<int32_t>(z.data<int8_t>()[i]));
+        }
       }
     }
     ASSIGN_OR_RETURN(Tensor * y, over ? ctx.allocate_output_over(0, kZ, y_dt_, p->out_dims)
                                       : ctx.allocate_output(0, y_dt_, p->out_dims, false));
     if (!fix.empty()) {
       RETURN_IF_ERROR(run_onednn(ctx, x, p, y));
-      repair(*p, x.data<uint8_t>(), fix, fix_z, y);
+      repair(*p, x.data<uint8_t>(), fix, fix_z, fix_zf, y);
       return Status::ok();
     }
     return run_onednn(ctx, x, p, y);
@@ -304,7 +313,7 @@ class DnnlQConvKernel : public Kernel {
 
   // The listed outputs recomputed as the reference does (ops/quantize_fused.cpp k_qconv_fused).
   void repair(const Plan& p, const uint8_t* x, const std::vector<int64_t>& fix, const std::vector<int32_t>& fix_z,
-              Tensor* y) const {
+              const std::vector<float>& fix_zf, Tensor* y) const {
     const int64_t H = p.in_dims[1], W = p.in_dims[2], C = p.in_dims[3];
     const int64_t OH = p.out_dims[1], OW = p.out_dims[2], M = p.out_dims[3], KH = w_.dim(2), KW = w_.dim(3);
     const int8_t* w = w_.data<int8_t>();
@@ -333,6 +342,10 @@ class DnnlQConvKernel : public Kernel {
       if (conv_relu_) v = std::max(v, 0.0f);
       v = std::min(std::max(v, clip_lo_), clip_hi_);
       if (float_y_) {
+        if (has_z_) {  // the sum post-op, then the Relu
+          v = v + fix_zf[f];
+          if (relu_) v = std::max(v, 0.0f);
+        }
         y->mutable_data<float>()[i] = v;
         continue;
       }
