@@ -8,9 +8,13 @@
 //   - spinning while another process needs the core starves it: `ferry bench mobilenet_v2 -t 2`
 //     with the cores shared measured p50 127-143 ms with libgomp's long default spin vs 4.2 ms
 //     passive.
-// So ferry picks at start-up: idle threads spin briefly (GOMP_SPINCOUNT, about 100 us) before they
-// block, unless other runnable tasks already fill every core it may use (the running count in
-// /proc/loadavg against the affinity mask): then they block at once (OMP_WAIT_POLICY=PASSIVE).
+// So ferry picks at start-up: idle threads spin briefly (GOMP_SPINCOUNT=10000: 10000 pause
+// instructions, 240 us on the AMD EPYC Zen 3 host) before they block, unless other runnable tasks
+// already fill every core it may use (the running count in /proc/loadavg against the affinity
+// mask): then they block at once (OMP_WAIT_POLICY=PASSIVE). The choice holds for the process's
+// life: load that comes after start-up meets spinning threads (docs/performance.md, "Sharing the
+// cores with other processes": at load 9-12, MobileNetV2 int8 at 2 threads ran 6x, ResNet-50 1.4-2x
+// the blocking policy's time).
 // (The first version spun only when no other task was running at all; one snapshot of that count
 // often showed a transient task, and a side-by-side run then measured MobileNetV2 b1 on 2 threads
 // at 3.63 ms passive against ORT's 2.37 ms spinning.) A user's own
