@@ -123,6 +123,23 @@ __attribute__((target("avx2"), always_inline)) inline void epilogue_pair_any(__m
 // per row into y (row stride ldy bytes; y at the block's first pixel). One call per block of R pixels, the
 // node's scalars read once for all its panels. YT 3 / 4 (the integer form): the bias as the sums' start and
 // the rows' epilogues two at a time (epilogue_pair; an odd last row with a zero second row, its bytes not stored).
+// The integer epilogue's stores of R rows' sums (YT 3: u8, 4: s8), two rows per epilogue_pair (an odd last
+// row with its own sums as the second, those bytes not stored): shared by tile and tile_bytes.
+template <int R, int YT>
+__attribute__((target("avx2"), always_inline)) inline void store_rows_integer(const __m256i* acc, const PanelEpi& pe,
+                                                                              const EpiFlags& e, int cols, char* yp,
+                                                                              int64_t ldy) {
+  const __m256 lo = _mm256_set1_ps(e.int_lo), hi = _mm256_set1_ps(e.int_hi);
+  const __m256i zp = _mm256_set1_epi32(e.int_zp);
+  alignas(16) char spill[kNr];
+  for (int r = 0; r < R; r += 2) {
+    const bool two = r + 1 < R;
+    const __m256i b0 = two ? acc[2 * r + 2] : acc[2 * r], b1 = two ? acc[2 * r + 3] : acc[2 * r + 1];
+    char* yb = two ? yp + (r + 1) * ldy : spill;
+    epilogue_pair_any<YT - 2>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, e, cols, yp + r * ldy, yb);
+  }
+}
+
 template <int R, int YT>
 __attribute__((target("avx2"))) void tile(const int16_t* a, int64_t lda, const int16_t* packed, int64_t pairs, const PanelEpi* pes,
                                           int64_t panels, int64_t M, const EpiFlags& flags, char* y, int64_t ldy) {
@@ -136,15 +153,7 @@ __attribute__((target("avx2"))) void tile(const int16_t* a, int64_t lda, const i
     char* yp = y + p * kNr * ysize;
     if constexpr (YT >= 3) {
       cpu::pair_sums<R>(a, lda, panel, pairs, pe.bias, acc);
-      const __m256 lo = _mm256_set1_ps(e.int_lo), hi = _mm256_set1_ps(e.int_hi);
-      const __m256i zp = _mm256_set1_epi32(e.int_zp);
-      alignas(16) char spill[kNr];
-      for (int r = 0; r < R; r += 2) {
-        const bool two = r + 1 < R;
-        const __m256i b0 = two ? acc[2 * r + 2] : acc[2 * r], b1 = two ? acc[2 * r + 3] : acc[2 * r + 1];
-        char* yb = two ? yp + (r + 1) * ldy : spill;
-        epilogue_pair_any<YT - 2>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, e, cols, yp + r * ldy, yb);
-      }
+      store_rows_integer<R, YT>(acc, pe, e, cols, yp, ldy);
     } else {
       accumulate<R>(a, lda, panel, pairs, nullptr, acc);
       for (int r = 0; r < R; ++r) epilogue_any<YT>(acc[2 * r], acc[2 * r + 1], pe, e, cols, yp + r * ldy);
@@ -187,15 +196,7 @@ __attribute__((target("avx2"))) void tile_bytes(const uint8_t* a, int64_t lda, c
       continue;
     }
     cpu::quad_sums<R>(a, lda, packed + p * quads * kNr * 4, quads, pe.bias, acc);
-    const __m256 lo = _mm256_set1_ps(e.int_lo), hi = _mm256_set1_ps(e.int_hi);
-    const __m256i zp = _mm256_set1_epi32(e.int_zp);
-    alignas(16) char spill[kNr];
-    for (int r = 0; r < R; r += 2) {
-      const bool two = r + 1 < R;
-      const __m256i b0 = two ? acc[2 * r + 2] : acc[2 * r], b1 = two ? acc[2 * r + 3] : acc[2 * r + 1];
-      char* yb = two ? yp + (r + 1) * ldy : spill;
-      epilogue_pair_any<YT - 2>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, e, cols, yp + r * ldy, yb);
-    }
+    store_rows_integer<R, YT>(acc, pe, e, cols, yp, ldy);
   }
 }
 
