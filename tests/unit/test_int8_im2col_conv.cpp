@@ -7,6 +7,7 @@
 // where int8_gemm does (AVX2 without VNNI); skipped elsewhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -41,6 +42,11 @@ struct StemCase {
   float clip_lo = -0.5f, clip_steps = 60;  // the Clip's bounds: in real units, in output steps
   float ys_factor = 1;                     // y_scale times this
   bool x_tail = false;           // x mostly below 64, ~2% at 200-255 (a Relu's output: few pairs saturate)
+  // 1x1 weights at the edge of int8_gemm.h's PairedQuads bound: each quad's channel 0 at +-64 (the sign of the
+  // output channel), quad 1's channel 1 at +-1, the rest 0, so two quads' lane sums reach 255 x 128 = 32640 and
+  // quad 1's 255 x 129, which int16 cannot hold; with x_half_max half of x is 255.
+  bool pair_edge = false, x_half_max = false;
+  bool mixed_8bit = false;       // 8-bit weights in [-10, 10] but 1 in 4 of channels 0-3 at +-(100..127): quad 0 single
   DType y_dt = DType::kU8;
   uint32_t seed = 3;
 };
@@ -66,6 +72,14 @@ std::shared_ptr<Model> stem_model(const StemCase& sc, std::mt19937& rng) {
                        : static_cast<int>(rng() % 256) - 128;
     if (sc.narrow_after_zp) v = 96 + static_cast<int>(rng() % 61) - 30;
     if (sc.seven_bit) v = sc.extreme ? (i / (w.numel() / sc.M) % 2 ? -64 : 64) : static_cast<int>(rng() % 129) - 64;
+    if (sc.pair_edge) {
+      const int64_t c = i / (sc.KH * sc.KW) % sc.C, sign = i / (w.numel() / sc.M) % 2 ? -1 : 1;
+      v = static_cast<int>(sign * (c % 4 == 0 ? 64 : c == 5 ? 1 : 0));
+    }
+    if (sc.mixed_8bit) {
+      const int64_t c = i / (sc.KH * sc.KW) % sc.C;
+      v = c < 4 && rng() % 4 == 0 ? (rng() % 2 ? 1 : -1) * (100 + static_cast<int>(rng() % 28)) : static_cast<int>(rng() % 21) - 10;
+    }
     w.mutable_data<int8_t>()[i] = static_cast<int8_t>(v);
   }
   Tensor ws = Tensor::allocate(DType::kF32, {sc.M});
@@ -153,6 +167,21 @@ int64_t saturating_pairs(const Model& m, const Tensor& x) {
   return n;
 }
 
+// How many quads of a 1x1's weights PairedQuads puts in pairs (the byte path's packing, int8_gemm.h).
+int64_t paired_quads(const Model& m) {
+  const Tensor& w = m.graph.initializers.at("w");
+  const int64_t M = w.dim(0), C = w.dim(1), quads = C / 4, panels = (M + 15) / 16;
+  std::vector<int8_t> data8(static_cast<size_t>(panels * quads * 16 * 4), 0);
+  for (int64_t o = 0; o < M; ++o)
+    for (int64_t k = 0; k < C; ++k)
+      data8[static_cast<size_t>(((o / 16 * quads + k / 4) * 16 + o % 16) * 4 + k % 4)] = w.data<int8_t>()[o * C + k];
+  cpu::PairedQuads pq;
+  pq.plan(data8.data(), panels, quads);
+  int64_t n = 0;
+  for (int32_t p : pq.pairs) n += 2 * p;
+  return n;
+}
+
 void check(const StemCase& sc, bool taken = true, int64_t* saturating = nullptr) {
   SCOPED_TRACE(::testing::Message() << "C=" << sc.C << " k=" << sc.KH << "x" << sc.KW << " s8=" << sc.x_s8 << " x_zp=" << sc.x_zp
                                     << " w_zp=" << sc.w_zp << " fbias=" << sc.fbias << " y=" << dtype_name(sc.y_dt)
@@ -165,9 +194,13 @@ void check(const StemCase& sc, bool taken = true, int64_t* saturating = nullptr)
     int v = static_cast<int>(rng() % 256);
     if (sc.extreme) v = sc.x_zp >= 128 ? 0 : 255;  // |x - x_zp| at its largest
     if (sc.x_tail) v = rng() % 50 == 0 ? 200 + static_cast<int>(rng() % 56) : static_cast<int>(rng() % 64);
+    if (sc.x_half_max && rng() % 2) v = 255;
     x.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(v);
   }
   if (saturating) *saturating = saturating_pairs(*model, x);
+  if (sc.pair_edge || sc.mixed_8bit) {
+    EXPECT_GT(paired_quads(*model), 0) << "the case does not exercise the int16 pairs";
+  }
   const NamedTensors feeds = {{"x", x}};
   const NamedTensors ref = run_model(model, feeds, "cpu-ref");
   const NamedTensors cpu = run_model(model, feeds, "cpu");
@@ -415,6 +448,105 @@ TEST_F(Int8Im2colConv, EightBitPointwiseBytePathWithRepair) {
   check(sc);
   sc.w_zp = false;
   sc.C = 30;  // not whole quads: the int16 path
+  check(sc);
+}
+
+// int8_gemm.h's PairedQuads: two quads go together only where every int16 lane stays within range for any u8
+// source (positive and negative weights of the four products each summing to at most 128 in magnitude): at 128
+// they pair, at 129 (255 x 129 = 32895) they do not; the order is a permutation of the quads, the data moved with it.
+TEST(Int8PairedQuads, PairsExactlyWhereTheLanesHold) {
+  constexpr int64_t kCols = 16;
+  const auto plan_of = [](const std::vector<int8_t>& data8, int64_t panels, int64_t quads) {
+    cpu::PairedQuads pq;
+    pq.plan(data8.data(), panels, quads);
+    return pq;
+  };
+  std::vector<int8_t> two(2 * kCols * 4, 0);  // [quad][column][4]
+  for (int64_t n = 0; n < kCols; ++n) two[static_cast<size_t>(n * 4 + 2)] = two[static_cast<size_t>((kCols + n) * 4 + 3)] = 64;
+  EXPECT_EQ(plan_of(two, 1, 2).pairs[0], 1) << "lane sums of 128 (255 x 128 = 32640 fits int16)";
+  std::fill(two.begin(), two.end(), 0);
+  for (int64_t n = 0; n < kCols; ++n) two[static_cast<size_t>(n * 4)] = two[static_cast<size_t>((kCols + n) * 4 + 1)] = -64;
+  EXPECT_EQ(plan_of(two, 1, 2).pairs[0], 1) << "lane sums of -128";
+  two[static_cast<size_t>((kCols + 9) * 4)] = -1;  // column 9's lane 0: -129
+  EXPECT_EQ(plan_of(two, 1, 2).pairs[0], 0) << "lane sum -129 (255 x -129 wraps int16)";
+  two[static_cast<size_t>((kCols + 9) * 4)] = 1;  // -128 and +1: fits
+  EXPECT_EQ(plan_of(two, 1, 2).pairs[0], 1);
+
+  // MobileNetV2-like panels (mostly small weights, a few large): a permutation of the quads, the data moved with
+  // it, every pair within the bound, one pair count for all panels, at least 3/4 of the quads paired.
+  constexpr int64_t kPanels = 3, kQuads = 12;
+  std::mt19937 rng(5);
+  std::vector<int8_t> data8(kPanels * kQuads * kCols * 4);
+  for (int8_t& v : data8) v = static_cast<int8_t>(rng() % 64 == 0 ? static_cast<int>(rng() % 129) - 64 : static_cast<int>(rng() % 21) - 10);
+  const cpu::PairedQuads pq = plan_of(data8, kPanels, kQuads);
+  for (int64_t p = 1; p < kPanels; ++p) EXPECT_EQ(pq.pairs[static_cast<size_t>(p)], pq.pairs[0]);
+  int64_t paired = 0;
+  for (int64_t p = 0; p < kPanels; ++p) {
+    std::vector<int32_t> seen;
+    for (int64_t t = 0; t < kQuads; ++t) {
+      const int32_t j = pq.offsets[static_cast<size_t>(p * kQuads + t)] / 4;
+      seen.push_back(j);
+      EXPECT_EQ(0, std::memcmp(pq.data.data() + (p * kQuads + t) * kCols * 4, data8.data() + (p * kQuads + j) * kCols * 4, kCols * 4));
+    }
+    for (int64_t t = 0; t < 2 * pq.pairs[static_cast<size_t>(p)]; t += 2)
+      for (int64_t n = 0; n < kCols; ++n)
+        for (int64_t l = 0; l < 2; ++l) {
+          int up = 0, down = 0;
+          for (int64_t q : {seen[static_cast<size_t>(t)], seen[static_cast<size_t>(t + 1)]})
+            for (int64_t k = 2 * l; k < 2 * l + 2; ++k) {
+              const int w = data8[static_cast<size_t>(((p * kQuads + q) * kCols + n) * 4 + k)];
+              (w > 0 ? up : down) += std::abs(w);
+            }
+          EXPECT_LE(up, 128);
+          EXPECT_LE(down, 128);
+        }
+    std::sort(seen.begin(), seen.end());
+    for (int64_t j = 0; j < kQuads; ++j) EXPECT_EQ(seen[static_cast<size_t>(j)], j);
+    paired += 2 * pq.pairs[static_cast<size_t>(p)];
+  }
+  EXPECT_GE(4 * paired, 3 * kPanels * kQuads);
+
+  // Below 3/4 (one pair of 3 quads' worth): no pairs, the quads in their own order.
+  std::vector<int8_t> few(3 * kCols * 4, 0);
+  for (int64_t n = 0; n < kCols; ++n) few[static_cast<size_t>(n * 4)] = few[static_cast<size_t>((kCols + n) * 4)] = 100;
+  for (int64_t n = 0; n < kCols; ++n) few[static_cast<size_t>((2 * kCols + n) * 4 + 1)] = 20;
+  const cpu::PairedQuads none = plan_of(few, 1, 3);
+  EXPECT_EQ(none.pairs[0], 0);
+  EXPECT_EQ(none.offsets, (std::vector<int32_t>{0, 4, 8}));
+  EXPECT_EQ(none.data, few);
+}
+
+// The byte path on quads paired in int16 (PairedQuads): bit for bit the reference at the bound (half the source 255
+// against lane sums of +-128, where a bound of 129 would wrap), on 7-bit 1x1s of 32 and 96 channels with one or more
+// panels, and on 8-bit weights over a Relu's output (some quads paired, the rest repaired where pairs saturate).
+TEST_F(Int8Im2colConv, PairedQuadsBitExact) {
+  StemCase sc;
+  sc.KH = sc.KW = 1;
+  sc.strides = {1, 1};
+  sc.pads = {0, 0, 0, 0};
+  sc.pair_edge = true;
+  sc.x_half_max = true;
+  sc.x_zp = 0;
+  for (int64_t c : {32, 96}) {
+    sc.ys_factor = 1.2f * static_cast<float>(c) / 32;  // a wrapped lane (65536 x mul) moves an output ~50 steps
+    sc.C = c;
+    sc.M = c == 32 ? 20 : 96;
+    check(sc);
+  }
+  sc = StemCase{};
+  sc.KH = sc.KW = 1;
+  sc.strides = {1, 1};
+  sc.pads = {0, 0, 0, 0};
+  sc.mixed_8bit = true;
+  sc.x_zp = 0;
+  sc.conv_relu = true;
+  sc.x_tail = true;
+  sc.C = 64;
+  sc.M = 72;
+  int64_t saturating = 0;
+  check(sc, true, &saturating);
+  EXPECT_GT(saturating, 0) << "the case does not exercise the repair";
+  sc.y_dt = DType::kF32;  // the float epilogue's tiles
   check(sc);
 }
 

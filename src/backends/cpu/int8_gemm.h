@@ -53,6 +53,27 @@ struct PackedInt8B {
             bool n_major = false);
 };
 
+/// s8 quads (PackedInt8B's data8 layout) reordered per panel for int8_micro.h's quad_pair_sums, which adds
+/// two quads' vpmaddubsw results in int16 (vpaddw) before one vpmaddwd by ones: 32 multiply-adds per 2.5
+/// instructions instead of 3 (2 multiply-pipe steps per 32 instead of 2 per 32 plus the widening's 1 per 16).
+/// Two quads j, j' go together only where no u8 source can take an int16 lane out of range: for every column
+/// and both lanes (channels 0-1 and 2-3 of a quad) the positive weights of the four products sum to at most
+/// 128 and the negative ones to at most 128 in magnitude (255 x 128 = 32640), so each pair sum and their
+/// vpaddw are exact and the int32 sums the same as quad_sums'. Per panel, greedily: the quads by their
+/// largest lane load, each paired with the heaviest one that still fits (7-bit weights: 50-100% of
+/// MobileNetV2's quads paired; 8-bit ones rarely). The pairs come first, then the quads left single; every
+/// panel gets the same pair count (the fewest), and none (the quads in their own order, offsets 4j) where
+/// that count would cover less than 3/4 of the quads: quad_sums runs those.
+struct PairedQuads {
+  int64_t panels = 0, quads = 0;
+  std::vector<int8_t> data;      // [panels][quads][16 columns][4], each panel's quads in its `offsets` order
+  std::vector<int32_t> offsets;  // [panels][quads]: the quad's byte offset in a source row (4 x its index)
+  std::vector<int32_t> pairs;    // [panels]: positions 2t, 2t + 1 (t < pairs[p]) are added in int16
+
+  /// From `data8` ([panels][quads][16][4], PackedInt8B's layout).
+  void plan(const int8_t* data8, int64_t n_panels, int64_t n_quads);
+};
+
 /// The QMatMulFused / QConvFused epilogue (src/ops/quantize_fused.cpp; QConvFused with no residual, no
 /// mid Q/DQ and no activation), per column n of the N given, in the reference's order:
 ///   int32 bias (or none): v = float(acc + bias[n]) * mul[n]

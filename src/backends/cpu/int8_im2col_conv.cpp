@@ -22,7 +22,9 @@
 // 7-bit weights (w - w_zp in [-64, 64], which oneDNN runs unsplit): the 1x1s of up to 512 channels (a multiple
 // of 4) on a u8 source with the integer epilogue take a byte path (tile_bytes: vpmaddubsw on the pixels' channels
 // read in place; MobileNetV2's 7-bit expansions and last 1x1, 0.23 -> 0.17, 0.092 -> 0.071, 0.073 -> 0.061,
-// 0.145 -> 0.128 CPU ms against oneDNN's unsplit kernel, `ferry profile -t 1`).
+// 0.145 -> 0.128 CPU ms against oneDNN's unsplit kernel, `ferry profile -t 1`). Both byte paths add two quads'
+// vpmaddubsw results in int16 before the vpmaddwd by ones where the weights bound every lane for any u8 source
+// (int8_gemm.h's PairedQuads, int8_micro.h's quad_pair_sums): MobileNetV2's 1x1s of 96-320 channels 0.93-0.97x.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -165,14 +167,15 @@ using TileFn = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, const 
 template <int YT>  // 0: f32, 1: u8, 2: s8 (int8_epilogue.h's epilogue); 3: u8, 4: s8 in integers (epilogue_pair)
 constexpr TileFn kTiles[kMr + 1] = {nullptr, tile<1, YT>, tile<2, YT>, tile<3, YT>, tile<4, YT>, tile<5, YT>, tile<6, YT>};
 
-// The byte path of a 1x1 on 7-bit weights: int8_micro.h's quad_sums, the source zero point entering as its
-// init (the bias minus x_zp x the panel's column sums).
+// The byte path of a 1x1: int8_micro.h's quad_pair_sums on the PairedQuads panels (two quads in int16 where the
+// weights allow it), the source zero point entering as its init (the bias minus x_zp x the panel's column sums).
 
-// quad_sums from a function of its own, for the float epilogue's tiles (as accumulate, above).
-template <int R>
-__attribute__((target("avx2"), noinline)) void accumulate_bytes(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t quads,
-                                                               const int32_t* init, __m256i* acc) {
-  cpu::quad_sums<R>(a, lda, panel, quads, init, acc);
+// quad_pair_sums from a function of its own, for the float epilogue's tiles (as accumulate, above).
+template <int R, bool kPaired>
+__attribute__((target("avx2"), noinline)) void accumulate_bytes(const uint8_t* a, int64_t lda, const int8_t* panel, const int32_t* offsets,
+                                                               int64_t pairs, int64_t quads, const int32_t* init, __m256i* acc) {
+  if constexpr (kPaired) cpu::quad_pair_sums<R>(a, lda, panel, offsets, pairs, quads, init, acc);
+  else cpu::quad_sums<R>(a, lda, panel, quads, init, acc);
 }
 
 alignas(32) constexpr int32_t kZeroSums[kNr] = {};
@@ -180,31 +183,44 @@ alignas(32) constexpr int32_t kZeroSums[kNr] = {};
 // tile on the byte path: R pixels' u8 channels (row stride lda) against every panel of s8 quads. The integer
 // epilogue's form (YT 3: u8, 4: s8) starts the sums at the panel's bias with the source zero point folded in; the
 // float epilogue's (YT 0: f32, 1: u8, 2: s8; a zero-point-0 source only) at zero.
-template <int R, int YT>
-__attribute__((target("avx2"))) void tile_bytes(const uint8_t* a, int64_t lda, const int8_t* packed, int64_t quads, const PanelEpi* pes,
-                                                int64_t panels, int64_t M, const EpiFlags& flags, char* y, int64_t ldy) {
+// kPaired: the layer's PairedQuads has pairs (quad_pair_sums); otherwise its quads are in their own order
+// (quad_sums). Two functions rather than a branch in one: with both loops in one body gcc 12 allocated the
+// single loop's registers worse (MobileNetV2's unpaired 24-channel expansion 1.09x the time).
+template <int R, int YT, bool kPaired>
+__attribute__((target("avx2"))) void tile_bytes(const uint8_t* a, int64_t lda, const cpu::PairedQuads& pq, const PanelEpi* pes, int64_t M,
+                                                const EpiFlags& flags, char* y, int64_t ldy) {
   const EpiFlags e = flags;
   constexpr int64_t ysize = YT == 0 ? 4 : 1;
+  const int64_t quads = pq.quads, panels = pq.panels;
+  const int8_t* packed = pq.data.data();
+  const int32_t* offsets = pq.offsets.data();
+  const int32_t* pairs = pq.pairs.data();
   __m256i acc[2 * kMr];
   for (int64_t p = 0; p < panels; ++p) {
     const PanelEpi& pe = pes[p];
     const int cols = static_cast<int>(std::min<int64_t>(kNr, M - p * kNr));
     char* yp = y + p * kNr * ysize;
+    const int8_t* panel = packed + p * quads * kNr * 4;
     if constexpr (YT < 3) {
-      accumulate_bytes<R>(a, lda, packed + p * quads * kNr * 4, quads, kZeroSums, acc);
+      accumulate_bytes<R, kPaired>(a, lda, panel, offsets + p * quads, pairs[p], quads, kZeroSums, acc);
       for (int r = 0; r < R; ++r) epilogue_any<YT>(acc[2 * r], acc[2 * r + 1], pe, e, cols, yp + r * ldy);
       continue;
     }
-    cpu::quad_sums<R>(a, lda, packed + p * quads * kNr * 4, quads, pe.bias, acc);
+    if constexpr (kPaired) cpu::quad_pair_sums<R>(a, lda, panel, offsets + p * quads, pairs[p], quads, pe.bias, acc);
+    else cpu::quad_sums<R>(a, lda, panel, quads, pe.bias, acc);
     store_rows_integer<R, YT>(acc, pe, e, cols, yp, ldy);
   }
 }
 
-using ByteTileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const PanelEpi*, int64_t, int64_t, const EpiFlags&, char*,
-                            int64_t);
-template <int YT>  // as kTiles
-constexpr ByteTileFn kByteTiles[kMr + 1] = {nullptr,           tile_bytes<1, YT>, tile_bytes<2, YT>, tile_bytes<3, YT>,
-                                            tile_bytes<4, YT>, tile_bytes<5, YT>, tile_bytes<6, YT>};
+using ByteTileFn = void (*)(const uint8_t*, int64_t, const cpu::PairedQuads&, const PanelEpi*, int64_t, const EpiFlags&, char*, int64_t);
+template <int YT, bool kPaired>  // YT as kTiles
+constexpr ByteTileFn kByteTiles[kMr + 1] = {nullptr,
+                                            tile_bytes<1, YT, kPaired>,
+                                            tile_bytes<2, YT, kPaired>,
+                                            tile_bytes<3, YT, kPaired>,
+                                            tile_bytes<4, YT, kPaired>,
+                                            tile_bytes<5, YT, kPaired>,
+                                            tile_bytes<6, YT, kPaired>};
 
 // `n` bytes (a multiple of 16) of u8 / s8 minus zp, widened to int16.
 __attribute__((target("avx2"))) void widen(const uint8_t* src, int64_t n, bool is_signed, int32_t zp, int16_t* d) {
@@ -286,17 +302,18 @@ class Int8Im2colQConvKernel : public Kernel {
     const bool zp0_bytes = split && zero_zp && !x_signed_ && x_zp_ == 0 && C % 4 == 0 && !w_zp;
     if (zp0_bytes) {
       path_ = Path::kBytesRepair;
-      quads_ = C / 4;
-      n_panels_ = (M + kNr - 1) / kNr;
-      bytes_.assign(static_cast<size_t>(n_panels_ * quads_ * kNr * 4), 0);
+      const int64_t quads = C / 4, panels = (M + kNr - 1) / kNr;
+      std::vector<int8_t> bytes(static_cast<size_t>(panels * quads * kNr * 4), 0);
       for (int64_t m = 0; m < M; ++m)
         for (int64_t k = 0; k < C; ++k)
-          bytes_[static_cast<size_t>(((m / kNr * quads_ + k / 4) * kNr + m % kNr) * 4 + k % 4)] = wr[static_cast<size_t>(m * C + k)];
+          bytes[static_cast<size_t>(((m / kNr * quads + k / 4) * kNr + m % kNr) * 4 + k % 4)] = wr[static_cast<size_t>(m * C + k)];
+      // Quads go in pairs only where no pair of theirs can saturate, so the repair's scan (which lists the
+      // outputs a saturated vpmaddubsw pair fed) still covers every inexact output.
+      paired_.plan(bytes.data(), panels, quads);
       if (pairs_.init(*w)) w_rows_ = std::move(wr);  // some pair can saturate: the repair's weights, [M, C]
       return true;
     }
     packed_.pack(wr.data(), K, M, q.w_zp, q.w_zp_count, /*n_major=*/true);
-    n_panels_ = packed_.panels;
     std::vector<double> acc_bound(static_cast<size_t>(M));  // |acc + bias| <= 255 sum |w - w_zp| + |bias|
     for (int64_t m = 0; m < M; ++m) {
       const int32_t zp = q.w_zp ? q.w_zp[q.w_zp_count == 1 ? 0 : m] : 0;
@@ -312,7 +329,8 @@ class Int8Im2colQConvKernel : public Kernel {
       for (int64_t n = 0; n < M; ++n)
         panels_[static_cast<size_t>(n / kNr)].bias[n % kNr] -= x_zp_ * packed_.column_sums[static_cast<size_t>(n)];
       path_ = Path::kBytes;
-      quads_ = packed_.quads;
+      paired_.plan(packed_.data8.data(), packed_.panels, packed_.quads);
+      packed_.data8 = {};
     }
     return true;
   }
@@ -406,17 +424,21 @@ class Int8Im2colQConvKernel : public Kernel {
     const int64_t C = C_, M = M_, pixels = N * H * W;
     const uint8_t* xp = x.data<uint8_t>();
     char* yp = static_cast<char*>(y->mutable_raw());
-    const int8_t* wb = path_ == Path::kBytes ? packed_.data8.data() : bytes_.data();
     const int64_t ysize = epi_.y_dt == DType::kF32 ? 4 : 1;
-    const ByteTileFn* btiles = epi_.y_dt == DType::kF32 ? kByteTiles<0>
-                               : epi_.y_dt == DType::kU8 ? (flags_.int_form ? kByteTiles<3> : kByteTiles<1>)
-                                                         : (flags_.int_form ? kByteTiles<4> : kByteTiles<2>);
+    const bool paired = !paired_.pairs.empty() && paired_.pairs[0] > 0;  // one count for all panels
+    const ByteTileFn* btiles =
+        paired ? (epi_.y_dt == DType::kF32 ? kByteTiles<0, true>
+                  : epi_.y_dt == DType::kU8 ? (flags_.int_form ? kByteTiles<3, true> : kByteTiles<1, true>)
+                                            : (flags_.int_form ? kByteTiles<4, true> : kByteTiles<2, true>))
+               : (epi_.y_dt == DType::kF32 ? kByteTiles<0, false>
+                  : epi_.y_dt == DType::kU8 ? (flags_.int_form ? kByteTiles<3, false> : kByteTiles<1, false>)
+                                            : (flags_.int_form ? kByteTiles<4, false> : kByteTiles<2, false>));
     const int64_t blocks = (pixels + kMr - 1) / kMr;
     parallel_ranges(blocks, kMr * C * M, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t p0 = b * kMr;
         const int rows = static_cast<int>(std::min<int64_t>(kMr, pixels - p0));
-        btiles[rows](xp + p0 * C, C, wb, quads_, panels_.data(), n_panels_, M, flags_, yp + p0 * M * ysize, M * ysize);
+        btiles[rows](xp + p0 * C, C, paired_, panels_.data(), M, flags_, yp + p0 * M * ysize, M * ysize);
       }
     });
     if (path_ != Path::kBytesRepair || w_rows_.empty() || pixels == 0) return Status::ok();
@@ -484,8 +506,8 @@ class Int8Im2colQConvKernel : public Kernel {
   SpatialAttrs spatial_;
   bool pointwise_ = false;  // 1x1, stride 1, no padding: a pixel's patch is its channels
   Path path_ = Path::kInt16;
-  int64_t C_ = 0, M_ = 0, quads_ = 0, n_panels_ = 0;
-  std::vector<int8_t> bytes_;   // kBytesRepair: the 8-bit weights as s8 quads (packed_.data8's layout)
+  int64_t C_ = 0, M_ = 0;
+  cpu::PairedQuads paired_;     // the byte paths' weights: s8 quads, per panel in pairs where exact
   std::vector<int8_t> w_rows_;  // kBytesRepair where some pair can saturate: the weights as [M, C], for repair
   cpu::SaturatingPairs pairs_;
   bool x_signed_ = false;

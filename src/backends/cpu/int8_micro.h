@@ -102,4 +102,80 @@ __attribute__((target("avx2"), always_inline)) inline void quad_sums(const uint8
 #undef FERRY_BYTE_STORE
 }
 
+// quad_sums on int8_gemm.h's PairedQuads panel: the quads at positions 2t, 2t + 1 (t < pairs) in int16 first,
+// vpmaddubsw + vpmaddubsw + vpaddw, then one vpmaddwd by ones (PairedQuads' bound keeps every int16 lane exact
+// for any u8 source), the rest one at a time as in quad_sums; position t reads a_r at byte offsets[t]. The same
+// int32 sums as quad_sums over the panel's quads in their original order. 6 rows x 16 columns of accumulators,
+// 4 panel vectors and the ones need 17 ymm: gcc keeps a few accumulators on the stack, which the load and store
+// ports absorb (a microbenchmark of the loop, panel in L1: 102-113 G multiply-adds/s against quad_sums' 91-94
+// at K = 32-128, 1 thread).
+template <int R>
+__attribute__((target("avx2"), always_inline)) inline void quad_pair_sums(const uint8_t* a, int64_t lda, const int8_t* panel,
+                                                                          const int32_t* offsets, int64_t pairs, int64_t quads,
+                                                                          const int32_t* init, __m256i* acc) {
+  const __m256i i0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init));
+  const __m256i i1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init + 8));
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i c00 = i0, c01 = i1, c10 = i0, c11 = i1, c20 = i0, c21 = i1, c30 = i0, c31 = i1, c40 = i0, c41 = i1, c50 = i0, c51 = i1;
+  const uint8_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
+#define FERRY_PAIR_ROW(r)                                                                                                \
+  if constexpr (R > r) {                                                                                                 \
+    int32_t v, u;                                                                                                        \
+    std::memcpy(&v, a##r + o0, sizeof v);                                                                                \
+    std::memcpy(&u, a##r + o1, sizeof u);                                                                                \
+    const __m256i av = _mm256_set1_epi32(v), au = _mm256_set1_epi32(u);                                                \
+    c##r##0 = _mm256_add_epi32(                                                                                          \
+        c##r##0, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(av, b0), _mm256_maddubs_epi16(au, d0)), ones)); \
+    c##r##1 = _mm256_add_epi32(                                                                                          \
+        c##r##1, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(av, b1), _mm256_maddubs_epi16(au, d1)), ones)); \
+  }
+  for (int64_t t = 0; t < pairs; ++t) {
+    const int8_t* pp = panel + 128 * t;
+    const int64_t o0 = offsets[2 * t], o1 = offsets[2 * t + 1];
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pp));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pp + 32));
+    const __m256i d0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pp + 64));
+    const __m256i d1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pp + 96));
+    FERRY_PAIR_ROW(0)
+    FERRY_PAIR_ROW(1)
+    FERRY_PAIR_ROW(2)
+    FERRY_PAIR_ROW(3)
+    FERRY_PAIR_ROW(4)
+    FERRY_PAIR_ROW(5)
+  }
+#undef FERRY_PAIR_ROW
+#define FERRY_SINGLE_ROW(r)                                                                     \
+  if constexpr (R > r) {                                                                        \
+    int32_t v;                                                                                  \
+    std::memcpy(&v, a##r + o, sizeof v);                                                        \
+    const __m256i av = _mm256_set1_epi32(v);                                                    \
+    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
+    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
+  }
+  for (int64_t j = 2 * pairs; j < quads; ++j) {
+    const int64_t o = offsets[j];
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j + 32));
+    FERRY_SINGLE_ROW(0)
+    FERRY_SINGLE_ROW(1)
+    FERRY_SINGLE_ROW(2)
+    FERRY_SINGLE_ROW(3)
+    FERRY_SINGLE_ROW(4)
+    FERRY_SINGLE_ROW(5)
+  }
+#undef FERRY_SINGLE_ROW
+#define FERRY_PAIR_STORE(r)   \
+  if constexpr (R > r) {      \
+    acc[2 * r] = c##r##0;     \
+    acc[2 * r + 1] = c##r##1; \
+  }
+  FERRY_PAIR_STORE(0)
+  FERRY_PAIR_STORE(1)
+  FERRY_PAIR_STORE(2)
+  FERRY_PAIR_STORE(3)
+  FERRY_PAIR_STORE(4)
+  FERRY_PAIR_STORE(5)
+#undef FERRY_PAIR_STORE
+}
+
 }  // namespace ferry::cpu
