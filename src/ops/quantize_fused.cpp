@@ -5,10 +5,15 @@
 //
 // Inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point (optional), y_scale, y_zero_point,
 //   B (int32, or float in real units, optional), z, z_scale, z_zero_point (the residual, optional), mid_scale,
-//   mid_zero_point (the Q/DQ pair between the convolution and the residual Add, optional).
+//   mid_zero_point (the Q/DQ pair between the convolution and the residual Add, optional), yq_scale,
+//   yq_zero_point (a float output's QuantizeLinear: output 1, optional).
 //   y_scale and y_zero_point both absent (""): y is float32, the dequantization in the epilogue
 //   (DQ(x), DQ(w) -> Conv with no Q after: the plain structure of bench/int8_baseline.py); no mid then, and z,
 //   if given, is a float32 residual without z_scale / z_zero_point (the plain structure's residual Add).
+// Outputs: y, and with yq_scale / yq_zero_point (a float y only) yq = QuantizeLinear(y, yq_scale, yq_zero_point)
+//   (the plain structure's residual block writes its float sum for the next residual and its 8-bit copy for
+//   the next convolution in one node: the Q's own formula, saturate(round_half_even(y / yq_scale) + yq_zp), on
+//   the same float).
 // Attributes: Conv's, conv_relu (Relu on the convolution's result), conv_min / conv_max (a Clip's bounds
 //   on the convolution's result, in real units), activation ("Silu" or "Sigmoid" on a float output, as
 //   FusedConv's: ops/fused_activation.h), relu (Relu after the residual),
@@ -48,7 +53,8 @@ namespace {
 using std::vector;
 
 enum QConvInput : int64_t {
-  kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB, kZ, kZScale, kZZp, kMidScale, kMidZp, kNumInputs
+  kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB, kZ, kZScale, kZZp, kMidScale, kMidZp, kYqScale, kYqZp,
+  kNumInputs
 };
 
 const vector<int64_t> kToNchw = {0, 3, 1, 2};
@@ -88,7 +94,14 @@ Status infer_qconv_fused(InferContext& ctx) {
     if (a != "Silu" && a != "Sigmoid") return ctx.error("activation '" + a + "' is not known here; expected Silu or Sigmoid");
     if (!float_y) return ctx.error("activation '" + a + "' needs a float output (no y_scale / y_zero_point)");
   }
-  for (int64_t i : {kXScale, kWScale, kYScale, kZScale, kMidScale})
+  if (ctx.has_input(kYqScale) != ctx.has_input(kYqZp))
+    return ctx.error("inputs 'yq_scale' and 'yq_zero_point' (14-15) must be given together");
+  if (ctx.has_input(kYqScale) && !float_y)
+    return ctx.error("'yq_scale' quantizes a float output: it needs y_scale and y_zero_point absent");
+  if (ctx.has_input(kYqScale) != (ctx.num_outputs() > 1))
+    return ctx.error("output 1 (yq) and inputs 'yq_scale' / 'yq_zero_point' (14-15) go together");
+  if (ctx.has_input(kYqZp)) RETURN_IF_ERROR(check_8bit(ctx, ctx.input_type(kYqZp).dtype, "yq_zero_point"));
+  for (int64_t i : {kXScale, kWScale, kYScale, kZScale, kMidScale, kYqScale})
     if (ctx.has_input(i)) RETURN_IF_ERROR(check_float_scale(ctx, ctx.input_type(i).dtype, "scale input " + std::to_string(i)));
   if (ctx.has_input(kB) && ctx.input_type(kB).dtype != DType::kUndefined && ctx.input_type(kB).dtype != DType::kI32 &&
       ctx.input_type(kB).dtype != DType::kF32)
@@ -112,6 +125,7 @@ Status infer_qconv_fused(InferContext& ctx) {
                        out.shape->to_string());
   }
   ctx.set_output(0, out);
+  if (ctx.has_input(kYqScale)) ctx.set_output(1, TensorType{ctx.input_type(kYqZp).dtype, out.shape});
   return Status::ok();
 }
 
@@ -240,6 +254,18 @@ Status k_qconv_fused(KernelContext& ctx) {
   else store_quantized(q, &y);
   if (cl) {
     ASSIGN_OR_RETURN(y, dm::permute(y, kToNhwc));
+  }
+  if (ctx.has_input(kYqScale)) {  // QuantizeLinear's reference formula (ops/quantize.cpp) on y
+    float qs = 0, qz = 0, qlo = 0, qhi = 0;
+    RETURN_IF_ERROR(scalar_input(ctx, kYqScale, "yq_scale", &qs));
+    RETURN_IF_ERROR(scalar_input(ctx, kYqZp, "yq_zero_point", &qz));
+    if (!float_y || !quant_range(ctx.input(kYqZp).dtype(), &qlo, &qhi) || !is_8bit(ctx.input(kYqZp).dtype()))
+      return ctx.error("input 'yq_zero_point' must be uint8 or int8, on a float output");
+    vector<float> qv(static_cast<size_t>(y.numel()));
+    for (int64_t i = 0; i < y.numel(); ++i) qv[i] = quantize_value(y.data<float>()[i] / qs, qz, qlo, qhi);
+    ASSIGN_OR_RETURN(Tensor yq, Tensor::try_allocate(ctx.input(kYqZp).dtype(), y.dims()));
+    store_quantized(qv, &yq);
+    ctx.set_output(1, std::move(yq));
   }
   ctx.set_output(0, std::move(y));
   return Status::ok();
@@ -462,7 +488,7 @@ void register_quantize_fused_ops(OpRegistry& r) {
                  .max_inputs = kNumMatMulInputs, .attrs = {{"relu", AttrType::kInt}}, .types = {DType::kU8, DType::kI8},
                  .infer = infer_qmatmul_fused, .kernel = k_qmatmul_fused});
   r.add(OpSchema{.name = "QConvFused", .domain = "com.ferry", .since_version = 1, .min_inputs = 5,
-                 .max_inputs = kNumInputs,
+                 .max_inputs = kNumInputs, .max_outputs = 2,
                  .attrs = {{"auto_pad", AttrType::kString}, {"dilations", AttrType::kInts}, {"group", AttrType::kInt},
                            {"kernel_shape", AttrType::kInts}, {"pads", AttrType::kInts}, {"strides", AttrType::kInts},
                            {"conv_relu", AttrType::kInt}, {"conv_min", AttrType::kFloat}, {"conv_max", AttrType::kFloat},

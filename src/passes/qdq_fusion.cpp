@@ -9,7 +9,8 @@
 //   the Relu's place, and with no Q at the end: a float output (the dequantization in the int8
 //   kernel's epilogue; the chain ends where no Q follows: after the Conv, or its Relu / Clip, or its
 //   SiLU (x * Sigmoid(x)) or Sigmoid, which make the output float, or after an Add of a float32 residual
-//   of its shape [-> Relu], the plain structure's residual block: z float32, relu)
+//   of its shape [-> Relu], the plain structure's residual block: z float32, relu; that block's output
+//   read by a per-tensor Q too (the next convolution's input): the Q becomes output 1, yq)
 //   DQ(a), DQ(W s8 [K, N] or Gemm's [N, K], per column) -> MatMul [-> Add(DQ(B int32))] | Gemm(DQ(C int32))
 //   [-> Relu] -> Q                            -> com.ferry.QMatMulFused (W kept as [K, N])
 //   the same with a float bias constant [N] (Add or Gemm's C), and with no Q: a float output
@@ -149,6 +150,24 @@ bool match_sigmoid_act(const PatternContext& pc, const std::string& v, std::vect
 // Adds DQ node `d` to `covered` when the fused node is its only reader.
 void cover_if_sole(const PatternContext& pc, long d, long reader, std::vector<long>* covered) {
   if (d >= 0 && pc.sole_reader(pc.g.nodes[d].outputs[0]) == reader) covered->push_back(d);
+}
+
+// The plain structure's residual block output `v` (float32: the next block's residual) is read by a per-tensor
+// QuantizeLinear too (the next convolution's input): that Q, to become the fused node's output 1 (yq: the Q's
+// formula on the same float, written in the same pass over the output), or -1. The fused node takes the place
+// of the last node it covers, so every other reader of v must come after the Q (`last`: the chain's last node).
+long block_output_q(const PatternContext& pc, const std::string& v, long last, QParams* p) {
+  auto it = pc.uses.readers.find(v);
+  if (it == pc.uses.readers.end()) return -1;
+  long q = -1;
+  for (size_t r : it->second)
+    if (!pc.dead[r] && is_onnx(pc.g.nodes[r], "QuantizeLinear") && pc.g.nodes[r].inputs[0] == v && q < 0) q = static_cast<long>(r);
+  if (q < 0 || q < last || !per_tensor_params(pc.g, pc.g.nodes[q], p)) return -1;
+  const TensorType* t = pc.g.find_type(pc.g.nodes[q].outputs[0]);
+  if (!t || t->dtype != p->dt) return -1;
+  for (size_t r : it->second)
+    if (!pc.dead[r] && static_cast<long>(r) != q && static_cast<long>(r) < q) return -1;
+  return q;
 }
 
 bool fuse_qconv(PatternContext& pc, long c) {
@@ -297,6 +316,8 @@ bool fuse_qconv(PatternContext& pc, long c) {
   // No Q to end on (Conv [-> Relu | Clip] -> float ops): a float output, the convolution int8.
   const bool float_y = q < 0;
   std::string fz, fout = float_out;  // a float output's float32 residual and the node's output then
+  long yq = -1;                      // and its QuantizeLinear, output 1 (block_output_q)
+  QParams yqp;
   if (float_y) {
     covered.resize(conv_covered);
     relu = false;
@@ -320,6 +341,8 @@ bool fuse_qconv(PatternContext& pc, long c) {
           relu = true;
           fout = g.nodes[fr].outputs[0];
         }
+        yq = block_output_q(pc, fout, *std::max_element(covered.begin(), covered.end()), &yqp);
+        if (yq >= 0) covered.push_back(yq);
       }
     }
   } else if (std::find(covered.begin(), covered.end(), q) == covered.end()) {
@@ -350,8 +373,14 @@ bool fuse_qconv(PatternContext& pc, long c) {
     fused.inputs.push_back(mid.scale);
     fused.inputs.push_back(zp_name(&g, mid));
   }
+  if (yq >= 0) {
+    fused.inputs.resize(14);
+    fused.inputs.push_back(yqp.scale);
+    fused.inputs.push_back(zp_name(&g, yqp));
+  }
   while (fused.inputs.back().empty()) fused.inputs.pop_back();
   fused.outputs = {float_y ? fout : g.nodes[q].outputs[0]};
+  if (yq >= 0) fused.outputs.push_back(g.nodes[yq].outputs[0]);
   Node pooled;  // the MaxPool moved after the Q: the fused node's 8-bit output -> the Q's output
   if (pool >= 0) {
     covered.erase(std::remove(covered.begin(), covered.end(), q), covered.end());

@@ -335,6 +335,7 @@ struct PlainCase {
   int64_t c = 8, m = 16, hw = 9, k = 3, stride = 1, group = 1;
   int act = 1;  // 0 none, 1 Relu, 2 Clip(0, hi), 3 SiLU (x * Sigmoid(x)), 4 Sigmoid
   int residual = 0;  // 1: -> Add(z, a float32 input of the output's shape); 2: that and a Relu after it
+  int block_q = 0;  // 1: the float output read by a QuantizeLinear too, both graph outputs; 2: and by a Neg before the Q
   bool quantized_out = false, pow2 = true, nhwc = false, bias = true;
   uint8_t x_zp = 0;
   uint32_t seed = 31;
@@ -383,6 +384,10 @@ std::shared_ptr<Model> plain_conv_model(const PlainCase& pc) {
   }
   if (pc.quantized_out) y = b.node("QuantizeLinear", {y, b.scalar(scale(sc, 1, 1.21f)), b.constant(u8_scalar(0))});
   b.output(y);
+  if (pc.block_q > 0) {  // the plain structure's block output: float for the next residual, its Q for the next conv
+    if (pc.block_q == 2) b.output(b.node("Neg", {y}));
+    b.output(b.node("QuantizeLinear", {y, b.scalar(scale(sc, 5, 1.13f)), b.constant(u8_scalar(3))}));
+  }
   return b.build();
 }
 
@@ -477,6 +482,90 @@ TEST(QdqFusion, FloatOutputTakesFloatResidualAndRelu) {
   pc.pow2 = false;
   pc.seed = 34;
   check_plain_case(pc);
+}
+
+// The plain structure's residual block output read by the next residual (float) and, through a QuantizeLinear,
+// by the next convolution: the Q becomes the QConvFused's output 1 (yq), which the cpu kernel writes after its
+// run (cpu::quantize_f32_8bit). yq is bit for bit the Q of the node's own float output on both backends (the
+// QDQ graph's Q node on the float, round half to even: power-of-two scales put many values on ties), and with
+// power-of-two scales the float and yq are the QDQ graph's own. A float reader before the Q keeps the Q a node.
+void check_block_q(PlainCase pc) {
+  SCOPED_TRACE(::testing::Message() << "c=" << pc.c << " m=" << pc.m << " k=" << pc.k << " pow2=" << pc.pow2 << " nhwc=" << pc.nhwc
+                                    << " block_q=" << pc.block_q);
+  auto model = plain_conv_model(pc);
+  int changes = 0;
+  auto fused = run_pass(*model, "qdq_fusion", &changes);
+  ASSERT_EQ(changes, 1);
+  ASSERT_EQ(count_ops(*fused, "QConvFused"), 1);
+  EXPECT_EQ(count_ops(*fused, "QuantizeLinear"), pc.block_q == 2 ? 1 : 0);
+  for (const Node& n : fused->graph.nodes) {
+    if (n.op_type == "QConvFused") {
+      EXPECT_EQ(n.outputs.size(), pc.block_q == 2 ? 1u : 2u);
+    }
+  }
+  int n = 0;
+  std::shared_ptr<Model> fast = pc.nhwc ? run_pass(*fused, "nhwc_layout") : fused;
+  EXPECT_TRUE(fast_kernels_taken(*fast, &n));
+  NamedTensors feeds = u8_feeds(*model, pc.seed + 100);
+  for (auto& [name, t] : feeds) {
+    if (name != "z") continue;  // multiples of 2^-6 in [-4, 4], as check_plain_case's
+    std::mt19937 rng(pc.seed + 7);
+    t = Tensor::allocate(DType::kF32, t.dims());
+    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = static_cast<float>(static_cast<int>(rng() % 513) - 256) / 64.f;
+  }
+  const NamedTensors unfused_ref = run_model(model, feeds, "cpu-ref"), fused_ref = run_model(fused, feeds, "cpu-ref"),
+                     fused_cpu = run_model(fast, feeds, "cpu");
+  const size_t q = pc.block_q == 2 ? 2 : 1;
+  ASSERT_EQ(fused_cpu.size(), q + 1);
+  ASSERT_EQ(fused_ref.size(), q + 1);
+  QdqCase sc;
+  sc.pow2 = pc.pow2;
+  const float qs = scale(sc, 5, 1.13f);
+  for (const NamedTensors* run : {&fused_ref, &fused_cpu}) {
+    const Tensor &y = (*run)[0].second, &yq = (*run)[q].second;
+    ASSERT_EQ(yq.dtype(), DType::kU8);
+    ASSERT_EQ(yq.numel(), y.numel());
+    int64_t differ = 0, ties = 0, saturated = 0;
+    std::set<int> codes;
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      const float v = y.data<float>()[i] / qs;
+      const uint8_t want = static_cast<uint8_t>(std::min(std::max(std::nearbyint(v) + 3.f, 0.f), 255.f));
+      differ += yq.data<uint8_t>()[i] != want;
+      ties += v - std::floor(v) == 0.5f;
+      saturated += want == 0 || want == 255;
+      codes.insert(want);
+    }
+    EXPECT_EQ(differ, 0) << (run == &fused_cpu ? "cpu" : "cpu-ref") << ": yq is not the Q of the float output";
+    EXPECT_GT(codes.size(), 60u);  // not trivially clipped
+    EXPECT_LT(saturated, y.numel() / 4);
+    if (pc.pow2) {
+      EXPECT_GT(ties, 0);
+    }
+  }
+  if (!pc.pow2) return;
+  EXPECT_EQ(rel_diff(fused_cpu[0].second, unfused_ref[0].second), 0.0);
+  double exact = 0;
+  EXPECT_EQ(max_step_diff(fused_cpu[q].second, unfused_ref[q].second, &exact), 0);
+}
+
+TEST(QdqFusion, FloatResidualOutputWritesItsQuantizedCopy) {
+  PlainCase pc;
+  pc.act = 1;
+  pc.residual = 2;
+  pc.block_q = 1;
+  check_block_q(pc);  // 3x3, NCHW: the reference kernel on the cpu too
+  pc.nhwc = true;
+  check_block_q(pc);
+  pc.k = 1;  // ResNet-50's conv3: a 1x1 on oneDNN's 1x1 kernel with the sum post-op
+  pc.c = 64;
+  pc.m = 48;
+  pc.hw = 11;  // 5808 outputs: the vector loop's tail, split over threads
+  check_block_q(pc);
+  pc.pow2 = false;
+  pc.seed = 35;
+  check_block_q(pc);
+  pc.block_q = 2;
+  check_block_q(pc);
 }
 
 TEST(QdqFusion, FloatOutputConvolutionDequantizesInEpilogue) {

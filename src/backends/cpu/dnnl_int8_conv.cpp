@@ -9,7 +9,8 @@
 // x_scale * w_scale[m]; a float bias (real units) goes in as B[m] / (x_scale * w_scale[m]), which oneDNN
 // adds to the accumulator before the scale (one f32 rounding more than the reference's order); a Clip
 // on the convolution's result (conv_min / conv_max) is an eltwise clip in output units, a SiLU / Sigmoid
-// on a float output (activation) oneDNN's eltwise swish / logistic (its exp: a few ulp off the reference's).
+// on a float output (activation) oneDNN's eltwise swish / logistic (its exp: a few ulp off the reference's);
+// a float output's QuantizeLinear (output 1, yq) quantizes what the run wrote (int8_quantize.h).
 // then (where the destination zero point is not 0) eltwise round, the zero point and saturation, so
 // the rounding comes before the zero point as in the op (round(v + zp) in f32 is not round(v) + zp). The source zero point is a
 // runtime zero point (oneDNN handles the padded border itself). The integer accumulation is exact; the
@@ -34,6 +35,7 @@
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/int8_pair_saturation.h"
+#include "backends/cpu/int8_quantize.h"
 #include "backends/cpu/int8_util.h"
 #include "backends/cpu/node_attrs.h"
 #include "backends/cpu/prepacked.h"
@@ -51,7 +53,7 @@ using cpu::wrap;
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 
-enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB, kZ, kZScale, kZZp, kMidScale, kMidZp };
+enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB, kZ, kZScale, kZZp, kMidScale, kMidZp, kYqScale, kYqZp };
 
 class DnnlQConvKernel : public Kernel {
   struct Plan;
@@ -101,6 +103,13 @@ class DnnlQConvKernel : public Kernel {
           !quant_range(mzt->dtype(), &mlo_, &mhi_))
         return false;
       mid_to_y_ = s1 / ys;
+    }
+    if (node_.outputs.size() > 1) {  // yq: the float output's QuantizeLinear (quantize_f32_8bit after the run)
+      const Tensor* qz = cpu::constant_input(graph, node_, kYqZp);
+      if (!float_y_ || !qz || !is_8bit(qz->dtype()) || !cpu::scalar_input(graph, node_, kYqScale, &yq_scale_) ||
+          !cpu::scalar_input(graph, node_, kYqZp, &yq_zp_) || !(yq_scale_ > 0))
+        return false;
+      yq_dt_ = qz->dtype();
     }
     has_z_ = cpu::has_input(node_, kZ);
     if (has_z_ && float_y_) {  // a float32 residual (the plain structure's Add): the sum post-op adds it, scale 1
@@ -226,12 +235,13 @@ class DnnlQConvKernel : public Kernel {
     }
     ASSIGN_OR_RETURN(Tensor * y, over ? ctx.allocate_output_over(0, kZ, y_dt_, p->out_dims)
                                       : ctx.allocate_output(0, y_dt_, p->out_dims, false));
-    if (!fix.empty()) {
-      RETURN_IF_ERROR(run_onednn(ctx, x, p, y));
-      repair(*p, x.data<uint8_t>(), fix, fix_z, fix_zf, y);
-      return Status::ok();
+    RETURN_IF_ERROR(run_onednn(ctx, x, p, y));
+    if (!fix.empty()) repair(*p, x.data<uint8_t>(), fix, fix_z, fix_zf, y);
+    if (node_.outputs.size() > 1) {
+      ASSIGN_OR_RETURN(Tensor * yq, ctx.allocate_output(1, yq_dt_, p->out_dims, false));
+      cpu::quantize_f32_8bit(y->data<float>(), y->numel(), yq_scale_, yq_zp_, yq_dt_, yq->mutable_raw());
     }
-    return run_onednn(ctx, x, p, y);
+    return Status::ok();
   }
 
  private:
@@ -678,6 +688,8 @@ class DnnlQConvKernel : public Kernel {
   Tensor w_, b_;
   std::vector<double> fbias_;  // a float bias in accumulator units (B / (x_scale * w_scale[m]))
   bool float_y_ = false, clip_ = false;
+  DType yq_dt_ = DType::kU8;  // output 1 (yq), where the node has one
+  float yq_scale_ = 1, yq_zp_ = 0;
   std::string act_;  // "Silu" / "Sigmoid" on a float output: oneDNN's swish / logistic post-op
   float clip_lo_ = 0, clip_hi_ = 0;  // conv_min / conv_max in output units
   std::vector<float> scales_;

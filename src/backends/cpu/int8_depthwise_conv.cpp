@@ -201,7 +201,7 @@ class Int8DepthwiseQConvKernel : public Kernel {
     enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB, kZ, kZScale, kZZp, kMidScale, kMidZp };
     NodeAttrs attrs(node_);
     if (attrs.get_int("channels_last", 0) == 0 || !attrs.get_string("activation", "").empty() || cpu::has_input(node_, kZ) ||
-        cpu::has_input(node_, kMidScale))
+        cpu::has_input(node_, kMidScale) || node_.outputs.size() != 1)  // (yq: dnnl_int8_conv)
       return false;
     const Tensor* w = cpu::constant_input(graph, node_, kW);
     const Tensor* ws = cpu::constant_input(graph, node_, kWScale);

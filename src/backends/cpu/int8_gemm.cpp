@@ -483,7 +483,8 @@ class Int8GemmQConvKernel : public Kernel {
     enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB, kZ, kZScale, kZZp, kMidScale, kMidZp };
     cpu::NodeAttrs attrs(node_);
     if (attrs.get_int("channels_last", 0) == 0 || attrs.get_int("group", 1) != 1 || !attrs.get_string("activation", "").empty() ||
-        cpu::has_input(node_, kZ) || cpu::has_input(node_, kMidScale) || attrs.get_string("auto_pad", "NOTSET") != "NOTSET")
+        cpu::has_input(node_, kZ) || cpu::has_input(node_, kMidScale) || attrs.get_string("auto_pad", "NOTSET") != "NOTSET" ||
+        node_.outputs.size() != 1)  // (yq: dnnl_int8_conv)
       return false;
     for (int64_t v : attrs.get_ints("strides"))
       if (v != 1) return false;

@@ -1,11 +1,15 @@
 // QuantizeLinear (f32 -> u8/s8) and DequantizeLinear (u8/s8 -> f32) with a per-tensor constant scale
 // and zero point: the int8 region's entry and exit (src/ops/quantize.cpp has the reference kernels),
 // bit for bit the reference's. (com.ferry.QLookup: int8_lookup.cpp.)
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 
+#include "backends/cpu/int8_quantize.h"
+
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/int8_util.h"
 #include "backends/cpu/vec_math.h"
@@ -62,7 +66,56 @@ __attribute__((target("avx512f"))) void quantize_f32_avx512(const float* x, int6
   }
   if (i < n) quantize_f32(x + i, n - i, scale, zp, lo, hi, u8 ? u8 + i : nullptr, u8 ? nullptr : s8 + i);
 }
+
+// The same on AVX2: the reference's steps (a division, not x * (1 / scale): on this host's AVX2 the reciprocal
+// form's tie check cost what the division does; docs/performance.md), 32 values per store.
+__attribute__((target("avx2"))) void quantize_f32_avx2(const float* x, int64_t n, float scale, float zp, float lo,
+                                                        float hi, uint8_t* u8, int8_t* s8) {
+  const __m256 vs = _mm256_set1_ps(scale), vzp = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j) {
+      __m256 v = _mm256_div_ps(_mm256_loadu_ps(x + i + 8 * j), vs);
+      v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // NaN quantizes like 0
+      v = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vzp);
+      q[j] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, vlo), vhi));  // integral and in range: exact
+    }
+    const __m256i w01 = _mm256_packs_epi32(q[0], q[1]), w23 = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i b = u8 ? _mm256_packus_epi16(w01, w23) : _mm256_packs_epi16(w01, w23);
+    // b's dwords: q0[0:4] q1[0:4] q2[0:4] q3[0:4] q0[4:8] q1[4:8] q2[4:8] q3[4:8]
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u8 ? static_cast<void*>(u8 + i) : static_cast<void*>(s8 + i)),
+                        _mm256_permutevar8x32_epi32(b, order));
+  }
+  if (i < n) quantize_f32(x + i, n - i, scale, zp, lo, hi, u8 ? u8 + i : nullptr, u8 ? nullptr : s8 + i);
+}
 #endif
+
+}  // namespace
+
+namespace cpu {
+
+void quantize_f32_8bit(const float* x, int64_t n, float scale, float zp, DType dt, void* y) {
+  float lo = 0, hi = 255;
+  quant_range(dt, &lo, &hi);
+  auto* fn = quantize_f32;
+#if defined(__x86_64__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
+  if (avx512) fn = quantize_f32_avx512;
+  else if (avx2) fn = quantize_f32_avx2;
+#endif
+  const bool u8 = dt == DType::kU8;
+  constexpr int64_t kBlock = 1024;  // values per range (a multiple of the vector loops' 32)
+  parallel_ranges((n + kBlock - 1) / kBlock, kBlock * 8, [&](int64_t b0, int64_t b1) {
+    const int64_t i0 = b0 * kBlock, i1 = std::min(n, b1 * kBlock);
+    fn(x + i0, i1 - i0, scale, zp, lo, hi, u8 ? static_cast<uint8_t*>(y) + i0 : nullptr, u8 ? nullptr : static_cast<int8_t*>(y) + i0);
+  });
+}
+
+}  // namespace cpu
+
+namespace {
 
 class QuantizeKernel : public Kernel {
  public:
@@ -79,21 +132,15 @@ class QuantizeKernel : public Kernel {
       dtype_ = z->dtype();
       zp_ = static_cast<float>(z->get_int64(0));
     }
-    return quant_range(dtype_, &lo_, &hi_);
+    float lo = 0, hi = 0;
+    return quant_range(dtype_, &lo, &hi);
   }
 
   Status compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
     if (x.dtype() != DType::kF32) return fallback_(ctx);
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, x.dims(), false));
-    const bool u8 = dtype_ == DType::kU8;
-    auto* fn = quantize_f32;
-#if defined(__x86_64__)
-    static const bool avx512 = __builtin_cpu_supports("avx512f");
-    if (avx512) fn = quantize_f32_avx512;
-#endif
-    fn(x.data<float>(), x.numel(), scale_, zp_, lo_, hi_, u8 ? y->mutable_data<uint8_t>() : nullptr,
-       u8 ? nullptr : y->mutable_data<int8_t>());
+    cpu::quantize_f32_8bit(x.data<float>(), x.numel(), scale_, zp_, dtype_, y->mutable_raw());
     return Status::ok();
   }
 
@@ -101,7 +148,7 @@ class QuantizeKernel : public Kernel {
   Node node_;
   KernelFn fallback_;
   DType dtype_ = DType::kU8;
-  float scale_ = 1, zp_ = 0, lo_ = 0, hi_ = 255;
+  float scale_ = 1, zp_ = 0;
 };
 
 // ---- DequantizeLinear u8/s8 -> f32, per-tensor constant scale and zero point --------------------
