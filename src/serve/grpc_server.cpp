@@ -18,6 +18,7 @@
 #include <climits>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <thread>
 
@@ -37,6 +38,8 @@ constexpr int kInferCallsWaiting = 16;  // ModelInfer calls requested (waiting f
 
 using inference::ModelInferRequest;
 using inference::ModelInferResponse;
+
+class AsyncInfer;
 
 grpc::Status to_grpc(const Status& s) {
   grpc::StatusCode code = grpc::StatusCode::INVALID_ARGUMENT;
@@ -66,6 +69,10 @@ struct GrpcServer::Impl {
   std::shared_mutex cq_mu;
   bool cq_open = false;  // an operation may still be started on cq (held shared while starting one)
   int port = 0;
+  // ModelInfer calls that ended, kept for the next ones (AsyncInfer::request): their messages
+  // keep what they allocated (the tensors' strings, the repeated fields' elements).
+  std::mutex infer_pool_mu;
+  std::vector<AsyncInfer*> infer_pool;
 
   Impl(ModelRepository* r, GrpcServerOptions o, std::function<void(const std::string&)> l)
       : repo(r), opt(std::move(o)), log(std::move(l)) {}
@@ -370,14 +377,29 @@ class UnaryCall final : public AsyncCall, public Unary {
 
 // One ModelInfer call. Its tags: started (a client called; the next call is requested at once),
 // done (the call ended, or the client cancelled it: a queued request is dropped, CANCELLED) and
-// finished (the response went out). It is deleted when both done and finished came back (or at
-// once when it never started).
+// finished (the response went out). When both done and finished came back (or at once when it
+// never started) its ServerContext goes and the object returns to the server's pool: the next call
+// takes it with its messages' allocations (the request's raw_input_contents strings, the response's
+// outputs), so that a call allocates neither the object nor most of its messages' parts again.
 class AsyncInfer final : public AsyncCall {
  public:
   static void request(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq) {
-    auto* c = new AsyncInfer(s, cq);
-    c->ctx_.AsyncNotifyWhenDone(&c->done_tag_);
-    if (!start_op(s, [&] { service_of(s)->RequestModelInfer(&c->ctx_, &c->req_, &c->writer_, cq, cq, &c->started_tag_); })) delete c;
+    AsyncInfer* c = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(s->infer_pool_mu);
+      if (!s->infer_pool.empty()) {
+        c = s->infer_pool.back();
+        s->infer_pool.pop_back();
+      }
+    }
+    if (!c) c = new AsyncInfer(s, cq);
+    c->start(cq);
+  }
+
+  // The server's pool, emptied when it stopped (every call's last tag came back).
+  static void free_pool(GrpcServer::Impl* s) {
+    for (AsyncInfer* c : s->infer_pool) delete c;
+    s->infer_pool.clear();
   }
 
   bool carries_request(int kind, bool ok) const override { return ok && kind == kStarted; }
@@ -385,16 +407,16 @@ class AsyncInfer final : public AsyncCall {
   void proceed(int kind, bool ok, bool alone) override {
     switch (kind) {
       case kStarted: {
-        if (!ok) return delete this;  // the server is shutting down: this call never started
+        if (!ok) return recycle();  // the server is shutting down: this call never started
         // The next call is requested after this one was queued or answered (inline), off the
         // request's path: another kInferCallsWaiting - 1 are waiting for clients meanwhile.
         GrpcServer::Impl* s = s_;
         grpc::ServerCompletionQueue* cq = cq_;
         s->infer(req_, cancelled_, &resp_, [this](grpc::Status st) { finish(st); }, alone);
-        return request(s, cq);  // (this call may be gone already)
+        return request(s, cq);  // (this call may be back in the pool already)
       }
       case kDone:
-        if (ctx_.IsCancelled()) cancelled_->store(true);
+        if (ctx_->IsCancelled()) cancelled_->store(true);
         return release();
       default:
         return release();
@@ -403,23 +425,63 @@ class AsyncInfer final : public AsyncCall {
 
  private:
   enum Kind { kStarted, kDone, kFinished };
-  AsyncInfer(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq) : s_(s), cq_(cq), cancelled_(std::make_shared<std::atomic<bool>>(false)) {}
+  // A call whose request or response held more than this is freed, not pooled (its strings would
+  // keep the memory): digits_cnn's request is 3 KB, a ResNet-50 image 600 KB.
+  static constexpr size_t kPooledBytes = size_t(1) << 20;
+  static constexpr size_t kPoolSize = 64;  // kInferCallsWaiting and the calls in flight
+
+  AsyncInfer(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq) : s_(s), cq_(cq) {}
+
+  // A fresh ServerContext and writer, the messages cleared, requested on `cq`.
+  void start(grpc::ServerCompletionQueue* cq) {
+    cq_ = cq;
+    ctx_.emplace();
+    writer_.emplace(&*ctx_);
+    // A cancellation flag of its own: a request of the call before may still hold that one's.
+    if (!cancelled_ || cancelled_.use_count() > 1) cancelled_ = std::make_shared<std::atomic<bool>>(false);
+    cancelled_->store(false);
+    refs_.store(2);
+    ctx_->AsyncNotifyWhenDone(&done_tag_);
+    if (!start_op(s_, [&] { service_of(s_)->RequestModelInfer(&*ctx_, &req_, &*writer_, cq, cq, &started_tag_); })) {
+      writer_.reset();
+      ctx_.reset();
+      delete this;
+    }
+  }
 
   // From the thread that answered (this one, or an instance thread).
   void finish(const grpc::Status& st) {
-    if (!start_op(s_, [&] { writer_.Finish(resp_, st, &finished_tag_); })) release();  // the queue is gone: no finished tag will come
+    if (!start_op(s_, [&] { writer_->Finish(resp_, st, &finished_tag_); })) release();  // the queue is gone: no finished tag will come
   }
 
   void release() {
-    if (refs_.fetch_sub(1) == 1) delete this;
+    if (refs_.fetch_sub(1) == 1) recycle();
+  }
+
+  // The call is over: its context goes (the gRPC call with it), the object to the pool.
+  void recycle() {
+    writer_.reset();
+    ctx_.reset();
+    bool keep = true;
+    for (const std::string& b : req_.raw_input_contents()) keep = keep && b.capacity() <= kPooledBytes;
+    for (const std::string& b : resp_.raw_output_contents()) keep = keep && b.capacity() <= kPooledBytes;
+    for (const auto& in : req_.inputs()) keep = keep && !in.has_contents();  // typed contents: not measured, not kept
+    if (keep) {
+      req_.Clear();
+      resp_.Clear();
+      std::shared_lock<std::shared_mutex> open(s_->cq_mu);  // stop() frees the pool once the queue is closed: not after
+      std::lock_guard<std::mutex> lock(s_->infer_pool_mu);
+      if (s_->cq_open && s_->infer_pool.size() < kPoolSize) return s_->infer_pool.push_back(this);
+    }
+    delete this;
   }
 
   GrpcServer::Impl* s_;
   grpc::ServerCompletionQueue* cq_;
-  grpc::ServerContext ctx_;
+  std::optional<grpc::ServerContext> ctx_;
   ModelInferRequest req_;
   ModelInferResponse resp_;
-  grpc::ServerAsyncResponseWriter<ModelInferResponse> writer_{&ctx_};
+  std::optional<grpc::ServerAsyncResponseWriter<ModelInferResponse>> writer_;
   std::shared_ptr<std::atomic<bool>> cancelled_;
   std::atomic<int> refs_{2};  // done and finished
   Tag started_tag_{this, kStarted}, done_tag_{this, kDone}, finished_tag_{this, kFinished};
@@ -589,9 +651,11 @@ void request_calls(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq) {
 
 // The poller's loop. Right after work it polls the queue without blocking for up to spin_us before
 // blocking in Next (SpinWait: bounded, never on busy cores): the next call is taken without a
-// wake-up. Each event comes with what else is ready then (taken without blocking): a request
-// runs inline only when it is the one request in hand, so that calls that came together go to the
-// instance threads while this thread goes on reading.
+// wake-up. An event that brings a request comes with what else is ready then (taken without
+// blocking): a request runs inline only when it is the one request in hand, so that calls that
+// came together go to the instance threads while this thread goes on reading. Other events (a
+// response sent, a call ended: two a call) are handled as they come, without that look-ahead, whose
+// poll finds the queue empty at concurrency 1 and then costs a system call (epoll_wait).
 void poll(grpc::ServerCompletionQueue* cq, int64_t spin_us) {
   SpinWait spin(spin_us);
   const gpr_timespec now = gpr_time_0(GPR_CLOCK_MONOTONIC);
@@ -607,8 +671,14 @@ void poll(grpc::ServerCompletionQueue* cq, int64_t spin_us) {
       if (spin.again()) continue;
       if (!cq->Next(&tag, &ok)) break;
     }
+    const Tag* first = static_cast<const Tag*>(tag);
+    if (!first->call->carries_request(first->kind, ok)) {
+      first->call->proceed(first->kind, ok, true);
+      spin.arm();
+      continue;
+    }
     batch.clear();
-    batch.emplace_back(static_cast<const Tag*>(tag), ok);
+    batch.emplace_back(first, ok);
     while (batch.size() < kMaxBatch && cq->AsyncNext(&tag, &ok, now) == grpc::CompletionQueue::GOT_EVENT)
       batch.emplace_back(static_cast<const Tag*>(tag), ok);
     size_t requests = 0;
@@ -674,6 +744,7 @@ void GrpcServer::stop() {
   }
   impl_->cq->Shutdown();
   impl_->poller.join();  // drains the queue: every call's last tag comes back
+  AsyncInfer::free_pool(impl_.get());
   impl_->server.reset();
   impl_->cq.reset();
   impl_->service.reset();
