@@ -47,10 +47,12 @@ struct GrpcClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub;
   inference::ModelInferRequest request;
-  // infer()'s: the request serialized once (set_request), sent by reference to its slices on the
-  // generic stub (no per-call serialization or copy of the tensors), and one response message
-  // parsed into every call (its strings keep their capacity).
-  std::unique_ptr<grpc::TemplatedGenericStub<grpc::ByteBuffer, inference::ModelInferResponse>> infer_stub;
+  // infer()'s: the request serialized once (set_request), sent by reference to its slices (no
+  // per-call serialization or copy of the tensors), and one response message parsed into every
+  // call (its strings keep their capacity). The method is registered on the channel, as the
+  // generated stub's are (the generic stub's is not: each call copied the method's name into a
+  // slice of its own and took the core's unregistered-call path).
+  std::unique_ptr<grpc::internal::RpcMethod> infer_method;
   grpc::ByteBuffer request_bytes;
   inference::ModelInferResponse response;
   // infer()'s calls. Each is created (its ClientContext and grpc_call, the request attached) while
@@ -85,9 +87,9 @@ struct GrpcClient::Impl {
   }
 
   std::unique_ptr<Call> prepare() {
-    static const std::string kMethod = "/inference.GRPCInferenceService/ModelInfer";
     auto call = std::make_unique<Call>();
-    call->rpc = infer_stub->PrepareUnaryCall(&call->ctx, kMethod, request_bytes, &cq);
+    call->rpc.reset(grpc::internal::ClientAsyncResponseReaderHelper::Create<inference::ModelInferResponse>(
+        channel.get(), &cq, *infer_method, &call->ctx, request_bytes));
     return call;
   }
 
@@ -149,7 +151,8 @@ StatusOr<std::unique_ptr<GrpcClient>> GrpcClient::connect(const std::string& url
   c->impl_->channel = channel;
   c->impl_->spin = SpinWait(spin_us);
   c->impl_->stub = inference::GRPCInferenceService::NewStub(channel);
-  c->impl_->infer_stub = std::make_unique<grpc::TemplatedGenericStub<grpc::ByteBuffer, inference::ModelInferResponse>>(channel);
+  c->impl_->infer_method = std::make_unique<grpc::internal::RpcMethod>("/inference.GRPCInferenceService/ModelInfer",
+                                                                      grpc::internal::RpcMethod::NORMAL_RPC, channel);
   return c;
 }
 
