@@ -311,10 +311,11 @@ TEST_F(Int8Im2colConv, ZeroPointZeroPointwiseOf64Channels) {
   sc.y_dt = DType::kU8;
   sc.C = 30;  // fewer channels (odd pairs count)
   check(sc);
-  sc.M = 16;  // MobileNetV2's features.1 projection: 16 outputs
+  sc.M = 16;  // 16 outputs over 30 channels (not in quads): oneDNN
   check(sc, false);
   sc.M = 64;
-  sc.C = 96;  // wider: oneDNN
+  sc.C = 96;  // wider, float bias: oneDNN (the integer epilogue's case: EightBitPointwiseBytePathWithRepair)
+  sc.fbias = true;
   check(sc, false);
 }
 
@@ -449,6 +450,30 @@ TEST_F(Int8Im2colConv, EightBitPointwiseBytePathWithRepair) {
   sc.w_zp = false;
   sc.C = 30;  // not whole quads: the int16 path
   check(sc);
+
+  // Wider 1x1s into whole panels with the integer epilogue (MobileNetV2's projections without a residual: 32 -> 16,
+  // 144 -> 32, 960 -> 320): the same path, its repair included; a float bias, a weight zero point or outputs not in
+  // panels of 16 (96 -> 24): oneDNN.
+  sc.x_tail = true;
+  sc.extreme = false;
+  for (auto [c, m] : {std::pair<int64_t, int64_t>{32, 16}, {144, 32}, {960, 320}}) {
+    sc.C = c;
+    sc.M = m;
+    int64_t saturating = 0;
+    check(sc, true, &saturating);
+    EXPECT_GT(saturating, 0) << "the case does not exercise the repair";
+  }
+  sc.C = 144;
+  sc.M = 32;
+  sc.fbias = true;
+  check(sc, false);
+  sc.fbias = false;
+  sc.w_zp = true;
+  check(sc, false);
+  sc.w_zp = false;
+  sc.C = 96;
+  sc.M = 24;
+  check(sc, false);
 }
 
 // int8_gemm.h's PairedQuads: two quads go together only where every int16 lane stays within range for any u8

@@ -54,6 +54,7 @@ constexpr int64_t kMaxStemChannels = 8;    // a stem: any kernel on this many ch
 constexpr int64_t kMaxPointwiseChannels = 128;
 constexpr int64_t kMaxZeroZpPointwiseChannels = 64, kMinZeroZpPointwiseOutputs = 64;  // see init
 constexpr int64_t kMaxBytePointwiseChannels = 512;  // 7-bit 1x1s on the byte path (tile_bytes)
+constexpr int64_t kMaxRepairPointwiseChannels = 960;  // 8-bit 1x1s over a Relu's output, integer epilogue: see init
 constexpr int64_t kMaxK = 512;             // the patch length the per-thread buffers hold
 constexpr int kNr = 16, kMr = 6;           // int8_gemm's panel width and rows per tile
 
@@ -264,13 +265,15 @@ class Int8Im2colQConvKernel : public Kernel {
       return false;
     const bool split = cpu::needs_split(*w);  // some weight outside [-64, 64]
     const int64_t M = w->dim(0), C = w->dim(1), KH = w->dim(2), KW = w->dim(3);
-    if (C < 1 || KH * KW * C > kMaxK || (ws->numel() != 1 && ws->numel() != M)) return false;
+    const bool one_by_one = KH == 1 && KW == 1;
+    if (C < 1 || (KH * KW * C > kMaxK && !(one_by_one && C <= kMaxRepairPointwiseChannels)) || (ws->numel() != 1 && ws->numel() != M))
+      return false;
     const std::vector<int64_t> kernel = {KH, KW};
     if (!read_spatial_attrs(attrs, 2, &kernel, true, &spatial_).is_ok()) return false;
     pointwise_ = KH == 1 && KW == 1 && spatial_.auto_pad == AutoPad::kNotSet;
     for (int64_t v : spatial_.strides) pointwise_ = pointwise_ && v == 1;
     for (int64_t v : spatial_.pads) pointwise_ = pointwise_ && v == 0;
-    if (!split ? !pointwise_ || C > kMaxBytePointwiseChannels : C > (pointwise_ ? kMaxPointwiseChannels : kMaxStemChannels)) return false;
+    if (!split ? !pointwise_ || C > kMaxBytePointwiseChannels : C > (pointwise_ ? kMaxRepairPointwiseChannels : kMaxStemChannels)) return false;
     cpu::QConvOperands q;
     // A u8 source with zero point 0 (a Relu's output) is oneDNN's unsplit-with-repair case (dnnl_int8_conv.cpp),
     // except a 1x1 of <= 64 channels into >= 64: there oneDNN's AVX2 1x1 kernel spends most of its time outside
@@ -278,7 +281,14 @@ class Int8Im2colQConvKernel : public Kernel {
     // layer1.0 conv1, 64 -> 64 at 56x56: 0.336 -> 0.254-0.262 CPU ms; its downsample, 64 -> 256: 1.06-1.07 ->
     // 0.99-1.00; `ferry profile -t 1`), while on 16 outputs (MobileNetV2's features.1 projection, 32 -> 16 at
     // 112x112) it did not (0.131 -> 0.216).
-    const bool zero_zp = pointwise_ && C <= kMaxZeroZpPointwiseChannels && M >= kMinZeroZpPointwiseOutputs;
+    // Also (wide_zp0) the 1x1s of up to 960 channels in quads into whole panels of outputs (M a multiple of 16) on 8-bit
+    // weights over a Relu's output with the integer epilogue (an int32 bias): MobileNetV2's projections without a
+    // residual, 0.83-0.97x oneDNN's CPU time with the repair (features.4, .7, .11, .14, .17, .1; its 96 -> 24 at 56x56,
+    // half a panel wasted, 1.14x: M = 24 stays there). ResNet-50's plain-structure conv1s (float bias, the float
+    // epilogue's tiles) were 1.04-1.14x there, so a float bias stays on oneDNN.
+    const bool narrow_zp0 = pointwise_ && C <= kMaxZeroZpPointwiseChannels && M >= kMinZeroZpPointwiseOutputs;
+    const bool wide_zp0 = pointwise_ && split && !narrow_zp0 && C % 4 == 0 && M % kNr == 0;
+    const bool zero_zp = narrow_zp0 || wide_zp0;
     if (!cpu::read_qconv_operands(graph, node_, *ws, M, &q, &factors_, &epi_, zero_zp || !split)) return false;
     x_signed_ = q.x_signed;
     x_zp_ = q.x_zp;
@@ -299,7 +309,9 @@ class Int8Im2colQConvKernel : public Kernel {
     // recomputed after it (SaturatingPairs, as oneDNN's unsplit run is repaired): 0.77-0.89x oneDNN's CPU time on
     // the conv3s and the downsample, 0.83-0.93x the int16 path's on layer1.0 conv1. On K = 128-2048 it was
     // 1.0-1.13x oneDNN's (docs/performance.md), so wider ones stay there.
-    const bool zp0_bytes = split && zero_zp && !x_signed_ && x_zp_ == 0 && C % 4 == 0 && !w_zp;
+    const bool zp0_source = !x_signed_ && x_zp_ == 0;
+    if (wide_zp0 && zp0_source && (!flags_.int_form || w_zp)) return false;  // oneDNN's unsplit run with the repair
+    const bool zp0_bytes = split && zero_zp && zp0_source && C % 4 == 0 && !w_zp;
     if (zp0_bytes) {
       path_ = Path::kBytesRepair;
       const int64_t quads = C / 4, panels = (M + kNr - 1) / kNr;
@@ -313,6 +325,7 @@ class Int8Im2colQConvKernel : public Kernel {
       if (pairs_.init(*w)) w_rows_ = std::move(wr);  // some pair can saturate: the repair's weights, [M, C]
       return true;
     }
+    if (K > kMaxK || (split && pointwise_ && C > kMaxPointwiseChannels)) return false;  // past the int16 path's rule
     packed_.pack(wr.data(), K, M, q.w_zp, q.w_zp_count, /*n_major=*/true);
     std::vector<double> acc_bound(static_cast<size_t>(M));  // |acc + bias| <= 255 sum |w - w_zp| + |bias|
     for (int64_t m = 0; m < M; ++m) {
