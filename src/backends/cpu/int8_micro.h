@@ -14,6 +14,25 @@
 
 namespace ferry::cpu {
 
+// The loops below keep R (1-6) rows of sums in named accumulators cR0 / cR1; these apply a per-row step to
+// each row the template uses, and write the accumulators to acc once, after the loop.
+#define FERRY_MICRO_EACH_ROW(STEP) STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5)
+#define FERRY_MICRO_STORE(r)  \
+  if constexpr (R > r) {      \
+    acc[2 * r] = c##r##0;     \
+    acc[2 * r + 1] = c##r##1; \
+  }
+// One u8 x s8 quad of row r at byte offset off: vpmaddubsw, then vpmaddwd by ones into int32 (quad_sums and
+// the unpaired tail of quad_pair_sums).
+#define FERRY_MICRO_BYTE_QUAD(r, off)                                                             \
+  if constexpr (R > r) {                                                                        \
+    int32_t v;                                                                                  \
+    std::memcpy(&v, a##r + (off), sizeof v);                                                    \
+    const __m256i av = _mm256_set1_epi32(v);                                                    \
+    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
+    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
+  }
+
 // int16 pairs: acc row r = init + sum over the pairs j of a_r[2j, 2j + 1] . panel[j][n][0..1] (vpmaddwd, exact
 // in int32), a int16 rows of stride lda; init: 16 int32 every row starts from, or null for zeros.
 template <int R>
@@ -34,26 +53,10 @@ __attribute__((target("avx2"), always_inline)) inline void pair_sums(const int16
   for (int64_t j = 0; j < pairs; ++j) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j + 16));
-    FERRY_NARROW_ROW(0)
-    FERRY_NARROW_ROW(1)
-    FERRY_NARROW_ROW(2)
-    FERRY_NARROW_ROW(3)
-    FERRY_NARROW_ROW(4)
-    FERRY_NARROW_ROW(5)
+    FERRY_MICRO_EACH_ROW(FERRY_NARROW_ROW)
   }
 #undef FERRY_NARROW_ROW
-#define FERRY_NARROW_STORE(r) \
-  if constexpr (R > r) {      \
-    acc[2 * r] = c##r##0;     \
-    acc[2 * r + 1] = c##r##1; \
-  }
-  FERRY_NARROW_STORE(0)
-  FERRY_NARROW_STORE(1)
-  FERRY_NARROW_STORE(2)
-  FERRY_NARROW_STORE(3)
-  FERRY_NARROW_STORE(4)
-  FERRY_NARROW_STORE(5)
-#undef FERRY_NARROW_STORE
+  FERRY_MICRO_EACH_ROW(FERRY_MICRO_STORE)
 }
 
 // u8 x s8 quads on 7-bit weights (every panel value in [-64, 64]: int8_gemm.h's `narrow` packing):
@@ -69,37 +72,17 @@ __attribute__((target("avx2"), always_inline)) inline void quad_sums(const uint8
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i c00 = i0, c01 = i1, c10 = i0, c11 = i1, c20 = i0, c21 = i1, c30 = i0, c31 = i1, c40 = i0, c41 = i1, c50 = i0, c51 = i1;
   const uint8_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
-#define FERRY_BYTE_ROW(r)                                                                       \
-  if constexpr (R > r) {                                                                        \
-    int32_t v;                                                                                  \
-    std::memcpy(&v, a##r + 4 * j, sizeof v);                                                    \
-    const __m256i av = _mm256_set1_epi32(v);                                                    \
-    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
-    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
-  }
   for (int64_t j = 0; j < quads; ++j) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j + 32));
-    FERRY_BYTE_ROW(0)
-    FERRY_BYTE_ROW(1)
-    FERRY_BYTE_ROW(2)
-    FERRY_BYTE_ROW(3)
-    FERRY_BYTE_ROW(4)
-    FERRY_BYTE_ROW(5)
+    FERRY_MICRO_BYTE_QUAD(0, 4 * j)
+    FERRY_MICRO_BYTE_QUAD(1, 4 * j)
+    FERRY_MICRO_BYTE_QUAD(2, 4 * j)
+    FERRY_MICRO_BYTE_QUAD(3, 4 * j)
+    FERRY_MICRO_BYTE_QUAD(4, 4 * j)
+    FERRY_MICRO_BYTE_QUAD(5, 4 * j)
   }
-#undef FERRY_BYTE_ROW
-#define FERRY_BYTE_STORE(r)   \
-  if constexpr (R > r) {      \
-    acc[2 * r] = c##r##0;     \
-    acc[2 * r + 1] = c##r##1; \
-  }
-  FERRY_BYTE_STORE(0)
-  FERRY_BYTE_STORE(1)
-  FERRY_BYTE_STORE(2)
-  FERRY_BYTE_STORE(3)
-  FERRY_BYTE_STORE(4)
-  FERRY_BYTE_STORE(5)
-#undef FERRY_BYTE_STORE
+  FERRY_MICRO_EACH_ROW(FERRY_MICRO_STORE)
 }
 
 // quad_sums on int8_gemm.h's PairedQuads panel: the quads at positions 2t, 2t + 1 (t < pairs) in int16 first,
@@ -136,46 +119,25 @@ __attribute__((target("avx2"), always_inline)) inline void quad_pair_sums(const 
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pp + 32));
     const __m256i d0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pp + 64));
     const __m256i d1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pp + 96));
-    FERRY_PAIR_ROW(0)
-    FERRY_PAIR_ROW(1)
-    FERRY_PAIR_ROW(2)
-    FERRY_PAIR_ROW(3)
-    FERRY_PAIR_ROW(4)
-    FERRY_PAIR_ROW(5)
+    FERRY_MICRO_EACH_ROW(FERRY_PAIR_ROW)
   }
 #undef FERRY_PAIR_ROW
-#define FERRY_SINGLE_ROW(r)                                                                     \
-  if constexpr (R > r) {                                                                        \
-    int32_t v;                                                                                  \
-    std::memcpy(&v, a##r + o, sizeof v);                                                        \
-    const __m256i av = _mm256_set1_epi32(v);                                                    \
-    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
-    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
-  }
   for (int64_t j = 2 * pairs; j < quads; ++j) {
     const int64_t o = offsets[j];
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j + 32));
-    FERRY_SINGLE_ROW(0)
-    FERRY_SINGLE_ROW(1)
-    FERRY_SINGLE_ROW(2)
-    FERRY_SINGLE_ROW(3)
-    FERRY_SINGLE_ROW(4)
-    FERRY_SINGLE_ROW(5)
+    FERRY_MICRO_BYTE_QUAD(0, o)
+    FERRY_MICRO_BYTE_QUAD(1, o)
+    FERRY_MICRO_BYTE_QUAD(2, o)
+    FERRY_MICRO_BYTE_QUAD(3, o)
+    FERRY_MICRO_BYTE_QUAD(4, o)
+    FERRY_MICRO_BYTE_QUAD(5, o)
   }
-#undef FERRY_SINGLE_ROW
-#define FERRY_PAIR_STORE(r)   \
-  if constexpr (R > r) {      \
-    acc[2 * r] = c##r##0;     \
-    acc[2 * r + 1] = c##r##1; \
-  }
-  FERRY_PAIR_STORE(0)
-  FERRY_PAIR_STORE(1)
-  FERRY_PAIR_STORE(2)
-  FERRY_PAIR_STORE(3)
-  FERRY_PAIR_STORE(4)
-  FERRY_PAIR_STORE(5)
-#undef FERRY_PAIR_STORE
+  FERRY_MICRO_EACH_ROW(FERRY_MICRO_STORE)
 }
+
+#undef FERRY_MICRO_BYTE_QUAD
+#undef FERRY_MICRO_STORE
+#undef FERRY_MICRO_EACH_ROW
 
 }  // namespace ferry::cpu
