@@ -32,6 +32,9 @@ namespace ferry::cpu {
     c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
     c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
   }
+#define FERRY_MICRO_BYTE_QUADS(off)                                                        \
+  FERRY_MICRO_BYTE_QUAD(0, off) FERRY_MICRO_BYTE_QUAD(1, off) FERRY_MICRO_BYTE_QUAD(2, off) \
+  FERRY_MICRO_BYTE_QUAD(3, off) FERRY_MICRO_BYTE_QUAD(4, off) FERRY_MICRO_BYTE_QUAD(5, off)
 
 // int16 pairs: acc row r = init + sum over the pairs j of a_r[2j, 2j + 1] . panel[j][n][0..1] (vpmaddwd, exact
 // in int32), a int16 rows of stride lda; init: 16 int32 every row starts from, or null for zeros.
@@ -75,12 +78,7 @@ __attribute__((target("avx2"), always_inline)) inline void quad_sums(const uint8
   for (int64_t j = 0; j < quads; ++j) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j + 32));
-    FERRY_MICRO_BYTE_QUAD(0, 4 * j)
-    FERRY_MICRO_BYTE_QUAD(1, 4 * j)
-    FERRY_MICRO_BYTE_QUAD(2, 4 * j)
-    FERRY_MICRO_BYTE_QUAD(3, 4 * j)
-    FERRY_MICRO_BYTE_QUAD(4, 4 * j)
-    FERRY_MICRO_BYTE_QUAD(5, 4 * j)
+    FERRY_MICRO_BYTE_QUADS(4 * j)
   }
   FERRY_MICRO_EACH_ROW(FERRY_MICRO_STORE)
 }
@@ -126,16 +124,12 @@ __attribute__((target("avx2"), always_inline)) inline void quad_pair_sums(const 
     const int64_t o = offsets[j];
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * j + 32));
-    FERRY_MICRO_BYTE_QUAD(0, o)
-    FERRY_MICRO_BYTE_QUAD(1, o)
-    FERRY_MICRO_BYTE_QUAD(2, o)
-    FERRY_MICRO_BYTE_QUAD(3, o)
-    FERRY_MICRO_BYTE_QUAD(4, o)
-    FERRY_MICRO_BYTE_QUAD(5, o)
+    FERRY_MICRO_BYTE_QUADS(o)
   }
   FERRY_MICRO_EACH_ROW(FERRY_MICRO_STORE)
 }
 
+#undef FERRY_MICRO_BYTE_QUADS
 #undef FERRY_MICRO_BYTE_QUAD
 #undef FERRY_MICRO_STORE
 #undef FERRY_MICRO_EACH_ROW
