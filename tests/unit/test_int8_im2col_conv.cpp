@@ -290,6 +290,35 @@ TEST_F(Int8Im2colConv, PointwiseUpTo128Channels) {
   check(sc, false);
 }
 
+// The 1x1s' tiles with the integer epilogue (tile_pointwise on int16 pairs, tile_bytes on 7-bit weights) for every
+// row count of a tile (1-6 pixels left in the last block), the int16 path's block widened at once (rows C int16
+// apart; at the tensor's end from a copy: 15 and 24 channels), with the clamp kept and left out (int_implied),
+// u8 and s8 outputs.
+TEST_F(Int8Im2colConv, PointwiseTilesEveryRowCount) {
+  for (int64_t tail = 0; tail < 6; ++tail)
+    for (int64_t c : {15, 16, 24})
+      for (bool seven : {false, true}) {
+        if (seven && c % 4 != 0) continue;
+        StemCase sc;
+        sc.KH = sc.KW = 1;
+        sc.strides = {1, 1};
+        sc.pads = {0, 0, 0, 0};
+        sc.H = 1;
+        sc.W = 12 + tail;  // the last block holds 6, 1, 2, 3, 4, 5 pixels
+        sc.C = c;
+        sc.M = 48;
+        sc.x_zp = 131;
+        sc.seven_bit = seven;
+        sc.clip = sc.conv_relu = true;
+        sc.clip_lo = 0;
+        sc.clip_steps = tail < 3 ? 255.f : 254.4f;  // the clamp implied by the saturation, then not
+        sc.ys_factor = 0.3f;
+        sc.y_dt = tail % 3 == 2 ? DType::kI8 : DType::kU8;
+        sc.seed = static_cast<uint32_t>(11 + tail);
+        check(sc);
+      }
+}
+
 // A Relu's output (u8, zero point 0) into a 1x1 of <= 64 channels with >= 64 outputs (ResNet-50's layer1.0
 // conv1 and downsample): this kernel, bit for bit, saturating values included (255 against weights of one
 // sign at 127..128, where oneDNN's unsplit pairs saturate); fewer outputs or more channels: oneDNN's repair.

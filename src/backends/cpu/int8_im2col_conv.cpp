@@ -25,6 +25,10 @@
 // 0.145 -> 0.128 CPU ms against oneDNN's unsplit kernel, `ferry profile -t 1`). Both byte paths add two quads'
 // vpmaddubsw results in int16 before the vpmaddwd by ones where the weights bound every lane for any u8 source
 // (int8_gemm.h's PairedQuads, int8_micro.h's quad_pair_sums): MobileNetV2's 1x1s of 96-320 channels 0.93-0.97x.
+// The 1x1s' tiles with the integer epilogue (tile_pointwise on int16 pairs, the block's pixels widened at once;
+// tile_bytes) keep the sums in registers through it (store_row_pairs), the clamp chosen per node: MobileNetV2's
+// 8-bit expansions 16 -> 96 and 24 -> 144 0.82x and 0.87x the CPU time, the 7-bit ones of 24-32 channels 0.89x,
+// 64-160 channels 0.95-0.97x, the 32 -> 16 projection 0.93x (`ferry profile -t 1`, docs/performance.md).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -127,7 +131,7 @@ __attribute__((target("avx2"), always_inline)) inline void epilogue_pair_any(__m
 // node's scalars read once for all its panels. YT 3 / 4 (the integer form): the bias as the sums' start and
 // the rows' epilogues two at a time (epilogue_pair; an odd last row with a zero second row, its bytes not stored).
 // The integer epilogue's stores of R rows' sums (YT 3: u8, 4: s8), two rows per epilogue_pair (an odd last
-// row with its own sums as the second, those bytes not stored): shared by tile and tile_bytes.
+// row with its own sums as the second, those bytes not stored): tile's (the stems; the 1x1s take store_row_pairs).
 template <int R, int YT>
 __attribute__((target("avx2"), always_inline)) inline void store_rows_integer(const __m256i* acc, const PanelEpi& pe,
                                                                               const EpiFlags& e, int cols, char* yp,
@@ -140,6 +144,23 @@ __attribute__((target("avx2"), always_inline)) inline void store_rows_integer(co
     const __m256i b0 = two ? acc[2 * r + 2] : acc[2 * r], b1 = two ? acc[2 * r + 3] : acc[2 * r + 1];
     char* yb = two ? yp + (r + 1) * ldy : spill;
     epilogue_pair_any<YT - 2>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, e, cols, yp + r * ldy, yb);
+  }
+}
+
+// store_rows_integer for the 1x1s' tiles, their row pairs written out so the sums are indexed by constants only
+// and stay in registers (store_rows_integer's loop stores the 12 accumulators to the stack and reads them back
+// per panel), and the clamp chosen by the caller, once per tile (kClamp: !EpiFlags::int_implied). The zero point
+// is always added (+ 0 where the node's is 0: the same bytes).
+template <int R, int YT, bool kClamp, int r = 0>
+__attribute__((target("avx2"), always_inline)) inline void store_row_pairs(const __m256i* acc, const float* mul, __m256 lo, __m256 hi,
+                                                                           __m256i zp, int cols, char* yp, int64_t ldy) {
+  if constexpr (r < R) {
+    constexpr bool two = r + 1 < R;
+    constexpr int b = two ? 2 * r + 2 : 2 * r;
+    alignas(16) char spill[kNr];
+    epilogue_pair<YT - 2, true, kClamp>(acc[2 * r], acc[2 * r + 1], acc[b], acc[b + 1], mul, lo, hi, zp, cols, yp + r * ldy,
+                                        two ? yp + (r + 1) * ldy : spill);
+    store_row_pairs<R, YT, kClamp, r + 2>(acc, mul, lo, hi, zp, cols, yp, ldy);
   }
 }
 
@@ -164,9 +185,35 @@ __attribute__((target("avx2"))) void tile(const int16_t* a, int64_t lda, const i
   }
 }
 
+// tile for a 1x1 with the integer epilogue (YT 3: u8, 4: s8): MobileNetV2's 8-bit expansions of 16 and 24
+// channels, which read residual sums (zero point ~128). The sums stay in registers from pair_sums through
+// store_row_pairs; the node's constants are hoisted out of the panel loop.
+template <int R, int YT, bool kClamp>
+__attribute__((target("avx2"))) void tile_pointwise(const int16_t* a, int64_t lda, const int16_t* packed, int64_t pairs, const PanelEpi* pes,
+                                                    int64_t panels, int64_t M, const EpiFlags& flags, char* y, int64_t ldy) {
+  const EpiFlags e = flags;
+  const __m256 lo = _mm256_set1_ps(e.int_lo), hi = _mm256_set1_ps(e.int_hi);
+  const __m256i zp = _mm256_set1_epi32(e.int_zp);
+  __m256i acc[2 * kMr];
+  for (int64_t p = 0; p < panels; ++p) {
+    const PanelEpi& pe = pes[p];
+    const int cols = static_cast<int>(std::min<int64_t>(kNr, M - p * kNr));
+    cpu::pair_sums<R>(a, lda, packed + p * pairs * kNr * 2, pairs, pe.bias, acc);
+    store_row_pairs<R, YT, kClamp>(acc, pe.mul, lo, hi, zp, cols, y + p * kNr, ldy);
+  }
+}
+
 using TileFn = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, const PanelEpi*, int64_t, int64_t, const EpiFlags&, char*, int64_t);
 template <int YT>  // 0: f32, 1: u8, 2: s8 (int8_epilogue.h's epilogue); 3: u8, 4: s8 in integers (epilogue_pair)
 constexpr TileFn kTiles[kMr + 1] = {nullptr, tile<1, YT>, tile<2, YT>, tile<3, YT>, tile<4, YT>, tile<5, YT>, tile<6, YT>};
+template <int YT, bool kClamp>  // YT 3, 4
+constexpr TileFn kPointwiseTiles[kMr + 1] = {nullptr,
+                                             tile_pointwise<1, YT, kClamp>,
+                                             tile_pointwise<2, YT, kClamp>,
+                                             tile_pointwise<3, YT, kClamp>,
+                                             tile_pointwise<4, YT, kClamp>,
+                                             tile_pointwise<5, YT, kClamp>,
+                                             tile_pointwise<6, YT, kClamp>};
 
 // The byte path of a 1x1: int8_micro.h's quad_pair_sums on the PairedQuads panels (two quads in int16 where the
 // weights allow it), the source zero point entering as its init (the bias minus x_zp x the panel's column sums).
@@ -186,8 +233,9 @@ alignas(32) constexpr int32_t kZeroSums[kNr] = {};
 // float epilogue's (YT 0: f32, 1: u8, 2: s8; a zero-point-0 source only) at zero.
 // kPaired: the layer's PairedQuads has pairs (quad_pair_sums); otherwise its quads are in their own order
 // (quad_sums). Two functions rather than a branch in one: with both loops in one body gcc 12 allocated the
-// single loop's registers worse (MobileNetV2's unpaired 24-channel expansion 1.09x the time).
-template <int R, int YT, bool kPaired>
+// single loop's registers worse (MobileNetV2's unpaired 24-channel expansion 1.09x the time). kClamp: as
+// store_row_pairs (the integer form's; the float epilogue's tiles take true).
+template <int R, int YT, bool kPaired, bool kClamp>
 __attribute__((target("avx2"))) void tile_bytes(const uint8_t* a, int64_t lda, const cpu::PairedQuads& pq, const PanelEpi* pes, int64_t M,
                                                 const EpiFlags& flags, char* y, int64_t ldy) {
   const EpiFlags e = flags;
@@ -196,6 +244,8 @@ __attribute__((target("avx2"))) void tile_bytes(const uint8_t* a, int64_t lda, c
   const int8_t* packed = pq.data.data();
   const int32_t* offsets = pq.offsets.data();
   const int32_t* pairs = pq.pairs.data();
+  const __m256 lo = _mm256_set1_ps(e.int_lo), hi = _mm256_set1_ps(e.int_hi);
+  const __m256i zp = _mm256_set1_epi32(e.int_zp);
   __m256i acc[2 * kMr];
   for (int64_t p = 0; p < panels; ++p) {
     const PanelEpi& pe = pes[p];
@@ -209,19 +259,29 @@ __attribute__((target("avx2"))) void tile_bytes(const uint8_t* a, int64_t lda, c
     }
     if constexpr (kPaired) cpu::quad_pair_sums<R>(a, lda, panel, offsets + p * quads, pairs[p], quads, pe.bias, acc);
     else cpu::quad_sums<R>(a, lda, panel, quads, pe.bias, acc);
-    store_rows_integer<R, YT>(acc, pe, e, cols, yp, ldy);
+    store_row_pairs<R, YT, kClamp>(acc, pe.mul, lo, hi, zp, cols, yp, ldy);
   }
 }
 
 using ByteTileFn = void (*)(const uint8_t*, int64_t, const cpu::PairedQuads&, const PanelEpi*, int64_t, const EpiFlags&, char*, int64_t);
-template <int YT, bool kPaired>  // YT as kTiles
+template <int YT, bool kPaired, bool kClamp>  // YT as kTiles
 constexpr ByteTileFn kByteTiles[kMr + 1] = {nullptr,
-                                            tile_bytes<1, YT, kPaired>,
-                                            tile_bytes<2, YT, kPaired>,
-                                            tile_bytes<3, YT, kPaired>,
-                                            tile_bytes<4, YT, kPaired>,
-                                            tile_bytes<5, YT, kPaired>,
-                                            tile_bytes<6, YT, kPaired>};
+                                            tile_bytes<1, YT, kPaired, kClamp>,
+                                            tile_bytes<2, YT, kPaired, kClamp>,
+                                            tile_bytes<3, YT, kPaired, kClamp>,
+                                            tile_bytes<4, YT, kPaired, kClamp>,
+                                            tile_bytes<5, YT, kPaired, kClamp>,
+                                            tile_bytes<6, YT, kPaired, kClamp>};
+
+// The byte path's tiles for the node's output and epilogue.
+template <bool kPaired>
+const ByteTileFn* byte_tiles(DType y_dt, const EpiFlags& f) {
+  const bool u8 = y_dt == DType::kU8;
+  if (y_dt == DType::kF32) return kByteTiles<0, kPaired, true>;
+  if (!f.int_form) return u8 ? kByteTiles<1, kPaired, true> : kByteTiles<2, kPaired, true>;
+  if (f.int_implied) return u8 ? kByteTiles<3, kPaired, false> : kByteTiles<4, kPaired, false>;
+  return u8 ? kByteTiles<3, kPaired, true> : kByteTiles<4, kPaired, true>;
+}
 
 // `n` bytes (a multiple of 16) of u8 / s8 minus zp, widened to int16.
 __attribute__((target("avx2"))) void widen(const uint8_t* src, int64_t n, bool is_signed, int32_t zp, int16_t* d) {
@@ -367,53 +427,60 @@ class Int8Im2colQConvKernel : public Kernel {
     const int64_t KH = spatial_.kernel[0], KW = spatial_.kernel[1], sh = spatial_.strides[0], sw = spatial_.strides[1];
     const int64_t dh = spatial_.dilations[0], dw = spatial_.dilations[1], run = KW * C, xbytes = x.numel();
     const size_t ysize = epi_.y_dt == DType::kF32 ? 4 : 1;
+    const bool u8_out = epi_.y_dt == DType::kU8;
     const TileFn* tiles = epi_.y_dt == DType::kF32 ? kTiles<0>
-                          : epi_.y_dt == DType::kU8 ? (flags_.int_form ? kTiles<3> : kTiles<1>)
-                                                    : (flags_.int_form ? kTiles<4> : kTiles<2>);
+                          : !flags_.int_form       ? (u8_out ? kTiles<1> : kTiles<2>)
+                          : !pointwise_            ? (u8_out ? kTiles<3> : kTiles<4>)
+                          : flags_.int_implied     ? (u8_out ? kPointwiseTiles<3, false> : kPointwiseTiles<4, false>)
+                                                   : (u8_out ? kPointwiseTiles<3, true> : kPointwiseTiles<4, true>);
     char* yp = static_cast<char*>(y->mutable_raw());
-    // One output pixel's patch, (kh, kw, c) order: its K bytes at the pointer returned, o or (1x1) x itself,
-    // with lda readable bytes. Those past K need no value: the tile reads (K + 1) / 2 pairs and a
-    // pair's element K (odd K) meets a zero weight (int8_gemm.h's packing).
+    // One output pixel's patch of a stem, (kh, kw, c) order, in o, with lda readable bytes. Those past K need no
+    // value: the tile reads (K + 1) / 2 pairs and a pair's element K (odd K) meets a zero weight (int8_gemm.h's packing).
     const auto gather = [&](int64_t pix, uint8_t* o) -> const uint8_t* {
-      if (pointwise_) {
-        if (pix * C + lda <= xbytes) return xp + pix * C;
-        std::memcpy(o, xp + pix * C, static_cast<size_t>(C));
-      } else {
-        const int64_t ow = pix % OW, oh = pix / OW % OH, n = pix / OW / OH, iw0 = ow * sw - gw.pad_begin;
-        uint8_t* t = o;
-        for (int64_t kh = 0; kh < KH; ++kh, t += run) {
-          const int64_t ih = oh * sh - gh.pad_begin + kh * dh;
-          if (ih < 0 || ih >= H) {
-            std::memset(t, pad, static_cast<size_t>(run));
-            continue;
-          }
-          const int64_t at = ((n * H + ih) * W + iw0) * C;
-          if (dw == 1 && iw0 >= 0 && iw0 + KW <= W) {  // one run of KW * C bytes (o has 16 bytes of slack)
-            if (run <= 16 && at + 16 <= xbytes)
-              _mm_storeu_si128(reinterpret_cast<__m128i*>(t), _mm_loadu_si128(reinterpret_cast<const __m128i*>(xp + at)));
-            else
-              std::memcpy(t, xp + at, static_cast<size_t>(run));
-            continue;
-          }
-          for (int64_t kw = 0; kw < KW; ++kw) {
-            const int64_t iw = iw0 + kw * dw;
-            if (iw < 0 || iw >= W) std::memset(t + kw * C, pad, static_cast<size_t>(C));
-            else std::memcpy(t + kw * C, xp + ((n * H + ih) * W + iw) * C, static_cast<size_t>(C));
-          }
+      const int64_t ow = pix % OW, oh = pix / OW % OH, n = pix / OW / OH, iw0 = ow * sw - gw.pad_begin;
+      uint8_t* t = o;
+      for (int64_t kh = 0; kh < KH; ++kh, t += run) {
+        const int64_t ih = oh * sh - gh.pad_begin + kh * dh;
+        if (ih < 0 || ih >= H) {
+          std::memset(t, pad, static_cast<size_t>(run));
+          continue;
+        }
+        const int64_t at = ((n * H + ih) * W + iw0) * C;
+        if (dw == 1 && iw0 >= 0 && iw0 + KW <= W) {  // one run of KW * C bytes (o has 16 bytes of slack)
+          if (run <= 16 && at + 16 <= xbytes)
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(t), _mm_loadu_si128(reinterpret_cast<const __m128i*>(xp + at)));
+          else
+            std::memcpy(t, xp + at, static_cast<size_t>(run));
+          continue;
+        }
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          const int64_t iw = iw0 + kw * dw;
+          if (iw < 0 || iw >= W) std::memset(t + kw * C, pad, static_cast<size_t>(C));
+          else std::memcpy(t + kw * C, xp + ((n * H + ih) * W + iw) * C, static_cast<size_t>(C));
         }
       }
       return o;
     };
     const int64_t blocks = (pixels + kMr - 1) / kMr;
     parallel_ranges(blocks, kMr * K * M, [&](int64_t b0, int64_t b1) {
-      alignas(32) uint8_t u8[kMaxK + 32];
+      alignas(32) uint8_t u8[std::max(kMaxK, kMr * kMaxPointwiseChannels) + 32];
       alignas(32) int16_t a16[kMr * kMaxK + 16];  // (widen_patch's slack)
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t p0 = b * kMr;
         const int rows = static_cast<int>(std::min<int64_t>(kMr, pixels - p0));
+        if (pointwise_) {  // the block's rows * C bytes, contiguous, widened at once, rows C int16 apart (an odd C's
+          // last pair reads the next row's first value, or widen's slack, against a zero weight)
+          const int64_t n = (rows * C + 15) / 16 * 16, at = p0 * C;
+          const uint8_t* src = xp + at;
+          if (at + n > xbytes) src = static_cast<const uint8_t*>(std::memcpy(u8, src, static_cast<size_t>(rows * C)));
+          widen(src, n, x_signed_, x_zp_, a16);
+          tiles[rows](a16, C, packed_.data.data(), packed_.pairs, panels_.data(), packed_.panels, M, flags_,
+                      yp + p0 * M * static_cast<int64_t>(ysize), M * static_cast<int64_t>(ysize));
+          continue;
+        }
         for (int r = 0; r < rows; ++r) {
           const int64_t pix = p0 + r;
-          if (!pointwise_ && dw == 1 && dh == 1) {  // an interior pixel: no byte copy
+          if (dw == 1 && dh == 1) {  // an interior pixel: no byte copy
             const int64_t ow = pix % OW, oh = pix / OW % OH, n = pix / OW / OH, iw0 = ow * sw - gw.pad_begin,
                           ih0 = oh * sh - gh.pad_begin, at = ((n * H + ih0) * W + iw0) * C;
             if (iw0 >= 0 && iw0 + KW <= W && ih0 >= 0 && ih0 + KH <= H && at + (KH - 1) * W * C + (run + 15) / 16 * 16 <= xbytes) {
@@ -439,13 +506,7 @@ class Int8Im2colQConvKernel : public Kernel {
     char* yp = static_cast<char*>(y->mutable_raw());
     const int64_t ysize = epi_.y_dt == DType::kF32 ? 4 : 1;
     const bool paired = !paired_.pairs.empty() && paired_.pairs[0] > 0;  // one count for all panels
-    const ByteTileFn* btiles =
-        paired ? (epi_.y_dt == DType::kF32 ? kByteTiles<0, true>
-                  : epi_.y_dt == DType::kU8 ? (flags_.int_form ? kByteTiles<3, true> : kByteTiles<1, true>)
-                                            : (flags_.int_form ? kByteTiles<4, true> : kByteTiles<2, true>))
-               : (epi_.y_dt == DType::kF32 ? kByteTiles<0, false>
-                  : epi_.y_dt == DType::kU8 ? (flags_.int_form ? kByteTiles<3, false> : kByteTiles<1, false>)
-                                            : (flags_.int_form ? kByteTiles<4, false> : kByteTiles<2, false>));
+    const ByteTileFn* btiles = paired ? byte_tiles<true>(epi_.y_dt, flags_) : byte_tiles<false>(epi_.y_dt, flags_);
     const int64_t blocks = (pixels + kMr - 1) / kMr;
     parallel_ranges(blocks, kMr * C * M, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
