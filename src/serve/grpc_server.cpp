@@ -656,23 +656,37 @@ void request_calls(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq) {
 // came together go to the instance threads while this thread goes on reading. Other events (a
 // response sent, a call ended: two a call) are handled as they come, without that look-ahead, whose
 // poll finds the queue empty at concurrency 1 and then costs a system call (epoll_wait).
+// After kLoneRun requests in a row that each came alone, a request that came after a poll found the
+// queue empty (the spin's, or the last one before the blocking Next) is taken as alone without the
+// look-ahead: the poll it would cost is off the request's path. A request already waiting when the
+// poller came back from work (requests coming faster than one at a time), or any request while no
+// spin polls (busy cores: nothing tells then whether Next blocked), has the look-ahead, and one that
+// finds another request ends the run; so a burst after a run of lone requests costs at most its first
+// request, run inline (only when nothing else is in flight) while the others wait for it.
 void poll(grpc::ServerCompletionQueue* cq, int64_t spin_us) {
   SpinWait spin(spin_us);
   const gpr_timespec now = gpr_time_0(GPR_CLOCK_MONOTONIC);
   constexpr size_t kMaxBatch = 64;
+  constexpr int kLoneRun = 16;
   std::vector<std::pair<const Tag*, bool>> batch;
+  int lone = 0;         // requests in a row that came alone
+  bool waited = false;  // a poll since the last event found the queue empty
   void* tag;
   bool ok;
   for (;;) {
     // No spin on (none started: busy cores, backed off, or no budget): straight to the blocking Next.
-    const auto st = spin.spinning() ? cq->AsyncNext(&tag, &ok, now) : grpc::CompletionQueue::TIMEOUT;
+    const bool polled = spin.spinning();
+    const auto st = polled ? cq->AsyncNext(&tag, &ok, now) : grpc::CompletionQueue::TIMEOUT;
     if (st == grpc::CompletionQueue::SHUTDOWN) break;
     if (st == grpc::CompletionQueue::TIMEOUT) {
+      waited = waited || polled;
       if (spin.again()) continue;
       if (!cq->Next(&tag, &ok)) break;
     }
+    const bool came_to_waiting = waited;
+    waited = false;
     const Tag* first = static_cast<const Tag*>(tag);
-    if (!first->call->carries_request(first->kind, ok)) {
+    if (!first->call->carries_request(first->kind, ok) || (came_to_waiting && lone >= kLoneRun)) {
       first->call->proceed(first->kind, ok, true);
       spin.arm();
       continue;
@@ -683,6 +697,7 @@ void poll(grpc::ServerCompletionQueue* cq, int64_t spin_us) {
       batch.emplace_back(static_cast<const Tag*>(tag), ok);
     size_t requests = 0;
     for (const auto& [t, o] : batch) requests += t->call->carries_request(t->kind, o);
+    lone = requests <= 1 ? std::min(lone + 1, kLoneRun) : 0;
     for (const auto& [t, o] : batch) t->call->proceed(t->kind, o, requests <= 1);
     spin.arm();
   }
