@@ -175,14 +175,14 @@ StatusOr<GrpcDecoded> decode_request(const ModelInferRequest& r, const ModelSign
       if (static_cast<int64_t>(bytes.size()) != nbytes)
         return invalid_argument(what + ": raw_input_contents[" + std::to_string(ri) + "] has " + std::to_string(bytes.size()) +
                                 " bytes but shape " + dims_to_string(dims) + " of " + in.datatype() + " needs " + std::to_string(nbytes));
-      ASSIGN_OR_RETURN(Tensor t, Tensor::create(spec->dtype, dims, what));
+      ASSIGN_OR_RETURN(Tensor t, Tensor::create(spec->dtype, std::move(dims), what));
       if (nbytes > 0) std::memcpy(t.mutable_raw(), bytes.data(), static_cast<size_t>(nbytes));
       out.request.inputs.emplace_back(in.name(), std::move(t));
       continue;
     }
     if (!in.has_contents())
       return invalid_argument(what + " has no 'contents' and the request has no raw_input_contents");
-    ASSIGN_OR_RETURN(Tensor t, Tensor::create(spec->dtype, dims, what));
+    ASSIGN_OR_RETURN(Tensor t, Tensor::create(spec->dtype, std::move(dims), what));
     RETURN_IF_ERROR(fill_from_contents(in.contents(), &t, what, count));
     out.request.inputs.emplace_back(in.name(), std::move(t));
   }

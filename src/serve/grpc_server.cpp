@@ -110,15 +110,15 @@ struct GrpcServer::Impl {
     if (trace_id) opt.tracer->record_inputs(trace_id, request.inputs);  // trace_level TENSORS: the inputs as queued
     request.cancelled = std::move(cancelled);
     request.version_pinned = !req.model_version().empty();
-    auto names = std::make_shared<std::vector<RequestedOutput>>(std::move(decoded.value().outputs));
+    std::vector<RequestedOutput> names = std::move(decoded.value().outputs);  // held by the callback (one allocation for both)
     const std::string id = request.id;
     const bool idle = in_flight.fetch_add(1) == 0;
     const InlinePolicy policy = alone && idle ? InlinePolicy::kIdle : InlinePolicy::kNever;
-    m->enqueue(std::move(request), [this, m, names, id, resp, trace_id, trace_start, done = std::move(done)](InferResult r) {
+    m->enqueue(std::move(request), [this, m, names = std::move(names), id, resp, trace_id, trace_start, done = std::move(done)](InferResult r) {
       grpc::Status st = grpc::Status::OK;
-      if (r.status.is_ok()) r.status = write_shm_outputs(m->signature(), *names, r.outputs);  // outputs asked into shared memory
+      if (r.status.is_ok()) r.status = write_shm_outputs(m->signature(), names, r.outputs);  // outputs asked into shared memory
       if (r.status.is_ok()) {
-        encode_response(m->signature(), id, *names, r.outputs, resp);
+        encode_response(m->signature(), id, names, r.outputs, resp);
         if (r.version > 0) resp->set_model_version(std::to_string(r.version));  // a successor may have run it
       } else if (r.reason == FailureReason::kCanceled) {
         st = grpc::Status(grpc::StatusCode::CANCELLED, r.status.message());
