@@ -4,7 +4,8 @@ window in which requests failed and none succeeded, exits 1 and names the server
 of retrying in a tight loop for every window left. A server that refuses only some requests
 (overload) is still measured, its rejections counted. The servers are small fakes on 127.0.0.1
 (HTTP: http.server answering the KServe v2 metadata and config, every infer 503; gRPC, when the
-stubs can be made: UNAVAILABLE), so each case takes well under a second when ferry perf stops.
+stubs can be made: UNAVAILABLE, then an OK status with a body that is not a ModelInferResponse),
+so each case takes well under a second when ferry perf stops.
 
 usage: perf_refused_test.py FERRY SRC_DIR WORKDIR
 """
@@ -143,6 +144,24 @@ if stubs:
             print("this build of ferry has no gRPC client: the gRPC case is skipped")
         else:
             refused_as_expected("gRPC, every request UNAVAILABLE", r, secs, rows, "gRPC UNAVAILABLE")
+    finally:
+        server.stop(0)
+
+    # Answers whose body is not a ModelInferResponse (status OK): ferry perf parses each response (the
+    # one before, after sending the next request) and counts these as errors, exit 1.
+    garbage = grpc.method_handlers_generic_handler("inference.GRPCInferenceService", {
+        "ModelInfer": grpc.unary_unary_rpc_method_handler(lambda request, context: b"\xff\xff\xff")})
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=[garbage])
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        r, secs, rows = perf("127.0.0.1:%d" % port, "-i", "grpc", "--concurrency-range", "2:3", *LONG)
+        if not (r is not None and r.returncode == 2 and "no gRPC client" in r.stderr) and \
+                check(r is not None, "gRPC, bodies that do not parse: ferry perf stops (it ran past 60 s)"):
+            check(r.returncode == 1 and "is not a ModelInferResponse" in r.stderr,
+                  "gRPC, bodies that do not parse: exit 1, the error says so: %d %s" % (r.returncode, r.stderr[-500:]))
+            check(len(rows) >= 1 and rows[0]["errors"] > 0, "gRPC, bodies that do not parse: counted as errors: %s" % rows)
     finally:
         server.stop(0)
 
