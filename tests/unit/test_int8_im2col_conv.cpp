@@ -1,7 +1,8 @@
 // com.ferry.QConvFused on a narrow reduction (src/backends/cpu/int8_im2col_conv.cpp: stems of 1-8
 // channels, 1x1s of up to 128): the cpu backend's output against the reference kernel
 // (src/ops/quantize_fused.cpp), bit for bit, over stems and odd geometries (3x3/2 and 7x7/2 with
-// padding, asymmetric pads, strides and dilations, 1-8 channels, batch 2, output channels not a multiple
+// padding, asymmetric pads, padding wider than the kernel, kernels 1-7 at strides 1 and 2, dilations, 1-8
+// channels, batch 2, output rows ending in 1-5 pixels of a tile, output channels not a multiple
 // of 16, pixel counts not a multiple of 6), 1x1s of 16-128 channels, u8 / s8 sources with zero points, weight zero points, int32 / float biases, conv_relu, a Clip,
 // u8 / s8 / f32 outputs, and operands whose byte-product pairs saturate without oneDNN's split. Runs
 // where int8_gemm does (AVX2 without VNNI); skipped elsewhere.
@@ -261,6 +262,48 @@ TEST_F(Int8Im2colConv, ResNetStemAndOddGeometries) {
   sc.dilations = {1, 1};
   sc.x_zp = 255;
   check(sc);
+}
+
+// The stems' windows read in place from widened source rows (run_stem): kernels 1-7 at strides 1 and 2, no
+// padding, centred padding, padding on one side only and padding wider than the kernel (whole windows of
+// padding), images whose last columns no window reaches, output widths leaving 1-5 pixels in a row's last tile,
+// 1-4 channels (odd kernel rows: the last pair's zero weight), batch 2, u8 and s8 sources with zero points,
+// weight zero points, every output type; and dilations (a tap per segment where the taps are apart).
+TEST_F(Int8Im2colConv, StemWindowsAtEveryEdge) {
+  uint32_t seed = 40;
+  for (int64_t k : {1, 3, 5, 7})
+    for (int64_t s : {1, 2})
+      for (const vector<int64_t>& pads : {vector<int64_t>{0, 0, 0, 0}, vector<int64_t>{k / 2, k / 2, k / 2, k / 2},
+                                          vector<int64_t>{k - 1, 0, 0, k - 1}, vector<int64_t>{0, k + 1, k, 1}}) {
+        StemCase sc;
+        sc.seed = seed++;
+        sc.N = 2;
+        sc.C = 1 + sc.seed % 4;
+        sc.KH = sc.KW = k;
+        sc.strides = {s, s};
+        sc.pads = pads;
+        sc.H = 6 + k + sc.seed % 3;
+        sc.W = 7 + k + sc.seed % 5;
+        sc.M = sc.seed % 2 ? 24 : 40;
+        sc.x_s8 = sc.seed % 3 == 0;
+        sc.x_zp = sc.x_s8 ? static_cast<int>(sc.seed % 7) - 3 : 100 + static_cast<int>(sc.seed % 60);
+        sc.w_zp = sc.seed % 2 == 0;
+        sc.y_dt = sc.seed % 4 == 0 ? DType::kF32 : sc.seed % 4 == 1 ? DType::kI8 : DType::kU8;
+        sc.fbias = sc.seed % 5 == 0;
+        check(sc);
+      }
+  for (const vector<int64_t>& d : {vector<int64_t>{2, 1}, vector<int64_t>{1, 2}, vector<int64_t>{3, 2}}) {
+    StemCase sc;  // 3x5/(1, 2) on 3 channels
+    sc.seed = seed++;
+    sc.N = 2;
+    sc.KW = 5;
+    sc.H = 15;
+    sc.W = 19;
+    sc.strides = {1, 2};
+    sc.pads = {2, 3, 1, 4};
+    sc.dilations = d;
+    check(sc);
+  }
 }
 
 TEST_F(Int8Im2colConv, PointwiseUpTo128Channels) {

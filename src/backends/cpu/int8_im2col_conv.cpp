@@ -5,12 +5,15 @@
 // sums, zero point ~128; wider ones take int8_gemm.cpp's 1x1 rule). oneDNN's split doubles the
 // reduction, and int8_gemm's separate passes (the rows widened into a buffer, accumulators stored and
 // read back by a per-row epilogue) cost more than the few multiply-adds per output here.
-// So this kernel runs 6 output pixels at a time end to end: their patches gathered ((kh, kw, c) order;
-// the padding as the source zero point, which adds 0 as in the reference's ConvInteger) and widened to
-// int16 minus the zero point in a small per-thread buffer (an interior pixel's taps, dilation 1, widened
-// straight from x, 16 bytes at a time: ResNet-50's 7x7/2 stem 2.46 -> 2.10 CPU ms, MobileNetV2's 0.62 -> 0.46),
-// then for each 16 output channels the
-// int8_gemm panel micro kernel's vpmaddwd steps (exact in int32: int8_gemm.h) and the reference's
+// So this kernel runs 6 output pixels at a time end to end: their sources as int16 minus the zero point (a 1x1's
+// channels widened per block into a small per-thread buffer; a stem's patches are not gathered: run_stem widens
+// each output row's KH source rows once, the padding as 0 (the reference's ConvInteger pads with the zero point,
+// which adds 0), and each pixel reads its window in place, a kernel row's KW x C values contiguous there and the
+// 6 pixels' windows stride x C apart: int8_micro.h's window_pair_sums, the weights repacked once per kernel row,
+// an odd row's last value paired with a zero weight. Against the gathered patches before it (issue 38, session 25,
+// `ferry profile -t 1` CPU ms alternated with main's build, normalized by unchanged nodes, load 3-6): MobileNetV2's
+// 3x3/2 stem 0.74-0.75x, ResNet-50's 7x7/2 0.89-0.92x, whose multiply-adds were already most of its time), then
+// for each 16 output channels the int8_gemm panel micro kernel's vpmaddwd steps (exact in int32: int8_gemm.h) and the reference's
 // epilogue on the accumulators still in registers, stored as y. The float steps are int8_gemm's
 // epilogue_row (int8_epilogue.h), in the reference's order, or where the node's constants allow the same
 // result in integers (int8_epilogue.h's int_clamp): bit for bit the reference kernel (tests/unit/test_int8_im2col_conv.cpp).
@@ -25,7 +28,7 @@
 // 0.145 -> 0.128 CPU ms against oneDNN's unsplit kernel, `ferry profile -t 1`). Both byte paths add two quads'
 // vpmaddubsw results in int16 before the vpmaddwd by ones where the weights bound every lane for any u8 source
 // (int8_gemm.h's PairedQuads, int8_micro.h's quad_pair_sums): MobileNetV2's 1x1s of 96-320 channels 0.93-0.97x.
-// The 1x1s' tiles with the integer epilogue (tile_pointwise on int16 pairs, the block's pixels widened at once;
+// The 1x1s' tiles with the integer epilogue (tile_integer on int16 pairs, the block's pixels widened at once;
 // tile_bytes) keep the sums in registers through it (store_row_pairs), the clamp chosen per node: MobileNetV2's
 // 8-bit expansions 16 -> 96 and 24 -> 144 0.82x and 0.87x the CPU time, the 7-bit ones of 24-32 channels 0.89x,
 // 64-160 channels 0.95-0.97x, the 32 -> 16 projection 0.93x (`ferry profile -t 1`, docs/performance.md).
@@ -59,22 +62,43 @@ constexpr int64_t kMaxPointwiseChannels = 128;
 constexpr int64_t kMaxZeroZpPointwiseChannels = 64, kMinZeroZpPointwiseOutputs = 64;  // see init
 constexpr int64_t kMaxBytePointwiseChannels = 512;  // 7-bit 1x1s on the byte path (tile_bytes)
 constexpr int64_t kMaxRepairPointwiseChannels = 960;  // 8-bit 1x1s over a Relu's output, integer epilogue: see init
-constexpr int64_t kMaxK = 512;             // the patch length the per-thread buffers hold
+constexpr int64_t kMaxK = 512;             // the longest patch taken (the 1x1s' per-thread buffers hold 6)
 constexpr int kNr = 16, kMr = 6;           // int8_gemm's panel width and rows per tile
 
 using cpu::EpiFlags;
 using cpu::PanelEpi;
 using cpu::epilogue_any;
 
-// The float epilogue's tiles call int8_micro.h's pair_sums through accumulate, a function of its own: inlined
-// there, gcc 12 kept 8 of the 12 accumulators on the stack inside the loop once that epilogue's constants were
-// live beside them (the 7x7 stem 2.10 -> 2.89 CPU ms per run). The integer epilogue's tiles (epilogue_pair, whose
-// constants are read after the loop) inline it: 12 stores and reloads and a call fewer per panel (MobileNetV2's
-// 8-bit expansions 0.53 -> 0.49 and 0.245 -> 0.23 CPU ms, ResNet-50's stem 1.96 -> 1.92).
+// A tile's int16 source: R pixels of `pairs` pairs, lda int16 apart (the 1x1s' widened channels), or a stem's
+// R pixels of one output row on its widened source rows (window_pair_sums: `segments` runs of seg_pairs pairs).
+struct PatchRows {
+  const int16_t* a;
+  int64_t lda;
+};
+struct WindowRows {
+  const int16_t* const* runs;  // each segment's run at the tile's first pixel
+  int64_t segments, lda, seg_pairs;
+};
+
 template <int R>
-__attribute__((target("avx2"), noinline)) void accumulate(const int16_t* a, int64_t lda, const int16_t* panel, int64_t pairs, const int32_t* init,
-                                                         __m256i* acc) {
-  cpu::pair_sums<R>(a, lda, panel, pairs, init, acc);
+__attribute__((target("avx2"), always_inline)) inline void sums(const PatchRows& s, const int16_t* panel, int64_t pairs, const int32_t* init,
+                                                                __m256i* acc) {
+  cpu::pair_sums<R>(s.a, s.lda, panel, pairs, init, acc);
+}
+template <int R>
+__attribute__((target("avx2"), always_inline)) inline void sums(const WindowRows& s, const int16_t* panel, int64_t, const int32_t* init,
+                                                                __m256i* acc) {
+  cpu::window_pair_sums<R>(s.runs, s.segments, s.lda, s.seg_pairs, panel, init, acc);
+}
+
+// The float epilogue's tiles call int8_micro.h's pair_sums (window_pair_sums) through accumulate, a function of its
+// own: inlined there, gcc 12 kept 8 of the 12 accumulators on the stack inside the loop once that epilogue's
+// constants were live beside them (the 7x7 stem 2.10 -> 2.89 CPU ms per run). The integer epilogue's tiles
+// (epilogue_pair, whose constants are read after the loop) inline it: 12 stores and reloads and a call fewer per
+// panel (MobileNetV2's 8-bit expansions 0.53 -> 0.49 and 0.245 -> 0.23 CPU ms, ResNet-50's stem 1.96 -> 1.92).
+template <int R, class S>
+__attribute__((target("avx2"), noinline)) void accumulate(const S& s, const int16_t* panel, int64_t pairs, const int32_t* init, __m256i* acc) {
+  sums<R>(s, panel, pairs, init, acc);
 }
 
 // Two rows' 16 sums each (a0, a1: row a's channels 0-7, 8-15; b0, b1: row b's), the bias already in them,
@@ -112,45 +136,11 @@ __attribute__((target("avx2"), always_inline)) inline void epilogue_pair(__m256i
   }
 }
 
-// epilogue_pair for the node's zero point and clamp (e.int_zp, e.int_implied).
-template <int YT>
-__attribute__((target("avx2"), always_inline)) inline void epilogue_pair_any(__m256i a0, __m256i a1, __m256i b0, __m256i b1, const float* mul,
-                                                                             __m256 lo, __m256 hi, __m256i zp, const EpiFlags& e, int cols, char* ya,
-                                                                             char* yb) {
-  if (e.int_zp != 0) {
-    if (e.int_implied) epilogue_pair<YT, true, false>(a0, a1, b0, b1, mul, lo, hi, zp, cols, ya, yb);
-    else epilogue_pair<YT, true, true>(a0, a1, b0, b1, mul, lo, hi, zp, cols, ya, yb);
-  } else {
-    if (e.int_implied) epilogue_pair<YT, false, false>(a0, a1, b0, b1, mul, lo, hi, zp, cols, ya, yb);
-    else epilogue_pair<YT, false, true>(a0, a1, b0, b1, mul, lo, hi, zp, cols, ya, yb);
-  }
-}
-
-// For each 16 output channels (panel p of `panels`, of M channels in all): accumulate<R>, then the epilogue
-// per row into y (row stride ldy bytes; y at the block's first pixel). One call per block of R pixels, the
-// node's scalars read once for all its panels. YT 3 / 4 (the integer form): the bias as the sums' start and
-// the rows' epilogues two at a time (epilogue_pair; an odd last row with a zero second row, its bytes not stored).
-// The integer epilogue's stores of R rows' sums (YT 3: u8, 4: s8), two rows per epilogue_pair (an odd last
-// row with its own sums as the second, those bytes not stored): tile's (the stems; the 1x1s take store_row_pairs).
-template <int R, int YT>
-__attribute__((target("avx2"), always_inline)) inline void store_rows_integer(const __m256i* acc, const PanelEpi& pe,
-                                                                              const EpiFlags& e, int cols, char* yp,
-                                                                              int64_t ldy) {
-  const __m256 lo = _mm256_set1_ps(e.int_lo), hi = _mm256_set1_ps(e.int_hi);
-  const __m256i zp = _mm256_set1_epi32(e.int_zp);
-  alignas(16) char spill[kNr];
-  for (int r = 0; r < R; r += 2) {
-    const bool two = r + 1 < R;
-    const __m256i b0 = two ? acc[2 * r + 2] : acc[2 * r], b1 = two ? acc[2 * r + 3] : acc[2 * r + 1];
-    char* yb = two ? yp + (r + 1) * ldy : spill;
-    epilogue_pair_any<YT - 2>(acc[2 * r], acc[2 * r + 1], b0, b1, pe.mul, lo, hi, zp, e, cols, yp + r * ldy, yb);
-  }
-}
-
-// store_rows_integer for the 1x1s' tiles, their row pairs written out so the sums are indexed by constants only
-// and stay in registers (store_rows_integer's loop stores the 12 accumulators to the stack and reads them back
-// per panel), and the clamp chosen by the caller, once per tile (kClamp: !EpiFlags::int_implied). The zero point
-// is always added (+ 0 where the node's is 0: the same bytes).
+// The integer epilogue's stores of R rows' sums (YT 3: u8, 4: s8), two rows per epilogue_pair (an odd last row with
+// its own sums as the second, those bytes not stored), the row pairs written out so the sums are indexed by
+// constants only and stay in registers (a loop over the pairs stored the 12 accumulators to the stack and read them
+// back per panel), and the clamp chosen by the caller, once per tile (kClamp: !EpiFlags::int_implied). The zero
+// point is always added (+ 0 where the node's is 0: the same bytes).
 template <int R, int YT, bool kClamp, int r = 0>
 __attribute__((target("avx2"), always_inline)) inline void store_row_pairs(const __m256i* acc, const float* mul, __m256 lo, __m256 hi,
                                                                            __m256i zp, int cols, char* yp, int64_t ldy) {
@@ -164,10 +154,14 @@ __attribute__((target("avx2"), always_inline)) inline void store_row_pairs(const
   }
 }
 
-template <int R, int YT>
-__attribute__((target("avx2"))) void tile(const int16_t* a, int64_t lda, const int16_t* packed, int64_t pairs, const PanelEpi* pes,
-                                          int64_t panels, int64_t M, const EpiFlags& flags, char* y, int64_t ldy) {
+// For each 16 output channels (panel p of `panels`, of M channels in all): accumulate<R>, then the float
+// epilogue per row into y (row stride ldy bytes; y at the block's first pixel). One call per block of R pixels, the
+// node's scalars read once for all its panels.
+template <int R, int YT, class S>
+__attribute__((target("avx2"))) void tile(const S& src, const int16_t* packed, int64_t pairs, const PanelEpi* pes, int64_t panels, int64_t M,
+                                          const EpiFlags& flags, char* y, int64_t ldy) {
   const EpiFlags e = flags;
+  const S s = src;
   constexpr int64_t ysize = YT == 0 ? 4 : 1;
   __m256i acc[2 * kMr];
   for (int64_t p = 0; p < panels; ++p) {
@@ -175,45 +169,43 @@ __attribute__((target("avx2"))) void tile(const int16_t* a, int64_t lda, const i
     const PanelEpi& pe = pes[p];
     const int cols = static_cast<int>(std::min<int64_t>(kNr, M - p * kNr));
     char* yp = y + p * kNr * ysize;
-    if constexpr (YT >= 3) {
-      cpu::pair_sums<R>(a, lda, panel, pairs, pe.bias, acc);
-      store_rows_integer<R, YT>(acc, pe, e, cols, yp, ldy);
-    } else {
-      accumulate<R>(a, lda, panel, pairs, nullptr, acc);
-      for (int r = 0; r < R; ++r) epilogue_any<YT>(acc[2 * r], acc[2 * r + 1], pe, e, cols, yp + r * ldy);
-    }
+    accumulate<R>(s, panel, pairs, nullptr, acc);
+    for (int r = 0; r < R; ++r) epilogue_any<YT>(acc[2 * r], acc[2 * r + 1], pe, e, cols, yp + r * ldy);
   }
 }
 
-// tile for a 1x1 with the integer epilogue (YT 3: u8, 4: s8): MobileNetV2's 8-bit expansions of 16 and 24
-// channels, which read residual sums (zero point ~128). The sums stay in registers from pair_sums through
-// store_row_pairs; the node's constants are hoisted out of the panel loop.
-template <int R, int YT, bool kClamp>
-__attribute__((target("avx2"))) void tile_pointwise(const int16_t* a, int64_t lda, const int16_t* packed, int64_t pairs, const PanelEpi* pes,
-                                                    int64_t panels, int64_t M, const EpiFlags& flags, char* y, int64_t ldy) {
+// tile with the integer epilogue (YT 3: u8, 4: s8; the bias as the sums' start): MobileNetV2's 8-bit expansions of
+// 16 and 24 channels, which read residual sums (zero point ~128), and its stem. The sums stay in registers from
+// pair_sums (window_pair_sums) through store_row_pairs; the node's constants are hoisted out of the panel loop
+// (the stem, on store_rows_integer's loop before: 0.91x CPU ms).
+template <int R, int YT, bool kClamp, class S>
+__attribute__((target("avx2"))) void tile_integer(const S& src, const int16_t* packed, int64_t pairs, const PanelEpi* pes,
+                                                  int64_t panels, int64_t M, const EpiFlags& flags, char* y, int64_t ldy) {
   const EpiFlags e = flags;
+  const S s = src;
   const __m256 lo = _mm256_set1_ps(e.int_lo), hi = _mm256_set1_ps(e.int_hi);
   const __m256i zp = _mm256_set1_epi32(e.int_zp);
   __m256i acc[2 * kMr];
   for (int64_t p = 0; p < panels; ++p) {
     const PanelEpi& pe = pes[p];
     const int cols = static_cast<int>(std::min<int64_t>(kNr, M - p * kNr));
-    cpu::pair_sums<R>(a, lda, packed + p * pairs * kNr * 2, pairs, pe.bias, acc);
+    sums<R>(s, packed + p * pairs * kNr * 2, pairs, pe.bias, acc);
     store_row_pairs<R, YT, kClamp>(acc, pe.mul, lo, hi, zp, cols, y + p * kNr, ldy);
   }
 }
 
-using TileFn = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, const PanelEpi*, int64_t, int64_t, const EpiFlags&, char*, int64_t);
-template <int YT>  // 0: f32, 1: u8, 2: s8 (int8_epilogue.h's epilogue); 3: u8, 4: s8 in integers (epilogue_pair)
-constexpr TileFn kTiles[kMr + 1] = {nullptr, tile<1, YT>, tile<2, YT>, tile<3, YT>, tile<4, YT>, tile<5, YT>, tile<6, YT>};
-template <int YT, bool kClamp>  // YT 3, 4
-constexpr TileFn kPointwiseTiles[kMr + 1] = {nullptr,
-                                             tile_pointwise<1, YT, kClamp>,
-                                             tile_pointwise<2, YT, kClamp>,
-                                             tile_pointwise<3, YT, kClamp>,
-                                             tile_pointwise<4, YT, kClamp>,
-                                             tile_pointwise<5, YT, kClamp>,
-                                             tile_pointwise<6, YT, kClamp>};
+template <class S>
+using TileFn = void (*)(const S&, const int16_t*, int64_t, const PanelEpi*, int64_t, int64_t, const EpiFlags&, char*, int64_t);
+template <int YT, class S>  // 0: f32, 1: u8, 2: s8 (int8_epilogue.h's epilogue)
+constexpr TileFn<S> kTiles[kMr + 1] = {nullptr, tile<1, YT, S>, tile<2, YT, S>, tile<3, YT, S>, tile<4, YT, S>, tile<5, YT, S>, tile<6, YT, S>};
+template <int YT, bool kClamp, class S>  // YT 3, 4
+constexpr TileFn<S> kIntegerTiles[kMr + 1] = {nullptr,
+                                              tile_integer<1, YT, kClamp, S>,
+                                              tile_integer<2, YT, kClamp, S>,
+                                              tile_integer<3, YT, kClamp, S>,
+                                              tile_integer<4, YT, kClamp, S>,
+                                              tile_integer<5, YT, kClamp, S>,
+                                              tile_integer<6, YT, kClamp, S>};
 
 // The byte path of a 1x1: int8_micro.h's quad_pair_sums on the PairedQuads panels (two quads in int16 where the
 // weights allow it), the source zero point entering as its init (the bias minus x_zp x the panel's column sums).
@@ -293,19 +285,18 @@ __attribute__((target("avx2"))) void widen(const uint8_t* src, int64_t n, bool i
   }
 }
 
-// An interior pixel's patch (every tap inside x, dilation 1) gathered and widened in one step: KH runs of
-// `run` bytes at `src` (row stride `row`), each minus zp and widened to int16 at d + kh * run, 16 at a time
-// (a run's last 16 may spill past it: the next run overwrites them, and d has 16 int16 of slack after the
-// patch). Needs ceil16(run) bytes readable from each run's start.
-__attribute__((target("avx2"))) void widen_patch(const uint8_t* src, int64_t row, int64_t KH, int64_t run, bool is_signed, int32_t zp,
-                                                 int16_t* d) {
-  const __m256i z = _mm256_set1_epi16(static_cast<int16_t>(zp));
-  for (int64_t kh = 0; kh < KH; ++kh, src += row, d += run)
-    for (int64_t k = 0; k < run; k += 16) {
-      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k));
-      const __m256i w = is_signed ? _mm256_cvtepi8_epi16(x) : _mm256_cvtepu8_epi16(x);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + k), _mm256_sub_epi16(w, z));
-    }
+// A stem's widened source row: `cols` columns of C channels from input column -pad on (the padding and the columns
+// past the source 0, which is x_zp minus x_zp: the reference's ConvInteger pads with the zero point), each
+// value minus zp as int16, then 16 int16 of 0 (window_pair_sums's unpaired last tap reads one past a window).
+// src: the source row (W columns), or null for a padding row.
+__attribute__((target("avx2"))) void widen_row(const uint8_t* src, int64_t W, int64_t C, int64_t pad, int64_t cols, bool is_signed,
+                                               int32_t zp, int16_t* d) {
+  const int64_t lo = std::min(pad, cols) * C, hi = src ? std::min(cols, pad + W) * C : lo, n = hi - lo, n16 = n / 16 * 16;
+  std::memset(d, 0, static_cast<size_t>(lo) * sizeof(int16_t));
+  widen(src, n16, is_signed, zp, d + lo);
+  for (int64_t k = n16; k < n; ++k)
+    d[lo + k] = static_cast<int16_t>((is_signed ? static_cast<int32_t>(static_cast<int8_t>(src[k])) : src[k]) - zp);
+  std::memset(d + hi, 0, static_cast<size_t>(cols * C + 16 - hi) * sizeof(int16_t));
 }
 
 class Int8Im2colQConvKernel : public Kernel {
@@ -405,6 +396,22 @@ class Int8Im2colQConvKernel : public Kernel {
       paired_.plan(packed_.data8.data(), packed_.panels, packed_.quads);
       packed_.data8 = {};
     }
+    if (!pointwise_) {  // a stem: window_pair_sums's weights
+      // The patch's (kh, kw, c) values in segments contiguous in a widened source row: a kernel row's KW x C
+      // (dilation 1), else one tap's C; each segment's pairs, its odd last value paired with a zero weight.
+      seg_len_ = spatial_.dilations[1] == 1 ? KW * C : C;
+      seg_pairs_ = (seg_len_ + 1) / 2;
+      const int64_t segments = K / seg_len_;
+      window_w_.assign(static_cast<size_t>(packed_.panels * segments * seg_pairs_ * kNr * 2), 0);
+      for (int64_t m = 0; m < M; ++m) {
+        const int32_t zp = q.w_zp ? q.w_zp[q.w_zp_count == 1 ? 0 : m] : 0;
+        for (int64_t s = 0; s < segments; ++s)
+          for (int64_t i = 0; i < seg_len_; ++i)
+            window_w_[static_cast<size_t>((((m / kNr * segments + s) * seg_pairs_ + i / 2) * kNr + m % kNr) * 2 + i % 2)] =
+                static_cast<int16_t>(wr[static_cast<size_t>(m * K + s * seg_len_ + i)] - zp);
+      }
+      packed_.data = {};
+    }
     return true;
   }
 
@@ -421,83 +428,77 @@ class Int8Im2colQConvKernel : public Kernel {
     const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), OH = gh.out, OW = gw.out, M = M_;
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, epi_.y_dt, {N, OH, OW, M}, false));
     if (path_ != Path::kInt16) return run_bytes(x, N, H, W, y);
-    const int64_t pixels = N * OH * OW, K = packed_.K, lda = (K + 15) / 16 * 16;
+    if (!pointwise_) return run_stem(x, N, H, W, gh, gw, y);
+    const int64_t pixels = N * OH * OW, K = packed_.K;
     const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
-    const uint8_t pad = static_cast<uint8_t>(x_zp_);
-    const int64_t KH = spatial_.kernel[0], KW = spatial_.kernel[1], sh = spatial_.strides[0], sw = spatial_.strides[1];
-    const int64_t dh = spatial_.dilations[0], dw = spatial_.dilations[1], run = KW * C, xbytes = x.numel();
-    const size_t ysize = epi_.y_dt == DType::kF32 ? 4 : 1;
+    const int64_t xbytes = x.numel(), ysize = epi_.y_dt == DType::kF32 ? 4 : 1;
     const bool u8_out = epi_.y_dt == DType::kU8;
-    const TileFn* tiles = epi_.y_dt == DType::kF32 ? kTiles<0>
-                          : !flags_.int_form       ? (u8_out ? kTiles<1> : kTiles<2>)
-                          : !pointwise_            ? (u8_out ? kTiles<3> : kTiles<4>)
-                          : flags_.int_implied     ? (u8_out ? kPointwiseTiles<3, false> : kPointwiseTiles<4, false>)
-                                                   : (u8_out ? kPointwiseTiles<3, true> : kPointwiseTiles<4, true>);
+    const TileFn<PatchRows>* tiles = epi_.y_dt == DType::kF32 ? kTiles<0, PatchRows>
+                                     : !flags_.int_form       ? (u8_out ? kTiles<1, PatchRows> : kTiles<2, PatchRows>)
+                                     : flags_.int_implied     ? (u8_out ? kIntegerTiles<3, false, PatchRows> : kIntegerTiles<4, false, PatchRows>)
+                                                              : (u8_out ? kIntegerTiles<3, true, PatchRows> : kIntegerTiles<4, true, PatchRows>);
     char* yp = static_cast<char*>(y->mutable_raw());
-    // One output pixel's patch of a stem, (kh, kw, c) order, in o, with lda readable bytes. Those past K need no
-    // value: the tile reads (K + 1) / 2 pairs and a pair's element K (odd K) meets a zero weight (int8_gemm.h's packing).
-    const auto gather = [&](int64_t pix, uint8_t* o) -> const uint8_t* {
-      const int64_t ow = pix % OW, oh = pix / OW % OH, n = pix / OW / OH, iw0 = ow * sw - gw.pad_begin;
-      uint8_t* t = o;
-      for (int64_t kh = 0; kh < KH; ++kh, t += run) {
-        const int64_t ih = oh * sh - gh.pad_begin + kh * dh;
-        if (ih < 0 || ih >= H) {
-          std::memset(t, pad, static_cast<size_t>(run));
-          continue;
-        }
-        const int64_t at = ((n * H + ih) * W + iw0) * C;
-        if (dw == 1 && iw0 >= 0 && iw0 + KW <= W) {  // one run of KW * C bytes (o has 16 bytes of slack)
-          if (run <= 16 && at + 16 <= xbytes)
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(t), _mm_loadu_si128(reinterpret_cast<const __m128i*>(xp + at)));
-          else
-            std::memcpy(t, xp + at, static_cast<size_t>(run));
-          continue;
-        }
-        for (int64_t kw = 0; kw < KW; ++kw) {
-          const int64_t iw = iw0 + kw * dw;
-          if (iw < 0 || iw >= W) std::memset(t + kw * C, pad, static_cast<size_t>(C));
-          else std::memcpy(t + kw * C, xp + ((n * H + ih) * W + iw) * C, static_cast<size_t>(C));
-        }
-      }
-      return o;
-    };
     const int64_t blocks = (pixels + kMr - 1) / kMr;
     parallel_ranges(blocks, kMr * K * M, [&](int64_t b0, int64_t b1) {
-      alignas(32) uint8_t u8[std::max(kMaxK, kMr * kMaxPointwiseChannels) + 32];
-      alignas(32) int16_t a16[kMr * kMaxK + 16];  // (widen_patch's slack)
+      alignas(32) uint8_t u8[kMr * kMaxK];  // (a 1x1 of up to kMaxK channels: w - w_zp past [-64, 64] on 7-bit weights)
+      alignas(32) int16_t a16[kMr * kMaxK];
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t p0 = b * kMr;
         const int rows = static_cast<int>(std::min<int64_t>(kMr, pixels - p0));
-        if (pointwise_) {  // the block's rows * C bytes, contiguous, widened at once, rows C int16 apart (an odd C's
-          // last pair reads the next row's first value, or widen's slack, against a zero weight)
-          const int64_t n = (rows * C + 15) / 16 * 16, at = p0 * C;
-          const uint8_t* src = xp + at;
-          if (at + n > xbytes) src = static_cast<const uint8_t*>(std::memcpy(u8, src, static_cast<size_t>(rows * C)));
-          widen(src, n, x_signed_, x_zp_, a16);
-          tiles[rows](a16, C, packed_.data.data(), packed_.pairs, panels_.data(), packed_.panels, M, flags_,
-                      yp + p0 * M * static_cast<int64_t>(ysize), M * static_cast<int64_t>(ysize));
-          continue;
-        }
-        for (int r = 0; r < rows; ++r) {
-          const int64_t pix = p0 + r;
-          if (dw == 1 && dh == 1) {  // an interior pixel: no byte copy
-            const int64_t ow = pix % OW, oh = pix / OW % OH, n = pix / OW / OH, iw0 = ow * sw - gw.pad_begin,
-                          ih0 = oh * sh - gh.pad_begin, at = ((n * H + ih0) * W + iw0) * C;
-            if (iw0 >= 0 && iw0 + KW <= W && ih0 >= 0 && ih0 + KH <= H && at + (KH - 1) * W * C + (run + 15) / 16 * 16 <= xbytes) {
-              widen_patch(xp + at, W * C, KH, run, x_signed_, x_zp_, a16 + r * lda);
-              continue;
-            }
-          }
-          widen(gather(pix, u8), lda, x_signed_, x_zp_, a16 + r * lda);
-        }
-        tiles[rows](a16, lda, packed_.data.data(), packed_.pairs, panels_.data(), packed_.panels, M, flags_,
-                    yp + p0 * M * static_cast<int64_t>(ysize), M * static_cast<int64_t>(ysize));
+        // The block's rows * C bytes, contiguous, widened at once, rows C int16 apart (an odd C's last pair reads
+        // the next row's first value, or widen's slack, against a zero weight).
+        const int64_t n = (rows * C + 15) / 16 * 16, at = p0 * C;
+        const uint8_t* src = xp + at;
+        if (at + n > xbytes) src = static_cast<const uint8_t*>(std::memcpy(u8, src, static_cast<size_t>(rows * C)));
+        widen(src, n, x_signed_, x_zp_, a16);
+        tiles[rows](PatchRows{a16, C}, packed_.data.data(), packed_.pairs, panels_.data(), packed_.panels, M, flags_, yp + p0 * M * ysize,
+                    M * ysize);
       }
     });
     return Status::ok();
   }
 
  private:
+  // A stem: per output row its KH source rows widened (widen_row) into a per-thread buffer, then its pixels kMr at
+  // a time, each reading its window's segments straight from those rows (window_pair_sums). The threads split the
+  // blocks of kMr pixels as the 1x1s' (a block ends at its output row's end).
+  Status run_stem(const Tensor& x, int64_t N, int64_t H, int64_t W, const AxisGeom& gh, const AxisGeom& gw, Tensor* y) const {
+    const int64_t C = C_, M = M_, OH = gh.out, OW = gw.out;
+    const int64_t KH = spatial_.kernel[0], KW = spatial_.kernel[1], sh = spatial_.strides[0], sw = spatial_.strides[1];
+    const int64_t dh = spatial_.dilations[0], dw = spatial_.dilations[1], per_kh = KW * C / seg_len_, segments = KH * per_kh;
+    const int64_t cols = (OW - 1) * sw + (KW - 1) * dw + 1, row_len = cols * C + 16, per_row = (OW + kMr - 1) / kMr;
+    const int64_t ysize = epi_.y_dt == DType::kF32 ? 4 : 1, panels = packed_.panels;
+    const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
+    char* yp = static_cast<char*>(y->mutable_raw());
+    const bool u8_out = epi_.y_dt == DType::kU8;
+    const TileFn<WindowRows>* tiles = epi_.y_dt == DType::kF32 ? kTiles<0, WindowRows>
+                                      : !flags_.int_form       ? (u8_out ? kTiles<1, WindowRows> : kTiles<2, WindowRows>)
+                                      : flags_.int_implied     ? (u8_out ? kIntegerTiles<3, false, WindowRows> : kIntegerTiles<4, false, WindowRows>)
+                                                               : (u8_out ? kIntegerTiles<3, true, WindowRows> : kIntegerTiles<4, true, WindowRows>);
+    parallel_ranges(N * OH * per_row, kMr * KH * KW * C * M, [&](int64_t b0, int64_t b1) {
+      std::vector<int16_t> buf(static_cast<size_t>(KH * row_len));
+      std::vector<const int16_t*> runs(static_cast<size_t>(segments));
+      for (int64_t b = b0, widened = -1; b < b1; ++b) {
+        const int64_t orow = b / per_row, ow0 = b % per_row * kMr;  // orow: n * OH + oh
+        if (orow != widened) {
+          widened = orow;
+          const int64_t n = orow / OH, oh = orow % OH;
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            const int64_t ih = oh * sh - gh.pad_begin + kh * dh;
+            widen_row(ih >= 0 && ih < H ? xp + (n * H + ih) * W * C : nullptr, W, C, gw.pad_begin, cols, x_signed_, x_zp_,
+                      buf.data() + kh * row_len);
+          }
+        }
+        for (int64_t s = 0; s < segments; ++s)  // segment s: kernel row s / per_kh, from tap (s % per_kh) * (dilation 1: all KW)
+          runs[static_cast<size_t>(s)] = buf.data() + s / per_kh * row_len + (ow0 * sw + s % per_kh * dw) * C;
+        const int r = static_cast<int>(std::min<int64_t>(kMr, OW - ow0));
+        tiles[r](WindowRows{runs.data(), segments, sw * C, seg_pairs_}, window_w_.data(), segments * seg_pairs_, panels_.data(), panels, M,
+                 flags_, yp + (orow * OW + ow0) * M * ysize, M * ysize);
+      }
+    });
+    return Status::ok();
+  }
+
   // The byte paths (init): a 1x1's R pixels' channels at a time, read in place, against the s8 quads; on 8-bit
   // weights (kBytesRepair) the outputs a saturated pair fed recomputed after.
   Status run_bytes(const Tensor& x, int64_t N, int64_t H, int64_t W, Tensor* y) const {
@@ -588,7 +589,9 @@ class Int8Im2colQConvKernel : public Kernel {
   int32_t x_zp_ = 0;
   cpu::EpilogueFactors factors_;
   cpu::Int8GemmEpilogue epi_;
-  cpu::PackedInt8B packed_;
+  cpu::PackedInt8B packed_;  // the 1x1s' int16 panels (a stem's only until init has its window_w_)
+  std::vector<int16_t> window_w_;  // a stem's: [panels][segment][seg_pairs_][16][2], w - w_zp (init)
+  int64_t seg_len_ = 0, seg_pairs_ = 0;
   std::vector<PanelEpi> panels_;
   EpiFlags flags_;
 };

@@ -4,7 +4,7 @@
 // acc[2r] (columns 0-7) and acc[2r + 1] (8-15). Named accumulators inside (gcc 12 kept arrays of __m256i on
 // the stack in the loop); acc is written once, after it. Both are always_inline: where the caller's constants
 // are live across the loop gcc may spill accumulators, which is why int8_im2col_conv.cpp calls pair_sums through
-// a noinline wrapper from its float epilogue's tiles.
+// a noinline wrapper from its float epilogue's tiles. window_pair_sums is pair_sums on a stem's rows read in place.
 #pragma once
 
 #include <immintrin.h>
@@ -32,6 +32,17 @@ namespace ferry::cpu {
     c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
     c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
   }
+// One int16 pair of row r at int16 offset off: vpmaddwd into int32 (pair_sums, window_pair_sums).
+#define FERRY_MICRO_PAIR(r, off)                                    \
+  if constexpr (R > r) {                                            \
+    int32_t v;                                                      \
+    std::memcpy(&v, a##r + (off), sizeof v);                        \
+    const __m256i av = _mm256_set1_epi32(v);                        \
+    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(av, b0)); \
+    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, b1)); \
+  }
+#define FERRY_MICRO_PAIRS(off) \
+  FERRY_MICRO_PAIR(0, off) FERRY_MICRO_PAIR(1, off) FERRY_MICRO_PAIR(2, off) FERRY_MICRO_PAIR(3, off) FERRY_MICRO_PAIR(4, off) FERRY_MICRO_PAIR(5, off)
 #define FERRY_MICRO_BYTE_QUADS(off)                                                        \
   FERRY_MICRO_BYTE_QUAD(0, off) FERRY_MICRO_BYTE_QUAD(1, off) FERRY_MICRO_BYTE_QUAD(2, off) \
   FERRY_MICRO_BYTE_QUAD(3, off) FERRY_MICRO_BYTE_QUAD(4, off) FERRY_MICRO_BYTE_QUAD(5, off)
@@ -45,20 +56,33 @@ __attribute__((target("avx2"), always_inline)) inline void pair_sums(const int16
   const __m256i i1 = init ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init + 8)) : _mm256_setzero_si256();
   __m256i c00 = i0, c01 = i1, c10 = i0, c11 = i1, c20 = i0, c21 = i1, c30 = i0, c31 = i1, c40 = i0, c41 = i1, c50 = i0, c51 = i1;
   const int16_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
-#define FERRY_NARROW_ROW(r)                                          \
-  if constexpr (R > r) {                                             \
-    int32_t v;                                                       \
-    std::memcpy(&v, a##r + 2 * j, sizeof v);                         \
-    const __m256i av = _mm256_set1_epi32(v);                         \
-    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(av, b0));  \
-    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(av, b1));  \
-  }
   for (int64_t j = 0; j < pairs; ++j) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j + 16));
-    FERRY_MICRO_EACH_ROW(FERRY_NARROW_ROW)
+    FERRY_MICRO_PAIRS(2 * j)
   }
-#undef FERRY_NARROW_ROW
+  FERRY_MICRO_EACH_ROW(FERRY_MICRO_STORE)
+}
+
+// pair_sums on an image stem's widened source rows (int8_im2col_conv.cpp): a window of `segments` runs of
+// 2 x seg_pairs int16 each, run s of row r of the tile at runs[s] + r * lda (lda: the stride times the channels:
+// the rows' windows overlap in the source row), against the panel's [segment][pair][16 columns][2] values. Each
+// run is read in place, two values per broadcast as pair_sums reads a gathered patch.
+template <int R>
+__attribute__((target("avx2"), always_inline)) inline void window_pair_sums(const int16_t* const* runs, int64_t segments, int64_t lda,
+                                                                           int64_t seg_pairs, const int16_t* panel, const int32_t* init,
+                                                                           __m256i* acc) {
+  const __m256i i0 = init ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init)) : _mm256_setzero_si256();
+  const __m256i i1 = init ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init + 8)) : _mm256_setzero_si256();
+  __m256i c00 = i0, c01 = i1, c10 = i0, c11 = i1, c20 = i0, c21 = i1, c30 = i0, c31 = i1, c40 = i0, c41 = i1, c50 = i0, c51 = i1;
+  for (int64_t s = 0; s < segments; ++s, panel += 32 * seg_pairs) {
+    const int16_t *a0 = runs[s], *a1 = a0 + lda, *a2 = a0 + 2 * lda, *a3 = a0 + 3 * lda, *a4 = a0 + 4 * lda, *a5 = a0 + 5 * lda;
+    for (int64_t j = 0; j < seg_pairs; ++j) {
+      const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j));
+      const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 32 * j + 16));
+      FERRY_MICRO_PAIRS(2 * j)
+    }
+  }
   FERRY_MICRO_EACH_ROW(FERRY_MICRO_STORE)
 }
 
@@ -130,6 +154,8 @@ __attribute__((target("avx2"), always_inline)) inline void quad_pair_sums(const 
 }
 
 #undef FERRY_MICRO_BYTE_QUADS
+#undef FERRY_MICRO_PAIRS
+#undef FERRY_MICRO_PAIR
 #undef FERRY_MICRO_BYTE_QUAD
 #undef FERRY_MICRO_STORE
 #undef FERRY_MICRO_EACH_ROW
