@@ -11,8 +11,9 @@
 // which adds 0), and each pixel reads its window in place, a kernel row's KW x C values contiguous there and the
 // 6 pixels' windows stride x C apart: int8_micro.h's window_pair_sums, the weights repacked once per kernel row,
 // an odd row's last value paired with a zero weight. Against the gathered patches before it (issue 38, session 25,
-// `ferry profile -t 1` CPU ms alternated with main's build, normalized by unchanged nodes, load 3-6): MobileNetV2's
-// 3x3/2 stem 0.74-0.75x, ResNet-50's 7x7/2 0.89-0.92x, whose multiply-adds were already most of its time), then
+// `ferry profile -t 1 / -t 2` CPU ms alternated with main's build, normalized by unchanged nodes, load 3-6, with
+// tile_integer's epilogue; docs/performance.md): MobileNetV2's 3x3/2 stem 0.67x / 0.72x, now 0.79x ferry's fp32
+// stem; ResNet-50's 7x7/2 0.91x / 0.95x, whose multiply-adds were already most of its time), then
 // for each 16 output channels the int8_gemm panel micro kernel's vpmaddwd steps (exact in int32: int8_gemm.h) and the reference's
 // epilogue on the accumulators still in registers, stored as y. The float steps are int8_gemm's
 // epilogue_row (int8_epilogue.h), in the reference's order, or where the node's constants allow the same
