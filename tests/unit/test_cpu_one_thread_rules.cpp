@@ -1,5 +1,5 @@
 // cpu one_thread_rules.h (issue 22): small depthwise convolutions and small row-broadcast binary ops
-// run on one thread of two (and, when asked for, small Concat / Resize outputs). The rules fire only below their byte limit and outside parallel
+// (issue 38: small int8 layers, with blocking idle threads) run on one thread of two (and, when asked for, small Concat / Resize outputs). The rules fire only below their byte limit and outside parallel
 // regions, and the one-thread runs give the reference's results (depthwise: the one-thread oneDNN
 // plan, made apart from the two-thread one of the same shape; binary: the same bits).
 #include <omp.h>
@@ -57,6 +57,32 @@ TEST(CpuOneThreadRules, FireBelowTheLimitOnSeveralThreadsOnly) {
     Setting s(2, "FERRY_ELTWISE_ONE_THREAD_BYTES", "4096");
     EXPECT_TRUE(cpu::binary_on_one_thread(4095));
     EXPECT_FALSE(cpu::binary_on_one_thread(4096));
+  }
+}
+
+TEST(CpuOneThreadRules, Int8LayersRunOnOneThreadOnlyWithBlockingIdleThreads) {  // issue 38
+  {
+    Setting policy(2, "OMP_WAIT_POLICY", "PASSIVE");
+    Setting s(2, "FERRY_I8_ONE_THREAD_MACS", nullptr);
+    EXPECT_TRUE(cpu::int8_on_one_thread(cpu::kInt8OneThreadMacs - 1));
+    EXPECT_FALSE(cpu::int8_on_one_thread(cpu::kInt8OneThreadMacs));
+  }
+  {
+    Setting policy(2, "OMP_WAIT_POLICY", "passive");
+    Setting s(2, "FERRY_I8_ONE_THREAD_MACS", "0");
+    EXPECT_FALSE(cpu::int8_on_one_thread(10));  // 0: always split
+  }
+  {
+    Setting policy(2, "OMP_WAIT_POLICY", "ACTIVE");
+    EXPECT_FALSE(cpu::int8_on_one_thread(10));  // spinning idle threads: split
+  }
+  {
+    Setting policy(2, "OMP_WAIT_POLICY", nullptr);
+    EXPECT_FALSE(cpu::int8_on_one_thread(10));
+  }
+  {
+    Setting policy(1, "OMP_WAIT_POLICY", "PASSIVE");
+    EXPECT_FALSE(cpu::int8_on_one_thread(10));  // one thread anyway
   }
 }
 

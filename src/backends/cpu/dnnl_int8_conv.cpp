@@ -29,15 +29,18 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_parallel.h"
 #include "backends/cpu/dnnl_plan_cache.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/int8_pair_saturation.h"
 #include "backends/cpu/int8_quantize.h"
 #include "backends/cpu/int8_util.h"
 #include "backends/cpu/node_attrs.h"
+#include "backends/cpu/one_thread_rules.h"
 #include "backends/cpu/prepacked.h"
 #include "common/env_switch.h"
 #include "ops/conv_pool_util.h"
@@ -199,6 +202,8 @@ class DnnlQConvKernel : public Kernel {
     }
     std::vector<int64_t> x_dims;
     if (cpu::static_dims(graph, node_.inputs[kX], &x_dims)) {
+      std::optional<SingleThreadScope> one;
+      if (one_thread(x_dims)) one.emplace();
       auto p = plans_.get(x_dims, [this](const std::vector<int64_t>& d, Plan* plan) { return make_plan(d, plan, split_); });
       if (!p.is_ok()) return false;  // this oneDNN has no int8 kernel for the node: the reference runs it
     }
@@ -208,6 +213,8 @@ class DnnlQConvKernel : public Kernel {
   Status compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(kX);
     if (x.dtype() != x_dt_ || x.rank() != w_.rank()) return fallback_(ctx);
+    std::optional<SingleThreadScope> one;  // its plans are then made for one thread
+    if (one_thread(x.dims())) one.emplace();
     auto plan = plans_.get(x.dims(), [this](const std::vector<int64_t>& d, Plan* p) { return make_plan(d, p, split_); });
     if (!plan.is_ok()) return fallback_(ctx);
     const Plan* p = plan.value();
@@ -242,6 +249,13 @@ class DnnlQConvKernel : public Kernel {
       cpu::quantize_f32_8bit(y->data<float>(), y->numel(), yq_scale_, yq_zp_, yq_dt_, yq->mutable_raw());
     }
     return Status::ok();
+  }
+
+  // A small convolution runs on one thread (one_thread_rules.h): multiply-adds counted per source pixel.
+  bool one_thread(const std::vector<int64_t>& x_dims) const {
+    int64_t macs = w_.numel() / std::max<int64_t>(w_.dim(1) * group_, 1);
+    for (int64_t d : x_dims) macs *= d;
+    return cpu::int8_on_one_thread(macs);
   }
 
  private:

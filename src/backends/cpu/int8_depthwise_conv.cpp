@@ -33,6 +33,7 @@
 #include "backends/cpu/int8_gemm.h"
 #include "backends/cpu/int8_util.h"
 #include "backends/cpu/node_attrs.h"
+#include "backends/cpu/one_thread_rules.h"
 #include "ops/conv_pool_util.h"
 
 namespace ferry {
@@ -274,7 +275,7 @@ class Int8DepthwiseQConvKernel : public Kernel {
     const RowFn fn = kRows[epi_.y_dt == DType::kU8 ? 0 : 1][flags_.int_zp != 0][flags_.int_implied];
     const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
     char* yp = static_cast<char*>(y->mutable_raw());
-    parallel_ranges(N * OH, OW * C * 12, [&](int64_t r0, int64_t r1) {
+    const auto rows = [&](int64_t r0, int64_t r1) {
       thread_local Scratch s;
       for (RowPair& p : s.slot) {
         p.n = -1;
@@ -302,7 +303,11 @@ class Int8DepthwiseQConvKernel : public Kernel {
         fn(s.slot[ia].data.data(), s.slot[ib].data.data(), weights_.data(), blocks_, OW, sw, C, panels_.data(), flags_,
            yp + orow * OW * C);
       }
-    });
+    };
+    if (cpu::int8_on_one_thread(N * OH * OW * C * 9))  // one_thread_rules.h
+      rows(0, N * OH);
+    else
+      parallel_ranges(N * OH, OW * C * 12, rows);
     return Status::ok();
   }
 

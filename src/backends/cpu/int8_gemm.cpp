@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "backends/cpu/int8_util.h"
 #include "backends/cpu/int8_micro.h"
 #include "backends/cpu/node_attrs.h"
+#include "backends/cpu/one_thread_rules.h"
 #include "common/env_switch.h"
 #include "ops/quantize_util.h"
 
@@ -273,6 +275,8 @@ void int8_gemm(const void* a, bool a_signed, int32_t a_zp, int64_t M, const Pack
                void* y) {
   if (M <= 0 || b.N <= 0) return;
   const int64_t N = b.N;
+  std::optional<SingleThreadScope> one;  // a small product: one thread (one_thread_rules.h)
+  if (cpu::int8_on_one_thread(M * N * b.K)) one.emplace();
   // The int16 path: rows widened (minus a_zp) to lda int16; the narrow path: u8 rows of lda bytes (a itself
   // where it is u8 with K a multiple of 4), a_zp taken off through the column sums.
   const int64_t lda = b.narrow ? 4 * b.quads : 2 * b.pairs;

@@ -39,6 +39,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -49,6 +50,7 @@
 #include "backends/cpu/int8_pair_saturation.h"
 #include "backends/cpu/int8_util.h"
 #include "backends/cpu/node_attrs.h"
+#include "backends/cpu/one_thread_rules.h"
 #include "ops/conv_pool_util.h"
 
 namespace ferry {
@@ -428,6 +430,8 @@ class Int8Im2colQConvKernel : public Kernel {
       return fallback_(ctx);
     const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), OH = gh.out, OW = gw.out, M = M_;
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, epi_.y_dt, {N, OH, OW, M}, false));
+    std::optional<SingleThreadScope> one;  // a small 1x1: one thread (one_thread_rules.h)
+    if (pointwise_ && cpu::int8_on_one_thread(N * H * W * C * M)) one.emplace();
     if (path_ != Path::kInt16) return run_bytes(x, N, H, W, y);
     if (!pointwise_) return run_stem(x, N, H, W, gh, gw, y);
     const int64_t pixels = N * OH * OW, K = packed_.K;

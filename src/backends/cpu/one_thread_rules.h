@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/env_switch.h"
 
@@ -52,6 +53,24 @@ inline bool depthwise_on_one_thread(int64_t src_bytes) {
 constexpr int64_t kBinaryOneThreadBytes = int64_t{1} << 20;
 inline bool binary_on_one_thread(int64_t out_bytes) {
   return one_thread_for(out_bytes, one_thread_limit("FERRY_ELTWISE_ONE_THREAD_BYTES", kBinaryOneThreadBytes));
+}
+
+/// True when idle OpenMP threads block at once (OMP_WAIT_POLICY=PASSIVE: ferry's choice at start-up on a
+/// crowded host, tools/omp_defaults.cpp, or the user's): each parallel region then pays a futex wake-up.
+inline bool idle_threads_block() {
+  const char* p = env_value("OMP_WAIT_POLICY");
+  return p && (std::strcmp(p, "PASSIVE") == 0 || std::strcmp(p, "passive") == 0);
+}
+
+/// With blocking idle threads, int8 convolutions and products of fewer multiply-adds than this run on one
+/// thread (issue 38): the depthwise kernel (int8_depthwise_conv.cpp), int8_im2col_conv.cpp's 1x1s, oneDNN's
+/// int8 convolutions (dnnl_int8_conv.cpp) and cpu::int8_gemm. At 2-3x fp32's rate their small layers took
+/// less than a wake-up and join of the second thread: MobileNetV2 int8 made 280 futex calls per run at 2
+/// threads (fp32: 164), 24 with this rule (docs/performance.md, "Issue 38, session 25: MobileNetV2 int8 at
+/// 2 threads"). Spinning idle threads (a quiet host) keep the split. FERRY_I8_ONE_THREAD_MACS overrides the limit.
+constexpr int64_t kInt8OneThreadMacs = 12'000'000;
+inline bool int8_on_one_thread(int64_t macs) {
+  return idle_threads_block() && one_thread_for(macs, one_thread_limit("FERRY_I8_ONE_THREAD_MACS", kInt8OneThreadMacs));
 }
 
 /// Concat and Resize (data_movement.cpp) with a smaller output run on one thread: off by default
