@@ -9,6 +9,9 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release $(if $(shell command -v ccache),-DCMAK
 # the Python package, tests/python/venv_install.sh) compiles from cache. CMAKE_FLAGS' ccache test
 # is expanded when a recipe runs (after `setup` installed ccache), not when make reads this file.
 export CCACHE_BASEDIR ?= $(CURDIR)
+# The tool and unit-test targets use precompiled headers (CMake's target_precompile_headers);
+# ccache caches their objects only with this sloppiness (ccache's manual, "Precompiled headers").
+export CCACHE_SLOPPINESS ?= pch_defines,time_macros
 
 all: build
 
@@ -51,11 +54,13 @@ demo: setup
 # through ctest, then the AddressSanitizer + UndefinedBehaviorSanitizer suite, the ThreadSanitizer
 # concurrency tests and a short run of every fuzz target (FUZZ_SECONDS each). `make test-main` is
 # the quick loop (main suite only).
+# Each stage's wall time is printed as it ends, and all of them together at the end (CI's log).
+TEST_STAGES := test-main test-asan test-tsan fuzz
 test:
-	@$(MAKE) --no-print-directory test-main
-	@$(MAKE) --no-print-directory test-asan
-	@$(MAKE) --no-print-directory test-tsan
-	@$(MAKE) --no-print-directory fuzz
+	@t0=$$(date +%s); times=""; for s in $(TEST_STAGES); do ts=$$(date +%s); \
+	  $(MAKE) --no-print-directory $$s || { echo "== make test: $$s FAILED after $$(( $$(date +%s) - ts )) s"; exit 1; }; \
+	  times="$$times $$s $$(( $$(date +%s) - ts )) s;"; echo "== make test: $$s passed in $$(( $$(date +%s) - ts )) s"; done; \
+	  echo "== make test: all passed in $$(( $$(date +%s) - t0 )) s:$$times"
 
 test-main: build
 	@cd $(BUILD) && ctest --output-on-failure --no-tests=error -j $(JOBS) $(CTEST_ARGS)
@@ -69,11 +74,13 @@ SAN_BUILD_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHD
 # AddressSanitizer + UndefinedBehaviorSanitizer build (gcc): unit tests, the conformance suite on
 # the reference and cpu backends, hostile inputs and a zoo subset (not the 1,000-cycle RSS leak
 # test: ASan's quarantine grows RSS by design; the main suite runs it).
+# Without the gRPC front end: no test here serves (the serve tests run in the main suite, the
+# KServe decoder under ASan in `make fuzz`), and its generated code is a large part of a cold build.
 ASAN_BUILD ?= build-asan
 ASAN_TESTS ?= -L 'unit|asan' -E '^api_load_run_unload_1000$$'
 ASAN_TARGETS ?= ferry ferry_unit_tests ferry_node_tests ferry_concurrency_tests
 test-asan: setup
-	@cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) $(SAN_BUILD_FLAGS) -DFERRY_SANITIZE=ON -DFERRY_CUDA=OFF \
+	@cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) $(SAN_BUILD_FLAGS) -DFERRY_SANITIZE=ON -DFERRY_CUDA=OFF -DFERRY_GRPC=OFF \
 	  -DFERRY_ZOO_DIR=$(CURDIR)/$(BUILD)/zoo_models > $(ASAN_BUILD).configure.log 2>&1 || (cat $(ASAN_BUILD).configure.log; exit 1)
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(ASAN_TARGETS)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
