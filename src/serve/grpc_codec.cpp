@@ -175,8 +175,7 @@ StatusOr<GrpcDecoded> decode_request(const ModelInferRequest& r, const ModelSign
       if (static_cast<int64_t>(bytes.size()) != nbytes)
         return invalid_argument(what + ": raw_input_contents[" + std::to_string(ri) + "] has " + std::to_string(bytes.size()) +
                                 " bytes but shape " + dims_to_string(dims) + " of " + in.datatype() + " needs " + std::to_string(nbytes));
-      ASSIGN_OR_RETURN(Tensor t, Tensor::create(spec->dtype, std::move(dims), what));
-      if (nbytes > 0) std::memcpy(t.mutable_raw(), bytes.data(), static_cast<size_t>(nbytes));
+      ASSIGN_OR_RETURN(Tensor t, copy_input_tensor(spec->dtype, std::move(dims), bytes.data(), what));
       out.request.inputs.emplace_back(in.name(), std::move(t));
       continue;
     }

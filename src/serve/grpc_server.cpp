@@ -722,6 +722,9 @@ Status GrpcServer::start() {
   builder.SetMaxSendMessageSize(INT_MAX);
   // gRPC turns SO_REUSEPORT on by default: a second server on a busy port would bind silently.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // No channelz service is served: its per-call counters (CallCountingHelper) and sockets' nodes
+  // would be kept for nobody (ferry perf's channel has it off too).
+  builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 0);
   // Debian's Abseil checks every mutex lock for deadlocks (a debug build; 2-3% of a call's CPU
   // here, see grpc_client.cpp): off, as in a release build. Not GRPC_ARG_MINIMAL_STACK: it drops
   // the filter that enforces the maximum message size (RESOURCE_EXHAUSTED).

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -325,6 +326,18 @@ StatusOr<Tensor> classify(const Tensor& t, int64_t classes, bool batched, const 
   return out;
 }
 
+StatusOr<Tensor> copy_input_tensor(DType dtype, std::vector<int64_t> dims, const void* bytes, const std::string& what) {
+  const size_t nbytes = static_cast<size_t>(element_count(dims) * dtype_size(dtype));
+  constexpr size_t kAlignment = 64;  // Tensor::create's
+  const size_t rounded = std::max(kAlignment, (nbytes + kAlignment - 1) / kAlignment * kAlignment);
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (!p) return resource_exhausted(what + ": out of memory: cannot allocate " + std::to_string(nbytes) + " bytes");
+  if (nbytes > 0) std::memcpy(p, bytes, nbytes);
+  std::memset(static_cast<char*>(p) + nbytes, 0, rounded - nbytes);
+  std::shared_ptr<const void> owner(p, [](const void* q) { std::free(const_cast<void*>(q)); });
+  return Tensor::wrap(dtype, std::move(dims), std::move(owner), p);
+}
+
 StatusOr<Tensor> decode_bytes_tensor(std::string_view raw, const std::vector<int64_t>& dims, const std::string& what) {
   ASSIGN_OR_RETURN(int64_t count, checked_element_count(dims, what));
   ASSIGN_OR_RETURN(Tensor t, Tensor::create(DType::kString, dims, what));
@@ -471,8 +484,7 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
       if (size > binary.size() - binary_offset)
         return invalid_argument(what + ": binary_data_size " + std::to_string(size) + " runs past the end of the body (" +
                                 std::to_string(binary.size() - binary_offset) + " bytes of binary data left)");
-      ASSIGN_OR_RETURN(Tensor t, Tensor::create(dt, dims, what));
-      if (size > 0) std::memcpy(t.mutable_raw(), binary.data() + binary_offset, size);
+      ASSIGN_OR_RETURN(Tensor t, copy_input_tensor(dt, dims, binary.data() + binary_offset, what));
       binary_offset += size;
       out.request.inputs.emplace_back(input_name, std::move(t));
       continue;

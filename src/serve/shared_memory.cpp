@@ -158,9 +158,7 @@ StatusOr<Tensor> shm_input_tensor(const ShmSlice& s, DType dtype, const std::vec
                             kserve_dtype_name(dtype) + " needs " + std::to_string(nbytes) + " bytes");
   if (reinterpret_cast<uintptr_t>(s.data()) % 64 == 0)  // in place: the kernels get the alignment they want
     return Tensor::wrap(dtype, dims, std::shared_ptr<const void>(s.region, s.data()), s.data());
-  ASSIGN_OR_RETURN(Tensor t, Tensor::create(dtype, dims, what));
-  if (nbytes > 0) std::memcpy(t.mutable_raw(), s.data(), nbytes);
-  return t;
+  return copy_input_tensor(dtype, dims, s.data(), what);
 }
 
 namespace {
