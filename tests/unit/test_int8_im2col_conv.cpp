@@ -3,7 +3,7 @@
 // (src/ops/quantize_fused.cpp), bit for bit, over stems and odd geometries (3x3/2 and 7x7/2 with
 // padding, asymmetric pads, padding wider than the kernel, kernels 1-7 at strides 1 and 2, dilations, 1-8
 // channels, batch 2, output rows ending in 1-5 pixels of a tile, output channels not a multiple
-// of 16, pixel counts not a multiple of 6), 1x1s of 16-128 channels, u8 / s8 sources with zero points, weight zero points, int32 / float biases, conv_relu, a Clip,
+// of 16, pixel counts not a multiple of 6), 1x1s of 16-128 channels (7-bit ones up to 512), u8 / s8 sources with zero points, weight zero points, int32 / float biases, conv_relu, a Clip,
 // u8 / s8 / f32 outputs, and operands whose byte-product pairs saturate without oneDNN's split. Runs
 // where int8_gemm does (AVX2 without VNNI); skipped elsewhere.
 #include <gtest/gtest.h>
@@ -444,6 +444,27 @@ TEST_F(Int8Im2colConv, SevenBitPointwiseBytePath) {
   check(sc, false);
   sc = StemCase{};  // a 7-bit stem: oneDNN
   sc.seven_bit = true;
+  check(sc, false);
+}
+
+// 7-bit weights with a weight zero point (w - w_zp past [-64, 64]: the int16 pairs, not the byte path) on the widest
+// 1x1 taken, 512 channels, and 510 (the last block of 5 pixels, 2550 bytes, copied into the per-thread buffer before
+// it is widened: a buffer once sized 800 bytes overflowed there, which the ASan build of these tests catches).
+TEST_F(Int8Im2colConv, SevenBitPointwiseOf512ChannelsWithWeightZeroPoint) {
+  StemCase sc;
+  sc.KH = sc.KW = 1;
+  sc.strides = {1, 1};
+  sc.pads = {0, 0, 0, 0};
+  sc.seven_bit = true;
+  sc.w_zp = true;
+  sc.x_zp = 131;
+  sc.M = 40;
+  sc.H = 11;  // 143 pixels: 23 blocks of 6, then 5
+  for (int64_t c : {512, 510}) {
+    sc.C = c;
+    check(sc);
+  }
+  sc.C = 514;  // past the longest patch taken
   check(sc, false);
 }
 

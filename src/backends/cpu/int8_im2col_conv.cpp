@@ -32,7 +32,9 @@
 // The 1x1s' tiles with the integer epilogue (tile_integer on int16 pairs, the block's pixels widened at once;
 // tile_bytes) keep the sums in registers through it (store_row_pairs), the clamp chosen per node: MobileNetV2's
 // 8-bit expansions 16 -> 96 and 24 -> 144 0.82x and 0.87x the CPU time, the 7-bit ones of 24-32 channels 0.89x,
-// 64-160 channels 0.95-0.97x, the 32 -> 16 projection 0.93x (`ferry profile -t 1`, docs/performance.md).
+// 64-160 channels 0.95-0.97x, the 32 -> 16 projection 0.93x (`ferry profile -t 1`, docs/performance.md). The
+// integer epilogue adds the output zero point only where it is not 0 (kZp; MobileNetV2's ReLU6 outputs have 0): its
+// 8-bit expansions and stem 0.97x the CPU time (issue 38, session 26, docs/performance.md).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -142,18 +144,18 @@ __attribute__((target("avx2"), always_inline)) inline void epilogue_pair(__m256i
 // The integer epilogue's stores of R rows' sums (YT 3: u8, 4: s8), two rows per epilogue_pair (an odd last row with
 // its own sums as the second, those bytes not stored), the row pairs written out so the sums are indexed by
 // constants only and stay in registers (a loop over the pairs stored the 12 accumulators to the stack and read them
-// back per panel), and the clamp chosen by the caller, once per tile (kClamp: !EpiFlags::int_implied). The zero
-// point is always added (+ 0 where the node's is 0: the same bytes).
-template <int R, int YT, bool kClamp, int r = 0>
+// back per panel), and the clamp chosen by the caller, once per tile (kClamp: !EpiFlags::int_implied), as is the zero
+// point's add (kZp: EpiFlags::int_zp != 0; MobileNetV2's expansions, ReLU6 into u8, have 0).
+template <int R, int YT, bool kClamp, bool kZp, int r = 0>
 __attribute__((target("avx2"), always_inline)) inline void store_row_pairs(const __m256i* acc, const float* mul, __m256 lo, __m256 hi,
                                                                            __m256i zp, int cols, char* yp, int64_t ldy) {
   if constexpr (r < R) {
     constexpr bool two = r + 1 < R;
     constexpr int b = two ? 2 * r + 2 : 2 * r;
     alignas(16) char spill[kNr];
-    epilogue_pair<YT - 2, true, kClamp>(acc[2 * r], acc[2 * r + 1], acc[b], acc[b + 1], mul, lo, hi, zp, cols, yp + r * ldy,
+    epilogue_pair<YT - 2, kZp, kClamp>(acc[2 * r], acc[2 * r + 1], acc[b], acc[b + 1], mul, lo, hi, zp, cols, yp + r * ldy,
                                         two ? yp + (r + 1) * ldy : spill);
-    store_row_pairs<R, YT, kClamp, r + 2>(acc, mul, lo, hi, zp, cols, yp, ldy);
+    store_row_pairs<R, YT, kClamp, kZp, r + 2>(acc, mul, lo, hi, zp, cols, yp, ldy);
   }
 }
 
@@ -181,7 +183,7 @@ __attribute__((target("avx2"))) void tile(const S& src, const int16_t* packed, i
 // 16 and 24 channels, which read residual sums (zero point ~128), and its stem. The sums stay in registers from
 // pair_sums (window_pair_sums) through store_row_pairs; the node's constants are hoisted out of the panel loop
 // (the stem, on store_rows_integer's loop before: 0.91x CPU ms).
-template <int R, int YT, bool kClamp, class S>
+template <int R, int YT, bool kClamp, bool kZp, class S>
 __attribute__((target("avx2"))) void tile_integer(const S& src, const int16_t* packed, int64_t pairs, const PanelEpi* pes,
                                                   int64_t panels, int64_t M, const EpiFlags& flags, char* y, int64_t ldy) {
   const EpiFlags e = flags;
@@ -193,7 +195,7 @@ __attribute__((target("avx2"))) void tile_integer(const S& src, const int16_t* p
     const PanelEpi& pe = pes[p];
     const int cols = static_cast<int>(std::min<int64_t>(kNr, M - p * kNr));
     sums<R>(s, packed + p * pairs * kNr * 2, pairs, pe.bias, acc);
-    store_row_pairs<R, YT, kClamp>(acc, pe.mul, lo, hi, zp, cols, y + p * kNr, ldy);
+    store_row_pairs<R, YT, kClamp, kZp>(acc, pe.mul, lo, hi, zp, cols, y + p * kNr, ldy);
   }
 }
 
@@ -201,14 +203,28 @@ template <class S>
 using TileFn = void (*)(const S&, const int16_t*, int64_t, const PanelEpi*, int64_t, int64_t, const EpiFlags&, char*, int64_t);
 template <int YT, class S>  // 0: f32, 1: u8, 2: s8 (int8_epilogue.h's epilogue)
 constexpr TileFn<S> kTiles[kMr + 1] = {nullptr, tile<1, YT, S>, tile<2, YT, S>, tile<3, YT, S>, tile<4, YT, S>, tile<5, YT, S>, tile<6, YT, S>};
-template <int YT, bool kClamp, class S>  // YT 3, 4
+template <int YT, bool kClamp, bool kZp, class S>  // YT 3, 4
 constexpr TileFn<S> kIntegerTiles[kMr + 1] = {nullptr,
-                                              tile_integer<1, YT, kClamp, S>,
-                                              tile_integer<2, YT, kClamp, S>,
-                                              tile_integer<3, YT, kClamp, S>,
-                                              tile_integer<4, YT, kClamp, S>,
-                                              tile_integer<5, YT, kClamp, S>,
-                                              tile_integer<6, YT, kClamp, S>};
+                                              tile_integer<1, YT, kClamp, kZp, S>,
+                                              tile_integer<2, YT, kClamp, kZp, S>,
+                                              tile_integer<3, YT, kClamp, kZp, S>,
+                                              tile_integer<4, YT, kClamp, kZp, S>,
+                                              tile_integer<5, YT, kClamp, kZp, S>,
+                                              tile_integer<6, YT, kClamp, kZp, S>};
+
+// The tiles for the node's output and epilogue (int8_epilogue.h's EpiFlags).
+template <class S>
+const TileFn<S>* tiles_for(DType y_dt, const EpiFlags& f) {
+  const bool u8 = y_dt == DType::kU8;
+  if (y_dt == DType::kF32) return kTiles<0, S>;
+  if (!f.int_form) return u8 ? kTiles<1, S> : kTiles<2, S>;
+  if (f.int_implied) {
+    if (f.int_zp == 0) return u8 ? kIntegerTiles<3, false, false, S> : kIntegerTiles<4, false, false, S>;
+    return u8 ? kIntegerTiles<3, false, true, S> : kIntegerTiles<4, false, true, S>;
+  }
+  if (f.int_zp == 0) return u8 ? kIntegerTiles<3, true, false, S> : kIntegerTiles<4, true, false, S>;
+  return u8 ? kIntegerTiles<3, true, true, S> : kIntegerTiles<4, true, true, S>;
+}
 
 // The byte path of a 1x1: int8_micro.h's quad_pair_sums on the PairedQuads panels (two quads in int16 where the
 // weights allow it), the source zero point entering as its init (the bias minus x_zp x the panel's column sums).
@@ -229,8 +245,8 @@ alignas(32) constexpr int32_t kZeroSums[kNr] = {};
 // kPaired: the layer's PairedQuads has pairs (quad_pair_sums); otherwise its quads are in their own order
 // (quad_sums). Two functions rather than a branch in one: with both loops in one body gcc 12 allocated the
 // single loop's registers worse (MobileNetV2's unpaired 24-channel expansion 1.09x the time). kClamp: as
-// store_row_pairs (the integer form's; the float epilogue's tiles take true).
-template <int R, int YT, bool kPaired, bool kClamp>
+// store_row_pairs (the integer form's; the float epilogue's tiles take true), and kZp (the float epilogue's take true).
+template <int R, int YT, bool kPaired, bool kClamp, bool kZp>
 __attribute__((target("avx2"))) void tile_bytes(const uint8_t* a, int64_t lda, const cpu::PairedQuads& pq, const PanelEpi* pes, int64_t M,
                                                 const EpiFlags& flags, char* y, int64_t ldy) {
   const EpiFlags e = flags;
@@ -254,19 +270,19 @@ __attribute__((target("avx2"))) void tile_bytes(const uint8_t* a, int64_t lda, c
     }
     if constexpr (kPaired) cpu::quad_pair_sums<R>(a, lda, panel, offsets + p * quads, pairs[p], quads, pe.bias, acc);
     else cpu::quad_sums<R>(a, lda, panel, quads, pe.bias, acc);
-    store_row_pairs<R, YT, kClamp>(acc, pe.mul, lo, hi, zp, cols, yp, ldy);
+    store_row_pairs<R, YT, kClamp, kZp>(acc, pe.mul, lo, hi, zp, cols, yp, ldy);
   }
 }
 
 using ByteTileFn = void (*)(const uint8_t*, int64_t, const cpu::PairedQuads&, const PanelEpi*, int64_t, const EpiFlags&, char*, int64_t);
-template <int YT, bool kPaired, bool kClamp>  // YT as kTiles
+template <int YT, bool kPaired, bool kClamp, bool kZp = true>  // YT as kTiles
 constexpr ByteTileFn kByteTiles[kMr + 1] = {nullptr,
-                                            tile_bytes<1, YT, kPaired, kClamp>,
-                                            tile_bytes<2, YT, kPaired, kClamp>,
-                                            tile_bytes<3, YT, kPaired, kClamp>,
-                                            tile_bytes<4, YT, kPaired, kClamp>,
-                                            tile_bytes<5, YT, kPaired, kClamp>,
-                                            tile_bytes<6, YT, kPaired, kClamp>};
+                                            tile_bytes<1, YT, kPaired, kClamp, kZp>,
+                                            tile_bytes<2, YT, kPaired, kClamp, kZp>,
+                                            tile_bytes<3, YT, kPaired, kClamp, kZp>,
+                                            tile_bytes<4, YT, kPaired, kClamp, kZp>,
+                                            tile_bytes<5, YT, kPaired, kClamp, kZp>,
+                                            tile_bytes<6, YT, kPaired, kClamp, kZp>};
 
 // The byte path's tiles for the node's output and epilogue.
 template <bool kPaired>
@@ -274,7 +290,11 @@ const ByteTileFn* byte_tiles(DType y_dt, const EpiFlags& f) {
   const bool u8 = y_dt == DType::kU8;
   if (y_dt == DType::kF32) return kByteTiles<0, kPaired, true>;
   if (!f.int_form) return u8 ? kByteTiles<1, kPaired, true> : kByteTiles<2, kPaired, true>;
-  if (f.int_implied) return u8 ? kByteTiles<3, kPaired, false> : kByteTiles<4, kPaired, false>;
+  if (f.int_implied) {
+    if (f.int_zp == 0) return u8 ? kByteTiles<3, kPaired, false, false> : kByteTiles<4, kPaired, false, false>;
+    return u8 ? kByteTiles<3, kPaired, false> : kByteTiles<4, kPaired, false>;
+  }
+  if (f.int_zp == 0) return u8 ? kByteTiles<3, kPaired, true, false> : kByteTiles<4, kPaired, true, false>;
   return u8 ? kByteTiles<3, kPaired, true> : kByteTiles<4, kPaired, true>;
 }
 
@@ -437,11 +457,7 @@ class Int8Im2colQConvKernel : public Kernel {
     const int64_t pixels = N * OH * OW, K = packed_.K;
     const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
     const int64_t xbytes = x.numel(), ysize = epi_.y_dt == DType::kF32 ? 4 : 1;
-    const bool u8_out = epi_.y_dt == DType::kU8;
-    const TileFn<PatchRows>* tiles = epi_.y_dt == DType::kF32 ? kTiles<0, PatchRows>
-                                     : !flags_.int_form       ? (u8_out ? kTiles<1, PatchRows> : kTiles<2, PatchRows>)
-                                     : flags_.int_implied     ? (u8_out ? kIntegerTiles<3, false, PatchRows> : kIntegerTiles<4, false, PatchRows>)
-                                                              : (u8_out ? kIntegerTiles<3, true, PatchRows> : kIntegerTiles<4, true, PatchRows>);
+    const TileFn<PatchRows>* tiles = tiles_for<PatchRows>(epi_.y_dt, flags_);
     char* yp = static_cast<char*>(y->mutable_raw());
     const int64_t blocks = (pixels + kMr - 1) / kMr;
     parallel_ranges(blocks, kMr * K * M, [&](int64_t b0, int64_t b1) {
@@ -475,11 +491,7 @@ class Int8Im2colQConvKernel : public Kernel {
     const int64_t ysize = epi_.y_dt == DType::kF32 ? 4 : 1, panels = packed_.panels;
     const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
     char* yp = static_cast<char*>(y->mutable_raw());
-    const bool u8_out = epi_.y_dt == DType::kU8;
-    const TileFn<WindowRows>* tiles = epi_.y_dt == DType::kF32 ? kTiles<0, WindowRows>
-                                      : !flags_.int_form       ? (u8_out ? kTiles<1, WindowRows> : kTiles<2, WindowRows>)
-                                      : flags_.int_implied     ? (u8_out ? kIntegerTiles<3, false, WindowRows> : kIntegerTiles<4, false, WindowRows>)
-                                                               : (u8_out ? kIntegerTiles<3, true, WindowRows> : kIntegerTiles<4, true, WindowRows>);
+    const TileFn<WindowRows>* tiles = tiles_for<WindowRows>(epi_.y_dt, flags_);
     parallel_ranges(N * OH * per_row, kMr * KH * KW * C * M, [&](int64_t b0, int64_t b1) {
       std::vector<int16_t> buf(static_cast<size_t>(KH * row_len));
       std::vector<const int16_t*> runs(static_cast<size_t>(segments));
