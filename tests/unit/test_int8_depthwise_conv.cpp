@@ -5,6 +5,7 @@
 // asymmetric, batch 2, u8 / s8 sources with zero points, weight zero points, full-range weights,
 // conv_relu and relu, u8 / s8 outputs, scales that push v past 2^31 (the integer epilogue's clamp),
 // stride 2 on one or both axes, a Clip whose bound the u8 saturation implies or not (int_clamp_implied),
+// two output rows per pass at stride 1 (split over threads, odd row counts, batch 3),
 // and the cases it declines (stride 2 past 1.5 MiB, stride 3, 5x5, grouped,
 // float bias or output, an infinite scale). Also a 1x1 -> depthwise -> 1x1 chain.
 // Runs where int8_gemm does (AVX2 without VNNI); skipped elsewhere.
@@ -295,6 +296,25 @@ TEST_F(Int8DepthwiseConv, Stride2) {
   dc.H = 160;
   dc.W = 160;
   check(dc, false);
+}
+
+// Stride 1 runs two output rows per pass (row2): an image's odd last row alone, a pass never across two
+// images, and, split over two threads (15 rows of 9 x 48: rows 0-6 and 7-14), ranges starting mid-image at
+// odd rows; channels not a multiple of 8 (the passes' byte tail), zero points on both sides.
+TEST_F(Int8DepthwiseConv, TwoRowsPerPass) {
+  DwCase dc;
+  dc.N = 3;
+  dc.C = 48;
+  dc.H = 5;
+  dc.W = 9;
+  check(dc);
+  dc.pads = {0, 1, 0, 1};  // 3 output rows per image
+  check(dc);
+  dc.pads = {2, 1, 1, 1};  // 6: the first pass's pairs all padding above
+  dc.C = 21;
+  dc.x_zp = 131;
+  dc.w_zp = true;
+  check(dc);
 }
 
 TEST_F(Int8DepthwiseConv, DeclinedCases) {

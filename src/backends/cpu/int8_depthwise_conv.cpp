@@ -1,21 +1,30 @@
-// com.ferry.QConvFused as a depthwise 3x3 convolution (MobileNetV2's and EfficientNet's 3x3s): channels
-// last, group = input channels = output channels, stride 1 (or 2 on a source of at most 1.5 MiB per
-// image), dilation 1, any padding, u8 or s8 source (any zero point), s8 weights (any zero point, scalar
-// or per channel), on AVX2. oneDNN runs these widened to 32 bits per tap (int8_pair_saturation.h); this
-// kernel multiplies two taps per vpmaddwd instead, exact in int32 as the reference's ConvInteger:
+// com.ferry.QConvFused as a depthwise 3x3 convolution (MobileNetV2's; EfficientNet-B0's, with a float
+// output before their SiLU, stay on oneDNN): channels last, group = input channels = output channels,
+// stride 1 (or 2 on a source of at most 1.5 MiB per image), dilation 1, any padding, u8 or s8 source
+// (any zero point), s8 weights (any zero point, scalar or per channel), on AVX2. oneDNN runs these
+// widened to 32 bits per tap (int8_pair_saturation.h); this kernel multiplies two taps per vpmaddwd
+// instead, exact in int32 as the reference's ConvInteger:
 // - A pair of source rows (r, r + 1) is widened once, x - x_zp in int16 (vpunpcklbw interleaves the two
 //   rows, then vpmovzxbw / vpmovsxbw, so each int32 lane of a vpmaddwd holds one channel's two taps;
-//   with channels a multiple of 16 a row is one run of blocks), padding columns and rows as 0 (x = x_zp,
-//   which adds 0 as in the reference). Output row oh reads the pairs (oh * s - pad, + 1) with the
-//   weights of kernel rows (0, 1) and (oh * s - pad + 2, + 3) with (2, 0): 6 vpmaddwd per 8 channels
-//   for 9 taps; each row pair is built once and read by two output rows (a per-thread ring of 4).
+//   with channels a multiple of 16 a row is one run of blocks, no subtraction where x_zp is 0), padding
+//   columns and rows as 0 (x = x_zp, which adds 0 as in the reference), into a per-thread ring of 4 pairs
+//   that start on 64-byte boundaries (no 32-byte load split across cache lines).
+// - Stride 1 (row2): two output rows per pass. Rows oh and oh + 1 read the pairs (oh - pad, + 1) and
+//   (+ 2, + 3), oh with the weights of kernel rows (0, 1) and (2, 0), oh + 1 with (0, 0) and (1, 2)
+//   (0: a zero weight), so each source vector loaded feeds two vpmaddwd and each pair is built once for
+//   two passes: every source row widened once, where one output row per pass widened each twice with
+//   twice the loads (MobileNetV2's stride-1 layers now 0.80-0.94x the CPU time, docs/performance.md).
+//   12 vpmaddwd per 8 channels for 2 x 9 taps, the half block's 12 weight vectors in registers.
+// - Stride 2 (row) and an image's odd last row: output row oh reads the pairs (oh * s - pad, + 1) with
+//   kernel rows (0, 1) and (oh * s - pad + 2, + 3) with (2, 0): 6 vpmaddwd per 8 channels for 9 taps,
+//   two pixels per step; at stride 2 each pair is read by two output rows. (Two stride-2 rows per pass
+//   from three pairs, 9 loads instead of 12, measured slower.)
 // - (w - w_zp) and (x - x_zp) lie in [-255, 255]: a pair sums to at most 130050 in magnitude, nine taps
 //   far inside int32.
 // - The epilogue is int8_epilogue.h's integer form (EpiFlags::int_form: an 8-bit output, an int32 bias
 //   or none, finite scales), bit for bit the reference's float steps (tests/unit/test_int8_depthwise_conv.cpp),
-//   on half a block of 16 channels at a time, its 6 weight vectors and epilogue constants in registers,
-//   two pixels per step; its clamp left out where the 8-bit saturation implies it (int_clamp_implied:
-//   MobileNetV2's ReLU6 outputs).
+//   on half a block of 16 channels at a time (row: its constants in registers too); its clamp left out
+//   where the 8-bit saturation implies it (int_clamp_implied: MobileNetV2's ReLU6 outputs).
 // Declined, so oneDNN's kernel runs them: stride 2 on a larger source (the row pairs' traffic past L2
 // lost to oneDNN's in-place taps), hosts without AVX2 or with VNNI (int8_gemm_available), a residual, a
 // mid Q/DQ pair, a float activation, a float bias or output (the float epilogue made this kernel slower).
@@ -49,10 +58,17 @@ constexpr int kSlots = 4;      // row pairs a thread keeps
 // implied (int_clamp_implied), 0.86x after: docs/performance.md). Larger sources were not measured.
 constexpr int64_t kMaxStride2Bytes = 1536 * 1024;
 
-// A widened row pair: [columns][channel blocks][16 channels][2 rows] int16.
+// A widened row pair: [columns][channel blocks][16 channels][2 rows] int16, from a 64-byte boundary (each
+// half block's 32-byte load then within one cache line).
 struct RowPair {
   int64_t n = -1, r = 0;  // image and first row held (n = -1: empty)
-  std::vector<int16_t> data;
+  std::vector<int16_t> buf;
+  int16_t* data = nullptr;  // buf's first 64-byte boundary
+  void reserve(int64_t count) {
+    if (data && data + count <= buf.data() + buf.size()) return;
+    buf.resize(static_cast<size_t>(count + 32));
+    data = reinterpret_cast<int16_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
+  }
 };
 
 // Per-thread state: the ring of row pairs and a row of x_zp bytes for padding.
@@ -60,6 +76,23 @@ struct Scratch {
   RowPair slot[kSlots];
   std::vector<uint8_t> pad;
 };
+
+// `count` blocks of 16 channels from rows a and b (null: padding rows, x_zp), widened minus zp and
+// interleaved per channel into o (kZp: zp is not 0; MobileNetV2's sources, ReLU6 outputs, have 0).
+template <bool kSigned, bool kZp>
+__attribute__((target("avx2"))) void widen_run(const uint8_t* a, const uint8_t* b, int64_t count, int32_t zp, int16_t* o) {
+  const __m256i z = _mm256_set1_epi16(static_cast<int16_t>(zp));
+  const __m128i padv = _mm_set1_epi8(static_cast<char>(zp));
+  for (int64_t i = 0; i < count; ++i, o += kBlockI16) {
+    const __m128i xa = a ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i * kCb)) : padv;
+    const __m128i xb = b ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i * kCb)) : padv;
+    const __m128i lo = _mm_unpacklo_epi8(xa, xb), hi = _mm_unpackhi_epi8(xa, xb);
+    const __m256i wlo = kSigned ? _mm256_cvtepi8_epi16(lo) : _mm256_cvtepu8_epi16(lo);
+    const __m256i whi = kSigned ? _mm256_cvtepi8_epi16(hi) : _mm256_cvtepu8_epi16(hi);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(o), kZp ? _mm256_sub_epi16(wlo, z) : wlo);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(o + 16), kZp ? _mm256_sub_epi16(whi, z) : whi);
+  }
+}
 
 // Rows r and r + 1 of image n, widened minus zp and interleaved per channel, into d (wp columns).
 __attribute__((target("avx2"))) void build_pair(const uint8_t* x, int64_t xbytes, int64_t n, int64_t r, int64_t H, int64_t W, int64_t C,
@@ -75,16 +108,15 @@ __attribute__((target("avx2"))) void build_pair(const uint8_t* x, int64_t xbytes
     int16_t* o = d + lead * blocks * kBlockI16;
     const uint8_t* a = va ? x + (n * H + r) * W * C : nullptr;
     const uint8_t* b = vb ? x + (n * H + r + 1) * W * C : nullptr;
-    const __m128i padv = _mm_set1_epi8(static_cast<char>(zp));
-    for (int64_t i = 0; i < run_cols * blocks; ++i, o += kBlockI16) {
-      const __m128i xa = a ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i * kCb)) : padv;
-      const __m128i xb = b ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i * kCb)) : padv;
-      const __m128i lo = _mm_unpacklo_epi8(xa, xb), hi = _mm_unpackhi_epi8(xa, xb);
-      const __m256i wlo = is_signed ? _mm256_cvtepi8_epi16(lo) : _mm256_cvtepu8_epi16(lo);
-      const __m256i whi = is_signed ? _mm256_cvtepi8_epi16(hi) : _mm256_cvtepu8_epi16(hi);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_sub_epi16(wlo, z));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16), _mm256_sub_epi16(whi, z));
+    const int64_t count = run_cols * blocks;
+    if (is_signed) {
+      if (zp) widen_run<true, true>(a, b, count, zp, o);
+      else widen_run<true, false>(a, b, count, zp, o);
+    } else {
+      if (zp) widen_run<false, true>(a, b, count, zp, o);
+      else widen_run<false, false>(a, b, count, zp, o);
     }
+    o += count * kBlockI16;
     const int64_t tail = wp - lead - run_cols;
     if (tail > 0) std::memset(o, 0, sizeof(int16_t) * static_cast<size_t>(tail * blocks * kBlockI16));
     return;
@@ -190,8 +222,78 @@ __attribute__((target("avx2"))) void row(const int16_t* a, const int16_t* b, con
   }
 }
 
+// Two output rows of stride 1, oh and oh + 1, from the row pairs a = (oh - pad, + 1) and b = (+ 2, + 3) (w:
+// [blocks][kw][4 weight pairs][32], the header's): each source vector loaded once into a register feeds
+// both rows' vpmaddwd; per half block the 12 weight vectors stay in registers, one pixel per step, the
+// epilogue's constants read from memory; one pack for both rows' 8 bytes.
+template <int YT, bool kZp, bool kClamp>
+__attribute__((target("avx2"))) void row2(const int16_t* a, const int16_t* b, const int16_t* w, int64_t blocks, int64_t ow_count, int64_t sw, int64_t C,
+                                           const cpu::PanelEpi* panels, const cpu::EpiFlags& flags, char* y0, char* y1) {
+  const __m256 lo = _mm256_set1_ps(flags.int_lo), hi = _mm256_set1_ps(flags.int_hi);
+  const __m256i zp = _mm256_set1_epi32(flags.int_zp);
+  const int64_t col = blocks * kBlockI16, step = sw * col;
+  for (int64_t cb = 0; cb < blocks; ++cb) {
+    for (int h = 0; h < 2; ++h) {
+      const int64_t c0 = cb * kCb + h * 8;
+      if (c0 >= C) break;
+      const int cols = static_cast<int>(std::min<int64_t>(8, C - c0));
+      const int16_t* wb = w + cb * 12 * kBlockI16 + h * 16;
+      const auto wv = [&](int i) __attribute__((target("avx2"))) {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + i * kBlockI16));
+      };
+      const __m256i a0 = wv(0), b0 = wv(1), c0v = wv(2), d0 = wv(3);
+      const __m256i a1 = wv(4), b1 = wv(5), c1 = wv(6), d1 = wv(7);
+      const __m256i a2 = wv(8), b2 = wv(9), c2 = wv(10), d2 = wv(11);
+      const __m256i* bias = reinterpret_cast<const __m256i*>(panels[cb].bias + h * 8);
+      const float* mul = panels[cb].mul + h * 8;
+      const int16_t* pa = a + cb * kBlockI16 + h * 16;
+      const int16_t* pb = b + cb * kBlockI16 + h * 16;
+      const auto epi = [&](__m256i acc) __attribute__((target("avx2"))) {
+        const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(acc, _mm256_load_si256(bias))), _mm256_load_ps(mul));
+        const __m256i q = _mm256_cvtps_epi32(kClamp ? _mm256_min_ps(hi, _mm256_max_ps(lo, v)) : v);
+        return kZp ? _mm256_add_epi32(q, zp) : q;
+      };
+      for (int64_t ow = 0; ow < ow_count; ++ow) {
+        const __m256i* ra = reinterpret_cast<const __m256i*>(pa + ow * step);
+        const __m256i* rb = reinterpret_cast<const __m256i*>(pb + ow * step);
+        const int64_t c = col / 16;  // a column in __m256i
+        // Each source vector loaded once into a register for its two vpmaddwd, in this order (the empty asm
+        // statements keep the compiler from folding the loads into both and from spilling weights).
+        __m256i s = _mm256_setzero_si256(), t = _mm256_setzero_si256();
+        const auto tap2 = [&](const __m256i* p, __m256i ws, __m256i wt) __attribute__((target("avx2"))) {
+          __m256i x = _mm256_load_si256(p);
+          __asm__("" : "+x"(x));
+          s = _mm256_add_epi32(s, _mm256_madd_epi16(ws, x));
+          t = _mm256_add_epi32(t, _mm256_madd_epi16(wt, x));
+          __asm__("" : "+x"(s), "+x"(t));
+        };
+        tap2(ra, a0, c0v);
+        tap2(rb, b0, d0);
+        tap2(ra + c, a1, c1);
+        tap2(rb + c, b1, d1);
+        tap2(ra + 2 * c, a2, c2);
+        tap2(rb + 2 * c, b2, d2);
+        // int16 [s 0-3, t 0-3 | s 4-7, t 4-7] -> [s 0-7 | t 0-7] -> bytes: row oh's 8 in the low lane, oh + 1's in the high
+        const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(epi(s), epi(t)), 0xD8);
+        const __m256i u = YT == 1 ? _mm256_packus_epi16(p, p) : _mm256_packs_epi16(p, p);
+        if (cols == 8) {
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(y0 + ow * C + c0), _mm256_castsi256_si128(u));
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(y1 + ow * C + c0), _mm256_extracti128_si256(u, 1));
+        } else {
+          alignas(32) uint8_t tb[32];
+          _mm256_store_si256(reinterpret_cast<__m256i*>(tb), u);
+          std::memcpy(y0 + ow * C + c0, tb, static_cast<size_t>(cols));
+          std::memcpy(y1 + ow * C + c0, tb + 16, static_cast<size_t>(cols));
+        }
+      }
+    }
+  }
+}
+
 using RowFn = void (*)(const int16_t*, const int16_t*, const int16_t*, int64_t, int64_t, int64_t, int64_t, const cpu::PanelEpi*,
                        const cpu::EpiFlags&, char*);
+using Row2Fn = void (*)(const int16_t*, const int16_t*, const int16_t*, int64_t, int64_t, int64_t, int64_t, const cpu::PanelEpi*,
+                        const cpu::EpiFlags&, char*, char*);
 
 class Int8DepthwiseQConvKernel : public Kernel {
  public:
@@ -237,6 +339,7 @@ class Int8DepthwiseQConvKernel : public Kernel {
     blocks_ = (M + kCb - 1) / kCb;
     // [blocks][kw][(kh 0, kh 1) pairs, then (kh 2, 0) pairs][16 channels x 2], w - w_zp; channels past M 0.
     weights_.assign(static_cast<size_t>(blocks_ * 6 * kBlockI16), 0);
+    weights2_.assign(static_cast<size_t>(blocks_ * 12 * kBlockI16), 0);
     const int8_t* src = w->data<int8_t>();
     std::vector<double> acc_bound(static_cast<size_t>(M));  // |acc + bias| <= 255 sum |w - w_zp| + |bias|
     for (int64_t m = 0; m < M; ++m) {
@@ -249,6 +352,14 @@ class Int8DepthwiseQConvKernel : public Kernel {
         d[0] = tap(0, kw);
         d[1] = tap(1, kw);
         d[kBlockI16] = tap(2, kw);
+        // Two rows at a time (stride 1): [blocks][kw][(0, 1), (2, 0), (0, 0), (1, 2)][32]: oh + 1 on the same pairs.
+        int16_t* e = weights2_.data() + (m / kCb * 12 + kw * 4) * kBlockI16 + (m % kCb) * 2;
+        e[0] = tap(0, kw);
+        e[1] = tap(1, kw);
+        e[kBlockI16] = tap(2, kw);
+        e[2 * kBlockI16 + 1] = tap(0, kw);
+        e[3 * kBlockI16] = tap(1, kw);
+        e[3 * kBlockI16 + 1] = tap(2, kw);
       }
     }
     cpu::panel_epilogue(factors_, epi_, M, &panels_, &flags_);
@@ -273,13 +384,17 @@ class Int8DepthwiseQConvKernel : public Kernel {
     static constexpr RowFn kRows[2][2][2] = {{{row<1, false, true>, row<1, false, false>}, {row<1, true, true>, row<1, true, false>}},
                                              {{row<2, false, true>, row<2, false, false>}, {row<2, true, true>, row<2, true, false>}}};
     const RowFn fn = kRows[epi_.y_dt == DType::kU8 ? 0 : 1][flags_.int_zp != 0][flags_.int_implied];
+    static constexpr Row2Fn kRows2[2][2][2] = {
+        {{row2<1, false, true>, row2<1, false, false>}, {row2<1, true, true>, row2<1, true, false>}},
+        {{row2<2, false, true>, row2<2, false, false>}, {row2<2, true, true>, row2<2, true, false>}}};
+    const Row2Fn fn2 = kRows2[epi_.y_dt == DType::kU8 ? 0 : 1][flags_.int_zp != 0][flags_.int_implied];
     const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
     char* yp = static_cast<char*>(y->mutable_raw());
     const auto rows = [&](int64_t r0, int64_t r1) {
       thread_local Scratch s;
       for (RowPair& p : s.slot) {
         p.n = -1;
-        if (static_cast<int64_t>(p.data.size()) < pair_i16) p.data.resize(static_cast<size_t>(pair_i16));
+        p.reserve(pair_i16);
       }
       s.pad.assign(static_cast<size_t>(blocks_ * kCb), static_cast<uint8_t>(x_zp_));
       // The slot holding rows (r, r + 1) of image n, built if none does (replacing the oldest, not `keep`).
@@ -291,17 +406,23 @@ class Int8DepthwiseQConvKernel : public Kernel {
           if (victim < 0 || s.slot[i].n < s.slot[victim].n || (s.slot[i].n == s.slot[victim].n && s.slot[i].r < s.slot[victim].r))
             victim = i;
         }
-        build_pair(xp, xbytes, n, r, H, W, C, blocks_, wp, pw, x_signed_, x_zp_, s.pad.data(), s.slot[victim].data.data());
+        build_pair(xp, xbytes, n, r, H, W, C, blocks_, wp, pw, x_signed_, x_zp_, s.pad.data(), s.slot[victim].data);
         s.slot[victim].n = n;
         s.slot[victim].r = r;
         return victim;
       };
-      for (int64_t orow = r0; orow < r1; ++orow) {
+      for (int64_t orow = r0; orow < r1;) {
         const int64_t n = orow / OH, oh = orow % OH, r = oh * sh - ph;
         const int ia = get(n, r, -1);
         const int ib = get(n, r + 2, ia);
-        fn(s.slot[ia].data.data(), s.slot[ib].data.data(), weights_.data(), blocks_, OW, sw, C, panels_.data(), flags_,
-           yp + orow * OW * C);
+        if (sh == 1 && orow + 1 < r1 && oh + 1 < OH) {
+          fn2(s.slot[ia].data, s.slot[ib].data, weights2_.data(), blocks_, OW, sw, C, panels_.data(), flags_, yp + orow * OW * C,
+              yp + (orow + 1) * OW * C);
+          orow += 2;
+        } else {
+          fn(s.slot[ia].data, s.slot[ib].data, weights_.data(), blocks_, OW, sw, C, panels_.data(), flags_, yp + orow * OW * C);
+          ++orow;
+        }
       }
     };
     if (cpu::int8_on_one_thread(N * OH * OW * C * 9))  // one_thread_rules.h
@@ -320,7 +441,7 @@ class Int8DepthwiseQConvKernel : public Kernel {
   int64_t C_ = 0, blocks_ = 0;
   cpu::EpilogueFactors factors_;
   cpu::Int8GemmEpilogue epi_;
-  std::vector<int16_t> weights_;
+  std::vector<int16_t> weights_, weights2_;
   std::vector<cpu::PanelEpi> panels_;
   cpu::EpiFlags flags_;
 };
