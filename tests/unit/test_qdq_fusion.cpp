@@ -825,6 +825,58 @@ TEST(QdqFusion, GlobalAveragePoolRunsOnUint8) {
   EXPECT_GT(interior, fused_ref.numel() / 2);
 }
 
+// The cpu NhwcQGlobalAveragePool (AVX2: 32 channels a vector, int16 sums of up to 255 rows, a vector
+// requantization) is its reference bit for bit: u8 and s8, channel counts with a tail (1283, 37) and without
+// (64), fewer than 32 channels (5), 300 rows (two int16 rounds), all-extreme images (the largest sums), and a
+// y_scale that saturates most outputs.
+TEST(QdqFusion, NhwcQGlobalAveragePoolKernelIsTheReferenceBitForBit) {
+  struct Case {
+    int64_t h, w, c;
+  };
+  for (DType dt : {DType::kU8, DType::kI8})
+    for (const Case& k : {Case{15, 20, 1283}, Case{7, 7, 64}, Case{3, 3, 5}, Case{17, 16, 37}})
+      for (float ys : {0.05f, 0.0031f}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << k.h << "x" << k.w << "x" << k.c << " y_scale " << ys);
+        const bool u8 = dt == DType::kU8;
+        ModelBuilder b(13);
+        b.import_opset("com.ferry", 1);
+        auto x = b.input("x", {3, k.h, k.w, k.c}, dt);
+        Tensor xz = Tensor::allocate(dt, {}), yz = Tensor::allocate(dt, {});
+        if (u8) {
+          xz.mutable_data<uint8_t>()[0] = 3;
+          yz.mutable_data<uint8_t>()[0] = 120;
+        } else {
+          xz.mutable_data<int8_t>()[0] = -2;
+          yz.mutable_data<int8_t>()[0] = -7;
+        }
+        b.output(b.node("NhwcQGlobalAveragePool", {x, b.scalar(0.02f), b.constant(xz), b.scalar(ys), b.constant(yz)}, {}, 1,
+                        "com.ferry"));
+        auto model = b.build();
+        std::mt19937 rng(5);
+        Tensor xt = i8_tensor({3, k.h, k.w, k.c}, rng, u8 ? 0 : -128, u8 ? 255 : 127, dt);
+        const int64_t image = k.h * k.w * k.c;
+        for (int64_t i = 0; i < image; ++i) {  // image 0 at the top of the range, image 1 at the bottom
+          if (u8) {
+            xt.mutable_data<uint8_t>()[i] = 255;
+            xt.mutable_data<uint8_t>()[image + i] = 0;
+          } else {
+            xt.mutable_data<int8_t>()[i] = 127;
+            xt.mutable_data<int8_t>()[image + i] = -128;
+          }
+        }
+        const NamedTensors feeds = {{"x", xt}};
+        const NamedTensors ref = run_model(model, feeds, "cpu-ref"), cpu = run_model(model, feeds, "cpu");
+        ASSERT_EQ(ref.size(), 1u);
+        ASSERT_EQ(cpu.size(), 1u);
+        ASSERT_EQ(cpu[0].second.dims(), ref[0].second.dims());
+        const auto* pc = static_cast<const uint8_t*>(cpu[0].second.raw());
+        const auto* pr = static_cast<const uint8_t*>(ref[0].second.raw());
+        int64_t differ = 0;
+        for (int64_t i = 0; i < 3 * k.c; ++i) differ += pc[i] != pr[i];
+        EXPECT_EQ(differ, 0);
+      }
+}
+
 // A float island between int8 convolutions (SiLU of EfficientNet: DQ -> Sigmoid, Mul -> Q): per-tensor
 // QuantizeLinear / DequantizeLinear are elementwise, so the island stays channels-last with the
 // convolutions and the only Transposes are at the model's edges; the bytes are those of the NCHW run.
