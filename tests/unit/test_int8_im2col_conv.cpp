@@ -624,6 +624,41 @@ TEST(Int8PairedQuads, PairsExactlyWhereTheLanesHold) {
   }
   EXPECT_GE(4 * paired, 3 * kPanels * kQuads);
 
+  // Greedy leaves two single: quad 0 (lane load 66) takes quad 1, and 2 and 3 fit neither each other nor the four
+  // fillers (column 3's lane 65 + 64, the fillers' 64 + 64 = 128 fit each other). Quad 2 fits 0 and quad 1 fits 3:
+  // the exchange pairs all (0, 2), (1, 3) and the fillers, the bound held as above.
+  std::vector<int8_t> swap(8 * kCols * 4, 0);
+  const auto set = [&](int64_t j, int64_t n, int8_t w0, int8_t w1) {
+    swap[static_cast<size_t>((j * kCols + n) * 4)] = w0;
+    swap[static_cast<size_t>((j * kCols + n) * 4 + 1)] = w1;
+  };
+  set(0, 0, 64, 2);
+  set(1, 1, 64, 1);
+  set(2, 3, 64, 1);
+  set(3, 3, 64, 1);
+  for (int64_t j = 4; j < 8; ++j) set(j, 3, 64, 0);
+  const cpu::PairedQuads all = plan_of(swap, 1, 8);
+  EXPECT_EQ(all.pairs[0], 4);
+  std::vector<int32_t> partner(8, -1);
+  for (int64_t t = 0; t < 8; t += 2) {
+    partner[static_cast<size_t>(all.offsets[static_cast<size_t>(t)] / 4)] = all.offsets[static_cast<size_t>(t + 1)] / 4;
+    partner[static_cast<size_t>(all.offsets[static_cast<size_t>(t + 1)] / 4)] = all.offsets[static_cast<size_t>(t)] / 4;
+  }
+  EXPECT_EQ(partner[0], 2);
+  EXPECT_EQ(partner[1], 3);
+  for (int64_t t = 0; t < 8; t += 2)
+    for (int64_t n = 0; n < kCols; ++n)
+      for (int64_t l = 0; l < 2; ++l) {
+        int up = 0, down = 0;
+        for (int64_t i : {t, t + 1})
+          for (int64_t k = 2 * l; k < 2 * l + 2; ++k) {
+            const int w = all.data[static_cast<size_t>((i * kCols + n) * 4 + k)];
+            (w > 0 ? up : down) += std::abs(w);
+          }
+        EXPECT_LE(up, 128);
+        EXPECT_LE(down, 128);
+      }
+
   // Below 3/4 (one pair of 3 quads' worth): no pairs, the quads in their own order.
   std::vector<int8_t> few(3 * kCols * 4, 0);
   for (int64_t n = 0; n < kCols; ++n) few[static_cast<size_t>(n * 4)] = few[static_cast<size_t>((kCols + n) * 4)] = 100;

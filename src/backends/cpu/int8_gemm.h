@@ -60,8 +60,9 @@ struct PackedInt8B {
 /// and both lanes (channels 0-1 and 2-3 of a quad) the positive weights of the four products sum to at most
 /// 128 and the negative ones to at most 128 in magnitude (255 x 128 = 32640), so each pair sum and their
 /// vpaddw are exact and the int32 sums the same as quad_sums'. Per panel, greedily: the quads by their
-/// largest lane load, each paired with the heaviest one that still fits (7-bit weights: 50-100% of
-/// MobileNetV2's quads paired; 8-bit ones rarely). The pairs come first, then the quads left single; every
+/// largest lane load, each paired with the heaviest one that still fits, then, where at most a quarter are
+/// left single, exchanges that pair two more (7-bit weights: 50-100% of MobileNetV2's quads paired, all of
+/// them from 64 channels on; 8-bit ones rarely). The pairs come first, then the quads left single; every
 /// panel gets the same pair count (the fewest), and none (the quads in their own order, offsets 4j) where
 /// that count would cover less than 3/4 of the quads: quad_sums runs those.
 struct PairedQuads {
