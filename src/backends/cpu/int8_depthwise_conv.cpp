@@ -13,7 +13,7 @@
 //   (+ 2, + 3), oh with the weights of kernel rows (0, 1) and (2, 0), oh + 1 with (0, 0) and (1, 2)
 //   (0: a zero weight), so each source vector loaded feeds two vpmaddwd and each pair is built once for
 //   two passes: every source row widened once, where one output row per pass widened each twice with
-//   twice the loads (MobileNetV2's stride-1 layers now 0.80-0.94x the CPU time, docs/performance.md).
+//   twice the loads (MobileNetV2's stride-1 layers now 0.82-0.94x the CPU time, docs/performance.md).
 //   12 vpmaddwd per 8 channels for 2 x 9 taps, the half block's 12 weight vectors in registers.
 // - Stride 2 (row) and an image's odd last row: output row oh reads the pairs (oh * s - pad, + 1) with
 //   kernel rows (0, 1) and (oh * s - pad + 2, + 3) with (2, 0): 6 vpmaddwd per 8 channels for 9 taps,
