@@ -1,4 +1,4 @@
-// Op family 'quantize_fused' (domain com.ferry, opset 1): QConvFused (and QMatMulFused, QGlobalAveragePool / NhwcQGlobalAveragePool, QLookup, below), the node the qdq_fusion pass
+// Op family 'quantize_fused' (domain com.ferry, opset 1): QConvFused (and QMatMulFused, QGlobalAveragePool / NhwcQGlobalAveragePool, QuantizeLinearToNhwc, QLookup, below), the node the qdq_fusion pass
 // (src/passes/qdq_fusion.cpp) makes of a QDQ convolution region
 //   DQ(x) , DQ(w per-channel) [, DQ(B int32)] -> Conv [-> Relu] [-> Q -> DQ] [-> Add(DQ(z))] [-> Relu] -> Q
 // so that 8-bit tensors flow from one fused node to the next with no float tensor in between.
@@ -429,6 +429,54 @@ Status k_qgap(KernelContext& ctx) {
   return Status::ok();
 }
 
+// ---- QuantizeLinearToNhwc ----------------------------------------------------------------------
+// Made by the nhwc_layout pass of a per-tensor QuantizeLinear of a 4-D float32 value that only an NHWC region
+// reads (an int8 model's input image: the Transpose into the region folded in). Inputs: x (float32,
+// N x C x H x W), y_scale (float32 scalar), y_zero_point (uint8 or int8 scalar). y is N x H x W x C of the zero
+// point's type: y[n, h, w, c] = saturate(round_half_even(x[n, c, h, w] / y_scale) + y_zero_point), QuantizeLinear's
+// formula (ops/quantize.cpp), NaN quantized like 0.
+enum QToNhwcInput : int64_t { kQnX = 0, kQnScale, kQnZp };
+
+Status infer_quantize_to_nhwc(InferContext& ctx) {
+  const TensorType& x = ctx.input_type(kQnX);
+  if (x.dtype != DType::kUndefined && x.dtype != DType::kF32)
+    return ctx.error(std::string("input 'x' has element type ") + dtype_name(x.dtype) + "; expected float32");
+  RETURN_IF_ERROR(check_float_scale(ctx, ctx.input_type(kQnScale).dtype, "y_scale"));
+  const DType yt = ctx.input_type(kQnZp).dtype;
+  RETURN_IF_ERROR(check_8bit(ctx, yt, "y_zero_point"));
+  if (!x.shape) {
+    ctx.set_output(0, TensorType{yt, std::nullopt});
+    return Status::ok();
+  }
+  if (x.shape->rank() != 4) return ctx.error("input 'x' must be 4-D (N x C x H x W), got " + x.shape->to_string());
+  Shape s;
+  for (int64_t p : {0, 2, 3, 1}) s.dims.push_back(x.shape->dims[static_cast<size_t>(p)]);
+  ctx.set_output(0, TensorType{yt, s});
+  return Status::ok();
+}
+
+Status k_quantize_to_nhwc(KernelContext& ctx) {
+  const Tensor& x = ctx.input(kQnX);
+  if (x.dtype() != DType::kF32 || x.rank() != 4)
+    return ctx.error("input 'x' has type " + x.type().to_string() + "; expected float32 N x C x H x W");
+  const DType yt = ctx.input(kQnZp).dtype();
+  RETURN_IF_ERROR(check_8bit(ctx, yt, "y_zero_point"));
+  float scale = 0, zp = 0, lo = 0, hi = 0;
+  RETURN_IF_ERROR(scalar_input(ctx, kQnScale, "y_scale", &scale));
+  RETURN_IF_ERROR(scalar_input(ctx, kQnZp, "y_zero_point", &zp));
+  quant_range(yt, &lo, &hi);
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  const float* px = x.data<float>();
+  vector<float> q(static_cast<size_t>(x.numel()));
+  for (int64_t n = 0, i = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w, ++i) q[static_cast<size_t>(((n * H + h) * W + w) * C + c)] = quantize_value(px[i] / scale, zp, lo, hi);
+  ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, yt, {N, H, W, C}, false));
+  store_quantized(q, y);
+  return Status::ok();
+}
+
 // ---- QLookup -----------------------------------------------------------------------------------
 // Inputs: x (uint8 or int8), table ([256] of y's type: uint8, int8 or float32; int8 x indexes it by x + 128).
 //   y[i] = table[x[i]]  (uint8 x)  /  table[x[i] + 128]  (int8 x); y has x's shape.
@@ -484,6 +532,8 @@ void register_quantize_fused_ops(OpRegistry& r) {
   r.add(OpSchema{.name = "NhwcQGlobalAveragePool", .domain = "com.ferry", .since_version = 1,
                  .min_inputs = kNumPoolInputs, .max_inputs = kNumPoolInputs, .types = {DType::kU8, DType::kI8},
                  .infer = infer_qgap<true>, .kernel = k_qgap<true>});
+  r.add(OpSchema{.name = "QuantizeLinearToNhwc", .domain = "com.ferry", .since_version = 1, .min_inputs = 3, .max_inputs = 3,
+                 .types = {DType::kF32}, .infer = infer_quantize_to_nhwc, .kernel = k_quantize_to_nhwc});
   r.add(OpSchema{.name = "QMatMulFused", .domain = "com.ferry", .since_version = 1, .min_inputs = 5,
                  .max_inputs = kNumMatMulInputs, .attrs = {{"relu", AttrType::kInt}}, .types = {DType::kU8, DType::kI8},
                  .infer = infer_qmatmul_fused, .kernel = k_qmatmul_fused});

@@ -1353,6 +1353,98 @@ TEST(QdqFusion, QuantizeLinearNextToTies) {
     }
 }
 
+// com.ferry.QuantizeLinearToNhwc (the nhwc_layout pass's QuantizeLinear of an image entering an NHWC region)
+// against QuantizeLinear -> Transpose to NHWC on the reference device: its cpu kernel (three planes by shuffles,
+// five by the generic interleave; 1073 pixels: two whole blocks of 512 and a tail, none a multiple of 16 at the
+// end) and its reference kernel bit for bit, next to rounding ties, NaN and infinities.
+TEST(QdqFusion, QuantizeLinearToNhwcMatchesQuantizeThenTranspose) {
+  for (int64_t C : {3, 5})
+    for (DType dt : {DType::kU8, DType::kI8}) {
+      SCOPED_TRACE(::testing::Message() << C << " channels " << dtype_name(dt));
+      const int64_t N = 2, H = 37, W = 29, n = N * C * H * W;
+      const float scale = 0.0173f;
+      Tensor zp = Tensor::allocate(dt, {});
+      if (dt == DType::kU8) zp.mutable_data<uint8_t>()[0] = 114;
+      else zp.mutable_data<int8_t>()[0] = -5;
+      ModelBuilder a(13);
+      auto xa = a.input("x", {N, C, H, W});
+      a.output(a.node("Transpose", {a.node("QuantizeLinear", {xa, a.scalar(scale), a.constant(zp)})}, {{"perm", ints_attr({0, 2, 3, 1})}}));
+      auto unfused = a.build();
+      ModelBuilder b(13);
+      b.import_opset("com.ferry", 1);
+      auto xb = b.input("x", {N, C, H, W});
+      b.output(b.node("QuantizeLinearToNhwc", {xb, b.scalar(scale), b.constant(zp)}, {}, 1, "com.ferry"));
+      auto fused = b.build();
+      int taken = 0;
+      EXPECT_TRUE(fast_kernels_taken(*fused, &taken, "QuantizeLinearToNhwc"));
+      EXPECT_EQ(taken, 1);
+      Tensor xt = Tensor::allocate(DType::kF32, {N, C, H, W});
+      float* px = xt.mutable_data<float>();
+      std::mt19937 rng(13);
+      std::normal_distribution<float> nd(0.f, 60.f * scale);
+      for (int64_t i = 0; i < n; ++i) {
+        const float k = static_cast<float>(i % 300) - 150.f, tie = (k + 0.5f) * scale;
+        switch (i % 4) {
+          case 0: px[i] = tie; break;
+          case 1: px[i] = std::nextafter(tie, 1e30f); break;
+          case 2: px[i] = std::nextafter(tie, -1e30f); break;
+          default: px[i] = nd(rng); break;
+        }
+      }
+      px[17] = std::numeric_limits<float>::quiet_NaN();
+      px[H * W + 40] = std::numeric_limits<float>::infinity();
+      px[2 * H * W + 600] = -std::numeric_limits<float>::infinity();
+      px[n - 3] = 3e9f * scale;
+      const NamedTensors feeds = {{"x", xt}};
+      const Tensor want = run_model(unfused, feeds, "cpu-ref")[0].second;
+      for (const char* device : {"cpu", "cpu-ref"}) {
+        const Tensor got = run_model(fused, feeds, device)[0].second;
+        ASSERT_EQ(got.dims(), want.dims()) << device;
+        ASSERT_EQ(got.dtype(), dt) << device;
+        EXPECT_EQ(std::memcmp(got.raw(), want.raw(), static_cast<size_t>(n)), 0) << device;
+      }
+    }
+}
+
+// An int8 model's image: QuantizeLinear of the float input -> DQ -> 3x3/2 Conv -> Relu -> Q. On cpu the region runs
+// channels-last and the QuantizeLinear, which only the region reads, writes NHWC itself (no Transpose into the
+// region); its cpu kernels compute what the reference kernels of the optimized graph do, bit for bit. Where the
+// quantized image is also a graph output, it stays a QuantizeLinear with a Transpose after it.
+TEST(QdqFusion, ImageQuantizeLinearWritesNhwc) {
+  for (bool pinned : {false, true}) {
+    SCOPED_TRACE(pinned ? "quantized image also an output" : "quantized image read by the region only");
+    std::mt19937 rng(21);
+    ModelBuilder b(13);
+    auto x = b.input("x", {1, 3, 20, 18});
+    auto q = b.node("QuantizeLinear", {x, b.scalar(0.0187f), b.constant(u8_scalar(114))});
+    auto dq = b.node("DequantizeLinear", {q, b.scalar(0.0187f), b.constant(u8_scalar(114))});
+    Tensor ws = Tensor::allocate(DType::kF32, {8});
+    for (int i = 0; i < 8; ++i) ws.mutable_data<float>()[i] = 0.004f + 0.0005f * i;
+    auto dqw = b.node("DequantizeLinear", {b.constant(i8_tensor({8, 3, 3, 3}, rng, -127, 127, DType::kI8)), b.constant(ws)},
+                      {{"axis", axis0()}});
+    auto conv = b.node("Conv", {dq, dqw}, {{"pads", ints_attr({1, 1, 1, 1})}, {"strides", ints_attr({2, 2})}});
+    b.output(b.node("QuantizeLinear", {b.node("Relu", {conv}), b.scalar(0.03f), b.constant(u8_scalar(0))}));
+    if (pinned) b.output(q);
+    auto model = b.build();
+    auto opt = model->clone();
+    OptimizeOptions oo;
+    oo.device_traits = device_graph_traits("cpu");
+    ASSERT_TRUE(optimize_model(opt.get(), oo).is_ok());
+    EXPECT_EQ(count_ops(*opt, "QConvFused"), 1);
+    EXPECT_EQ(count_ops(*opt, "QuantizeLinearToNhwc"), pinned ? 0 : 1);
+    EXPECT_EQ(count_ops(*opt, "QuantizeLinear"), pinned ? 1 : 0);
+    EXPECT_EQ(count_ops(*opt, "Transpose"), pinned ? 2 : 1);  // into the region, and out of it
+    const NamedTensors feeds = random_feeds(*model, 3);
+    const NamedTensors cpu = run_model(opt, feeds, "cpu"), ref = run_model(opt, feeds, "cpu-ref"), qdq = run_model(model, feeds, "cpu-ref");
+    ASSERT_EQ(cpu.size(), pinned ? 2u : 1u);
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      double exact = 0;
+      EXPECT_EQ(max_step_diff(cpu[i].second, ref[i].second, &exact), 0) << i;
+      EXPECT_LE(max_step_diff(cpu[i].second, qdq[i].second, &exact), 1) << i;
+    }
+  }
+}
+
 // `ferry compile` keeps the int8 path: the .ferry file holds the QConvFused nodes with their int8
 // weights pre-packed by the oneDNN kernel, a load uses them without reordering, and the compiled model
 // computes bit for bit what the QDQ model computes when loaded directly.
