@@ -207,7 +207,8 @@ class QuantizeKernel : public Kernel {
 // com.ferry.QuantizeLinearToNhwc (the nhwc_layout pass: a QuantizeLinear of the image an NHWC region reads, its
 // Transpose folded in): per block of a row of pixels, each channel's plane quantized as QuantizeLinear's kernel
 // does (quantize_f32_8bit's steps) into a small buffer, then interleaved into the pixels' channels (interleave_planes).
-// MobileNetV2's [1,3,224,224] input: QuantizeLinear + Transpose (0.046 + 0.011 CPU ms) -> 0.04x (issue 38).
+// MobileNetV2's [1,3,224,224] input: QuantizeLinear + Transpose 0.059 + 0.013 CPU ms -> 0.051 (0.70x; ResNet-50's
+// 0.76x, EfficientNet-B0's 0.79x; `ferry profile -t 1`, alternated with main's build, docs/performance.md, issue 38).
 class QuantizeToNhwcKernel : public Kernel {
  public:
   QuantizeToNhwcKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
