@@ -5,7 +5,8 @@
 // asymmetric, batch 2, u8 / s8 sources with zero points, weight zero points, full-range weights,
 // conv_relu and relu, u8 / s8 outputs, scales that push v past 2^31 (the integer epilogue's clamp),
 // stride 2 on one or both axes, a Clip whose bound the u8 saturation implies or not (int_clamp_implied),
-// two output rows per pass at stride 1 (split over threads, odd row counts, batch 3),
+// two output rows per pass at stride 1 (split over threads, odd row counts, batch 3), small images a chunk
+// of channel blocks at a time,
 // and the cases it declines (stride 2 past 1.5 MiB, stride 3, 5x5, grouped,
 // float bias or output, an infinite scale). Also a 1x1 -> depthwise -> 1x1 chain.
 // Runs where int8_gemm does (AVX2 without VNNI); skipped elsewhere.
@@ -314,6 +315,43 @@ TEST_F(Int8DepthwiseConv, TwoRowsPerPass) {
   dc.C = 21;
   dc.x_zp = 131;
   dc.w_zp = true;
+  check(dc);
+}
+
+// Small images (at most 14 x 14 outputs, channels a multiple of 16) run a chunk of channel blocks at a time
+// over all their rows: 7 x 7 x 960 in chunks of 14 blocks (the last 4), stride 2 (14 x 14 x 64 -> 7 x 7),
+// batch 2, the odd last row, zero points and an s8 source; larger images keep the ring of whole row pairs
+// (16 x 16 x 32 at stride 1, 32 x 32 x 48 -> 16 x 16 at stride 2).
+TEST_F(Int8DepthwiseConv, SmallImageChunks) {
+  DwCase dc;
+  dc.C = 960;
+  dc.H = dc.W = 7;
+  check(dc);
+  dc = DwCase{};
+  dc.N = 2;
+  dc.C = 64;
+  dc.H = dc.W = 14;
+  dc.strides = {2, 2};
+  check(dc);
+  dc.pads = {0, 1, 1, 0};  // 6 x 7 outputs, the rows' pairs from row 0
+  check(dc);
+  dc = DwCase{};
+  dc.C = 32;
+  dc.H = 6;
+  dc.W = 5;
+  dc.x_s8 = true;
+  dc.x_zp = -3;
+  dc.w_zp = true;
+  dc.clip = false;
+  dc.y_dt = DType::kI8;
+  check(dc);
+  dc = DwCase{};
+  dc.C = 32;
+  dc.H = dc.W = 16;
+  check(dc);
+  dc.C = 48;
+  dc.H = dc.W = 32;
+  dc.strides = {2, 2};
   check(dc);
 }
 

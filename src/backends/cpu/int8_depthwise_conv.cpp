@@ -15,6 +15,10 @@
 //   two passes: every source row widened once, where one output row per pass widened each twice with
 //   twice the loads (MobileNetV2's stride-1 layers now 0.82-0.94x the CPU time, docs/performance.md).
 //   12 vpmaddwd per 8 channels for 2 x 9 taps, the half block's 12 weight vectors in registers.
+// - Small images (kChunkPixels outputs at most, channels a multiple of 16: MobileNetV2's 14x14 and 7x7
+//   outputs): the ring's whole row pairs pass L1 (7x7x960: 35 KB a pair), so a chunk of channel blocks
+//   (its two pairs within kChunkBytes) runs over all of a range's rows in an image, one pair built per
+//   step: 0.88-0.95x the CPU time (docs/performance.md); on 28x28 even, slower on larger images.
 // - Stride 2 (row) and an image's odd last row: output row oh reads the pairs (oh * s - pad, + 1) with
 //   kernel rows (0, 1) and (oh * s - pad + 2, + 3) with (2, 0): 6 vpmaddwd per 8 channels for 9 taps,
 //   two pixels per step; at stride 2 each pair is read by two output rows. (Two stride-2 rows per pass
@@ -57,6 +61,10 @@ constexpr int kSlots = 4;      // row pairs a thread keeps
 // oneDNN's CPU time; its 112x112x96 -> 56x56, 1.2 MB, 1.02-1.04x before the clamp was left out where
 // implied (int_clamp_implied), 0.86x after: docs/performance.md). Larger sources were not measured.
 constexpr int64_t kMaxStride2Bytes = 1536 * 1024;
+// Small images (output pixels per image at most kChunkPixels): a chunk of channel blocks at a time, its two
+// row pairs within kChunkBytes (half of L1); the header's "Small images".
+constexpr int64_t kChunkPixels = 14 * 14;
+constexpr int64_t kChunkBytes = 16 * 1024;
 
 // A widened row pair: [columns][channel blocks][16 channels][2 rows] int16, from a 64-byte boundary (each
 // half block's 32-byte load then within one cache line).
@@ -155,6 +163,30 @@ __attribute__((target("avx2"))) void build_pair(const uint8_t* x, int64_t xbytes
     }
   }
 }
+
+// Rows r and r + 1 of image n, blocks [cb0, cb0 + k) only (C a multiple of 16), widened minus zp and
+// interleaved per channel into d ([wp columns][k blocks][32]).
+template <bool kSigned, bool kZp>
+__attribute__((target("avx2"))) void build_chunk(const uint8_t* x, int64_t n, int64_t r, int64_t H, int64_t W, int64_t C, int64_t cb0,
+                                                 int64_t k, int64_t wp, int64_t pad_w, int32_t zp, int16_t* d) {
+  const bool va = r >= 0 && r < H, vb = r + 1 >= 0 && r + 1 < H;
+  const int64_t col = k * kBlockI16, lead = std::min(pad_w, wp), run_cols = std::max<int64_t>(0, std::min(W, wp - pad_w));
+  if (!va && !vb) {
+    std::memset(d, 0, sizeof(int16_t) * static_cast<size_t>(wp * col));
+    return;
+  }
+  std::memset(d, 0, sizeof(int16_t) * static_cast<size_t>(lead * col));
+  const uint8_t* a = va ? x + (n * H + r) * W * C + cb0 * kCb : nullptr;
+  const uint8_t* b = vb ? x + (n * H + r + 1) * W * C + cb0 * kCb : nullptr;
+  int16_t* o = d + lead * col;
+  for (int64_t iw = 0; iw < run_cols; ++iw, o += col)
+    widen_run<kSigned, kZp>(a ? a + iw * C : nullptr, b ? b + iw * C : nullptr, k, zp, o);
+  const int64_t tail = wp - lead - run_cols;
+  if (tail > 0) std::memset(o, 0, sizeof(int16_t) * static_cast<size_t>(tail * col));
+}
+
+using ChunkFn = void (*)(const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int32_t,
+                        int16_t*);
 
 // One output row, in halves of 8 channels of a block (a / b: the row pairs (oh - pad) and (+ 2); w:
 // [blocks][kw][2 pairs][32]): the half's 6 weight vectors and epilogue constants stay in
@@ -425,8 +457,50 @@ class Int8DepthwiseQConvKernel : public Kernel {
         }
       }
     };
-    if (cpu::int8_on_one_thread(N * OH * OW * C * 9))  // one_thread_rules.h
-      rows(0, N * OH);
+    // A small image (kChunkPixels outputs at most; channels a multiple of 16): K channel blocks at a time over
+    // all of a range's rows in an image, the chunk's two row pairs (kChunkBytes together) in L1.
+    const int64_t K = std::max<int64_t>(1, std::min(blocks_, kChunkBytes / (2 * wp * kBlockI16 * 2)));
+    static constexpr ChunkFn kChunk[2][2] = {{build_chunk<false, false>, build_chunk<false, true>},
+                                             {build_chunk<true, false>, build_chunk<true, true>}};
+    const ChunkFn chunk = kChunk[x_signed_][x_zp_ != 0];
+    const auto chunks = [&](int64_t r0, int64_t r1) {
+      thread_local Scratch s;
+      s.slot[0].reserve(wp * K * kBlockI16);
+      s.slot[1].reserve(wp * K * kBlockI16);
+      for (int64_t orow = r0; orow < r1;) {
+        const int64_t n = orow / OH, oh0 = orow % OH, oh1 = std::min(OH, oh0 + (r1 - orow)), r = oh0 * sh - ph;
+        char* yn = yp + n * OH * OW * C;
+        for (int64_t cb0 = 0; cb0 < blocks_; cb0 += K) {
+          const int64_t k = std::min(K, blocks_ - cb0);
+          int16_t* slot[2] = {s.slot[0].data, s.slot[1].data};
+          chunk(xp, n, r, H, W, C, cb0, k, wp, pw, x_zp_, slot[0]);
+          int64_t j = 0;
+          for (int64_t oh = oh0; oh < oh1; ++j) {
+            // Step j (rows oh and oh + 1 at stride 1, oh at stride 2) reads the pairs j (rows r + 2j, + 1) and j + 1.
+            chunk(xp, n, r + 2 * (j + 1), H, W, C, cb0, k, wp, pw, x_zp_, slot[(j + 1) & 1]);
+            const int16_t* pa = slot[j & 1];
+            const int16_t* pb = slot[(j + 1) & 1];
+            char* y0 = yn + oh * OW * C + cb0 * kCb;
+            if (sh == 1 && oh + 1 < oh1) {
+              fn2(pa, pb, weights2_.data() + cb0 * 12 * kBlockI16, k, OW, sw, C, panels_.data() + cb0, flags_, y0, y0 + OW * C);
+              oh += 2;
+            } else {
+              fn(pa, pb, weights_.data() + cb0 * 6 * kBlockI16, k, OW, sw, C, panels_.data() + cb0, flags_, y0);
+              ++oh;
+            }
+          }
+        }
+        orow += oh1 - oh0;
+      }
+    };
+    const bool chunked = C % kCb == 0 && OH * OW <= kChunkPixels;
+    if (cpu::int8_on_one_thread(N * OH * OW * C * 9)) {  // one_thread_rules.h
+      if (chunked)
+        chunks(0, N * OH);
+      else
+        rows(0, N * OH);
+    } else if (chunked)
+      parallel_ranges(N * OH, OW * C * 12, chunks);
     else
       parallel_ranges(N * OH, OW * C * 12, rows);
     return Status::ok();
