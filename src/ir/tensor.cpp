@@ -15,13 +15,25 @@ size_t aligned_bytes(int64_t nbytes) {
   return rounded == 0 ? kAlignment : rounded;
 }
 
-// Zero-filled, 64-byte-aligned memory; null when the memory is not there.
-std::shared_ptr<void> aligned_zeroed(int64_t nbytes) {
-  const size_t rounded = aligned_bytes(nbytes);
+// 64-byte-aligned memory, its first `nbytes` copied from `bytes` (zero-filled where `bytes` is null) and
+// the padding up to the alignment zeroed; null when the memory is not there.
+std::shared_ptr<void> aligned_filled(int64_t nbytes, const void* bytes) {
+  const size_t n = static_cast<size_t>(nbytes), rounded = aligned_bytes(nbytes);
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (!p) return nullptr;
-  std::memset(p, 0, rounded);
+  if (bytes && n > 0) std::memcpy(p, bytes, n);
+  const size_t filled = bytes ? n : 0;
+  std::memset(static_cast<char*>(p) + filled, 0, rounded - filled);
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+StatusOr<std::shared_ptr<void>> aligned_or_error(DType dtype, const std::vector<int64_t>& dims, const void* bytes) {
+  const int64_t nbytes = element_count(dims) * dtype_size(dtype);
+  auto buf = aligned_filled(nbytes, bytes);
+  if (!buf)
+    return resource_exhausted("out of memory: cannot allocate " + std::to_string(nbytes) + " bytes for a " +
+                              dtype_name(dtype) + " tensor of shape " + dims_to_string(dims));
+  return buf;
 }
 }  // namespace
 
@@ -36,11 +48,14 @@ StatusOr<Tensor> Tensor::create(DType dtype, std::vector<int64_t> dims, const st
 
 StatusOr<Tensor> Tensor::try_allocate(DType dtype, std::vector<int64_t> dims) {
   if (dtype == DType::kString) return allocate(dtype, std::move(dims));  // no raw buffer
-  const int64_t nbytes = element_count(dims) * dtype_size(dtype);
-  auto buf = aligned_zeroed(nbytes);
-  if (!buf)
-    return resource_exhausted("out of memory: cannot allocate " + std::to_string(nbytes) + " bytes for a " +
-                              dtype_name(dtype) + " tensor of shape " + dims_to_string(dims));
+  ASSIGN_OR_RETURN(std::shared_ptr<void> buf, aligned_or_error(dtype, dims, nullptr));
+  void* p = buf.get();
+  return wrap(dtype, std::move(dims), std::move(buf), p);
+}
+
+StatusOr<Tensor> Tensor::try_copy_of(DType dtype, std::vector<int64_t> dims, const void* bytes) {
+  if (dtype == DType::kString) return invalid_argument("try_copy_of: a string tensor has no raw bytes to copy");
+  ASSIGN_OR_RETURN(std::shared_ptr<void> buf, aligned_or_error(dtype, dims, bytes));
   void* p = buf.get();
   return wrap(dtype, std::move(dims), std::move(buf), p);
 }

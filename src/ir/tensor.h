@@ -51,6 +51,9 @@ class Tensor {
   /// As create without the limit checks (dims must already be valid: the run path); fails only when
   /// the memory is not there, naming the bytes asked for.
   static StatusOr<Tensor> try_allocate(DType dtype, std::vector<int64_t> dims);
+  /// As try_allocate, the bytes copied from `bytes` (element_count(dims) * dtype_size(dtype) of them)
+  /// instead of zero-filled: each byte written once (a request's input: serve/). Not for kString.
+  static StatusOr<Tensor> try_copy_of(DType dtype, std::vector<int64_t> dims, const void* bytes);
   /// For tensors whose size the caller bounds (scalars, shape vectors, small scratch): memory comes
   /// from operator new, so running out is std::bad_alloc as in any std container. Tensors sized by
   /// the user's data take try_allocate or create.

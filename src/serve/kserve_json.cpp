@@ -327,15 +327,9 @@ StatusOr<Tensor> classify(const Tensor& t, int64_t classes, bool batched, const 
 }
 
 StatusOr<Tensor> copy_input_tensor(DType dtype, std::vector<int64_t> dims, const void* bytes, const std::string& what) {
-  const size_t nbytes = static_cast<size_t>(element_count(dims) * dtype_size(dtype));
-  constexpr size_t kAlignment = 64;  // Tensor::create's
-  const size_t rounded = std::max(kAlignment, (nbytes + kAlignment - 1) / kAlignment * kAlignment);
-  void* p = std::aligned_alloc(kAlignment, rounded);
-  if (!p) return resource_exhausted(what + ": out of memory: cannot allocate " + std::to_string(nbytes) + " bytes");
-  if (nbytes > 0) std::memcpy(p, bytes, nbytes);
-  std::memset(static_cast<char*>(p) + nbytes, 0, rounded - nbytes);
-  std::shared_ptr<const void> owner(p, [](const void* q) { std::free(const_cast<void*>(q)); });
-  return Tensor::wrap(dtype, std::move(dims), std::move(owner), p);
+  StatusOr<Tensor> t = Tensor::try_copy_of(dtype, std::move(dims), bytes);
+  if (!t.is_ok()) return t.status().with_context(what);
+  return t;
 }
 
 StatusOr<Tensor> decode_bytes_tensor(std::string_view raw, const std::vector<int64_t>& dims, const std::string& what) {

@@ -39,9 +39,8 @@ struct DecodedInfer {
 StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t header_length, const ModelSignature& sig,
                                             const SharedMemoryRegistry* shm = nullptr);
 
-/// A tensor of `dims` (valid: checked by the caller) holding a copy of `bytes`, nbytes() of them, for a
-/// request's input read off the wire: 64-byte aligned with its padding zeroed, as Tensor::create's,
-/// but written once (create zero-fills it first). Not for BYTES tensors. Errors start with `what`.
+/// A request's input read off the wire: Tensor::try_copy_of (`dims` valid: checked by the caller; each
+/// byte written once), its errors starting with `what`. Not for BYTES tensors.
 StatusOr<Tensor> copy_input_tensor(DType dtype, std::vector<int64_t> dims, const void* bytes, const std::string& what);
 
 /// The checks the JSON and gRPC decoders share (same messages). One input's name, KServe datatype

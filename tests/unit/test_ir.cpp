@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "ir/dtype.h"
 #include "ir/shape.h"
@@ -73,6 +75,32 @@ TEST(Tensor, TryAllocateReportsTheSizeWhenMemoryIsNotThere) {
       << t.status().message();
 }
 #endif
+
+// Tensor::try_copy_of (a request's input copied off the wire: serve/'s grpc raw_input_contents, HTTP binary
+// data, an unaligned shared-memory slice): its bytes, 64-byte aligned, the padding after them zero as
+// Tensor::create's although the buffer is not zero-filled first (a freed tensor's bytes are not left there).
+TEST(Tensor, TryCopyOfIsAlignedAndPaddedWithZeros) {
+  const std::vector<unsigned char> ones(64, 0xff);
+  std::vector<Tensor> dirty;  // freed before the copies below: past malloc's per-thread cache, their memory is reused
+  for (int i = 0; i < 256; ++i) dirty.push_back(Tensor::try_copy_of(DType::kU8, {64}, ones.data()).value());
+  dirty.clear();
+  const float x[5] = {1, 2, 3, 4, 5};
+  std::vector<Tensor> copies;
+  for (int i = 0; i < 64; ++i) {
+    auto t = Tensor::try_copy_of(DType::kF32, {1, 5}, x);
+    ASSERT_TRUE(t.is_ok()) << t.status().message();
+    EXPECT_EQ(t.value().dims(), (std::vector<int64_t>{1, 5}));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.value().raw()) % 64, 0u);
+    EXPECT_EQ(std::memcmp(t.value().raw(), x, sizeof(x)), 0);
+    const unsigned char* pad = static_cast<const unsigned char*>(t.value().raw()) + sizeof(x);
+    for (size_t b = 0; b < 64 - sizeof(x); ++b) ASSERT_EQ(pad[b], 0) << "copy " << i << ", padding byte " << b;
+    copies.push_back(std::move(t.value()));
+  }
+  auto empty = Tensor::try_copy_of(DType::kF32, {0, 3}, nullptr);
+  ASSERT_TRUE(empty.is_ok());
+  EXPECT_EQ(empty.value().numel(), 0);
+  EXPECT_FALSE(Tensor::try_copy_of(DType::kString, {1}, x).is_ok());
+}
 
 }  // namespace
 }  // namespace ferry

@@ -1,8 +1,7 @@
 // `ferry serve`'s system shared-memory regions (src/serve/shared_memory.h) without a socket: a
 // POSIX object registered, slices resolved and bounds-checked, inputs read in place or copied,
 // outputs written, a region that outlives its unregistering while a request holds it, an object
-// shrunk under a region; a request's input copied off the wire (copy_input_tensor, kserve_json.h);
-// the logging settings' all-or-nothing update (server_log.h).
+// shrunk under a region; the logging settings' all-or-nothing update (server_log.h).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -128,31 +127,6 @@ TEST(ServeShm, InputsInPlaceOrCopiedAndOutputsWritten) {
   Status small = check_shm_outputs(sig, {out}, 1);
   EXPECT_NE(small.message().find("output 'z': 16 bytes do not fit shared_memory_byte_size 8"), std::string::npos) << small.message();
   EXPECT_FALSE(write_shm_outputs(sig, {out}, outputs).is_ok());
-}
-
-// A request's input copied off the wire (grpc raw_input_contents, HTTP binary data, an unaligned
-// shared-memory slice): its bytes, 64-byte aligned, the padding after them zero as Tensor::create's
-// although the buffer is not zero-filled first (a freed tensor's bytes are not left there).
-TEST(ServeDecode, CopiedInputIsAlignedAndPaddedWithZeros) {
-  const std::vector<unsigned char> ones(64, 0xff);
-  std::vector<Tensor> dirty;  // freed before the copies below: past malloc's per-thread cache, their memory is reused
-  for (int i = 0; i < 256; ++i) dirty.push_back(copy_input_tensor(DType::kU8, {64}, ones.data(), "input 'd'").value());
-  dirty.clear();
-  const float x[5] = {1, 2, 3, 4, 5};
-  std::vector<Tensor> copies;
-  for (int i = 0; i < 64; ++i) {
-    auto t = copy_input_tensor(DType::kF32, {1, 5}, x, "input 'x'");
-    ASSERT_TRUE(t.is_ok()) << t.status().message();
-    EXPECT_EQ(t.value().dims(), (std::vector<int64_t>{1, 5}));
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.value().raw()) % 64, 0u);
-    EXPECT_EQ(std::memcmp(t.value().raw(), x, sizeof(x)), 0);
-    const unsigned char* pad = static_cast<const unsigned char*>(t.value().raw()) + sizeof(x);
-    for (size_t b = 0; b < 64 - sizeof(x); ++b) ASSERT_EQ(pad[b], 0) << "copy " << i << ", padding byte " << b;
-    copies.push_back(std::move(t.value()));
-  }
-  auto empty = copy_input_tensor(DType::kF32, {0, 3}, nullptr, "input 'x'");
-  ASSERT_TRUE(empty.is_ok());
-  EXPECT_EQ(empty.value().numel(), 0);
 }
 
 TEST(ServeShm, ShrunkObjectIsRefusedNotTouched) {
