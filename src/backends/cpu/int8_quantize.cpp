@@ -197,7 +197,7 @@ class QuantizeKernel : public Kernel {
     return Status::ok();
   }
 
- private:
+ protected:
   Node node_;
   KernelFn fallback_;
   DType dtype_ = DType::kU8;
@@ -209,21 +209,11 @@ class QuantizeKernel : public Kernel {
 // does (quantize_f32_8bit's steps) into a small buffer, then interleaved into the pixels' channels (interleave_planes).
 // MobileNetV2's [1,3,224,224] input: QuantizeLinear + Transpose 0.059 + 0.013 CPU ms -> 0.051 (0.70x; ResNet-50's
 // 0.76x, EfficientNet-B0's 0.79x; `ferry profile -t 1`, alternated with main's build, docs/performance.md, issue 38).
-class QuantizeToNhwcKernel : public Kernel {
+class QuantizeToNhwcKernel : public QuantizeKernel {
  public:
-  QuantizeToNhwcKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+  using QuantizeKernel::QuantizeKernel;
 
-  bool init(const Graph& graph) {
-    if (node_.inputs.size() != 3 || node_.outputs.size() != 1) return false;
-    const TensorType* xt = graph.find_type(node_.inputs[0]);
-    if (!xt || xt->dtype != DType::kF32 || !cpu::scalar_input(graph, node_, 1, &scale_) || !(scale_ > 0)) return false;
-    const Tensor* s = cpu::constant_input(graph, node_, 1);
-    const Tensor* z = cpu::constant_input(graph, node_, 2);
-    if (!s || s->dtype() != DType::kF32 || !z || z->numel() != 1 || !is_8bit(z->dtype())) return false;
-    dtype_ = z->dtype();
-    zp_ = static_cast<float>(z->get_int64(0));
-    return true;
-  }
+  bool init(const Graph& graph) { return node_.inputs.size() == 3 && QuantizeKernel::init(graph); }
 
   Status compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
@@ -252,12 +242,6 @@ class QuantizeToNhwcKernel : public Kernel {
     });
     return Status::ok();
   }
-
- private:
-  Node node_;
-  KernelFn fallback_;
-  DType dtype_ = DType::kU8;
-  float scale_ = 1, zp_ = 0;
 };
 
 // ---- DequantizeLinear u8/s8 -> f32, per-tensor constant scale and zero point --------------------
