@@ -408,7 +408,10 @@ TEST_F(Int8Im2colConv, SevenBitPointwiseBytePath) {
     sc.M = 6 * c;
     check(sc);
   }
-  sc.C = 36;  // a partial last panel, an s8 output, no Clip, a weight zero point
+  sc.C = 32;  // a last panel of 4 outputs (the half tile, 4 bytes a row)
+  sc.M = 20;
+  check(sc);
+  sc.C = 36;  // a partial last panel (the half tile), an s8 output, no Clip, a weight zero point
   sc.M = 40;
   sc.clip = sc.conv_relu = false;
   sc.w_zp = true;
@@ -545,11 +548,11 @@ TEST_F(Int8Im2colConv, EightBitPointwiseBytePathWithRepair) {
   check(sc);
 
   // Wider 1x1s into whole panels with the integer epilogue (MobileNetV2's projections without a residual: 32 -> 16,
-  // 144 -> 32, 960 -> 320): the same path, its repair included; a float bias, a weight zero point or outputs not in
-  // panels of 16 (96 -> 24): oneDNN.
+  // 144 -> 32, 960 -> 320), or whole panels and a half one (96 -> 24, 144 -> 40: the half tile's 8 columns): the same
+  // path, its repair included; a float bias, a weight zero point or outputs in neither (96 -> 20): oneDNN.
   sc.x_tail = true;
   sc.extreme = false;
-  for (auto [c, m] : {std::pair<int64_t, int64_t>{32, 16}, {144, 32}, {960, 320}}) {
+  for (auto [c, m] : {std::pair<int64_t, int64_t>{32, 16}, {144, 32}, {960, 320}, {96, 24}, {144, 40}}) {
     sc.C = c;
     sc.M = m;
     int64_t saturating = 0;
@@ -565,8 +568,15 @@ TEST_F(Int8Im2colConv, EightBitPointwiseBytePathWithRepair) {
   check(sc, false);
   sc.w_zp = false;
   sc.C = 96;
-  sc.M = 24;
+  sc.M = 20;
   check(sc, false);
+  sc.M = 24;  // the half tile on every pixel count of the last block (1-6), an s8 output
+  sc.y_dt = DType::kI8;
+  for (int64_t w = 12; w < 18; ++w) {
+    sc.H = 1;
+    sc.W = w;
+    check(sc);
+  }
 }
 
 // int8_gemm.h's PairedQuads: two quads go together only where every int16 lane stays within range for any u8

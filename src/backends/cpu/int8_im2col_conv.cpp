@@ -34,7 +34,9 @@
 // 8-bit expansions 16 -> 96 and 24 -> 144 0.82x and 0.87x the CPU time, the 7-bit ones of 24-32 channels 0.89x,
 // 64-160 channels 0.95-0.97x, the 32 -> 16 projection 0.93x (`ferry profile -t 1`, docs/performance.md). The
 // integer epilogue adds the output zero point only where it is not 0 (kZp; MobileNetV2's ReLU6 outputs have 0): its
-// 8-bit expansions and stem 0.97x the CPU time (issue 38, session 26, docs/performance.md).
+// 8-bit expansions and stem 0.97x the CPU time (issue 38, session 26, docs/performance.md). A byte-path 1x1's last
+// panel of at most 8 outputs sums and stores its columns 0-7 alone (kHalf, store_half_rows): MobileNetV2's 96 -> 24
+// projection 0.88x oneDNN's time, where the panel computed whole was 1.14x (issue 38, session 28).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -159,6 +161,37 @@ __attribute__((target("avx2"), always_inline)) inline void store_row_pairs(const
   }
 }
 
+// store_row_pairs for a half panel (kHalf sums: acc[2r] holds a row's channels 0-7), `cols` (<= 8) bytes a row: four
+// rows share the two packs and one vpermd, {r 0-3, r+1 0-3, r+2 0-3, r+3 0-3 | their 4-7} -> each row's 8 bytes in a
+// quadword (two rows where fewer are left, the pair packed twice).
+template <int R, int YT, bool kClamp, bool kZp, int r = 0>
+__attribute__((target("avx2"), always_inline)) inline void store_half_rows(const __m256i* acc, __m256 m, __m256 lo, __m256 hi, __m256i zp,
+                                                                           int cols, char* yp, int64_t ldy) {
+  if constexpr (r < R) {
+    constexpr int n = R - r < 4 ? R - r : 4;  // rows stored from this group
+    const __m256i w01 = _mm256_packs_epi32(requantize<kZp, kClamp>(acc[2 * r], m, lo, hi, zp),
+                                           requantize<kZp, kClamp>(acc[2 * (n > 1 ? r + 1 : r)], m, lo, hi, zp));
+    __m256i w23 = w01;
+    if constexpr (n > 2)
+      w23 = _mm256_packs_epi32(requantize<kZp, kClamp>(acc[2 * r + 4], m, lo, hi, zp),
+                               requantize<kZp, kClamp>(acc[2 * (n > 3 ? r + 3 : r + 2)], m, lo, hi, zp));
+    const __m256i p = YT == 3 ? _mm256_packus_epi16(w01, w23) : _mm256_packs_epi16(w01, w23);
+    const __m256i o = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    const __m128i o0 = _mm256_castsi256_si128(o), o1 = _mm256_extracti128_si256(o, 1);
+    const __m128i rows[4] = {o0, _mm_unpackhi_epi64(o0, o0), o1, _mm_unpackhi_epi64(o1, o1)};
+    for (int i = 0; i < n; ++i) {
+      if (cols == 8) {
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(yp + (r + i) * ldy), rows[i]);
+      } else {
+        alignas(16) char t[16];
+        _mm_store_si128(reinterpret_cast<__m128i*>(t), rows[i]);
+        std::memcpy(yp + (r + i) * ldy, t, static_cast<size_t>(cols));
+      }
+    }
+    store_half_rows<R, YT, kClamp, kZp, r + 4>(acc, m, lo, hi, zp, cols, yp, ldy);
+  }
+}
+
 // For each 16 output channels (panel p of `panels`, of M channels in all): accumulate<R>, then the float
 // epilogue per row into y (row stride ldy bytes; y at the block's first pixel). One call per block of R pixels, the
 // node's scalars read once for all its panels.
@@ -246,6 +279,7 @@ alignas(32) constexpr int32_t kZeroSums[kNr] = {};
 // (quad_sums). Two functions rather than a branch in one: with both loops in one body gcc 12 allocated the
 // single loop's registers worse (MobileNetV2's unpaired 24-channel expansion 1.09x the time). kClamp: as
 // store_row_pairs (the integer form's; the float epilogue's tiles take true), and kZp (the float epilogue's take true).
+// The integer form runs a last panel of at most 8 outputs on its columns 0-7 alone (kHalf sums, store_half_rows).
 template <int R, int YT, bool kPaired, bool kClamp, bool kZp>
 __attribute__((target("avx2"))) void tile_bytes(const uint8_t* a, int64_t lda, const cpu::PairedQuads& pq, const PanelEpi* pes, int64_t M,
                                                 const EpiFlags& flags, char* y, int64_t ldy) {
@@ -267,6 +301,12 @@ __attribute__((target("avx2"))) void tile_bytes(const uint8_t* a, int64_t lda, c
       accumulate_bytes<R, kPaired>(a, lda, panel, offsets + p * quads, pairs[p], quads, kZeroSums, acc);
       for (int r = 0; r < R; ++r) epilogue_any<YT>(acc[2 * r], acc[2 * r + 1], pe, e, cols, yp + r * ldy);
       continue;
+    }
+    if (cols <= 8) {  // the last panel, half of it or less: its columns 0-7 only
+      if constexpr (kPaired) cpu::quad_pair_sums<R, true>(a, lda, panel, offsets + p * quads, pairs[p], quads, pe.bias, acc);
+      else cpu::quad_sums<R, true>(a, lda, panel, quads, pe.bias, acc);
+      store_half_rows<R, YT, kClamp, kZp>(acc, _mm256_load_ps(pe.mul), lo, hi, zp, cols, yp, ldy);
+      break;
     }
     if constexpr (kPaired) cpu::quad_pair_sums<R>(a, lda, panel, offsets + p * quads, pairs[p], quads, pe.bias, acc);
     else cpu::quad_sums<R>(a, lda, panel, quads, pe.bias, acc);
@@ -355,13 +395,14 @@ class Int8Im2colQConvKernel : public Kernel {
     // layer1.0 conv1, 64 -> 64 at 56x56: 0.336 -> 0.254-0.262 CPU ms; its downsample, 64 -> 256: 1.06-1.07 ->
     // 0.99-1.00; `ferry profile -t 1`), while on 16 outputs (MobileNetV2's features.1 projection, 32 -> 16 at
     // 112x112) it did not (0.131 -> 0.216).
-    // Also (wide_zp0) the 1x1s of up to 960 channels in quads into whole panels of outputs (M a multiple of 16) on 8-bit
-    // weights over a Relu's output with the integer epilogue (an int32 bias): MobileNetV2's projections without a
-    // residual, 0.83-0.97x oneDNN's CPU time with the repair (features.4, .7, .11, .14, .17, .1; its 96 -> 24 at 56x56,
-    // half a panel wasted, 1.14x: M = 24 stays there). ResNet-50's plain-structure conv1s (float bias, the float
+    // Also (wide_zp0) the 1x1s of up to 960 channels in quads into whole panels of outputs and at most a half one (M a
+    // multiple of 8; tile_bytes runs a last panel of <= 8 outputs on its columns 0-7 alone) on 8-bit weights over a
+    // Relu's output with the integer epilogue (an int32 bias): MobileNetV2's projections without a residual, 0.83-0.97x
+    // oneDNN's CPU time with the repair (features.4, .7, .11, .14, .17, .1), its 96 -> 24 at 56x56 (features.2) 0.88x
+    // (with the half panel computed whole it was 1.14x). ResNet-50's plain-structure conv1s (float bias, the float
     // epilogue's tiles) were 1.04-1.14x there, so a float bias stays on oneDNN.
     const bool narrow_zp0 = pointwise_ && C <= kMaxZeroZpPointwiseChannels && M >= kMinZeroZpPointwiseOutputs;
-    const bool wide_zp0 = pointwise_ && split && !narrow_zp0 && C % 4 == 0 && M % kNr == 0;
+    const bool wide_zp0 = pointwise_ && split && !narrow_zp0 && C % 4 == 0 && M % (kNr / 2) == 0;
     const bool zero_zp = narrow_zp0 || wide_zp0;
     if (!cpu::read_qconv_operands(graph, node_, *ws, M, &q, &factors_, &epi_, zero_zp || !split)) return false;
     x_signed_ = q.x_signed;

@@ -23,14 +23,15 @@ namespace ferry::cpu {
     acc[2 * r + 1] = c##r##1; \
   }
 // One u8 x s8 quad of row r at byte offset off: vpmaddubsw, then vpmaddwd by ones into int32 (quad_sums and
-// the unpaired tail of quad_pair_sums).
-#define FERRY_MICRO_BYTE_QUAD(r, off)                                                             \
-  if constexpr (R > r) {                                                                        \
-    int32_t v;                                                                                  \
-    std::memcpy(&v, a##r + (off), sizeof v);                                                    \
-    const __m256i av = _mm256_set1_epi32(v);                                                    \
-    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
-    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
+// the unpaired tail of quad_pair_sums); columns 0-7 only where kHalf.
+#define FERRY_MICRO_BYTE_QUAD(r, off)                                                               \
+  if constexpr (R > r) {                                                                          \
+    int32_t v;                                                                                    \
+    std::memcpy(&v, a##r + (off), sizeof v);                                                      \
+    const __m256i av = _mm256_set1_epi32(v);                                                      \
+    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones));   \
+    if constexpr (!kHalf)                                                                         \
+      c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
   }
 // One int16 pair of row r at int16 offset off: vpmaddwd into int32 (pair_sums, window_pair_sums).
 #define FERRY_MICRO_PAIR(r, off)                                    \
@@ -90,8 +91,9 @@ __attribute__((target("avx2"), always_inline)) inline void window_pair_sums(cons
 // acc row r = init + sum over the quads j of a_r[4j..4j+3] . panel[j][n][0..3], a u8 rows of stride lda (read 4
 // bytes at a time), one vpmaddubsw + vpmaddwd by ones per 4 channels and 8 outputs. A vpmaddubsw pair is at most
 // 2 x 255 x 64 = 32640 in magnitude, so it never saturates: exact in int32 like the int16 pairs, at about twice
-// their multiply-add rate. init: 16 int32 every row starts from (not null).
-template <int R>
+// their multiply-add rate. init: 16 int32 every row starts from (not null). kHalf: the panel's columns 0-7 only
+// (acc[2r] alone is summed; a last panel of at most 8 outputs, MobileNetV2's 96 -> 24 projection).
+template <int R, bool kHalf = false>
 __attribute__((target("avx2"), always_inline)) inline void quad_sums(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t quads,
                                                                             const int32_t* init, __m256i* acc) {
   const __m256i i0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(init));
@@ -113,8 +115,8 @@ __attribute__((target("avx2"), always_inline)) inline void quad_sums(const uint8
 // int32 sums as quad_sums over the panel's quads in their original order. 6 rows x 16 columns of accumulators,
 // 4 panel vectors and the ones need 17 ymm: gcc keeps a few accumulators on the stack, which the load and store
 // ports absorb (a microbenchmark of the loop, panel in L1: 102-113 G multiply-adds/s against quad_sums' 91-94
-// at K = 32-128, 1 thread).
-template <int R>
+// at K = 32-128, 1 thread). kHalf: as quad_sums.
+template <int R, bool kHalf = false>
 __attribute__((target("avx2"), always_inline)) inline void quad_pair_sums(const uint8_t* a, int64_t lda, const int8_t* panel,
                                                                           const int32_t* offsets, int64_t pairs, int64_t quads,
                                                                           const int32_t* init, __m256i* acc) {
@@ -131,8 +133,9 @@ __attribute__((target("avx2"), always_inline)) inline void quad_pair_sums(const 
     const __m256i av = _mm256_set1_epi32(v), au = _mm256_set1_epi32(u);                                                \
     c##r##0 = _mm256_add_epi32(                                                                                          \
         c##r##0, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(av, b0), _mm256_maddubs_epi16(au, d0)), ones)); \
-    c##r##1 = _mm256_add_epi32(                                                                                          \
-        c##r##1, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(av, b1), _mm256_maddubs_epi16(au, d1)), ones)); \
+    if constexpr (!kHalf)                                                                                                \
+      c##r##1 = _mm256_add_epi32(                                                                                        \
+          c##r##1, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(av, b1), _mm256_maddubs_epi16(au, d1)), ones)); \
   }
   for (int64_t t = 0; t < pairs; ++t) {
     const int8_t* pp = panel + 128 * t;
