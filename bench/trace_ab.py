@@ -3,16 +3,18 @@
 a low percentile per node (interference on a shared host only adds time), summed per group of nodes.
 
     /usr/bin/python3 bench/trace_ab.py --new build/ferry --old OLD/build/ferry --model M.onnx
-        --input input=X.npy [--threads 1] [--rounds 8] [--duration 1] [--percentile 0.1 0.5]
+        --input input=X.npy [--threads 1] [--rounds 8] [--duration 1] [--percentile 0.1 0.5] [--nodes REGEX]
 
 Groups: depthwise 3x3 QConvFused / Conv / FusedConv nodes by input shape and output height
 ("HxWxC->OH"), everything else "other"; "ALLDW" is the depthwise sum. The order of the two builds
-alternates every round; the percentiles are taken over all of a build's calls of a node.
+alternates every round; the percentiles are taken over all of a build's calls of a node. --nodes also
+prints each node whose name matches REGEX (re.search) on its own.
 """
 import argparse
 import collections
 import json
 import os
+import re
 import subprocess
 import tempfile
 
@@ -44,6 +46,7 @@ def main():
     ap.add_argument('--rounds', type=int, default=8)
     ap.add_argument('--duration', default='1')
     ap.add_argument('--percentile', type=float, nargs='+', default=[0.1, 0.5])
+    ap.add_argument('--nodes', help='also print each node whose name matches this regex')
     args = ap.parse_args()
     durs = {'new': collections.defaultdict(list), 'old': collections.defaultdict(list)}
     grp = {}
@@ -71,6 +74,8 @@ def main():
             for n, v in durs[k].items():
                 v = sorted(v)
                 t = v[int(q * (len(v) - 1))]
+                if args.nodes and re.search(args.nodes, n):
+                    tot[k]['node ' + n] = t
                 tot[k][grp[n]] += t
                 tot[k]['ALL'] += t
                 if grp[n] != 'other':
@@ -78,6 +83,7 @@ def main():
         print('percentile %.2f of each node\'s calls, us summed per group:' % q)
         for g in sorted(tot['old'], key=lambda g: -tot['old'][g]):
             print('  %-18s new %8.1f  old %8.1f  new/old %.3f' % (g, tot['new'][g], tot['old'][g], tot['new'][g] / tot['old'][g]))
+        print('  (%d nodes)' % len(durs['old']))
 
 
 if __name__ == '__main__':
