@@ -118,6 +118,9 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
 parameters { key: "threads" value: { string_value: "2" } }
 optimization { execution_accelerators { cpu_execution_accelerator : [ { name : "openvino" } ] } }
 PBTXT
-    printf '%s\n' 'backend: "onnxruntime"' 'version_policy: { latest: { num_versions: 2 } }' 'model_warmup [ { name: "w" batch_size: 1 } ]' > "$out/seed_small.pbtxt" ;;
+    printf '%s\n' 'backend: "onnxruntime"' 'version_policy: { latest: { num_versions: 2 } }' 'model_warmup [ { name: "w" batch_size: 1 } ]' > "$out/seed_small.pbtxt"
+    # Triton's reshape and format (clients' dims [2,2], the model's [4]).
+    printf '%s\n' 'max_batch_size: 4' 'input [ { name: "x" data_type: TYPE_FP32 format: FORMAT_NONE dims: [ 2, 2 ] reshape { shape: [ 4 ] } } ]' \
+      'output [ { name: "y" data_type: TYPE_FP32 dims: [ 2, -1 ] reshape { shape: [ 2, -1 ] } } ]' > "$out/seed_reshape.pbtxt" ;;
   *) echo "seed_corpus.sh: unknown target '$target'" >&2; exit 2 ;;
 esac

@@ -66,10 +66,50 @@ const ValueInfo* find_value(const std::vector<ValueInfo>& values, const std::str
   return nullptr;
 }
 
-// One config tensor against the model's: dtype, rank and every known dim.
+// The products of a shape's sizes between its -1 (any size) dims, in order: [2,4,-1,6] -> {8, 6}.
+// false when one overflows.
+bool chunk_counts(const std::vector<int64_t>& shape, std::vector<int64_t>* out) {
+  out->assign(1, 1);
+  for (int64_t d : shape) {
+    if (d == -1) {
+      out->push_back(1);
+    } else if (__builtin_mul_overflow(out->back(), d, &out->back())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string reshape_text(const std::vector<int64_t>& shape) { return "reshape { shape: " + dims_text(shape) + " }"; }
+
+// A config `reshape` against its `dims`, as Triton checks it: sizes >= 1 or -1, the same elements
+// (equal products between the -1 dims), an empty reshape only for dims of one element with a batch axis.
+Status check_reshape(const std::string& what, const std::vector<int64_t>& dims, const std::vector<int64_t>& reshape,
+                     int32_t max_batch) {
+  const std::string both = "dims " + dims_text(dims) + " and " + reshape_text(reshape);
+  if (reshape.empty() && max_batch == 0)
+    return invalid_argument(what + ": " + reshape_text(reshape) + " with max_batch_size 0 would leave the tensor no elements; "
+                            "an empty reshape is for a batching model (max_batch_size > 0, dims [1])");
+  for (int64_t d : reshape)
+    if (d < 1 && d != -1)
+      return invalid_argument(what + ": " + reshape_text(reshape) + ": a reshape size is >= 1 or -1 (any)");
+  std::vector<int64_t> a, b;
+  if (!chunk_counts(dims, &a) || !chunk_counts(reshape, &b))
+    return invalid_argument(what + ": " + both + ": too many elements");
+  if (a == b || (reshape.empty() && a == std::vector<int64_t>{1})) return Status::ok();
+  if (a.size() == 1 && b.size() == 1)
+    return invalid_argument(what + ": " + both + " hold " + std::to_string(a[0]) + " and " + std::to_string(b[0]) +
+                            " elements; a reshape keeps every element: give it " + std::to_string(a[0]) +
+                            " elements, in the shape the model's tensor has");
+  return invalid_argument(what + ": " + both + " do not hold the same elements: they need as many -1 (any size) dims, "
+                          "with the same product of sizes between them");
+}
+
+// One config tensor against the model's: dtype, rank and every known dim. With a reshape, the
+// reshape is the shape the model has (dims: what clients send or receive).
 Status check_tensor(const std::string& where, const char* kind, const std::string& name, inference::DataType dt,
-                    const std::vector<int64_t>& dims, const ValueInfo& model_value, int32_t max_batch,
-                    bool gears) {
+                    const std::vector<int64_t>& dims, const std::vector<int64_t>* reshape, const ValueInfo& model_value,
+                    int32_t max_batch, bool gears) {
   const std::string what = where + ": " + kind + " '" + name + "'";
   const DType want = dtype_from_config(dt);
   if (want == DType::kUndefined)
@@ -80,6 +120,7 @@ Status check_tensor(const std::string& where, const char* kind, const std::strin
                             "; write data_type: " + inference::DataType_Name(config_from_dtype(model_value.type.dtype)));
   for (int64_t d : dims)
     if (d < -1) return invalid_argument(what + ": dims " + dims_text(dims) + ": a dim is a size >= 0 or -1 (any)");
+  if (reshape) RETURN_IF_ERROR(check_reshape(what, dims, *reshape, max_batch));
   if (!model_value.type.shape) return Status::ok();  // rank unknown: the run checks
   std::vector<int64_t> md = model_dims(model_value);
   if (max_batch > 0) {
@@ -92,15 +133,29 @@ Status check_tensor(const std::string& where, const char* kind, const std::strin
                               "), so the model does not batch; set max_batch_size: 0 and dims " + dims_text(md));
     md.erase(md.begin());
   }
+  const std::vector<int64_t>& shape = reshape ? *reshape : dims;
+  bool same = md.size() == shape.size();
+  size_t differs = 0;
+  for (size_t i = 0; same && i < md.size(); ++i)
+    if (md[i] >= 0 && shape[i] >= 0 && md[i] != shape[i]) {
+      same = false;
+      differs = i;
+    }
+  if (same) return Status::ok();
+  const std::string after = max_batch > 0 ? " after the batch axis" : "";
+  if (reshape)
+    return invalid_argument(what + ": " + reshape_text(*reshape) + " (dims " + dims_text(dims) + ") but the model's " + kind +
+                            " has dims " + dims_text(md) + after + "; the reshape is the shape the model " +
+                            (std::strcmp(kind, "input") == 0 ? "takes" : "produces") + ": write " + reshape_text(md) +
+                            ", with dims of as many elements (what clients " +
+                            (std::strcmp(kind, "input") == 0 ? "send" : "receive") + ")");
   if (md.size() != dims.size())
     return invalid_argument(what + ": dims " + dims_text(dims) + " have rank " + std::to_string(dims.size()) +
                             " but the model's " + kind + " has dims " + dims_text(md) +
-                            (max_batch > 0 ? " after the batch axis (max_batch_size > 0: dims exclude the batch axis)" : ""));
-  for (size_t i = 0; i < md.size(); ++i)
-    if (md[i] >= 0 && dims[i] >= 0 && md[i] != dims[i])
-      return invalid_argument(what + ": dims " + dims_text(dims) + " but the model's " + kind + " has dims " +
-                              dims_text(md) + " (dim " + std::to_string(i) + " differs)");
-  return Status::ok();
+                            (max_batch > 0 ? " after the batch axis (max_batch_size > 0: dims exclude the batch axis)" : "") +
+                            "; a model that takes another shape than clients send needs reshape { shape: " + dims_text(md) + " }");
+  return invalid_argument(what + ": dims " + dims_text(dims) + " but the model's " + kind + " has dims " + dims_text(md) +
+                          " (dim " + std::to_string(differs) + " differs)");
 }
 
 // Protobuf's text parser skips an unknown field only when a list of messages is written with a
@@ -306,7 +361,13 @@ Status complete_and_validate(inference::ModelConfig* c, const std::vector<ValueI
       }
       return invalid_argument(where + ": input '" + in.name() + "' is not an input of the model (its inputs: " + names + ")");
     }
-    RETURN_IF_ERROR(check_tensor(where, "input", in.name(), in.data_type(), to_vector(in.dims()), *mv, mbs, !gears.empty()));
+    if ((in.format() == inference::ModelInput::FORMAT_NCHW || in.format() == inference::ModelInput::FORMAT_NHWC) && in.dims_size() != 3)
+      return invalid_argument(where + ": input '" + in.name() + "': format " + inference::ModelInput::Format_Name(in.format()) +
+                              " needs 3 dims (an image without the batch axis), not dims " + dims_text(to_vector(in.dims())) +
+                              "; write format: FORMAT_NONE or 3 dims");
+    const std::vector<int64_t> reshape = to_vector(in.reshape().shape());
+    RETURN_IF_ERROR(check_tensor(where, "input", in.name(), in.data_type(), to_vector(in.dims()), in.has_reshape() ? &reshape : nullptr,
+                                 *mv, mbs, !gears.empty()));
   }
   for (const ValueInfo& v : model_inputs)
     if (std::find(seen.begin(), seen.end(), v.name) == seen.end())
@@ -326,7 +387,9 @@ Status complete_and_validate(inference::ModelConfig* c, const std::vector<ValueI
       }
       return invalid_argument(where + ": output '" + out.name() + "' is not an output of the model (its outputs: " + names + ")");
     }
-    RETURN_IF_ERROR(check_tensor(where, "output", out.name(), out.data_type(), to_vector(out.dims()), *mv, mbs, !gears.empty()));
+    const std::vector<int64_t> reshape = to_vector(out.reshape().shape());
+    RETURN_IF_ERROR(check_tensor(where, "output", out.name(), out.data_type(), to_vector(out.dims()), out.has_reshape() ? &reshape : nullptr,
+                                 *mv, mbs, !gears.empty()));
   }
   if (c->has_dynamic_batching()) {
     const auto& db = c->dynamic_batching();
@@ -374,6 +437,41 @@ std::vector<TensorSpec> output_specs(const inference::ModelConfig& config) {
   return out;
 }
 
+std::vector<TensorReshape> input_reshapes(const inference::ModelConfig& config) {
+  std::vector<TensorReshape> out;
+  for (const auto& in : config.input())
+    if (in.has_reshape()) out.push_back({in.name(), to_vector(in.dims()), to_vector(in.reshape().shape())});
+  return out;
+}
+
+std::vector<TensorReshape> output_reshapes(const inference::ModelConfig& config) {
+  std::vector<TensorReshape> out;
+  for (const auto& o : config.output())
+    if (o.has_reshape()) out.push_back({o.name(), to_vector(o.reshape().shape()), to_vector(o.dims())});
+  return out;
+}
+
+StatusOr<std::vector<int64_t>> reshape_dims(const std::vector<int64_t>& shape, const std::vector<int64_t>& from,
+                                            const std::vector<int64_t>& to) {
+  std::vector<int64_t> any;  // shape's sizes at from's -1 dims
+  if (shape.size() == from.size())
+    for (size_t i = 0; i < from.size(); ++i)
+      if (from[i] == -1) any.push_back(shape[i]);
+  std::vector<int64_t> out = to;
+  size_t k = 0;
+  for (int64_t& d : out)
+    if (d == -1) {
+      if (k >= any.size()) return invalid_argument("dims " + dims_text(shape) + " do not match " + dims_text(from));
+      d = any[k++];
+    }
+  int64_t a = 1, b = 1;
+  for (int64_t d : shape) a *= d;
+  for (int64_t d : out) b *= d;
+  if (a != b) return invalid_argument("dims " + dims_text(shape) + " hold " + std::to_string(a) + " elements, not the " +
+                                      std::to_string(b) + " of " + dims_text(out));
+  return out;
+}
+
 std::string config_to_json(const inference::ModelConfig& config) {
   std::string out;
   google::protobuf::util::JsonPrintOptions opt;
@@ -400,7 +498,7 @@ std::string config_to_json(const inference::ModelConfig& config) {
     if (!v.IsObject()) return;
     for (auto& m : v.GetObject()) {
       const std::string key(m.name.GetString(), m.name.GetStringLength());
-      if (key == "dims" || key == "versions" || key == "max_queue_delay_microseconds" || key == "default_timeout_microseconds") {
+      if (key == "dims" || key == "shape" || key == "versions" || key == "max_queue_delay_microseconds" || key == "default_timeout_microseconds") {
         if (m.value.IsArray())
           for (auto& e : m.value.GetArray()) to_number(e);
         else

@@ -71,6 +71,20 @@ bool dtype_from_kserve(std::string_view name, DType* out);
 std::vector<TensorSpec> input_specs(const inference::ModelConfig& config);
 std::vector<TensorSpec> output_specs(const inference::ModelConfig& config);
 
+/// A config `reshape` of one tensor, without the batch axis: a tensor of shape `from` is given to
+/// its reader as `to` (an input: dims -> the reshape, the model's; an output: the reshape -> dims).
+struct TensorReshape {
+  std::string name;
+  std::vector<int64_t> from, to;
+};
+std::vector<TensorReshape> input_reshapes(const inference::ModelConfig& config);
+std::vector<TensorReshape> output_reshapes(const inference::ModelConfig& config);
+/// `shape` (a tensor's dims without the batch axis, of the pattern `from`) as `to`: `to`'s k-th -1
+/// takes the size at `from`'s k-th -1 (Triton's rule: the sizes between -1 dims hold as many
+/// elements). Fails when the elements are not as many.
+StatusOr<std::vector<int64_t>> reshape_dims(const std::vector<int64_t>& shape, const std::vector<int64_t>& from,
+                                            const std::vector<int64_t>& to);
+
 /// The config as JSON with proto field names (GET /v2/models/M/config).
 std::string config_to_json(const inference::ModelConfig& config);
 

@@ -90,6 +90,8 @@ StatusOr<std::shared_ptr<ServedModel>> ServedModel::load(const std::string& name
   m->run_inline_ = !m->dynamic_batching_ || m->max_delay_.count() == 0;
   m->inputs_ = input_specs(config);
   m->outputs_ = output_specs(config);
+  m->input_reshapes_ = input_reshapes(config);
+  m->output_reshapes_ = output_reshapes(config);
   for (TensorSpec& o : m->outputs_) {
     auto l = labels.find(o.name);
     if (l != labels.end()) o.labels = l->second;
@@ -299,6 +301,16 @@ void ServedModel::instance_loop() {
   }
 }
 
+StatusOr<Tensor> ServedModel::reshaped(const Tensor& t, const TensorReshape& r) const {
+  const size_t lead = max_batch_ > 0 ? 1 : 0;
+  if (t.rank() < static_cast<int64_t>(lead)) return invalid_argument("a scalar has no batch axis");
+  std::vector<int64_t> dims(t.dims().begin(), t.dims().begin() + static_cast<std::ptrdiff_t>(lead));
+  auto rest = reshape_dims(std::vector<int64_t>(t.dims().begin() + static_cast<std::ptrdiff_t>(lead), t.dims().end()), r.from, r.to);
+  if (!rest.is_ok()) return rest.status();
+  dims.insert(dims.end(), rest.value().begin(), rest.value().end());
+  return t.reshaped(std::move(dims));
+}
+
 void ServedModel::run_batch(std::vector<Entry> batch) {
   const auto start = Clock::now();
   for (Entry& e : batch) {
@@ -341,6 +353,14 @@ void ServedModel::run_batch(std::vector<Entry> batch) {
       feeds.emplace_back(name, std::move(merged));
     }
   }
+  // config.pbtxt `reshape`: the shape the model takes.
+  for (auto& [name, t] : feeds)
+    for (const TensorReshape& r : input_reshapes_)
+      if (st.is_ok() && r.name == name) {
+        auto x = reshaped(t, r);
+        if (x.is_ok()) t = std::move(x).value();
+        else st = x.status().with_context("model '" + name_ + "': input '" + name + "': its reshape");
+      }
   const auto infer_start = Clock::now();
   NamedTensors outputs;
   if (st.is_ok()) st = session_->run(feeds, &outputs);
@@ -384,6 +404,17 @@ void ServedModel::run_batch(std::vector<Entry> batch) {
       if (n == o.name) {
         ordered.emplace_back(n, t);
         found = true;
+        for (const TensorReshape& r : output_reshapes_)
+          if (r.name == n) {
+            auto x = reshaped(t, r);  // config.pbtxt `reshape`: the model's shape -> dims
+            if (!x.is_ok()) {
+              for (Entry& e : batch)
+                finish(e, {x.status().with_context("model '" + name_ + "': output '" + n + "': the config's reshape"),
+                           FailureReason::kBackend, {}});
+              return;
+            }
+            ordered.back().second = std::move(x).value();
+          }
       }
     if (!found) {
       for (Entry& e : batch)

@@ -97,11 +97,14 @@ class ServedModel {
   std::vector<Entry> take_batch(std::unique_lock<std::mutex>& lock);
   void run_batch(std::vector<Entry> batch);
   void finish(Entry& e, InferResult result);
+  /// `t` (batch axis first when max_batch_size > 0) with `r` applied to the dims after that axis.
+  StatusOr<Tensor> reshaped(const Tensor& t, const TensorReshape& r) const;
 
   std::string name_;
   int64_t version_ = 0;
   inference::ModelConfig config_;
   std::vector<TensorSpec> inputs_, outputs_;
+  std::vector<TensorReshape> input_reshapes_, output_reshapes_;  // config.pbtxt `reshape`s
   ModelSignature signature_;
   std::shared_ptr<Session> session_;
   int threads_per_instance_ = 1;

@@ -93,6 +93,67 @@ TEST(ServeConfig, FixedBatchDimensionCannotBatch) {
   EXPECT_NE(st.message().find("fixed first dimension 1"), std::string::npos) << st.message();
 }
 
+// Triton's `reshape` (model_config.proto ModelTensorReshape) and `format`: Triton's quick-start
+// densenet_onnx config loads as written, without a warning; reshapes that disagree with their dims
+// or with the model are refused naming both shapes and the fix.
+TEST(ServeConfig, TritonReshapeAndFormat) {
+  const std::string densenet =
+      "name: \"densenet_onnx\"\nplatform: \"onnxruntime_onnx\"\nmax_batch_size : 0\n"
+      "input [ { name: \"data_0\" data_type: TYPE_FP32 format: FORMAT_NCHW dims: [ 3, 2, 2 ] reshape { shape: [ 1, 3, 2, 2 ] } } ]\n"
+      "output [ { name: \"fc6_1\" data_type: TYPE_FP32 dims: [ 1000 ] reshape { shape: [ 1, 1000, 1, 1 ] } } ]\n";
+  ValueInfo data{"data_0", {DType::kF32, Shape({Dim(1), Dim(3), Dim(2), Dim(2)})}};
+  ValueInfo fc{"fc6_1", {DType::kF32, Shape({Dim(1), Dim(1000), Dim(1), Dim(1)})}};
+  auto p = parse_model_config(densenet, "densenet_onnx/config.pbtxt");
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_TRUE(p.value().warnings.empty()) << p.value().warnings[0];
+  inference::ModelConfig c = p.value().config;
+  std::vector<std::string> w;
+  Status st = complete_and_validate(&c, {data}, {fc}, {}, "densenet_onnx/config.pbtxt", &w);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(input_specs(c)[0].dims, (std::vector<int64_t>{3, 2, 2}));  // what clients send
+  EXPECT_EQ(output_specs(c)[0].dims, (std::vector<int64_t>{1000}));
+  ASSERT_EQ(input_reshapes(c).size(), 1u);
+  EXPECT_EQ(input_reshapes(c)[0].to, (std::vector<int64_t>{1, 3, 2, 2}));
+  EXPECT_EQ(output_reshapes(c)[0].from, (std::vector<int64_t>{1, 1000, 1, 1}));
+  EXPECT_NE(config_to_json(c).find("\"reshape\":{\"shape\":[1,3,2,2]}"), std::string::npos) << config_to_json(c);
+
+  auto refused = [&](const std::string& in, const std::string& needle, const std::string& mbs = "0") {
+    auto q = parse_model_config("max_batch_size: " + mbs + " input [ { name: \"data_0\" data_type: TYPE_FP32 " + in +
+                                " } ] output [ { name: \"fc6_1\" data_type: TYPE_FP32 dims: [ 1, 1000, 1, 1 ] } ]", "m/config.pbtxt");
+    ASSERT_TRUE(q.is_ok()) << q.status().message();
+    inference::ModelConfig k = q.value().config;
+    Status s = complete_and_validate(&k, {data}, {fc}, {}, "m/config.pbtxt", &w);
+    ASSERT_FALSE(s.is_ok()) << in;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  refused("dims: [ 3, 2, 2 ] reshape { shape: [ 1, 3, 2, 3 ] }",
+          "m/config.pbtxt: input 'data_0': dims [3,2,2] and reshape { shape: [1,3,2,3] } hold 12 and 18 elements");
+  refused("dims: [ 12 ] reshape { shape: [ 1, 12 ] }",
+          "reshape { shape: [1,12] } (dims [12]) but the model's input has dims [1,3,2,2]; the reshape is the shape the model takes: "
+          "write reshape { shape: [1,3,2,2] }");
+  refused("dims: [ 3, 2, 2 ]", "a model that takes another shape than clients send needs reshape { shape: [1,3,2,2] }");
+  refused("dims: [ 1 ] reshape { shape: [ ] }", "with max_batch_size 0 would leave the tensor no elements");
+  refused("dims: [ -1, 2 ] reshape { shape: [ 1, 3, 2, 2 ] }", "do not hold the same elements");
+  refused("dims: [ 3, 2, 2 ] reshape { shape: [ 1, 3, 0, 2 ] }", "a reshape size is >= 1 or -1");
+  refused("format: FORMAT_NCHW dims: [ 12 ] reshape { shape: [ 1, 3, 2, 2 ] }", "format FORMAT_NCHW needs 3 dims");
+
+  // -1 dims: the sizes between them hold as many elements; at run time each -1 takes the size of its counterpart.
+  ValueInfo any{"data_0", {DType::kF32, Shape({Dim(1), Dim(3), Dim::symbolic("H"), Dim(2)})}};
+  auto q = parse_model_config("input [ { name: \"data_0\" data_type: TYPE_FP32 dims: [ 3, -1, 2 ] reshape { shape: [ 1, 3, -1, 2 ] } } ]",
+                              "m/config.pbtxt");
+  ASSERT_TRUE(q.is_ok());
+  inference::ModelConfig k = q.value().config;
+  st = complete_and_validate(&k, {any}, {fc}, {}, "m/config.pbtxt", &w);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  auto r = reshape_dims({2, 4, 5, 6}, {2, 4, -1, 6}, {8, -1, 1, 6});
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r.value(), (std::vector<int64_t>{8, 5, 1, 6}));
+  r = reshape_dims({1}, {1}, {});
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_TRUE(r.value().empty());
+  EXPECT_FALSE(reshape_dims({3, 2, 2}, {3, 2, 2}, {1, 3, 2, 3}).is_ok());
+}
+
 ModelSignature sig() {
   ModelSignature s;
   s.name = "m";
