@@ -266,21 +266,25 @@ int cmd_serve(const ServeOptions& opt) {
 #ifdef FERRY_HAVE_GRPC
   if (grpc) grpc->begin_shutdown();
 #endif
+  // A request is counted by its front end from its arrival to its response, and by its model while
+  // it waits in the queue: the larger count is the number of requests still in progress.
   auto busy = [&] {
-    int64_t n = server.in_flight();
+    int64_t front = server.in_flight();
 #ifdef FERRY_HAVE_GRPC
-    if (grpc) n += grpc->in_flight();
+    if (grpc) front += grpc->in_flight();
 #endif
-    for (const auto& m : repo.ready_models()) n += m->pending();
-    return n;
+    int64_t queued = 0;
+    for (const auto& m : repo.ready_models()) queued += m->pending();
+    return std::max(front, queued);
   };
-  log(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + ": not ready; finishing " + std::to_string(busy()) +
-      " requests (at most --exit-timeout-secs " + std::to_string(opt.exit_timeout_secs) + ")");
+  auto requests = [](int64_t n) { return std::to_string(n) + (n == 1 ? " request" : " requests"); };
+  log(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + ": not ready; finishing " + requests(busy()) +
+      " (at most --exit-timeout-secs " + std::to_string(opt.exit_timeout_secs) + ")");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opt.exit_timeout_secs);
   while (busy() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   const int64_t left = busy();
   if (left > 0) {
-    log("exit timeout expired with " + std::to_string(left) + " requests unfinished; exiting");
+    log("exit timeout expired with " + requests(left) + " unfinished; exiting");
     std::fflush(stderr);
     std::_Exit(1);
   }
