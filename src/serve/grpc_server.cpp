@@ -82,7 +82,7 @@ struct GrpcServer::Impl {
   // it succeeded. The caller is a poller, which takes every client's calls on its queue, so a
   // request runs inline only when it is the one the poller has in hand (`alone`: no other came
   // with it) and no other is in flight (else it would serialize them all).
-  void infer(const ModelInferRequest& req, std::shared_ptr<std::atomic<bool>> cancelled, ModelInferResponse* resp,
+  void infer(const ModelInferRequest& req, std::shared_ptr<Cancellation> cancelled, ModelInferResponse* resp,
              std::function<void(grpc::Status)> done, bool alone) {
     if (opt.logging && opt.logging->verbose_on(1)) {  // every request with its status, when it is answered
       done = [log = opt.logging, what = "gRPC ModelInfer model '" + req.model_name() + "'" +
@@ -416,7 +416,7 @@ class AsyncInfer final : public AsyncCall {
         return request(s, cq);  // (this call may be back in the pool already)
       }
       case kDone:
-        if (ctx_->IsCancelled()) cancelled_->store(true);
+        if (ctx_->IsCancelled()) cancelled_->set();  // its queued request leaves now
         return release();
       default:
         return release();
@@ -438,8 +438,8 @@ class AsyncInfer final : public AsyncCall {
     ctx_.emplace();
     writer_.emplace(&*ctx_);
     // A cancellation flag of its own: a request of the call before may still hold that one's.
-    if (!cancelled_ || cancelled_.use_count() > 1) cancelled_ = std::make_shared<std::atomic<bool>>(false);
-    cancelled_->store(false);
+    if (!cancelled_ || cancelled_.use_count() > 1) cancelled_ = std::make_shared<Cancellation>();
+    cancelled_->reset();
     refs_.store(2);
     ctx_->AsyncNotifyWhenDone(&done_tag_);
     if (!start_op(s_, [&] { service_of(s_)->RequestModelInfer(&*ctx_, &req_, &*writer_, cq, cq, &started_tag_); })) {
@@ -482,7 +482,7 @@ class AsyncInfer final : public AsyncCall {
   ModelInferRequest req_;
   ModelInferResponse resp_;
   std::optional<grpc::ServerAsyncResponseWriter<ModelInferResponse>> writer_;
-  std::shared_ptr<std::atomic<bool>> cancelled_;
+  std::shared_ptr<Cancellation> cancelled_;
   std::atomic<int> refs_{2};  // done and finished
   Tag started_tag_{this, kStarted}, done_tag_{this, kDone}, finished_tag_{this, kFinished};
 };
@@ -533,7 +533,7 @@ class AsyncStream final : public AsyncCall {
         return release();
       }
       case kDone:
-        if (ctx_.IsCancelled()) cancelled_->store(true);
+        if (ctx_.IsCancelled()) cancelled_->set();  // its queued requests leave now
         return release();
       default:  // kFinish
         return release();
@@ -542,7 +542,7 @@ class AsyncStream final : public AsyncCall {
 
  private:
   enum Kind { kStarted, kRead, kWrite, kFinish, kDone };
-  AsyncStream(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq) : s_(s), cq_(cq), cancelled_(std::make_shared<std::atomic<bool>>(false)) {}
+  AsyncStream(GrpcServer::Impl* s, grpc::ServerCompletionQueue* cq) : s_(s), cq_(cq), cancelled_(std::make_shared<Cancellation>()) {}
 
   void read() {
     refs_.fetch_add(1);
@@ -618,7 +618,7 @@ class AsyncStream final : public AsyncCall {
   grpc::ServerCompletionQueue* cq_;
   grpc::ServerContext ctx_;
   grpc::ServerAsyncReaderWriter<Response, ModelInferRequest> stream_{&ctx_};
-  std::shared_ptr<std::atomic<bool>> cancelled_;
+  std::shared_ptr<Cancellation> cancelled_;
   ModelInferRequest request_;
   std::mutex mu_;
   std::deque<std::shared_ptr<Response>> out_;

@@ -453,7 +453,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (ec || !cancelled) return;
       char c;
       const ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) cancelled->store(true);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) cancelled->set();  // the queued request leaves now
       // n > 0: the client sent its next request already; it is read after this response.
     });
   }
@@ -466,7 +466,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   unsigned version_ = 11;
   bool keep_alive_ = true;
   bool counted_ = false;
-  std::shared_ptr<std::atomic<bool>> cancelled_;
+  std::shared_ptr<Cancellation> cancelled_;
   std::string verbose_request_;  // "HTTP POST /v2/...", while verbose logging is on: logged with the answer
   std::array<char, 4096> scratch_;
 };

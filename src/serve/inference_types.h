@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,64 @@ inline const char* failure_reason_name(FailureReason r) {
   }
 }
 
+/// A request's cancellation: the front end sets it when the client goes away (an HTTP client
+/// disconnected, a gRPC call or stream was cancelled; a stream's requests share one). A model that
+/// queued a request under it listens: set() tells it at once, on the setting thread, and it drops
+/// the request from its queue then (CANCELED), freeing its max_queue_size slot; a request already
+/// taken into a batch runs, and its answer goes nowhere.
+class Cancellation {
+ public:
+  class Listener {
+   public:
+    virtual void on_cancel() = 0;
+
+   protected:
+    ~Listener() = default;
+  };
+  bool is_set() const { return set_.load(std::memory_order_acquire); }
+  void set() {
+    std::vector<std::weak_ptr<Listener>> told;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      set_.store(true, std::memory_order_release);
+      told.swap(listeners_);
+    }
+    for (auto& w : told)
+      if (auto l = w.lock()) l->on_cancel();
+  }
+  /// `l` is told on set(), or now when it was set already; held weakly, once however often it listens.
+  void listen(const std::weak_ptr<Listener>& l) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!set_.load(std::memory_order_relaxed)) {
+        bool known = false;
+        for (auto it = listeners_.begin(); it != listeners_.end();) {
+          if (it->expired()) {
+            it = listeners_.erase(it);
+            continue;
+          }
+          known = known || (!it->owner_before(l) && !l.owner_before(*it));
+          ++it;
+        }
+        if (!known) listeners_.push_back(l);
+        return;
+      }
+    }
+    if (auto p = l.lock()) p->on_cancel();
+  }
+  /// For a new call reusing it (nothing holds it any more).
+  void reset() {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_.store(false, std::memory_order_relaxed);
+    listeners_.clear();
+  }
+
+ private:
+  std::atomic<bool> set_{false};
+  std::mutex mu_;
+  std::vector<std::weak_ptr<Listener>> listeners_;
+};
+
 struct InferRequest {
   std::string id;
   /// Validated against the config by the front end: every input, its dtype and its full shape
@@ -41,7 +100,7 @@ struct InferRequest {
   /// The request's own `timeout` parameter in µs (0: none); see ModelQueuePolicy.
   uint64_t timeout_us = 0;
   /// Set by the front end when the client goes away: a queued request is then dropped (CANCELED).
-  std::shared_ptr<std::atomic<bool>> cancelled;
+  std::shared_ptr<Cancellation> cancelled;
   /// The request named its model version (a replaced version forwards it only to the same number).
   bool version_pinned = false;
 };

@@ -401,7 +401,7 @@ StatusOr<DecodedInfer> decode_infer_request(std::string_view body, int64_t heade
   const J doc(root);
   if (!doc.IsObject()) return invalid_argument("the inference request is not a JSON object");
   DecodedInfer out;
-  out.request.cancelled = std::make_shared<std::atomic<bool>>(false);
+  out.request.cancelled = std::make_shared<Cancellation>();
   if (auto id = member(doc, "id")) {
     if (!id->IsString()) return invalid_argument("request 'id' is not a string");
     out.request.id.assign(id->GetString());

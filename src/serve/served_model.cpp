@@ -187,9 +187,48 @@ void ServedModel::enqueue(InferRequest request, InferCallback done, InlinePolicy
     if (wake) cv_.notify_all();
     return;
   }
+  std::shared_ptr<Cancellation> cancel = e.request.cancelled;
   queue_.push_back(std::move(e));
   lock.unlock();
   cv_.notify_one();
+  if (cancel) cancel->listen(weak_from_this());  // (set already: on_cancel runs now)
+}
+
+void ServedModel::on_cancel() {
+  const auto now = Clock::now();
+  std::vector<Entry> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dropped = take_dropped(now);
+  }
+  // The queue only shrank: no batch is due sooner, the batcher need not wake.
+  drop(dropped, now);
+}
+
+std::vector<ServedModel::Entry> ServedModel::take_dropped(Clock::time_point now) {
+  std::vector<Entry> dropped;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if ((it->request.cancelled && it->request.cancelled->is_set()) || now >= it->deadline) {
+      dropped.push_back(std::move(*it));
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return dropped;
+}
+
+void ServedModel::drop(std::vector<Entry>& dropped, Clock::time_point now) {
+  for (Entry& e : dropped) {
+    if (e.request.cancelled && e.request.cancelled->is_set())
+      finish(e, {invalid_argument("request cancelled: the client disconnected"), FailureReason::kCanceled, {}});
+    else
+      finish(e, {resource_exhausted("inference request for model '" + name_ + "' timed out after waiting " +
+                                    std::to_string(ns_between(e.enqueued, now) / 1000) + " us in the queue (timeout " +
+                                    std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(e.deadline - e.enqueued).count()) +
+                                    " us)"),
+                 FailureReason::kRejected, {}});
+  }
 }
 
 void ServedModel::finish(Entry& e, InferResult result) {
@@ -262,34 +301,15 @@ void ServedModel::instance_loop() {
       if (stopping_) return;
       continue;
     }
-    // Timed-out and cancelled requests leave the queue first.
-    std::vector<Entry> dropped;
+    // Timed-out requests leave the queue first, and cancelled ones that on_cancel has not taken yet.
     const auto now = Clock::now();
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      const bool cancelled = it->request.cancelled && it->request.cancelled->load(std::memory_order_relaxed);
-      if (cancelled || now >= it->deadline) {
-        dropped.push_back(std::move(*it));
-        it = queue_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    std::vector<Entry> dropped = take_dropped(now);
     std::vector<Entry> batch = queue_.empty() ? std::vector<Entry>() : take_batch(lock);
     const bool more = !queue_.empty();
     if (!batch.empty()) ++busy_;
     lock.unlock();
     if (more && !batch.empty()) cv_.notify_one();  // another instance may take the rest
-    for (Entry& e : dropped) {
-      const bool cancelled = e.request.cancelled && e.request.cancelled->load(std::memory_order_relaxed);
-      if (cancelled)
-        finish(e, {invalid_argument("request cancelled: the client disconnected"), FailureReason::kCanceled, {}});
-      else
-        finish(e, {resource_exhausted("inference request for model '" + name_ + "' timed out after waiting " +
-                                      std::to_string(ns_between(e.enqueued, now) / 1000) + " us in the queue (timeout " +
-                                      std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(e.deadline - e.enqueued).count()) +
-                                      " us)"),
-                   FailureReason::kRejected, {}});
-    }
+    drop(dropped, now);
     if (batch.empty()) {
       lock.lock();
       continue;

@@ -41,7 +41,7 @@ enum class InlinePolicy {
   kNever,
 };
 
-class ServedModel {
+class ServedModel : public Cancellation::Listener, public std::enable_shared_from_this<ServedModel> {
  public:
   /// Loads `path` (model.onnx or model.ferry) and starts one thread per instance. `config` is
   /// completed and validated against the model here; warnings are appended. `labels`: the outputs'
@@ -83,6 +83,9 @@ class ServedModel {
   /// Requests queued or running.
   int64_t pending() const { return pending_.load(std::memory_order_relaxed); }
   int threads_per_instance() const { return threads_per_instance_; }
+  /// A queued request's client went away (Cancellation::set): the cancelled requests leave the
+  /// queue now, answered CANCELED on this thread, not when the batcher next wakes.
+  void on_cancel() override;
 
  private:
   struct Entry {
@@ -95,6 +98,9 @@ class ServedModel {
   void instance_loop();
   /// Takes the next batch from the queue (lock held); empty when there is none yet.
   std::vector<Entry> take_batch(std::unique_lock<std::mutex>& lock);
+  /// The cancelled and timed-out requests, out of the queue (lock held); then answered by drop().
+  std::vector<Entry> take_dropped(std::chrono::steady_clock::time_point now);
+  void drop(std::vector<Entry>& dropped, std::chrono::steady_clock::time_point now);
   void run_batch(std::vector<Entry> batch);
   void finish(Entry& e, InferResult result);
   /// `t` (batch axis first when max_batch_size > 0) with `r` applied to the dims after that axis.

@@ -114,6 +114,11 @@ put(REPO, "queued", add_model(), ADD_CONFIG % ("queued", """dynamic_batching {
   preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 2500000
   default_queue_policy { max_queue_size: 2 allow_timeout_override: true }
 }"""))
+# One request's room, held 10 s (a full preferred batch of 8 runs at once): a cancel frees it at once.
+put(REPO, "cancel", add_model(), ADD_CONFIG % ("cancel", """dynamic_batching {
+  preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 10000000
+  default_queue_policy { max_queue_size: 1 }
+}"""))
 put(REPO, "relu", relu_model())
 put(REPO, "echo", echo_model())  # no config.pbtxt: derived (TYPE_STRING, a batch axis)
 put(REPO, "broken", relu_model(), 'name: "broken"\nmax_batch_size: 0\ninput [ { name: "a" data_type: TYPE_FP32 dims: [ 2, 3 ] ]\n')
@@ -325,7 +330,7 @@ try:
     check(len(st) == 1 and st[0].name == "add" and st[0].version == "1" and st[0].inference_stats.success.count == 4
           and st[0].inference_count == 8 and st[0].last_inference > 0, "ModelStatistics add: %s" % st)  # with the classification's
     allst = stub.ModelStatistics(pb.ModelStatisticsRequest(), timeout=T).model_stats
-    check(sorted(s.name for s in allst) == ["add", "batched", "echo", "queued", "relu"], "ModelStatistics of every model: %s" % [s.name for s in allst])
+    check(sorted(s.name for s in allst) == ["add", "batched", "cancel", "echo", "queued", "relu"], "ModelStatistics of every model: %s" % [s.name for s in allst])
     expect_error(lambda: stub.ModelStatistics(pb.ModelStatisticsRequest(name="nosuch"), timeout=T), grpc.StatusCode.NOT_FOUND, "nosuch",
                  "ModelStatistics unknown model")
 
@@ -372,6 +377,36 @@ try:
             break
         time.sleep(0.1)
     check(canceled and canceled.group(1) == "1", "a cancelled call's queued request is dropped (CANCELED)")
+
+    # The cancelled call's request leaves the queue at once, not at the batcher's next wake (10 s
+    # away on "cancel"): its max_queue_size 1 slot takes the next request, CANCELED and pending at once.
+    def cancel_counts():  # (CANCELED, pending) of "cancel"
+        m = metrics()
+        c = re.search(r'ferry_inference_request_failure\{model="cancel",version="1",reason="CANCELED"\} (\d+)', m)
+        p = re.search(r'ferry_inference_pending_request_count\{model="cancel",version="1"\} (\d+)', m)
+        return (int(c.group(1)) if c else None, int(p.group(1)) if p else None)
+
+    def wait_counts(want, limit):
+        deadline = time.time() + limit
+        while cancel_counts() != want and time.time() < deadline:
+            time.sleep(0.02)
+        return cancel_counts()
+
+    f = stub.ModelInfer.future(infer_request("cancel", x[:1], y[:1]), timeout=T)
+    check(wait_counts((0, 1), 5) == (0, 1), "cancel: the request is queued: %s" % (cancel_counts(),))
+    t0 = time.time()
+    f.cancel()
+    got = wait_counts((1, 0), 3)
+    took = time.time() - t0
+    check(got == (1, 0) and took < 3, "cancel: CANCELED 1, pending 0 %.2f s after the cancel (the delay is 10 s): %s" % (took, got))
+    x8, y8 = np.tile(x[:1], (8, 1)), np.tile(y[:1], (8, 1))
+    try:
+        z = output(stub.ModelInfer(infer_request("cancel", x8, y8), timeout=T))
+        check(np.array_equal(z, x8 + y8), "cancel: the next request's output")
+    except grpc.RpcError as e:
+        check(False, "cancel: the freed slot takes the next request: %s %s" % (e.code(), e.details()))
+    check(time.time() - t0 < 5 and cancel_counts() == (1, 0), "cancel: answered %.2f s after the cancel, pending 0: %s"
+          % (time.time() - t0, cancel_counts()))
 
     # ---- repository: index, unload, load ------------------------------------------------
     idx = {m.name: m for m in stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=T).models}

@@ -41,6 +41,11 @@ put(REPO, "queued", add_model("N"), ADD_CONFIG % ("queued", """dynamic_batching 
   preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 1500000
   default_queue_policy { max_queue_size: 2 allow_timeout_override: true }
 }"""))
+# One request's room, held 10 s (a full preferred batch of 8 runs at once): a disconnect frees it at once.
+put(REPO, "cancel", add_model("N"), ADD_CONFIG % ("cancel", """dynamic_batching {
+  preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 10000000
+  default_queue_policy { max_queue_size: 1 }
+}"""))
 put(REPO, "relu", relu_model())  # no config.pbtxt: derived from the model (max_batch_size 0)
 put(REPO, "broken", relu_model(), 'name: "broken"\nmax_batch_size: 0\ninput [ { name: "a" data_type: TYPE_FP32 dims: [ 2, 3 ] ]\n')
 
@@ -281,6 +286,36 @@ try:
     st = requests.get(U + "/v2/models/queued/stats").json()["model_stats"][0]
     check(st["inference_stats"]["success"]["count"] == 2 and st["inference_stats"]["fail"]["count"] == 3,
           "queued: 2 successes, 3 failures (overload, timeout, disconnect): %s" % st["inference_stats"])
+
+    # The disconnected request leaves the queue at once, not at the batcher's next wake (10 s away
+    # on "cancel"): its max_queue_size 1 slot takes the next request, CANCELED and pending at once.
+    def cancel_counts():  # (CANCELED, pending) of "cancel"
+        m = requests.get("http://127.0.0.1:%d/metrics" % srv.metrics_port).text
+        c = re.search(r'ferry_inference_request_failure\{model="cancel",version="1",reason="CANCELED"\} (\d+)', m)
+        p = re.search(r'ferry_inference_pending_request_count\{model="cancel",version="1"\} (\d+)', m)
+        return (int(c.group(1)) if c else None, int(p.group(1)) if p else None)
+
+    def wait_counts(want, limit):
+        deadline = time.time() + limit
+        while cancel_counts() != want and time.time() < deadline:
+            time.sleep(0.02)
+        return cancel_counts()
+
+    body = json.dumps(infer_body(x[:1], y[:1])).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"POST /v2/models/cancel/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    check(wait_counts((0, 1), 5) == (0, 1), "cancel: the request is queued: %s" % (cancel_counts(),))
+    t0 = time.time()
+    s.close()
+    got = wait_counts((1, 0), 3)
+    took = time.time() - t0
+    check(got == (1, 0) and took < 3, "cancel: CANCELED 1, pending 0 %.2f s after the disconnect (the delay is 10 s): %s" % (took, got))
+    x8, y8 = np.tile(x[:1], (8, 1)), np.tile(y[:1], (8, 1))
+    r = post(U + "/v2/models/cancel/infer", infer_body(x8, y8))
+    check(r.status_code == 200 and r.json()["outputs"][0]["data"] == (x8 + y8).flatten().tolist(),
+          "cancel: the freed slot takes the next request: %d %s" % (r.status_code, r.text[:200]))
+    check(time.time() - t0 < 5 and cancel_counts() == (1, 0), "cancel: answered %.2f s after the disconnect, pending 0: %s"
+          % (time.time() - t0, cancel_counts()))
 
     # Metrics: Prometheus text, per model and version.
     m = requests.get("http://127.0.0.1:%d/metrics" % srv.metrics_port).text
