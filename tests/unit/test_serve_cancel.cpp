@@ -8,40 +8,16 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <optional>
 
-#include "onnx/onnx_pb.h"
 #include "serve/served_model.h"
+#include "serve_test_util.h"
 
 namespace ferry::serve {
 namespace {
 
 namespace fs = std::filesystem;
-
-// x [N, 4] -> Relu(x) named `y`.
-std::string write_relu(const fs::path& dir) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  m.add_opset_import()->set_version(17);
-  auto* g = m.mutable_graph();
-  g->set_name("relu");
-  for (auto [vi, name] : {std::pair{g->add_input(), std::string("x")}, std::pair{g->add_output(), std::string("y")}}) {
-    vi->set_name(name);
-    auto* tt = vi->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    tt->mutable_shape()->add_dim()->set_dim_param("N");
-    tt->mutable_shape()->add_dim()->set_dim_value(4);
-  }
-  auto* n = g->add_node();
-  n->set_op_type("Relu");
-  n->add_input("x");
-  n->add_output("y");
-  const fs::path path = dir / "relu.onnx";
-  std::ofstream(path, std::ios::binary) << m.SerializeAsString();
-  return path.string();
-}
 
 InferRequest request(int64_t rows, std::shared_ptr<Cancellation> cancel = nullptr) {
   InferRequest r;
@@ -63,7 +39,7 @@ TEST(ServeCancel, ACancelledRequestLeavesTheQueueAtOnce) {
   ServeOptions options;
   options.threads = 1;
   std::vector<std::string> warnings;
-  auto loaded = ServedModel::load("m", 1, write_relu(dir), config, options, &warnings);
+  auto loaded = ServedModel::load("m", 1, write_elementwise_model(dir, "relu.onnx", "Relu", "y"), config, options, &warnings);
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
   std::shared_ptr<ServedModel> m = loaded.value();
   const auto canceled = [&] { return m->stats().fail_by_reason[static_cast<int>(FailureReason::kCanceled)].load(); };

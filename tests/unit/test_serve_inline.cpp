@@ -8,48 +8,22 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <thread>
 
-#include "onnx/onnx_pb.h"
 #include "serve/served_model.h"
+#include "serve_test_util.h"
 
 namespace ferry::serve {
 namespace {
 
 namespace fs = std::filesystem;
 
-// x [N, 4] -> Relu(x) named `y`. (The delay case sets a 5 s delay that the preferred batch of 2 cuts short.)
-std::string write_relu(const fs::path& dir) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  auto* os = m.add_opset_import();
-  os->set_domain("");
-  os->set_version(17);
-  auto* g = m.mutable_graph();
-  g->set_name("relu");
-  for (auto [vi, name] : {std::pair{g->add_input(), std::string("x")}, std::pair{g->add_output(), std::string("y")}}) {
-    vi->set_name(name);
-    auto* tt = vi->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    tt->mutable_shape()->add_dim()->set_dim_param("N");
-    tt->mutable_shape()->add_dim()->set_dim_value(4);
-  }
-  auto* n = g->add_node();
-  n->set_op_type("Relu");
-  n->add_input("x");
-  n->add_output("y");
-  const fs::path path = dir / "relu.onnx";
-  std::ofstream(path, std::ios::binary) << m.SerializeAsString();
-  return path.string();
-}
-
 struct ServeInline : ::testing::Test {
   void SetUp() override {
     dir = fs::temp_directory_path() / ("ferry_serve_inline_" + std::to_string(getpid()));
     fs::create_directories(dir);
-    path = write_relu(dir);
+    path = write_elementwise_model(dir, "relu.onnx", "Relu", "y");
   }
   void TearDown() override {
     std::error_code ec;

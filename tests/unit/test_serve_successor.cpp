@@ -7,42 +7,15 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <future>
 
-#include "onnx/onnx_pb.h"
 #include "serve/served_model.h"
+#include "serve_test_util.h"
 
 namespace ferry::serve {
 namespace {
 
 namespace fs = std::filesystem;
-
-// x [N, 4] -> OP(x, x) (or Relu(x)) named `out`.
-std::string write_model(const fs::path& dir, const std::string& file, const std::string& op, const std::string& out) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  auto* os = m.add_opset_import();
-  os->set_domain("");
-  os->set_version(17);
-  auto* g = m.mutable_graph();
-  g->set_name(file);
-  for (auto [vi, name] : {std::pair{g->add_input(), std::string("x")}, std::pair{g->add_output(), out}}) {
-    vi->set_name(name);
-    auto* tt = vi->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    tt->mutable_shape()->add_dim()->set_dim_param("N");
-    tt->mutable_shape()->add_dim()->set_dim_value(4);
-  }
-  auto* n = g->add_node();
-  n->set_op_type(op);
-  const std::string x = "x";
-  for (int i = 0; i < (op == "Relu" ? 1 : 2); ++i) n->add_input(x);
-  n->add_output(out);
-  const fs::path path = dir / file;
-  std::ofstream(path, std::ios::binary) << m.SerializeAsString();
-  return path.string();
-}
 
 std::shared_ptr<ServedModel> load(int64_t version, const std::string& path) {
   inference::ModelConfig config;
@@ -72,9 +45,9 @@ TEST(ServeSuccessor, ARetiredVersionForwardsWhatItsSuccessorTakes) {
   leaf += std::to_string(getpid());
   const fs::path dir = fs::temp_directory_path() / leaf;
   fs::create_directories(dir);
-  const std::string add = write_model(dir, "add.onnx", "Add", "z");
-  const std::string mul = write_model(dir, "mul.onnx", "Mul", "z");
-  const std::string relu = write_model(dir, "relu.onnx", "Relu", "r");  // another output name: other tensors
+  const std::string add = write_elementwise_model(dir, "add.onnx", "Add", "z");
+  const std::string mul = write_elementwise_model(dir, "mul.onnx", "Mul", "z");
+  const std::string relu = write_elementwise_model(dir, "relu.onnx", "Relu", "r");  // another output name: other tensors
   auto v1 = load(1, add), v1_reloaded = load(1, mul), v2 = load(2, add), other = load(3, relu);
   ASSERT_TRUE(v1 && v1_reloaded && v2 && other);
 
