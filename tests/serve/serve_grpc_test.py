@@ -20,7 +20,8 @@ import urllib.request
 
 import numpy as np
 
-from serve_util import ADD_CONFIG, ServeProcess, add_model, check, echo_model, failures, pack_bytes, put, relu_model, unpack_bytes
+from serve_util import (ADD_CONFIG, ServeProcess, add_model, canceled_and_pending, check, echo_model, failures, pack_bytes, put, relu_model,
+                        unpack_bytes, wait_for)
 
 FERRY, SRC, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 shutil.rmtree(WORK, ignore_errors=True)
@@ -381,16 +382,10 @@ try:
     # The cancelled call's request leaves the queue at once, not at the batcher's next wake (10 s
     # away on "cancel"): its max_queue_size 1 slot takes the next request, CANCELED and pending at once.
     def cancel_counts():  # (CANCELED, pending) of "cancel"
-        m = metrics()
-        c = re.search(r'ferry_inference_request_failure\{model="cancel",version="1",reason="CANCELED"\} (\d+)', m)
-        p = re.search(r'ferry_inference_pending_request_count\{model="cancel",version="1"\} (\d+)', m)
-        return (int(c.group(1)) if c else None, int(p.group(1)) if p else None)
+        return canceled_and_pending(metrics(), "cancel")
 
     def wait_counts(want, limit):
-        deadline = time.time() + limit
-        while cancel_counts() != want and time.time() < deadline:
-            time.sleep(0.02)
-        return cancel_counts()
+        return wait_for(cancel_counts, want, limit)
 
     f = stub.ModelInfer.future(infer_request("cancel", x[:1], y[:1]), timeout=T)
     check(wait_counts((0, 1), 5) == (0, 1), "cancel: the request is queued: %s" % (cancel_counts(),))

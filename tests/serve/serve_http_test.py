@@ -24,7 +24,8 @@ import onnx
 import requests
 from onnx import TensorProto, helper
 
-from serve_util import ADD_CONFIG, ServeProcess, add_model, check, echo_model, failures, pack_bytes, put, relu_model, unpack_bytes
+from serve_util import (ADD_CONFIG, ServeProcess, add_model, canceled_and_pending, check, echo_model, failures, pack_bytes, put, relu_model,
+                        unpack_bytes, wait_for)
 
 FERRY, WORK = sys.argv[1], sys.argv[2]
 shutil.rmtree(WORK, ignore_errors=True)
@@ -290,16 +291,10 @@ try:
     # The disconnected request leaves the queue at once, not at the batcher's next wake (10 s away
     # on "cancel"): its max_queue_size 1 slot takes the next request, CANCELED and pending at once.
     def cancel_counts():  # (CANCELED, pending) of "cancel"
-        m = requests.get("http://127.0.0.1:%d/metrics" % srv.metrics_port).text
-        c = re.search(r'ferry_inference_request_failure\{model="cancel",version="1",reason="CANCELED"\} (\d+)', m)
-        p = re.search(r'ferry_inference_pending_request_count\{model="cancel",version="1"\} (\d+)', m)
-        return (int(c.group(1)) if c else None, int(p.group(1)) if p else None)
+        return canceled_and_pending(requests.get("http://127.0.0.1:%d/metrics" % srv.metrics_port).text, "cancel")
 
     def wait_counts(want, limit):
-        deadline = time.time() + limit
-        while cancel_counts() != want and time.time() < deadline:
-            time.sleep(0.02)
-        return cancel_counts()
+        return wait_for(cancel_counts, want, limit)
 
     body = json.dumps(infer_body(x[:1], y[:1])).encode()
     s = socket.create_connection(("127.0.0.1", srv.port))

@@ -10,6 +10,7 @@ import signal
 import struct
 import subprocess
 import threading
+import time
 
 import onnx
 from onnx import TensorProto, helper
@@ -27,6 +28,21 @@ def check(cond, what):
 
 
 # ---- the repository -------------------------------------------------------------------------
+def canceled_and_pending(metrics_text, model, version=1):
+    """(CANCELED failures, pending requests) of a model version in a /metrics text (None where absent)."""
+    c = re.search(r'ferry_inference_request_failure\{model="%s",version="%d",reason="CANCELED"\} (\d+)' % (model, version), metrics_text)
+    p = re.search(r'ferry_inference_pending_request_count\{model="%s",version="%d"\} (\d+)' % (model, version), metrics_text)
+    return (int(c.group(1)) if c else None, int(p.group(1)) if p else None)
+
+
+def wait_for(read, want, limit):
+    """read() polled every 20 ms until it returns `want` or `limit` seconds pass; its last value."""
+    deadline = time.time() + limit
+    while read() != want and time.time() < deadline:
+        time.sleep(0.02)
+    return read()
+
+
 def add_model(batch_dim="N"):
     """z = x + y, FP32 [batch_dim, 4]."""
     vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch_dim, 4])
