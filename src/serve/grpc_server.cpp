@@ -718,7 +718,7 @@ Status GrpcServer::start() {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(where, grpc::InsecureServerCredentials(), &impl_->port);
   builder.RegisterService(impl_->service.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(impl_->opt.max_message_size, INT_MAX)));
+  builder.SetMaxReceiveMessageSize(impl_->opt.max_message_size);
   builder.SetMaxSendMessageSize(INT_MAX);
   // gRPC turns SO_REUSEPORT on by default: a second server on a busy port would bind silently.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -24,8 +24,10 @@ struct GrpcServerOptions {
   std::string address = "0.0.0.0";
   /// 0: a free port, chosen by the system (read it back with port()).
   int port = 8001;
-  /// Largest request message; gRPC answers a larger one RESOURCE_EXHAUSTED.
-  int64_t max_message_size = int64_t(64) << 20;
+  /// Largest request message; gRPC answers a larger one RESOURCE_EXHAUSTED ("Received message
+  /// larger than max (N vs. LIMIT)"). The default is Triton's fixed limit (its
+  /// --http-max-input-size is HTTP's alone).
+  int32_t max_message_size = INT32_MAX;
   /// explicit: RepositoryModelLoad / RepositoryModelUnload are allowed.
   bool explicit_control = false;
   /// Triton's --strict-readiness: ServerReady only while every model is ready (as HTTP's).

@@ -299,6 +299,16 @@ bool dtype_from_kserve(std::string_view name, DType* out) {
   return false;
 }
 
+void complete_backend_fields(inference::ModelConfig* c, const std::string& model_file, bool compiled) {
+  if (c->backend().empty()) {
+    if (c->platform() == "onnxruntime_onnx") c->set_backend("onnxruntime");
+    else if (c->platform() == "ferry") c->set_backend("ferry");
+    else c->set_backend(compiled ? "ferry" : "onnxruntime");
+  }
+  if (c->backend() == "onnxruntime" && c->platform().empty()) c->set_platform("onnxruntime_onnx");
+  if (c->default_model_filename().empty()) c->set_default_model_filename(model_file);
+}
+
 Status complete_and_validate(inference::ModelConfig* c, const std::vector<ValueInfo>& model_inputs,
                              const std::vector<ValueInfo>& model_outputs, const std::vector<int64_t>& gears,
                              const std::string& where, std::vector<std::string>* warnings, bool auto_complete) {

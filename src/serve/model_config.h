@@ -48,6 +48,14 @@ using OutputLabels = std::map<std::string, std::shared_ptr<const std::vector<std
 /// leaves the model directory fails, naming the output and the path.
 StatusOr<OutputLabels> read_output_labels(const inference::ModelConfig& config, const std::string& model_dir, const std::string& where);
 
+/// Triton's server-side completion of the backend fields (its AutoCompleteBackendFields, for the
+/// two backends ferry serves): an empty `backend` becomes "onnxruntime" for platform
+/// "onnxruntime_onnx" and "ferry" for platform "ferry", else by the file (`compiled`: a .ferry
+/// file, "ferry"; an ONNX model, "onnxruntime"); backend "onnxruntime" without a platform gets
+/// "onnxruntime_onnx"; an empty default_model_filename becomes `model_file` (the file served).
+/// Triton's clients read them from the config (`GET .../config`, gRPC ModelConfig).
+void complete_backend_fields(inference::ModelConfig* config, const std::string& model_file, bool compiled);
+
 /// Fills what `config` leaves out from the model's signature (inputs, outputs, max_batch_size,
 /// dynamic batching when the model batches, one instance), then checks every field against it:
 /// names, dtypes, dims, max_batch_size against the model's batch axis, batching and instance

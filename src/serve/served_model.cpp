@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 namespace ferry::serve {
 
@@ -68,6 +69,10 @@ StatusOr<std::shared_ptr<ServedModel>> ServedModel::load(const std::string& name
     return session.status();
   }
   m->session_ = session.value();
+  // As Session::open_file tells a compiled model from an ONNX one.
+  const std::string file = std::filesystem::path(path).filename().string();
+  const bool compiled = (file.size() > 6 && file.compare(file.size() - 6, 6, ".ferry") == 0) || is_compiled_model_file(path);
+  complete_backend_fields(&config, file, compiled);
   RETURN_IF_ERROR(complete_and_validate(&config, m->session_->inputs(), m->session_->outputs(), m->session_->batch_sizes(),
                                         where, warnings, options.auto_complete_config));
   // Instances may have changed if the config gained its default group.
@@ -98,7 +103,7 @@ StatusOr<std::shared_ptr<ServedModel>> ServedModel::load(const std::string& name
   }
   m->signature_.name = name;
   m->signature_.version = version;
-  m->signature_.platform = config.platform().empty() ? (config.backend() == "ferry" ? "ferry" : "onnxruntime_onnx") : config.platform();
+  m->signature_.platform = config.platform().empty() ? config.backend() : config.platform();  // Triton's model metadata
   m->signature_.max_batch = config.max_batch_size();
   m->signature_.inputs = m->inputs_;
   m->signature_.outputs = m->outputs_;

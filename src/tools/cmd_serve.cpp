@@ -72,6 +72,7 @@ struct ServeOptions {
       std::vector<std::vector<std::string>>(std::size(kIgnoredTritonFlags));  // per kIgnoredTritonFlags entry
   int exit_timeout_secs = 30;
   int64_t max_input_size = int64_t(64) << 20;
+  int32_t grpc_max_message_size = INT32_MAX;  // Triton's fixed gRPC limit
   bool exit_on_error = true;
   bool strict_readiness = true;
   bool disable_auto_complete = false;
@@ -212,7 +213,7 @@ int cmd_serve(const ServeOptions& opt) {
     serve::GrpcServerOptions go;
     go.address = opt.grpc_address.empty() ? opt.address : opt.grpc_address;
     go.port = opt.grpc_port;
-    go.max_message_size = opt.max_input_size;
+    go.max_message_size = opt.grpc_max_message_size;
     go.explicit_control = ho.explicit_control;
     go.strict_readiness = opt.strict_readiness;
     go.shm = &shm;
@@ -321,6 +322,10 @@ const bool kRegistered = register_command({"serve", 75, [](CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--http-max-input-size", opt->max_input_size, "Largest request body in bytes (default 64 MB); larger: 413")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--grpc-max-message-size", opt->grpc_max_message_size,
+                  "ferry's own: largest gRPC request message in bytes (default 2147483647, Triton's fixed limit); larger: "
+                  "RESOURCE_EXHAUSTED. --http-max-input-size does not apply to gRPC, as in Triton")
+      ->check(CLI::Range(1, INT32_MAX));
   cmd->add_option("--exit-on-error", opt->exit_on_error, "Exit when a model fails to load at start (default true)");
   cmd->add_flag("--disable-auto-complete-config", opt->disable_auto_complete,
                 "Every model needs a config.pbtxt listing its inputs and outputs (default: derived from the model)");

@@ -126,7 +126,7 @@ put(REPO, "broken", relu_model(), 'name: "broken"\nmax_batch_size: 0\ninput [ { 
 
 # ---- the server -----------------------------------------------------------------------------
 srv = ServeProcess(FERRY, REPO, "--model-control-mode", "explicit", "--load-model", "*", "--exit-on-error=false",
-                   "--http-max-input-size", "1000000")
+                   "--http-max-input-size", "1000000", "--grpc-max-message-size", "2000000")
 proc, lines, ports = srv.proc, srv.lines, srv.ports
 if "grpc" not in ports:
     print("the server did not report its gRPC port:\n" + "".join(lines))
@@ -188,6 +188,10 @@ try:
     check([(t.name, list(t.shape)) for t in mm.outputs] == [("z", [-1, 4])], "ModelMetadata outputs: %s" % mm.outputs)
     rm = stub.ModelMetadata(pb.ModelMetadataRequest(name="relu", version="1"), timeout=T)
     check([list(t.shape) for t in rm.inputs] == [[2, 3]], "relu (no config.pbtxt, max_batch_size 0) keeps its shape: %s" % rm.inputs)
+    # Triton fills in the backend fields of an ONNX model's config (AutoCompleteBackendFields).
+    rc = stub.ModelConfig(pb.ModelConfigRequest(name="relu"), timeout=T).config
+    check(rc.backend == "onnxruntime" and rc.platform == "onnxruntime_onnx" and rc.default_model_filename == "model.onnx"
+          and rm.platform == "onnxruntime_onnx", "relu (no config.pbtxt): backend onnxruntime, platform onnxruntime_onnx: %s" % rc)
     cfg = stub.ModelConfig(pb.ModelConfigRequest(name="batched"), timeout=T).config
     check(cfg.name == "batched" and cfg.max_batch_size == 8 and [i.name for i in cfg.input] == ["x", "y"]
           and list(cfg.input[0].dims) == [4] and cfg.input[0].data_type == 11 and list(cfg.dynamic_batching.preferred_batch_size) == [4]
@@ -266,9 +270,16 @@ try:
                  "unknown version")
     expect_error(lambda: stub.ModelInfer(infer_request("broken", x, y), timeout=T), grpc.StatusCode.UNAVAILABLE, "not ready",
                  "a model that failed to load")
+    # --grpc-max-message-size 2000000: a larger message is RESOURCE_EXHAUSTED naming the limit;
+    # --http-max-input-size (1000000 here) is HTTP's alone, as Triton's: 1.1 MB reaches the decoder.
+    big = infer_request("add", x, y)
+    big.raw_input_contents[0] = b"\0" * 1100000
+    expect_error(lambda: stub.ModelInfer(big, timeout=T), grpc.StatusCode.INVALID_ARGUMENT, "raw_input_contents[0] has 1100000 bytes",
+                 "a message over --http-max-input-size but under --grpc-max-message-size is decoded")
     huge = infer_request("add", x, y)
-    huge.raw_input_contents[0] = b"\0" * 1100000
-    expect_error(lambda: stub.ModelInfer(huge, timeout=T), grpc.StatusCode.RESOURCE_EXHAUSTED, "", "a message over the size limit")
+    huge.raw_input_contents[0] = b"\0" * 2100000
+    expect_error(lambda: stub.ModelInfer(huge, timeout=T), grpc.StatusCode.RESOURCE_EXHAUSTED, "vs. 2000000)",
+                 "a message over --grpc-max-message-size names the limit")
     resp = stub.ModelInfer(infer_request("add", x, y), timeout=T)
     check(np.array_equal(output(resp), x + y), "the server keeps serving after bad requests")
 

@@ -326,6 +326,14 @@ try:
           and 'ferry_inference_request_duration_us_bucket{model="queued",version="1",le="5000000"} 2' in m,
           "histogram of successes: %s" % [l for l in m.splitlines() if 'duration_us_' in l and '"queued"' in l])
     check("# TYPE ferry_inference_request_duration_us histogram" in m and "process_resident_memory_bytes" in m, "families")
+    # Cumulative queue time: the queued model's 2 successes waited for its 1.5 s max_queue_delay (the
+    # first the whole delay, the second from its own arrival); its failures never left the queue for
+    # a run. Its compute is two executions of an Add.
+    queue_us = re.search(r'ferry_inference_queue_duration_us\{model="queued",version="1"\} (\d+)', m)
+    compute_us = re.search(r'ferry_inference_compute_infer_duration_us\{model="queued",version="1"\} (\d+)', m)
+    check(queue_us is not None and 1500000 <= int(queue_us.group(1)) <= 2 * 1500000 + 500000,
+          "queue_duration_us of 2 requests held by a 1.5 s max_queue_delay: %s" % (queue_us and queue_us.group(0)))
+    check(compute_us is not None and int(compute_us.group(1)) < 200000, "compute_infer_duration_us of 2 Add runs: %s" % (compute_us and compute_us.group(0)))
 
     # Repository index; load/unload are refused outside explicit mode.
     idx = {(e["name"], e.get("version", "")): e for e in post(U + "/v2/repository/index", b"").json()}

@@ -70,7 +70,10 @@ put("mix", "allow_mix_precision")
 put("bad", "int4")
 put("empty", "")
 put("ferry_fp16", "force_fp16", "model.ferry", compile_ferry("fp16"))
-put("ferry_mismatch", "fp16", "model.ferry", compile_ferry("fp32"))
+FP32_FERRY = compile_ferry("fp32")
+put("ferry_mismatch", "fp16", "model.ferry", FP32_FERRY)
+os.makedirs(os.path.join(REPO, "ferry_bare", "1"))  # a compiled model without config.pbtxt
+shutil.copy(FP32_FERRY, os.path.join(REPO, "ferry_bare", "1", "model.ferry"))
 
 x = rng.standard_normal((3, 16)).astype(np.float32)
 X = os.path.join(WORK, "x.npy")
@@ -136,12 +139,22 @@ try:
     check(r.status_code == 200 and r.json().get("parameters", {}).get("precision") == {"string_value": "force_bf16"},
           "GET config shows the parameter as given: " + r.text)
     check(not any('parameters "precision"' in l and "ignored" in l for l in srv.lines), "precision is not warned about as an unknown parameter")
+    # Triton's completion of the backend fields: a .ferry file without a config gets backend "ferry"
+    # and no platform (the metadata's platform is then the backend, as Triton's).
+    r = requests.get(U + "/v2/models/ferry_bare/config", timeout=T)
+    check(r.status_code == 200 and r.json().get("backend") == "ferry" and r.json().get("platform", "") == ""
+          and r.json().get("default_model_filename") == "model.ferry", "a bare .ferry's config: backend ferry: " + r.text[:400])
+    r = requests.get(U + "/v2/models/ferry_bare", timeout=T)
+    check(r.status_code == 200 and r.json().get("platform") == "ferry", "a bare .ferry's metadata: platform ferry: " + r.text[:400])
     stubs = grpc_stubs(SRC, WORK) if "grpc" in srv.ports else None
     if stubs:
         grpc, pb, pb_grpc = stubs
         stub = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel("127.0.0.1:%d" % srv.ports["grpc"]))
         cfg = stub.ModelConfig(pb.ModelConfigRequest(name="fp16"), timeout=T).config
         check(cfg.parameters["precision"].string_value == "fp16", "gRPC ModelConfig shows the parameter as given: %s" % cfg.parameters)
+        cfg = stub.ModelConfig(pb.ModelConfigRequest(name="ferry_bare"), timeout=T).config
+        check(cfg.backend == "ferry" and cfg.platform == "" and cfg.default_model_filename == "model.ferry",
+              "gRPC ModelConfig of a bare .ferry: backend ferry: %s" % cfg)
     check(srv.stop() == 0, "the server stops")
 finally:
     srv.stop()

@@ -41,6 +41,37 @@ TEST(ServeConfig, DerivedFromABatchingModel) {
   EXPECT_EQ(c.instance_group(0).count(), 1);
 }
 
+// Triton's server-side completion of backend, platform and default_model_filename (its
+// AutoCompleteBackendFields): what `GET .../config` and gRPC ModelConfig show Triton's clients.
+TEST(ServeConfig, BackendFieldsCompletedAsTriton) {
+  inference::ModelConfig onnx;
+  complete_backend_fields(&onnx, "model.onnx", /*compiled=*/false);
+  EXPECT_EQ(onnx.backend(), "onnxruntime");
+  EXPECT_EQ(onnx.platform(), "onnxruntime_onnx");
+  EXPECT_EQ(onnx.default_model_filename(), "model.onnx");
+  inference::ModelConfig platform_only;
+  platform_only.set_platform("onnxruntime_onnx");
+  complete_backend_fields(&platform_only, "net.onnx", false);
+  EXPECT_EQ(platform_only.backend(), "onnxruntime");
+  EXPECT_EQ(platform_only.default_model_filename(), "net.onnx");
+  inference::ModelConfig backend_only;
+  backend_only.set_backend("onnxruntime");
+  complete_backend_fields(&backend_only, "model.onnx", false);
+  EXPECT_EQ(backend_only.platform(), "onnxruntime_onnx");
+  // A compiled model: backend "ferry", no platform (Triton's metadata then shows the backend).
+  inference::ModelConfig compiled;
+  complete_backend_fields(&compiled, "model.ferry", /*compiled=*/true);
+  EXPECT_EQ(compiled.backend(), "ferry");
+  EXPECT_EQ(compiled.platform(), "");
+  EXPECT_EQ(compiled.default_model_filename(), "model.ferry");
+  inference::ModelConfig given;
+  given.set_backend("ferry");
+  given.set_default_model_filename("other.ferry");
+  complete_backend_fields(&given, "other.ferry", true);
+  EXPECT_EQ(given.backend(), "ferry");
+  EXPECT_EQ(given.default_model_filename(), "other.ferry");
+}
+
 // --disable-auto-complete-config: nothing is derived; a config without its tensors is refused
 // naming the flag, a complete one passes.
 TEST(ServeConfig, AutoCompleteDisabledNeedsEveryTensorListed) {
