@@ -49,6 +49,11 @@ struct StemCase {
   bool pair_edge = false, x_half_max = false;
   bool mixed_8bit = false;       // 8-bit weights in [-10, 10] but 1 in 4 of channels 0-3 at +-(100..127): quad 0 single
   DType y_dt = DType::kU8;
+  // A residual: z (y's type and shape, a graph input) with z_scale / z_zero_point, the mid Q/DQ (mid_dt, zero point
+  // mid_zp) between the convolution and the Add, relu after it where relu_after.
+  bool residual = false, relu_after = false;
+  DType mid_dt = DType::kI8;
+  int mid_zp = 3;
   uint32_t seed = 3;
 };
 
@@ -61,6 +66,11 @@ std::shared_ptr<Model> stem_model(const StemCase& sc, std::mt19937& rng) {
   const vector<int64_t> xd = {sc.N, sc.H, sc.W, sc.C};
   g.inputs.push_back(ValueInfo{"x", TensorType{xdt, Shape::of(xd)}});
   g.value_types["x"] = TensorType{xdt, Shape::of(xd)};
+  if (sc.residual) {  // (a 1x1: the output's shape)
+    const vector<int64_t> zd = {sc.N, sc.H, sc.W, sc.M};
+    g.inputs.push_back(ValueInfo{"z", TensorType{sc.y_dt, Shape::of(zd)}});
+    g.value_types["z"] = TensorType{sc.y_dt, Shape::of(zd)};
+  }
   const auto init = [&](const std::string& name, Tensor t) {
     g.initializers[name] = t;
     g.value_types[name] = t.type();
@@ -102,7 +112,7 @@ std::shared_ptr<Model> stem_model(const StemCase& sc, std::mt19937& rng) {
     in.push_back("");
     in.push_back("");
   } else {
-    in.push_back(init("ys", Tensor::scalar<float>(ys)));
+    in.push_back(init("ys", Tensor::scalar<float>(sc.residual ? ys * 1.3f : ys)));
     in.push_back(init("yz", scalar_of(sc.y_dt, sc.y_dt == DType::kU8 ? (sc.conv_relu ? 0 : 128) : -5)));
   }
   Tensor b = Tensor::allocate(sc.fbias ? DType::kF32 : DType::kI32, {sc.M});
@@ -112,6 +122,13 @@ std::shared_ptr<Model> stem_model(const StemCase& sc, std::mt19937& rng) {
     else b.mutable_data<int32_t>()[n] = r * 17;
   }
   in.push_back(init("b", b));
+  if (sc.residual) {
+    in.push_back("z");
+    in.push_back(init("zs", Tensor::scalar<float>(ys * 0.9f)));
+    in.push_back(init("zz", scalar_of(sc.y_dt, sc.y_dt == DType::kU8 ? 121 : 4)));
+    in.push_back(init("ms", Tensor::scalar<float>(ys)));
+    in.push_back(init("mz", scalar_of(sc.mid_dt, sc.mid_zp)));
+  }
   Node n;
   n.op_type = "QConvFused";
   n.domain = "com.ferry";
@@ -124,6 +141,7 @@ std::shared_ptr<Model> stem_model(const StemCase& sc, std::mt19937& rng) {
   n.attrs["pads"] = ints_attr(sc.pads);
   n.attrs["dilations"] = ints_attr(sc.dilations);
   if (sc.conv_relu) n.attrs["conv_relu"] = int_attr(1);
+  if (sc.relu_after) n.attrs["relu"] = int_attr(1);
   if (sc.clip) {
     Attribute lo, hi;
     lo.type = hi.type = AttrType::kFloat;
@@ -202,7 +220,12 @@ void check(const StemCase& sc, bool taken = true, int64_t* saturating = nullptr)
   if (sc.pair_edge || sc.mixed_8bit) {
     EXPECT_GT(paired_quads(*model), 0) << "the case does not exercise the int16 pairs";
   }
-  const NamedTensors feeds = {{"x", x}};
+  NamedTensors feeds = {{"x", x}};
+  if (sc.residual) {
+    Tensor z = Tensor::allocate(sc.y_dt, {sc.N, sc.H, sc.W, sc.M});
+    for (int64_t i = 0; i < z.numel(); ++i) z.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 256);
+    feeds.push_back({"z", z});
+  }
   const NamedTensors ref = run_model(model, feeds, "cpu-ref");
   const NamedTensors cpu = run_model(model, feeds, "cpu");
   ASSERT_EQ(ref.size(), 1u);
@@ -577,6 +600,66 @@ TEST_F(Int8Im2colConv, EightBitPointwiseBytePathWithRepair) {
     sc.W = w;
     check(sc);
   }
+}
+
+// MobileNetV2's projections into a residual Add (the mid Q/DQ, z, no relu after) on the byte path with the repair:
+// the residual epilogue (tile_bytes_residual, and the repair's scalar form of it) bit for bit the reference, on whole
+// panels, a partial one and a half one, every pixel count of the last block, u8 / s8 outputs and mid types; relu after
+// the Add, a source zero point (the int16 path) or 7-bit weights with a source zero point: not taken.
+TEST_F(Int8Im2colConv, ResidualPointwiseBytePath) {
+  StemCase sc;
+  sc.KH = sc.KW = 1;
+  sc.strides = {1, 1};
+  sc.pads = {0, 0, 0, 0};
+  sc.x_zp = 0;
+  sc.x_tail = true;
+  sc.residual = true;
+  sc.y_dt = DType::kU8;
+  // (32 -> 72, 70, 77: <= 64 channels into 64+, last panels of 8, 6 and 13 columns)
+  for (auto [c, m] : {std::pair<int64_t, int64_t>{144, 24}, {192, 32}, {384, 64}, {960, 160}, {96, 40}, {32, 72}, {32, 70}, {32, 77}}) {
+    sc.C = c;
+    sc.M = m;
+    int64_t saturating = 0;
+    check(sc, true, &saturating);
+    EXPECT_GT(saturating, 0) << "the case does not exercise the repair";
+  }
+  sc.C = 144;
+  sc.M = 24;
+  sc.y_dt = DType::kI8;  // an s8 output and residual, a u8 mid, each pixel count of the last block
+  sc.mid_dt = DType::kU8;
+  sc.mid_zp = 131;
+  for (int64_t w = 12; w < 18; ++w) {
+    sc.H = 1;
+    sc.W = w;
+    check(sc);
+  }
+  sc.M = 40;
+  for (int64_t w = 12; w < 18; ++w) {
+    sc.W = w;
+    check(sc);
+  }
+  sc.H = 11;
+  sc.W = 13;
+  sc.conv_relu = true;  // a Relu before the mid Q
+  check(sc);
+  sc.conv_relu = false;
+  sc.x_tail = false;
+  sc.extreme = true;  // every pair saturates: every output repaired
+  check(sc);
+  sc.extreme = false;
+  sc.x_tail = true;
+  sc.seven_bit = true;  // 7-bit weights on a Relu's output: the byte path without the repair (M 40, then 20: 4 columns)
+  check(sc);
+  sc.M = 20;
+  check(sc);
+  sc.M = 40;
+  sc.relu_after = true;  // declined
+  check(sc, false);
+  sc.relu_after = false;
+  sc.x_zp = 128;  // 7-bit weights, a source zero point: the byte path with the zero point folded into the bias
+  check(sc);
+  sc.seven_bit = false;  // 8-bit weights, a source zero point: the int16 path, declined with a residual
+  check(sc, false);
 }
 
 // int8_gemm.h's PairedQuads: two quads go together only where every int16 lane stays within range for any u8

@@ -394,8 +394,9 @@ bool EpilogueFactors::set(float a_scale, const Tensor& w_scale, float y_scale, f
 }
 
 bool read_qconv_operands(const Graph& graph, const Node& node, const Tensor& w_scale, int64_t M, QConvOperands* q,
-                         EpilogueFactors* factors, Int8GemmEpilogue* epi, bool any_x_zp) {
-  enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB };
+                         EpilogueFactors* factors, Int8GemmEpilogue* epi, bool any_x_zp, bool mid) {
+  enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale0, kYZp0, kB, kMidScale = 12, kMidZp };
+  const size_t kYScale = mid ? kMidScale : kYScale0, kYZp = mid ? kMidZp : kYZp0;
   NodeAttrs a(node);
   if (has_input(node, kWZp)) {
     const Tensor* wz = constant_input(graph, node, kWZp);
@@ -423,7 +424,7 @@ bool read_qconv_operands(const Graph& graph, const Node& node, const Tensor& w_s
   epi->clip_lo = a.get_float("conv_min", -INFINITY) / ys;
   epi->clip_hi = a.get_float("conv_max", INFINITY) / ys;
   epi->clip = epi->clip_lo > -INFINITY || epi->clip_hi < INFINITY;
-  epi->relu = !float_y && a.get_int("relu", 0) != 0;  // (the reference's float output skips it)
+  epi->relu = !float_y && !mid && a.get_int("relu", 0) != 0;  // (the reference's float output skips it; after the residual)
   epi->y_dt = float_y ? DType::kF32 : yzt->dtype();
   return true;
 }

@@ -110,7 +110,8 @@ struct EpilogueFactors {
 /// conv_relu / clip / relu epilogue into `factors` and `epi`. False where these kernels do not run the node,
 /// a u8 source with zero point 0 included (oneDNN runs it unsplit with the repair, dnnl_int8_conv.cpp)
 /// unless `any_x_zp` (int8_depthwise_conv.cpp, whose depthwise sums oneDNN does not split; int8_im2col_conv.cpp's
-/// 1x1s of <= 64 channels into >= 64).
+/// 1x1s of <= 64 channels into >= 64). `mid`: the epilogue up to the node's mid Q (mid_scale, mid_zero_point in
+/// place of y_scale, y_zero_point; no relu, which follows the residual): int8_im2col_conv.cpp's residual 1x1s.
 struct QConvOperands {
   const int8_t* w_zp = nullptr;  // nullptr: none
   int64_t w_zp_count = 0;
@@ -118,7 +119,7 @@ struct QConvOperands {
   int32_t x_zp = 0;
 };
 bool read_qconv_operands(const Graph& graph, const Node& node, const Tensor& w_scale, int64_t M, QConvOperands* q,
-                         EpilogueFactors* factors, Int8GemmEpilogue* epi, bool any_x_zp = false);
+                         EpilogueFactors* factors, Int8GemmEpilogue* epi, bool any_x_zp = false, bool mid = false);
 
 /// y ([M, N] of e.y_dt) = epilogue(a ([M, K], u8 or s8 by `a_signed`) x b); needs int8_gemm_available().
 void int8_gemm(const void* a, bool a_signed, int32_t a_zp, int64_t M, const PackedInt8B& b, const Int8GemmEpilogue& e,

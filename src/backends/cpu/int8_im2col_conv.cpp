@@ -18,7 +18,7 @@
 // epilogue on the accumulators still in registers, stored as y. The float steps are int8_gemm's
 // epilogue_row (int8_epilogue.h), in the reference's order, or where the node's constants allow the same
 // result in integers (int8_epilogue.h's int_clamp): bit for bit the reference kernel (tests/unit/test_int8_im2col_conv.cpp).
-// Channels last, one group, 2-D, no residual, no mid Q/DQ, no activation. Also the 1x1s of <= 64 channels into
+// Channels last, one group, 2-D, no activation; no residual or mid Q/DQ except on the byte paths (below). Also the 1x1s of <= 64 channels into
 // 64+ that read a Relu's output (u8, zero point 0; see init): ResNet-50's layer1 conv3s, layer1.0 conv1 and
 // downsample, on 8-bit weights in whole quads of channels on the byte path below with the outputs a saturated
 // vpmaddubsw pair fed recomputed after it (int8_pair_saturation.h's scan; on ResNet-50's default file 0.77-0.89x
@@ -36,7 +36,9 @@
 // integer epilogue adds the output zero point only where it is not 0 (kZp; MobileNetV2's ReLU6 outputs have 0): its
 // 8-bit expansions and stem 0.97x the CPU time (issue 38, session 26, docs/performance.md). A byte-path 1x1's last
 // panel of at most 8 outputs sums and stores its columns 0-7 alone (kHalf, store_half_rows): MobileNetV2's 96 -> 24
-// projection 0.88x oneDNN's time, where the panel computed whole was 1.14x (issue 38, session 28).
+// projection 0.88x oneDNN's time, where the panel computed whole was 1.14x (issue 38, session 28). The byte paths
+// also run a residual z with the mid Q/DQ and no relu after the Add (tile_bytes_residual, ResidualEpi):
+// MobileNetV2's ten projections into a residual Add, 0.87-0.96x oneDNN's time per call (issue 38, session 29).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -338,6 +340,125 @@ const ByteTileFn* byte_tiles(DType y_dt, const EpiFlags& f) {
   return u8 ? kByteTiles<3, kPaired, true> : kByteTiles<4, kPaired, true>;
 }
 
+// A 1x1's residual epilogue (MobileNetV2's projections into a residual Add: the node's mid Q/DQ and z, no relu after):
+// per output the reference's steps (ops/quantize_fused.cpp), v = float(acc + bias) * mul (mul against mid_scale),
+// the mid Q's round_half_even and clamp [mid_lo, mid_hi] (the conv_relu / clip chain and the mid type's range minus
+// its zero point, integers at the ends: rounding commutes with such a clamp), then fma(z_to_y, float(z - z_zp),
+// float(r) * mid_to_y), cvtps2dq + y_zp, saturated by the packs (init_residual bounds |t| by 2^29: cvtps2dq exact,
+// the add not wrapping, so the same bytes as the reference's saturate(round_half_even(t) + y_zp)). z has y's type and
+// shape, so it is read at y's offsets.
+struct ResidualEpi {
+  float mid_lo = 0, mid_hi = 0, mid_to_y = 0, z_to_y = 0;
+  int32_t z_zp = 0, y_zp = 0;
+};
+struct ResidualVecs {
+  __m256 mid_lo, mid_hi, mid_to_y, z_to_y;
+  __m256i z_zp, y_zp;
+};
+
+// 8 outputs' residual epilogue (s: the sums with the bias, m: their mul, z: their 8 residual bytes, YT 3: u8, 4: s8):
+// int32 values for the packs. A function with FMA of its own: the tiles' other float steps stay uncontracted.
+template <int YT>
+__attribute__((target("avx2,fma"), always_inline)) inline __m256i residual_requantize(__m256i s, __m256 m, const char* z, const ResidualVecs& c) {
+  const __m256 v = _mm256_min_ps(c.mid_hi, _mm256_max_ps(c.mid_lo, _mm256_mul_ps(_mm256_cvtepi32_ps(s), m)));
+  const __m256 r = _mm256_mul_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), c.mid_to_y);
+  const __m128i zb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(z));
+  const __m256i zi = YT == 3 ? _mm256_cvtepu8_epi32(zb) : _mm256_cvtepi8_epi32(zb);
+  const __m256 t = _mm256_fmadd_ps(c.z_to_y, _mm256_cvtepi32_ps(_mm256_sub_epi32(zi, c.z_zp)), r);
+  return _mm256_add_epi32(_mm256_cvtps_epi32(t), c.y_zp);
+}
+
+// The rows in pairs, written out as store_row_pairs' (the sums indexed by constants only stay in registers).
+template <int R, int YT, bool kHalf, int r = 0>
+__attribute__((target("avx2,fma"), always_inline)) inline void residual_row_pairs(const __m256i* acc, __m256 m0, __m256 m1, const ResidualVecs& c,
+                                                                                  int cols, const char* z, int64_t ldz, char* yp, int64_t ldy) {
+  if constexpr (r < R) {
+    constexpr int b = r + 1 < R ? r + 1 : r;  // an odd last row packed with itself, stored once
+    const char* za = z + r * ldz;
+    const char* zb = z + b * ldz;
+    alignas(32) char t[2 * kNr];
+    if constexpr (kHalf) {
+      const __m256i w = _mm256_packs_epi32(residual_requantize<YT>(acc[2 * r], m0, za, c), residual_requantize<YT>(acc[2 * b], m0, zb, c));
+      const __m256i p = YT == 3 ? _mm256_packus_epi16(w, w) : _mm256_packs_epi16(w, w);  // {a 0-3, b 0-3, a 0-3, b 0-3 | 4-7}
+      const __m128i o = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5)));
+      if (cols == 8) {
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(yp + r * ldy), o);
+        if constexpr (b != r) _mm_storel_epi64(reinterpret_cast<__m128i*>(yp + b * ldy), _mm_unpackhi_epi64(o, o));
+      } else {
+        _mm_store_si128(reinterpret_cast<__m128i*>(t), o);
+        std::memcpy(yp + r * ldy, t, static_cast<size_t>(cols) & 7);
+        if constexpr (b != r) std::memcpy(yp + b * ldy, t + 8, static_cast<size_t>(cols) & 7);
+      }
+    } else {
+      const __m256i wa = _mm256_packs_epi32(residual_requantize<YT>(acc[2 * r], m0, za, c), residual_requantize<YT>(acc[2 * r + 1], m1, za + 8, c));
+      const __m256i wb = _mm256_packs_epi32(residual_requantize<YT>(acc[2 * b], m0, zb, c), residual_requantize<YT>(acc[2 * b + 1], m1, zb + 8, c));
+      const __m256i p = YT == 3 ? _mm256_packus_epi16(wa, wb) : _mm256_packs_epi16(wa, wb);
+      const __m256i o = _mm256_shuffle_epi32(_mm256_permute4x64_epi64(p, 0xD8), 0xD8);
+      if (cols == kNr) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(yp + r * ldy), _mm256_castsi256_si128(o));
+        if constexpr (b != r) _mm_storeu_si128(reinterpret_cast<__m128i*>(yp + b * ldy), _mm256_extracti128_si256(o, 1));
+      } else {  // cols < 16
+        _mm256_store_si256(reinterpret_cast<__m256i*>(t), o);
+        std::memcpy(yp + r * ldy, t, static_cast<size_t>(cols) & (kNr - 1));
+        if constexpr (b != r) std::memcpy(yp + b * ldy, t + kNr, static_cast<size_t>(cols) & (kNr - 1));
+      }
+    }
+    residual_row_pairs<R, YT, kHalf, r + 2>(acc, m0, m1, c, cols, z, ldz, yp, ldy);
+  }
+}
+
+// store_row_pairs / store_half_rows with the residual epilogue: R rows of `cols` outputs (16, or <= 8 where kHalf) at yp,
+// their z at zp, both ldy apart; a panel of fewer columns reads its z through a copy (no read past z's end).
+template <int R, int YT, bool kHalf>
+__attribute__((target("avx2,fma"), always_inline)) inline void store_residual_rows(const __m256i* acc, const float* mul, const ResidualVecs& c,
+                                                                                   int cols, const char* zp, char* yp, int64_t ldy) {
+  if (cols < (kHalf ? 8 : kNr)) {
+    alignas(32) char zt[kMr * kNr] = {};
+    for (int r = 0; r < R; ++r) std::memcpy(zt + r * kNr, zp + r * ldy, static_cast<size_t>(cols));
+    residual_row_pairs<R, YT, kHalf>(acc, _mm256_load_ps(mul), _mm256_load_ps(mul + 8), c, cols, zt, kNr, yp, ldy);
+  } else {
+    residual_row_pairs<R, YT, kHalf>(acc, _mm256_load_ps(mul), _mm256_load_ps(mul + 8), c, cols, zp, ldy, yp, ldy);
+  }
+}
+
+// tile_bytes's integer form with the residual epilogue (YT 3: u8, 4: s8; z at the block's first pixel, ldy apart as y).
+template <int R, int YT, bool kPaired>
+__attribute__((target("avx2,fma"))) void tile_bytes_residual(const uint8_t* a, int64_t lda, const cpu::PairedQuads& pq, const PanelEpi* pes,
+                                                             int64_t M, const ResidualEpi& res, const char* z, char* y, int64_t ldy) {
+  const ResidualVecs c{_mm256_set1_ps(res.mid_lo),   _mm256_set1_ps(res.mid_hi), _mm256_set1_ps(res.mid_to_y),
+                       _mm256_set1_ps(res.z_to_y),   _mm256_set1_epi32(res.z_zp), _mm256_set1_epi32(res.y_zp)};
+  const int64_t quads = pq.quads, panels = pq.panels;
+  const int8_t* packed = pq.data.data();
+  const int32_t* offsets = pq.offsets.data();
+  const int32_t* pairs = pq.pairs.data();
+  __m256i acc[2 * kMr];
+  for (int64_t p = 0; p < panels; ++p) {
+    const PanelEpi& pe = pes[p];
+    const int cols = static_cast<int>(std::min<int64_t>(kNr, M - p * kNr));
+    const int8_t* panel = packed + p * quads * kNr * 4;
+    if (cols <= 8) {  // the last panel, half of it or less: its columns 0-7 only
+      if constexpr (kPaired) cpu::quad_pair_sums<R, true>(a, lda, panel, offsets + p * quads, pairs[p], quads, pe.bias, acc);
+      else cpu::quad_sums<R, true>(a, lda, panel, quads, pe.bias, acc);
+      store_residual_rows<R, YT, true>(acc, pe.mul, c, cols, z + p * kNr, y + p * kNr, ldy);
+      break;
+    }
+    if constexpr (kPaired) cpu::quad_pair_sums<R>(a, lda, panel, offsets + p * quads, pairs[p], quads, pe.bias, acc);
+    else cpu::quad_sums<R>(a, lda, panel, quads, pe.bias, acc);
+    store_residual_rows<R, YT, false>(acc, pe.mul, c, cols, z + p * kNr, y + p * kNr, ldy);
+  }
+}
+
+using ResidualTileFn = void (*)(const uint8_t*, int64_t, const cpu::PairedQuads&, const PanelEpi*, int64_t, const ResidualEpi&, const char*,
+                                char*, int64_t);
+template <int YT, bool kPaired>
+constexpr ResidualTileFn kResidualTiles[kMr + 1] = {nullptr,
+                                                    tile_bytes_residual<1, YT, kPaired>,
+                                                    tile_bytes_residual<2, YT, kPaired>,
+                                                    tile_bytes_residual<3, YT, kPaired>,
+                                                    tile_bytes_residual<4, YT, kPaired>,
+                                                    tile_bytes_residual<5, YT, kPaired>,
+                                                    tile_bytes_residual<6, YT, kPaired>};
+
 // `n` bytes (a multiple of 16) of u8 / s8 minus zp, widened to int16.
 __attribute__((target("avx2"))) void widen(const uint8_t* src, int64_t n, bool is_signed, int32_t zp, int16_t* d) {
   const __m256i z = _mm256_set1_epi16(static_cast<int16_t>(zp));
@@ -371,8 +492,10 @@ class Int8Im2colQConvKernel : public Kernel {
     enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kB, kZ, kZScale, kZZp, kMidScale, kMidZp };
     NodeAttrs attrs(node_);
     if (attrs.get_int("channels_last", 0) == 0 || attrs.get_int("group", 1) != 1 || !attrs.get_string("activation", "").empty() ||
-        cpu::has_input(node_, kZ) || cpu::has_input(node_, kMidScale) || node_.outputs.size() != 1)  // (yq: dnnl_int8_conv)
+        cpu::has_input(node_, kZ) != cpu::has_input(node_, kMidScale) || node_.outputs.size() != 1)  // (yq: dnnl_int8_conv)
       return false;
+    residual_ = cpu::has_input(node_, kZ);  // with the mid Q/DQ: the byte paths only (init_residual)
+    if (residual_ && attrs.get_int("relu", 0) != 0) return false;
     const Tensor* w = cpu::constant_input(graph, node_, kW);
     const Tensor* ws = cpu::constant_input(graph, node_, kWScale);
     if (!w || w->dtype() != DType::kI8 || w->rank() != 4 || !ws || ws->dtype() != DType::kF32)
@@ -404,7 +527,7 @@ class Int8Im2colQConvKernel : public Kernel {
     const bool narrow_zp0 = pointwise_ && C <= kMaxZeroZpPointwiseChannels && M >= kMinZeroZpPointwiseOutputs;
     const bool wide_zp0 = pointwise_ && split && !narrow_zp0 && C % 4 == 0 && M % (kNr / 2) == 0;
     const bool zero_zp = narrow_zp0 || wide_zp0;
-    if (!cpu::read_qconv_operands(graph, node_, *ws, M, &q, &factors_, &epi_, zero_zp || !split)) return false;
+    if (!cpu::read_qconv_operands(graph, node_, *ws, M, &q, &factors_, &epi_, zero_zp || !split, residual_)) return false;
     x_signed_ = q.x_signed;
     x_zp_ = q.x_zp;
     C_ = C;
@@ -438,7 +561,7 @@ class Int8Im2colQConvKernel : public Kernel {
       // outputs a saturated vpmaddubsw pair fed) still covers every inexact output.
       paired_.plan(bytes.data(), panels, quads);
       if (pairs_.init(*w)) w_rows_ = std::move(wr);  // some pair can saturate: the repair's weights, [M, C]
-      return true;
+      return !residual_ || init_residual(graph);
     }
     if (K > kMaxK || (split && pointwise_ && C > kMaxPointwiseChannels)) return false;  // past the int16 path's rule
     packed_.pack(wr.data(), K, M, q.w_zp, q.w_zp_count, /*n_major=*/true);
@@ -460,6 +583,7 @@ class Int8Im2colQConvKernel : public Kernel {
       paired_.plan(packed_.data8.data(), packed_.panels, packed_.quads);
       packed_.data8 = {};
     }
+    if (residual_) return path_ == Path::kBytes && init_residual(graph);
     if (!pointwise_) {  // a stem: window_pair_sums's weights
       // The patch's (kh, kw, c) values in segments contiguous in a widened source row: a kernel row's KW x C
       // (dilation 1), else one tap's C; each segment's pairs, its odd last value paired with a zero weight.
@@ -493,7 +617,12 @@ class Int8Im2colQConvKernel : public Kernel {
     ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, epi_.y_dt, {N, OH, OW, M}, false));
     std::optional<SingleThreadScope> one;  // a small 1x1: one thread (one_thread_rules.h)
     if (pointwise_ && cpu::int8_on_one_thread(N * H * W * C * M)) one.emplace();
-    if (path_ != Path::kInt16) return run_bytes(x, N, H, W, y);
+    const Tensor* z = nullptr;
+    if (residual_) {
+      z = &ctx.input(9);
+      if (z->dtype() != epi_.y_dt || z->dims() != y->dims()) return fallback_(ctx);
+    }
+    if (path_ != Path::kInt16) return run_bytes(x, N, H, W, z, y);
     if (!pointwise_) return run_stem(x, N, H, W, gh, gw, y);
     const int64_t pixels = N * OH * OW, K = packed_.K;
     const uint8_t* xp = static_cast<const uint8_t*>(x.raw());
@@ -559,19 +688,24 @@ class Int8Im2colQConvKernel : public Kernel {
 
   // The byte paths (init): a 1x1's R pixels' channels at a time, read in place, against the s8 quads; on 8-bit
   // weights (kBytesRepair) the outputs a saturated pair fed recomputed after.
-  Status run_bytes(const Tensor& x, int64_t N, int64_t H, int64_t W, Tensor* y) const {
+  Status run_bytes(const Tensor& x, int64_t N, int64_t H, int64_t W, const Tensor* z, Tensor* y) const {
     const int64_t C = C_, M = M_, pixels = N * H * W;
     const uint8_t* xp = x.data<uint8_t>();
     char* yp = static_cast<char*>(y->mutable_raw());
     const int64_t ysize = epi_.y_dt == DType::kF32 ? 4 : 1;
     const bool paired = !paired_.pairs.empty() && paired_.pairs[0] > 0;  // one count for all panels
     const ByteTileFn* btiles = paired ? byte_tiles<true>(epi_.y_dt, flags_) : byte_tiles<false>(epi_.y_dt, flags_);
+    const bool u8 = epi_.y_dt == DType::kU8;
+    const ResidualTileFn* rtiles = paired ? (u8 ? kResidualTiles<3, true> : kResidualTiles<4, true>)
+                                          : (u8 ? kResidualTiles<3, false> : kResidualTiles<4, false>);
+    const char* zp = z ? static_cast<const char*>(z->raw()) : nullptr;
     const int64_t blocks = (pixels + kMr - 1) / kMr;
     parallel_ranges(blocks, kMr * C * M, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t p0 = b * kMr;
         const int rows = static_cast<int>(std::min<int64_t>(kMr, pixels - p0));
-        btiles[rows](xp + p0 * C, C, paired_, panels_.data(), M, flags_, yp + p0 * M * ysize, M * ysize);
+        if (zp) rtiles[rows](xp + p0 * C, C, paired_, panels_.data(), M, res_, zp + p0 * M, yp + p0 * M, M);
+        else btiles[rows](xp + p0 * C, C, paired_, panels_.data(), M, flags_, yp + p0 * M * ysize, M * ysize);
       }
     });
     if (path_ != Path::kBytesRepair || w_rows_.empty() || pixels == 0) return Status::ok();
@@ -580,10 +714,10 @@ class Int8Im2colQConvKernel : public Kernel {
     std::vector<int64_t> fix;
     const int64_t outputs = pixels * M;
     if (pairs_.find({N, H, W, C}, {N, H, W, M}, {1, 1}, {1, 1}, {0, 0}, xp, outputs / 16, &fix)) {
-      for (int64_t i : fix) repair(xp, i, yp);
+      for (int64_t i : fix) repair(xp, zp, i, yp);
     } else {
       parallel_ranges(outputs, C, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) repair(xp, i, yp);
+        for (int64_t i = i0; i < i1; ++i) repair(xp, zp, i, yp);
       });
     }
     return Status::ok();
@@ -591,8 +725,9 @@ class Int8Im2colQConvKernel : public Kernel {
 
   // Output i (NHWC offset) of the byte path on 8-bit weights, exactly: its int32 sum (x's zero point 0) and the
   // tile's epilogue in scalars, step for step (the integer form's clamp of float(sum + bias) * mul, round to
-  // nearest even, + zp, saturated; or int8_epilogue.h's epilogue<YT>: the reference's float steps in its order).
-  void repair(const uint8_t* x, int64_t i, char* y) const {
+  // nearest even, + zp, saturated; or int8_epilogue.h's epilogue<YT>: the reference's float steps in its order; with a
+  // residual z, residual_requantize's steps).
+  void repair(const uint8_t* x, const char* z, int64_t i, char* y) const {
     const int64_t C = C_, M = M_, m = i % M;
     const uint8_t* a = x + i / M * C;
     const int8_t* wm = w_rows_.data() + m * C;
@@ -604,6 +739,16 @@ class Int8Im2colQConvKernel : public Kernel {
     // As _mm256_max_ps(p, q) / _mm256_min_ps(p, q): q where either is NaN.
     const auto vmax = [](float p, float q) { return p > q ? p : q; };
     const auto vmin = [](float p, float q) { return p < q ? p : q; };
+    if (z) {
+      const float v = vmin(res_.mid_hi, vmax(res_.mid_lo, static_cast<float>(s + pe.bias[k]) * pe.mul[k]));
+      const int32_t zi = epi_.y_dt == DType::kU8 ? reinterpret_cast<const uint8_t*>(z)[i] : reinterpret_cast<const int8_t*>(z)[i];
+      const float r = std::nearbyint(v) * res_.mid_to_y;
+      const float t = std::fma(res_.z_to_y, static_cast<float>(zi - res_.z_zp), r);
+      const int32_t q = static_cast<int32_t>(std::nearbyint(t)) + res_.y_zp;
+      if (epi_.y_dt == DType::kU8) reinterpret_cast<uint8_t*>(y)[i] = static_cast<uint8_t>(std::clamp(q, 0, 255));
+      else reinterpret_cast<int8_t*>(y)[i] = static_cast<int8_t>(std::clamp(q, -128, 127));
+      return;
+    }
     if (e.int_form) {
       const float v = vmin(e.int_hi, vmax(e.int_lo, static_cast<float>(s + pe.bias[k]) * pe.mul[k]));
       const int32_t q = static_cast<int32_t>(std::nearbyint(v)) + e.int_zp;
@@ -633,6 +778,41 @@ class Int8Im2colQConvKernel : public Kernel {
     else reinterpret_cast<int8_t*>(y)[i] = static_cast<int8_t>(static_cast<int32_t>(q));
   }
 
+  // The residual epilogue's constants (ResidualEpi) from the node's y, z and mid inputs; epi_ / flags_ are the
+  // epilogue up to the mid Q (read_qconv_operands' `mid`). False where the integer form does not hold.
+  bool init_residual(const Graph& graph) {
+    enum : size_t { kYScale = 6, kYZp, kZ = 9, kZScale, kZZp, kMidScale, kMidZp };
+    const TensorType* zt = graph.find_type(node_.inputs[kZ]);
+    const Tensor* yz = cpu::constant_input(graph, node_, kYZp);
+    const Tensor* mz = cpu::constant_input(graph, node_, kMidZp);
+    const Tensor* zz = cpu::constant_input(graph, node_, kZZp);
+    float ys = 0, yzp = 0, zs = 0, zzp = 0, ms = 0, mzp = 0;
+    if (!flags_.int_form || !zt || !yz || !mz || !zz || !cpu::scalar_input(graph, node_, kYScale, &ys) ||
+        !cpu::scalar_input(graph, node_, kYZp, &yzp) || !cpu::scalar_input(graph, node_, kZScale, &zs) ||
+        !cpu::scalar_input(graph, node_, kZZp, &zzp) || !cpu::scalar_input(graph, node_, kMidScale, &ms) ||
+        !cpu::scalar_input(graph, node_, kMidZp, &mzp))
+      return false;
+    const DType y_dt = yz->dtype();
+    if ((y_dt != DType::kU8 && y_dt != DType::kI8) || zt->dtype != y_dt || zz->dtype() != y_dt ||
+        (mz->dtype() != DType::kU8 && mz->dtype() != DType::kI8))
+      return false;
+    const float mlo = mz->dtype() == DType::kU8 ? 0.f : -128.f;
+    res_.mid_lo = std::max(flags_.int_lo, mlo - mzp);
+    res_.mid_hi = std::min(flags_.int_hi, mlo + 255.f - mzp);
+    res_.mid_to_y = ms / ys;
+    res_.z_to_y = zs / ys;
+    res_.z_zp = static_cast<int32_t>(zzp);
+    res_.y_zp = static_cast<int32_t>(yzp);
+    // Finite factors (no NaN reaches a rounding), a non-empty mid clamp (the two clamps compose into one), and |t|
+    // (at most 256 |mid_to_y| + 256 |z_to_y|) below 2^29: see ResidualEpi.
+    if (!std::isfinite(res_.mid_to_y) || !std::isfinite(res_.z_to_y) || res_.mid_lo > res_.mid_hi || yzp != std::nearbyint(yzp) ||
+        zzp != std::nearbyint(zzp) || std::fabs(yzp) > 255 ||
+        256.0 * (std::fabs(static_cast<double>(res_.mid_to_y)) + std::fabs(static_cast<double>(res_.z_to_y))) >= 536870912.0)
+      return false;
+    epi_.y_dt = y_dt;  // the node's output; epi_'s scale, zero point and flags_ stay the mid Q's
+    return true;
+  }
+
   enum class Path { kInt16, kBytes, kBytesRepair };
   Node node_;
   KernelFn fallback_;
@@ -643,6 +823,8 @@ class Int8Im2colQConvKernel : public Kernel {
   cpu::PairedQuads paired_;     // the byte paths' weights: s8 quads, per panel in pairs where exact
   std::vector<int8_t> w_rows_;  // kBytesRepair where some pair can saturate: the weights as [M, C], for repair
   cpu::SaturatingPairs pairs_;
+  bool residual_ = false;  // z and the mid Q/DQ (init_residual; the byte paths)
+  ResidualEpi res_;
   bool x_signed_ = false;
   int32_t x_zp_ = 0;
   cpu::EpilogueFactors factors_;
