@@ -23,6 +23,10 @@ struct PrepackReport {
 /// Creates the kernels of `model` (an optimized gear) on `device` with `threads` intra-op threads and
 /// stores the weights they pack on their nodes. Only a backend with Backend::begin_prepack packs (the
 /// "cpu" device); others are left as they are. Any packed attributes already on the nodes are replaced.
-StatusOr<PrepackReport> prepack_weights(const std::shared_ptr<Model>& model, const std::string& device, int threads);
+/// Kernels pack for the shapes known at load: with `bind_batch` > 0 an input's symbolic first
+/// dimension (a dynamic batch) is taken as that many rows for the packing (kernels whose form does
+/// not depend on the rows then store it; a run at another batch whose layout differs packs its own).
+StatusOr<PrepackReport> prepack_weights(const std::shared_ptr<Model>& model, const std::string& device, int threads,
+                                        int64_t bind_batch = 0);
 
 }  // namespace ferry

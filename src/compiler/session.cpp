@@ -9,6 +9,7 @@
 
 #include "backends/backend.h"
 #include "backends/device_defaults.h"
+#include "common/heap_trim.h"
 #include "compiler/gears.h"
 #include "compiler/prepack.h"
 #include "ir/packed_layout.h"
@@ -56,6 +57,9 @@ StatusOr<std::shared_ptr<Session>> Session::open(CompiledModel model, const Sess
   s->executor_options_.device = s->device_;
   s->executor_options_.opt_level = 0;  // compiled graphs are optimized already
   s->executor_options_.threads = options.threads > 0 ? options.threads : model.threads;
+  // The pool's executors (one per concurrent call) take the kernels' forms of the weights from one
+  // place: each form is made once, by whichever executor and batch size needs it first.
+  s->executor_options_.shared_forms = std::make_shared<SharedWeightForms>();
   s->observer_ = options.observer;
   for (const CompiledGear& cg : model.gears) {
     auto g = std::make_unique<Gear>();
@@ -103,13 +107,21 @@ StatusOr<std::shared_ptr<Session>> Session::open_file(const std::string& path, c
   // its packed form alone then goes: it is unpacked only if something reads it (ir/packed_layout.h)
   // — ONNX Runtime's shared prepacked weights, with the initializer freed once prepacked. A backend
   // that packs nothing ahead (Backend::begin_prepack: cpu-ref, cuda) leaves the graph as it is.
+  // A dynamic batch axis (ferry serve's models with max_batch_size > 0) is packed for batch 1 (the
+  // kernels plan only for shapes known at load): the oneDNN forms made there are stored and their
+  // originals go, as for a static model; a batch whose kernel asks for the same layout uses them, one
+  // wanting another layout (or Winograd's) packs it at its first run, once for the pool
+  // (ExecutorOptions::shared_forms). Measured on
+  // ResNet-50, 2 instances after batches of 1 and 4 (one run each, docs/performance.md): RSS 365 ->
+  // 308 MiB against packing nothing at open; batch 8 for the packing held more (311 MiB, peak 396).
   {
-    ASSIGN_OR_RETURN(PrepackReport packed, prepack_weights(m, cm.device, options.threads));
+    ASSIGN_OR_RETURN(PrepackReport packed, prepack_weights(m, cm.device, options.threads, /*bind_batch=*/1));
     (void)packed;
     for (const auto& [name, p] : packed_only_weights(m->graph)) {
       Tensor& w = m->graph.initializers.at(name);
       w = unpacked_on_read(*p.packed, *p.layout, w.dtype(), w.dims());
     }
+    trim_heap();  // the packing executor's forms and the freed originals leave the process now
   }
   cm.source = path;
   cm.gears.push_back({0, std::move(m)});

@@ -1,7 +1,9 @@
 // A loaded model ready to run from many threads at once: what the C API's model handle wraps.
 // Holds the compiled gears (or one ONNX model) and a pool of executors per gear: a call takes an
-// idle executor (or makes one), so concurrent calls never share executor state. A batch that
-// is not a gear runs on the smallest gear above it, inputs zero-padded, batched outputs cut back.
+// idle executor (or makes one), so concurrent calls never share run state; the executors' kernels
+// take their forms of the weights from one SharedWeightForms (each form made once for the pool).
+// A batch that is not a gear runs on the smallest gear above it, inputs zero-padded, batched
+// outputs cut back.
 #pragma once
 
 #include <atomic>

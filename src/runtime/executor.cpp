@@ -72,7 +72,10 @@ StatusOr<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model
   if (ex->split_front_bytes_ != 0) ex->split_cuts_ = batch_split_cuts(ex->model_->graph, ex->split_info_);
   ASSIGN_OR_RETURN(ex->plan_, plan_partitions(*ex->model_, *ex->backend_, ex->host_.get(), options.allow_fallback));
   for (const Crossing& c : ex->plan_.crossings) ++ex->crossing_count_[c.value];
-  RETURN_IF_ERROR(ex->prepare_graph(ex->model_->graph, nullptr));
+  {
+    ScopedSharedForms forms(options.shared_forms);  // the kernels made here keep it
+    RETURN_IF_ERROR(ex->prepare_graph(ex->model_->graph, nullptr));
+  }
   ex->tell_host_values();
   return ex;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/shared_forms.h"
 #include "common/status.h"
 #include "ir/graph.h"
 #include "ir/value.h"
@@ -58,6 +59,11 @@ struct ExecutorOptions {
   /// is never changed; model().graph then lacks those initializers). The originals are freed when
   /// the caller holds no other reference to the model it passes (`ferry run`).
   bool release_weights = false;
+  /// Where the kernels take their own forms of constant weights (packed layouts, Winograd's
+  /// transformed weights, panels) from, shared with every executor given the same object over the
+  /// same model (compiler/Session's pool: one form of each weight whichever executor or batch size
+  /// made it). Null: each kernel makes and holds its own.
+  std::shared_ptr<SharedWeightForms> shared_forms;
 };
 
 /// The memory plan of the last input shapes run (see Executor::memory_stats).

@@ -126,13 +126,13 @@ def grpc_stubs(src, work):
 # ---- the server process ---------------------------------------------------------------------
 class ServeProcess:
     """`ferry serve --model-repository REPO` on 127.0.0.1, HTTP, gRPC and metrics ports chosen by the
-    system and read back from the log (ports: "http", "metrics", "grpc" when gRPC is built), one
-    thread per instance (--threads 1); `args` go after these. Waits up to `start_seconds` for the
+    system and read back from the log (ports: "http", "metrics", "grpc" when gRPC is built), `threads`
+    compute threads divided between the instances (--threads, 1 by default); `args` go after these. Waits up to `start_seconds` for the
     line naming the HTTP port; `port` stays None when it never came (see log())."""
 
-    def __init__(self, ferry, repo, *args, start_seconds=60):
+    def __init__(self, ferry, repo, *args, start_seconds=60, threads=1):
         self.proc = subprocess.Popen([ferry, "serve", "--model-repository", repo, "--http-address", "127.0.0.1", "--http-port", "0",
-                                      "--grpc-port", "0", "--metrics-port", "0", "--threads", "1", *args],
+                                      "--grpc-port", "0", "--metrics-port", "0", "--threads", str(threads), *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.lines = []
         self.ports = {}

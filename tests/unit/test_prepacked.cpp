@@ -5,11 +5,15 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "backends/cpu/prepacked.h"
+#include "backends/cpu/winograd.h"
 #include "compiler/compile.h"
 #include "compiler/session.h"
 #include "format/compiled_model.h"
@@ -301,6 +305,138 @@ TEST(PrepackedWeights, SessionFromOnnxSharesOnePackedFormAcrossExecutors) {
   int64_t still = 0;
   for (const auto& [name, t] : m.graph.initializers) still += t.pending();
   EXPECT_EQ(still, pending) << "a run unpacked a weight held packed only";
+}
+
+// An .onnx model with a dynamic batch axis, as ferry serve's models with max_batch_size > 0:
+// x [N, 8, 16, 16] -> Conv 1x1 8->64 -> Conv 3x3 64->64 (pads 1) -> Relu -> Conv 1x1 64->128 ->
+// GlobalAveragePool -> Flatten -> Gemm 128->10. On the cpu backend the 3x3 runs ferry's Winograd
+// (channels-last on both sides), the 1x1s oneDNN's packed forms, the Gemm small_gemm's panels.
+std::string write_dynamic_batch_cnn() {
+  onnx::ModelProto proto;
+  proto.set_ir_version(7);
+  proto.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = proto.mutable_graph();
+  g->set_name("dynamic_batch_cnn");
+  const auto add_weight = [&](const std::string& name, const std::vector<int64_t>& dims, uint32_t seed) {
+    onnx::TensorProto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    const Tensor v = testing::random_tensor(dims, seed);
+    for (int64_t i = 0; i < v.numel(); ++i) t->add_float_data(0.05f * v.data<float>()[i]);
+  };
+  const auto add_value = [](onnx::ValueInfoProto* v, const std::string& name, const std::vector<int64_t>& dims) {
+    v->set_name(name);
+    auto* tt = v->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) {
+      auto* dim = tt->mutable_shape()->add_dim();
+      if (d < 0) dim->set_dim_param("N");
+      else dim->set_dim_value(d);
+    }
+  };
+  const auto add_node = [&](const std::string& op, const std::vector<std::string>& in, const std::string& out) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(out + "_node");
+    for (const std::string& i : in) n->add_input(i);
+    n->add_output(out);
+    return n;
+  };
+  add_value(g->add_input(), "x", {-1, 8, 16, 16});
+  add_weight("w0", {64, 8, 1, 1}, 6);
+  add_weight("w3", {64, 64, 3, 3}, 1);
+  add_weight("b3", {64}, 2);
+  add_weight("w1", {128, 64, 1, 1}, 3);
+  add_weight("fc", {10, 128}, 4);
+  add_weight("fc_b", {10}, 5);
+  add_node("Conv", {"x", "w0"}, "c0");
+  onnx::NodeProto* conv3 = add_node("Conv", {"c0", "w3", "b3"}, "c3");
+  onnx::AttributeProto* pads = conv3->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  add_node("Relu", {"c3"}, "r3");
+  add_node("Conv", {"r3", "w1"}, "c1");
+  add_node("GlobalAveragePool", {"c1"}, "gap");
+  add_node("Flatten", {"gap"}, "flat");
+  onnx::NodeProto* fc = add_node("Gemm", {"flat", "fc", "fc_b"}, "y");
+  onnx::AttributeProto* trans = fc->add_attribute();
+  trans->set_name("transB");
+  trans->set_type(onnx::AttributeProto::INT);
+  trans->set_i(1);
+  add_value(g->add_output(), "y", {-1, 10});
+  const std::string path = ::testing::TempDir() + "dynamic_batch_cnn_" + std::to_string(::getpid()) + ".onnx";
+  std::ofstream out(path, std::ios::binary);
+  EXPECT_TRUE(proto.SerializeToOstream(&out));
+  return path;
+}
+
+// The executors of a dynamic-batch Session (ferry serve's instances) share one form of each weight:
+// what the open packed with the batch axis bound (compiler/prepack.h) on the nodes, the rest made by
+// whichever executor and batch size needed it first (ExecutorOptions::shared_forms,
+// backends/shared_forms.h): a second executor, running batch sizes in another order while the first
+// runs, packs nothing (no oneDNN reorder, no Winograd transform) and answers bit for bit as the first.
+TEST(PrepackedWeights, DynamicBatchSessionExecutorsShareFormsAcrossBatchSizes) {
+  const std::string path = write_dynamic_batch_cnn();
+  // Two runs overlap: the first node of each of the first two runs waits (up to 20 s) for the other,
+  // so the pool hands them two executors.
+  std::atomic<bool> gate{false};
+  std::atomic<int> arrived{0};
+  std::atomic<bool> overlapped{false};
+  std::string first_node;
+  SessionOptions so;
+  so.threads = 1;
+  so.observer = [&](const Node& node, const std::vector<Value>&, double) {
+    if (!gate.load() || node.name != first_node || arrived.fetch_add(1) >= 2) return;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (arrived.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (arrived.load() >= 2) overlapped = true;
+  };
+  auto opened = Session::open_file(path, so);
+  ::unlink(path.c_str());
+  ASSERT_TRUE(opened.is_ok()) << opened.status().message();
+  std::shared_ptr<Session> s = opened.value();
+  const Model& model = *s->compiled().gears.at(0).model;
+  first_node = model.graph.nodes.at(0).name;
+  // Packed at open with the batch axis taken as 1: the 1x1 convolutions' oneDNN forms are on the
+  // nodes, their originals freed (unpacked only if something reads them).
+  EXPECT_GT(packed_nodes(model), 0) << "nothing packed at open: the dynamic batch axis was not bound";
+  int64_t pending = 0;
+  for (const auto& [name, t] : model.graph.initializers) pending += t.pending();
+  EXPECT_GT(pending, 0) << "no original was freed once packed";
+  const auto input = [](int64_t n) { return testing::random_tensor({n, 8, 16, 16}, 7); };
+  const auto run = [&](int64_t n, Tensor* y) {
+    NamedTensors out;
+    const Status st = s->run({{"x", input(n)}}, &out);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    if (!out.empty()) *y = out[0].second;
+  };
+  // One executor: batch 1, then batch 3 (each makes the forms its shapes ask for).
+  Tensor y1, y3;
+  run(1, &y1);
+  run(3, &y3);
+  const cpu::PackCounts packs = cpu::pack_counts();
+  const int64_t transforms = cpu::WinogradConv3x3::packings();
+  ASSERT_GT(transforms, 0) << "the 3x3 convolution did not run ferry's Winograd: the test shows nothing";
+  // Two executors at once, the batch sizes in the other order on one of them.
+  gate = true;
+  Tensor a3, a1, b1, b3;
+  std::thread ta([&] {
+    run(3, &a3);
+    run(1, &a1);
+  });
+  std::thread tb([&] {
+    run(1, &b1);
+    run(3, &b3);
+  });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(overlapped.load()) << "the two runs did not overlap: one executor ran both";
+  EXPECT_EQ(cpu::pack_counts().reordered, packs.reordered) << "the second executor packed its own oneDNN forms";
+  EXPECT_EQ(cpu::WinogradConv3x3::packings(), transforms) << "the second executor transformed its own Winograd weights";
+  EXPECT_TRUE(bit_equal(a1, y1) && bit_equal(b1, y1));
+  EXPECT_TRUE(bit_equal(a3, y3) && bit_equal(b3, y3));
 }
 
 // ferry's blocked layout: a [4, 3] tensor stored as 2-row blocks of its first dim (padded to 4x4).

@@ -37,6 +37,7 @@
 #include "backends/cpu/small_gemm.h"
 #include "backends/cpu/winograd.h"
 #include "backends/packed_weights.h"
+#include "backends/shared_forms.h"
 #include "common/env_switch.h"
 #include "ops/conv_pool_util.h"
 
@@ -52,13 +53,13 @@ using tag = dnnl::memory::format_tag;
 
 class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
  public:
-  DnnlConvKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+  DnnlConvKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback), forms_(current_shared_forms()) {}
 
   // oneDNN's blocked forms (one per layout plans asked for), the small_gemm panels, the Winograd
   // and conv_rows forms: each made by the first plan needing it, under the plan cache's lock (read
   // here between runs, as Executor::resident_bytes does).
   int64_t packed_weight_bytes() const override {
-    int64_t b = static_cast<int64_t>(gemv_w_.data.size() * sizeof(float));
+    int64_t b = gemv_w_ ? static_cast<int64_t>(gemv_w_->data.size() * sizeof(float)) : 0;
     for (const auto& [desc, mem] : packed_) b += static_cast<int64_t>(desc.get_size());
     if (winograd_) b += winograd_->packed_bytes();
     if (rows_) b += rows_->packed_bytes();
@@ -89,10 +90,12 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
     dtype_ = w->dtype();
     if (dtype_ != DType::kF32 && dtype_ != DType::kBF16) return false;
     w_ = *w;
+    w_source_ = w;
     if (node_.inputs.size() > 2 && !node_.inputs[2].empty()) {
       const Tensor* b = cpu::constant_input(graph, node_, 2);
       if (!b || (b->dtype() != DType::kF32 && b->dtype() != DType::kBF16) || b->numel() != w->dim(0)) return false;
       b_ = *b;
+      b_source_ = b;
     }
     has_z_ = node_.inputs.size() > 3 && !node_.inputs[3].empty();
     if (!cpu::node_activation(node_, &act_)) return false;
@@ -147,7 +150,7 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
       ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, dtype_, p->out_dims, false));
       const int64_t rows = x.dim(0), cout = w_.dim(0);
       float* yp = y->mutable_data<float>();
-      cpu::small_gemm(rows, x.data<float>(), w_.dim(1), gemv_w_, b_.defined() ? b_.data<float>() : nullptr, yp, cout);
+      cpu::small_gemm(rows, x.data<float>(), w_.dim(1), *gemv_w_, b_.defined() ? b_.data<float>() : nullptr, yp, cout);
       cpu::activate_in_place(yp, rows * cout, act_.kind, act_.alpha, act_.beta);
       return Status::ok();
     }
@@ -258,7 +261,7 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
   }
 
   bool gemv_ok_ = false;      // f32, ungrouped, 1x1 kernel: a plan may take the small-GEMM path
-  cpu::PanelMatrix gemv_w_;  // its weights as [Cin, Cout] panels, packed by the first such plan
+  std::shared_ptr<const cpu::PanelMatrix> gemv_w_;  // its weights as [Cin, Cout] panels, packed by the first such plan
 
   // A plan is made for the intra-op threads of the call that makes it (oneDNN primitives and the
   // Winograd plan split their work for that many): the key is x's dims and the thread count, so a
@@ -294,8 +297,10 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
     }
     if (use_own_winograd(xd, yd, pad_l, pad_r)) {
       if (!winograd_)  // made once, under the plan cache's lock, like the packed weights
-        winograd_ = std::make_unique<cpu::WinogradConv3x3>(w_.data<float>(), b_.defined() ? b_.data<float>() : nullptr,
-                                                           w_.dim(0), w_.dim(1));
+        winograd_ = shared_form<cpu::WinogradConv3x3>("winograd", "", [&] {
+          return std::make_shared<cpu::WinogradConv3x3>(w_.data<float>(), b_.defined() ? b_.data<float>() : nullptr,
+                                                        w_.dim(0), w_.dim(1));
+        });
       if (winograd_->make_plan(xd[0], xd[2], xd[3], &plan->winograd).is_ok()) {
         plan->own_winograd = true;
         plan->out_dims = {yd[0], yd[2], yd[3], yd[1]};
@@ -303,10 +308,15 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
       }  // no matmul for this shape: oneDNN's direct kernel below
     }
     if (use_rows(xd, yd, pad_l, pad_r) || use_rows_1x1(xd, yd, pad_l, pad_r)) {
-      if (!rows_)  // made once, under the plan cache's lock, like the packed weights
-        rows_ = std::make_unique<cpu::ConvRows>(w_.data<float>(), b_.defined() ? b_.data<float>() : nullptr, w_.dim(0),
-                                                w_.dim(1), w_.dim(2), w_.dim(3), attrs_.strides[0], attrs_.strides[1],
-                                                pad_l[0], pad_l[1]);
+      if (!rows_) {  // made once, under the plan cache's lock, like the packed weights
+        const std::string geometry = std::to_string(attrs_.strides[0]) + "," + std::to_string(attrs_.strides[1]) + "," +
+                                     std::to_string(pad_l[0]) + "," + std::to_string(pad_l[1]);
+        rows_ = shared_form<cpu::ConvRows>("conv_rows", geometry, [&] {
+          return std::make_shared<cpu::ConvRows>(w_.data<float>(), b_.defined() ? b_.data<float>() : nullptr, w_.dim(0),
+                                                 w_.dim(1), w_.dim(2), w_.dim(3), attrs_.strides[0], attrs_.strides[1],
+                                                 pad_l[0], pad_l[1]);
+        });
+      }
       plan->rows = true;
       plan->out_dims = {yd[0], yd[2], yd[3], yd[1]};
       return Status::ok();
@@ -322,7 +332,10 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
       if (!act_after_postop() && !cpu::append_activation(act_, &ops)) return unsupported("activation");
       plan->gemv = true;
       // Packed once, under the plan cache's lock; runs read it only through a plan made after this.
-      if (gemv_w_.data.empty()) gemv_w_ = cpu::pack_panels(w_.dim(1), w_.dim(0), w_.data<float>(), 1, w_.dim(1));
+      if (!gemv_w_)
+        gemv_w_ = shared_form<const cpu::PanelMatrix>("conv_panels", "", [&] {
+          return std::make_shared<const cpu::PanelMatrix>(cpu::pack_panels(w_.dim(1), w_.dim(0), w_.data<float>(), 1, w_.dim(1)));
+        });
       return finish_plan(yd, plan);
     }
     const auto plan_primitives = [&] {
@@ -586,6 +599,15 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
     return d;
   }
 
+  // A form of the weights and bias (Winograd's, ConvRows', the panels) with `detail` (what else it
+  // depends on): from the executors' shared forms, else made here.
+  template <class T>
+  std::shared_ptr<T> shared_form(const char* kind, const std::string& detail, const std::function<std::shared_ptr<T>()>& make) {
+    if (!forms_) return make();
+    const std::string bias = b_source_ ? weight_form_key("bias", b_source_) : std::string("no bias");
+    return forms_->get<T>(weight_form_key(kind, w_source_, detail + "|" + bias), make);
+  }
+
   // The weights in `want`'s layout, reordered once per distinct layout (called while the plan cache
   // holds its lock). The one place the weights are packed: a pre-packed copy would plug in here.
   const memory* packed_weights(const memory::desc& want, memory::data_type dt) {
@@ -594,10 +616,15 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
     const memory::dims wd = weight_dims();
     const tag t = group_ > 1 ? (wd.size() == 4 ? tag::goiw : wd.size() == 5 ? tag::goihw : tag::goidhw)
                              : (wd.size() == 3 ? tag::oiw : wd.size() == 4 ? tag::oihw : tag::oidhw);
-    memory packed = cpu::packed_weights(node_, "dnnl_conv", want, [&] {  // stored by `ferry compile`, or reordered
-      return memory(memory::desc(wd, dt, t), dnnl_engine(), const_cast<void*>(w_.raw()));
-    });
-    packed_.emplace_back(want, packed);
+    const auto pack = [&] {
+      return std::make_shared<memory>(cpu::packed_weights(node_, "dnnl_conv", want, [&] {  // stored by `ferry compile`, or reordered
+        return memory(memory::desc(wd, dt, t), dnnl_engine(), const_cast<void*>(w_.raw()));
+      }));
+    };
+    // A form of the weights alone (no bias): keyed by the layout only.
+    const std::shared_ptr<memory> packed = forms_ ? forms_->get<memory>(weight_form_key("dnnl_conv", w_source_, cpu::packed_key("", want)), pack)
+                                                  : pack();
+    packed_.emplace_back(want, *packed);
     return &packed_.back().second;
   }
 
@@ -641,8 +668,13 @@ class DnnlConvKernel : public Kernel, public PackedWeightsHolder {
   FusedActivation act_;
   SpatialAttrs attrs_;
   cpu::PlanCache<Plan> plans_;
-  std::unique_ptr<cpu::WinogradConv3x3> winograd_;  // made by the first plan that takes that path
-  std::unique_ptr<cpu::ConvRows> rows_;              // the same
+  std::shared_ptr<cpu::WinogradConv3x3> winograd_;  // made by the first plan that takes that path
+  std::shared_ptr<const cpu::ConvRows> rows_;        // the same
+  // The executors' shared forms (ExecutorOptions::shared_forms; null: this kernel's own), and the
+  // graph's initializers the forms are made from (their keys).
+  std::shared_ptr<SharedWeightForms> forms_;
+  const Tensor* w_source_ = nullptr;
+  const Tensor* b_source_ = nullptr;
   std::list<std::pair<memory::desc, memory>> packed_;  // a list: plans point at its elements
 };
 

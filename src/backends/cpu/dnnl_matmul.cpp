@@ -34,6 +34,7 @@
 #include "ops/op_util.h"
 #include "backends/cpu/prepacked.h"
 #include "backends/packed_weights.h"
+#include "backends/shared_forms.h"
 
 namespace ferry {
 namespace {
@@ -103,7 +104,7 @@ bool row_gemm_enabled() {  // read on each eligible call (tests turn it on)
 
 class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
  public:
-  DnnlMatMulKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback) {}
+  DnnlMatMulKernel(const Node& node, KernelFn fallback) : node_(node), fallback_(fallback), forms_(current_shared_forms()) {}
 
   // The fused residual (sum) and activation as oneDNN post-ops: one rule for every plan of the node.
   Status post_op_attr(dnnl::primitive_attr* attr) const {
@@ -144,6 +145,7 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
     }
     if (b && b->rank() == 2 && b->dtype() == dtype_) {
       w_ = *b;
+      w_source_ = b;
       const_w_ = true;
       wk_ = trans_b_ ? w_.dim(1) : w_.dim(0);
       wn_ = trans_b_ ? w_.dim(0) : w_.dim(1);
@@ -173,7 +175,7 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
   // panels and RowGemm's: each made by the first run that needs it.
   int64_t packed_weight_bytes() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    int64_t b = static_cast<int64_t>(gemv_w_.data.size() * sizeof(float));
+    int64_t b = gemv_w_ ? static_cast<int64_t>(gemv_w_->data.size() * sizeof(float)) : 0;
     for (const auto& [desc, mem] : packed_) b += static_cast<int64_t>(desc.get_size());
     for (const auto& [key, plan] : plans_)
       for (const auto& [threads, splits] : plan.splits)
@@ -200,10 +202,10 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
       const float* ap = a.data<float>();
       float* yp = y->mutable_data<float>();
       const float* bias = bias_t_.defined() ? bias_t_.data<float>() : nullptr;
-      const int64_t m = p->gemv_rows, k = gemv_w_.rows, n = gemv_w_.cols;
+      const int64_t m = p->gemv_rows, k = gemv_w_->rows, n = gemv_w_->cols;
       const int64_t panels = (n + cpu::PanelMatrix::kPanel - 1) / cpu::PanelMatrix::kPanel;
       parallel_ranges(panels, m * k * cpu::PanelMatrix::kPanel, [&](int64_t b, int64_t e) {
-        cpu::small_gemm_panels(m, ap, k, gemv_w_, bias, yp, n, b, e);
+        cpu::small_gemm_panels(m, ap, k, *gemv_w_, bias, yp, n, b, e);
       });
       return Status::ok();
     }
@@ -427,9 +429,16 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
         (!bias_t_.defined() || bias_t_.dtype() == DType::kF32)) {
       const int64_t k = sd[1], n = dd[1];
       // Packed once, under mu_; (k, n) of B is w_[n][k] with transB, w_[k][n] without.
-      if (gemv_w_.data.empty()) {
+      if (!gemv_w_) {
         ASSIGN_OR_RETURN(const Tensor w, original());
-        gemv_w_ = trans_b_ ? cpu::pack_panels(k, n, w.data<float>(), 1, k) : cpu::pack_panels(k, n, w.data<float>(), n, 1);
+        const auto pack = [&] {
+          return std::make_shared<const cpu::PanelMatrix>(trans_b_ ? cpu::pack_panels(k, n, w.data<float>(), 1, k)
+                                                                   : cpu::pack_panels(k, n, w.data<float>(), n, 1));
+        };
+        // The panels of the weights alone (the bias is applied beside them): one per weight for the
+        // executors sharing forms (ExecutorOptions::shared_forms).
+        gemv_w_ = forms_ && w_source_ ? forms_->get<const cpu::PanelMatrix>(weight_form_key("matmul_panels", w_source_, trans_b_ ? "transB" : ""), pack)
+                                      : pack();
         drop_original_if_packed();
         drop_source_pages(w);
       }
@@ -518,8 +527,8 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
     const std::vector<int64_t> dims = trans_b_ ? std::vector<int64_t>{wn_, wk_} : std::vector<int64_t>{wk_, wn_};
     ASSIGN_OR_RETURN(Tensor w, Tensor::try_allocate(dtype_, dims));
     float* out = dtype_ == DType::kF32 ? w.mutable_data<float>() : nullptr;
-    if (out && !gemv_w_.data.empty()) {
-      cpu::unpack_panels(gemv_w_, out, trans_b_ ? 1 : wn_, trans_b_ ? wk_ : 1);
+    if (out && gemv_w_) {
+      cpu::unpack_panels(*gemv_w_, out, trans_b_ ? 1 : wn_, trans_b_ ? wk_ : 1);
     } else if (!packed_.empty()) {
       RETURN_IF_ERROR(cpu::dnnl_call(node_, [&] {
         memory::data_type dt;
@@ -539,7 +548,7 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
 
   // With the graph's copy released, the original goes once some form of it is packed.
   void drop_original_if_packed() {
-    if (release_ && (!packed_.empty() || !gemv_w_.data.empty() || row_gemm_)) w_ = Tensor();
+    if (release_ && (!packed_.empty() || gemv_w_ || row_gemm_)) w_ = Tensor();
   }
 
   // Weights read from a .ferry file's mapping (ir/file_pages.h) that a form of ours now holds:
@@ -566,7 +575,11 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
   bool trans_b_ = false, has_z_ = false;
   FusedActivation act_;
   std::unique_ptr<cpu::RowGemm> row_gemm_;  // made by the first run taking the RowGemm path
-  cpu::PanelMatrix gemv_w_;  // w_ as [K, N] column panels, packed by the first plan taking the small_gemm path
+  std::shared_ptr<const cpu::PanelMatrix> gemv_w_;  // w_ as [K, N] column panels, packed by the first plan taking the small_gemm path
+  // The executors' shared forms (ExecutorOptions::shared_forms; null: this kernel's own) and the
+  // graph's initializer the weights came from (the forms' key).
+  std::shared_ptr<SharedWeightForms> forms_;
+  const Tensor* w_source_ = nullptr;
   std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, Plan> plans_;
   mutable std::mutex mu_;  // guards plans_ and the plans' buffers (concurrent runs of one model)
   std::list<std::pair<memory::desc, memory>> packed_;

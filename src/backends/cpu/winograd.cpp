@@ -172,9 +172,16 @@ WinogradConv3x3::WinogradConv3x3(const float* w, const float* bias, int64_t cout
   if (bias) std::copy(bias, bias + cout, bias_.begin());
 }
 
+namespace {
+std::atomic<int64_t> g_packings{0};
+}  // namespace
+
+int64_t WinogradConv3x3::packings() { return g_packings.load(); }
+
 const memory* WinogradConv3x3::packed_weights(const memory::desc& want, int64_t n0) {
   for (auto& p : packed_)
     if (p.desc == want && p.n0 == n0) return &p.mem;
+  ++g_packings;
   const int64_t e = want.dims()[0], n = want.dims()[2];
   // made per packing: plans are few, U is large
   std::vector<float> u = transform_weights(w_, cout_, cin_, e == 36 ? 6 : 4);
@@ -237,6 +244,7 @@ int WinogradConv3x3::default_tile(int64_t cin, int64_t cout, int64_t n, int64_t 
 Status WinogradConv3x3::make_plan(int64_t n, int64_t h, int64_t w, Plan* plan, int64_t block_tiles, int slices,
                                   int tile) {
   if (n < 1 || h < 1 || w < 1) return invalid_argument("winograd: empty input");
+  std::lock_guard<std::mutex> lock(mu_);
   if (tile == 0) tile = default_tile(cin_, cout_, n, h, w);
   if (tile != 2 && tile != 4) return invalid_argument("winograd: output tile " + std::to_string(tile) + " (2 or 4)");
   plan->n = n;

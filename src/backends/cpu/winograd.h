@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -44,8 +45,9 @@ class WinogradConv3x3 {
     std::vector<Gemm> gemms;       // one per distinct block size the split gives
     size_t scratchpad_bytes = 0;
   };
-  /// Makes the plan for an input [n, h, w, Cin], split over omp_get_max_threads() threads. Not
-  /// thread-safe (packs weights): call it under the caller's plan lock. `block_tiles` > 0 sets the
+  /// Makes the plan for an input [n, h, w, Cin], split over omp_get_max_threads() threads.
+  /// Thread-safe (the packing takes this object's lock: the kernels of several executors may share
+  /// one, backends/shared_forms.h). `block_tiles` > 0 sets the
   /// most tiles per matmul call (tests, measurements); `slices` > 0 the output-channel slices;
   /// `tile` 2 or 4 the output tile (F(2x2, 3x3) or F(4x4, 3x3)), 0: default_tile's choice.
   Status make_plan(int64_t n, int64_t h, int64_t w, Plan* plan, int64_t block_tiles = 0, int slices = 0, int tile = 0);
@@ -57,10 +59,14 @@ class WinogradConv3x3 {
   /// output's shape and may be y itself. Thread-safe for concurrent calls on one plan.
   Status run(const Plan& plan, const float* x, const float* z, float* y, bool relu) const;
 
+  /// Transformed weights packed so far in this process (tests: executors sharing one object pack once).
+  static int64_t packings();
+
   int64_t cin() const { return cin_; }
   int64_t cout() const { return cout_; }
   /// Bytes of the transformed weights (U, packed per plan's column blocks) and bias this holds.
   int64_t packed_bytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
     int64_t b = static_cast<int64_t>(bias_.size() * sizeof(float));
     for (const Packed& p : packed_) b += static_cast<int64_t>(p.mem.get_desc().get_size());
     return b;
@@ -78,6 +84,7 @@ class WinogradConv3x3 {
     dnnl::memory mem;
   };
   std::list<Packed> packed_;  // a list: plans point at its elements
+  mutable std::mutex mu_;     // guards packed_ (make_plan, packed_bytes)
 };
 
 }  // namespace ferry::cpu
