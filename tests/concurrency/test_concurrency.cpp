@@ -38,6 +38,17 @@ std::shared_ptr<Model> mlp_block() {
   return b.build();
 }
 
+// A classifier head: few rows against constant weights (the small-GEMM panels' case).
+std::shared_ptr<Model> gemv_block() {
+  GraphBuilder b(17);
+  std::string x = b.input("x", DType::kF32, {2, 96});
+  std::string w1 = b.initializer("w1", random_tensor({96, 64}, 9));
+  std::string w2 = b.initializer("w2", random_tensor({64, 10}, 10));
+  std::string h = b.node("Relu", {b.node("MatMul", {x, w1})});
+  b.output(b.node("MatMul", {h, w2}));
+  return b.build();
+}
+
 std::shared_ptr<Model> demo_cnn() {
   auto m = load_onnx_model(std::string(FERRY_SOURCE_DIR) + "/demo/digits_cnn.onnx");
   EXPECT_TRUE(m.is_ok()) << m.status().to_string();
@@ -92,6 +103,59 @@ void run_concurrently(std::shared_ptr<const Model> model, const std::string& dev
   for (auto& w : workers) w.join();
   EXPECT_EQ(errors.load(), 0) << device;
   EXPECT_EQ(mismatches.load(), 0) << device << ": results differ from the single-threaded run";
+}
+
+// Executors of one model sharing their kernels' weight forms (ExecutorOptions::shared_forms, as a
+// compiler Session's pool does for ferry serve's instances): every executor starts at once, so the
+// forms (oneDNN's packed layouts, the small-GEMM panels) are asked for by several threads at the same
+// time; each executor's results equal an executor with forms of its own, bit for bit.
+void run_sharing_forms(std::shared_ptr<const Model> model) {
+  ASSERT_NE(model, nullptr);
+  ExecutorOptions own;
+  own.device = "cpu";
+  own.threads = 1;
+  auto alone = Executor::create(model, own);
+  ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+  const ValueInfo& in = model->graph.inputs[0];
+  std::vector<int64_t> dims;
+  for (const Dim& d : in.type.shape->dims) dims.push_back(d.is_known() ? d.value : 1);
+
+  constexpr int kThreads = 4;
+  constexpr int kIterations = 5;
+  std::vector<NamedTensors> feeds(kThreads), expected(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    feeds[t] = {{in.name, random_tensor(dims, 200 + t)}};
+    Status st = alone.value()->run(feeds[t], &expected[t]);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+  }
+  ExecutorOptions shared = own;
+  shared.shared_forms = std::make_shared<SharedWeightForms>();
+  std::vector<std::unique_ptr<Executor>> pool;
+  for (int t = 0; t < kThreads; ++t) {
+    auto created = Executor::create(model, shared);
+    ASSERT_TRUE(created.is_ok()) << created.status().to_string();
+    pool.push_back(std::move(created).value());
+  }
+  std::atomic<int> mismatches{0}, errors{0}, ready{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) {
+    workers.emplace_back([&, t] {
+      ++ready;
+      while (ready.load() < kThreads) std::this_thread::yield();  // first runs together
+      for (int i = 0; i < kIterations; ++i) {
+        NamedTensors out;
+        if (!pool[t]->run(feeds[t], &out).is_ok()) {
+          ++errors;
+          continue;
+        }
+        if (!bit_identical(out, expected[t])) ++mismatches;
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(mismatches.load(), 0) << "an executor sharing forms differs from one with its own";
+  EXPECT_GT(shared.shared_forms->made(), 0) << "no form was shared: the test shows nothing";
 }
 
 std::unique_ptr<Executor> demo_executor(std::shared_ptr<const Model> model) {
@@ -176,6 +240,8 @@ TEST(Concurrency, DemoCnnOnReferenceBackend) { run_concurrently(demo_cnn(), "cpu
 TEST(Concurrency, DemoCnnOnCpuBackend) { run_concurrently(demo_cnn(), "cpu"); }
 TEST(Concurrency, MatMulSoftmaxOnReferenceBackend) { run_concurrently(mlp_block(), "cpu-ref"); }
 TEST(Concurrency, MatMulSoftmaxOnCpuBackend) { run_concurrently(mlp_block(), "cpu"); }
+TEST(Concurrency, DemoCnnExecutorsSharingWeightForms) { run_sharing_forms(demo_cnn()); }
+TEST(Concurrency, GemvExecutorsSharingWeightForms) { run_sharing_forms(gemv_block()); }
 
 }  // namespace
 }  // namespace ferry
