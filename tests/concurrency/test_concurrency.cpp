@@ -66,6 +66,22 @@ bool bit_identical(const NamedTensors& a, const NamedTensors& b) {
   return true;
 }
 
+// One feed per thread for the model's first input (unknown dims as 1), seeds from `seed`, and what
+// `ex` answers to each, run one at a time: the results every concurrent run must equal.
+void feeds_and_expected(const Model& model, Executor* ex, int threads, uint32_t seed, std::vector<NamedTensors>* feeds,
+                        std::vector<NamedTensors>* expected) {
+  const ValueInfo& in = model.graph.inputs[0];
+  std::vector<int64_t> dims;
+  for (const Dim& d : in.type.shape->dims) dims.push_back(d.is_known() ? d.value : 1);
+  feeds->assign(threads, {});
+  expected->assign(threads, {});
+  for (int t = 0; t < threads; ++t) {
+    (*feeds)[t] = {{in.name, random_tensor(dims, seed + t)}};
+    Status st = ex->run((*feeds)[t], &(*expected)[t]);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+  }
+}
+
 void run_concurrently(std::shared_ptr<const Model> model, const std::string& device) {
   ASSERT_NE(model, nullptr);
   ExecutorOptions options;
@@ -74,18 +90,11 @@ void run_concurrently(std::shared_ptr<const Model> model, const std::string& dev
   auto created = Executor::create(model, options);
   ASSERT_TRUE(created.is_ok()) << created.status().to_string();
   Executor* ex = created.value().get();
-  const ValueInfo& in = model->graph.inputs[0];
-  std::vector<int64_t> dims;
-  for (const Dim& d : in.type.shape->dims) dims.push_back(d.is_known() ? d.value : 1);
-
   constexpr int kThreads = 8;
   constexpr int kIterations = 25;
-  std::vector<NamedTensors> feeds(kThreads), expected(kThreads);
-  for (int t = 0; t < kThreads; ++t) {
-    feeds[t] = {{in.name, random_tensor(dims, 100 + t)}};
-    Status st = ex->run(feeds[t], &expected[t]);
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
-  }
+  std::vector<NamedTensors> feeds, expected;
+  feeds_and_expected(*model, ex, kThreads, 100, &feeds, &expected);
+  if (::testing::Test::HasFatalFailure()) return;
   std::atomic<int> mismatches{0}, errors{0};
   std::vector<std::thread> workers;
   for (int t = 0; t < kThreads; ++t) {
@@ -116,18 +125,11 @@ void run_sharing_forms(std::shared_ptr<const Model> model) {
   own.threads = 1;
   auto alone = Executor::create(model, own);
   ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
-  const ValueInfo& in = model->graph.inputs[0];
-  std::vector<int64_t> dims;
-  for (const Dim& d : in.type.shape->dims) dims.push_back(d.is_known() ? d.value : 1);
-
   constexpr int kThreads = 4;
   constexpr int kIterations = 5;
-  std::vector<NamedTensors> feeds(kThreads), expected(kThreads);
-  for (int t = 0; t < kThreads; ++t) {
-    feeds[t] = {{in.name, random_tensor(dims, 200 + t)}};
-    Status st = alone.value()->run(feeds[t], &expected[t]);
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
-  }
+  std::vector<NamedTensors> feeds, expected;
+  feeds_and_expected(*model, alone.value().get(), kThreads, 200, &feeds, &expected);
+  if (::testing::Test::HasFatalFailure()) return;
   ExecutorOptions shared = own;
   shared.shared_forms = std::make_shared<SharedWeightForms>();
   std::vector<std::unique_ptr<Executor>> pool;
