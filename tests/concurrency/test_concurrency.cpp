@@ -49,6 +49,18 @@ std::shared_ptr<Model> gemv_block() {
   return b.build();
 }
 
+// Transformer-like products (batch axis symbolic: the plans, and so the forms, are made at the first
+// runs): 16 rows x [64, 96] takes RowGemm at 1 thread, x [96, 40] oneDNN's packed form.
+std::shared_ptr<Model> packed_matmul_block() {
+  GraphBuilder b(17);
+  std::string x = b.input("x", DType::kF32, {-1, 16, 64});
+  std::string w1 = b.initializer("w1", random_tensor({64, 96}, 11));
+  std::string w2 = b.initializer("w2", random_tensor({96, 40}, 12));
+  std::string h = b.node("Relu", {b.node("MatMul", {x, w1})});
+  b.output(b.node("MatMul", {h, w2}));
+  return b.build();
+}
+
 std::shared_ptr<Model> demo_cnn() {
   auto m = load_onnx_model(std::string(FERRY_SOURCE_DIR) + "/demo/digits_cnn.onnx");
   EXPECT_TRUE(m.is_ok()) << m.status().to_string();
@@ -244,6 +256,7 @@ TEST(Concurrency, MatMulSoftmaxOnReferenceBackend) { run_concurrently(mlp_block(
 TEST(Concurrency, MatMulSoftmaxOnCpuBackend) { run_concurrently(mlp_block(), "cpu"); }
 TEST(Concurrency, DemoCnnExecutorsSharingWeightForms) { run_sharing_forms(demo_cnn()); }
 TEST(Concurrency, GemvExecutorsSharingWeightForms) { run_sharing_forms(gemv_block()); }
+TEST(Concurrency, PackedMatMulExecutorsSharingWeightForms) { run_sharing_forms(packed_matmul_block()); }
 
 }  // namespace
 }  // namespace ferry

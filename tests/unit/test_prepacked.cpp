@@ -7,11 +7,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <thread>
 
+#include "backends/cpu/dnnl_matmul.h"
 #include "backends/cpu/prepacked.h"
 #include "backends/cpu/winograd.h"
 #include "compiler/compile.h"
@@ -437,6 +439,121 @@ TEST(PrepackedWeights, DynamicBatchSessionExecutorsShareFormsAcrossBatchSizes) {
   EXPECT_EQ(cpu::WinogradConv3x3::packings(), transforms) << "the second executor transformed its own Winograd weights";
   EXPECT_TRUE(bit_equal(a1, y1) && bit_equal(b1, y1));
   EXPECT_TRUE(bit_equal(a3, y3) && bit_equal(b3, y3));
+}
+
+// A transformer-like block with a dynamic batch axis: x [N, 16, 64] -> MatMul [64, 96] + bias -> Relu
+// -> MatMul [96, 40]. At 1 thread on the cpu backend, batch 1's 16 rows take RowGemm on the first
+// (16-24 rows where oneDNN keeps the weights plain, 16-256 elsewhere) and oneDNN's form on the second;
+// batch 2's 32 rows oneDNN's on both where its weights are plain.
+std::string write_dynamic_batch_mlp() {
+  onnx::ModelProto proto;
+  proto.set_ir_version(7);
+  proto.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = proto.mutable_graph();
+  g->set_name("dynamic_batch_mlp");
+  const auto add_weight = [&](const std::string& name, const std::vector<int64_t>& dims, uint32_t seed) {
+    onnx::TensorProto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    const Tensor v = testing::random_tensor(dims, seed);
+    for (int64_t i = 0; i < v.numel(); ++i) t->add_float_data(0.1f * v.data<float>()[i]);
+  };
+  const auto add_value = [](onnx::ValueInfoProto* v, const std::string& name, const std::vector<int64_t>& dims) {
+    v->set_name(name);
+    auto* tt = v->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) {
+      auto* dim = tt->mutable_shape()->add_dim();
+      if (d < 0) dim->set_dim_param("N");
+      else dim->set_dim_value(d);
+    }
+  };
+  const auto add_node = [&](const std::string& op, const std::vector<std::string>& in, const std::string& out) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(out + "_node");
+    for (const std::string& i : in) n->add_input(i);
+    n->add_output(out);
+  };
+  add_value(g->add_input(), "x", {-1, 16, 64});
+  add_weight("w1", {64, 96}, 21);
+  add_weight("b1", {96}, 22);
+  add_weight("w2", {96, 40}, 23);
+  add_node("MatMul", {"x", "w1"}, "h");
+  add_node("Add", {"h", "b1"}, "hb");
+  add_node("Relu", {"hb"}, "r");
+  add_node("MatMul", {"r", "w2"}, "y");
+  add_value(g->add_output(), "y", {-1, 16, 40});
+  const std::string path = ::testing::TempDir() + "dynamic_batch_mlp_" + std::to_string(::getpid()) + ".onnx";
+  std::ofstream out(path, std::ios::binary);
+  EXPECT_TRUE(proto.SerializeToOstream(&out));
+  return path;
+}
+
+// The MatMul kernel's forms too (oneDNN's packed or plain copies, RowGemm's, the per-thread column
+// blocks at 2 threads): a second executor of a dynamic-batch Session, running batch sizes in another
+// order while the first runs, makes none of its own and answers bit for bit as the first.
+void share_matmul_forms(int threads) {
+  const std::string path = write_dynamic_batch_mlp();
+  std::atomic<bool> gate{false};
+  std::atomic<int> arrived{0};
+  std::atomic<bool> overlapped{false};
+  std::string first_node;
+  SessionOptions so;
+  so.threads = threads;
+  so.observer = [&](const Node& node, const std::vector<Value>&, double) {
+    if (!gate.load() || node.name != first_node || arrived.fetch_add(1) >= 2) return;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (arrived.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (arrived.load() >= 2) overlapped = true;
+  };
+  auto opened = Session::open_file(path, so);
+  ::unlink(path.c_str());
+  ASSERT_TRUE(opened.is_ok()) << opened.status().message();
+  std::shared_ptr<Session> s = opened.value();
+  first_node = s->compiled().gears.at(0).model->graph.nodes.at(0).name;
+  const auto input = [](int64_t n) { return testing::random_tensor({n, 16, 64}, 9); };
+  const auto run = [&](int64_t n, Tensor* y) {
+    NamedTensors out;
+    const Status st = s->run({{"x", input(n)}}, &out);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    if (!out.empty()) *y = out[0].second;
+  };
+  const int64_t packings0 = cpu::matmul_weight_packings() + cpu::pack_counts().reordered;
+  Tensor y1, y2;
+  run(1, &y1);
+  run(2, &y2);
+  const int64_t packings = cpu::matmul_weight_packings() + cpu::pack_counts().reordered;
+  ASSERT_GT(packings, packings0) << "the first executor packed no MatMul form: the test shows nothing";
+  gate = true;
+  Tensor a2, a1, b1, b2;
+  std::thread ta([&] {
+    run(2, &a2);
+    run(1, &a1);
+  });
+  std::thread tb([&] {
+    run(1, &b1);
+    run(2, &b2);
+  });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(overlapped.load()) << "the two runs did not overlap: one executor ran both";
+  EXPECT_EQ(cpu::matmul_weight_packings() + cpu::pack_counts().reordered, packings)
+      << "the second executor packed its own MatMul forms";
+  EXPECT_TRUE(bit_equal(a1, y1) && bit_equal(b1, y1));
+  EXPECT_TRUE(bit_equal(a2, y2) && bit_equal(b2, y2));
+}
+
+TEST(PrepackedWeights, DynamicBatchSessionExecutorsShareMatMulForms) { share_matmul_forms(1); }
+
+TEST(PrepackedWeights, DynamicBatchSessionExecutorsShareMatMulColumnBlocks) {
+  // Batch 2's 32 rows x [64, 96] split over the 2 threads' column blocks (on plain weights too).
+  ::setenv("FERRY_MATMUL_NSPLIT", "128", 1);
+  const int64_t splits = cpu::matmul_column_split_runs();
+  share_matmul_forms(2);
+  EXPECT_GT(cpu::matmul_column_split_runs(), splits) << "no product ran split: the test shows nothing";
+  ::unsetenv("FERRY_MATMUL_NSPLIT");
 }
 
 // ferry's blocked layout: a [4, 3] tensor stored as 2-row blocks of its first dim (padded to 4x4).

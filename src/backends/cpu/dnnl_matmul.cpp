@@ -71,6 +71,7 @@ int64_t nsplit_max_rows(bool plain_weights) {
 }
 
 std::atomic<int64_t> g_column_split_runs{0};
+std::atomic<int64_t> g_weight_packings{0};  // cpu::matmul_weight_packings
 
 // At 1 thread, products of kRowGemmMinRows..kRowGemmMaxRows rows with constant f32 weights (N a
 // multiple of 48, no activation but GELU) run as cpu::RowGemm: the weights packed once more (on huge
@@ -132,6 +133,9 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
         if (!c || c->numel() != n || c->dtype() != b->dtype() || c->rank() > 2) return false;
         const float beta = r.get_float("beta", 1.f);
         bias_t_ = Tensor::allocate(DType::kF32, {1, n});
+        uint32_t beta_bits = 0;
+        std::memcpy(&beta_bits, &beta, sizeof(beta_bits));
+        bias_key_ = weight_form_key("bias", c, "beta " + std::to_string(beta_bits));
         for (int64_t j = 0; j < n; ++j) bias_t_.mutable_data<float>()[j] = static_cast<float>(beta * c->get_double(j));
       }
     } else {
@@ -140,6 +144,7 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
         if (!bias || (bias->dtype() != DType::kF32 && bias->dtype() != DType::kBF16)) return false;
         // Always an f32 bias: oneDNN's bf16 matmul runs several times slower with a bf16 one (2.6).
         bias_t_ = bias->dtype() == DType::kF32 ? *bias : cast_tensor(*bias, DType::kF32).value();
+        bias_key_ = weight_form_key("bias", bias);
       }
       has_z_ = node_.inputs.size() > 3 && !node_.inputs[3].empty();
     }
@@ -176,7 +181,7 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
   int64_t packed_weight_bytes() const override {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t b = gemv_w_ ? static_cast<int64_t>(gemv_w_->data.size() * sizeof(float)) : 0;
-    for (const auto& [desc, mem] : packed_) b += static_cast<int64_t>(desc.get_size());
+    for (const auto& [desc, form] : packed_) b += static_cast<int64_t>(desc.get_size());
     for (const auto& [key, plan] : plans_)
       for (const auto& [threads, splits] : plan.splits)
         for (const Split& sp : splits) b += static_cast<int64_t>(sp.weights.get_desc().get_size());
@@ -214,16 +219,25 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (row_gemm_takes(*p)) {
       if (!row_gemm_) {
-        ASSIGN_OR_RETURN(Tensor w, original());
-        ASSIGN_OR_RETURN(row_gemm_, cpu::RowGemm::create(w.data<float>(), trans_b_,
-                                                          bias_t_.defined() ? bias_t_.data<float>() : nullptr, p->k, p->n));
-        // oneDNN's packed copy is dropped (packed again by a later run that needs it): one copy of the
-        // weights per path in use, not two.
+        Status st;
+        const auto make = [&]() -> std::shared_ptr<const cpu::RowGemm> {
+          StatusOr<Tensor> w = original();
+          if (!w.is_ok()) return st = w.status(), nullptr;
+          StatusOr<std::unique_ptr<cpu::RowGemm>> g =
+              cpu::RowGemm::create(w.value().data<float>(), trans_b_, bias_t_.defined() ? bias_t_.data<float>() : nullptr, p->k, p->n);
+          if (!g.is_ok()) return st = g.status(), nullptr;
+          drop_source_pages(w.value());
+          ++g_weight_packings;
+          return std::shared_ptr<const cpu::RowGemm>(std::move(g.value()));
+        };
+        // With the weights and the bias: one per pair for the executors sharing forms.
+        row_gemm_ = shared_form<const cpu::RowGemm>("row_gemm", bias_key_, make);
+        if (!row_gemm_) return st.is_ok() ? internal_error("node '" + node_.name + "': no RowGemm form") : st;
+        // Our oneDNN packed copy is dropped (packed again, or taken from the shared forms, by a later
+        // run that needs it): one copy of the weights per path in use, not two.
         for (auto& [key, plan] : plans_) plan.weights = nullptr;
         packed_.clear();
-        plain_bufs_.clear();
         drop_original_if_packed();
-        drop_source_pages(w);
       }
       const cpu::RowGemm& g = *row_gemm_;
       const bool gelu = act_.kind == ActKind::kGelu;
@@ -260,6 +274,14 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
     memory::desc src, dst, bias;
     memory weights;
     int64_t n0 = 0;
+  };
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  // A packed form of the weights: oneDNN's memory, over a buffer of its own for plain forms.
+  struct PackedForm {
+    memory mem;
+    std::unique_ptr<void, Free> buf;  // a plain form's buffer (pack), else null
   };
   struct Plan {
     dnnl::matmul prim;
@@ -299,7 +321,9 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
     if (blocks < threads) return Status::ok();
     // Single-thread primitives: they run inside our parallel region.
     const SingleThreadScope one_thread;
-    ASSIGN_OR_RETURN(const Tensor w, original());
+    // The original, unpacked (when released) only if a block is not in the shared forms yet.
+    Tensor w;
+    Status st;
     try {
       const memory::data_type f32 = memory::data_type::f32;
       for (int t = 0; t < threads; ++t) {
@@ -324,18 +348,35 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
         // Columns c0.. of B = w_ [K, N], or of w_ [N, K] read transposed (Gemm transB).
         const memory::desc user_d = trans_b_ ? memory::desc({p->k, nb}, f32, memory::dims{1, p->k})
                                              : memory::desc({p->k, nb}, f32, memory::dims{p->n, 1});
-        const float* w0 = w.data<float>() + (trans_b_ ? c0 * p->k : c0);
-        memory user(user_d, dnnl_engine(), const_cast<float*>(w0));
-        sp.weights = memory(pd.weights_desc(), dnnl_engine());
-        dnnl::reorder(user, sp.weights).execute(dnnl_stream(), user, sp.weights);
-        dnnl_stream().wait();
+        const auto make = [&]() -> std::shared_ptr<const memory> {
+          if (!w.defined()) {
+            StatusOr<Tensor> o = original();
+            if (!o.is_ok()) return st = o.status(), nullptr;
+            w = o.value();
+          }
+          const float* w0 = w.data<float>() + (trans_b_ ? c0 * p->k : c0);
+          memory user(user_d, dnnl_engine(), const_cast<float*>(w0));
+          auto block = std::make_shared<memory>(pd.weights_desc(), dnnl_engine());
+          dnnl::reorder(user, *block).execute(dnnl_stream(), user, *block);
+          dnnl_stream().wait();
+          ++g_weight_packings;
+          return block;
+        };
+        // A block of the weights alone (the bias is the primitive's argument): by its columns and layout.
+        const std::shared_ptr<const memory> block = shared_form<const memory>(
+            "dnnl_matmul_block", std::to_string(c0) + "," + std::to_string(nb) + "|" + cpu::packed_key("", pd.weights_desc()), make);
+        if (!block) {
+          v.clear();
+          return st.is_ok() ? internal_error("node '" + node_.name + "': no weight block") : st;
+        }
+        sp.weights = *block;
         v.push_back(std::move(sp));
       }
     } catch (const dnnl::error& e) {
       v.clear();
       return cpu::dnnl_error(node_, e);
     }
-    drop_source_pages(w);
+    if (w.defined()) drop_source_pages(w);
     *out = &v;
     return Status::ok();
   }
@@ -489,11 +530,27 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
   }
 
   StatusOr<const memory*> packed_weights(const memory::desc& want, const memory::desc& user_desc) {
-    for (auto& [desc, mem] : packed_)
-      if (desc == want) return &mem;
+    for (auto& [desc, form] : packed_)
+      if (desc == want) return &form->mem;
+    Status st;
+    const auto make = [&]() -> std::shared_ptr<const PackedForm> {
+      StatusOr<std::unique_ptr<PackedForm>> made = pack(want, user_desc);
+      if (!made.is_ok()) return st = made.status(), nullptr;
+      return std::shared_ptr<const PackedForm>(std::move(made.value()));
+    };
+    // A form of the weights alone (the bias is the primitive's argument): by its layout.
+    std::shared_ptr<const PackedForm> form = shared_form<const PackedForm>("dnnl_matmul", cpu::packed_key("", want), make);
+    if (!form) return st.is_ok() ? internal_error("node '" + node_.name + "': no packed weights") : st;
+    packed_.emplace_back(want, std::move(form));
+    drop_original_if_packed();
+    return &packed_.back().second->mem;
+  }
+
+  // The weights packed into `want` (a new form, the caller's).
+  StatusOr<std::unique_ptr<PackedForm>> pack(const memory::desc& want, const memory::desc& user_desc) const {
     ASSIGN_OR_RETURN(const Tensor w, original());
     const auto user = [&] { return memory(user_desc, dnnl_engine(), const_cast<void*>(w.raw())); };
-    memory packed;
+    auto form = std::make_unique<PackedForm>();
     if (want.data.format_kind == dnnl_blocked && want.data.format_desc.blocking.inner_nblks == 0) {
       // A plain form (oneDNN's gemm path on AVX2 hosts; its rows padded: padded_plain_weights) is a copy
       // made at load as fast as the plain weights are read, so `ferry compile` does not store it beside
@@ -505,19 +562,27 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
       if (::posix_memalign(&buf, bytes >= huge ? huge : 64, bytes) != 0 || !buf)
         return resource_exhausted("node '" + node_.name + "': cannot allocate " + std::to_string(bytes) +
                                   " bytes for its packed weights");
-      plain_bufs_.emplace_back(buf);
+      form->buf.reset(buf);
       if (bytes >= huge) ::madvise(buf, bytes, MADV_HUGEPAGE);
       memory src = user();
-      packed = memory(want, dnnl_engine(), buf);
-      dnnl::reorder(src, packed).execute(dnnl_stream(), src, packed);
+      form->mem = memory(want, dnnl_engine(), buf);
+      dnnl::reorder(src, form->mem).execute(dnnl_stream(), src, form->mem);
       dnnl_stream().wait();
+      ++g_weight_packings;
     } else {
-      packed = cpu::packed_weights(node_, "dnnl_matmul", want, user);  // stored by `ferry compile`, or reordered
+      form->mem = cpu::packed_weights(node_, "dnnl_matmul", want, user);  // stored by `ferry compile`, or reordered
     }
-    packed_.emplace_back(want, packed);
-    drop_original_if_packed();
     drop_source_pages(w);
-    return &packed_.back().second;
+    return form;
+  }
+
+  // A form of the weights (`detail`: what else it depends on): from the executors' shared forms,
+  // made once for all of them and never changed, else made here; transB is in the key (a square
+  // initializer read both ways gives two forms of one layout).
+  template <class T>
+  std::shared_ptr<T> shared_form(const char* kind, const std::string& detail, const std::function<std::shared_ptr<T>()>& make) {
+    if (!forms_ || !w_source_) return make();
+    return forms_->get<T>(weight_form_key(kind, w_source_, std::string(trans_b_ ? "transB|" : "|") + detail), make);
   }
 
   // The constant weights as the graph gave them ([K, N], or [N, K] with transB): w_ while held, else
@@ -534,7 +599,7 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
         memory::data_type dt;
         cpu::to_dnnl_type(dtype_, &dt);
         memory user(memory::desc({wk_, wn_}, dt, trans_b_ ? tag::ba : tag::ab), dnnl_engine(), w.mutable_raw());
-        memory packed = packed_.front().second;
+        memory packed = packed_.front().second->mem;
         dnnl::reorder(packed, user).execute(dnnl_stream(), packed, user);
         dnnl_stream().wait();
       }));
@@ -574,19 +639,16 @@ class DnnlMatMulKernel : public Kernel, public PackedWeightsHolder {
   Tensor bias_t_;  // bias as [N] / [1, N] (Gemm: beta * C in f32)
   bool trans_b_ = false, has_z_ = false;
   FusedActivation act_;
-  std::unique_ptr<cpu::RowGemm> row_gemm_;  // made by the first run taking the RowGemm path
+  std::shared_ptr<const cpu::RowGemm> row_gemm_;  // made (or taken from forms_) by the first run taking the RowGemm path
   std::shared_ptr<const cpu::PanelMatrix> gemv_w_;  // w_ as [K, N] column panels, packed by the first plan taking the small_gemm path
   // The executors' shared forms (ExecutorOptions::shared_forms; null: this kernel's own) and the
   // graph's initializer the weights came from (the forms' key).
   std::shared_ptr<SharedWeightForms> forms_;
   const Tensor* w_source_ = nullptr;
+  std::string bias_key_ = "no bias";  // the bias's initializer (and Gemm's beta): RowGemm's key
   std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, Plan> plans_;
   mutable std::mutex mu_;  // guards plans_ and the plans' buffers (concurrent runs of one model)
-  std::list<std::pair<memory::desc, memory>> packed_;
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
-  std::list<std::unique_ptr<void, Free>> plain_bufs_;  // the buffers of packed_'s plain forms (packed_weights)
+  std::list<std::pair<memory::desc, std::shared_ptr<const PackedForm>>> packed_;  // ours, or shared (forms_)
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_matmul(const Node& node, const OpSchema& schema, const Graph& graph) {
@@ -598,6 +660,7 @@ StatusOr<std::unique_ptr<Kernel>> make_matmul(const Node& node, const OpSchema& 
 }  // namespace
 
 int64_t cpu::matmul_column_split_runs() { return g_column_split_runs.load(); }
+int64_t cpu::matmul_weight_packings() { return g_weight_packings.load(); }
 
 void register_cpu_dnnl_matmul_kernels(CpuKernelTable& t) {
   t.add("", "MatMul", make_matmul);
