@@ -309,25 +309,43 @@ TEST(PrepackedWeights, SessionFromOnnxSharesOnePackedFormAcrossExecutors) {
   EXPECT_EQ(still, pending) << "a run unpacked a weight held packed only";
 }
 
-// An .onnx model with a dynamic batch axis, as ferry serve's models with max_batch_size > 0:
-// x [N, 8, 16, 16] -> Conv 1x1 8->64 -> Conv 3x3 64->64 (pads 1) -> Relu -> Conv 1x1 64->128 ->
-// GlobalAveragePool -> Flatten -> Gemm 128->10. On the cpu backend the 3x3 runs ferry's Winograd
-// (channels-last on both sides), the 1x1s oneDNN's packed forms, the Gemm small_gemm's panels.
-std::string write_dynamic_batch_cnn() {
-  onnx::ModelProto proto;
-  proto.set_ir_version(7);
-  proto.add_opset_import()->set_version(13);
-  onnx::GraphProto* g = proto.mutable_graph();
-  g->set_name("dynamic_batch_cnn");
-  const auto add_weight = [&](const std::string& name, const std::vector<int64_t>& dims, uint32_t seed) {
-    onnx::TensorProto* t = g->add_initializer();
+// A float ONNX model written proto by proto (the onnx_import path a served .onnx takes), its inputs'
+// and outputs' dims < 0 given as the symbolic batch "N"; weights random, times `scale`.
+class OnnxFile {
+ public:
+  explicit OnnxFile(const std::string& name) : g_(proto_.mutable_graph()), name_(name) {
+    proto_.set_ir_version(7);
+    proto_.add_opset_import()->set_version(13);
+    g_->set_name(name);
+  }
+  void weight(const std::string& name, const std::vector<int64_t>& dims, uint32_t seed, float scale) {
+    onnx::TensorProto* t = g_->add_initializer();
     t->set_name(name);
     t->set_data_type(onnx::TensorProto::FLOAT);
     for (int64_t d : dims) t->add_dims(d);
     const Tensor v = testing::random_tensor(dims, seed);
-    for (int64_t i = 0; i < v.numel(); ++i) t->add_float_data(0.05f * v.data<float>()[i]);
-  };
-  const auto add_value = [](onnx::ValueInfoProto* v, const std::string& name, const std::vector<int64_t>& dims) {
+    for (int64_t i = 0; i < v.numel(); ++i) t->add_float_data(scale * v.data<float>()[i]);
+  }
+  void input(const std::string& name, const std::vector<int64_t>& dims) { value(g_->add_input(), name, dims); }
+  void output(const std::string& name, const std::vector<int64_t>& dims) { value(g_->add_output(), name, dims); }
+  onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& in, const std::string& out) {
+    onnx::NodeProto* n = g_->add_node();
+    n->set_op_type(op);
+    n->set_name(out + "_node");
+    for (const std::string& i : in) n->add_input(i);
+    n->add_output(out);
+    return n;
+  }
+  // Written under the test's temporary directory; the path.
+  std::string write() const {
+    const std::string path = ::testing::TempDir() + name_ + "_" + std::to_string(::getpid()) + ".onnx";
+    std::ofstream out(path, std::ios::binary);
+    EXPECT_TRUE(proto_.SerializeToOstream(&out));
+    return path;
+  }
+
+ private:
+  static void value(onnx::ValueInfoProto* v, const std::string& name, const std::vector<int64_t>& dims) {
     v->set_name(name);
     auto* tt = v->mutable_type()->mutable_tensor_type();
     tt->set_elem_type(onnx::TensorProto::FLOAT);
@@ -336,42 +354,40 @@ std::string write_dynamic_batch_cnn() {
       if (d < 0) dim->set_dim_param("N");
       else dim->set_dim_value(d);
     }
-  };
-  const auto add_node = [&](const std::string& op, const std::vector<std::string>& in, const std::string& out) {
-    onnx::NodeProto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name(out + "_node");
-    for (const std::string& i : in) n->add_input(i);
-    n->add_output(out);
-    return n;
-  };
-  add_value(g->add_input(), "x", {-1, 8, 16, 16});
-  add_weight("w0", {64, 8, 1, 1}, 6);
-  add_weight("w3", {64, 64, 3, 3}, 1);
-  add_weight("b3", {64}, 2);
-  add_weight("w1", {128, 64, 1, 1}, 3);
-  add_weight("fc", {10, 128}, 4);
-  add_weight("fc_b", {10}, 5);
-  add_node("Conv", {"x", "w0"}, "c0");
-  onnx::NodeProto* conv3 = add_node("Conv", {"c0", "w3", "b3"}, "c3");
-  onnx::AttributeProto* pads = conv3->add_attribute();
+  }
+  onnx::ModelProto proto_;
+  onnx::GraphProto* g_;
+  std::string name_;
+};
+
+// An .onnx model with a dynamic batch axis, as ferry serve's models with max_batch_size > 0:
+// x [N, 8, 16, 16] -> Conv 1x1 8->64 -> Conv 3x3 64->64 (pads 1) -> Relu -> Conv 1x1 64->128 ->
+// GlobalAveragePool -> Flatten -> Gemm 128->10. On the cpu backend the 3x3 runs ferry's Winograd
+// (channels-last on both sides), the 1x1s oneDNN's packed forms, the Gemm small_gemm's panels.
+std::string write_dynamic_batch_cnn() {
+  OnnxFile f("dynamic_batch_cnn");
+  f.input("x", {-1, 8, 16, 16});
+  f.weight("w0", {64, 8, 1, 1}, 6, 0.05f);
+  f.weight("w3", {64, 64, 3, 3}, 1, 0.05f);
+  f.weight("b3", {64}, 2, 0.05f);
+  f.weight("w1", {128, 64, 1, 1}, 3, 0.05f);
+  f.weight("fc", {10, 128}, 4, 0.05f);
+  f.weight("fc_b", {10}, 5, 0.05f);
+  f.node("Conv", {"x", "w0"}, "c0");
+  onnx::AttributeProto* pads = f.node("Conv", {"c0", "w3", "b3"}, "c3")->add_attribute();
   pads->set_name("pads");
   pads->set_type(onnx::AttributeProto::INTS);
   for (int i = 0; i < 4; ++i) pads->add_ints(1);
-  add_node("Relu", {"c3"}, "r3");
-  add_node("Conv", {"r3", "w1"}, "c1");
-  add_node("GlobalAveragePool", {"c1"}, "gap");
-  add_node("Flatten", {"gap"}, "flat");
-  onnx::NodeProto* fc = add_node("Gemm", {"flat", "fc", "fc_b"}, "y");
-  onnx::AttributeProto* trans = fc->add_attribute();
+  f.node("Relu", {"c3"}, "r3");
+  f.node("Conv", {"r3", "w1"}, "c1");
+  f.node("GlobalAveragePool", {"c1"}, "gap");
+  f.node("Flatten", {"gap"}, "flat");
+  onnx::AttributeProto* trans = f.node("Gemm", {"flat", "fc", "fc_b"}, "y")->add_attribute();
   trans->set_name("transB");
   trans->set_type(onnx::AttributeProto::INT);
   trans->set_i(1);
-  add_value(g->add_output(), "y", {-1, 10});
-  const std::string path = ::testing::TempDir() + "dynamic_batch_cnn_" + std::to_string(::getpid()) + ".onnx";
-  std::ofstream out(path, std::ios::binary);
-  EXPECT_TRUE(proto.SerializeToOstream(&out));
-  return path;
+  f.output("y", {-1, 10});
+  return f.write();
 }
 
 // The executors of a dynamic-batch Session (ferry serve's instances) share one form of each weight:
@@ -446,49 +462,17 @@ TEST(PrepackedWeights, DynamicBatchSessionExecutorsShareFormsAcrossBatchSizes) {
 // (16-24 rows where oneDNN keeps the weights plain, 16-256 elsewhere) and oneDNN's form on the second;
 // batch 2's 32 rows oneDNN's on both where its weights are plain.
 std::string write_dynamic_batch_mlp() {
-  onnx::ModelProto proto;
-  proto.set_ir_version(7);
-  proto.add_opset_import()->set_version(13);
-  onnx::GraphProto* g = proto.mutable_graph();
-  g->set_name("dynamic_batch_mlp");
-  const auto add_weight = [&](const std::string& name, const std::vector<int64_t>& dims, uint32_t seed) {
-    onnx::TensorProto* t = g->add_initializer();
-    t->set_name(name);
-    t->set_data_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : dims) t->add_dims(d);
-    const Tensor v = testing::random_tensor(dims, seed);
-    for (int64_t i = 0; i < v.numel(); ++i) t->add_float_data(0.1f * v.data<float>()[i]);
-  };
-  const auto add_value = [](onnx::ValueInfoProto* v, const std::string& name, const std::vector<int64_t>& dims) {
-    v->set_name(name);
-    auto* tt = v->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : dims) {
-      auto* dim = tt->mutable_shape()->add_dim();
-      if (d < 0) dim->set_dim_param("N");
-      else dim->set_dim_value(d);
-    }
-  };
-  const auto add_node = [&](const std::string& op, const std::vector<std::string>& in, const std::string& out) {
-    onnx::NodeProto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name(out + "_node");
-    for (const std::string& i : in) n->add_input(i);
-    n->add_output(out);
-  };
-  add_value(g->add_input(), "x", {-1, 16, 64});
-  add_weight("w1", {64, 96}, 21);
-  add_weight("b1", {96}, 22);
-  add_weight("w2", {96, 40}, 23);
-  add_node("MatMul", {"x", "w1"}, "h");
-  add_node("Add", {"h", "b1"}, "hb");
-  add_node("Relu", {"hb"}, "r");
-  add_node("MatMul", {"r", "w2"}, "y");
-  add_value(g->add_output(), "y", {-1, 16, 40});
-  const std::string path = ::testing::TempDir() + "dynamic_batch_mlp_" + std::to_string(::getpid()) + ".onnx";
-  std::ofstream out(path, std::ios::binary);
-  EXPECT_TRUE(proto.SerializeToOstream(&out));
-  return path;
+  OnnxFile f("dynamic_batch_mlp");
+  f.input("x", {-1, 16, 64});
+  f.weight("w1", {64, 96}, 21, 0.1f);
+  f.weight("b1", {96}, 22, 0.1f);
+  f.weight("w2", {96, 40}, 23, 0.1f);
+  f.node("MatMul", {"x", "w1"}, "h");
+  f.node("Add", {"h", "b1"}, "hb");
+  f.node("Relu", {"hb"}, "r");
+  f.node("MatMul", {"r", "w2"}, "y");
+  f.output("y", {-1, 16, 40});
+  return f.write();
 }
 
 // The MatMul kernel's forms too (oneDNN's packed or plain copies, RowGemm's, the per-thread column
