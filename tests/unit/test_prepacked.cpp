@@ -390,71 +390,94 @@ std::string write_dynamic_batch_cnn() {
   return f.write();
 }
 
+// A Session over `path` (the file is removed once read) whose next two runs after crossed() starts
+// overlap: the first node of each waits (up to 20 s) for the other, so the pool hands them two
+// executors, the batch sizes in one order on one and in the other order on the second.
+class OverlappingRuns {
+ public:
+  OverlappingRuns(const std::string& path, int threads) {
+    SessionOptions so;
+    so.threads = threads;
+    so.observer = [this](const Node& node, const std::vector<Value>&, double) {
+      if (!gate_.load() || node.name != first_node_ || arrived_.fetch_add(1) >= 2) return;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (arrived_.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (arrived_.load() >= 2) overlapped_ = true;
+    };
+    auto opened = Session::open_file(path, so);
+    ::unlink(path.c_str());
+    EXPECT_TRUE(opened.is_ok()) << opened.status().message();
+    if (!opened.is_ok()) return;
+    session_ = opened.value();
+    first_node_ = model().graph.nodes.at(0).name;
+  }
+  OverlappingRuns(const OverlappingRuns&) = delete;
+  OverlappingRuns& operator=(const OverlappingRuns&) = delete;
+
+  bool opened() const { return session_ != nullptr; }
+  const Model& model() const { return *session_->compiled().gears.at(0).model; }
+  // The first output of a run on input "x".
+  Tensor run(const Tensor& x) {
+    NamedTensors out;
+    const Status st = session_->run({{"x", x}}, &out);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    return out.empty() ? Tensor() : out[0].second;
+  }
+  // Two threads at once: one runs `xs[0]` then `xs[1]`, the other `xs[1]` then `xs[0]`; their
+  // outputs in `a` and `b` by the index of the input. Whether the first runs overlapped: overlapped().
+  void crossed(const Tensor (&xs)[2], Tensor (&a)[2], Tensor (&b)[2]) {
+    gate_ = true;
+    std::thread ta([&] {
+      a[0] = run(xs[0]);
+      a[1] = run(xs[1]);
+    });
+    std::thread tb([&] {
+      b[1] = run(xs[1]);
+      b[0] = run(xs[0]);
+    });
+    ta.join();
+    tb.join();
+  }
+  bool overlapped() const { return overlapped_.load(); }
+
+ private:
+  std::shared_ptr<Session> session_;
+  std::string first_node_;
+  std::atomic<bool> gate_{false};
+  std::atomic<int> arrived_{0};
+  std::atomic<bool> overlapped_{false};
+};
+
 // The executors of a dynamic-batch Session (ferry serve's instances) share one form of each weight:
 // what the open packed with the batch axis bound (compiler/prepack.h) on the nodes, the rest made by
 // whichever executor and batch size needed it first (ExecutorOptions::shared_forms,
 // backends/shared_forms.h): a second executor, running batch sizes in another order while the first
 // runs, packs nothing (no oneDNN reorder, no Winograd transform) and answers bit for bit as the first.
 TEST(PrepackedWeights, DynamicBatchSessionExecutorsShareFormsAcrossBatchSizes) {
-  const std::string path = write_dynamic_batch_cnn();
-  // Two runs overlap: the first node of each of the first two runs waits (up to 20 s) for the other,
-  // so the pool hands them two executors.
-  std::atomic<bool> gate{false};
-  std::atomic<int> arrived{0};
-  std::atomic<bool> overlapped{false};
-  std::string first_node;
-  SessionOptions so;
-  so.threads = 1;
-  so.observer = [&](const Node& node, const std::vector<Value>&, double) {
-    if (!gate.load() || node.name != first_node || arrived.fetch_add(1) >= 2) return;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (arrived.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (arrived.load() >= 2) overlapped = true;
-  };
-  auto opened = Session::open_file(path, so);
-  ::unlink(path.c_str());
-  ASSERT_TRUE(opened.is_ok()) << opened.status().message();
-  std::shared_ptr<Session> s = opened.value();
-  const Model& model = *s->compiled().gears.at(0).model;
-  first_node = model.graph.nodes.at(0).name;
+  OverlappingRuns runs(write_dynamic_batch_cnn(), 1);
+  ASSERT_TRUE(runs.opened());
+  const Model& model = runs.model();
   // Packed at open with the batch axis taken as 1: the 1x1 convolutions' oneDNN forms are on the
   // nodes, their originals freed (unpacked only if something reads them).
   EXPECT_GT(packed_nodes(model), 0) << "nothing packed at open: the dynamic batch axis was not bound";
   int64_t pending = 0;
   for (const auto& [name, t] : model.graph.initializers) pending += t.pending();
   EXPECT_GT(pending, 0) << "no original was freed once packed";
-  const auto input = [](int64_t n) { return testing::random_tensor({n, 8, 16, 16}, 7); };
-  const auto run = [&](int64_t n, Tensor* y) {
-    NamedTensors out;
-    const Status st = s->run({{"x", input(n)}}, &out);
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    if (!out.empty()) *y = out[0].second;
-  };
+  const Tensor xs[2] = {testing::random_tensor({3, 8, 16, 16}, 7), testing::random_tensor({1, 8, 16, 16}, 7)};
   // One executor: batch 1, then batch 3 (each makes the forms its shapes ask for).
-  Tensor y1, y3;
-  run(1, &y1);
-  run(3, &y3);
+  const Tensor y1 = runs.run(xs[1]);
+  const Tensor y3 = runs.run(xs[0]);
   const cpu::PackCounts packs = cpu::pack_counts();
   const int64_t transforms = cpu::WinogradConv3x3::packings();
   ASSERT_GT(transforms, 0) << "the 3x3 convolution did not run ferry's Winograd: the test shows nothing";
   // Two executors at once, the batch sizes in the other order on one of them.
-  gate = true;
-  Tensor a3, a1, b1, b3;
-  std::thread ta([&] {
-    run(3, &a3);
-    run(1, &a1);
-  });
-  std::thread tb([&] {
-    run(1, &b1);
-    run(3, &b3);
-  });
-  ta.join();
-  tb.join();
-  ASSERT_TRUE(overlapped.load()) << "the two runs did not overlap: one executor ran both";
+  Tensor a[2], b[2];
+  runs.crossed(xs, a, b);
+  ASSERT_TRUE(runs.overlapped()) << "the two runs did not overlap: one executor ran both";
   EXPECT_EQ(cpu::pack_counts().reordered, packs.reordered) << "the second executor packed its own oneDNN forms";
   EXPECT_EQ(cpu::WinogradConv3x3::packings(), transforms) << "the second executor transformed its own Winograd weights";
-  EXPECT_TRUE(bit_equal(a1, y1) && bit_equal(b1, y1));
-  EXPECT_TRUE(bit_equal(a3, y3) && bit_equal(b3, y3));
+  EXPECT_TRUE(bit_equal(a[1], y1) && bit_equal(b[1], y1));
+  EXPECT_TRUE(bit_equal(a[0], y3) && bit_equal(b[0], y3));
 }
 
 // A transformer-like block with a dynamic batch axis: x [N, 16, 64] -> MatMul [64, 96] + bias -> Relu
@@ -479,54 +502,21 @@ std::string write_dynamic_batch_mlp() {
 // blocks at 2 threads): a second executor of a dynamic-batch Session, running batch sizes in another
 // order while the first runs, makes none of its own and answers bit for bit as the first.
 void share_matmul_forms(int threads) {
-  const std::string path = write_dynamic_batch_mlp();
-  std::atomic<bool> gate{false};
-  std::atomic<int> arrived{0};
-  std::atomic<bool> overlapped{false};
-  std::string first_node;
-  SessionOptions so;
-  so.threads = threads;
-  so.observer = [&](const Node& node, const std::vector<Value>&, double) {
-    if (!gate.load() || node.name != first_node || arrived.fetch_add(1) >= 2) return;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (arrived.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (arrived.load() >= 2) overlapped = true;
-  };
-  auto opened = Session::open_file(path, so);
-  ::unlink(path.c_str());
-  ASSERT_TRUE(opened.is_ok()) << opened.status().message();
-  std::shared_ptr<Session> s = opened.value();
-  first_node = s->compiled().gears.at(0).model->graph.nodes.at(0).name;
-  const auto input = [](int64_t n) { return testing::random_tensor({n, 16, 64}, 9); };
-  const auto run = [&](int64_t n, Tensor* y) {
-    NamedTensors out;
-    const Status st = s->run({{"x", input(n)}}, &out);
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    if (!out.empty()) *y = out[0].second;
-  };
+  OverlappingRuns runs(write_dynamic_batch_mlp(), threads);
+  ASSERT_TRUE(runs.opened());
+  const Tensor xs[2] = {testing::random_tensor({2, 16, 64}, 9), testing::random_tensor({1, 16, 64}, 9)};
   const int64_t packings0 = cpu::matmul_weight_packings() + cpu::pack_counts().reordered;
-  Tensor y1, y2;
-  run(1, &y1);
-  run(2, &y2);
+  const Tensor y1 = runs.run(xs[1]);
+  const Tensor y2 = runs.run(xs[0]);
   const int64_t packings = cpu::matmul_weight_packings() + cpu::pack_counts().reordered;
   ASSERT_GT(packings, packings0) << "the first executor packed no MatMul form: the test shows nothing";
-  gate = true;
-  Tensor a2, a1, b1, b2;
-  std::thread ta([&] {
-    run(2, &a2);
-    run(1, &a1);
-  });
-  std::thread tb([&] {
-    run(1, &b1);
-    run(2, &b2);
-  });
-  ta.join();
-  tb.join();
-  ASSERT_TRUE(overlapped.load()) << "the two runs did not overlap: one executor ran both";
+  Tensor a[2], b[2];
+  runs.crossed(xs, a, b);
+  ASSERT_TRUE(runs.overlapped()) << "the two runs did not overlap: one executor ran both";
   EXPECT_EQ(cpu::matmul_weight_packings() + cpu::pack_counts().reordered, packings)
       << "the second executor packed its own MatMul forms";
-  EXPECT_TRUE(bit_equal(a1, y1) && bit_equal(b1, y1));
-  EXPECT_TRUE(bit_equal(a2, y2) && bit_equal(b2, y2));
+  EXPECT_TRUE(bit_equal(a[1], y1) && bit_equal(b[1], y1));
+  EXPECT_TRUE(bit_equal(a[0], y2) && bit_equal(b[0], y2));
 }
 
 TEST(PrepackedWeights, DynamicBatchSessionExecutorsShareMatMulForms) { share_matmul_forms(1); }
